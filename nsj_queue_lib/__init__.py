@@ -1,0 +1,37 @@
+"""nsj_queue_lib: a job queue in a database table.
+
+Public names are loaded lazily, so importing the package stays cheap and never
+touches the environment, the network or a database.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "QueueClient",
+    "WorkerBase",
+    "Settings",
+    "ConfigError",
+]
+
+_LOCATIONS = {
+    "QueueClient": "nsj_queue_lib.queue_client",
+    "WorkerBase": "nsj_queue_lib.worker_base",
+    "Settings": "nsj_queue_lib.settings",
+    "ConfigError": "nsj_queue_lib.exceptions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nsj_queue_lib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

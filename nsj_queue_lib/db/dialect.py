@@ -1,0 +1,111 @@
+"""The dialect seam: what differs between databases, behind one interface.
+
+A ``Dialect`` renders DDL and builds the ``QueueStore`` that runs the
+queue's operations for one queue table. Capabilities tell the runtime which
+mechanisms the database offers (LISTEN/NOTIFY, SKIP LOCKED, advisory locks)
+so it can choose polling or the socket server where one is missing.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+
+from nsj_queue_lib.identifiers import check_identifier, check_table_name
+
+DIALECT_NAMES = ("postgres",)
+_DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    listen_notify: bool
+    skip_locked: bool
+    advisory_locks: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class DdlNames:
+    """Every name the DDL of one queue uses, derived from (schema, queue)."""
+
+    schema: str
+    queue: str
+
+    def __post_init__(self) -> None:
+        check_identifier(self.schema, "schema")
+        check_identifier(self.queue, "queue name")
+        for name in self.object_names().values():
+            check_identifier(name, "derived name")
+
+    def object_names(self) -> dict[str, str]:
+        q = self.queue
+        return {
+            "idx_claim": f"idx_{q}_claim",
+            "idx_due": f"idx_{q}_due",
+            "idx_running": f"idx_{q}_running",
+            "idx_data_hora": f"idx_{q}_data_hora",
+            "idx_chain": f"idx_{q}_chain",
+            "idx_equivalent": f"idx_{q}_equivalent",
+            "idx_subscriber": f"idx_{q}_subscriber_processo",
+            "subscriber": f"{q}_subscriber",
+            "function": f"notify_{q}_insert",
+            "trigger_name": f"trigger_insert_{q}",
+        }
+
+    def template_values(self) -> dict[str, str]:
+        names = self.object_names()
+        values = dict(names)
+        values["table"] = f"{self.schema}.{self.queue}"
+        values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
+        values["function"] = f"{self.schema}.{names['function']}"
+        values["channel"] = self.queue
+        values["schema"] = self.schema
+        values["queue"] = self.queue
+        return values
+
+
+class Dialect(abc.ABC):
+    name: str
+    capabilities: Capabilities
+
+    @abc.abstractmethod
+    def create_ddl(self, names: DdlNames) -> str:
+        """DDL that creates the queue, its subscriber table, indexes and notify path."""
+
+    @abc.abstractmethod
+    def upgrade_ddl(self, names: DdlNames) -> str:
+        """Idempotent DDL bringing an nsj-queue-lib 1.2.2 queue to the current schema."""
+
+    @abc.abstractmethod
+    def store(self, queue_table: str, subscriber_table: str | None = None):
+        """The ``QueueStore`` for one queue table."""
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect called ``name`` (``postgres``...) or, given a DB_DRIVER value, its dialect."""
+    key = _DRIVER_TO_DIALECT.get(name.upper(), name.lower()) if isinstance(name, str) else name
+    if key not in DIALECT_NAMES:
+        raise ValueError(f"unknown dialect {name!r}; known: {', '.join(DIALECT_NAMES)}")
+    module = importlib.import_module(f"nsj_queue_lib.db.{key}.dialect")
+    return module.DIALECT
+
+
+def dialect_name_for_connection(conn: object) -> str:
+    """Which dialect a DB-API connection speaks, from the driver that made it."""
+    module = type(conn).__module__ or ""
+    root = module.split(".")[0]
+    if root in ("psycopg", "psycopg2"):
+        return "postgres"
+    if root in ("pymysql", "MySQLdb"):
+        return "mysql"
+    raise TypeError(
+        f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
+        "expected a psycopg 3, psycopg2 or PyMySQL connection"
+    )
+
+
+def check_store_tables(queue_table: str, subscriber_table: str | None) -> None:
+    check_table_name(queue_table, "queue table")
+    if subscriber_table is not None:
+        check_table_name(subscriber_table, "subscriber table")

@@ -1,0 +1,49 @@
+-- Queue table: one row per attempt of a task.
+CREATE TABLE {table} (
+    id bigserial PRIMARY KEY,
+    id_inicial bigint,
+    data_hora_inicial timestamp with time zone DEFAULT clock_timestamp(),
+    data_hora timestamp with time zone DEFAULT clock_timestamp(),
+    origem varchar(150),
+    destino varchar(150),
+    processo varchar(250),
+    chave_externa varchar(100),
+    proxima_tentativa timestamp with time zone,
+    tentativa integer DEFAULT 1,
+    status varchar(100) DEFAULT 'pendente',
+    reenfileirado boolean DEFAULT false,
+    estouro_tentativas boolean DEFAULT false,
+    mensagem varchar(500),
+    id_anterior bigint,
+    data_hora_anterior timestamp with time zone,
+    status_anterior varchar(100),
+    mensagem_anterior varchar(500),
+    payload text,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    payload_hash bytea,
+    pub_sub boolean DEFAULT false NOT NULL,
+    publication_id bigint,
+    subscriber_id varchar(100),
+    dead boolean DEFAULT false NOT NULL,
+    live_id bigint,
+    prioridade integer DEFAULT 50
+);
+
+{indexes}
+
+{trigger}
+
+-- Subscribers of pub/sub and webhook publications.
+CREATE TABLE {subscriber_table} (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+{subscriber_indexes}

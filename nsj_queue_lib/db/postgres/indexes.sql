@@ -1,0 +1,13 @@
+-- The claim: ready rows in claim order (higher priority first, then older).
+-- Partial, so its size follows the ready backlog, not the table's history.
+CREATE INDEX IF NOT EXISTS {idx_claim} ON {table} (prioridade DESC, data_hora, id) WHERE status = 'pendente';
+-- Rows waiting for their time: renotify scans and the dispatcher's next wake-up.
+CREATE INDEX IF NOT EXISTS {idx_due} ON {table} (data_hora) WHERE status IN ('pendente', 'agendada');
+-- The retry service looks only at rows being processed.
+CREATE INDEX IF NOT EXISTS {idx_running} ON {table} (id) WHERE status = 'processando';
+-- Purge: oldest rows first.
+CREATE INDEX IF NOT EXISTS {idx_data_hora} ON {table} (data_hora);
+-- Purge keeps a task's first attempt while a later attempt still needs its payload.
+CREATE INDEX IF NOT EXISTS {idx_chain} ON {table} (id_inicial) WHERE status IN ('pendente', 'agendada', 'processando');
+-- QueueClient.list_equivalent_task.
+CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa, payload_hash, status);

@@ -1,0 +1,248 @@
+-- Named queries of the PostgreSQL dialect.
+-- {queue_table} and {subscriber_table} are validated identifiers; every
+-- value is a bound parameter.
+
+-- name: insert_task
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+) VALUES (
+    %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
+    %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s,
+    coalesce(%(prioridade)s, 50),
+    coalesce(%(data_hora)s::timestamptz, clock_timestamp()),
+    coalesce(%(data_hora)s::timestamptz, clock_timestamp())
+)
+RETURNING id
+
+-- name: insert_tasks
+-- One round trip for many tasks; WITH ORDINALITY keeps the caller's order.
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+)
+SELECT
+    r.origem, r.destino, r.processo, r.chave_externa, r.payload, r.payload_hash,
+    r.tenant, r.grupo_empresarial, r.pub_sub, coalesce(r.prioridade, 50),
+    coalesce(r.data_hora, clock_timestamp()), coalesce(r.data_hora, clock_timestamp())
+FROM unnest(
+    %(origem)s::varchar[], %(destino)s::varchar[], %(processo)s::varchar[],
+    %(chave_externa)s::varchar[], %(payload)s::text[], %(payload_hash)s::bytea[],
+    %(tenant)s::bigint[], %(grupo_empresarial)s::varchar[], %(pub_sub)s::boolean[],
+    %(prioridade)s::integer[], %(data_hora)s::timestamptz[]
+) WITH ORDINALITY AS r(
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, ord
+)
+ORDER BY r.ord
+RETURNING id
+
+-- name: list_equivalent
+SELECT {task_columns}
+FROM {queue_table} AS t
+WHERE t.chave_externa IS NOT DISTINCT FROM %(chave_externa)s
+  AND t.payload_hash IS NOT DISTINCT FROM %(payload_hash)s
+  AND t.status = ANY(%(statuses)s)
+ORDER BY t.id
+
+-- name: get_task
+SELECT {task_columns_resolved}
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id = %(id)s
+
+-- name: claim_tasks
+-- Ready rows in claim order, locked without waiting on rows another worker
+-- is claiming, marked 'processando' in the same statement. Later attempts
+-- keep no payload of their own: it comes from the first attempt.
+WITH next AS (
+    SELECT id
+    FROM {queue_table}
+    WHERE status = 'pendente' AND data_hora <= clock_timestamp()
+    ORDER BY prioridade DESC, data_hora, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {queue_table} AS t
+    SET status = 'processando'
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t.*
+)
+SELECT {claimed_columns}
+FROM claimed AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+ORDER BY t.prioridade DESC, t.data_hora, t.id
+
+-- name: next_due
+-- When the next row becomes ready (NULL when none is waiting).
+SELECT min(data_hora) AS due
+FROM {queue_table}
+WHERE status IN ('pendente', 'agendada') AND data_hora > clock_timestamp()
+
+-- name: begin_task
+-- Locks the row for the task's transaction and, only if it is still
+-- 'processando', takes the session-level liveness lock. MATERIALIZED makes
+-- the lock function run once, after the row lock is held.
+WITH row_lock AS MATERIALIZED (
+    SELECT status FROM {queue_table} WHERE id = %(id)s FOR UPDATE
+)
+SELECT status,
+       CASE WHEN status = 'processando'
+            THEN pg_try_advisory_lock(%(queue_key)s, %(task_key)s)
+            ELSE false
+       END AS locked
+FROM row_lock
+
+-- name: complete_task
+UPDATE {queue_table}
+SET status = 'sucesso', mensagem = %(mensagem)s
+WHERE id = %(id)s
+
+-- name: unlock_task
+SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)
+
+-- name: fail_and_retry
+-- Ends a 'processando' attempt as failed and inserts the next attempt, due
+-- at the failure time plus the back-off. Nothing happens when the row is no
+-- longer 'processando' (another worker already settled it).
+WITH failed AS (
+    UPDATE {queue_table}
+    SET status = %(status)s,
+        mensagem = %(mensagem)s,
+        reenfileirado = true,
+        proxima_tentativa = clock_timestamp() + make_interval(secs => %(delay_seconds)s)
+    WHERE id = %(id)s AND status = 'processando'
+    RETURNING *
+)
+INSERT INTO {queue_table} (
+    id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
+    tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
+    tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
+    dead, live_id, prioridade
+)
+SELECT
+    coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
+    f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
+    f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
+    f.subscriber_id, f.dead, f.live_id, f.prioridade
+FROM failed AS f
+RETURNING id
+
+-- name: fail_and_bury
+-- The last attempt failed: mark the overflow and enqueue the dead-letter task.
+WITH failed AS (
+    UPDATE {queue_table}
+    SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+    WHERE id = %(id)s AND status = 'processando'
+    RETURNING *
+)
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade
+)
+SELECT
+    f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
+    f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
+    coalesce(f.id_inicial, f.id), f.prioridade
+FROM failed AS f
+RETURNING id
+
+-- name: fail_final
+-- A dead-letter task ran out of attempts: nothing further is enqueued.
+UPDATE {queue_table}
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+WHERE id = %(id)s AND status = 'processando'
+RETURNING id
+
+-- name: release_task
+-- Gives a claimed task that never started back to the queue.
+UPDATE {queue_table}
+SET status = 'pendente'
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: try_service_lock
+SELECT pg_try_advisory_lock(%(key)s)
+
+-- name: service_unlock
+SELECT pg_advisory_unlock(%(key)s)
+
+-- name: find_orphans
+-- 'processando' rows with no live worker: no liveness lock is held for them
+-- and no transaction holds their row. The row locks taken here make a
+-- worker that is just starting the task wait and then see the new status.
+SELECT {task_columns_resolved}
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.status = 'processando'
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_locks AS l
+      WHERE l.locktype = 'advisory'
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND l.classid = %(queue_oid)s::bigint::oid
+        AND l.objid = (t.id %% 2147483648)::bigint::oid
+        AND l.objsubid = 2
+        AND l.granted
+  )
+ORDER BY t.id
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED
+
+-- name: promote_due
+-- Retries and scheduled rows whose time has come become 'pendente'.
+UPDATE {queue_table}
+SET status = 'pendente'
+WHERE id IN (
+    SELECT id FROM {queue_table}
+    WHERE status = 'agendada' AND data_hora <= clock_timestamp()
+    ORDER BY data_hora
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: count_stale_pending
+SELECT count(*) FROM (
+    SELECT 1 FROM {queue_table}
+    WHERE status = 'pendente'
+      AND data_hora <= clock_timestamp() - make_interval(secs => %(wait_seconds)s)
+    LIMIT 1
+) AS stale
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(payload)s)
+
+-- name: purge
+-- One bounded round: old rows that are settled, never a first attempt whose
+-- later attempts still need its payload.
+WITH doomed AS (
+    SELECT o.id
+    FROM {queue_table} AS o
+    WHERE o.data_hora < clock_timestamp() - make_interval(days => %(max_age_days)s)
+      AND o.status NOT IN ('pendente', 'agendada', 'processando')
+      AND NOT EXISTS (
+          SELECT 1 FROM {queue_table} AS a
+          WHERE a.id_inicial = coalesce(o.id_inicial, o.id)
+            AND a.status IN ('pendente', 'agendada', 'processando')
+      )
+    ORDER BY o.data_hora
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+DELETE FROM {queue_table} AS t
+USING doomed
+WHERE t.id = doomed.id
+
+-- name: queue_oid
+SELECT %(table)s::regclass::oid::bigint
+
+-- name: list_subscribers
+SELECT {subscriber_columns}
+FROM {subscriber_table} AS s
+WHERE s.processo = %(processo)s
+  AND s.ativo
+  AND (s.tenant IS NULL OR s.tenant = %(tenant)s)
+  AND (s.grupo_empresarial IS NULL OR s.grupo_empresarial = %(grupo_empresarial)s)
+ORDER BY s.id

@@ -1,0 +1,228 @@
+"""The queue's operations on PostgreSQL, for one queue table.
+
+Client operations (insert, list) accept psycopg 3 and psycopg2 connections:
+both speak the ``%(name)s`` parameter style and adapt lists to arrays.
+Runtime operations are used by the worker with psycopg 3 connections only.
+Driver errors leave this module as ``DatabaseError`` (the driver's error is
+its ``__cause__``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.exceptions import DatabaseError
+
+_TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
+_TASK_COLUMNS_RESOLVED = ", ".join(
+    "coalesce(t.payload, first_attempt.payload) AS payload" if c == "payload" else f"t.{c}"
+    for c in model.QUEUE_COLUMNS
+)
+_SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+
+# Keys of a task's liveness lock: (queue table oid, task id folded into 31 bits).
+# Two-integer advisory locks live in a different key space from the one-bigint
+# locks the maintenance services take, so the two can never collide.
+TASK_KEY_MODULUS = 2**31
+
+
+def task_lock_keys(queue_oid: int, task_id: int) -> tuple[int, int]:
+    """The (int4, int4) pair of a task's liveness lock."""
+    first = queue_oid - 2**32 if queue_oid >= 2**31 else queue_oid
+    return first, task_id % TASK_KEY_MODULUS
+
+
+def _is_driver_error(exc: BaseException) -> bool:
+    root = type(exc).__module__.split(".")[0]
+    return root in ("psycopg", "psycopg2", "psycopg_pool")
+
+
+@contextmanager
+def wrap_driver_errors(what: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        if _is_driver_error(exc):
+            raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
+        raise
+
+
+def _rows_as_dicts(cursor) -> list[dict[str, Any]]:
+    if cursor.description is None:
+        return []
+    names = [col[0] for col in cursor.description]
+    rows = []
+    for row in cursor.fetchall():
+        item = dict(zip(names, row))
+        if isinstance(item.get("payload_hash"), memoryview):  # psycopg2 returns bytea as memoryview
+            item["payload_hash"] = bytes(item["payload_hash"])
+        rows.append(item)
+    return rows
+
+
+class PostgresQueueStore:
+    def __init__(self, queue_table: str, subscriber_table: str | None = None):
+        check_store_tables(queue_table, subscriber_table)
+        self.queue_table = queue_table
+        self.subscriber_table = subscriber_table
+        self.sql = render_queries(
+            "postgres",
+            {
+                "queue_table": queue_table,
+                # The subscriber queries are only run when a table was given.
+                "subscriber_table": subscriber_table or "subscriber_table_not_configured",
+                "task_columns": _TASK_COLUMNS,
+                "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
+                "claimed_columns": _TASK_COLUMNS_RESOLVED,
+                "subscriber_columns": _SUBSCRIBER_COLUMNS,
+            },
+        )
+
+    # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
+
+    def insert_task(self, conn, row: dict[str, Any]) -> int:
+        with wrap_driver_errors("insert_task"), conn.cursor() as cur:
+            cur.execute(self.sql["insert_task"], row)
+            return int(cur.fetchone()[0])
+
+    def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
+        if not rows:
+            return []
+        columns = (
+            "origem", "destino", "processo", "chave_externa", "payload", "payload_hash",
+            "tenant", "grupo_empresarial", "pub_sub", "prioridade", "data_hora",
+        )
+        arrays = {name: [row[name] for row in rows] for name in columns}
+        with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
+            cur.execute(self.sql["insert_tasks"], arrays)
+            return [int(r[0]) for r in cur.fetchall()]
+
+    def list_equivalent(
+        self, conn, chave_externa: str | None, payload_hash: bytes | None, statuses: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        params = {
+            "chave_externa": chave_externa,
+            "payload_hash": payload_hash,
+            "statuses": list(statuses),
+        }
+        with wrap_driver_errors("list_equivalent"), conn.cursor() as cur:
+            cur.execute(self.sql["list_equivalent"], params)
+            return _rows_as_dicts(cur)
+
+    def get_task(self, conn, task_id: int) -> dict[str, Any] | None:
+        with wrap_driver_errors("get_task"), conn.cursor() as cur:
+            cur.execute(self.sql["get_task"], {"id": task_id})
+            rows = _rows_as_dicts(cur)
+            return rows[0] if rows else None
+
+    def list_subscribers(
+        self, conn, processo: str, tenant: int | None, grupo_empresarial: str | None
+    ) -> list[dict[str, Any]]:
+        if self.subscriber_table is None:
+            raise ValueError(f"no subscriber table configured for queue {self.queue_table}")
+        params = {"processo": processo, "tenant": tenant, "grupo_empresarial": grupo_empresarial}
+        with wrap_driver_errors("list_subscribers"), conn.cursor() as cur:
+            cur.execute(self.sql["list_subscribers"], params)
+            return _rows_as_dicts(cur)
+
+    # -- runtime operations (psycopg 3) --
+
+    def queue_oid(self, conn) -> int:
+        with wrap_driver_errors("queue_oid"):
+            return int(conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0])
+
+    def claim(self, conn, limit: int) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` ready tasks (autocommit connection: one short transaction)."""
+        with wrap_driver_errors("claim"), conn.cursor() as cur:
+            cur.execute(self.sql["claim_tasks"], {"limit": limit})
+            return _rows_as_dicts(cur)
+
+    def next_due(self, conn) -> datetime.datetime | None:
+        with wrap_driver_errors("next_due"):
+            return conn.execute(self.sql["next_due"]).fetchone()[0]
+
+    def begin_task(self, conn, task_id: int, keys: tuple[int, int]) -> tuple[str | None, bool]:
+        """Open the task's transaction: (status now, whether the liveness lock was taken)."""
+        params = {"id": task_id, "queue_key": keys[0], "task_key": keys[1]}
+        with wrap_driver_errors("begin_task"):
+            row = conn.execute(self.sql["begin_task"], params).fetchone()
+        if row is None:
+            return None, False
+        return row[0], bool(row[1])
+
+    def complete_and_commit(self, conn, task_id: int, mensagem: str, keys: tuple[int, int]) -> None:
+        """Write 'sucesso', release the liveness lock and commit, in one round trip.
+
+        The lock may go before the commit: the row lock taken by the update
+        keeps the retry service away until the commit is done.
+        """
+        lock = {"queue_key": keys[0], "task_key": keys[1]}
+        with wrap_driver_errors("complete_task"):
+            with conn.pipeline():
+                conn.execute(self.sql["complete_task"], {"id": task_id, "mensagem": mensagem})
+                conn.execute(self.sql["unlock_task"], lock)
+                conn.commit()
+
+    def unlock_task(self, conn, keys: tuple[int, int]) -> None:
+        with wrap_driver_errors("unlock_task"):
+            conn.execute(self.sql["unlock_task"], {"queue_key": keys[0], "task_key": keys[1]})
+
+    def fail_and_retry(
+        self, conn, task_id: int, status: str, mensagem: str, delay_seconds: float
+    ) -> int | None:
+        params = {"id": task_id, "status": status, "mensagem": mensagem, "delay_seconds": delay_seconds}
+        with wrap_driver_errors("fail_and_retry"):
+            row = conn.execute(self.sql["fail_and_retry"], params).fetchone()
+        return None if row is None else int(row[0])
+
+    def fail_and_bury(self, conn, task_id: int, status: str, mensagem: str, payload: str | None) -> int | None:
+        params = {"id": task_id, "status": status, "mensagem": mensagem, "payload": payload}
+        with wrap_driver_errors("fail_and_bury"):
+            row = conn.execute(self.sql["fail_and_bury"], params).fetchone()
+        return None if row is None else int(row[0])
+
+    def fail_final(self, conn, task_id: int, status: str, mensagem: str) -> bool:
+        params = {"id": task_id, "status": status, "mensagem": mensagem}
+        with wrap_driver_errors("fail_final"):
+            return conn.execute(self.sql["fail_final"], params).fetchone() is not None
+
+    def release(self, conn, task_id: int) -> bool:
+        with wrap_driver_errors("release_task"):
+            return conn.execute(self.sql["release_task"], {"id": task_id}).rowcount == 1
+
+    def try_service_lock(self, conn, key: int) -> bool:
+        with wrap_driver_errors("try_service_lock"):
+            return bool(conn.execute(self.sql["try_service_lock"], {"key": key}).fetchone()[0])
+
+    def service_unlock(self, conn, key: int) -> None:
+        with wrap_driver_errors("service_unlock"):
+            conn.execute(self.sql["service_unlock"], {"key": key})
+
+    def find_orphans(self, conn, queue_oid: int, limit: int) -> list[dict[str, Any]]:
+        with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
+            cur.execute(self.sql["find_orphans"], {"queue_oid": queue_oid, "limit": limit})
+            return _rows_as_dicts(cur)
+
+    def promote_due(self, conn, limit: int) -> int:
+        with wrap_driver_errors("promote_due"):
+            return conn.execute(self.sql["promote_due"], {"limit": limit}).rowcount
+
+    def has_stale_pending(self, conn, wait_seconds: float) -> bool:
+        with wrap_driver_errors("count_stale_pending"):
+            row = conn.execute(self.sql["count_stale_pending"], {"wait_seconds": wait_seconds}).fetchone()
+        return row[0] > 0
+
+    def notify(self, conn, channel: str, payload: str = "") -> None:
+        with wrap_driver_errors("notify"):
+            conn.execute(self.sql["notify"], {"channel": channel, "payload": payload})
+
+    def purge_round(self, conn, max_age_days: int, limit: int) -> int:
+        params = {"max_age_days": max_age_days, "limit": limit}
+        with wrap_driver_errors("purge"):
+            return conn.execute(self.sql["purge"], params).rowcount

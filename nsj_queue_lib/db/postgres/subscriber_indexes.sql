@@ -1,0 +1,1 @@
+CREATE INDEX IF NOT EXISTS {idx_subscriber} ON {subscriber_table} (processo, tenant, grupo_empresarial);

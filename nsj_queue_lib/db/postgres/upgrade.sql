@@ -1,0 +1,25 @@
+-- Brings a queue created by nsj-queue-lib 1.2.2 (or an earlier run of this
+-- script) to the current schema. Every statement is idempotent.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS prioridade integer DEFAULT 50;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS dead boolean DEFAULT false NOT NULL;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS live_id bigint;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS pub_sub boolean DEFAULT false NOT NULL;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS publication_id bigint;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS subscriber_id varchar(100);
+
+{indexes}
+
+{trigger}
+
+CREATE TABLE IF NOT EXISTS {subscriber_table} (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+{subscriber_indexes}

@@ -1,0 +1,53 @@
+"""Loading the SQL files that live next to each dialect.
+
+Two kinds of files:
+- templates (``ddl.sql``...), filled by ``render`` with already-validated
+  identifiers; only ``{name}`` placeholders known to the caller are replaced,
+  so braces elsewhere in SQL are left alone;
+- ``queries.sql``: named queries, each introduced by a ``-- name: <name>``
+  line. Every dialect's file carries the same names.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+_NAME_LINE = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+@functools.lru_cache(maxsize=None)
+def read_sql(dialect: str, filename: str) -> str:
+    return resources.files(f"nsj_queue_lib.db.{dialect}").joinpath(filename).read_text("utf-8")
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """Replace ``{key}`` placeholders; a placeholder without a value is an error."""
+
+    def substitute(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise KeyError(f"SQL template placeholder {{{key}}} has no value")
+        return values[key]
+
+    return _PLACEHOLDER.sub(substitute, template)
+
+
+@functools.lru_cache(maxsize=None)
+def load_queries(dialect: str) -> dict[str, str]:
+    """Named queries of a dialect: {name: sql text with placeholders}."""
+    text = read_sql(dialect, "queries.sql")
+    parts = _NAME_LINE.split(text)
+    queries: dict[str, str] = {}
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    for name, body in zip(parts[1::2], parts[2::2]):
+        if name in queries:
+            raise ValueError(f"query {name!r} defined twice in {dialect}/queries.sql")
+        queries[name] = body.strip().rstrip(";")
+    return queries
+
+
+def render_queries(dialect: str, values: dict[str, str]) -> dict[str, str]:
+    return {name: render(sql, values) for name, sql in load_queries(dialect).items()}

@@ -1,0 +1,56 @@
+"""Prints the DDL of a queue: ``python -m nsj_queue_lib.db_gen <schema> <queue>``.
+
+Options: ``--dialect postgres`` (default) and ``--upgrade`` (idempotent
+statements that bring a queue created by nsj-queue-lib 1.2.2 to the current
+schema). Anything that is not a plain identifier exits with code 2 and a
+message on stderr; nothing is printed on stdout then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, DdlNames, get_dialect
+from nsj_queue_lib.exceptions import InvalidIdentifierError
+
+EXIT_USAGE = 2
+
+
+def render(schema: str, queue: str, dialect: str = "postgres", upgrade: bool = False) -> str:
+    """The DDL text; raises InvalidIdentifierError for a bad schema or queue name."""
+    names = DdlNames(schema, queue)
+    chosen = get_dialect(dialect)
+    text = chosen.upgrade_ddl(names) if upgrade else chosen.create_ddl(names)
+    return text.strip() + "\n"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m nsj_queue_lib.db_gen",
+        description="Print the DDL of a queue table, its subscriber table, indexes and notify trigger.",
+    )
+    parser.add_argument("schema", help="schema of the queue (a plain identifier)")
+    parser.add_argument("queue", help="queue name: the table and the notification channel")
+    parser.add_argument("--dialect", default="postgres", choices=DIALECT_NAMES)
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="print idempotent statements that upgrade a queue made by nsj-queue-lib 1.2.2",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)  # argparse itself exits with 2 on usage errors
+    try:
+        text = render(args.schema, args.queue, args.dialect, args.upgrade)
+    except InvalidIdentifierError as exc:
+        print(f"db_gen: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

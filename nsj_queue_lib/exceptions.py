@@ -1,0 +1,34 @@
+"""Error types raised by the library.
+
+Driver errors never escape raw from the database layer: they are wrapped in
+``DatabaseError`` with the original kept as ``__cause__``.
+"""
+
+
+class QueueLibError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class ConfigError(QueueLibError, ValueError):
+    """The settings are missing or malformed.
+
+    ``problems`` maps each bad variable to what is wrong with it, so that one
+    start-up reports every mistake at once.
+    """
+
+    def __init__(self, problems: dict[str, str]):
+        self.problems = dict(problems)
+        lines = [f"{name}: {why}" for name, why in self.problems.items()]
+        super().__init__("invalid configuration: " + "; ".join(lines))
+
+
+class InvalidIdentifierError(QueueLibError, ValueError):
+    """A table, schema or queue name that is not a plain SQL identifier."""
+
+
+class DatabaseError(QueueLibError):
+    """A database operation failed; the driver's error is ``__cause__``."""
+
+
+class NotFoundError(QueueLibError, LookupError):
+    """A row the caller asked for does not exist."""

@@ -1,0 +1,195 @@
+"""QueueClient: enqueue tasks inside the caller's own transaction.
+
+The client never commits, rolls back or opens a connection: a task exists
+exactly when the caller's transaction commits. Table names are checked when
+the client is built and every argument before any SQL is sent.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.dialect import dialect_name_for_connection, get_dialect
+from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.payload import payload_hash, serialize_payload
+
+DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
+_TASK_FIELDS = (
+    "origem", "destino", "processo", "chave_externa", "payload",
+    "tenant", "grupo_empresarial", "data_hora", "prioridade",
+)
+
+
+class QueueClient:
+    def __init__(self, bd_conn, queue_table: str, queue_subscriber_table: str | None = None) -> None:
+        check_table_name(queue_table, "queue table")
+        if queue_subscriber_table is not None:
+            check_table_name(queue_subscriber_table, "subscriber table")
+        self._conn = bd_conn
+        self._store = get_dialect(dialect_name_for_connection(bd_conn)).store(
+            queue_table, queue_subscriber_table
+        )
+        self.queue_table = queue_table
+        self.queue_subscriber_table = queue_subscriber_table
+
+    # -- enqueue --
+
+    def insert_task(
+        self,
+        origem: str,
+        destino: str,
+        processo: str,
+        chave_externa: str,
+        payload: Any,
+        tenant: int | None = None,
+        grupo_empresarial: str | None = None,
+        data_hora: datetime.datetime | None = None,
+        prioridade: int | None = None,
+    ) -> int:
+        """Enqueue one task; returns its id."""
+        row = _task_row(locals(), pub_sub=False)
+        return self._store.insert_task(self._conn, row)
+
+    def insert_task_pub_sub(
+        self,
+        origem: str,
+        destino: str,
+        processo: str,
+        chave_externa: str,
+        payload: Any,
+        tenant: int | None = None,
+        grupo_empresarial: str | None = None,
+        data_hora: datetime.datetime | None = None,
+        prioridade: int | None = None,
+    ) -> int:
+        """Enqueue a publication: a worker turns it into one task per matching subscriber."""
+        row = _task_row(locals(), pub_sub=True)
+        return self._store.insert_task(self._conn, row)
+
+    def insert_task_webhook(
+        self,
+        origem: str,
+        destino: str,
+        processo: str,
+        chave_externa: str,
+        payload: Any,
+        tenant: int | None = None,
+        grupo_empresarial: str | None = None,
+        data_hora: datetime.datetime | None = None,
+        prioridade: int | None = None,
+    ) -> int:
+        """Enqueue a publication delivered to the subscribers' webhook URLs."""
+        row = _task_row(locals(), pub_sub=True)
+        return self._store.insert_task(self._conn, row)
+
+    def insert_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Enqueue many tasks in one round trip; returns their ids in the given order.
+
+        Each item is a mapping with the arguments of ``insert_task`` (by
+        name) and optionally ``pub_sub``. Every item is checked before any SQL
+        is sent, so one bad item writes nothing.
+        """
+        if isinstance(tasks, (str, bytes, Mapping)):
+            raise TypeError("insert_tasks expects an iterable of task mappings")
+        rows = []
+        for index, task in enumerate(tasks):
+            if not isinstance(task, Mapping):
+                raise TypeError(f"task #{index} must be a mapping, got {type(task).__name__}")
+            unknown = set(task) - set(_TASK_FIELDS) - {"pub_sub"}
+            if unknown:
+                raise ValueError(f"task #{index} has unknown fields: {', '.join(sorted(unknown))}")
+            missing = {"origem", "destino", "processo", "chave_externa", "payload"} - set(task)
+            if missing:
+                raise ValueError(f"task #{index} is missing: {', '.join(sorted(missing))}")
+            pub_sub = task.get("pub_sub", False)
+            if not isinstance(pub_sub, bool):
+                raise ValueError(f"task #{index}: pub_sub must be a bool")
+            try:
+                rows.append(_task_row(task, pub_sub=pub_sub))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"task #{index}: {exc}") from None
+        return self._store.insert_tasks(self._conn, rows)
+
+    # -- query --
+
+    def list_equivalent_task(
+        self,
+        origem: str,
+        destino: str,
+        processo: str,
+        chave_externa: str,
+        payload: Any,
+        tenant: int | None = None,
+        grupo_empresarial: str | None = None,
+        status: Sequence[str] = DEFAULT_EQUIVALENT_STATUSES,
+    ) -> list[dict[str, Any]]:
+        """Tasks already in the queue with the same key, payload and fields, in the given statuses."""
+        if isinstance(status, str):
+            status = (status,)
+        statuses = list(status)
+        bad = [s for s in statuses if s not in model.STATUSES]
+        if bad or not statuses:
+            raise ValueError(f"status must be a non-empty list of {model.STATUSES}, got {list(status)!r}")
+        text = serialize_payload(payload)
+        rows = self._store.list_equivalent(self._conn, chave_externa, payload_hash(text), statuses)
+        return [
+            row
+            for row in rows
+            if row["origem"] == origem
+            and row["destino"] == destino
+            and row["processo"] == processo
+            and row["tenant"] == tenant
+            and (row["grupo_empresarial"] or None) == (grupo_empresarial or None)
+        ]
+
+
+def _task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:
+    """Check the arguments of one task and build its insert parameters."""
+    row: dict[str, Any] = {}
+    for field in ("origem", "destino", "chave_externa", "grupo_empresarial"):
+        row[field] = _optional_text(field, args.get(field))
+    processo = args.get("processo")
+    if not isinstance(processo, str) or not processo.strip():
+        raise ValueError("processo must be a non-empty string")
+    row["processo"] = _optional_text("processo", processo)
+
+    tenant = args.get("tenant")
+    if tenant is not None and (isinstance(tenant, bool) or not isinstance(tenant, int)):
+        raise ValueError(f"tenant must be an int or None, got {type(tenant).__name__}")
+    row["tenant"] = tenant
+
+    prioridade = args.get("prioridade")
+    if prioridade is not None:
+        if isinstance(prioridade, bool) or not isinstance(prioridade, int):
+            raise ValueError(f"prioridade must be an int or None, got {type(prioridade).__name__}")
+        if not 0 <= prioridade <= 2**31 - 1:
+            raise ValueError(f"prioridade must be between 0 and 2147483647, got {prioridade}")
+    row["prioridade"] = prioridade
+
+    data_hora = args.get("data_hora")
+    if data_hora is not None and not isinstance(data_hora, datetime.datetime):
+        raise ValueError(f"data_hora must be a datetime or None, got {type(data_hora).__name__}")
+    row["data_hora"] = data_hora
+
+    try:
+        text = serialize_payload(args.get("payload"))
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    row["payload"] = text
+    row["payload_hash"] = payload_hash(text)
+    row["pub_sub"] = pub_sub
+    return row
+
+
+def _optional_text(field: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string or None, got {type(value).__name__}")
+    limit = model.TEXT_LIMITS[field]
+    if len(value) > limit:
+        raise ValueError(f"{field} is longer than {limit} characters ({len(value)})")
+    return value
