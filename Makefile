@@ -1,0 +1,104 @@
+# nsj_queue_lib: build, test and run helpers.
+#
+# Every target that runs Python bootstraps its own virtual environment first
+# (VENV, default .venv), so a fresh clone needs one command per task:
+#
+#     make test      # the test suite (embedded PostgreSQL when TEST_PG_DSN is unset)
+#     make demo      # enqueue a few tasks and watch a worker settle them
+#
+# `make help` (the default target) lists every target; a target documents
+# itself with a `## text` comment on its rule line.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# The venv is (re)installed when this stamp is older than pyproject.toml.
+STAMP       := $(VENV)/.installed-test
+PYTEST_ARGS ?=
+# Set to 1 to treat "pytest collected no tests" (exit 5) as success.
+ALLOW_NO_TESTS ?= 0
+
+# The example queue whose DDL is kept in database/<dialect>/fila_teste.sql.
+DDL_SCHEMA   ?= public
+DDL_QUEUE    ?= fila_teste
+DDL_DIALECTS ?= postgres mysql singlestore
+
+COMPOSE ?= docker compose
+
+.PHONY: help venv test demo bench verify-ddl ddl env clean distclean \
+        compose-build compose-up compose-down compose-test compose-logs compose-config
+
+help: ## List the targets (this text)
+	@echo "Usage: make <target> [VAR=value ...]"
+	@echo
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo
+	@echo "Variables: PYTEST_ARGS='-k name -x' (make test), VENV=$(VENV), PYTHON=$(PYTHON),"
+	@echo "           TEST_PG_DSN / TEST_MYSQL_DSN / CI=true (see README, 'Running the tests')."
+
+$(STAMP): pyproject.toml
+	@if ! $(PY) -c 'import sys' >/dev/null 2>&1; then \
+		echo ">> creating $(VENV)"; \
+		rm -rf "$(VENV)"; \
+		$(PYTHON) -m venv "$(VENV)"; \
+	fi
+	@echo ">> installing nsj_queue_lib (editable) with the test extra into $(VENV)"
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch "$@"
+
+venv: $(STAMP) ## Create or refresh the virtual environment (.venv) with the test extra
+
+test: $(STAMP) ## Run the test suite (pass options with PYTEST_ARGS='...')
+	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ] && [ "$(ALLOW_NO_TESTS)" = "1" ]; then \
+		echo ">> pytest collected no tests (exit 5), accepted because ALLOW_NO_TESTS=1"; rc=0; \
+	fi; \
+	exit $$rc
+
+demo: $(STAMP) ## Run examples/demo.py: enqueue tasks, run a worker, print the rows
+	@test -f examples/demo.py || { echo "examples/demo.py does not exist yet" >&2; exit 1; }
+	$(PY) examples/demo.py
+
+bench: $(STAMP) ## Run the benchmarks (benchmarks/run_all.py) and print their table
+	@test -f benchmarks/run_all.py || { echo "benchmarks/run_all.py does not exist yet" >&2; exit 1; }
+	$(PY) benchmarks/run_all.py
+
+verify-ddl: $(STAMP) ## Fail when database/<dialect>/fila_teste.sql differs from db_gen's output
+	@PYTHON="$(PY)" scripts/ddl.sh check "$(DDL_SCHEMA)" "$(DDL_QUEUE)" $(DDL_DIALECTS)
+
+ddl: $(STAMP) ## Regenerate database/<dialect>/fila_teste.sql with db_gen
+	@PYTHON="$(PY)" scripts/ddl.sh write "$(DDL_SCHEMA)" "$(DDL_QUEUE)" $(DDL_DIALECTS)
+
+env: ## Create .env from .env.dist (never overwrites an existing .env)
+	@if [ -e .env ]; then echo ".env already exists; compare it with .env.dist"; \
+	else cp .env.dist .env && echo "created .env from .env.dist"; fi
+
+clean: ## Remove caches, build output and demo data (keeps .venv)
+	rm -rf build dist .pytest_cache .demo *.egg-info
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean ## clean, and remove the virtual environment too
+	rm -rf "$(VENV)"
+
+# --- Docker Compose (needs a Docker engine; see docker-compose.yml) ---------
+
+compose-config: ## Validate and print docker-compose.yml as Compose resolves it
+	$(COMPOSE) config
+
+compose-build: ## Build the image the workers, server and tests run in
+	$(COMPOSE) build
+
+compose-up: ## Start postgres, mariadb and the example workers in the background
+	$(COMPOSE) up -d postgres mariadb worker worker_pubsub worker_webhook
+
+compose-test: ## Run the test suite in a container against the compose databases
+	$(COMPOSE) run --rm tests
+
+compose-logs: ## Follow the logs of the compose services
+	$(COMPOSE) logs -f
+
+compose-down: ## Stop and remove the compose services and their volumes
+	$(COMPOSE) down -v
