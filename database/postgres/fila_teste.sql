@@ -1,0 +1,76 @@
+-- Queue table: one row per attempt of a task.
+CREATE TABLE public.fila_teste (
+    id bigserial PRIMARY KEY,
+    id_inicial bigint,
+    data_hora_inicial timestamp with time zone DEFAULT clock_timestamp(),
+    data_hora timestamp with time zone DEFAULT clock_timestamp(),
+    origem varchar(150),
+    destino varchar(150),
+    processo varchar(250),
+    chave_externa varchar(100),
+    proxima_tentativa timestamp with time zone,
+    tentativa integer DEFAULT 1,
+    status varchar(100) DEFAULT 'pendente',
+    reenfileirado boolean DEFAULT false,
+    estouro_tentativas boolean DEFAULT false,
+    mensagem varchar(500),
+    id_anterior bigint,
+    data_hora_anterior timestamp with time zone,
+    status_anterior varchar(100),
+    mensagem_anterior varchar(500),
+    payload text,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    payload_hash bytea,
+    pub_sub boolean DEFAULT false NOT NULL,
+    publication_id bigint,
+    subscriber_id varchar(100),
+    dead boolean DEFAULT false NOT NULL,
+    live_id bigint,
+    prioridade integer DEFAULT 50
+);
+
+-- The claim: ready rows in claim order (higher priority first, then older).
+-- Partial, so its size follows the ready backlog, not the table's history.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_claim ON public.fila_teste (prioridade DESC, data_hora, id) WHERE status = 'pendente';
+-- Rows waiting for their time: renotify scans and the dispatcher's next wake-up.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_due ON public.fila_teste (data_hora) WHERE status IN ('pendente', 'agendada');
+-- The retry service looks only at rows being processed.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_running ON public.fila_teste (id) WHERE status = 'processando';
+-- Purge: oldest rows first.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora);
+-- Purge keeps a task's first attempt while a later attempt still needs its payload.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE status IN ('pendente', 'agendada', 'processando');
+-- QueueClient.list_equivalent_task.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+
+-- Wakes the workers listening on channel 'fila_teste' when a task that is ready now is inserted.
+-- The notification is delivered at commit and identical ones are merged.
+CREATE OR REPLACE FUNCTION public.notify_fila_teste_insert()
+RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('fila_teste', '');
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+DROP TRIGGER IF EXISTS trigger_insert_fila_teste ON public.fila_teste;
+CREATE TRIGGER trigger_insert_fila_teste
+AFTER INSERT ON public.fila_teste
+FOR EACH ROW
+WHEN (NEW.status = 'pendente' AND NEW.data_hora <= clock_timestamp())
+EXECUTE FUNCTION public.notify_fila_teste_insert();
+
+-- Subscribers of pub/sub and webhook publications.
+CREATE TABLE public.fila_teste_subscriber (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);

@@ -1,0 +1,106 @@
+"""Fixtures shared by every test: the databases and a clean queue per test.
+
+- ``pg_dsn`` (session): PostgreSQL from ``TEST_PG_DSN``, else an embedded
+  throwaway server (pgserver), so the suite runs on a machine with no database.
+- ``pg_admin`` (session): an autocommit psycopg 3 connection for fixtures.
+- ``pg_queue`` (function): a fresh, uniquely named queue made by our DDL
+  generator; its tables and trigger function are dropped afterwards.
+- ``pg_autocommit`` (function): an autocommit psycopg 3 connection to look at
+  the database from outside the connection under test.
+- ``mysql_dsn`` (session): ``TEST_MYSQL_DSN``; skips with the reason when it is
+  missing or unreachable, fails instead under ``CI=true``; ``mysql_kwargs``
+  gives its PyMySQL ``connect()`` arguments.
+
+The logic lives in ``tests/helpers/databases.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # makes ``tests.helpers`` importable in any import mode
+    sys.path.insert(0, str(ROOT))
+
+from tests.helpers import databases  # noqa: E402
+
+
+def _unavailable(reason: str) -> None:
+    """Skip, or fail under CI=true, because a test database is missing."""
+    if databases.ci_enabled():
+        pytest.fail(f"{reason} (CI=true: a missing database fails the run)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn():
+    dsn = os.environ.get("TEST_PG_DSN", "").strip()
+    if dsn:
+        try:
+            databases.check_pg(dsn)
+        except databases.DatabaseUnavailable as exc:
+            # An explicitly configured database that does not answer is a
+            # broken set-up, in CI or not: never fall back silently.
+            pytest.fail(f"{exc} (unset TEST_PG_DSN to use an embedded PostgreSQL)", pytrace=False)
+        yield dsn
+        return
+    try:
+        server = databases.EmbeddedPostgres()
+    except databases.DatabaseUnavailable as exc:
+        _unavailable(str(exc))
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_admin(pg_dsn):
+    import psycopg
+
+    conn = psycopg.connect(
+        pg_dsn, autocommit=True, connect_timeout=databases.CONNECT_TIMEOUT,
+        options=databases.ADMIN_OPTIONS,
+    )
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def pg_queue(pg_dsn, pg_admin):
+    queue = databases.create_queue(pg_admin, pg_dsn)
+    try:
+        yield queue
+    finally:
+        databases.drop_queue(pg_admin, queue)
+
+
+@pytest.fixture
+def pg_autocommit(pg_dsn):
+    conn = databases.connect_pg(pg_dsn, "psycopg", autocommit=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_dsn():
+    try:
+        return databases.resolve_mysql()
+    except databases.DatabaseUnavailable as exc:
+        _unavailable(str(exc))
+    except ValueError as exc:
+        pytest.fail(f"TEST_MYSQL_DSN is malformed: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def mysql_kwargs(mysql_dsn):
+    """PyMySQL connect() keyword arguments for ``mysql_dsn``."""
+    return databases.mysql_connect_kwargs(mysql_dsn)

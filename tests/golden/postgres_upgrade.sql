@@ -1,0 +1,52 @@
+-- Brings a queue created by nsj-queue-lib 1.2.2 (or an earlier run of this
+-- script) to the current schema. Every statement is idempotent.
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS prioridade integer DEFAULT 50;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS dead boolean DEFAULT false NOT NULL;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS live_id bigint;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS pub_sub boolean DEFAULT false NOT NULL;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS publication_id bigint;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS subscriber_id varchar(100);
+
+-- The claim: ready rows in claim order (higher priority first, then older).
+-- Partial, so its size follows the ready backlog, not the table's history.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_claim ON public.fila_teste (prioridade DESC, data_hora, id) WHERE status = 'pendente';
+-- Rows waiting for their time: renotify scans and the dispatcher's next wake-up.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_due ON public.fila_teste (data_hora) WHERE status IN ('pendente', 'agendada');
+-- The retry service looks only at rows being processed.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_running ON public.fila_teste (id) WHERE status = 'processando';
+-- Purge: oldest rows first.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora);
+-- Purge keeps a task's first attempt while a later attempt still needs its payload.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE status IN ('pendente', 'agendada', 'processando');
+-- QueueClient.list_equivalent_task.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+
+-- Wakes the workers listening on channel 'fila_teste' when a task that is ready now is inserted.
+-- The notification is delivered at commit and identical ones are merged.
+CREATE OR REPLACE FUNCTION public.notify_fila_teste_insert()
+RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('fila_teste', '');
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+DROP TRIGGER IF EXISTS trigger_insert_fila_teste ON public.fila_teste;
+CREATE TRIGGER trigger_insert_fila_teste
+AFTER INSERT ON public.fila_teste
+FOR EACH ROW
+WHEN (NEW.status = 'pendente' AND NEW.data_hora <= clock_timestamp())
+EXECUTE FUNCTION public.notify_fila_teste_insert();
+
+CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);

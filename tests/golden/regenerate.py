@@ -1,0 +1,61 @@
+"""Rewrite the DDL golden files and database/postgres/fila_teste.sql from the generator.
+
+    python tests/golden/regenerate.py           # rewrite every file
+    python tests/golden/regenerate.py --check   # exit 1 and list the stale files
+
+Each file is exactly the stdout of ``python -m nsj_queue_lib.db_gen`` with
+the arguments listed in OUTPUTS. Review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# file (relative to the repository root) -> db_gen arguments
+OUTPUTS: dict[str, list[str]] = {
+    "tests/golden/postgres_create.sql": ["public", "fila_teste"],
+    "tests/golden/postgres_upgrade.sql": ["public", "fila_teste", "--upgrade"],
+    "database/postgres/fila_teste.sql": ["public", "fila_teste"],
+}
+
+
+def generate(args: list[str]) -> str:
+    """stdout of ``python -m nsj_queue_lib.db_gen <args>``; raises if it exits non-zero."""
+    result = subprocess.run(
+        [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
+        cwd=ROOT, capture_output=True, text=True, encoding="utf-8", timeout=60,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"db_gen {' '.join(args)} exited {result.returncode}: {result.stderr}")
+    return result.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report stale files (exit 1)")
+    options = parser.parse_args(argv)
+    stale = []
+    for relative, args in OUTPUTS.items():
+        path = ROOT / relative
+        text = generate(args)
+        current = path.read_text("utf-8") if path.exists() else None
+        if current == text:
+            continue
+        stale.append(relative)
+        if not options.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, "utf-8", newline="\n")
+            print(f"rewrote {relative}")
+    if options.check and stale:
+        print("stale (run python tests/golden/regenerate.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

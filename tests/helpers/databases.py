@@ -1,0 +1,329 @@
+"""Where the test databases come from, and how each test gets a clean queue.
+
+PostgreSQL
+    ``TEST_PG_DSN`` (libpq conninfo or URI) when set; it must be reachable,
+    otherwise the run fails (you asked for that database). When unset, an
+    embedded throwaway server is started with ``pgserver`` for the session.
+
+MariaDB / MySQL
+    ``TEST_MYSQL_DSN`` (``mysql://user:pass@host:port/db``). When it is unset
+    or unreachable the tests that need it are skipped with the reason, except
+    under ``CI=true`` where that fails the run instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import urllib.parse
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+CONNECT_TIMEOUT = 5  # seconds; an unreachable database is reported quickly
+# Fixture DDL must never wait forever on a lock a broken test left behind.
+ADMIN_OPTIONS = "-c lock_timeout=15000 -c statement_timeout=120000"
+
+
+class DatabaseUnavailable(Exception):
+    """A test database is not available; ``str(exc)`` says why."""
+
+
+def ci_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """True under ``CI=true`` (also 1/yes): missing databases fail instead of skipping."""
+    environ = os.environ if environ is None else environ
+    return environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password replaced by ``***`` (for messages)."""
+    dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+
+
+# -- PostgreSQL --------------------------------------------------------------
+
+
+def check_pg(dsn: str) -> None:
+    """Raise DatabaseUnavailable unless ``dsn`` accepts a connection and a query."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+            conn.execute("SELECT 1").fetchone()
+    except Exception as exc:  # any driver error means "not usable"
+        raise DatabaseUnavailable(f"cannot connect to TEST_PG_DSN={redact(dsn)!r}: {exc}") from exc
+
+
+class EmbeddedPostgres:
+    """A throwaway PostgreSQL started with pgserver in a fresh temporary directory."""
+
+    def __init__(self) -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
+                import pgserver
+        except ImportError as exc:
+            raise DatabaseUnavailable(
+                "TEST_PG_DSN is unset and pgserver is not installed "
+                "(pip install -e '.[test]'), so no PostgreSQL is available"
+            ) from exc
+        # Short path: the unix socket lives in this directory (108-byte limit).
+        self.directory = tempfile.mkdtemp(prefix="nsjq-pg-")
+        try:
+            self._server = pgserver.get_server(self.directory, cleanup_mode="stop")
+            self.dsn = self._server.get_uri()
+            check_pg(self.dsn)
+        except BaseException as exc:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            if isinstance(exc, DatabaseUnavailable):
+                raise
+            if isinstance(exc, Exception):
+                raise DatabaseUnavailable(f"the embedded PostgreSQL (pgserver) did not start: {exc}") from exc
+            raise
+
+    def stop(self) -> None:
+        try:
+            self._server.cleanup()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def connect_pg(dsn: str, driver: str = "psycopg", autocommit: bool = False):
+    """A new connection made with ``psycopg`` (3) or ``psycopg2``."""
+    if driver == "psycopg":
+        import psycopg
+
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT)
+    if driver == "psycopg2":
+        import psycopg2
+
+        conn = psycopg2.connect(dsn, connect_timeout=CONNECT_TIMEOUT)
+        conn.autocommit = autocommit
+        return conn
+    raise ValueError(f"unknown driver {driver!r}")
+
+
+def transaction_status(conn) -> str:
+    """'IDLE', 'INTRANS', 'INERROR', 'ACTIVE' or 'UNKNOWN' for a psycopg 3 or psycopg2 connection."""
+    root = type(conn).__module__.split(".")[0]
+    if root == "psycopg":
+        return conn.info.transaction_status.name
+    if root == "psycopg2":
+        from psycopg2 import extensions as ext
+
+        return {
+            ext.TRANSACTION_STATUS_IDLE: "IDLE",
+            ext.TRANSACTION_STATUS_ACTIVE: "ACTIVE",
+            ext.TRANSACTION_STATUS_INTRANS: "INTRANS",
+            ext.TRANSACTION_STATUS_INERROR: "INERROR",
+        }.get(conn.get_transaction_status(), "UNKNOWN")
+    raise TypeError(f"not a PostgreSQL connection: {type(conn)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PgQueue:
+    """A queue created for one test by our DDL generator."""
+
+    name: str
+    dsn: str
+    schema: str = "public"
+
+    @property
+    def table(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def subscriber_table(self) -> str:
+        return f"{self.schema}.{self.name}_subscriber"
+
+    @property
+    def function(self) -> str:
+        return f"{self.schema}.notify_{self.name}_insert"
+
+    @property
+    def claim_index(self) -> str:
+        return f"idx_{self.name}_claim"
+
+
+def unique_queue_name(prefix: str = "q_") -> str:
+    return f"{prefix}{secrets.token_hex(6)}"
+
+
+def create_queue(admin_conn, dsn: str, name: str | None = None, schema: str = "public") -> PgQueue:
+    """Create a queue with ``nsj_queue_lib.db_gen.render`` on an autocommit connection."""
+    from nsj_queue_lib.db_gen import render
+
+    queue = PgQueue(name or unique_queue_name(), dsn, schema)
+    admin_conn.execute(render(schema, queue.name))
+    return queue
+
+
+def drop_queue(admin_conn, queue: PgQueue) -> None:
+    drop_queue_objects(admin_conn, queue.schema, queue.name)
+
+
+def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
+    """Drop a queue's tables and trigger function, whichever generator made them."""
+    admin_conn.execute(
+        f"DROP TABLE IF EXISTS {schema}.{name} CASCADE;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_subscriber CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE"
+    )
+
+
+def count_rows(conn, table: str) -> int:
+    return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def table_exists(conn, table: str) -> bool:
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
+
+
+def collect_until_sentinel(listen_conn, admin_conn, channel: str, timeout: float = 10.0) -> list[str]:
+    """Payloads of the notifications on ``channel`` delivered before a sentinel.
+
+    Sends ``NOTIFY channel, '<sentinel>'`` from ``admin_conn`` (autocommit)
+    and reads ``listen_conn`` until the sentinel arrives. Notifications are
+    delivered in commit order, so everything committed before this call that
+    notified is in the returned list: no sleeping, no guessing.
+    """
+    sentinel = f"sentinel-{secrets.token_hex(4)}"
+    admin_conn.execute("SELECT pg_notify(%s, %s)", (channel, sentinel))
+    seen: list[str] = []
+    for notify in listen_conn.notifies(timeout=timeout):
+        if notify.channel != channel:
+            continue
+        if notify.payload == sentinel:
+            return seen
+        seen.append(notify.payload)
+    raise AssertionError(f"sentinel notification on {channel!r} not received within {timeout}s")
+
+
+# -- catalog snapshots (compare what two DDL paths produced) -------------------
+
+
+def queue_catalog(conn, schema: str, name: str) -> dict[str, Any]:
+    """Columns, indexes (also the subscriber table's), triggers and trigger function of a
+    queue, with its name replaced by ``{q}``.
+
+    Two queues built by different paths compare equal when their structure is
+    the same.
+    """
+
+    def anon(text: str | None) -> str | None:
+        return None if text is None else text.replace(name, "{q}")
+
+    table = f"{schema}.{name}"
+    columns = {
+        row[0]: (row[1], anon(row[2]), row[3])
+        for row in conn.execute(
+            """
+            SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+                   pg_get_expr(d.adbin, d.adrelid), a.attnotnull
+            FROM pg_attribute a
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+            """,
+            (table,),
+        )
+    }
+    indexes = {
+        anon(row[0]): anon(row[1])
+        for row in conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+            (schema, name),
+        )
+    }
+    subscriber_indexes = {
+        anon(row[0]): anon(row[1])
+        for row in conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+            (schema, f"{name}_subscriber"),
+        )
+    }
+    triggers = {
+        anon(row[0]): anon(row[1])
+        for row in conn.execute(
+            "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgrelid = %s::regclass AND NOT tgisinternal",
+            (table,),
+        )
+    }
+    function = conn.execute(
+        "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = %s AND p.proname = %s",
+        (schema, f"notify_{name}_insert"),
+    ).fetchone()
+    return {
+        "columns": columns,
+        "indexes": indexes,
+        "subscriber_indexes": subscriber_indexes,
+        "triggers": triggers,
+        "function": anon(function[0]) if function else None,
+    }
+
+
+# -- MariaDB / MySQL ---------------------------------------------------------
+
+
+def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
+    """PyMySQL ``connect()`` keyword arguments for ``mysql://user:pass@host:port/db``.
+
+    User, password and database are URL-decoded. Query parameters
+    ``charset`` and ``unix_socket`` are passed through.
+    """
+    parts = urllib.parse.urlsplit(dsn.strip())
+    if parts.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
+        raise ValueError(f"expected mysql://user:pass@host:port/db, got scheme {parts.scheme!r}")
+    try:
+        port = parts.port or 3306
+    except ValueError as exc:
+        raise ValueError(f"bad port in MySQL DSN: {exc}") from None
+    database = urllib.parse.unquote(parts.path.lstrip("/"))
+    if not database or "/" in database:
+        raise ValueError("the MySQL DSN must name one database: mysql://user:pass@host:port/db")
+    kwargs: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": port,
+        "user": urllib.parse.unquote(parts.username) if parts.username else "root",
+        "password": urllib.parse.unquote(parts.password) if parts.password else "",
+        "database": database,
+        "charset": "utf8mb4",
+    }
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    unknown = set(query) - {"charset", "unix_socket"}
+    if unknown:
+        raise ValueError(f"unsupported MySQL DSN parameters: {', '.join(sorted(unknown))}")
+    kwargs.update(query)
+    return kwargs
+
+
+def resolve_mysql(environ: Mapping[str, str] | None = None) -> str:
+    """The reachable ``TEST_MYSQL_DSN``, or raise DatabaseUnavailable saying why not.
+
+    A malformed DSN raises ValueError: that is a mistake, never a skip.
+    """
+    environ = os.environ if environ is None else environ
+    dsn = environ.get("TEST_MYSQL_DSN", "").strip()
+    if not dsn:
+        raise DatabaseUnavailable(
+            "TEST_MYSQL_DSN is not set (mysql://user:pass@host:port/db); MariaDB/MySQL tests skipped"
+        )
+    kwargs = mysql_connect_kwargs(dsn)
+    import pymysql
+
+    try:
+        conn = pymysql.connect(**kwargs, connect_timeout=CONNECT_TIMEOUT)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+        finally:
+            conn.close()
+    except Exception as exc:
+        raise DatabaseUnavailable(f"cannot connect to TEST_MYSQL_DSN={redact(dsn)!r}: {exc}") from exc
+    return dsn

@@ -1,0 +1,158 @@
+"""The generated DDL on a real PostgreSQL: it applies, notifies, and serves the claim from its index."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import psycopg
+import pytest
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.db_gen import render
+from tests.helpers.databases import (
+    collect_until_sentinel,
+    connect_pg,
+    create_queue,
+    drop_queue,
+    queue_catalog,
+    unique_queue_name,
+)
+
+
+def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
+    catalog = queue_catalog(pg_autocommit, "public", pg_queue.name)
+    assert set(catalog["columns"]) == set(model.QUEUE_COLUMNS)
+    assert set(catalog["indexes"]) >= {
+        "{q}_pkey", "idx_{q}_claim", "idx_{q}_due", "idx_{q}_running", "idx_{q}_data_hora",
+        "idx_{q}_chain", "idx_{q}_equivalent",
+    }
+    assert "WHERE ((status)::text = 'pendente'::text)" in catalog["indexes"]["idx_{q}_claim"]
+    assert "(prioridade DESC, data_hora, id)" in catalog["indexes"]["idx_{q}_claim"]
+    assert list(catalog["triggers"]) == ["trigger_insert_{q}"]
+    assert set(catalog["subscriber_indexes"]) == {"{q}_subscriber_pkey", "idx_{q}_subscriber_processo"}
+    assert "pg_notify('{q}'" in catalog["function"]
+    subscriber = pg_autocommit.execute(
+        "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns "
+        "WHERE table_schema = 'public' AND table_name = %s",
+        (f"{pg_queue.name}_subscriber",),
+    ).fetchone()[0]
+    assert subscriber == list(model.SUBSCRIBER_COLUMNS)
+
+
+def test_upgrade_on_a_current_queue_changes_nothing(pg_queue, pg_admin, pg_autocommit):
+    before = queue_catalog(pg_autocommit, "public", pg_queue.name)
+    for _ in range(2):
+        pg_admin.execute(render("public", pg_queue.name, upgrade=True))
+    assert queue_catalog(pg_autocommit, "public", pg_queue.name) == before
+
+
+def test_ddl_works_in_another_schema(pg_dsn, pg_admin, pg_autocommit):
+    schema = unique_queue_name("s_")
+    pg_admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        queue = create_queue(pg_admin, pg_dsn, schema=schema)
+        catalog = queue_catalog(pg_autocommit, schema, queue.name)
+        assert "idx_{q}_claim" in catalog["indexes"]
+        assert f"{schema}.notify_" in list(catalog["triggers"].values())[0]
+    finally:
+        pg_admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_applying_create_twice_fails_loudly_instead_of_half_applying(pg_queue, pg_admin):
+    with pytest.raises(psycopg.errors.DuplicateTable):
+        pg_admin.execute(render("public", pg_queue.name))
+
+
+@pytest.fixture
+def listener(pg_dsn, pg_queue):
+    conn = connect_pg(pg_dsn, "psycopg", autocommit=True)
+    conn.execute(f"LISTEN {pg_queue.name}")
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _insert(conn, table: str, sql_tail: str = "DEFAULT VALUES") -> None:
+    with conn.transaction():
+        conn.execute(f"INSERT INTO {table} {sql_tail}")
+
+
+def test_trigger_notifies_for_a_ready_row(pg_queue, pg_admin, listener, pg_dsn):
+    with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
+        _insert(writer, pg_queue.table, "(processo) VALUES ('p')")
+        _insert(writer, pg_queue.table, "(processo, data_hora) VALUES ('p', clock_timestamp() - interval '1 hour')")
+    assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == ["", ""]
+
+
+def test_trigger_is_silent_for_future_and_scheduled_rows(pg_queue, pg_admin, listener, pg_dsn):
+    with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
+        _insert(writer, pg_queue.table, "(processo, data_hora) VALUES ('p', clock_timestamp() + interval '1 hour')")
+        _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'agendada')")
+        _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'sucesso')")
+        _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'processando')")
+    assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
+
+
+def test_trigger_notification_waits_for_commit(pg_queue, pg_admin, listener, pg_dsn):
+    with connect_pg(pg_dsn, "psycopg") as writer:
+        writer.execute(f"INSERT INTO {pg_queue.table} (processo) VALUES ('p')")
+        assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
+        writer.rollback()
+    assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
+
+
+def _plan_nodes(node):
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_claim_query_uses_the_partial_claim_index(pg_queue, pg_admin, pg_autocommit):
+    # 20,000 rows: mostly history, some ready, some scheduled, a few running.
+    pg_admin.execute(
+        f"""
+        INSERT INTO {pg_queue.table} (processo, status, prioridade, data_hora)
+        SELECT 'p',
+               CASE WHEN g % 10 = 0 THEN 'pendente'
+                    WHEN g % 10 = 1 THEN 'agendada'
+                    WHEN g % 97 = 0 THEN 'processando'
+                    ELSE 'sucesso' END,
+               50 + g % 3,
+               clock_timestamp() - make_interval(secs => g)
+        FROM generate_series(1, 20000) AS g
+        """
+    )
+    pg_admin.execute(f"ANALYZE {pg_queue.table}")
+    claim = PostgresQueueStore(pg_queue.table).sql["claim_tasks"]
+    # Every parameter gets a harmless value; the limit is what matters to the plan.
+    params = {name: 10 if name == "limit" else 1 for name in re.findall(r"%\((\w+)\)s", claim)}
+    assert "limit" in params
+    with psycopg.ClientCursor(pg_autocommit) as cur:
+        cur.execute("EXPLAIN (FORMAT JSON) " + claim, params)
+        plan = cur.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    scans_of_queue = [n for n in nodes if n.get("Relation Name") == pg_queue.name and "Scan" in n["Node Type"]]
+    claim_scans = [n for n in scans_of_queue if n.get("Index Name") == pg_queue.claim_index]
+    assert claim_scans, json.dumps(plan, indent=1)
+    assert not [n for n in scans_of_queue if n["Node Type"] == "Seq Scan"], json.dumps(plan, indent=1)
+    # The index gives the claim order: no sort is needed below the limit.
+    limit = next(n for n in nodes if n["Node Type"] == "Limit")
+    assert not [n for n in _plan_nodes(limit) if n["Node Type"] == "Sort"], json.dumps(plan, indent=1)
+
+
+def test_generated_names_are_dropped_cleanly(pg_dsn, pg_admin, pg_autocommit):
+    """The fixture's teardown leaves nothing behind (queue tables and trigger function)."""
+    queue = create_queue(pg_admin, pg_dsn)
+    drop_queue(pg_admin, queue)
+    leftovers = pg_autocommit.execute(
+        "SELECT count(*) FROM pg_class WHERE relname LIKE %s", (f"%{queue.name}%",)
+    ).fetchone()[0]
+    functions = pg_autocommit.execute(
+        "SELECT count(*) FROM pg_proc WHERE proname = %s", (f"notify_{queue.name}_insert",)
+    ).fetchone()[0]
+    assert (leftovers, functions) == (0, 0)

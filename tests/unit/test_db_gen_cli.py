@@ -1,0 +1,142 @@
+"""python -m nsj_queue_lib.db_gen: golden files, the rendered database/ file, refused names."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db_gen import render
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+REGENERATE = "python tests/golden/regenerate.py"
+
+
+def db_gen(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
+        cwd=ROOT, capture_output=True, text=True, encoding="utf-8", timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "golden, args",
+    [
+        ("postgres_create.sql", ["public", "fila_teste"]),
+        ("postgres_upgrade.sql", ["public", "fila_teste", "--upgrade"]),
+        ("postgres_create.sql", ["public", "fila_teste", "--dialect", "postgres"]),
+    ],
+)
+def test_output_matches_golden_file(golden, args):
+    result = db_gen(*args)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    expected = (GOLDEN / golden).read_text("utf-8")
+    assert result.stdout == expected, f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
+
+
+def test_database_fila_teste_sql_is_current():
+    result = db_gen("public", "fila_teste")
+    assert result.returncode == 0, result.stderr
+    current = (ROOT / "database" / "postgres" / "fila_teste.sql").read_text("utf-8")
+    assert current == result.stdout, f"database/postgres/fila_teste.sql is stale: run {REGENERATE}"
+
+
+def test_render_is_what_the_command_prints():
+    assert render("public", "fila_teste") == db_gen("public", "fila_teste").stdout
+    assert render("public", "fila_teste", upgrade=True) == db_gen("public", "fila_teste", "--upgrade").stdout
+
+
+def test_names_are_substituted_everywhere():
+    ddl = render("sch", "minha_fila")
+    assert "fila_teste" not in ddl
+    assert not re.search(r"\{[a-z_]+\}", ddl), "unrendered placeholder"
+    assert "CREATE TABLE sch.minha_fila (" in ddl
+    assert "CREATE TABLE sch.minha_fila_subscriber (" in ddl
+    assert "pg_notify('minha_fila'" in ddl
+    assert "idx_minha_fila_claim" in ddl
+
+
+def _table_body(ddl: str, table: str) -> str:
+    match = re.search(rf"CREATE TABLE (?:IF NOT EXISTS )?{re.escape(table)} \((.*?)\n\);", ddl, re.S)
+    assert match, f"no CREATE TABLE {table}"
+    return match.group(1)
+
+
+def test_create_ddl_has_every_contract_column():
+    ddl = render("public", "fila_teste")
+    queue_columns = re.findall(r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste"), re.M)
+    assert queue_columns == list(model.QUEUE_COLUMNS)
+    subscriber_columns = re.findall(r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M)
+    assert subscriber_columns == list(model.SUBSCRIBER_COLUMNS)
+
+
+def test_upgrade_statements_are_all_idempotent_forms():
+    ddl = render("public", "fila_teste", upgrade=True)
+    code = re.sub(r"--.*$", "", ddl, flags=re.M)
+    code = re.sub(r"\$\$.*?\$\$", "$$body$$", code, flags=re.S)  # function bodies hold ';' too
+    statements = [s.strip() for s in code.split(";") if s.strip()]
+    idempotent = re.compile(
+        r"^(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE INDEX IF NOT EXISTS|CREATE OR REPLACE FUNCTION"
+        r"|DROP TRIGGER IF EXISTS|CREATE TABLE IF NOT EXISTS)"
+    )
+    assert len(statements) >= 10
+    creates_trigger = [s for s in statements if s.startswith("CREATE TRIGGER")]
+    assert len(creates_trigger) == 1  # preceded by its DROP TRIGGER IF EXISTS
+    assert "DROP TRIGGER IF EXISTS trigger_insert_fila_teste ON public.fila_teste" in ddl
+    for statement in statements:
+        if statement.startswith("CREATE TRIGGER"):
+            continue
+        assert idempotent.match(statement), statement
+
+
+MALICIOUS = [
+    ("public", "x;drop table y"),
+    ("public", "a b"),
+    ("public", '"q"'),
+    ("public", "q'"),
+    ("public", "1abc"),
+    ("public", ""),
+    ("public", "q" * 60),  # fits 63, but idx_<q>_subscriber_processo does not
+    ("public", "fila\n"),
+    ("public", "fila-teste"),
+    ("public", "açaí"),
+    ("public", "s.t"),
+    ("x;drop table y", "fila"),
+    ("", "fila"),
+    ("pub lic", "fila"),
+]
+
+
+@pytest.mark.parametrize("upgrade", [False, True], ids=["create", "upgrade"])
+@pytest.mark.parametrize("schema, queue", MALICIOUS)
+def test_refused_names_exit_2_with_nothing_on_stdout(schema, queue, upgrade):
+    result = db_gen(schema, queue, *(["--upgrade"] if upgrade else []))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip()
+    assert "db_gen" in result.stderr
+
+
+def test_longest_accepted_queue_name():
+    # idx_<q>_subscriber_processo is the longest derived name: 4 + len(q) + 21 <= 63.
+    longest = "q" * (63 - len("idx__subscriber_processo"))
+    assert db_gen("public", longest).returncode == 0
+    assert db_gen("public", longest + "q").returncode == 2
+
+
+@pytest.mark.parametrize("args", [["public"], [], ["public", "fila", "--dialect", "oracle"], ["public", "fila", "extra"]])
+def test_usage_errors_exit_2_with_nothing_on_stdout(args):
+    result = db_gen(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip()
+
+
+def test_output_is_deterministic():
+    assert db_gen("public", "fila_teste").stdout == db_gen("public", "fila_teste").stdout

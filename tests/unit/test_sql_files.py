@@ -1,0 +1,83 @@
+"""The named-query loader and the template renderer."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from nsj_queue_lib.db import sql_files
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+
+# What the client and the runtime call by name.
+REQUIRED_QUERIES = {
+    "insert_task", "insert_tasks", "list_equivalent", "get_task", "claim_tasks",
+    "complete_task", "fail_and_retry", "fail_and_bury", "release_task", "purge",
+    "list_subscribers",
+}
+
+
+def _parse(text: str, monkeypatch) -> dict[str, str]:
+    """load_queries on ``text`` instead of a dialect's file (bypassing the cache)."""
+    monkeypatch.setattr(sql_files, "read_sql", lambda dialect, filename: text)
+    return sql_files.load_queries.__wrapped__("fake")
+
+
+def test_named_queries_are_parsed(monkeypatch):
+    text = (
+        "-- preamble comment, not a query\n\n"
+        "-- name: first\nSELECT 1;\n\n"
+        "-- name: second\n-- a comment inside\nSELECT {x}\nFROM t;\n"
+    )
+    queries = _parse(text, monkeypatch)
+    assert list(queries) == ["first", "second"]
+    assert queries["first"] == "SELECT 1"
+    assert queries["second"] == "-- a comment inside\nSELECT {x}\nFROM t"
+
+
+def test_duplicate_names_are_rejected(monkeypatch):
+    with pytest.raises(ValueError, match="twice"):
+        _parse("-- name: one\nSELECT 1\n-- name: one\nSELECT 2\n", monkeypatch)
+
+
+def test_render_replaces_known_placeholders_only():
+    assert sql_files.render("SELECT * FROM {table} WHERE x = '{}'", {"table": "public.q"}) == (
+        "SELECT * FROM public.q WHERE x = '{}'"
+    )
+    # Upper case and non-identifier braces are not placeholders.
+    assert sql_files.render("SELECT '{A}', '{1}'", {}) == "SELECT '{A}', '{1}'"
+
+
+def test_placeholder_without_value_raises():
+    with pytest.raises(KeyError, match="missing_one"):
+        sql_files.render("SELECT * FROM {table} JOIN {missing_one}", {"table": "t"})
+
+
+def test_render_queries_with_a_missing_value_raises():
+    with pytest.raises(KeyError):
+        sql_files.render_queries("postgres", {"queue_table": "public.q"})
+
+
+def test_postgres_queries_are_all_there_and_fully_rendered():
+    store = PostgresQueueStore("public.q", "public.q_subscriber")
+    assert REQUIRED_QUERIES <= set(store.sql)
+    for name in REQUIRED_QUERIES:
+        assert "public.q" in store.sql[name], name
+    for name, sql in store.sql.items():
+        assert sql.strip(), name
+        assert not sql.rstrip().endswith(";"), name
+        assert not re.search(r"\{[a-z_]+\}", sql), f"{name} has an unrendered placeholder"
+
+
+def test_every_dialect_has_the_same_query_names():
+    """Design rule: one set of names across dialects (only checked where a dialect has queries.sql)."""
+    root = resources.files("nsj_queue_lib.db")
+    dialects = sorted(
+        entry.name for entry in root.iterdir()
+        if entry.is_dir() and entry.joinpath("queries.sql").is_file()
+    )
+    assert "postgres" in dialects
+    reference = set(sql_files.load_queries("postgres"))
+    for dialect in dialects:
+        assert set(sql_files.load_queries(dialect)) == reference, dialect
