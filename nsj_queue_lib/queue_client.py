@@ -133,7 +133,10 @@ class QueueClient:
         bad = [s for s in statuses if s not in model.STATUSES]
         if bad or not statuses:
             raise ValueError(f"status must be a non-empty list of {model.STATUSES}, got {list(status)!r}")
-        text = serialize_payload(payload)
+        try:
+            text = serialize_payload(payload)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
         rows = self._store.list_equivalent(self._conn, chave_externa, payload_hash(text), statuses)
         return [
             row

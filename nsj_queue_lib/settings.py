@@ -97,7 +97,7 @@ class Settings:
             queue_table=reader.checked("QUEUE_TABLE", check_table_name, required=True),
             queue_subscriber_table=reader.checked("QUEUE_SUBSCRIBER_TABLE", check_table_name),
             queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100, minimum=1),
-            queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0, minimum=0.0),
+            queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0, positive=True),
             queue_minute_retry_thread=reader.minutes("QUEUE_MINUTE_RETRY_THREAD", EVERY_FIVE_MINUTES),
             queue_minute_purge_thread=reader.minutes("QUEUE_MINUTE_PURGE_THREAD", (0,)),
             queue_minute_notify_thread=reader.minutes("QUEUE_MINUTE_NOTIFY_THREAD", EVERY_FIVE_MINUTES),

@@ -59,10 +59,19 @@ class DdlNames:
         values["table"] = f"{self.schema}.{self.queue}"
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
         values["function"] = f"{self.schema}.{names['function']}"
-        values["channel"] = self.queue
+        values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
         return values
+
+
+def notify_channel(queue_name: str) -> str:
+    """The notification channel of a queue: its name in lower case.
+
+    An unquoted ``NOTIFY Fila, 'HALT'`` typed by an operator folds to lower
+    case, so the trigger and the workers use the folded name too.
+    """
+    return queue_name.lower()
 
 
 class Dialect(abc.ABC):

@@ -3,16 +3,16 @@
 -- value is a bound parameter.
 
 -- name: insert_task
+-- The first attempt's data_hora and data_hora_inicial are the same instant.
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash,
     tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
-) VALUES (
-    %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
-    %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s,
-    coalesce(%(prioridade)s, 50),
-    coalesce(%(data_hora)s::timestamptz, clock_timestamp()),
-    coalesce(%(data_hora)s::timestamptz, clock_timestamp())
 )
+SELECT
+    %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
+    %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
+    due.at, due.at
+FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
 RETURNING id
 
 -- name: insert_tasks
@@ -24,7 +24,7 @@ INSERT INTO {queue_table} (
 SELECT
     r.origem, r.destino, r.processo, r.chave_externa, r.payload, r.payload_hash,
     r.tenant, r.grupo_empresarial, r.pub_sub, coalesce(r.prioridade, 50),
-    coalesce(r.data_hora, clock_timestamp()), coalesce(r.data_hora, clock_timestamp())
+    due.at, due.at
 FROM unnest(
     %(origem)s::varchar[], %(destino)s::varchar[], %(processo)s::varchar[],
     %(chave_externa)s::varchar[], %(payload)s::text[], %(payload_hash)s::bytea[],
@@ -34,6 +34,7 @@ FROM unnest(
     origem, destino, processo, chave_externa, payload, payload_hash,
     tenant, grupo_empresarial, pub_sub, prioridade, data_hora, ord
 )
+CROSS JOIN LATERAL (SELECT coalesce(r.data_hora, clock_timestamp()) AS at) AS due
 ORDER BY r.ord
 RETURNING id
 
@@ -52,10 +53,24 @@ LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
 WHERE t.id = %(id)s
 
+-- name: claim_settings
+-- For the claim's transaction only. The claim must walk the partial index in
+-- claim order and stop at LIMIT: right after a burst of inserts the table's
+-- statistics are stale and the planner would otherwise sort every ready row.
+-- The claim commits asynchronously: losing it in a server crash only returns
+-- the task to the queue, and the task's own synchronous commit flushes it.
+-- JIT is off: a claim is always tiny, compiling it costs far more than it saves.
+SELECT set_config('synchronous_commit', 'off', true),
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('jit', 'off', true)
+
 -- name: claim_tasks
 -- Ready rows in claim order, locked without waiting on rows another worker
--- is claiming, marked 'processando' in the same statement. Later attempts
--- keep no payload of their own: it comes from the first attempt.
+-- is claiming, marked 'processando' in the same statement. The liveness lock
+-- is taken here, by the connection that will run the task, before the claim
+-- commits: no moment exists where a claimed task looks abandoned. Later
+-- attempts keep no payload of their own: it comes from the first attempt.
 WITH next AS (
     SELECT id
     FROM {queue_table}
@@ -68,38 +83,25 @@ WITH next AS (
     SET status = 'processando'
     FROM next
     WHERE t.id = next.id
-    RETURNING t.*
+    RETURNING t.*, pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4) AS liveness_locked
 )
-SELECT {claimed_columns}
+SELECT {claimed_columns}, t.liveness_locked
 FROM claimed AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
 ORDER BY t.prioridade DESC, t.data_hora, t.id
 
 -- name: next_due
--- When the next row becomes ready (NULL when none is waiting).
-SELECT min(data_hora) AS due
+-- Seconds until the next waiting row becomes ready, by the database's clock
+-- (NULL when none is waiting).
+SELECT extract(epoch FROM min(data_hora) - clock_timestamp())::float8 AS seconds
 FROM {queue_table}
 WHERE status IN ('pendente', 'agendada') AND data_hora > clock_timestamp()
-
--- name: begin_task
--- Locks the row for the task's transaction and, only if it is still
--- 'processando', takes the session-level liveness lock. MATERIALIZED makes
--- the lock function run once, after the row lock is held.
-WITH row_lock AS MATERIALIZED (
-    SELECT status FROM {queue_table} WHERE id = %(id)s FOR UPDATE
-)
-SELECT status,
-       CASE WHEN status = 'processando'
-            THEN pg_try_advisory_lock(%(queue_key)s, %(task_key)s)
-            ELSE false
-       END AS locked
-FROM row_lock
 
 -- name: complete_task
 UPDATE {queue_table}
 SET status = 'sucesso', mensagem = %(mensagem)s
-WHERE id = %(id)s
+WHERE id = %(id)s AND status = 'processando'
 
 -- name: unlock_task
 SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)

@@ -9,7 +9,6 @@ its ``__cause__``).
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -28,14 +27,19 @@ _SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
 
 # Keys of a task's liveness lock: (queue table oid, task id folded into 31 bits).
 # Two-integer advisory locks live in a different key space from the one-bigint
-# locks the maintenance services take, so the two can never collide.
+# locks the maintenance services take, so the two can never collide; the
+# table's oid keeps queues apart. The claim query folds ids the same way.
 TASK_KEY_MODULUS = 2**31
+
+
+def queue_lock_key(queue_oid: int) -> int:
+    """The oid as the signed int4 the two-key advisory lock functions take."""
+    return queue_oid - 2**32 if queue_oid >= 2**31 else queue_oid
 
 
 def task_lock_keys(queue_oid: int, task_id: int) -> tuple[int, int]:
     """The (int4, int4) pair of a task's liveness lock."""
-    first = queue_oid - 2**32 if queue_oid >= 2**31 else queue_oid
-    return first, task_id % TASK_KEY_MODULUS
+    return queue_lock_key(queue_oid), task_id % TASK_KEY_MODULUS
 
 
 def _is_driver_error(exc: BaseException) -> bool:
@@ -137,37 +141,57 @@ class PostgresQueueStore:
         with wrap_driver_errors("queue_oid"):
             return int(conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0])
 
-    def claim(self, conn, limit: int) -> list[dict[str, Any]]:
-        """Claim up to ``limit`` ready tasks (autocommit connection: one short transaction)."""
-        with wrap_driver_errors("claim"), conn.cursor() as cur:
-            cur.execute(self.sql["claim_tasks"], {"limit": limit})
-            return _rows_as_dicts(cur)
+    # Executor connections are autocommit: transactions are opened and closed
+    # with explicit statements, so that ending one task, claiming the next and
+    # opening the next task's transaction travel in a single pipeline (one
+    # round trip per task). psycopg's commit() would force a sync of its own.
 
-    def next_due(self, conn) -> datetime.datetime | None:
-        with wrap_driver_errors("next_due"):
-            return conn.execute(self.sql["next_due"]).fetchone()[0]
+    def _queue_claim(self, conn, limit: int, queue_key: int):
+        """Queue, in an open pipeline: claim in a transaction of its own, then open the task's."""
+        conn.execute("BEGIN")
+        conn.execute(self.sql["claim_settings"])
+        cursor = conn.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": queue_key})
+        conn.execute("COMMIT")
+        conn.execute("BEGIN")
+        return cursor
 
-    def begin_task(self, conn, task_id: int, keys: tuple[int, int]) -> tuple[str | None, bool]:
-        """Open the task's transaction: (status now, whether the liveness lock was taken)."""
-        params = {"id": task_id, "queue_key": keys[0], "task_key": keys[1]}
-        with wrap_driver_errors("begin_task"):
-            row = conn.execute(self.sql["begin_task"], params).fetchone()
-        if row is None:
-            return None, False
-        return row[0], bool(row[1])
+    def claim(self, conn, limit: int, queue_key: int) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` ready tasks, taking their liveness locks on ``conn``.
 
-    def complete_and_commit(self, conn, task_id: int, mensagem: str, keys: tuple[int, int]) -> None:
-        """Write 'sucesso', release the liveness lock and commit, in one round trip.
+        ``conn`` (autocommit) is the connection that will run the tasks. On
+        return a transaction is open for the first task's handler, or, when
+        nothing was claimed, ``conn`` is idle.
+        """
+        with wrap_driver_errors("claim"):
+            with conn.pipeline():
+                cursor = self._queue_claim(conn, limit, queue_key)
+            return self._claimed(conn, cursor)
 
-        The lock may go before the commit: the row lock taken by the update
-        keeps the retry service away until the commit is done.
+    def complete_and_claim(
+        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
+    ) -> list[dict[str, Any]]:
+        """Settle a task as 'sucesso', release its lock, commit, and claim the next tasks.
+
+        One round trip. ``limit`` 0 only completes.
         """
         lock = {"queue_key": keys[0], "task_key": keys[1]}
         with wrap_driver_errors("complete_task"):
             with conn.pipeline():
                 conn.execute(self.sql["complete_task"], {"id": task_id, "mensagem": mensagem})
                 conn.execute(self.sql["unlock_task"], lock)
-                conn.commit()
+                conn.execute("COMMIT")
+                cursor = self._queue_claim(conn, limit, queue_key) if limit > 0 else None
+            return self._claimed(conn, cursor) if cursor is not None else []
+
+    def _claimed(self, conn, cursor) -> list[dict[str, Any]]:
+        tasks = _rows_as_dicts(cursor)
+        if not tasks:
+            conn.execute("ROLLBACK")  # the empty transaction opened for a task
+        return tasks
+
+    def seconds_until_next_due(self, conn) -> float | None:
+        with wrap_driver_errors("next_due"):
+            return conn.execute(self.sql["next_due"]).fetchone()[0]
 
     def unlock_task(self, conn, keys: tuple[int, int]) -> None:
         with wrap_driver_errors("unlock_task"):

@@ -1,0 +1,1 @@
+"""How a worker is woken: PostgreSQL LISTEN (later: socket server, polling)."""

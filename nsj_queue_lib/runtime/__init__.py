@@ -1,0 +1,1 @@
+"""The worker process: one module per thread, supervised by ``WorkerRuntime``."""

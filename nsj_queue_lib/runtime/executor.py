@@ -1,0 +1,299 @@
+"""Executor threads: each claims its own tasks and runs them in transactions.
+
+An executor thread holds a pooled connection while it has work. On it:
+1. the claim marks one ready task 'processando' and takes the task's
+   liveness lock (a session-level advisory lock the retry service checks) in
+   the same statement, before the claim commits;
+2. the handler runs in a transaction on that connection;
+3. success: 'sucesso' + unlock + commit in one round trip; failure: rollback,
+   then 'falha' and the next attempt (or the dead letter) while the liveness
+   lock is still held, then unlock and commit.
+A thread that claimed a task wakes another idle one and claims again when it
+is done, so a burst drains without further notifications. Whatever happens,
+a task ends settled or 'processando' without a liveness lock, which the
+retry service rescues: it is never lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore, queue_lock_key, task_lock_keys
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
+from nsj_queue_lib.settings import Settings
+
+logger = get_logger("executor")
+
+TaskHandler = Callable[[dict[str, Any], Any], "str | None"]
+DEFAULT_SUCCESS_MESSAGE = "Concluído com sucesso"
+RELEASED_MESSAGE = "worker stopped before the task finished; released for a new attempt"
+
+
+@dataclasses.dataclass
+class RunningTask:
+    task: dict[str, Any]
+    conn: psycopg.Connection
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+
+def record_failure(
+    store: PostgresQueueStore,
+    conn: psycopg.Connection,
+    settings: Settings,
+    task: dict[str, Any],
+    error: BaseException | str,
+    status: str = model.FALHA,
+    delay_seconds: float | None = None,
+) -> int | None:
+    """Settle a failed 'processando' attempt inside the current transaction.
+
+    Returns the id of the row enqueued after it (next attempt or dead letter),
+    or None. Conditional on the row still being 'processando', so two workers
+    can never both settle one attempt.
+    """
+    decision = decide(task["tentativa"] or 1, bool(task["dead"]), settings.queue_max_retry,
+                      settings.queue_base_interval_retry)
+    mensagem = failure_message(error, decision.outcome, settings.queue_max_retry, model.MENSAGEM_LIMIT)
+    if decision.outcome is Outcome.RETRY:
+        delay = decision.delay_seconds if delay_seconds is None else delay_seconds
+        return store.fail_and_retry(conn, task["id"], status, mensagem, delay)
+    if decision.outcome is Outcome.BURY:
+        return store.fail_and_bury(conn, task["id"], status, mensagem, task.get("payload"))
+    store.fail_final(conn, task["id"], status, mensagem)
+    return None
+
+
+class TaskExecutor:
+    """``queue_concurrency`` threads sharing wake-up tokens and a connection pool."""
+
+    def __init__(self, settings: Settings, store: PostgresQueueStore, pool, handler: TaskHandler,
+                 stop: threading.Event):
+        self.settings = settings
+        self.store = store
+        self.pool = pool
+        self.handler = handler
+        self.stop_event = stop
+        self.queue_oid: int | None = None  # set by the dispatcher once connected
+        self._cond = threading.Condition()
+        self._tokens = 0
+        self._idle_threads = 0
+        self._running: dict[int, RunningTask] = {}
+        self._threads = [
+            threading.Thread(target=self._thread_main, name=f"nsj-executor-{i}", daemon=True)
+            for i in range(settings.queue_concurrency)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    # -- wake-ups --
+
+    def wake(self, count: int = 1) -> None:
+        """Let up to ``count`` threads try to claim (a token waits for a busy thread)."""
+        with self._cond:
+            self._tokens = min(self.settings.queue_concurrency, self._tokens + count)
+            self._cond.notify(count)
+
+    def interrupt(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _take_token(self) -> bool:
+        with self._cond:
+            self._idle_threads += 1
+            try:
+                while self._tokens == 0 and not self.stop_event.is_set():
+                    self._cond.wait()
+            finally:
+                self._idle_threads -= 1
+            if self.stop_event.is_set():
+                return False
+            self._tokens -= 1
+            return True
+
+    # -- observation --
+
+    def running_tasks(self) -> list[RunningTask]:
+        with self._cond:
+            return list(self._running.values())
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no task runs; False if some still run after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._running:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # -- the thread --
+
+    def _thread_main(self) -> None:
+        while self._take_token():
+            try:
+                self._drain()
+            except BaseException:  # noqa: BLE001 - an executor thread must never die silently
+                logger.exception("queue=%s: unexpected error in an executor thread", self.settings.queue_name)
+                self.stop_event.wait(1.0)
+
+    def _claim_limit(self) -> int:
+        return 0 if self.stop_event.is_set() else 1
+
+    def _drain(self) -> None:
+        """Claim and run tasks until none is ready or the worker stops."""
+        try:
+            conn = self.pool.getconn()
+        except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
+            logger.warning("queue=%s: no database connection for an executor (%s)", self.settings.queue_name, exc)
+            return  # the dispatcher wakes the executors again once the database is back
+        try:
+            tasks = self.store.claim(conn, self._claim_limit(), queue_lock_key(self.queue_oid))
+            while tasks:
+                self._wake_idle_thread()  # there may be more: let an idle thread look too
+                conn, tasks = self._run(conn, tasks[0])
+        except DatabaseError as exc:
+            logger.warning("queue=%s: claim failed: %s", self.settings.queue_name, exc)
+            conn = self._discard(conn)
+        finally:
+            self._put_back(conn)
+
+    def _wake_idle_thread(self) -> None:
+        with self._cond:
+            if self._idle_threads and self._tokens == 0:
+                self._tokens = 1
+                self._cond.notify(1)
+
+    def _run(self, conn: psycopg.Connection, task: dict[str, Any]):
+        """Run one claimed task; returns (the connection to go on with, the next claimed tasks)."""
+        task_id = task["id"]
+        keys = task_lock_keys(self.queue_oid, task_id)
+        queue_key = keys[0]
+        if not task.get("liveness_locked", True):
+            logger.warning("queue=%s task=%s: liveness lock already held elsewhere", self.settings.queue_name,
+                           task_id)
+        with self._cond:
+            self._running[task_id] = RunningTask(task, conn)
+        try:
+            try:
+                result = self.handler(task, conn)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
+                if not isinstance(exc, Exception):
+                    logger.warning("queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
+                                   self.settings.queue_name, task_id, type(exc).__name__)
+                error: BaseException = exc
+            else:
+                mensagem = bounded(DEFAULT_SUCCESS_MESSAGE if result is None else str(result),
+                                   model.MENSAGEM_LIMIT)
+                try:
+                    next_tasks = self.store.complete_and_claim(conn, task_id, mensagem, keys,
+                                                               self._claim_limit(), queue_key)
+                    logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task_id)
+                    return conn, next_tasks
+                except DatabaseError as exc:
+                    # The commit itself failed (a deferred constraint, a lost
+                    # connection): nothing was committed, so the attempt failed.
+                    error = exc.__cause__ or exc
+        finally:
+            with self._cond:
+                self._running.pop(task_id, None)
+                self._cond.notify_all()
+        if not self._fail(task, conn, keys, error):
+            conn = self._discard(conn)
+            if conn is None:
+                return None, []
+        return conn, self.store.claim(conn, self._claim_limit(), queue_key)
+
+    def _fail(self, task: dict[str, Any], conn: psycopg.Connection, keys: tuple[int, int],
+              error: BaseException) -> bool:
+        """Record a failed attempt; False when ``conn`` turned out broken."""
+        task_id = task["id"]
+        logger.warning("queue=%s task=%s tentativa=%s: failed: %s: %s", self.settings.queue_name, task_id,
+                       task["tentativa"], type(error).__name__, error,
+                       exc_info=isinstance(error, Exception) and self.settings.log_debug)
+        try:
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN")
+            record_failure(self.store, conn, self.settings, task, error)
+            self.store.unlock_task(conn, keys)
+            conn.execute("COMMIT")
+            return True
+        except Exception as exc:  # noqa: BLE001 - the task's connection is gone
+            logger.info("queue=%s task=%s: recording the failure on a fresh connection (%s)",
+                        self.settings.queue_name, task_id, exc)
+        # The liveness lock died with the connection; the conditional update
+        # makes a race with the retry service harmless.
+        try:
+            with self.pool.connection() as fresh, fresh.transaction():
+                record_failure(self.store, fresh, self.settings, task, error)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("queue=%s task=%s: could not record the failure (%s); the retry service will "
+                           "rescue the task", self.settings.queue_name, task_id, exc)
+        return False
+
+    def _discard(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        """Close a broken connection, give it back (the pool drops it) and take another, or None."""
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._put_back(conn)
+        try:
+            return self.pool.getconn()
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _put_back(self, conn: psycopg.Connection | None) -> None:
+        if conn is None:
+            return
+        try:
+            self.pool.putconn(conn)
+        except Exception:  # noqa: BLE001 - a pool closed during shutdown
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- shutdown --
+
+    def release_running(self, connect: Callable[[], psycopg.Connection]) -> int:
+        """After the grace period: end the tasks still running and schedule them again at once.
+
+        Their backends are terminated (rolling back their work and freeing
+        their locks), then each attempt is recorded as 'falha_processando'
+        with its next attempt due now. Returns how many were released.
+        """
+        running = self.running_tasks()
+        if not running:
+            return 0
+        released = 0
+        with connect() as admin:  # autocommit
+            for item in running:
+                try:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (item.conn.info.backend_pid,))
+                except Exception as exc:  # noqa: BLE001
+                    logger.warning("queue=%s task=%s: could not stop its backend: %s",
+                                   self.settings.queue_name, item.task["id"], exc)
+            for item in running:
+                with admin.transaction():
+                    if record_failure(self.store, admin, self.settings, item.task, RELEASED_MESSAGE,
+                                      status=model.FALHA_PROCESSANDO, delay_seconds=0.0) is not None:
+                        released += 1
+        return released

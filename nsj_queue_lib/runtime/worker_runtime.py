@@ -1,0 +1,126 @@
+"""THE place that lists and supervises a worker's threads around one stop event.
+
+Threads: dispatcher (claims and hands out tasks), and the retry, renotify and
+purge services. The executor threads belong to the ``TaskExecutor``.
+Stopping (signal, HALT, ``stop()``): no new claims; in-flight tasks get
+QUEUE_GRACE_PERIOD seconds; any still running are released for a new attempt;
+exit code 0. If the dispatcher dies of an unexpected error the runtime stops
+and returns a non-zero exit code rather than idling forever.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.runtime.connections import connect, make_pool
+from nsj_queue_lib.runtime.dispatcher import Dispatcher
+from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
+from nsj_queue_lib.runtime.purge import PurgeService
+from nsj_queue_lib.runtime.renotify import RenotifyService
+from nsj_queue_lib.runtime.retry import RetryService
+from nsj_queue_lib.runtime.schedule import make_schedule
+from nsj_queue_lib.settings import Settings
+
+logger = get_logger("runtime")
+
+EXIT_OK = 0
+EXIT_DISPATCHER_DIED = 3
+SUPERVISE_INTERVAL_SECONDS = 0.5
+
+
+class WorkerRuntime:
+    def __init__(self, settings: Settings, handler: TaskHandler):
+        if settings.db_driver != "POSTGRES":
+            raise NotImplementedError(f"DB_DRIVER={settings.db_driver} is not supported by this runtime yet")
+        if settings.client_server_mode:
+            raise NotImplementedError("CLIENT_SERVER_MODE is not supported by this runtime yet")
+        self.settings = settings
+        self.stop_event = threading.Event()
+        self.store = PostgresQueueStore(settings.queue_table, settings.queue_subscriber_table)
+        self._connect: Callable[[bool], object] = lambda autocommit: connect(settings, autocommit)
+        self.pool = make_pool(settings, settings.queue_concurrency)
+        self.executor = TaskExecutor(settings, self.store, self.pool, handler, self.stop_event)
+        self.dispatcher = Dispatcher(settings, self.store, self.executor, self._connect, self.stop_event,
+                                     on_halt=self.stop, on_reconnect=self._refresh_pool)
+        self.services = [
+            RetryService(settings, self.store, self._connect, self.stop_event,
+                         make_schedule(settings.queue_minute_retry_thread, settings.queue_retry_thread_interval)),
+            RenotifyService(settings, self.store, self._connect, self.stop_event,
+                            make_schedule(settings.queue_minute_notify_thread,
+                                          settings.queue_notify_thread_interval)),
+            PurgeService(settings, self.store, self._connect, self.stop_event,
+                         make_schedule(settings.queue_minute_purge_thread, settings.queue_purge_thread_interval)),
+        ]
+        self._dispatcher_error: BaseException | None = None
+
+    def stop(self) -> None:
+        """Ask the worker to stop (thread-safe, idempotent)."""
+        self.stop_event.set()
+        self.dispatcher.interrupt()
+        self.executor.interrupt()
+
+    def _refresh_pool(self) -> None:
+        # After an outage every idle pooled connection is dead: replace them now
+        # instead of letting the next tasks find out one by one.
+        try:
+            self.pool.check()
+        except Exception as exc:  # noqa: BLE001
+            logger.info("queue=%s: pool check failed: %s", self.settings.queue_name, exc)
+
+    def _run_dispatcher(self) -> None:
+        try:
+            self.dispatcher.run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the supervisor
+            self._dispatcher_error = exc
+            logger.exception("queue=%s: dispatcher died", self.settings.queue_name)
+
+    def run(self, install_signal_handlers: bool = True) -> int:
+        """Run until stopped; returns the process exit code."""
+        s = self.settings
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: self.stop())
+        logger.info("queue=%s table=%s: worker starting (concurrency=%d)", s.queue_name, s.queue_table,
+                    s.queue_concurrency)
+        self.pool.open(wait=False)
+        dispatcher = threading.Thread(target=self._run_dispatcher, name="nsj-dispatcher", daemon=True)
+        service_threads = [
+            threading.Thread(target=svc.run, name=f"nsj-{svc.name}", daemon=True) for svc in self.services
+        ]
+        self.executor.start()
+        dispatcher.start()
+        for thread in service_threads:
+            thread.start()
+
+        while not self.stop_event.is_set():
+            if not dispatcher.is_alive():
+                break
+            self.stop_event.wait(SUPERVISE_INTERVAL_SECONDS)
+        died = not self.stop_event.is_set() or self._dispatcher_error is not None
+        self.stop()
+        dispatcher.join(timeout=10)
+
+        code = EXIT_DISPATCHER_DIED if died else EXIT_OK
+        logger.info("queue=%s: stopping; waiting up to %.0f s for %d running task(s)", s.queue_name,
+                    s.queue_grace_period, len(self.executor.running_tasks()))
+        if not self.executor.wait_idle(s.queue_grace_period):
+            try:
+                released = self.executor.release_running(lambda: self._connect(True))
+                logger.warning("queue=%s: released %d task(s) still running after the grace period",
+                               s.queue_name, released)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("queue=%s: could not release running tasks (%s); the retry service will "
+                               "rescue them", s.queue_name, exc)
+        self.executor.join(timeout=1)
+        for thread in service_threads:
+            thread.join(timeout=5)
+        try:
+            self.pool.close(timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+        logger.info("queue=%s: worker stopped (exit code %d)", s.queue_name, code)
+        return code

@@ -1,0 +1,93 @@
+"""WorkerBase: subclass it, implement ``execute``, call ``run()`` (a pod's entry point).
+
+``execute(payload, tarefa, bd_conn)`` runs inside a transaction on
+``bd_conn``; the task's 'sucesso' commits with whatever it wrote. If it
+raises, all of it is rolled back and the attempt is retried later, and after
+QUEUE_MAX_RETRY attempts a dead-letter task is handled by ``execute_dead``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import sys
+from typing import Any
+
+from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.settings import Settings
+
+EXIT_CONFIG_ERROR = 2
+logger = logging.getLogger("nsj_queue_lib.worker")
+
+
+class WorkerBase(abc.ABC):
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._settings = settings
+        self._runtime = None
+
+    # -- to implement --
+
+    @abc.abstractmethod
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+        """Do the task's work on ``bd_conn`` (do not commit); return the message to store."""
+
+    def execute_dead(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+        """Handle a task whose attempts ran out. Default: log it."""
+        message = (
+            f"Task {tarefa.get('live_id')} ran out of attempts without success; "
+            "manual intervention is needed."
+        )
+        logger.warning("queue task=%s: %s", tarefa.get("id"), message)
+        return message
+
+    # -- runtime --
+
+    def handle_task(self, tarefa: dict[str, Any], bd_conn) -> str | None:
+        """Route a claimed task to the right method (called by the runtime)."""
+        if tarefa.get("dead"):
+            return self.execute_dead(tarefa.get("payload"), tarefa, bd_conn)
+        if tarefa.get("pub_sub") and tarefa.get("publication_id") is None:
+            return self.publish(tarefa, bd_conn)
+        return self.execute(tarefa.get("payload"), tarefa, bd_conn)
+
+    def publish(self, tarefa: dict[str, Any], bd_conn) -> str:
+        """A pub/sub publication: fan out to the subscribers."""
+        from nsj_queue_lib.pubsub import publish
+
+        return publish(self._runtime.store, bd_conn, tarefa)
+
+    def stop(self) -> None:
+        """Ask a running worker to stop (from another thread or a handler)."""
+        if self._runtime is not None:
+            self._runtime.stop()
+
+    def run(self) -> None:
+        """Build settings from the environment (unless given), run until stopped, exit the process."""
+        code = self.run_until_stopped()
+        if self._runtime is not None and self._runtime.executor.running_tasks():
+            # A handler that ignored the grace period still runs; its task was
+            # released already. Executor threads cannot be killed: end the process.
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        sys.exit(code)
+
+    def run_until_stopped(self, install_signal_handlers: bool = True) -> int:
+        """Run the worker; returns the exit code instead of exiting (for code and tests)."""
+        from nsj_queue_lib.log import configure_logging
+
+        if self._settings is None:
+            try:
+                self._settings = Settings.from_env(os.environ)
+            except ConfigError as exc:
+                for name, why in exc.problems.items():
+                    print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)
+                print(f"nsj_queue_lib: invalid configuration: {', '.join(exc.problems)}", file=sys.stderr)
+                return EXIT_CONFIG_ERROR
+        configure_logging(self._settings)
+        from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
+
+        self._runtime = WorkerRuntime(self._settings, self.handle_task)
+        return self._runtime.run(install_signal_handlers=install_signal_handlers)
