@@ -12,6 +12,10 @@ from typing import Any
 __all__ = [
     "QueueClient",
     "WorkerBase",
+    "WorkerPubSubBase",
+    "Subscriber",
+    "DeadSubscriber",
+    "WorkerWebhook",
     "Settings",
     "ConfigError",
 ]
@@ -19,6 +23,10 @@ __all__ = [
 _LOCATIONS = {
     "QueueClient": "nsj_queue_lib.queue_client",
     "WorkerBase": "nsj_queue_lib.worker_base",
+    "WorkerPubSubBase": "nsj_queue_lib.worker_pub_sub_base",
+    "Subscriber": "nsj_queue_lib.worker_pub_sub_base",
+    "DeadSubscriber": "nsj_queue_lib.worker_pub_sub_base",
+    "WorkerWebhook": "nsj_queue_lib.worker_webhook",
     "Settings": "nsj_queue_lib.settings",
     "ConfigError": "nsj_queue_lib.exceptions",
 }

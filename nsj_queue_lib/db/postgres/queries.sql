@@ -240,6 +240,20 @@ WHERE t.id = doomed.id
 -- name: queue_oid
 SELECT %(table)s::regclass::oid::bigint
 
+-- name: insert_deliveries
+-- One task per subscriber of a publication, in the publication's transaction.
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
+    publication_id, subscriber_id, payload, payload_hash
+)
+SELECT
+    %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(tenant)s, %(grupo_empresarial)s,
+    coalesce(%(prioridade)s::integer, 50), %(publication_id)s, d.subscriber_id, d.payload, d.payload_hash
+FROM unnest(%(subscriber_ids)s::varchar[], %(payloads)s::text[], %(payload_hashes)s::bytea[])
+     WITH ORDINALITY AS d(subscriber_id, payload, payload_hash, ord)
+ORDER BY d.ord
+RETURNING id
+
 -- name: list_subscribers
 SELECT {subscriber_columns}
 FROM {subscriber_table} AS s

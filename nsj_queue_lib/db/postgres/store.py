@@ -135,6 +135,27 @@ class PostgresQueueStore:
             cur.execute(self.sql["list_subscribers"], params)
             return _rows_as_dicts(cur)
 
+    def insert_deliveries(
+        self, conn, publication: dict[str, Any], deliveries: Sequence[tuple[str, str, bytes | None]]
+    ) -> list[int]:
+        """Insert one task per (subscriber id, payload, payload hash) for a publication."""
+        params = {
+            "origem": publication["origem"],
+            "destino": publication["destino"],
+            "processo": publication["processo"],
+            "chave_externa": publication["chave_externa"],
+            "tenant": publication["tenant"],
+            "grupo_empresarial": publication["grupo_empresarial"],
+            "prioridade": publication["prioridade"],
+            "publication_id": publication["id"],
+            "subscriber_ids": [d[0] for d in deliveries],
+            "payloads": [d[1] for d in deliveries],
+            "payload_hashes": [d[2] for d in deliveries],
+        }
+        with wrap_driver_errors("insert_deliveries"), conn.cursor() as cur:
+            cur.execute(self.sql["insert_deliveries"], params)
+            return [int(r[0]) for r in cur.fetchall()]
+
     # -- runtime operations (psycopg 3) --
 
     def queue_oid(self, conn) -> int:

@@ -1,0 +1,144 @@
+"""Calling a subscriber's webhook for one delivery.
+
+Only ``http``/``https`` URLs and the methods GET, POST, PUT and DELETE are
+called; anything else fails before a request is made. Redirects are not
+followed. A 2xx answer is success; any other status, a timeout or a network
+error raises ``WebhookError`` (the task fails and is retried). The response
+body is read up to ``MAX_BODY_BYTES``. Header values never reach the logs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import requests
+
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("webhook")
+
+ALLOWED_SCHEMES = ("http", "https")
+ALLOWED_METHODS = ("GET", "POST", "PUT", "DELETE")
+METHODS_WITH_BODY = ("POST", "PUT")
+MAX_BODY_BYTES = 64 * 1024
+BODY_EXCERPT_CHARS = 200
+
+
+class WebhookError(Exception):
+    """The webhook call failed or was refused; the delivery is retried."""
+
+
+def redact_url(url: str) -> str:
+    """The URL without credentials, query or fragment: safe to log and store."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str]]:
+    """(method, url, headers) of a subscription, or WebhookError before any request."""
+    url = subscription.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise WebhookError(f"subscriber {subscription.get('id')!r} has no url")
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ALLOWED_SCHEMES or not parts.hostname:
+        raise WebhookError(
+            f"subscriber {subscription.get('id')!r}: only http and https URLs are called, got scheme "
+            f"{parts.scheme or '(none)'!r}"
+        )
+    method = (subscription.get("http_method") or "POST").strip().upper()
+    if method not in ALLOWED_METHODS:
+        raise WebhookError(
+            f"subscriber {subscription.get('id')!r}: unsupported HTTP method {method!r} "
+            f"(supported: {', '.join(ALLOWED_METHODS)})"
+        )
+    headers = subscription.get("headers") or {}
+    if isinstance(headers, str):
+        try:
+            headers = json.loads(headers)
+        except ValueError:
+            raise WebhookError(f"subscriber {subscription.get('id')!r}: headers are not valid JSON") from None
+    if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
+        raise WebhookError(f"subscriber {subscription.get('id')!r}: headers must be a JSON object")
+    return method, url.strip(), {k: str(v) for k, v in headers.items()}
+
+
+def _body_of(publication: Any) -> tuple[bytes, str]:
+    """The request body (the publication as stored) and its default content type."""
+    if publication is None:
+        return b"", "application/json"
+    if not isinstance(publication, str):
+        return json.dumps(publication, sort_keys=True, separators=(",", ":")).encode(), "application/json"
+    try:
+        json.loads(publication)
+        return publication.encode("utf-8"), "application/json"
+    except ValueError:
+        return publication.encode("utf-8"), "text/plain; charset=utf-8"
+
+
+class WebhookCaller:
+    """Delivers envelopes over HTTP; one ``requests.Session`` per thread (connection reuse)."""
+
+    def __init__(self, timeout_seconds: float):
+        self.timeout = timeout_seconds
+        self._local = threading.local()
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.trust_env = False  # no proxies or .netrc picked up from the environment
+            self._local.session = session
+        return session
+
+    def deliver(self, envelope: dict[str, Any]) -> str:
+        subscription = envelope["subscription"]
+        method, url, headers = check_request(subscription)
+        safe_url = redact_url(url)
+        body = None
+        if method in METHODS_WITH_BODY:
+            body, content_type = _body_of(envelope.get("publication"))
+            if not any(k.lower() == "content-type" for k in headers):
+                headers["Content-Type"] = content_type
+        logger.info("webhook subscriber=%s: %s %s (headers: %s)", subscription.get("id"), method, safe_url,
+                    ", ".join(sorted(headers)) or "none")
+        started = time.monotonic()
+        try:
+            response = self._session().request(
+                method, url, data=body, headers=headers, timeout=self.timeout,
+                allow_redirects=False, stream=True,
+            )
+        except requests.Timeout as exc:
+            raise WebhookError(f"{method} {safe_url}: timed out after {self.timeout:g} s") from exc
+        except requests.RequestException as exc:
+            raise WebhookError(f"{method} {safe_url}: {type(exc).__name__}") from exc
+        try:
+            excerpt = self._read_excerpt(response, started)
+        finally:
+            response.close()
+        summary = f"{method} {safe_url} -> HTTP {response.status_code}"
+        if excerpt:
+            summary += f": {excerpt}"
+        if not 200 <= response.status_code < 300:
+            raise WebhookError(summary)
+        return summary
+
+    def _read_excerpt(self, response: requests.Response, started: float) -> str:
+        """Read at most MAX_BODY_BYTES, within the timeout overall; return its start as text."""
+        received = bytearray()
+        try:
+            for chunk in response.iter_content(chunk_size=8192):
+                received.extend(chunk)
+                if len(received) >= MAX_BODY_BYTES or time.monotonic() - started > self.timeout:
+                    break
+        except requests.RequestException:
+            pass  # the status line is what matters; a broken body is not a failure by itself
+        text = bytes(received[:MAX_BODY_BYTES]).decode(response.encoding or "utf-8", errors="replace")
+        text = " ".join(text.split())
+        return text[:BODY_EXCERPT_CHARS]

@@ -1,0 +1,108 @@
+"""WorkerPubSubBase: one method per subscriber, with ``@Subscriber`` / ``@DeadSubscriber``.
+
+```python
+class MyWorker(WorkerPubSubBase):
+    @Subscriber("index")
+    def update_index(self, payload: dict, subscription: dict, tarefa: dict, bd_conn) -> str: ...
+
+    @DeadSubscriber("index")
+    def index_gave_up(self, payload, subscription, tarefa, bd_conn) -> str: ...
+```
+
+``payload`` is the whole delivery envelope ``{"publication": ..., "subscription": ...}``.
+Registration belongs to the class that declares the methods (and its
+subclasses): two worker classes in one process never see each other's
+subscribers. A subscriber without a method but with a ``url`` is delivered by
+webhook, so one worker can serve mixed subscribers.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.pubsub import PubSubError, parse_envelope
+from nsj_queue_lib.worker_base import WorkerBase
+
+logger = get_logger("pubsub")
+
+_LIVE_MARK = "_nsj_subscriber_ids"
+_DEAD_MARK = "_nsj_dead_subscriber_ids"
+
+
+def _marker(attribute: str, kind: str):
+    class _Decorator:
+        def __init__(self, subscriber_id: str) -> None:
+            if not isinstance(subscriber_id, str) or not subscriber_id:
+                raise ValueError(f"@{kind} needs a non-empty subscriber id")
+            self.subscriber_id = subscriber_id
+
+        def __call__(self, func: Callable) -> Callable:
+            ids = getattr(func, attribute, ())
+            setattr(func, attribute, (*ids, self.subscriber_id))
+            return func
+
+    _Decorator.__name__ = _Decorator.__qualname__ = kind
+    return _Decorator
+
+
+Subscriber = _marker(_LIVE_MARK, "Subscriber")
+DeadSubscriber = _marker(_DEAD_MARK, "DeadSubscriber")
+
+
+def _collect(cls: type, attribute: str) -> dict[str, str]:
+    """{subscriber id: method name} over the class's MRO, nearest definition first."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            for subscriber_id in getattr(value, attribute, ()):
+                found[subscriber_id] = name
+    return found
+
+
+class WorkerPubSubBase(WorkerBase, abc.ABC):
+    _subscriber_methods: dict[str, str] = {}
+    _dead_subscriber_methods: dict[str, str] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._subscriber_methods = _collect(cls, _LIVE_MARK)
+        cls._dead_subscriber_methods = _collect(cls, _DEAD_MARK)
+
+    def __init__(self, settings=None) -> None:
+        super().__init__(settings)
+        self._webhook = None
+
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+        envelope = parse_envelope(payload)
+        if envelope is None:
+            raise PubSubError(f"task {tarefa.get('id')} is not a pub/sub delivery (payload has no envelope)")
+        subscription = envelope["subscription"]
+        subscriber_id = str(subscription["id"])
+        method_name = self._subscriber_methods.get(subscriber_id)
+        if method_name is not None:
+            return getattr(self, method_name)(envelope, subscription, tarefa, bd_conn)
+        if subscription.get("url"):
+            return self._webhook_caller().deliver(envelope)
+        raise PubSubError(
+            f"subscriber {subscriber_id!r} has no @Subscriber method in {type(self).__name__} and no url"
+        )
+
+    def execute_dead(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+        envelope = parse_envelope(payload)
+        if envelope is not None:
+            subscription = envelope["subscription"]
+            method_name = self._dead_subscriber_methods.get(str(subscription["id"]))
+            if method_name is not None:
+                return getattr(self, method_name)(envelope, subscription, tarefa, bd_conn)
+        return super().execute_dead(payload, tarefa, bd_conn)
+
+    def _webhook_caller(self):
+        if self._webhook is None:
+            from nsj_queue_lib.webhook import WebhookCaller
+
+            timeout = self._settings.default_webhook_timeout if self._settings is not None else 20.0
+            self._webhook = WebhookCaller(timeout)
+        return self._webhook
