@@ -170,7 +170,7 @@ class TaskExecutor:
                 conn, tasks = self._run(conn, tasks[0])
         except DatabaseError as exc:
             logger.warning("queue=%s: claim failed: %s", self.settings.queue_name, exc)
-            conn = self._discard(conn)
+            conn = self._discard(conn, replace=False)
         finally:
             self._put_back(conn)
 
@@ -185,7 +185,7 @@ class TaskExecutor:
         task_id = task["id"]
         keys = task_lock_keys(self.queue_oid, task_id)
         queue_key = keys[0]
-        if not task.get("liveness_locked", True):
+        if not task.pop("liveness_locked", True):
             logger.warning("queue=%s task=%s: liveness lock already held elsewhere", self.settings.queue_name,
                            task_id)
         with self._cond:
@@ -247,7 +247,7 @@ class TaskExecutor:
                            "rescue the task", self.settings.queue_name, task_id, exc)
         return False
 
-    def _discard(self, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+    def _discard(self, conn: psycopg.Connection | None, replace: bool = True) -> psycopg.Connection | None:
         """Close a broken connection, give it back (the pool drops it) and take another, or None."""
         if conn is not None:
             try:
@@ -255,6 +255,8 @@ class TaskExecutor:
             except Exception:  # noqa: BLE001
                 pass
             self._put_back(conn)
+        if not replace:
+            return None
         try:
             return self.pool.getconn()
         except Exception:  # noqa: BLE001
