@@ -228,11 +228,11 @@ class TaskExecutor:
                        task["tentativa"], type(error).__name__, error,
                        exc_info=isinstance(error, Exception) and self.settings.log_debug)
         try:
-            conn.execute("ROLLBACK")
-            conn.execute("BEGIN")
+            self.store.rollback(conn)
+            self.store.begin(conn)
             record_failure(self.store, conn, self.settings, task, error)
             self.store.unlock_task(conn, keys)
-            conn.execute("COMMIT")
+            self.store.commit(conn)
             return True
         except Exception as exc:  # noqa: BLE001 - the task's connection is gone
             logger.info("queue=%s task=%s: recording the failure on a fresh connection (%s)",
@@ -240,8 +240,10 @@ class TaskExecutor:
         # The liveness lock died with the connection; the conditional update
         # makes a race with the retry service harmless.
         try:
-            with self.pool.connection() as fresh, fresh.transaction():
+            with self.pool.connection() as fresh:
+                self.store.begin(fresh)
                 record_failure(self.store, fresh, self.settings, task, error)
+                self.store.commit(fresh)
         except Exception as exc:  # noqa: BLE001
             logger.warning("queue=%s task=%s: could not record the failure (%s); the retry service will "
                            "rescue the task", self.settings.queue_name, task_id, exc)
@@ -286,16 +288,24 @@ class TaskExecutor:
         if not running:
             return 0
         released = 0
-        with connect() as admin:  # autocommit
+        admin = connect()  # autocommit
+        try:
             for item in running:
                 try:
-                    admin.execute("SELECT pg_terminate_backend(%s)", (item.conn.info.backend_pid,))
+                    self.store.terminate_session(admin, item.conn)
                 except Exception as exc:  # noqa: BLE001
-                    logger.warning("queue=%s task=%s: could not stop its backend: %s",
+                    logger.warning("queue=%s task=%s: could not stop its session: %s",
                                    self.settings.queue_name, item.task["id"], exc)
             for item in running:
-                with admin.transaction():
+                self.store.begin(admin)
+                try:
                     if record_failure(self.store, admin, self.settings, item.task, RELEASED_MESSAGE,
                                       status=model.FALHA_PROCESSANDO, delay_seconds=0.0) is not None:
                         released += 1
+                    self.store.commit(admin)
+                except Exception:
+                    self.store.rollback(admin)
+                    raise
+        finally:
+            admin.close()
         return released

@@ -75,10 +75,12 @@ class PeriodicService(abc.ABC):
             try:
                 return self.work(conn)
             finally:
-                if not conn.closed:
+                try:
                     conn.rollback()
                     self.store.service_unlock(conn, self.lock_key)
                     conn.commit()
+                except Exception:  # noqa: BLE001 - a dead connection released the lock already
+                    pass
 
     @abc.abstractmethod
     def work(self, conn: psycopg.Connection) -> int:

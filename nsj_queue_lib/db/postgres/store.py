@@ -214,6 +214,25 @@ class PostgresQueueStore:
         with wrap_driver_errors("next_due"):
             return conn.execute(self.sql["next_due"]).fetchone()[0]
 
+    # Transaction control on autocommit connections (executor, admin).
+
+    def begin(self, conn) -> None:
+        with wrap_driver_errors("begin"):
+            conn.execute("BEGIN")
+
+    def commit(self, conn) -> None:
+        with wrap_driver_errors("commit"):
+            conn.execute("COMMIT")
+
+    def rollback(self, conn) -> None:
+        with wrap_driver_errors("rollback"):
+            conn.execute("ROLLBACK")
+
+    def terminate_session(self, admin_conn, victim_conn) -> None:
+        """End another connection's server session (its transaction rolls back, its locks go)."""
+        with wrap_driver_errors("terminate_session"):
+            admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))
+
     def unlock_task(self, conn, keys: tuple[int, int]) -> None:
         with wrap_driver_errors("unlock_task"):
             conn.execute(self.sql["unlock_task"], {"queue_key": keys[0], "task_key": keys[1]})
