@@ -1,0 +1,265 @@
+"""The examples in ``examples/`` run as written, and ``make demo`` (examples/demo.py) succeeds.
+
+Every script runs as a real subprocess, with its configuration in the
+environment exactly as a user would give it, against the test database
+(``pg_dsn``: TEST_PG_DSN or the embedded server).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.helpers.databases import table_exists
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.py"))
+DEMO_TIMEOUT = 120
+# Variables that would change what an example does: never inherited from the developer's shell.
+_OWN_PREFIXES = ("DB_", "DATABASE_", "QUEUE_", "EXAMPLE_", "DEMO_", "LOG_DEBUG", "GRAFANA_URL")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
+    env.update(extra, PYTHONUNBUFFERED="1")
+    return env
+
+
+def db_env(dsn: str) -> dict[str, str]:
+    """The worker's DB_* variables for a libpq DSN (conninfo or URI)."""
+    params = conninfo_to_dict(dsn)
+    env = {
+        "DB_HOST": params.get("host") or "localhost",
+        "DB_BASE": params.get("dbname") or "postgres",
+        "DB_USER": params.get("user") or "postgres",
+    }
+    if params.get("port"):
+        env["DB_PORT"] = str(params["port"])
+    if params.get("password"):
+        env["DB_PASS"] = params["password"]
+    return env
+
+
+def run_example(name: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# -- every example compiles and imports without side effects ---------------------
+
+
+def test_the_examples_exist():
+    names = {path.name for path in EXAMPLE_FILES}
+    assert {"demo.py", "enqueue.py", "worker_simple.py", "worker_fila_teste.py"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_compiles_and_imports(path, monkeypatch):
+    compile(path.read_text(encoding="utf-8"), str(path), "exec")  # a SyntaxError fails here
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    for key in list(os.environ):
+        if key.startswith(_OWN_PREFIXES):
+            monkeypatch.delenv(key)
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # importing runs nothing: every script is guarded by __main__
+    assert module.__doc__, f"{path.name} explains itself in a docstring"
+
+
+def test_example_workers_are_worker_base_subclasses(monkeypatch):
+    from nsj_queue_lib import WorkerBase
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    for stem, cls in (("worker_simple", "WorkerSimple"), ("worker_fila_teste", "WorkerFilaTeste")):
+        spec = importlib.util.spec_from_file_location(f"example_{stem}", EXAMPLES / f"{stem}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert issubclass(getattr(module, cls), WorkerBase)
+
+
+# -- configuration errors are reported, not tracebacks ------------------------------
+
+
+def test_worker_simple_without_configuration_names_the_variables():
+    result = run_example("worker_simple.py", clean_env(), timeout=30)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    for name in ("DB_HOST", "QUEUE_NAME", "QUEUE_TABLE"):
+        assert name in last, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_with_an_incomplete_db_env_says_what_is_missing():
+    result = run_example("demo.py", clean_env(DB_HOST="127.0.0.1"), timeout=30)
+    assert result.returncode == 1
+    assert "FAILED" in result.stderr and "DB_BASE" in result.stderr and "DB_USER" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# -- the demo, end to end ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(pg_dsn, pg_admin):
+    started = time.monotonic()
+    result = run_example("demo.py", clean_env(**db_env(pg_dsn)), timeout=DEMO_TIMEOUT)
+    took = time.monotonic() - started
+    out = result.stdout
+    assert result.returncode == 0, f"stdout:\n{out}\nstderr:\n{result.stderr}"
+    assert took < 60, f"the demo took {took:.1f} s"
+    assert "demo: the worker exited with code 0" in out
+    assert "demo: OK" in out
+
+    header = next(line for line in out.splitlines() if line.startswith("id |"))
+    for column in ("id", "tentativa", "status", "dead", "mensagem", "prioridade", "data_hora"):
+        assert re.search(rf"\b{column}\b", header), header
+    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+ \|", line)]
+    cells = [[c.strip() for c in line.split("|")] for line in rows]
+    by_key: dict[str, list[list[str]]] = {}
+    for row in cells:
+        by_key.setdefault(row[2], []).append(row)
+    # id | id_inicial | chave_externa | prioridade | tentativa | status | dead | data_hora | mensagem
+    assert [(r[4], r[5]) for r in by_key["falha-2x"]] == [("1", "falha"), ("2", "falha"), ("3", "sucesso")]
+    assert [(r[4], r[5], r[6]) for r in by_key["sempre-falha"]] == [
+        ("1", "falha", ""), ("2", "falha", ""), ("3", "falha", ""), ("1", "sucesso", "yes")]
+    assert "maximum of 3 attempts" in by_key["sempre-falha"][2][8]
+    assert by_key["prioritaria"][0][3] == "90"
+    assert by_key["agendada-3s"][0][7].startswith("+3.")
+    for row in cells:
+        assert row[5] not in ("pendente", "agendada", "processando"), row
+
+    # The demo removes the queue it created from a shared database.
+    queue = re.search(r"created queue (\S+) ", out).group(1)
+    assert not table_exists(pg_admin, queue)
+    assert not table_exists(pg_admin, f"{queue}_resultado")
+
+
+# -- enqueue.py and the workers on a real queue --------------------------------------
+
+
+@pytest.mark.slow
+def test_enqueue_example_runs_as_written(pg_dsn, pg_queue, pg_autocommit):
+    order_table_existed = table_exists(pg_autocommit, "public.exemplo_pedido")
+    try:
+        result = run_example("enqueue.py", clean_env(**db_env(pg_dsn), QUEUE_TABLE=pg_queue.table))
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert [line.split(".")[0] for line in lines] == ["1", "2", "3", "4", "5", "6"], result.stdout
+
+        rows = pg_autocommit.execute(
+            f"SELECT processo, chave_externa, prioridade, data_hora > clock_timestamp(), payload"
+            f" FROM {pg_queue.table} ORDER BY id"
+        ).fetchall()
+        by_process: dict[str, list] = {}
+        for row in rows:
+            by_process.setdefault(row[0], []).append(row)
+        assert [r[1] for r in by_process["faturar_pedido"]] == ["1001"]  # 1002 was rolled back
+        assert by_process["faturar_pedido"][0][4] == '{"itens":3,"pedido":"1001"}'
+        assert [r[2] for r in by_process["cancelar_pedido"]] == [90]
+        assert [r[3] for r in by_process["lembrar_cliente"]] == [True]
+        assert len(by_process["emitir_nota"]) == 100
+        assert len(by_process["recalcular_frete"]) == 1  # the second enqueue_once found it
+        assert "enqueued=True" in lines[5] and "enqueued=False" in lines[5]
+        lost_id = int(re.search(r"task (\d+) was rolled back", lines[1]).group(1))
+        assert pg_autocommit.execute(f"SELECT count(*) FROM {pg_queue.table} WHERE id = %s",
+                                     (lost_id,)).fetchone()[0] == 0
+    finally:
+        if not order_table_existed:
+            pg_autocommit.execute("DROP TABLE IF EXISTS public.exemplo_pedido")
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["worker_simple.py", "worker_fila_teste.py"])
+def test_example_worker_processes_a_task_and_stops_on_sigterm(script, pg_dsn, pg_queue, pg_autocommit):
+    from nsj_queue_lib import QueueClient
+
+    result_table = f"{pg_queue.table}_resultado"
+    env = clean_env(**db_env(pg_dsn), QUEUE_NAME=pg_queue.name, QUEUE_TABLE=pg_queue.table,
+                    EXAMPLE_RESULT_TABLE=result_table)
+    worker = subprocess.Popen([sys.executable, str(EXAMPLES / script)], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        task_id = QueueClient(pg_autocommit, pg_queue.table).insert_task(
+            "teste", "exemplo", "exemplo", "chave-1", {"pedido": 1})
+
+        def settled() -> bool:
+            status = pg_autocommit.execute(f"SELECT status FROM {pg_queue.table} WHERE id = %s",
+                                           (task_id,)).fetchone()[0]
+            assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
+            return status == "sucesso"
+
+        _wait_for(settled, 30, f"task {task_id} to succeed")
+        if script == "worker_simple.py":
+            written = pg_autocommit.execute(f"SELECT tarefa_id, dead FROM {result_table}").fetchall()
+            assert written == [(task_id, False)]
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.stdout.read()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        pg_autocommit.execute(f"DROP TABLE IF EXISTS {result_table}")
+        worker.stdout.close()
+
+
+@pytest.mark.slow
+def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(pg_dsn, pg_queue, pg_autocommit):
+    from nsj_queue_lib import QueueClient
+
+    result_table = f"{pg_queue.table}_resultado"
+    env = clean_env(**db_env(pg_dsn), QUEUE_NAME=pg_queue.name, QUEUE_TABLE=pg_queue.table,
+                    EXAMPLE_RESULT_TABLE=result_table, QUEUE_MAX_RETRY="2", QUEUE_BASE_INTERVAL_RETRY="0.01",
+                    QUEUE_NOTIFY_THREAD_INTERVAL="0.5", QUEUE_RETRY_THREAD_INTERVAL="1")
+    worker = subprocess.Popen([sys.executable, str(EXAMPLES / "worker_simple.py")], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        client = QueueClient(pg_autocommit, pg_queue.table)
+        once = client.insert_task("teste", "exemplo", "exemplo", "falha-1x", {"falhas": 1})
+        never = client.insert_task("teste", "exemplo", "exemplo", "sempre", {"sempre_falhar": True})
+
+        def done() -> bool:
+            assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
+            active, dead_ok = pg_autocommit.execute(
+                f"SELECT count(*) FILTER (WHERE status IN ('pendente', 'agendada', 'processando')),"
+                f" count(*) FILTER (WHERE dead AND status = 'sucesso') FROM {pg_queue.table}"
+            ).fetchone()
+            return active == 0 and dead_ok == 1
+
+        _wait_for(done, 45, "the tasks to settle")
+        attempts = pg_autocommit.execute(
+            f"SELECT coalesce(id_inicial, id), tentativa, status, dead FROM {pg_queue.table} ORDER BY id"
+        ).fetchall()
+        assert [(t, s) for i, t, s, d in attempts if i == once] == [(1, "falha"), (2, "sucesso")]
+        assert [(t, s) for i, t, s, d in attempts if i == never and not d] == [(1, "falha"), (2, "falha")]
+        # Only the successful attempt and the dead letter left a row: failed attempts were rolled back.
+        written = pg_autocommit.execute(
+            f"SELECT chave_externa, tentativa, dead, live_id FROM {result_table} ORDER BY id").fetchall()
+        assert sorted(written, key=str) == sorted(
+            [("falha-1x", 2, False, None), ("sempre", 1, True, never)], key=str)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        pg_autocommit.execute(f"DROP TABLE IF EXISTS {result_table}")
+        worker.stdout.close()
+
