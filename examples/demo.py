@@ -417,6 +417,9 @@ def main() -> int:
         print(f"demo: FAILED: database error: {type(exc).__name__}: {str(exc).strip()}", file=sys.stderr,
               flush=True)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the worker, the queue and the embedded server are cleaned up already
+        print("demo: interrupted", file=sys.stderr, flush=True)
+        return 130
     return 0
 
 
