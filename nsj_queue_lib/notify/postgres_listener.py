@@ -15,6 +15,7 @@ from psycopg import sql
 from nsj_queue_lib.exceptions import DatabaseError
 
 HALT_PAYLOAD = "HALT"
+SCHEDULED_PAYLOAD = "scheduled"  # a task due later was inserted: re-plan the next wake-up
 
 
 class PostgresListener:
@@ -43,10 +44,10 @@ class PostgresListener:
                 pass
             self._conn = None
 
-    def wait(self, timeout: float, interrupt_fd: int) -> tuple[bool, bool]:
+    def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
         """Block until a notification, ``interrupt_fd`` is readable, or the timeout.
 
-        Returns (notified, halt_requested).
+        Returns the payloads received (empty on timeout or interruption).
         """
         if self._conn is None:
             raise DatabaseError("listener is not connected")
@@ -55,7 +56,7 @@ class PostgresListener:
         except (OSError, ValueError) as exc:
             raise DatabaseError(f"waiting on the LISTEN connection failed: {exc}") from exc
         if self._conn.fileno() not in readable:
-            return False, False
+            return []
         try:
             notes = list(self._conn.notifies(timeout=0))
         except psycopg.Error as exc:
@@ -67,5 +68,4 @@ class PostgresListener:
                 self._conn.execute("SELECT 1")
             except psycopg.Error as exc:
                 raise DatabaseError(f"LISTEN connection lost: {exc}") from exc
-        halt = any(n.payload == HALT_PAYLOAD for n in notes)
-        return bool(notes), halt
+        return [n.payload for n in notes]

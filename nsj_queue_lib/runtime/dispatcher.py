@@ -19,7 +19,7 @@ from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.notify.postgres_listener import PostgresListener
+from nsj_queue_lib.notify.postgres_listener import HALT_PAYLOAD, SCHEDULED_PAYLOAD, PostgresListener
 from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.waker import Waker
 from nsj_queue_lib.settings import Settings
@@ -113,15 +113,17 @@ class Dispatcher:
             self._waker.drain()
             if self._stop.is_set():  # stop sets the flag before waking: nothing is missed
                 return
-            notified, halt = self._listener.wait(timeout, self._waker.fileno())
-            if halt:
+            payloads = self._listener.wait(timeout, self._waker.fileno())
+            if HALT_PAYLOAD in payloads:
                 logger.info("queue=%s: HALT received; stopping", self.settings.queue_name)
                 self._on_halt()
                 return
-            if notified:
-                self.notifications += 1
+            self.notifications += len(payloads)
+            if any(p != SCHEDULED_PAYLOAD for p in payloads):
                 self.executor.wake(1)
-            timed_out = not notified
+            # A 'scheduled' notification only moves the next wake-up, computed
+            # again at the top of the loop.
+            timed_out = not payloads
 
     def _idle_timeout(self) -> float:
         """Seconds until the next scheduled row is due, capped by QUEUE_WAIT_NOTIFY_INTERVAL."""

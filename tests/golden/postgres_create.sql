@@ -44,12 +44,17 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 
--- Wakes the workers listening on channel 'fila_teste' when a task that is ready now is inserted.
--- The notification is delivered at commit and identical ones are merged.
+-- Tells the workers listening on channel 'fila_teste' about a new task: payload
+-- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
+-- their next wake-up). Delivered at commit; identical notifications are merged.
 CREATE OR REPLACE FUNCTION public.notify_fila_teste_insert()
 RETURNS trigger AS $$
 BEGIN
-    PERFORM pg_notify('fila_teste', '');
+    IF NEW.data_hora <= clock_timestamp() AND NEW.status = 'pendente' THEN
+        PERFORM pg_notify('fila_teste', '');
+    ELSE
+        PERFORM pg_notify('fila_teste', 'scheduled');
+    END IF;
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
@@ -58,7 +63,7 @@ DROP TRIGGER IF EXISTS trigger_insert_fila_teste ON public.fila_teste;
 CREATE TRIGGER trigger_insert_fila_teste
 AFTER INSERT ON public.fila_teste
 FOR EACH ROW
-WHEN (NEW.status = 'pendente' AND NEW.data_hora <= clock_timestamp())
+WHEN (NEW.status IN ('pendente', 'agendada'))
 EXECUTE FUNCTION public.notify_fila_teste_insert();
 
 -- Subscribers of pub/sub and webhook publications.

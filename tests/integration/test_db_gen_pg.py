@@ -87,12 +87,19 @@ def test_trigger_notifies_for_a_ready_row(pg_queue, pg_admin, listener, pg_dsn):
     assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == ["", ""]
 
 
-def test_trigger_is_silent_for_future_and_scheduled_rows(pg_queue, pg_admin, listener, pg_dsn):
+def test_trigger_says_scheduled_for_future_and_agendada_rows(pg_queue, pg_admin, listener, pg_dsn):
+    # Workers must not wake to claim these, only re-plan their next wake-up.
     with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
         _insert(writer, pg_queue.table, "(processo, data_hora) VALUES ('p', clock_timestamp() + interval '1 hour')")
         _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'agendada')")
+    assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == ["scheduled", "scheduled"]
+
+
+def test_trigger_is_silent_for_settled_and_running_rows(pg_queue, pg_admin, listener, pg_dsn):
+    with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
         _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'sucesso')")
         _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'processando')")
+        _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'falha')")
     assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
 
 

@@ -1,9 +1,14 @@
--- Wakes the workers listening on channel '{channel}' when a task that is ready now is inserted.
--- The notification is delivered at commit and identical ones are merged.
+-- Tells the workers listening on channel '{channel}' about a new task: payload
+-- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
+-- their next wake-up). Delivered at commit; identical notifications are merged.
 CREATE OR REPLACE FUNCTION {function}()
 RETURNS trigger AS $$
 BEGIN
-    PERFORM pg_notify('{channel}', '');
+    IF NEW.data_hora <= clock_timestamp() AND NEW.status = 'pendente' THEN
+        PERFORM pg_notify('{channel}', '');
+    ELSE
+        PERFORM pg_notify('{channel}', 'scheduled');
+    END IF;
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
@@ -12,5 +17,5 @@ DROP TRIGGER IF EXISTS {trigger_name} ON {table};
 CREATE TRIGGER {trigger_name}
 AFTER INSERT ON {table}
 FOR EACH ROW
-WHEN (NEW.status = 'pendente' AND NEW.data_hora <= clock_timestamp())
+WHEN (NEW.status IN ('pendente', 'agendada'))
 EXECUTE FUNCTION {function}();
