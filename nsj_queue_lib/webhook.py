@@ -10,12 +10,16 @@ body is read up to ``MAX_BODY_BYTES``. Header values never reach the logs.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from nsj_queue_lib.log import get_logger
 
@@ -36,8 +40,14 @@ def redact_url(url: str) -> str:
     """The URL without credentials, query or fragment: safe to log and store."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port:
+        host = f"{host}:{port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
@@ -52,6 +62,10 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
             f"subscriber {subscription.get('id')!r}: only http and https URLs are called, got scheme "
             f"{parts.scheme or '(none)'!r}"
         )
+    try:
+        parts.port
+    except ValueError:
+        raise WebhookError(f"subscriber {subscription.get('id')!r}: the url has an invalid port") from None
     method = (subscription.get("http_method") or "POST").strip().upper()
     if method not in ALLOWED_METHODS:
         raise WebhookError(
@@ -66,7 +80,18 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
             raise WebhookError(f"subscriber {subscription.get('id')!r}: headers are not valid JSON") from None
     if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
         raise WebhookError(f"subscriber {subscription.get('id')!r}: headers must be a JSON object")
-    return method, url.strip(), {k: str(v) for k, v in headers.items()}
+    cleaned = {k: v if isinstance(v, str) else json.dumps(v) for k, v in headers.items()}
+    for name, value in cleaned.items():
+        try:
+            name.encode("ascii")
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            # The value itself is never echoed: it may be a secret.
+            raise WebhookError(
+                f"subscriber {subscription.get('id')!r}: header {name.encode('ascii', 'replace').decode()!r} "
+                "cannot be sent in HTTP (non-latin-1 characters)"
+            ) from None
+    return method, url.strip(), cleaned
 
 
 def _body_of(publication: Any) -> tuple[bytes, str]:
@@ -82,8 +107,65 @@ def _body_of(publication: Any) -> tuple[bytes, str]:
         return publication.encode("utf-8"), "text/plain; charset=utf-8"
 
 
+class _CallWatch:
+    """The connection a thread's current call uses, so a watchdog can cut it at the deadline."""
+
+    def __init__(self) -> None:
+        self.connection = None
+        self.cut = False
+
+    def cut_off(self) -> None:
+        self.cut = True
+        sock = getattr(self.connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked on a trickling peer
+            except OSError:
+                pass
+
+
+_current_watch = threading.local()
+
+
+class _WatchedMixin:
+    def request(self, *args, **kwargs):
+        watch = getattr(_current_watch, "watch", None)
+        if watch is not None:
+            watch.connection = self
+        return super().request(*args, **kwargs)
+
+
+class _WatchedHTTPConnection(_WatchedMixin, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedMixin, HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """Pools whose connections report themselves to the calling thread's watchdog."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
 class WebhookCaller:
-    """Delivers envelopes over HTTP; one ``requests.Session`` per thread (connection reuse)."""
+    """Delivers envelopes over HTTP; one ``requests.Session`` per thread (connection reuse).
+
+    ``timeout_seconds`` bounds the whole call (connect, headers and body): a
+    watchdog shuts the socket down at the deadline, so a peer that trickles
+    bytes cannot hold an executor thread.
+    """
 
     def __init__(self, timeout_seconds: float):
         self.timeout = timeout_seconds
@@ -94,6 +176,9 @@ class WebhookCaller:
         if session is None:
             session = requests.Session()
             session.trust_env = False  # no proxies or .netrc picked up from the environment
+            adapter = _WatchedAdapter()
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
             self._local.session = session
         return session
 
@@ -109,19 +194,34 @@ class WebhookCaller:
         logger.info("webhook subscriber=%s: %s %s (headers: %s)", subscription.get("id"), method, safe_url,
                     ", ".join(sorted(headers)) or "none")
         started = time.monotonic()
+        timed_out = f"{method} {safe_url}: timed out after {self.timeout:g} s"
+        watch = _CallWatch()
+        _current_watch.watch = watch
+        watchdog = threading.Timer(self.timeout, watch.cut_off)
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            response = self._session().request(
-                method, url, data=body, headers=headers, timeout=self.timeout,
-                allow_redirects=False, stream=True,
-            )
-        except requests.Timeout as exc:
-            raise WebhookError(f"{method} {safe_url}: timed out after {self.timeout:g} s") from exc
-        except requests.RequestException as exc:
-            raise WebhookError(f"{method} {safe_url}: {type(exc).__name__}") from exc
-        try:
-            excerpt = self._read_excerpt(response, started)
+            try:
+                response = self._session().request(
+                    method, url, data=body, headers=headers, timeout=self.timeout,
+                    allow_redirects=False, stream=True,
+                )
+            # "from None": the driver's exception text carries the URL's query string.
+            except requests.Timeout:
+                raise WebhookError(timed_out) from None
+            except requests.RequestException as exc:
+                if watch.cut:
+                    raise WebhookError(timed_out) from None
+                raise WebhookError(f"{method} {safe_url}: {type(exc).__name__}") from None
+            try:
+                excerpt = self._read_excerpt(response, started)
+            finally:
+                response.close()
         finally:
-            response.close()
+            watchdog.cancel()
+            _current_watch.watch = None
+        if watch.cut:
+            raise WebhookError(timed_out)
         summary = f"{method} {safe_url} -> HTTP {response.status_code}"
         if excerpt:
             summary += f": {excerpt}"

@@ -130,11 +130,6 @@ def test_redact_url_drops_credentials_query_and_fragment(url, expected):
     assert redact_url(url) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG nsj_queue_lib/webhook.py redact_url: an IPv6 literal loses its brackets "
-    "('http://[::1]:8080/x' becomes 'http://::1:8080/x', not a URL any more)",
-)
 def test_redact_url_keeps_ipv6_brackets():
     assert redact_url("http://[::1]:8080/x?token=1") == "http://[::1]:8080/x"
 
@@ -282,12 +277,6 @@ def test_the_excerpt_is_bounded_and_whitespace_is_collapsed(server):
     assert len(message) <= len(f"POST {server.url('/hook')} -> HTTP 500: ") + webhook.BODY_EXCERPT_CHARS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG nsj_queue_lib/webhook.py WebhookCaller.deliver/_read_excerpt: DEFAULT_WEBHOOK_TIMEOUT is "
-    "per socket read, not overall; a server that trickles its answer keeps the call (and the executor "
-    "thread) for as long as it keeps trickling",
-)
 @pytest.mark.parametrize("phase", ["headers", "body"])
 def test_a_trickling_answer_is_cut_at_the_timeout(server, phase):
     server.route("/drip", drip_interval=0.1, drip_seconds=1.5, drip_headers=phase == "headers")
@@ -331,3 +320,20 @@ def test_header_values_never_reach_the_logs(server, caplog):
     assert "Authorization" in text  # header names are logged...
     assert "s3cr3t" not in text  # ...values never
     assert "token=abc" not in text
+
+
+def test_check_request_refuses_a_header_http_cannot_carry_without_echoing_it():
+    with pytest.raises(WebhookError) as info:
+        check_request({"id": "s", "url": "http://example.test/", "headers": {"X-Key": "s3cret€"}})
+    assert "X-Key" in str(info.value)
+    assert "s3cret" not in str(info.value)
+
+
+def test_check_request_refuses_an_invalid_port():
+    with pytest.raises(WebhookError, match="invalid port"):
+        check_request({"id": "s", "url": "http://example.test:99999/"})
+
+
+def test_check_request_sends_non_text_header_values_as_json():
+    _, _, headers = check_request({"id": "s", "url": "http://example.test/", "headers": {"X-On": True}})
+    assert headers == {"X-On": "true"}
