@@ -1,0 +1,260 @@
+"""The maintenance services (retry, renotify, purge) and the lock key spaces, on real PostgreSQL.
+
+Services are built directly and driven with ``run_once()``; rows are inserted
+with SQL to set up exactly the state a service must handle. A task's liveness
+lock is the two-int4 advisory lock (queue table oid as signed int4, id % 2^31),
+computed here independently of the library.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.runtime.connections import connect
+from nsj_queue_lib.runtime.purge import PurgeService
+from nsj_queue_lib.runtime.renotify import RenotifyService
+from nsj_queue_lib.runtime.retry import RetryService
+from nsj_queue_lib.runtime.schedule import IntervalSchedule
+from nsj_queue_lib.runtime.service import service_lock_key
+from tests.helpers.databases import collect_until_sentinel
+from tests.helpers.processes import (
+    InProcessWorker,
+    enqueue,
+    fetch_rows,
+    function_worker,
+    listening_backends,
+    settings_for,
+    statuses,
+    wait_for,
+)
+
+
+def make_service(cls, dsn: str, table: str, **changes):
+    settings = settings_for(dsn, table, **changes)
+    store = PostgresQueueStore(settings.queue_table)
+    return cls(settings, store, lambda autocommit: connect(settings, autocommit), threading.Event(),
+               IntervalSchedule(3600))
+
+
+def liveness_keys(conn, table: str, task_id: int) -> tuple[int, int]:
+    oid = conn.execute("SELECT %s::regclass::oid::bigint", (table,)).fetchone()[0]
+    signed = oid - 2**32 if oid >= 2**31 else oid
+    return signed, task_id % 2**31
+
+
+def insert_row(conn, table: str, status: str, task_id: int | None = None, **columns) -> int:
+    values = {"origem": "teste", "destino": "worker", "processo": "processar", "payload": "p", "status": status,
+              **columns}
+    if task_id is not None:
+        values["id"] = task_id
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    return conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING id",
+                        list(values.values())).fetchone()[0]
+
+
+@pytest.fixture
+def holder(pg_dsn, pg_queue):
+    """A separate session holding advisory locks (as a live worker would)."""
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    yield conn
+    conn.close()
+
+
+# -- retry service ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("big_ids", [False, True], ids=["small-ids", "ids-above-2^31"])
+def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
+    big_ids, pg_queue, pg_dsn, pg_autocommit, holder
+):
+    table = pg_queue.table
+    base = 2**31 + 5 if big_ids else None
+    orphan = insert_row(pg_autocommit, table, "processando", base, chave_externa="orphan")
+    alive = insert_row(pg_autocommit, table, "processando", None if base is None else base + 1,
+                       chave_externa="alive")
+    holder.execute("SELECT pg_advisory_lock(%s, %s)", liveness_keys(holder, table, alive))
+
+    service = make_service(RetryService, pg_dsn, table, queue_base_interval_retry=10)
+    assert service.run_once() == 1
+
+    rows = {r["id"]: r for r in fetch_rows(pg_autocommit, table)}
+    assert rows[orphan]["status"] == "falha_processando"
+    assert rows[orphan]["reenfileirado"] is True
+    assert rows[orphan]["mensagem"]
+    [retry] = [r for r in rows.values() if r["id_anterior"] == orphan]
+    assert (retry["tentativa"], retry["id_inicial"], retry["status_anterior"]) == (2, orphan, "falha_processando")
+    assert retry["status"] in ("agendada", "pendente")
+    assert rows[orphan]["proxima_tentativa"] == retry["data_hora"]
+    # The attempt whose worker is alive is not touched.
+    assert rows[alive]["status"] == "processando"
+    assert not [r for r in rows.values() if r["id_anterior"] == alive]
+
+    # Once its worker is gone, it is rescued too.
+    holder.execute("SELECT pg_advisory_unlock_all()")
+    assert service.run_once() == 1
+    [after] = fetch_rows(pg_autocommit, table, "id = %s", (alive,))
+    assert after["status"] == "falha_processando"
+
+
+def test_retry_service_runs_on_one_worker_at_a_time(pg_queue, pg_dsn, pg_autocommit, holder):
+    orphan = insert_row(pg_autocommit, pg_queue.table, "processando")
+    service = make_service(RetryService, pg_dsn, pg_queue.table)
+    holder.execute("SELECT pg_advisory_lock(%s)", (service.lock_key,))  # another worker runs it
+    assert service.run_once() is None
+    assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (orphan,))[0]["status"] == "processando"
+    holder.execute("SELECT pg_advisory_unlock(%s)", (service.lock_key,))
+    assert service.run_once() == 1
+
+
+def test_retry_service_dead_letters_an_orphan_on_its_last_attempt(pg_queue, pg_dsn, pg_autocommit):
+    first = insert_row(pg_autocommit, pg_queue.table, "falha", payload="original")
+    last = insert_row(pg_autocommit, pg_queue.table, "processando", payload=None, tentativa=2,
+                      id_inicial=first, id_anterior=first)
+    service = make_service(RetryService, pg_dsn, pg_queue.table, queue_max_retry=2)
+    assert service.run_once() == 1
+    rows = {r["id"]: r for r in fetch_rows(pg_autocommit, pg_queue.table)}
+    assert rows[last]["status"] == "falha_processando" and rows[last]["estouro_tentativas"] is True
+    [dead] = [r for r in rows.values() if r["dead"]]
+    assert (dead["live_id"], dead["status"], dead["payload"]) == (first, "pendente", "original")
+
+
+# -- renotify service ----------------------------------------------------------------------
+
+
+def test_renotify_promotes_due_retries_and_wakes_the_workers(pg_queue, pg_dsn, pg_autocommit, pg_admin):
+    table = pg_queue.table
+    due = insert_row(pg_autocommit, table, "agendada")
+    later = insert_row(pg_autocommit, table, "agendada")
+    pg_autocommit.execute(f"UPDATE {table} SET data_hora = clock_timestamp() - interval '1 second' "
+                          f"WHERE id = %s", (due,))
+    pg_autocommit.execute(f"UPDATE {table} SET data_hora = clock_timestamp() + interval '1 hour' "
+                          f"WHERE id = %s", (later,))
+    service = make_service(RenotifyService, pg_dsn, table)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{pg_queue.name}"')
+        assert service.run_once() == 1
+        assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == [""]
+    rows = {r["id"]: r["status"] for r in fetch_rows(pg_autocommit, table)}
+    assert rows == {due: "pendente", later: "agendada"}
+
+
+def test_renotify_wakes_the_workers_for_tasks_left_waiting(pg_queue, pg_dsn, pg_autocommit, pg_admin):
+    """A 'pendente' task older than QUEUE_WAIT_NOTIFY_INTERVAL: its notification was lost."""
+    table = pg_queue.table
+    service = make_service(RenotifyService, pg_dsn, table, queue_wait_notify_interval=5)
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{pg_queue.name}"')
+        fresh = insert_row(pg_autocommit, table, "pendente")
+        collect_until_sentinel(listener, pg_admin, pg_queue.name)  # the insert's own notification
+        assert service.run_once() == 0
+        assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []  # not waiting long enough
+        pg_autocommit.execute(f"UPDATE {table} SET data_hora = clock_timestamp() - interval '1 minute' "
+                              f"WHERE id = %s", (fresh,))
+        assert service.run_once() == 0
+        assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == [""]
+
+
+# -- purge service ------------------------------------------------------------------------
+
+
+def test_purge_deletes_old_settled_rows_in_bounded_rounds(pg_queue, pg_dsn, pg_autocommit):
+    table = pg_queue.table
+    old = "clock_timestamp() - interval '2 days'"
+
+    def row(status, **columns):
+        task_id = insert_row(pg_autocommit, table, status, **columns)
+        pg_autocommit.execute(f"UPDATE {table} SET data_hora = {old} WHERE id = %s", (task_id,))
+        return task_id
+
+    gone = {row("sucesso"), row("sucesso"), row("falha", estouro_tentativas=True)}
+    finished = row("falha_processando")
+    gone |= {finished, row("sucesso", id_inicial=finished, tentativa=2)}
+    gone.add(row("sucesso", dead=True, live_id=finished))
+    # A chain still in progress: its first and middle attempts stay (later attempts
+    # read the payload of the first), and so does the pending one.
+    first = row("falha")
+    kept = {first, row("falha", id_inicial=first, tentativa=2), row("agendada", id_inicial=first, tentativa=3)}
+    kept |= {row("pendente"), row("agendada"), row("processando")}
+    kept.add(insert_row(pg_autocommit, table, "sucesso"))  # recent
+
+    service = make_service(PurgeService, pg_dsn, table, queue_purge_max_age=1, queue_purge_limit=2)
+    rounds = []
+    purge_round = service.store.purge_round
+
+    def spy(conn, max_age_days, limit):
+        # Every round is a transaction of its own: nothing is left open from the last one.
+        assert conn.info.transaction_status.name == "IDLE"
+        count = purge_round(conn, max_age_days, limit)
+        rounds.append(count)
+        return count
+
+    service.store.purge_round = spy
+    assert service.run_once() == len(gone)
+    assert {r["id"] for r in fetch_rows(pg_autocommit, table)} == kept
+    assert max(rounds) == 2 and sum(rounds) == len(gone) and len(rounds) >= 3
+    assert service.run_once() == 0
+
+
+# -- lock key spaces -------------------------------------------------------------------------
+
+
+ADVISORY_LOCKS = """
+SELECT l.classid::bigint, l.objid::bigint, l.objsubid
+FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = %s
+"""
+
+
+def test_service_locks_and_task_locks_never_collide(pg_queue, pg_dsn, pg_autocommit, holder):
+    table = pg_queue.table
+    # The original took its maintenance locks on bigint keys 1-3: a task with id 1
+    # must still get its liveness lock while those are held.
+    holder.execute("SELECT pg_advisory_lock(1), pg_advisory_lock(2), pg_advisory_lock(3)")
+    started, release = threading.Event(), threading.Event()
+
+    def execute(payload, tarefa, bd_conn):
+        started.set()
+        release.wait(20)
+        return "done"
+
+    settings = settings_for(pg_dsn, table)
+    worker = InProcessWorker(function_worker(settings, execute)).start()
+    try:
+        wait_for(lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1, 10, "the worker to LISTEN")
+        [task_id] = enqueue(pg_dsn, table, [dict(payload="x")])
+        assert task_id == 1
+        assert started.wait(10)
+        app = f"nsj_queue_lib:{pg_queue.name}"
+        task_lock = (*[k % 2**32 for k in liveness_keys(pg_autocommit, table, task_id)], 2)
+        assert pg_autocommit.execute(ADVISORY_LOCKS, (app,)).fetchall() == [task_lock]
+
+        service = make_service(RetryService, pg_dsn, table)
+        during = []
+        find_orphans = service.store.find_orphans
+
+        def spy(conn, queue_oid, limit):
+            during.extend(pg_autocommit.execute(ADVISORY_LOCKS, (app,)).fetchall())
+            return find_orphans(conn, queue_oid, limit)
+
+        service.store.find_orphans = spy
+        assert service.run_once() == 0  # the running task is alive: nothing to rescue
+        key = service.lock_key % 2**64
+        service_lock = (key >> 32, key & 0xFFFFFFFF, 1)  # a bigint key: objsubid 1
+        assert sorted(during) == sorted([task_lock, service_lock])
+        assert fetch_rows(pg_autocommit, table, "id = %s", (task_id,))[0]["status"] == "processando"
+    finally:
+        release.set()
+    wait_for(lambda: statuses(pg_autocommit, table) == {"sucesso": 1}, 10, "the task to finish")
+    assert worker.stop() == 0
+
+
+def test_service_lock_keys_differ_per_service_and_queue():
+    keys = {service_lock_key(table, name) for table in ("public.a", "public.b", "other.a")
+            for name in ("retry", "renotify", "purge")}
+    assert len(keys) == 9
+    assert all(-(2**63) <= key < 2**63 for key in keys)
