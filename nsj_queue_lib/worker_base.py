@@ -90,4 +90,7 @@ class WorkerBase(abc.ABC):
         from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
         self._runtime = WorkerRuntime(self._settings, self.handle_task)
-        return self._runtime.run(install_signal_handlers=install_signal_handlers)
+        code = self._runtime.run(install_signal_handlers=install_signal_handlers)
+        if self._runtime.exit_message:
+            print(f"nsj_queue_lib: {self._runtime.exit_message}", file=sys.stderr)
+        return code

@@ -14,7 +14,7 @@ import importlib
 
 from nsj_queue_lib.identifiers import check_identifier, check_table_name
 
-DIALECT_NAMES = ("postgres",)
+DIALECT_NAMES = ("postgres", "mysql", "singlestore")
 _DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
 
 

@@ -33,6 +33,10 @@ PROMOTE_LIMIT = 1000
 DUE_MARGIN_SECONDS = 0.002
 
 
+class QueueTableMissing(Exception):
+    """The configured queue table does not exist: a configuration error, not an outage."""
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -43,6 +47,7 @@ class Dispatcher:
         stop: threading.Event,
         on_halt: Callable[[], None],
         on_reconnect: Callable[[], None] = lambda: None,
+        listener=None,
     ):
         self.settings = settings
         self.store = store
@@ -52,7 +57,7 @@ class Dispatcher:
         self._on_halt = on_halt
         self._on_reconnect = on_reconnect
         self._waker = Waker()
-        self._listener = PostgresListener(lambda: connect(True), notify_channel(settings.queue_name))
+        self._listener = listener or PostgresListener(lambda: connect(True), notify_channel(settings.queue_name))
         self._control: psycopg.Connection | None = None
         self.notifications = 0
 
@@ -91,7 +96,16 @@ class Dispatcher:
         except psycopg.Error as exc:
             raise DatabaseError(f"connecting failed: {exc}") from exc
         if self.executor.queue_oid is None:
-            self.executor.queue_oid = self.store.queue_oid(self._control)
+            try:
+                self.executor.queue_oid = self.store.queue_oid(self._control)
+            except DatabaseError as exc:
+                if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                    # Not an outage: waiting would never help.
+                    raise QueueTableMissing(
+                        f"QUEUE_TABLE: table {self.settings.queue_table} does not exist "
+                        "(create it with python -m nsj_queue_lib.db_gen)"
+                    ) from exc
+                raise
 
     def _close(self) -> None:
         self._listener.close()

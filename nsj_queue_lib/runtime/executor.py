@@ -29,6 +29,7 @@ from nsj_queue_lib.db.postgres.store import PostgresQueueStore, queue_lock_key, 
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 from nsj_queue_lib.settings import Settings
 
 logger = get_logger("executor")
@@ -76,13 +77,14 @@ class TaskExecutor:
     """``queue_concurrency`` threads sharing wake-up tokens and a connection pool."""
 
     def __init__(self, settings: Settings, store: PostgresQueueStore, pool, handler: TaskHandler,
-                 stop: threading.Event):
+                 stop: threading.Event, liveness=None):
         self.settings = settings
         self.store = store
         self.pool = pool
         self.handler = handler
         self.stop_event = stop
         self.queue_oid: int | None = None  # set by the dispatcher once connected
+        self.liveness = liveness or DatabaseLiveness(store, lambda: queue_lock_key(self.queue_oid))
         self._cond = threading.Condition()
         self._tokens = 0
         self._idle_threads = 0
@@ -164,13 +166,15 @@ class TaskExecutor:
             logger.warning("queue=%s: no database connection for an executor (%s)", self.settings.queue_name, exc)
             return  # the dispatcher wakes the executors again once the database is back
         try:
-            tasks = self.store.claim(conn, self._claim_limit(), queue_lock_key(self.queue_oid))
+            tasks = self.liveness.claim(conn, self._claim_limit())
             while tasks:
                 self._wake_idle_thread()  # there may be more: let an idle thread look too
                 conn, tasks = self._run(conn, tasks[0])
         except DatabaseError as exc:
             logger.warning("queue=%s: claim failed: %s", self.settings.queue_name, exc)
             conn = self._discard(conn, replace=False)
+        except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
+            logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)
         finally:
             self._put_back(conn)
 
@@ -184,7 +188,6 @@ class TaskExecutor:
         """Run one claimed task; returns (the connection to go on with, the next claimed tasks)."""
         task_id = task["id"]
         keys = task_lock_keys(self.queue_oid, task_id)
-        queue_key = keys[0]
         if not task.pop("liveness_locked", True):
             logger.warning("queue=%s task=%s: liveness lock already held elsewhere", self.settings.queue_name,
                            task_id)
@@ -202,8 +205,8 @@ class TaskExecutor:
                 mensagem = bounded(DEFAULT_SUCCESS_MESSAGE if result is None else str(result),
                                    model.MENSAGEM_LIMIT)
                 try:
-                    next_tasks = self.store.complete_and_claim(conn, task_id, mensagem, keys,
-                                                               self._claim_limit(), queue_key)
+                    next_tasks = self.liveness.complete_and_claim(conn, task, mensagem, keys,
+                                                                  self._claim_limit())
                     logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task_id)
                     return conn, next_tasks
                 except DatabaseError as exc:
@@ -214,11 +217,13 @@ class TaskExecutor:
             with self._cond:
                 self._running.pop(task_id, None)
                 self._cond.notify_all()
-        if not self._fail(task, conn, keys, error):
+        healthy = self._fail(task, conn, keys, error)
+        self.liveness.after_settled(task)
+        if not healthy:
             conn = self._discard(conn)
             if conn is None:
                 return None, []
-        return conn, self.store.claim(conn, self._claim_limit(), queue_key)
+        return conn, self.liveness.claim(conn, self._claim_limit())
 
     def _fail(self, task: dict[str, Any], conn: psycopg.Connection, keys: tuple[int, int],
               error: BaseException) -> bool:
@@ -231,7 +236,7 @@ class TaskExecutor:
             self.store.rollback(conn)
             self.store.begin(conn)
             record_failure(self.store, conn, self.settings, task, error)
-            self.store.unlock_task(conn, keys)
+            self.liveness.unlock_in_transaction(conn, task, keys)
             self.store.commit(conn)
             return True
         except Exception as exc:  # noqa: BLE001 - the task's connection is gone

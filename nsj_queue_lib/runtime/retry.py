@@ -12,6 +12,7 @@ import psycopg
 from nsj_queue_lib import model
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.executor import record_failure
+from nsj_queue_lib.runtime.liveness import task_lock_name
 from nsj_queue_lib.runtime.service import PeriodicService
 
 logger = get_logger("retry")
@@ -28,7 +29,15 @@ class RetryService(PeriodicService):
         conn.commit()
         rescued = 0
         while not self.stop.is_set():
-            orphans = self.store.find_orphans(conn, queue_oid, BATCH)
+            if self.lock_client is None:
+                orphans = self.store.find_orphans(conn, queue_oid, BATCH)
+            else:
+                candidates = self.store.find_orphans(conn, queue_oid, BATCH, check_db_locks=False)
+                held = self.lock_client.held(task_lock_name(self.settings.queue_table, t["id"]) for t in candidates)
+                orphans = [t for t in candidates
+                           if task_lock_name(self.settings.queue_table, t["id"]) not in held]
+                if len(candidates) == BATCH and not orphans:
+                    break  # a full batch of live tasks: look again next run
             for task in orphans:
                 record_failure(self.store, conn, self.settings, task, ORPHAN_MESSAGE,
                                status=model.FALHA_PROCESSANDO)

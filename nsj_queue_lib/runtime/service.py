@@ -18,6 +18,7 @@ import psycopg
 
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.runtime.liveness import service_lock_name
 from nsj_queue_lib.settings import Settings
 
 logger = get_logger("service")
@@ -43,13 +44,16 @@ class PeriodicService(abc.ABC):
         connect: Callable[[bool], psycopg.Connection],
         stop: threading.Event,
         schedule,
+        lock_client=None,
     ):
         self.settings = settings
         self.store = store
         self._connect = connect
         self.stop = stop
         self.schedule = schedule
+        self.lock_client = lock_client  # CLIENT_SERVER_MODE: locks come from the socket server
         self.lock_key = service_lock_key(settings.queue_table, self.name)
+        self.lock_name = service_lock_name(settings.queue_table, self.name)
 
     def run(self) -> None:
         logger.info("queue=%s: %s service scheduled %r", self.settings.queue_name, self.name, self.schedule)
@@ -65,11 +69,12 @@ class PeriodicService(abc.ABC):
 
     def run_once(self) -> int | None:
         """One run under the cluster-wide lock; None when another worker holds it."""
+        if self.lock_client is not None:
+            return self._run_once_with_server_lock()
         with self._connect(False) as conn:
             if not self.store.try_service_lock(conn, self.lock_key):
                 conn.rollback()
-                logger.debug("queue=%s: %s run skipped, another worker runs it",
-                             self.settings.queue_name, self.name)
+                self._skipped()
                 return None
             conn.commit()
             try:
@@ -81,6 +86,30 @@ class PeriodicService(abc.ABC):
                     conn.commit()
                 except Exception:  # noqa: BLE001 - a dead connection released the lock already
                     pass
+
+    def _run_once_with_server_lock(self) -> int | None:
+        from nsj_queue_lib.client.channel import ServerConnectionError
+
+        try:
+            locked = self.lock_client.try_lock(self.lock_name)
+        except ServerConnectionError:
+            if not self.lock_client.reconnect(stop=self.stop, max_wait=5):
+                raise
+            locked = self.lock_client.try_lock(self.lock_name)
+        if not locked:
+            self._skipped()
+            return None
+        try:
+            with self._connect(False) as conn:
+                return self.work(conn)
+        finally:
+            try:
+                self.lock_client.unlock(self.lock_name)
+            except Exception:  # noqa: BLE001 - a lost connection released it anyway
+                pass
+
+    def _skipped(self) -> None:
+        logger.debug("queue=%s: %s run skipped, another worker runs it", self.settings.queue_name, self.name)
 
     @abc.abstractmethod
     def work(self, conn: psycopg.Connection) -> int:

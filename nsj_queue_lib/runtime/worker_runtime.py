@@ -10,14 +10,16 @@ and returns a non-zero exit code rather than idling forever.
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.connections import connect, make_pool
-from nsj_queue_lib.runtime.dispatcher import Dispatcher
+from nsj_queue_lib.runtime.dispatcher import Dispatcher, QueueTableMissing
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
@@ -28,6 +30,7 @@ from nsj_queue_lib.settings import Settings
 logger = get_logger("runtime")
 
 EXIT_OK = 0
+EXIT_CONFIG_ERROR = 2
 EXIT_DISPATCHER_DIED = 3
 SUPERVISE_INTERVAL_SECONDS = 0.5
 
@@ -36,26 +39,39 @@ class WorkerRuntime:
     def __init__(self, settings: Settings, handler: TaskHandler):
         if settings.db_driver != "POSTGRES":
             raise NotImplementedError(f"DB_DRIVER={settings.db_driver} is not supported by this runtime yet")
-        if settings.client_server_mode:
-            raise NotImplementedError("CLIENT_SERVER_MODE is not supported by this runtime yet")
         self.settings = settings
         self.stop_event = threading.Event()
         self.store = PostgresQueueStore(settings.queue_table, settings.queue_subscriber_table)
         self._connect: Callable[[bool], object] = lambda autocommit: connect(settings, autocommit)
         self.pool = make_pool(settings, settings.queue_concurrency)
-        self.executor = TaskExecutor(settings, self.store, self.pool, handler, self.stop_event)
+        self.lock_client = None
+        liveness = listener = None
+        if settings.client_server_mode:
+            # Wake-ups and every lock come from the socket server; nothing from
+            # LISTEN or advisory locks.
+            from nsj_queue_lib.client.lock_client import LockClient
+            from nsj_queue_lib.notify.server_listener import ServerListener
+            from nsj_queue_lib.runtime.liveness import ServerLiveness
+
+            name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
+            self.lock_client = LockClient.from_settings(settings, name, connect=False)
+            liveness = ServerLiveness(self.store, self.lock_client, settings.queue_table, self.stop_event)
+            listener = ServerListener(settings)
+        self.executor = TaskExecutor(settings, self.store, self.pool, handler, self.stop_event, liveness)
         self.dispatcher = Dispatcher(settings, self.store, self.executor, self._connect, self.stop_event,
-                                     on_halt=self.stop, on_reconnect=self._refresh_pool)
+                                     on_halt=self.stop, on_reconnect=self._refresh_pool, listener=listener)
+
+        def service(cls, minutes, interval):
+            return cls(settings, self.store, self._connect, self.stop_event, make_schedule(minutes, interval),
+                       lock_client=self.lock_client)
+
         self.services = [
-            RetryService(settings, self.store, self._connect, self.stop_event,
-                         make_schedule(settings.queue_minute_retry_thread, settings.queue_retry_thread_interval)),
-            RenotifyService(settings, self.store, self._connect, self.stop_event,
-                            make_schedule(settings.queue_minute_notify_thread,
-                                          settings.queue_notify_thread_interval)),
-            PurgeService(settings, self.store, self._connect, self.stop_event,
-                         make_schedule(settings.queue_minute_purge_thread, settings.queue_purge_thread_interval)),
+            service(RetryService, settings.queue_minute_retry_thread, settings.queue_retry_thread_interval),
+            service(RenotifyService, settings.queue_minute_notify_thread, settings.queue_notify_thread_interval),
+            service(PurgeService, settings.queue_minute_purge_thread, settings.queue_purge_thread_interval),
         ]
         self._dispatcher_error: BaseException | None = None
+        self.exit_message: str | None = None
 
     def stop(self) -> None:
         """Ask the worker to stop (thread-safe, idempotent)."""
@@ -73,7 +89,13 @@ class WorkerRuntime:
 
     def _run_dispatcher(self) -> None:
         try:
+            if self.lock_client is not None and not self.lock_client.reconnect(stop=self.stop_event):
+                return  # stopped before the lock server answered
             self.dispatcher.run()
+        except QueueTableMissing as exc:
+            self._dispatcher_error = exc
+            self.exit_message = str(exc)
+            logger.error("queue=%s: %s", self.settings.queue_name, exc)
         except BaseException as exc:  # noqa: BLE001 - reported by the supervisor
             self._dispatcher_error = exc
             logger.exception("queue=%s: dispatcher died", self.settings.queue_name)
@@ -104,7 +126,10 @@ class WorkerRuntime:
         self.stop()
         dispatcher.join(timeout=10)
 
-        code = EXIT_DISPATCHER_DIED if died else EXIT_OK
+        if isinstance(self._dispatcher_error, QueueTableMissing):
+            code = EXIT_CONFIG_ERROR
+        else:
+            code = EXIT_DISPATCHER_DIED if died else EXIT_OK
         logger.info("queue=%s: stopping; waiting up to %.0f s for %d running task(s)", s.queue_name,
                     s.queue_grace_period, len(self.executor.running_tasks()))
         if not self.executor.wait_idle(s.queue_grace_period):
@@ -122,5 +147,7 @@ class WorkerRuntime:
             self.pool.close(timeout=5)
         except Exception:  # noqa: BLE001
             pass
+        if self.lock_client is not None:
+            self.lock_client.close()
         logger.info("queue=%s: worker stopped (exit code %d)", s.queue_name, code)
         return code

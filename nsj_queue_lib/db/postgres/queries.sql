@@ -83,7 +83,11 @@ WITH next AS (
     SET status = 'processando'
     FROM next
     WHERE t.id = next.id
-    RETURNING t.*, pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4) AS liveness_locked
+    RETURNING t.*,
+              CASE WHEN %(take_db_lock)s::boolean
+                   THEN pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4)
+                   ELSE true
+              END AS liveness_locked
 )
 SELECT {claimed_columns}, t.liveness_locked
 FROM claimed AS t
@@ -102,6 +106,7 @@ WHERE status IN ('pendente', 'agendada') AND data_hora > clock_timestamp()
 UPDATE {queue_table}
 SET status = 'sucesso', mensagem = %(mensagem)s
 WHERE id = %(id)s AND status = 'processando'
+RETURNING id
 
 -- name: unlock_task
 SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)
@@ -180,7 +185,9 @@ FROM {queue_table} AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
 WHERE t.status = 'processando'
-  AND NOT EXISTS (
+  -- In client/server mode the liveness locks live in the socket server: the
+  -- caller asks it which of these rows are still held.
+  AND (NOT %(check_db_locks)s::boolean OR NOT EXISTS (
       SELECT 1 FROM pg_locks AS l
       WHERE l.locktype = 'advisory'
         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -188,7 +195,7 @@ WHERE t.status = 'processando'
         AND l.objid = (t.id %% 2147483648)::bigint::oid
         AND l.objsubid = 2
         AND l.granted
-  )
+  ))
 ORDER BY t.id
 LIMIT %(limit)s
 FOR UPDATE OF t SKIP LOCKED

@@ -171,10 +171,41 @@ class PostgresQueueStore:
         """Queue, in an open pipeline: claim in a transaction of its own, then open the task's."""
         conn.execute("BEGIN")
         conn.execute(self.sql["claim_settings"])
-        cursor = conn.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": queue_key})
+        cursor = conn.execute(self.sql["claim_tasks"],
+                              {"limit": limit, "queue_key": queue_key, "take_db_lock": True})
         conn.execute("COMMIT")
         conn.execute("BEGIN")
         return cursor
+
+    def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
+        """Claim without database locks and leave the claim's transaction open.
+
+        For liveness locks held elsewhere (the socket server): the caller takes
+        them, then commits with ``commit_and_begin``, or rolls back to return
+        the tasks to the queue. Until then nobody sees the rows claimed.
+        """
+        with wrap_driver_errors("claim"):
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute(self.sql["claim_settings"])
+                cursor = conn.execute(self.sql["claim_tasks"],
+                                      {"limit": limit, "queue_key": 0, "take_db_lock": False})
+            tasks = _rows_as_dicts(cursor)
+            if not tasks:
+                conn.execute("ROLLBACK")
+            return tasks
+
+    def commit_and_begin(self, conn) -> None:
+        with wrap_driver_errors("commit"):
+            with conn.pipeline():
+                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+
+    def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool:
+        """Write 'sucesso' in the open transaction; False when the row is no longer 'processando'."""
+        with wrap_driver_errors("complete_task"):
+            row = conn.execute(self.sql["complete_task"], {"id": task_id, "mensagem": mensagem}).fetchone()
+        return row is not None
 
     def claim(self, conn, limit: int, queue_key: int) -> list[dict[str, Any]]:
         """Claim up to ``limit`` ready tasks, taking their liveness locks on ``conn``.
@@ -268,9 +299,15 @@ class PostgresQueueStore:
         with wrap_driver_errors("service_unlock"):
             conn.execute(self.sql["service_unlock"], {"key": key})
 
-    def find_orphans(self, conn, queue_oid: int, limit: int) -> list[dict[str, Any]]:
+    def find_orphans(self, conn, queue_oid: int, limit: int, check_db_locks: bool = True) -> list[dict[str, Any]]:
+        """'processando' rows nobody is settling, row-locked until the transaction ends.
+
+        With ``check_db_locks`` False only the row locks are considered and the
+        caller asks the socket server about the liveness locks.
+        """
+        params = {"queue_oid": queue_oid, "limit": limit, "check_db_locks": check_db_locks}
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
-            cur.execute(self.sql["find_orphans"], {"queue_oid": queue_oid, "limit": limit})
+            cur.execute(self.sql["find_orphans"], params)
             return _rows_as_dicts(cur)
 
     def promote_due(self, conn, limit: int) -> int:

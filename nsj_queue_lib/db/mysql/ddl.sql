@@ -1,0 +1,43 @@
+-- Queue table: one row per attempt of a task (MySQL >= 8.0, MariaDB >= 10.6).
+-- Times are TIMESTAMP(6): instants kept in UTC, read and written in the
+-- session's time zone (the workers' sessions use UTC). TIMESTAMP ends at
+-- 2038-01-19 03:14:07 UTC. Text compares byte for byte (utf8mb4_bin), as
+-- on PostgreSQL.
+CREATE TABLE {table} (
+    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    id_inicial bigint,
+    data_hora_inicial timestamp(6) NULL DEFAULT CURRENT_TIMESTAMP(6),
+    data_hora timestamp(6) NULL DEFAULT CURRENT_TIMESTAMP(6),
+    origem varchar(150),
+    destino varchar(150),
+    processo varchar(250),
+    chave_externa varchar(100),
+    proxima_tentativa timestamp(6) NULL DEFAULT NULL,
+    tentativa integer DEFAULT 1,
+    status varchar(100) DEFAULT 'pendente',
+    reenfileirado boolean DEFAULT false,
+    estouro_tentativas boolean DEFAULT false,
+    mensagem varchar(500),
+    id_anterior bigint,
+    data_hora_anterior timestamp(6) NULL DEFAULT NULL,
+    status_anterior varchar(100),
+    mensagem_anterior varchar(500),
+    payload longtext,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    payload_hash varbinary(64),
+    pub_sub boolean NOT NULL DEFAULT false,
+    publication_id bigint,
+    subscriber_id varchar(100),
+    dead boolean NOT NULL DEFAULT false,
+    live_id bigint,
+    prioridade integer DEFAULT 50
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+{indexes}
+
+-- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
+
+-- Subscribers of pub/sub and webhook publications.
+{subscriber_table_ddl}
+{subscriber_indexes}

@@ -1,0 +1,106 @@
+"""MySQL >= 8.0 and MariaDB >= 10.6: SKIP LOCKED and named locks, no LISTEN/NOTIFY.
+
+The schema of ``db_gen <schema> <queue>`` is a MySQL database. The DDL has
+no trigger: workers poll (or the socket server wakes them).
+"""
+
+from __future__ import annotations
+
+import re
+
+from nsj_queue_lib.db.dialect import Capabilities, DdlNames, Dialect
+from nsj_queue_lib.db.sql_files import read_sql, render
+
+# The columns --upgrade adds to a table that lacks them (the same as on
+# PostgreSQL); their definitions are read from ddl.sql, the single source.
+UPGRADE_COLUMNS = ("prioridade", "dead", "live_id", "pub_sub", "publication_id", "subscriber_id")
+
+_CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
+
+
+def column_definitions(ddl: str, table: str) -> dict[str, str]:
+    """{column: definition} of ``CREATE TABLE <table> (...)`` in rendered DDL."""
+    match = re.search(rf"^CREATE TABLE {re.escape(table)} \((.*?)\n\)", ddl, re.S | re.M)
+    if match is None:
+        raise ValueError(f"no CREATE TABLE {table} in the DDL")
+    columns = {}
+    for line in match.group(1).splitlines():
+        found = re.match(r"^\s+([a-z_]+) (.+?),?$", line)
+        if found:
+            columns[found.group(1)] = found.group(2)
+    return columns
+
+
+def _sql_string(text: str) -> str:
+    """``text`` inside a single-quoted SQL string literal."""
+    return text.replace("\\", "\\\\").replace("'", "''")
+
+
+class MysqlDialect(Dialect):
+    name = "mysql"
+    capabilities = Capabilities(listen_notify=False, skip_locked=True, advisory_locks=True)
+
+    def _values(self, names: DdlNames) -> dict[str, str]:
+        values = names.template_values()
+        values["indexes"] = render(read_sql(self.name, "indexes.sql"), values).strip()
+        values["subscriber_indexes"] = render(read_sql(self.name, "subscriber_indexes.sql"), values).strip()
+        return values
+
+    def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
+        table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
+        return render(read_sql(self.name, "subscriber_table.sql"), table_values).strip()
+
+    def create_ddl(self, names: DdlNames) -> str:
+        values = self._values(names)
+        values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
+        return render(read_sql(self.name, "ddl.sql"), values)
+
+    def upgrade_ddl(self, names: DdlNames) -> str:
+        values = self._values(names)
+        created = self.create_ddl(names)
+        columns = column_definitions(created, values["table"])
+        steps = [
+            self._step(names, "columns", names.queue, "column_name", column,
+                       f"ALTER TABLE {values['table']} ADD COLUMN {column} {columns[column]}")
+            for column in UPGRADE_COLUMNS
+        ]
+        values["add_columns"] = "\n".join(steps)
+        values["add_indexes"] = self._index_steps(names, values["indexes"])
+        values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
+        values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
+        return render(read_sql(self.name, "upgrade.sql"), values)
+
+    def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:
+        """Each ``CREATE INDEX`` of ``indexes_sql`` (comments kept) as an idempotent step."""
+        out = []
+        for line in indexes_sql.splitlines():
+            match = _CREATE_INDEX.match(line)
+            if match is None:
+                out.append(line)
+                continue
+            index, table, _ = match.groups()
+            object_table = table.split(".")[-1]
+            out.append(self._step(names, "statistics", object_table, "index_name", index, line.rstrip(";")))
+        return "\n".join(out)
+
+    def _step(self, names: DdlNames, catalog: str, object_table: str, name_column: str,
+              object_name: str, statement: str) -> str:
+        return render(
+            read_sql(self.name, "upgrade_step.sql"),
+            {
+                "catalog": catalog,
+                "schema": names.schema,
+                "object_table": object_table,
+                "name_column": name_column,
+                "object_name": object_name,
+                "statement": _sql_string(statement),
+            },
+        ).strip()
+
+    def store(self, queue_table: str, subscriber_table: str | None = None):
+        from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+
+        return MysqlQueueStore(queue_table, subscriber_table)
+
+
+DIALECT = MysqlDialect()

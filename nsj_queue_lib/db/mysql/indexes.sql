@@ -1,0 +1,14 @@
+-- MySQL has no partial indexes: status leads every index the workers use,
+-- so each scan reads only the rows of the status it looks for.
+-- The claim: ready rows in claim order (higher priority first, then older),
+-- read in index order up to the LIMIT, without sorting.
+CREATE INDEX {idx_claim} ON {table} (status, prioridade DESC, data_hora, id);
+-- Rows of one status by time: the next wake-up, due retries, waiting tasks,
+-- and the retry service's scan of running rows.
+CREATE INDEX {idx_due} ON {table} (status, data_hora);
+-- Purge: oldest rows first.
+CREATE INDEX {idx_data_hora} ON {table} (data_hora);
+-- Purge keeps a first attempt while a later attempt still needs its payload.
+CREATE INDEX {idx_chain} ON {table} (id_inicial, status);
+-- QueueClient.list_equivalent_task.
+CREATE INDEX {idx_equivalent} ON {table} (chave_externa, payload_hash, status);

@@ -1,0 +1,271 @@
+-- Named queries of the MySQL / MariaDB dialect (PyMySQL, %(name)s and %s
+-- parameters; a list parameter is sent as a parenthesized list).
+-- {queue_table} and {subscriber_table} are validated identifiers; every
+-- value is a bound parameter.
+--
+-- MySQL has no UPDATE ... RETURNING and no data-modifying CTE, so an
+-- operation that PostgreSQL does in one statement may take several here: its
+-- statements are the "-- step: <name>" sections of one named query, run in
+-- that order by the store inside one transaction.
+--
+-- NOW(6) is the statement's start time in the session's time zone; the
+-- workers' sessions use UTC (see claim_settings).
+
+-- name: insert_task
+-- The store appends one VALUES row: an absent data_hora is DEFAULT (the
+-- column's exact CURRENT_TIMESTAMP(6), the same instant for both columns).
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+) VALUES
+-- step: returning
+-- MariaDB only; MySQL reads the id from LAST_INSERT_ID().
+RETURNING id
+
+-- name: insert_tasks
+-- One statement for many tasks: the store appends one VALUES row per task,
+-- in the caller's order. Ids: RETURNING on MariaDB (rows come back in VALUES
+-- order); on MySQL LAST_INSERT_ID() is the first row's id and InnoDB gives
+-- one simple multi-row INSERT consecutive ids (auto_increment_increment apart).
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+) VALUES
+-- step: returning
+RETURNING id
+
+-- name: list_equivalent
+SELECT {task_columns}
+FROM {queue_table} AS t
+WHERE t.chave_externa <=> %(chave_externa)s
+  AND t.payload_hash <=> %(payload_hash)s
+  AND t.status IN %(statuses)s
+ORDER BY t.id
+
+-- name: get_task
+SELECT {task_columns_resolved}
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id = %(id)s
+
+-- name: claim_settings
+-- Once per worker connection (the store's configure_connection): READ
+-- COMMITTED, as on PostgreSQL, so locking reads lock only the rows they
+-- return and take no gap locks (fewer deadlocks with concurrent inserts), and
+-- UTC, so that NOW(6) and the TIMESTAMP columns never meet a daylight-saving
+-- fold.
+-- step: isolation
+SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
+-- step: time_zone
+SET time_zone = '+00:00'
+
+-- name: claim_tasks
+-- Ready rows in claim order, read through the claim index and locked without
+-- waiting on rows another worker is claiming; then marked 'processando' and
+-- their liveness locks taken by the connection that will run them, all
+-- before the claim commits: no moment exists where a claimed task looks
+-- abandoned.
+-- step: select
+SELECT {task_columns}
+FROM {queue_table} AS t
+WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+ORDER BY t.prioridade DESC, t.data_hora, t.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+-- step: mark
+UPDATE {queue_table}
+SET status = 'processando'
+WHERE id IN %(ids)s AND status = 'pendente';
+-- step: lock
+-- GET_LOCK runs once per row read: exactly the claimed ids.
+SELECT id, GET_LOCK(CONCAT(%(lock_prefix)s, id), 0) AS liveness_locked
+FROM {queue_table}
+WHERE id IN %(ids)s;
+-- step: first_payloads
+-- Later attempts keep no payload of their own: it comes from the first attempt.
+SELECT id, payload
+FROM {queue_table}
+WHERE id IN %(ids)s
+
+-- name: next_due
+-- Seconds until the next waiting row becomes ready, by the database's clock
+-- (NULL when none is waiting). One MIN per status reads one index entry each.
+SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(due.at)) / 1000000 AS seconds
+FROM (
+    SELECT MIN(data_hora) AS at FROM {queue_table}
+    WHERE status = 'pendente' AND data_hora > NOW(6)
+    UNION ALL
+    SELECT MIN(data_hora) FROM {queue_table}
+    WHERE status = 'agendada' AND data_hora > NOW(6)
+) AS due
+
+-- name: complete_task
+UPDATE {queue_table}
+SET status = 'sucesso', mensagem = %(mensagem)s
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: unlock_task
+DO RELEASE_LOCK(%(name)s)
+
+-- name: fail_and_retry
+-- Ends a 'processando' attempt as failed and inserts the next attempt, due
+-- at the failure time plus the back-off, from the failed row as it ended.
+-- Nothing happens when the row is no longer 'processando' (another worker
+-- already settled it): the store skips the insert when mark changed no row.
+-- step: mark
+UPDATE {queue_table}
+SET status = %(status)s,
+    mensagem = %(mensagem)s,
+    reenfileirado = true,
+    proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND
+WHERE id = %(id)s AND status = 'processando';
+-- step: insert
+INSERT INTO {queue_table} (
+    id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
+    tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
+    tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
+    dead, live_id, prioridade
+)
+SELECT
+    COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
+    f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
+    f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
+    f.subscriber_id, f.dead, f.live_id, f.prioridade
+FROM {queue_table} AS f
+WHERE f.id = %(id)s
+
+-- name: fail_and_bury
+-- The last attempt failed: mark the overflow and enqueue the dead-letter task.
+-- step: mark
+UPDATE {queue_table}
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+WHERE id = %(id)s AND status = 'processando';
+-- step: insert
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade
+)
+SELECT
+    f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
+    f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
+    COALESCE(f.id_inicial, f.id), f.prioridade
+FROM {queue_table} AS f
+WHERE f.id = %(id)s
+
+-- name: fail_final
+-- A dead-letter task ran out of attempts: nothing further is enqueued.
+UPDATE {queue_table}
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: release_task
+-- Gives a claimed task that never started back to the queue.
+UPDATE {queue_table}
+SET status = 'pendente'
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: try_service_lock
+SELECT GET_LOCK(%(name)s, 0)
+
+-- name: service_unlock
+DO RELEASE_LOCK(%(name)s)
+
+-- name: find_orphans
+-- 'processando' rows with no live worker: nobody holds their liveness lock
+-- and no transaction holds their row. The row locks taken here make a worker
+-- that is just settling the task wait and then see the new status.
+-- step: select
+SELECT t.id
+FROM {queue_table} AS t
+WHERE t.status = 'processando'
+  AND IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL
+ORDER BY t.data_hora, t.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+-- step: rows
+SELECT {task_columns_resolved}
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id IN %(ids)s
+ORDER BY t.id
+
+-- name: promote_due
+-- Retries and scheduled rows whose time has come become 'pendente'.
+-- step: select
+SELECT id
+FROM {queue_table}
+WHERE status = 'agendada' AND data_hora <= NOW(6)
+ORDER BY data_hora, id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+-- step: mark
+UPDATE {queue_table}
+SET status = 'pendente'
+WHERE id IN %(ids)s AND status = 'agendada'
+
+-- name: count_stale_pending
+SELECT count(*) FROM (
+    SELECT 1 FROM {queue_table}
+    WHERE status = 'pendente'
+      AND data_hora <= NOW(6) - INTERVAL %(wait_us)s MICROSECOND
+    LIMIT 1
+) AS stale
+
+-- name: notify
+-- MySQL has no NOTIFY: the store's notify() sends nothing. Workers are woken
+-- by polling or by the socket server.
+DO 0
+
+-- name: purge
+-- One bounded round: old rows that are settled, never a first attempt whose
+-- later attempts still need its payload. MySQL cannot DELETE from a table
+-- while a subquery of the same statement reads it with a LIMIT, so the ids
+-- are read first (a plain read: settled rows are never locked by workers)
+-- and deleted by id, status checked again.
+-- step: select
+SELECT o.id
+FROM {queue_table} AS o
+WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY
+  AND o.status NOT IN ('pendente', 'agendada', 'processando')
+  AND NOT EXISTS (
+      SELECT 1 FROM {queue_table} AS a
+      WHERE a.id_inicial = COALESCE(o.id_inicial, o.id)
+        AND a.status IN ('pendente', 'agendada', 'processando')
+  )
+ORDER BY o.data_hora
+LIMIT %(limit)s;
+-- step: delete
+DELETE FROM {queue_table}
+WHERE id IN %(ids)s
+  AND status NOT IN ('pendente', 'agendada', 'processando')
+
+-- name: queue_oid
+-- MySQL has no oid: the store derives a stable number from the qualified
+-- table name; this only checks that the table exists.
+SELECT count(*)
+FROM information_schema.tables
+WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(table)s
+
+-- name: insert_deliveries
+-- One task per subscriber of a publication, in the publication's transaction;
+-- the store appends one VALUES row per delivery (as insert_tasks).
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
+    publication_id, subscriber_id, payload, payload_hash
+) VALUES
+-- step: returning
+RETURNING id
+
+-- name: list_subscribers
+SELECT {subscriber_columns}
+FROM {subscriber_table} AS s
+WHERE s.processo = %(processo)s
+  AND s.ativo
+  AND (s.tenant IS NULL OR s.tenant = %(tenant)s)
+  AND (s.grupo_empresarial IS NULL OR s.grupo_empresarial = %(grupo_empresarial)s)
+ORDER BY s.id

@@ -1,0 +1,1 @@
+CREATE INDEX {idx_subscriber} ON {subscriber_table} (processo, tenant, grupo_empresarial);

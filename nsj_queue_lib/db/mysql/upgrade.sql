@@ -1,0 +1,13 @@
+-- Brings a queue table made for nsj-queue-lib 1.2.2 (the specification's
+-- columns; 1.2.2 printed no MySQL DDL of its own) or by an earlier run of this
+-- script to the current schema. MySQL 8 has neither ADD COLUMN IF NOT EXISTS
+-- nor CREATE INDEX IF NOT EXISTS, so each step looks in information_schema
+-- first and runs its statement only when the column or index is missing:
+-- the script is idempotent and runs unchanged on MySQL 8 and MariaDB.
+-- Existing column types are left as they are.
+{add_columns}
+
+{add_indexes}
+
+{subscriber_table_ddl}
+{add_subscriber_indexes}

@@ -1,0 +1,248 @@
+-- Named queries of the SingleStore dialect (PyMySQL, %(name)s and %s
+-- parameters; a list parameter is sent as a parenthesized list).
+-- {queue_table} and {subscriber_table} are validated identifiers; every
+-- value is a bound parameter.
+--
+-- SingleStore has no SKIP LOCKED, no named locks (GET_LOCK), no RETURNING
+-- and no consecutive AUTO_INCREMENT values. Claims are conditional updates
+-- (the row count tells who won); liveness and maintenance locks come from
+-- the socket server; inserts are one row per statement. An operation of
+-- several statements lists them as "-- step: <name>" sections, run in order.
+--
+-- NOW(6) is the statement's start time in the cluster's time zone.
+
+-- name: insert_task
+-- One row per statement (the store appends the VALUES row); the id is
+-- LAST_INSERT_ID(). An absent data_hora is DEFAULT.
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+) VALUES
+
+-- name: insert_tasks
+-- SingleStore's AUTO_INCREMENT values are unique but not consecutive: the
+-- store runs one INSERT per task, in the caller's order, reading each id.
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+) VALUES
+
+-- name: list_equivalent
+SELECT {task_columns}
+FROM {queue_table} AS t
+WHERE t.chave_externa <=> %(chave_externa)s
+  AND t.payload_hash <=> %(payload_hash)s
+  AND t.status IN %(statuses)s
+ORDER BY t.id
+
+-- name: get_task
+SELECT {task_columns_resolved}
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id = %(id)s
+
+-- name: claim_settings
+-- Nothing to set: READ COMMITTED is SingleStore's only isolation level and
+-- the time zone belongs to the cluster. Not run.
+SELECT 1
+
+-- name: claim_tasks
+-- No SKIP LOCKED: read candidates in claim order without locking, then win
+-- each with a conditional update of its own (autocommit): the row count tells
+-- whether this worker won it. The store takes the task's liveness lock from
+-- the socket server before the update, so a won task is never unlocked.
+-- step: candidates
+SELECT {task_columns}
+FROM {queue_table} AS t
+WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+ORDER BY t.prioridade DESC, t.data_hora, t.id
+LIMIT %(limit)s;
+-- step: mark
+UPDATE {queue_table}
+SET status = 'processando'
+WHERE id = %(id)s AND status = 'pendente';
+-- step: first_payloads
+-- Later attempts keep no payload of their own: it comes from the first attempt.
+SELECT id, payload
+FROM {queue_table}
+WHERE id IN %(ids)s
+
+-- name: next_due
+-- Seconds until the next waiting row becomes ready, by the database's clock
+-- (NULL when none is waiting). One MIN per status reads one index entry each.
+SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(due.at)) / 1000000 AS seconds
+FROM (
+    SELECT MIN(data_hora) AS at FROM {queue_table}
+    WHERE status = 'pendente' AND data_hora > NOW(6)
+    UNION ALL
+    SELECT MIN(data_hora) FROM {queue_table}
+    WHERE status = 'agendada' AND data_hora > NOW(6)
+) AS due
+
+-- name: complete_task
+UPDATE {queue_table}
+SET status = 'sucesso', mensagem = %(mensagem)s
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: unlock_task
+-- Not run: SingleStore has no named locks; the socket server holds them.
+SELECT 1
+
+-- name: fail_and_retry
+-- Ends a 'processando' attempt as failed and inserts the next attempt, due
+-- at the failure time plus the back-off, from the failed row as it ended.
+-- Nothing happens when the row is no longer 'processando' (another worker
+-- already settled it): the store skips the insert when mark changed no row.
+-- step: mark
+UPDATE {queue_table}
+SET status = %(status)s,
+    mensagem = %(mensagem)s,
+    reenfileirado = true,
+    proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND
+WHERE id = %(id)s AND status = 'processando';
+-- step: insert
+INSERT INTO {queue_table} (
+    id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
+    tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
+    tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
+    dead, live_id, prioridade
+)
+SELECT
+    COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
+    f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
+    f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
+    f.subscriber_id, f.dead, f.live_id, f.prioridade
+FROM {queue_table} AS f
+WHERE f.id = %(id)s
+
+-- name: fail_and_bury
+-- The last attempt failed: mark the overflow and enqueue the dead-letter task.
+-- step: mark
+UPDATE {queue_table}
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+WHERE id = %(id)s AND status = 'processando';
+-- step: insert
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
+    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade
+)
+SELECT
+    f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
+    f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
+    COALESCE(f.id_inicial, f.id), f.prioridade
+FROM {queue_table} AS f
+WHERE f.id = %(id)s
+
+-- name: fail_final
+-- A dead-letter task ran out of attempts: nothing further is enqueued.
+UPDATE {queue_table}
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: release_task
+-- Gives a claimed task that never started back to the queue.
+UPDATE {queue_table}
+SET status = 'pendente'
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: try_service_lock
+-- Not run: SingleStore has no named locks; the socket server holds them.
+SELECT 1
+
+-- name: service_unlock
+-- Not run: SingleStore has no named locks; the socket server holds them.
+SELECT 1
+
+-- name: find_orphans
+-- 'processando' rows; the store keeps those whose liveness lock nobody holds
+-- on the socket server. Without row locks to skip, settling them relies on
+-- the conditional updates of fail_and_retry / fail_and_bury / fail_final.
+-- step: select
+SELECT t.id
+FROM {queue_table} AS t
+WHERE t.status = 'processando'
+ORDER BY t.data_hora, t.id
+LIMIT %(limit)s;
+-- step: rows
+SELECT {task_columns_resolved}
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id IN %(ids)s
+ORDER BY t.id
+
+-- name: promote_due
+-- Retries and scheduled rows whose time has come become 'pendente'
+-- (conditional: a row changed meanwhile is left alone).
+-- step: select
+SELECT id
+FROM {queue_table}
+WHERE status = 'agendada' AND data_hora <= NOW(6)
+ORDER BY data_hora, id
+LIMIT %(limit)s;
+-- step: mark
+UPDATE {queue_table}
+SET status = 'pendente'
+WHERE id IN %(ids)s AND status = 'agendada'
+
+-- name: count_stale_pending
+SELECT count(*) FROM (
+    SELECT 1 FROM {queue_table}
+    WHERE status = 'pendente'
+      AND data_hora <= NOW(6) - INTERVAL %(wait_us)s MICROSECOND
+    LIMIT 1
+) AS stale
+
+-- name: notify
+-- SingleStore has no NOTIFY: the store's notify() sends nothing. Workers are woken
+-- by polling or by the socket server.
+DO 0
+
+-- name: purge
+-- One bounded round: old rows that are settled, never a first attempt whose
+-- later attempts still need its payload. The ids are read first and deleted
+-- by id, status checked again.
+-- step: select
+SELECT o.id
+FROM {queue_table} AS o
+WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY
+  AND o.status NOT IN ('pendente', 'agendada', 'processando')
+  AND NOT EXISTS (
+      SELECT 1 FROM {queue_table} AS a
+      WHERE a.id_inicial = COALESCE(o.id_inicial, o.id)
+        AND a.status IN ('pendente', 'agendada', 'processando')
+  )
+ORDER BY o.data_hora
+LIMIT %(limit)s;
+-- step: delete
+DELETE FROM {queue_table}
+WHERE id IN %(ids)s
+  AND status NOT IN ('pendente', 'agendada', 'processando')
+
+-- name: queue_oid
+-- SingleStore has no oid: the store derives a stable number from the qualified
+-- table name; this only checks that the table exists.
+SELECT count(*)
+FROM information_schema.tables
+WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(table)s
+
+-- name: insert_deliveries
+-- One task per subscriber of a publication, in the publication's transaction;
+-- one INSERT per delivery (as insert_tasks).
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
+    publication_id, subscriber_id, payload, payload_hash
+) VALUES
+
+-- name: list_subscribers
+SELECT {subscriber_columns}
+FROM {subscriber_table} AS s
+WHERE s.processo = %(processo)s
+  AND s.ativo
+  AND (s.tenant IS NULL OR s.tenant = %(tenant)s)
+  AND (s.grupo_empresarial IS NULL OR s.grupo_empresarial = %(grupo_empresarial)s)
+ORDER BY s.id
