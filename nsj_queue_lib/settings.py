@@ -77,6 +77,7 @@ class Settings:
     check_tasks_interval: float = 15.0
     lock_service_wait_conn_interval: float = 30.0
     queue_server_token: str | None = dataclasses.field(default=None, repr=False)
+    queue_server_bind: str | None = None  # where the server listens; loopback only without a token
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "Settings":
@@ -125,6 +126,7 @@ class Settings:
                 "LOCK_SERVICE_WAIT_CONN_INTERVAL", 30.0, positive=True
             ),
             queue_server_token=reader.text("QUEUE_SERVER_TOKEN", None),
+            queue_server_bind=reader.text("QUEUE_SERVER_BIND", None),
         )
         if reader.problems:
             raise ConfigError(reader.problems)

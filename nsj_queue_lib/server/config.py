@@ -41,8 +41,9 @@ class ServerConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> "ServerConfig":
-        environ = {} if environ is None else environ
-        requested = (environ.get(BIND_VARIABLE) or "").strip() or None
+        requested = settings.queue_server_bind
+        if requested is None and environ is not None:  # settings built without the variable
+            requested = (environ.get(BIND_VARIABLE) or "").strip() or None
         token = settings.queue_server_token
         bind_host, warnings = resolve_bind_host(requested, token)
         if token is not None and len(token) < RECOMMENDED_TOKEN_LENGTH:
