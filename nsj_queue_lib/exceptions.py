@@ -32,3 +32,7 @@ class DatabaseError(QueueLibError):
 
 class NotFoundError(QueueLibError, LookupError):
     """A row the caller asked for does not exist."""
+
+
+class QueueTableMissingError(DatabaseError):
+    """The configured queue table does not exist: a configuration error, not an outage."""

@@ -89,7 +89,12 @@ class WorkerBase(abc.ABC):
         configure_logging(self._settings)
         from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
-        self._runtime = WorkerRuntime(self._settings, self.handle_task)
+        try:
+            self._runtime = WorkerRuntime(self._settings, self.handle_task)
+        except ConfigError as exc:
+            for name, why in exc.problems.items():
+                print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
         code = self._runtime.run(install_signal_handlers=install_signal_handlers)
         if self._runtime.exit_message:
             print(f"nsj_queue_lib: {self._runtime.exit_message}", file=sys.stderr)

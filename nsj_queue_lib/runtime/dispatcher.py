@@ -17,7 +17,7 @@ import psycopg
 
 from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.notify.postgres_listener import HALT_PAYLOAD, SCHEDULED_PAYLOAD, PostgresListener
 from nsj_queue_lib.runtime.executor import TaskExecutor
@@ -91,21 +91,16 @@ class Dispatcher:
     def _open(self) -> None:
         self._close()
         self._listener.open()
-        try:
-            self._control = self._connect(True)
-        except psycopg.Error as exc:
-            raise DatabaseError(f"connecting failed: {exc}") from exc
+        self._control = self._connect(True)
         if self.executor.queue_oid is None:
             try:
                 self.executor.queue_oid = self.store.queue_oid(self._control)
-            except DatabaseError as exc:
-                if isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
-                    # Not an outage: waiting would never help.
-                    raise QueueTableMissing(
-                        f"QUEUE_TABLE: table {self.settings.queue_table} does not exist "
-                        "(create it with python -m nsj_queue_lib.db_gen)"
-                    ) from exc
-                raise
+            except QueueTableMissingError as exc:
+                # Not an outage: waiting would never help.
+                raise QueueTableMissing(
+                    f"QUEUE_TABLE: table {self.settings.queue_table} does not exist "
+                    "(create it with python -m nsj_queue_lib.db_gen)"
+                ) from exc
 
     def _close(self) -> None:
         self._listener.close()

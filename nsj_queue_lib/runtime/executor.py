@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore, queue_lock_key, task_lock_keys
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore, queue_lock_key
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
@@ -187,7 +187,7 @@ class TaskExecutor:
     def _run(self, conn: psycopg.Connection, task: dict[str, Any]):
         """Run one claimed task; returns (the connection to go on with, the next claimed tasks)."""
         task_id = task["id"]
-        keys = task_lock_keys(self.queue_oid, task_id)
+        keys = self.store.task_lock_keys(self.queue_oid, task_id)
         if not task.pop("liveness_locked", True):
             logger.warning("queue=%s task=%s: liveness lock already held elsewhere", self.settings.queue_name,
                            task_id)

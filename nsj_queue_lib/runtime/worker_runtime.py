@@ -16,7 +16,9 @@ import socket
 import threading
 from collections.abc import Callable
 
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.db.dialect import get_dialect
+from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.notify.polling import PollingListener
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.connections import connect, make_pool
 from nsj_queue_lib.runtime.dispatcher import Dispatcher, QueueTableMissing
@@ -37,15 +39,20 @@ SUPERVISE_INTERVAL_SECONDS = 0.5
 
 class WorkerRuntime:
     def __init__(self, settings: Settings, handler: TaskHandler):
-        if settings.db_driver != "POSTGRES":
-            raise NotImplementedError(f"DB_DRIVER={settings.db_driver} is not supported by this runtime yet")
+        if settings.db_driver == "SINGLE_STORE" and not settings.client_server_mode:
+            raise ConfigError({
+                "CLIENT_SERVER_MODE": "must be true with DB_DRIVER=SINGLE_STORE: SingleStore has no "
+                "named locks nor LISTEN, the socket server provides them (python -m nsj_queue_lib.server)",
+            })
         self.settings = settings
         self.stop_event = threading.Event()
-        self.store = PostgresQueueStore(settings.queue_table, settings.queue_subscriber_table)
-        self._connect: Callable[[bool], object] = lambda autocommit: connect(settings, autocommit)
-        self.pool = make_pool(settings, settings.queue_concurrency)
+        self.store = get_dialect(settings.db_driver).store(settings.queue_table, settings.queue_subscriber_table)
+        configure = None if settings.db_driver == "POSTGRES" else self.store.configure_connection
+        self._connect: Callable[[bool], object] = lambda autocommit: connect(settings, autocommit, configure)
+        self.pool = make_pool(settings, settings.queue_concurrency, configure)
         self.lock_client = None
-        liveness = listener = None
+        liveness = None
+        listener = None if settings.db_driver == "POSTGRES" else PollingListener(settings.queue_poll_interval)
         if settings.client_server_mode:
             # Wake-ups and every lock come from the socket server; nothing from
             # LISTEN or advisory locks.

@@ -16,7 +16,7 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 
 _TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
 _TASK_COLUMNS_RESOLVED = ", ".join(
@@ -158,9 +158,22 @@ class PostgresQueueStore:
 
     # -- runtime operations (psycopg 3) --
 
+    def configure_connection(self, conn) -> None:
+        """Once per worker connection: nothing to set on PostgreSQL."""
+
+    def task_lock_keys(self, queue_oid: int, task_id: int) -> tuple[int, int]:
+        return task_lock_keys(queue_oid, task_id)
+
     def queue_oid(self, conn) -> int:
-        with wrap_driver_errors("queue_oid"):
-            return int(conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0])
+        try:
+            with wrap_driver_errors("queue_oid"):
+                return int(conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0])
+        except DatabaseError as exc:
+            import psycopg.errors
+
+            if isinstance(exc.__cause__, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
+                raise QueueTableMissingError(f"table {self.queue_table} does not exist") from exc.__cause__
+            raise
 
     # Executor connections are autocommit: transactions are opened and closed
     # with explicit statements, so that ending one task, claiming the next and
