@@ -1,4 +1,4 @@
-"""Rewrite the DDL golden files and database/postgres/fila_teste.sql from the generator.
+"""Rewrite the DDL golden files and database/<dialect>/fila_teste.sql from the generator.
 
     python tests/golden/regenerate.py           # rewrite every file
     python tests/golden/regenerate.py --check   # exit 1 and list the stale files
@@ -21,6 +21,11 @@ OUTPUTS: dict[str, list[str]] = {
     "tests/golden/postgres_create.sql": ["public", "fila_teste"],
     "tests/golden/postgres_upgrade.sql": ["public", "fila_teste", "--upgrade"],
     "database/postgres/fila_teste.sql": ["public", "fila_teste"],
+    "tests/golden/mysql_create.sql": ["public", "fila_teste", "--dialect", "mysql"],
+    "tests/golden/mysql_upgrade.sql": ["public", "fila_teste", "--dialect", "mysql", "--upgrade"],
+    "database/mysql/fila_teste.sql": ["public", "fila_teste", "--dialect", "mysql"],
+    "tests/golden/singlestore_create.sql": ["public", "fila_teste", "--dialect", "singlestore"],
+    "database/singlestore/fila_teste.sql": ["public", "fila_teste", "--dialect", "singlestore"],
 }
 
 

@@ -177,13 +177,27 @@ DO RELEASE_LOCK(%(name)s)
 -- 'processando' rows with no live worker: nobody holds their liveness lock
 -- and no transaction holds their row. The row locks taken here make a worker
 -- that is just settling the task wait and then see the new status.
--- step: select
+-- First a plain read finds the candidates: a locking scan would keep every
+-- running row it passed locked until the caller commits (InnoDB keeps the
+-- locks of rows a locking read did not return), stalling live workers. Then
+-- only the candidates are locked, by primary key, skipping the rows a worker
+-- is settling right now, and checked again.
+-- step: candidates
 SELECT t.id
 FROM {queue_table} AS t
 WHERE t.status = 'processando'
-  AND IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL
+  -- In client/server mode the liveness locks live in the socket server: the
+  -- caller asks it which of these rows are still held.
+  AND (NOT %(check_db_locks)s OR IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL)
 ORDER BY t.data_hora, t.id
-LIMIT %(limit)s
+LIMIT %(limit)s;
+-- step: lock
+SELECT t.id
+FROM {queue_table} AS t
+WHERE t.id IN %(ids)s
+  AND t.status = 'processando'
+  AND (NOT %(check_db_locks)s OR IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL)
+ORDER BY t.id
 FOR UPDATE SKIP LOCKED;
 -- step: rows
 SELECT {task_columns_resolved}
@@ -208,10 +222,12 @@ SET status = 'pendente'
 WHERE id IN %(ids)s AND status = 'agendada'
 
 -- name: count_stale_pending
+-- ORDER BY data_hora makes the (status, data_hora) index the way in: one probe.
 SELECT count(*) FROM (
     SELECT 1 FROM {queue_table}
     WHERE status = 'pendente'
       AND data_hora <= NOW(6) - INTERVAL %(wait_us)s MICROSECOND
+    ORDER BY data_hora
     LIMIT 1
 ) AS stale
 

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.log import get_logger
 
@@ -114,7 +114,7 @@ def wrap_driver_errors(what: str) -> Iterator[None]:
 
 
 def retry_on_lock_errors(what: str, attempt: Callable[[], T], undo: Callable[[], None],
-                         attempts: int = RETRY_ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> T:
+                         attempts: int = RETRY_ATTEMPTS) -> T:
     """Run ``attempt``; on a deadlock or lock wait timeout run ``undo`` and try again.
 
     ``undo`` must leave the connection as it was before the attempt (rolled
@@ -132,7 +132,7 @@ def retry_on_lock_errors(what: str, attempt: Callable[[], T], undo: Callable[[],
             if number == attempts:
                 raise DatabaseError(f"{what} failed {attempts} times: {exc}") from exc
             logger.debug("%s: %s, trying again (attempt %d of %d)", what, exc, number + 1, attempts)
-            sleep(RETRY_BASE_DELAY * (2 ** (number - 1)) * (0.5 + random.random()))
+            time.sleep(RETRY_BASE_DELAY * (2 ** (number - 1)) * (0.5 + random.random()))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -440,7 +440,7 @@ class MysqlQueueStore:
             cur.execute(self.sql["queue_oid"]["sql"], {"schema": schema, "table": table})
             found = cur.fetchone()[0]
         if not found:
-            raise DatabaseError(f"queue_oid failed: table {self.queue_table} does not exist")
+            raise QueueTableMissingError(f"table {self.queue_table} does not exist")
         return stable_queue_number(qualified_table(self.queue_table, conn))
 
     # Transaction control on autocommit connections (executor, admin).
@@ -541,6 +541,64 @@ class MysqlQueueStore:
     def _unlock_in(self, conn, lock_name: str) -> None:
         with conn.cursor() as cur:
             cur.execute(self.sql["unlock_task"]["sql"], {"name": lock_name})
+
+    # Client/server mode: the liveness locks live in the socket server.
+
+    def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
+        """Claim without database locks and leave the claim's transaction open.
+
+        For liveness locks held elsewhere (the socket server): the caller takes
+        them, then commits with ``commit_and_begin``, or rolls back to return
+        the tasks to the queue. Until then nobody sees the rows claimed.
+        """
+        if limit <= 0:
+            return []
+
+        def attempt() -> list[dict[str, Any]]:
+            conn.begin()
+            steps = self.sql["claim_tasks"]
+            with conn.cursor() as cur:
+                cur.execute(steps["select"], {"limit": limit})
+                tasks = _rows_as_dicts(cur)
+                if not tasks:
+                    conn.rollback()
+                    return []
+                cur.execute(steps["mark"], {"ids": [task["id"] for task in tasks]})
+                payloads = self._first_payloads(cur, tasks)
+            return _claimed(tasks, payloads, {})
+
+        with wrap_driver_errors("claim"):
+            tasks = retry_on_lock_errors("claim", attempt, conn.rollback)
+        for task in tasks:
+            task.pop("liveness_locked", None)
+        return tasks
+
+    def commit_and_begin(self, conn) -> None:
+        """Commit and open the next transaction in one statement."""
+        with wrap_driver_errors("commit"), conn.cursor() as cur:
+            cur.execute("COMMIT AND CHAIN")
+
+    def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool:
+        """Write 'sucesso' in the open transaction; False when the row is no longer 'processando'.
+
+        Lock wait timeouts are retried. After a deadlock (the handler's work is
+        already rolled back) the task goes back to 'pendente' to run again and
+        the answer is False: nothing of this attempt was committed.
+        """
+        with wrap_driver_errors("complete_task"), conn.cursor() as cur:
+            for number in range(1, RETRY_ATTEMPTS + 1):
+                try:
+                    return cur.execute(self.sql["complete_task"]["sql"], {"id": task_id, "mensagem": mensagem}) == 1
+                except Exception as exc:
+                    code = error_code(exc)
+                    if code not in RETRYABLE_ERRORS:
+                        raise
+                    if code == ER_LOCK_DEADLOCK or number == RETRY_ATTEMPTS:
+                        logger.warning("task=%s: %s while completing; the task goes back to the queue",
+                                       task_id, exc)
+                        self._give_back(conn, task_id, lambda: None)
+                        return False
+        return False  # pragma: no cover
 
     def complete_and_claim(
         self, conn, task_id: int, mensagem: str, keys: tuple[int, int] | None, limit: int,
@@ -646,11 +704,21 @@ class MysqlQueueStore:
     def service_unlock(self, conn, key: int) -> None:
         self._run(conn, "service_unlock", {"name": self.service_lock_name(conn, key)})
 
-    def find_orphans(self, conn, queue_oid: int | None, limit: int) -> list[dict[str, Any]]:
-        """Running rows nobody holds, locked in the caller's transaction (``queue_oid`` unused)."""
+    def find_orphans(self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True) -> list[dict[str, Any]]:
+        """'processando' rows nobody is settling, row-locked until the transaction ends.
+
+        With ``check_db_locks`` False only the row locks are considered and the
+        caller asks the socket server about the liveness locks. ``queue_oid``
+        is not used: lock names carry the queue.
+        """
         steps = self.sql["find_orphans"]
+        params = {"lock_prefix": self.lock_prefix(conn), "limit": limit, "check_db_locks": check_db_locks}
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
-            cur.execute(steps["select"], {"lock_prefix": self.lock_prefix(conn), "limit": limit})
+            cur.execute(steps["candidates"], params)
+            ids = [row[0] for row in cur.fetchall()]
+            if not ids:
+                return []
+            cur.execute(steps["lock"], dict(params, ids=ids))
             ids = [row[0] for row in cur.fetchall()]
             if not ids:
                 return []

@@ -189,10 +189,12 @@ SET status = 'pendente'
 WHERE id IN %(ids)s AND status = 'agendada'
 
 -- name: count_stale_pending
+-- ORDER BY data_hora makes the (status, data_hora) index the way in: one probe.
 SELECT count(*) FROM (
     SELECT 1 FROM {queue_table}
     WHERE status = 'pendente'
       AND data_hora <= NOW(6) - INTERVAL %(wait_us)s MICROSECOND
+    ORDER BY data_hora
     LIMIT 1
 ) AS stale
 

@@ -2,27 +2,29 @@
 
 The same methods as ``MysqlQueueStore`` (and ``PostgresQueueStore``), with
 what SingleStore lacks done another way:
-- no SKIP LOCKED: ``claim`` reads candidates without locking and wins each
-  one with a conditional update (``... WHERE id = %s AND status =
-  'pendente'``, autocommit): the row count tells who won;
-- no named locks: liveness and maintenance locks come from the socket
-  server, through ``locker`` (a ``nsj_queue_lib.client.lock_client.LockClient``
-  or anything with ``try_lock(name)``, ``unlock(name)`` and ``held(names)``).
-  A task's lock is taken before its conditional update, so a claimed task is
-  never without its lock. Without a locker, runtime operations that need
-  locks raise ``ConfigError`` (CLIENT_SERVER_MODE): a SingleStore worker
-  cannot run on its own;
+- no SKIP LOCKED: ``claim_uncommitted`` reads candidates without locking and
+  wins each with a conditional update (``... WHERE id = %s AND status =
+  'pendente'``) in the claim's transaction: the row count tells who won; a
+  worker racing for the same row waits for that transaction and then finds
+  it claimed;
+- no named locks (GET_LOCK): liveness and maintenance locks come from the
+  socket server (CLIENT_SERVER_MODE=true, the runtime's ``ServerLiveness``
+  and its lock client). The operations that would take database locks
+  (``claim``, ``complete_and_claim``, ``unlock_task``, ``try_service_lock``,
+  ``service_unlock``, ``find_orphans`` with ``check_db_locks``) raise
+  ``ConfigError`` naming CLIENT_SERVER_MODE: a SingleStore worker cannot run
+  on its own;
 - no RETURNING and no consecutive AUTO_INCREMENT values: one INSERT per task;
 - no deadlock detection: conflicts end as lock wait timeouts (1205), which
-  are retried like on MySQL.
+  are retried like on MySQL;
+- no COMMIT AND CHAIN: ``commit_and_begin`` is two statements.
 
-Lock names are the MySQL dialect's (``task_lock_name``, ``service_lock_name``).
+Times are DATETIME(6) in the cluster's time zone (one per cluster).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from nsj_queue_lib.db.mysql.store import (
     SINGLESTORE,
@@ -30,7 +32,7 @@ from nsj_queue_lib.db.mysql.store import (
     _claimed,
     _rows_as_dicts,
     _ServerInfo,
-    is_retryable,
+    retry_on_lock_errors,
     wrap_driver_errors,
 )
 from nsj_queue_lib.exceptions import ConfigError
@@ -39,120 +41,95 @@ NEEDS_SOCKET_SERVER = (
     "SingleStore has no SKIP LOCKED and no named locks (GET_LOCK): a SingleStore worker takes its "
     "locks from the socket server; set CLIENT_SERVER_MODE=true and run python -m nsj_queue_lib.server"
 )
-# Candidates read per claimed task: a few more than asked for, in case
-# another worker wins some of them first.
+# Candidates read per claim beyond the limit, in case another worker wins
+# some of them first.
 CLAIM_SLACK = 4
-# At most this many running rows are examined per find_orphans call, and
-# lock names are asked about in groups of HELD_BATCH (one server request each).
-ORPHAN_SCAN = 10_000
-HELD_BATCH = 500
 
 
-class TaskLocker(Protocol):
-    def try_lock(self, name: str) -> bool: ...
-
-    def unlock(self, name: str) -> bool: ...
-
-    def held(self, names: Iterable[str]) -> set[str]: ...
+def needs_socket_server() -> ConfigError:
+    return ConfigError({"CLIENT_SERVER_MODE": NEEDS_SOCKET_SERVER})
 
 
 class SingleStoreQueueStore(MysqlQueueStore):
     dialect = "singlestore"
 
-    def __init__(self, queue_table: str, subscriber_table: str | None = None,
-                 locker: TaskLocker | None = None):
-        super().__init__(queue_table, subscriber_table)
-        self.locker = locker
-
     def server(self, conn) -> _ServerInfo:
         return _ServerInfo(SINGLESTORE, 1)
-
-    def _locker(self) -> TaskLocker:
-        if self.locker is None:
-            raise ConfigError({"CLIENT_SERVER_MODE": NEEDS_SOCKET_SERVER})
-        return self.locker
 
     def configure_connection(self, conn) -> None:
         """Nothing to set: one isolation level, and the time zone is the cluster's."""
 
-    # -- claim and complete --
+    # -- claim (client/server mode) --
 
-    def claim(self, conn, limit: int, queue_key: int | None = None) -> list[dict[str, Any]]:
-        """Claim up to ``limit`` ready tasks; their locks are held by ``locker``.
+    def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
+        """Claim by conditional updates and leave the claim's transaction open.
 
-        ``conn`` must be autocommit: each conditional update commits at once.
-        On return a transaction is open for the first task's handler, or
-        ``conn`` is idle when nothing was claimed.
+        The caller takes the tasks' locks on the socket server, then commits
+        with ``commit_and_begin``, or rolls back to return them to the queue.
         """
         if limit <= 0:
             return []
-        locker = self._locker()
         steps = self.sql["claim_tasks"]
-        won: list[dict[str, Any]] = []
-        with wrap_driver_errors("claim"), conn.cursor() as cur:
-            cur.execute(steps["candidates"], {"limit": limit + CLAIM_SLACK})
-            for task in _rows_as_dicts(cur):
-                if len(won) == limit:
-                    break
-                name = self.task_lock_name(conn, task["id"])
-                if not locker.try_lock(name):
-                    continue  # another worker is claiming or running it
-                try:
-                    changed = cur.execute(steps["mark"], {"id": task["id"]})
-                except Exception as exc:
-                    locker.unlock(name)
-                    if is_retryable(exc):
-                        continue  # busy row: leave it to the next claim
-                    raise
-                if changed == 1:
-                    won.append(task)
-                else:
-                    locker.unlock(name)  # someone else won it
-            if not won:
-                return []
-            payloads = self._first_payloads(cur, won)
+
+        def attempt() -> list[dict[str, Any]]:
             conn.begin()
-        return _claimed(won, payloads, {task["id"]: True for task in won})
+            won: list[dict[str, Any]] = []
+            with conn.cursor() as cur:
+                cur.execute(steps["candidates"], {"limit": limit + CLAIM_SLACK})
+                for task in _rows_as_dicts(cur):
+                    if len(won) == limit:
+                        break
+                    if cur.execute(steps["mark"], {"id": task["id"]}) == 1:
+                        won.append(task)  # else another worker won it first
+                if not won:
+                    conn.rollback()
+                    return []
+                payloads = self._first_payloads(cur, won)
+            return _claimed(won, payloads, {})
 
-    def complete_and_claim(
-        self, conn, task_id: int, mensagem: str, keys: tuple[int, int] | None, limit: int,
-        queue_key: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """Settle a task as 'sucesso', release its lock, commit, and claim the next tasks."""
-        locker = self._locker()
-        name = self.task_lock_name(conn, task_id)
-        unlock = lambda: locker.unlock(name)  # noqa: E731
-        with wrap_driver_errors("complete_task"):
-            if self._complete(conn, task_id, mensagem, unlock):
-                conn.commit()
-            else:
-                self._give_back(conn, task_id, unlock)
-        return self.claim(conn, limit) if limit > 0 else []
+        with wrap_driver_errors("claim"):
+            tasks = retry_on_lock_errors("claim", attempt, conn.rollback)
+        for task in tasks:
+            task.pop("liveness_locked", None)
+        return tasks
 
-    def unlock_task(self, conn, keys: tuple[int, int]) -> None:
-        self._locker().unlock(self.task_lock_name(conn, keys[1]))
+    def commit_and_begin(self, conn) -> None:
+        with wrap_driver_errors("commit"):
+            conn.commit()
+            conn.begin()
 
-    # -- maintenance --
+    def find_orphans(self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True) -> list[dict[str, Any]]:
+        """'processando' rows, oldest first; the caller asks the socket server which are held.
 
-    def try_service_lock(self, conn, key: int) -> bool:
-        return bool(self._locker().try_lock(self.service_lock_name(conn, key)))
-
-    def service_unlock(self, conn, key: int) -> None:
-        self._locker().unlock(self.service_lock_name(conn, key))
-
-    def find_orphans(self, conn, queue_oid: int | None, limit: int) -> list[dict[str, Any]]:
-        """Running rows whose liveness lock nobody holds on the socket server (oldest first)."""
-        locker = self._locker()
+        Nothing is row-locked (SingleStore has no SKIP LOCKED): settling them
+        relies on the conditional updates of fail_and_retry / fail_and_bury /
+        fail_final.
+        """
+        if check_db_locks:
+            raise needs_socket_server()
         steps = self.sql["find_orphans"]
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
-            cur.execute(steps["select"], {"limit": max(limit, ORPHAN_SCAN)})
-            names = {self.task_lock_name(conn, row[0]): row[0] for row in cur.fetchall()}
-            listed = list(names)
-            held: set[str] = set()
-            for start in range(0, len(listed), HELD_BATCH):
-                held |= set(locker.held(listed[start:start + HELD_BATCH]))
-            ids = [task_id for name, task_id in names.items() if name not in held][:limit]
+            cur.execute(steps["select"], {"limit": limit})
+            ids = [row[0] for row in cur.fetchall()]
             if not ids:
                 return []
             cur.execute(steps["rows"], {"ids": ids})
             return _rows_as_dicts(cur)
+
+    # -- what needs database locks --
+
+    def claim(self, conn, limit: int, queue_key: int | None = None) -> list[dict[str, Any]]:
+        raise needs_socket_server()
+
+    def complete_and_claim(self, conn, task_id: int, mensagem: str, keys, limit: int,
+                           queue_key: int | None = None) -> list[dict[str, Any]]:
+        raise needs_socket_server()
+
+    def unlock_task(self, conn, keys) -> None:
+        raise needs_socket_server()
+
+    def try_service_lock(self, conn, key: int) -> bool:
+        raise needs_socket_server()
+
+    def service_unlock(self, conn, key: int) -> None:
+        raise needs_socket_server()

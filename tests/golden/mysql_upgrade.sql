@@ -1,0 +1,77 @@
+-- Brings a queue table made for nsj-queue-lib 1.2.2 (the specification's
+-- columns; 1.2.2 printed no MySQL DDL of its own) or by an earlier run of this
+-- script to the current schema. MySQL 8 has neither ADD COLUMN IF NOT EXISTS
+-- nor CREATE INDEX IF NOT EXISTS, so each step looks in information_schema
+-- first and runs its statement only when the column or index is missing:
+-- the script is idempotent and runs unchanged on MySQL 8 and MariaDB.
+-- Existing column types are left as they are.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'prioridade') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN prioridade integer DEFAULT 50', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'dead') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN dead boolean NOT NULL DEFAULT false', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'live_id') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN live_id bigint', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'pub_sub') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN pub_sub boolean NOT NULL DEFAULT false', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'publication_id') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN publication_id bigint', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'subscriber_id') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN subscriber_id varchar(100)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+
+-- MySQL has no partial indexes: status leads every index the workers use,
+-- so each scan reads only the rows of the status it looks for.
+-- The claim: ready rows in claim order (higher priority first, then older),
+-- read in index order up to the LIMIT, without sorting.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_claim') = 0, 'CREATE INDEX idx_fila_teste_claim ON public.fila_teste (status, prioridade DESC, data_hora, id)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- Rows of one status by time: the next wake-up, due retries, waiting tasks,
+-- and the retry service's scan of running rows.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_due') = 0, 'CREATE INDEX idx_fila_teste_due ON public.fila_teste (status, data_hora)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- Purge: oldest rows first.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_data_hora') = 0, 'CREATE INDEX idx_fila_teste_data_hora ON public.fila_teste (data_hora)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- Purge keeps a first attempt while a later attempt still needs its payload.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_chain') = 0, 'CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- QueueClient.list_equivalent_task.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_equivalent') = 0, 'CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+
+CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND index_name = 'idx_fila_teste_subscriber_processo') = 0, 'CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;

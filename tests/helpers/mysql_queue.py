@@ -1,0 +1,174 @@
+"""A clean MariaDB/MySQL queue per test, made by our DDL generator.
+
+Fixtures (import them into a test module to use them):
+
+- ``mysql_admin``: an autocommit PyMySQL connection for fixtures and for
+  looking at the database from outside the connection under test;
+- ``mysql_queue``: a fresh, uniquely named queue (``db_gen --dialect mysql``)
+  in the DSN's database, dropped afterwards;
+- ``mysql_conn``: a PyMySQL connection that is not autocommit (the
+  caller's transaction of QueueClient tests);
+- ``mysql_worker_conn`` / ``mysql_worker_conn_2``: autocommit connections set
+  up as the worker runtime sets up its own (``configure_connection``).
+
+They build on ``mysql_kwargs`` (tests/conftest.py), so they skip (or fail
+under CI=true) when TEST_MYSQL_DSN is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from tests.helpers.databases import CONNECT_TIMEOUT, unique_queue_name
+
+# Fixture statements must never wait long on a lock a broken test left behind.
+ADMIN_INIT = "SET SESSION lock_wait_timeout = 15, SESSION innodb_lock_wait_timeout = 15"
+
+
+@dataclasses.dataclass(frozen=True)
+class MysqlQueue:
+    """A queue created for one test by our DDL generator."""
+
+    name: str
+    database: str
+    dialect: str = "mysql"
+
+    @property
+    def table(self) -> str:
+        return f"{self.database}.{self.name}"
+
+    @property
+    def subscriber_table(self) -> str:
+        return f"{self.database}.{self.name}_subscriber"
+
+    @property
+    def claim_index(self) -> str:
+        return f"idx_{self.name}_claim"
+
+
+def connect(kwargs: dict[str, Any], autocommit: bool = False, **extra: Any):
+    import pymysql
+
+    return pymysql.connect(**kwargs, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, **extra)
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of generated DDL (none has ';' inside a literal), comments dropped."""
+    code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return [statement.strip() for statement in code.split(";") if statement.strip()]
+
+
+def execute_script(conn, sql: str) -> None:
+    with conn.cursor() as cur:
+        for statement in split_statements(sql):
+            cur.execute(statement)
+
+
+def create_queue(admin, database: str, name: str | None = None, upgrade: bool = False) -> MysqlQueue:
+    """Create (or upgrade) a queue with ``db_gen --dialect mysql`` on an autocommit connection."""
+    from nsj_queue_lib.db_gen import render
+
+    queue = MysqlQueue(name or unique_queue_name(), database)
+    execute_script(admin, render(database, queue.name, "mysql", upgrade=upgrade))
+    return queue
+
+
+def drop_queue_tables(admin, database: str, name: str) -> None:
+    with admin.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {database}.{name}")
+        cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_subscriber")
+
+
+def fetch_dicts(conn, sql: str, args: Any = None) -> list[dict[str, Any]]:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+def fetch_value(conn, sql: str, args: Any = None) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchone()[0]
+
+
+def row_of(conn, table: str, task_id: int) -> dict[str, Any] | None:
+    rows = fetch_dicts(conn, f"SELECT * FROM {table} WHERE id = %s", (task_id,))
+    return rows[0] if rows else None
+
+
+def count_rows(conn, table: str) -> int:
+    return fetch_value(conn, f"SELECT count(*) FROM {table}")
+
+
+def questions(conn) -> int:
+    """Statements this session has sent so far (the query asking counts itself)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Questions'")
+        return int(cur.fetchone()[1])
+
+
+def in_transaction(conn) -> bool:
+    return bool(fetch_value(conn, "SELECT @@in_transaction"))
+
+
+# -- fixtures --------------------------------------------------------------------
+
+
+@pytest.fixture
+def mysql_admin(mysql_kwargs):
+    conn = connect(mysql_kwargs, autocommit=True, init_command=ADMIN_INIT)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def mysql_queue(mysql_kwargs, mysql_admin):
+    queue = create_queue(mysql_admin, mysql_kwargs["database"])
+    try:
+        yield queue
+    finally:
+        drop_queue_tables(mysql_admin, queue.database, queue.name)
+
+
+@pytest.fixture
+def mysql_conn(mysql_kwargs, mysql_queue):
+    # Depends on mysql_queue so that it is closed before the queue is dropped:
+    # an open transaction would otherwise hold a lock the DROP waits for.
+    conn = connect(mysql_kwargs, autocommit=False)
+    try:
+        yield conn
+    finally:
+        conn.close()  # an open transaction is rolled back by the server
+
+
+def _worker_conn(mysql_kwargs, queue: MysqlQueue):
+    from nsj_queue_lib.db.dialect import get_dialect
+
+    conn = connect(mysql_kwargs, autocommit=True)
+    get_dialect(queue.dialect).store(queue.table).configure_connection(conn)
+    return conn
+
+
+@pytest.fixture
+def mysql_worker_conn(mysql_kwargs, mysql_queue):
+    conn = _worker_conn(mysql_kwargs, mysql_queue)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def mysql_worker_conn_2(mysql_kwargs, mysql_queue):
+    conn = _worker_conn(mysql_kwargs, mysql_queue)
+    try:
+        yield conn
+    finally:
+        conn.close()
+

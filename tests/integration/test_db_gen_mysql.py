@@ -1,0 +1,311 @@
+"""The generated MySQL DDL on a real MariaDB: it applies, has the contract's defaults,
+upgrades idempotently, and serves the workers' scans from its indexes (EXPLAIN)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pymysql
+import pytest
+
+from nsj_queue_lib import QueueClient, model
+from nsj_queue_lib.db.dialect import get_dialect
+from nsj_queue_lib.db_gen import render
+from tests.helpers.databases import unique_queue_name
+from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
+    connect,
+    create_queue,
+    drop_queue_tables,
+    execute_script,
+    fetch_dicts,
+    fetch_value,
+    mysql_admin,
+    mysql_queue,
+    row_of,
+)
+
+pytestmark = pytest.mark.mysql
+
+
+def catalog(conn, database: str, name: str) -> dict:
+    """Columns (type, default, nullability, order), indexes and table options, the queue name as {q}."""
+
+    def anon(value):
+        return value.replace(name, "{q}") if isinstance(value, str) else value
+
+    result = {}
+    for table in (name, f"{name}_subscriber"):
+        key = anon(table)
+        result[key] = {
+            "columns": [
+                (r["COLUMN_NAME"], r["COLUMN_TYPE"], anon(r["COLUMN_DEFAULT"]), r["IS_NULLABLE"])
+                for r in fetch_dicts(
+                    conn,
+                    "SELECT column_name AS COLUMN_NAME, column_type AS COLUMN_TYPE, "
+                    "column_default AS COLUMN_DEFAULT, is_nullable AS IS_NULLABLE "
+                    "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                    "ORDER BY ordinal_position",
+                    (database, table),
+                )
+            ],
+            "indexes": indexes(conn, database, table, anon),
+            "options": [
+                (r["ENGINE"], r["TABLE_COLLATION"]) for r in fetch_dicts(
+                    conn,
+                    "SELECT engine AS ENGINE, table_collation AS TABLE_COLLATION FROM information_schema.tables "
+                    "WHERE table_schema = %s AND table_name = %s",
+                    (database, table),
+                )
+            ],
+        }
+    return result
+
+
+def indexes(conn, database: str, table: str, anon=lambda v: v) -> dict[str, list[tuple[str, str | None]]]:
+    found: dict[str, list[tuple[str, str | None]]] = {}
+    for r in fetch_dicts(
+        conn,
+        "SELECT index_name AS INDEX_NAME, column_name AS COLUMN_NAME, collation AS COLLATION "
+        "FROM information_schema.statistics WHERE table_schema = %s AND table_name = %s "
+        "ORDER BY index_name, seq_in_index",
+        (database, table),
+    ):
+        found.setdefault(anon(r["INDEX_NAME"]), []).append((r["COLUMN_NAME"], r["COLLATION"]))
+    return found
+
+
+def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
+    snapshot = catalog(mysql_admin, mysql_queue.database, mysql_queue.name)
+    queue = snapshot["{q}"]
+    assert [c[0] for c in queue["columns"]] == list(model.QUEUE_COLUMNS)
+    types = {c[0]: c[1] for c in queue["columns"]}
+    assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
+    assert types["proxima_tentativa"] == types["data_hora_anterior"] == "timestamp(6)"
+    assert (types["id"], types["payload"], types["payload_hash"]) == ("bigint(20)", "longtext", "varbinary(64)")
+    assert queue["options"] == [("InnoDB", "utf8mb4_bin")]
+    assert set(queue["indexes"]) == {
+        "PRIMARY", "idx_{q}_claim", "idx_{q}_due", "idx_{q}_data_hora", "idx_{q}_chain", "idx_{q}_equivalent",
+    }
+    claim = queue["indexes"]["idx_{q}_claim"]
+    assert [c[0] for c in claim] == ["status", "prioridade", "data_hora", "id"]
+    assert claim[1][1] == "D"  # prioridade DESC: the claim reads the index in claim order
+    assert [c[0] for c in queue["indexes"]["idx_{q}_due"]] == ["status", "data_hora"]
+    subscriber = snapshot["{q}_subscriber"]
+    assert [c[0] for c in subscriber["columns"]] == list(model.SUBSCRIBER_COLUMNS)
+    assert set(subscriber["indexes"]) == {"PRIMARY", "idx_{q}_subscriber_processo"}
+    assert subscriber["options"] == [("InnoDB", "utf8mb4_bin")]
+    assert fetch_value(mysql_admin, "SELECT count(*) FROM information_schema.triggers WHERE event_object_table = %s",
+                       (mysql_queue.name,)) == 0
+
+
+def test_a_bare_insert_gets_the_contract_defaults(mysql_queue, mysql_admin):
+    with mysql_admin.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute("SELECT UTC_TIMESTAMP(6)")
+        before = cur.fetchone()[0]
+        cur.execute(f"INSERT INTO {mysql_queue.table} (processo) VALUES ('p')")
+        task_id = cur.lastrowid
+        cur.execute("SELECT UTC_TIMESTAMP(6)")
+        after = cur.fetchone()[0]
+    row = row_of(mysql_admin, mysql_queue.table, task_id)
+    assert (row["status"], row["tentativa"], row["prioridade"]) == ("pendente", 1, 50)
+    assert (row["pub_sub"], row["dead"], row["reenfileirado"], row["estouro_tentativas"]) == (0, 0, 0, 0)
+    assert before <= row["data_hora"] <= after
+    assert row["data_hora_inicial"] == row["data_hora"]
+    assert row["proxima_tentativa"] is None and row["data_hora_anterior"] is None
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"INSERT INTO {mysql_queue.subscriber_table} (id, processo, headers) VALUES ('s', 'p', '{{}}')")
+    sub = row_of(mysql_admin, mysql_queue.subscriber_table, "s")
+    assert sub["ativo"] == 1 and before <= sub["created_at"]
+
+
+def test_upgrade_on_a_current_queue_changes_nothing(mysql_queue, mysql_admin):
+    before = catalog(mysql_admin, mysql_queue.database, mysql_queue.name)
+    for _ in range(2):
+        execute_script(mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True))
+    assert catalog(mysql_admin, mysql_queue.database, mysql_queue.name) == before
+
+
+# A queue table as an application made it for nsj-queue-lib 1.2.2 on MySQL (the
+# specification's columns before prioridade, dead, live_id and pub/sub; 1.2.2's
+# db_gen printed PostgreSQL only), with its own index and no subscriber table.
+OLD_TABLE = """
+CREATE TABLE {table} (
+    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    id_inicial bigint,
+    data_hora_inicial datetime DEFAULT CURRENT_TIMESTAMP,
+    data_hora datetime DEFAULT CURRENT_TIMESTAMP,
+    origem varchar(150),
+    destino varchar(150),
+    processo varchar(250),
+    chave_externa varchar(100),
+    proxima_tentativa datetime,
+    tentativa int DEFAULT 1,
+    status varchar(100) DEFAULT 'pendente',
+    reenfileirado boolean DEFAULT false,
+    estouro_tentativas boolean DEFAULT false,
+    mensagem varchar(500),
+    id_anterior bigint,
+    data_hora_anterior datetime,
+    status_anterior varchar(100),
+    mensagem_anterior varchar(500),
+    payload text,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    payload_hash varbinary(64),
+    KEY idx_{name}_status (status)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+"""
+
+
+@pytest.fixture
+def old_queue(mysql_kwargs, mysql_admin):
+    name = unique_queue_name("old_")
+    database = mysql_kwargs["database"]
+    with mysql_admin.cursor() as cur:
+        cur.execute(OLD_TABLE.format(table=f"{database}.{name}", name=name))
+        # A task enqueued the 1.2.2 way: explicit columns, the hash as hex text.
+        cur.execute(
+            f"INSERT INTO {database}.{name} (origem, destino, processo, chave_externa, payload, payload_hash, "
+            "data_hora) VALUES ('erp', 'fiscal', 'p', 'k', 'velho', "
+            "'1c7fb6b89e3e9bb0c2ac4ff0e5ca2fc0cb2adf8b1f7e0be2d6e5d0b6fd0fd1f1', NOW() - INTERVAL 1 MINUTE)"
+        )
+    try:
+        yield database, name
+    finally:
+        drop_queue_tables(mysql_admin, database, name)
+
+
+def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admin, mysql_kwargs):
+    database, name = old_queue
+    table = f"{database}.{name}"
+    script = render(database, name, "mysql", upgrade=True)
+    execute_script(mysql_admin, script)
+    columns = [r["c"] for r in fetch_dicts(
+        mysql_admin, "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = %s ORDER BY ordinal_position", (database, name))]
+    assert set(columns) == set(model.QUEUE_COLUMNS)
+    old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
+    assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (50, 0, 0, None)
+    found = indexes(mysql_admin, database, name)
+    assert {f"idx_{name}_claim", f"idx_{name}_due", f"idx_{name}_equivalent", f"idx_{name}_status"} <= set(found)
+    assert indexes(mysql_admin, database, f"{name}_subscriber")
+    snapshot = catalog(mysql_admin, database, name)
+    execute_script(mysql_admin, script)  # idempotent
+    assert catalog(mysql_admin, database, name) == snapshot
+
+    # The old task is claimed and completed by this library's store; new tasks go in too.
+    store = get_dialect("mysql").store(table, f"{table}_subscriber")
+    worker = connect(mysql_kwargs, autocommit=True)
+    try:
+        store.configure_connection(worker)
+        (task,) = store.claim(worker, 5)
+        assert (task["payload"], task["prioridade"], task["dead"]) == ("velho", 50, False)
+        store.complete_and_claim(worker, task["id"], "ok", store.task_lock_keys(0, task["id"]), 0)
+        client_conn = connect(mysql_kwargs)
+        try:
+            new_id = QueueClient(client_conn, table).insert_task("erp", "fiscal", "p", "k2", {"novo": True})
+            client_conn.commit()
+        finally:
+            client_conn.close()
+        assert [t["id"] for t in store.claim(worker, 5)] == [new_id]
+        store.rollback(worker)
+    finally:
+        worker.close()
+    assert row_of(mysql_admin, table, task["id"])["status"] == "sucesso"
+
+
+def test_ddl_works_in_another_database(mysql_admin):
+    database = unique_queue_name("nsjq_s_")
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+    try:
+        queue = create_queue(mysql_admin, database)
+        assert "idx_{q}_claim" in catalog(mysql_admin, database, queue.name)["{q}"]["indexes"]
+    finally:
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE {database}")
+
+
+def test_applying_create_twice_fails_loudly(mysql_queue, mysql_admin):
+    with pytest.raises(pymysql.err.OperationalError) as info:
+        execute_script(mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql"))
+    assert info.value.args[0] == 1050  # table already exists: nothing else was run
+
+
+# -- the workers' scans use the indexes ---------------------------------------------
+
+
+@pytest.fixture
+def busy_queue(mysql_queue, mysql_admin):
+    """20,000 rows: mostly history, some ready, some scheduled, a few running."""
+    with mysql_admin.cursor() as cur:
+        cur.execute(
+            f"""
+            INSERT INTO {mysql_queue.table} (processo, status, prioridade, data_hora, data_hora_inicial)
+            SELECT 'p',
+                   CASE WHEN seq % 10 = 0 THEN 'pendente'
+                        WHEN seq % 10 = 1 THEN 'agendada'
+                        WHEN seq % 97 = 0 THEN 'processando'
+                        ELSE 'sucesso' END,
+                   50 + seq % 3,
+                   NOW(6) - INTERVAL seq SECOND,
+                   NOW(6) - INTERVAL seq SECOND
+            FROM seq_1_to_20000
+            """
+        )
+        cur.execute(f"ANALYZE TABLE {mysql_queue.table}")
+        cur.fetchall()
+    return mysql_queue
+
+
+def explain(conn, sql: str, params) -> dict:
+    with conn.cursor() as cur:
+        cur.execute("EXPLAIN FORMAT=JSON " + sql, params)
+        return json.loads(cur.fetchone()[0])
+
+
+def tables_in(plan) -> list[dict]:
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "table_name" in node:
+                found.append(node)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(plan)
+    return found
+
+
+@pytest.mark.parametrize(
+    "query, step, params, index",
+    [
+        ("claim_tasks", "select", {"limit": 10}, "claim"),
+        ("promote_due", "select", {"limit": 10}, "due"),
+        ("find_orphans", "candidates", {"limit": 100, "check_db_locks": True, "lock_prefix": "nsjq:x:"}, "due"),
+        ("count_stale_pending", "sql", {"wait_us": 1_000_000}, "due"),
+        ("purge", "select", {"limit": 100, "max_age_days": 0}, "data_hora"),
+    ],
+)
+def test_worker_scans_read_their_index_without_sorting(busy_queue, mysql_admin, query, step, params, index):
+    store = get_dialect("mysql").store(busy_queue.table)
+    plan = explain(mysql_admin, store.sql[query][step], params)
+    text = json.dumps(plan)
+    scans = [t for t in tables_in(plan) if t["table_name"] in (busy_queue.name, "o", "t")]
+    assert scans, text
+    assert scans[0].get("key") == f"idx_{busy_queue.name}_{index}", text
+    assert not [t for t in tables_in(plan) if t.get("access_type") == "ALL" and not t["table_name"].startswith("<")], text
+    assert "filesort" not in text, text
+
+
+def test_next_due_reads_one_index_entry_per_status(busy_queue, mysql_admin):
+    store = get_dialect("mysql").store(busy_queue.table)
+    text = json.dumps(explain(mysql_admin, store.sql["next_due"]["sql"], None))
+    # MIN() on the (status, data_hora) index is answered while planning.
+    assert len(re.findall(r"No matching min/max row|Select tables optimized away", text)) == 2, text

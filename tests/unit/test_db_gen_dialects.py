@@ -1,0 +1,246 @@
+"""python -m nsj_queue_lib.db_gen --dialect mysql / singlestore: golden files, the rendered
+database/ files, the same logical table as PostgreSQL's, refused names (no database needed)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db import dialect as dialect_module
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, dialect_name_for_connection, get_dialect
+from nsj_queue_lib.db.mysql.dialect import UPGRADE_COLUMNS, column_definitions
+from nsj_queue_lib.db.sql_files import load_queries
+from nsj_queue_lib.db_gen import render
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+REGENERATE = "python tests/golden/regenerate.py"
+DIALECTS = ["mysql", "singlestore"]
+
+
+def db_gen(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
+        cwd=ROOT, capture_output=True, text=True, encoding="utf-8", timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "golden, args",
+    [
+        ("mysql_create.sql", ["public", "fila_teste", "--dialect", "mysql"]),
+        ("mysql_upgrade.sql", ["public", "fila_teste", "--dialect", "mysql", "--upgrade"]),
+        ("singlestore_create.sql", ["public", "fila_teste", "--dialect", "singlestore"]),
+    ],
+)
+def test_output_matches_golden_file(golden, args):
+    result = db_gen(*args)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    expected = (GOLDEN / golden).read_text("utf-8")
+    assert result.stdout == expected, f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_database_fila_teste_sql_is_current(dialect):
+    result = db_gen("public", "fila_teste", "--dialect", dialect)
+    assert result.returncode == 0, result.stderr
+    current = (ROOT / "database" / dialect / "fila_teste.sql").read_text("utf-8")
+    assert current == result.stdout, f"database/{dialect}/fila_teste.sql is stale: run {REGENERATE} (or make ddl)"
+
+
+def test_make_verify_ddl_checks_every_dialect():
+    result = subprocess.run(
+        ["bash", "scripts/ddl.sh", "check", "public", "fila_teste", "postgres", "mysql", "singlestore"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ok ") == 3
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_render_is_what_the_command_prints(dialect):
+    assert render("public", "fila_teste", dialect) == db_gen("public", "fila_teste", "--dialect", dialect).stdout
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_names_are_substituted_everywhere(dialect):
+    ddl = render("sch", "minha_fila", dialect)
+    assert "fila_teste" not in ddl
+    assert not re.search(r"\{[a-z_]+\}", ddl), "unrendered placeholder"
+    assert re.search(r"CREATE (ROWSTORE )?TABLE sch\.minha_fila \(", ddl)
+    assert re.search(r"CREATE (ROWSTORE )?TABLE sch\.minha_fila_subscriber \(", ddl)
+    assert "idx_minha_fila_claim" in ddl and "idx_minha_fila_subscriber_processo" in ddl
+
+
+def _table_body(ddl: str, table: str) -> str:
+    match = re.search(rf"CREATE (?:ROWSTORE )?TABLE (?:IF NOT EXISTS )?{re.escape(table)} \((.*?)\n\)", ddl, re.S)
+    assert match, f"no CREATE TABLE {table}"
+    return match.group(1)
+
+
+def _columns(ddl: str, table: str) -> dict[str, str]:
+    return dict(re.findall(r"^\s+([a-z_]+) (.+?),?$", _table_body(ddl, table), re.M))
+
+
+@pytest.mark.parametrize("dialect", ["postgres", *DIALECTS])
+def test_every_dialect_renders_the_same_logical_table(dialect):
+    ddl = render("public", "fila_teste", dialect)
+    queue = _columns(ddl, "public.fila_teste")
+    assert list(queue) == list(model.QUEUE_COLUMNS)
+    subscriber = _columns(ddl, "public.fila_teste_subscriber")
+    assert list(subscriber) == list(model.SUBSCRIBER_COLUMNS)
+    # The same defaults and sizes everywhere.
+    assert "DEFAULT 'pendente'" in queue["status"] and queue["status"].startswith("varchar(100)")
+    assert "DEFAULT 1" in queue["tentativa"]
+    assert "DEFAULT 50" in queue["prioridade"]
+    for column in ("pub_sub", "dead"):
+        assert re.search(r"(?i)not null", queue[column]) and re.search(r"(?i)default false", queue[column]), column
+    for column in ("reenfileirado", "estouro_tentativas"):
+        assert re.search(r"(?i)default false", queue[column]), column
+    for column, size in model.TEXT_LIMITS.items():
+        assert queue[column] == f"varchar({size})", column
+    assert queue["mensagem"] == queue["mensagem_anterior"] == f"varchar({model.MENSAGEM_LIMIT})"
+    for column in ("data_hora", "data_hora_inicial"):
+        assert re.search(r"(?i)default (clock_timestamp\(\)|current_timestamp\(6\))", queue[column]), column
+    assert re.search(r"(?i)not null", subscriber["processo"]) and re.search(r"(?i)default true", subscriber["ativo"])
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_times_keep_microseconds(dialect):
+    queue = _columns(render("public", "fila_teste", dialect), "public.fila_teste")
+    for column in ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hora_anterior"):
+        assert re.match(r"(timestamp|datetime)\(6\)", queue[column]), column
+
+
+def test_mysql_times_are_timestamps_and_nullable_without_auto_update():
+    queue = _columns(render("public", "fila_teste", "mysql"), "public.fila_teste")
+    for column in ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hora_anterior"):
+        # An explicit NULL: with explicit_defaults_for_timestamp off, a bare TIMESTAMP
+        # would become NOT NULL ... ON UPDATE CURRENT_TIMESTAMP.
+        assert queue[column].startswith("timestamp(6) NULL DEFAULT"), column
+        assert "ON UPDATE" not in queue[column]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_no_trigger_and_no_postgresql(dialect):
+    ddl = render("public", "fila_teste", dialect).lower()
+    for word in ("trigger", "pg_notify", "plpgsql", "clock_timestamp", "bytea", "bigserial", "with time zone"):
+        assert word not in re.sub(r"--.*$", "", ddl, flags=re.M), word
+
+
+def test_mysql_claim_index_follows_the_claim_order():
+    ddl = render("public", "fila_teste", "mysql")
+    assert "CREATE INDEX idx_fila_teste_claim ON public.fila_teste (status, prioridade DESC, data_hora, id);" in ddl
+    assert "CREATE INDEX idx_fila_teste_due ON public.fila_teste (status, data_hora);" in ddl
+    assert "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin" in ddl
+
+
+def test_singlestore_is_a_sharded_rowstore():
+    ddl = render("public", "fila_teste", "singlestore")
+    assert ddl.count("CREATE ROWSTORE TABLE") == 2
+    assert "SHARD KEY (id)" in ddl
+    assert "KEY idx_fila_teste_claim (status, prioridade DESC, data_hora, id)" in ddl
+    assert "AUTO_INCREMENT" in ddl and "bigint NOT NULL AUTO_INCREMENT" in ddl
+
+
+def test_mysql_upgrade_statements_are_all_idempotent_forms():
+    ddl = render("public", "fila_teste", "mysql", upgrade=True)
+    code = re.sub(r"--.*$", "", ddl, flags=re.M)
+    statements = [s.strip() for s in re.split(r";\s*$", code, flags=re.M) if s.strip()]
+    idempotent = re.compile(
+        r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics) WHERE "
+        r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
+        r"|CREATE TABLE IF NOT EXISTS )"
+    )
+    assert len(statements) >= 40
+    for statement in statements:
+        assert idempotent.match(statement), statement
+    # MySQL 8 has neither of these: the script must not depend on them.
+    assert "ADD COLUMN IF NOT EXISTS" not in code and "CREATE INDEX IF NOT EXISTS" not in code
+    for column in UPGRADE_COLUMNS:
+        assert f"column_name = '{column}') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN {column} " in ddl
+    created = column_definitions(render("public", "fila_teste", "mysql"), "public.fila_teste")
+    assert f"ADD COLUMN dead {created['dead']}'" in ddl  # definitions come from the create DDL
+
+
+def test_singlestore_upgrade_exits_2_with_a_clear_message():
+    result = db_gen("public", "fila_teste", "--dialect", "singlestore", "--upgrade")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "db_gen:" in result.stderr and "--upgrade is not supported for singlestore" in result.stderr
+
+
+MALICIOUS = [
+    ("public", "x;drop table y"),
+    ("public", "a b"),
+    ("public", "`q`"),
+    ('public', '"q"'),
+    ("public", "q'"),
+    ("public", "1abc"),
+    ("public", ""),
+    ("public", "q" * 60),
+    ("public", "fila\n"),
+    ("public", "fila-teste"),
+    ("public", "fila#x"),
+    ("public", "fila/*x"),
+    ("public", "açaí"),
+    ("public", "s.t"),
+    ("x;drop table y", "fila"),
+    ("`db`", "fila"),
+    ("", "fila"),
+]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("upgrade", [False, True], ids=["create", "upgrade"])
+@pytest.mark.parametrize("schema, queue", MALICIOUS)
+def test_refused_names_exit_2_with_nothing_on_stdout(schema, queue, upgrade, dialect):
+    result = db_gen(schema, queue, "--dialect", dialect, *(["--upgrade"] if upgrade else []))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "db_gen" in result.stderr
+
+
+def test_registry_knows_the_dialects_and_drivers():
+    assert set(DIALECT_NAMES) == {"postgres", "mysql", "singlestore"}
+    assert get_dialect("MYSQL").name == "mysql"
+    assert get_dialect("SINGLE_STORE").name == "singlestore"
+    mysql, singlestore = get_dialect("mysql"), get_dialect("singlestore")
+    assert (mysql.capabilities.listen_notify, mysql.capabilities.skip_locked, mysql.capabilities.advisory_locks) == (
+        False, True, True)
+    assert (singlestore.capabilities.skip_locked, singlestore.capabilities.advisory_locks) == (False, False)
+    with pytest.raises(ValueError):
+        get_dialect("oracle")
+
+
+def test_a_pymysql_connection_speaks_mysql():
+    import pymysql
+
+    conn = pymysql.connections.Connection.__new__(pymysql.connections.Connection)  # never connected
+    assert dialect_name_for_connection(conn) == "mysql"
+    assert dialect_module.dialect_name_for_connection.__module__ == "nsj_queue_lib.db.dialect"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_queries_are_fully_rendered(dialect):
+    store = get_dialect(dialect).store("public.q", "public.q_subscriber")
+    assert set(store.sql) == set(load_queries("postgres"))
+    for name, steps in store.sql.items():
+        for step, sql in steps.items():
+            assert sql.strip(), (name, step)
+            assert not sql.rstrip().endswith(";"), (name, step)
+            assert not re.search(r"\{[a-z_]+\}", sql), f"{name}/{step} has an unrendered placeholder"
+
+
+def test_singlestore_queries_use_nothing_singlestore_lacks():
+    text = (ROOT / "nsj_queue_lib" / "db" / "singlestore" / "queries.sql").read_text("utf-8")
+    code = re.sub(r"--.*$", "", text, flags=re.M).upper()
+    for missing in ("SKIP LOCKED", "GET_LOCK", "RELEASE_LOCK", "IS_USED_LOCK", "RETURNING", "AND CHAIN",
+                    "FOR UPDATE"):
+        assert missing not in code, missing
