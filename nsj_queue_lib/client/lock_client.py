@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.client.base import BaseClient
+from nsj_queue_lib.client.channel import Channel
+
+_log = logging.getLogger("nsj_queue_lib.client")
 
 if TYPE_CHECKING:
     from nsj_queue_lib.settings import Settings
@@ -18,10 +22,25 @@ class LockClient(BaseClient):
     ``unlock``, by ``close``, or by the server the moment the connection
     ends (the process died, the network failed, the server restarted). When
     a call raises ``ServerConnectionError`` every lock of this client is
-    gone; ``reconnect()`` opens a new connection and does not take them
-    again. Taking a lock the client already holds returns True (locks are
-    not counted: one ``unlock`` releases it).
+    gone; ``reconnect()`` opens a new connection and tries to take again
+    every lock this client held (its holder is still running: a worker's
+    task does not stop because the server restarted). Taking a lock the
+    client already holds returns True (locks are not counted: one ``unlock``
+    releases it).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._wanted: set[str] = set()
+        super().__init__(*args, **kwargs)
+
+    def _after_connect(self, channel: Channel) -> None:
+        lost = []
+        for name in sorted(self._wanted):
+            if not channel.request("lock", name=name)["acquired"]:
+                lost.append(name)
+        for name in lost:
+            self._wanted.discard(name)
+            _log.warning("%s: lock %s was taken by another client while disconnected", self.client_name, name)
 
     @classmethod
     def from_settings(cls, settings: "Settings", client_name: str, connect: bool = True) -> "LockClient":
@@ -33,11 +52,22 @@ class LockClient(BaseClient):
 
     def try_lock(self, name: str) -> bool:
         """Take ``name`` if nobody else holds it; never waits."""
-        return bool(self._request("lock", name=name)["acquired"])
+        with self._lock:
+            acquired = bool(self._request("lock", name=name)["acquired"])
+            if acquired:
+                self._wanted.add(name)
+            return acquired
 
     def unlock(self, name: str) -> bool:
         """Release ``name``; False when this client did not hold it."""
-        return bool(self._request("unlock", name=name)["released"])
+        with self._lock:
+            self._wanted.discard(name)
+            return bool(self._request("unlock", name=name)["released"])
+
+    def holding(self) -> set[str]:
+        """The locks this client holds (or will take again on reconnecting)."""
+        with self._lock:
+            return set(self._wanted)
 
     def held(self, names: Iterable[str]) -> set[str]:
         """Which of ``names`` are held right now, by any client (this one included)."""

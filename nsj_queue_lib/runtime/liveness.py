@@ -24,12 +24,17 @@ from nsj_queue_lib.log import get_logger
 logger = get_logger("liveness")
 
 
-def task_lock_name(queue_table: str, task_id: int) -> str:
-    return f"{queue_table}:task:{task_id}"
+# Names are built from the queue's identity as the database resolves it (the
+# table's oid on PostgreSQL, the qualified name's hash on MySQL), never from the
+# QUEUE_TABLE text: 'fila' and 'public.fila' must be the same queue.
 
 
-def service_lock_name(queue_table: str, service: str) -> str:
-    return f"{queue_table}:service:{service}"
+def task_lock_name(queue_oid: int, task_id: int) -> str:
+    return f"nsjq:{queue_oid}:task:{task_id}"
+
+
+def service_lock_name(queue_oid: int, service: str) -> str:
+    return f"nsjq:{queue_oid}:service:{service}"
 
 
 class DatabaseLiveness:
@@ -51,19 +56,21 @@ class DatabaseLiveness:
 
 
 class ServerLiveness:
-    def __init__(self, store, lock_client, queue_table: str, stop: threading.Event):
+    def __init__(self, store, lock_client, queue_oid_of, stop: threading.Event):
         self.store = store
         self.locks = lock_client
-        self.queue_table = queue_table
+        self._queue_oid_of = queue_oid_of
         self._stop = stop
-        self._held: set[int] = set()
-        self._mutex = threading.Lock()
 
     def _name(self, task_id: int) -> str:
-        return task_lock_name(self.queue_table, task_id)
+        return task_lock_name(self._queue_oid_of(), task_id)
 
     def _call(self, operation):
-        """Run a lock-server call, reconnecting once (and re-taking running tasks' locks) if it dropped."""
+        """Run a lock-server call, reconnecting once if the connection dropped.
+
+        The lock client takes its locks again when it reconnects, so running
+        tasks keep theirs across a server restart.
+        """
         from nsj_queue_lib.client.channel import ServerConnectionError
 
         try:
@@ -72,11 +79,6 @@ class ServerLiveness:
             logger.warning("lock server connection lost (%s); reconnecting", exc)
             if not self.locks.reconnect(stop=self._stop, max_wait=30):
                 raise
-            with self._mutex:
-                running = list(self._held)
-            for task_id in running:
-                if not self.locks.try_lock(self._name(task_id)):
-                    logger.warning("task=%s: its lock was taken meanwhile", task_id)
             return operation()
 
     def claim(self, conn, limit: int) -> list[dict[str, Any]]:
@@ -87,8 +89,6 @@ class ServerLiveness:
             for task in tasks:
                 if not self._call(lambda: self.locks.try_lock(self._name(task["id"]))):
                     raise RuntimeError(f"task {task['id']}: its liveness lock is held by another client")
-                with self._mutex:
-                    self._held.add(task["id"])
             self.store.commit_and_begin(conn)
         except Exception:
             # Nothing was committed: the tasks are 'pendente' again for everyone.
@@ -105,8 +105,8 @@ class ServerLiveness:
             self.store.commit(conn)
         else:
             self.store.rollback(conn)
-            logger.warning("task=%s: settled by another worker while it ran (lock server outage); "
-                           "its work was rolled back", task["id"])
+            logger.warning("task=%s: no longer 'processando' when it finished (rescued by another worker, or "
+                           "given back after a deadlock); its work was rolled back", task["id"])
         self.after_settled(task)
         return self.claim(conn, limit) if limit > 0 else []
 
@@ -114,8 +114,6 @@ class ServerLiveness:
         pass  # the server lock goes after the commit, in after_settled
 
     def after_settled(self, task: dict[str, Any]) -> None:
-        with self._mutex:
-            self._held.discard(task["id"])
         try:
             self._call(lambda: self.locks.unlock(self._name(task["id"])))
         except Exception as exc:  # noqa: BLE001 - a lost connection released it anyway

@@ -27,17 +27,22 @@ class RetryService(PeriodicService):
     def work(self, conn: psycopg.Connection) -> int:
         queue_oid = self.store.queue_oid(conn)
         conn.commit()
+        suspects = None
+        if self.lock_client is not None:
+            suspects = self._server_suspects(conn, queue_oid)
+            if not suspects:
+                return 0
         rescued = 0
         while not self.stop.is_set():
             if self.lock_client is None:
                 orphans = self.store.find_orphans(conn, queue_oid, BATCH)
+                batch_full = len(orphans) == BATCH
             else:
                 candidates = self.store.find_orphans(conn, queue_oid, BATCH, check_db_locks=False)
-                held = self.lock_client.held(task_lock_name(self.settings.queue_table, t["id"]) for t in candidates)
+                held = self.lock_client.held(task_lock_name(queue_oid, t["id"]) for t in candidates)
                 orphans = [t for t in candidates
-                           if task_lock_name(self.settings.queue_table, t["id"]) not in held]
-                if len(candidates) == BATCH and not orphans:
-                    break  # a full batch of live tasks: look again next run
+                           if t["id"] in suspects and task_lock_name(queue_oid, t["id"]) not in held]
+                batch_full = False  # one confirmed batch per run; the next run takes the rest
             for task in orphans:
                 record_failure(self.store, conn, self.settings, task, ORPHAN_MESSAGE,
                                status=model.FALHA_PROCESSANDO)
@@ -45,6 +50,25 @@ class RetryService(PeriodicService):
                                self.settings.queue_name, task["id"], task["tentativa"])
             conn.commit()
             rescued += len(orphans)
-            if len(orphans) < BATCH:
+            if not batch_full:
                 break
         return rescued
+
+    def _server_suspects(self, conn, queue_oid: int) -> set[int]:
+        """Tasks whose server lock is free twice, a grace period apart.
+
+        Right after a socket server restart every lock is free until the
+        workers reconnect (with back-off) and take theirs again; a single look
+        would rescue tasks that are still running. The grace period covers
+        that reconnection.
+        """
+        candidates = self.store.find_orphans(conn, queue_oid, BATCH, check_db_locks=False)
+        conn.commit()  # no row stays locked while waiting
+        held = self.lock_client.held(task_lock_name(queue_oid, t["id"]) for t in candidates)
+        suspects = {t["id"] for t in candidates if task_lock_name(queue_oid, t["id"]) not in held}
+        if suspects and self.stop.wait(self.server_grace_seconds()):
+            return set()
+        return suspects
+
+    def server_grace_seconds(self) -> float:
+        return 2 * self.settings.timeout_socket_message + 1.0

@@ -53,7 +53,6 @@ class PeriodicService(abc.ABC):
         self.schedule = schedule
         self.lock_client = lock_client  # CLIENT_SERVER_MODE: locks come from the socket server
         self.lock_key = service_lock_key(settings.queue_table, self.name)
-        self.lock_name = service_lock_name(settings.queue_table, self.name)
 
     def run(self) -> None:
         logger.info("queue=%s: %s service scheduled %r", self.settings.queue_name, self.name, self.schedule)
@@ -90,23 +89,25 @@ class PeriodicService(abc.ABC):
     def _run_once_with_server_lock(self) -> int | None:
         from nsj_queue_lib.client.channel import ServerConnectionError
 
-        try:
-            locked = self.lock_client.try_lock(self.lock_name)
-        except ServerConnectionError:
-            if not self.lock_client.reconnect(stop=self.stop, max_wait=5):
-                raise
-            locked = self.lock_client.try_lock(self.lock_name)
-        if not locked:
-            self._skipped()
-            return None
-        try:
-            with self._connect(False) as conn:
-                return self.work(conn)
-        finally:
+        with self._connect(False) as conn:
+            lock_name = service_lock_name(self.store.queue_oid(conn), self.name)
+            conn.commit()
             try:
-                self.lock_client.unlock(self.lock_name)
-            except Exception:  # noqa: BLE001 - a lost connection released it anyway
-                pass
+                locked = self.lock_client.try_lock(lock_name)
+            except ServerConnectionError:
+                if not self.lock_client.reconnect(stop=self.stop, max_wait=5):
+                    raise
+                locked = self.lock_client.try_lock(lock_name)
+            if not locked:
+                self._skipped()
+                return None
+            try:
+                return self.work(conn)
+            finally:
+                try:
+                    self.lock_client.unlock(lock_name)
+                except Exception:  # noqa: BLE001 - a lost connection released it anyway
+                    pass
 
     def _skipped(self) -> None:
         logger.debug("queue=%s: %s run skipped, another worker runs it", self.settings.queue_name, self.name)

@@ -62,7 +62,8 @@ class WorkerRuntime:
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
-            liveness = ServerLiveness(self.store, self.lock_client, settings.queue_table, self.stop_event)
+            liveness = ServerLiveness(self.store, self.lock_client, lambda: self.executor.queue_oid,
+                                      self.stop_event)
             listener = ServerListener(settings)
         self.executor = TaskExecutor(settings, self.store, self.pool, handler, self.stop_event, liveness)
         self.dispatcher = Dispatcher(settings, self.store, self.executor, self._connect, self.stop_event,
@@ -93,6 +94,15 @@ class WorkerRuntime:
             self.pool.check()
         except Exception as exc:  # noqa: BLE001
             logger.info("queue=%s: pool check failed: %s", self.settings.queue_name, exc)
+        if self.lock_client is not None:
+            # The socket server may have restarted: take the running tasks'
+            # locks again now, not when each task next talks to the server.
+            from nsj_queue_lib.client.channel import ServerConnectionError
+
+            try:
+                self.lock_client.ping()
+            except ServerConnectionError:
+                self.lock_client.reconnect(stop=self.stop_event, max_wait=30)
 
     def _run_dispatcher(self) -> None:
         try:

@@ -41,6 +41,12 @@ WORKER = "recording_worker.py"
 # -- helpers -------------------------------------------------------------------------------
 
 
+
+def table_oid(dsn: str, table: str) -> int:
+    """The queue's identity in lock names (the table's oid), however QUEUE_TABLE is spelled."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return int(conn.execute("SELECT %s::regclass::oid::bigint", (table,)).fetchone()[0])
+
 def spec(**kwargs) -> str:
     return json.dumps(kwargs, sort_keys=True)
 
@@ -184,7 +190,7 @@ def test_three_workers_through_the_server_run_a_thousand_tasks_exactly_once_with
     # The workers' liveness locks were the server's, and none outlives its task.
     with server.lock_client("observer") as observer:
         ids = [r["id"] for r in fetch_rows(pg_autocommit, queue.table)]
-        assert observer.held(task_lock_name(queue.table, i) for i in ids) == set()
+        assert observer.held(task_lock_name(table_oid(pg_dsn, queue.table), i) for i in ids) == set()
     assert server.alive
     assert stop_all(procs) == [0, 0, 0]
 
@@ -202,12 +208,12 @@ def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_re
                                                 chave_externa="victim")])
     victim = workers.start(WORKER, cs_env(env, server), "victim")
     wait_for(lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task")
-    lock = task_lock_name(queue.table, task)
+    lock = task_lock_name(table_oid(pg_dsn, queue.table), task)
     observer = server.lock_client("observer")
     assert observer.held([lock]) == {lock}
 
     # While the victim lives, the rescuer's retry service must leave its task alone.
-    retry_unlock = f"unlock '{service_lock_name(queue.table, 'retry')}' -> True"
+    retry_unlock = f"unlock '{service_lock_name(table_oid(pg_dsn, queue.table), 'retry')}' -> True"
     runs_before = server.log_text(since_start=True).count(retry_unlock)
     rescuer = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "rescuer")
     assert server.wait_for_log(retry_unlock, timeout=15, count=runs_before + 2), \
@@ -226,7 +232,7 @@ def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_re
     assert (second["tentativa"], second["id_inicial"], second["id_anterior"]) == (2, task, task)
     # The killed attempt's write was rolled back; the retry committed exactly once.
     assert exec_rows(pg_autocommit, queue) == [(second["id"], "victim", rescuer.pid)]
-    assert observer.held([lock, task_lock_name(queue.table, second["id"])]) == set()
+    assert observer.held([lock, task_lock_name(table_oid(pg_dsn, queue.table), second["id"])]) == set()
     assert rescuer.alive()
     assert stop_all([rescuer]) == [0]
 
@@ -475,21 +481,15 @@ def test_a_worker_started_before_the_server_backs_off_quietly_and_works_once_the
     assert stop_all([worker]) == [0]
 
 
-# -- library bugs, pinned -------------------------------------------------------------------------
+# -- regressions: a server restart and the spelling of QUEUE_TABLE ------------------------------------
 
 
-def retry_runs(server: ServerProcess, table: str) -> int:
+def retry_runs(server: ServerProcess, queue_oid: int) -> int:
     """Completed runs of a retry service on the server's current run (needs LOG_DEBUG on the server)."""
-    return server.log_text(since_start=True).count(f"unlock '{service_lock_name(table, 'retry')}' -> True")
+    return server.log_text(since_start=True).count(f"unlock '{service_lock_name(queue_oid, 'retry')}' -> True")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG nsj_queue_lib/runtime/liveness.py:65-80 (ServerLiveness._call) + worker_runtime.py:89 "
-    "(_refresh_pool): after the lock server restarts, a running task's liveness lock is taken again only "
-    "when that worker next calls the lock server itself (and never when a service's reconnect in "
-    "service.py:96 got there first), so for the rest of the task another worker's retry service finds it "
-    "unlocked and rescues it: the handler runs twice at once"))
 def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_not_rescued(
     side, workers, env, server_for, pg_dsn, pg_autocommit
 ):
@@ -503,23 +503,19 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
     wait_subscribed(server, queue, 2)
 
     server.restart()
-    wait_for(lambda: retry_runs(server, queue.table) >= 2, 10, "two retry runs on the restarted server")
+    wait_for(lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2, 10, "two retry runs on the restarted server")
     assert runner.alive()
     # The runner is still inside its handler: its task must not be rescued and started again.
     assert statuses(pg_autocommit, queue.table) == {"processando": 1}
     assert started_ids(pg_autocommit, queue) == [task]
     with server.lock_client("observer") as observer:
-        assert observer.held([task_lock_name(queue.table, task)]) == {task_lock_name(queue.table, task)}
+        assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {task_lock_name(table_oid(pg_dsn, queue.table), task)}
     wait_for(lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed")
     assert exec_rows(pg_autocommit, queue) == [(task, "long", runner.pid)]
     assert stop_all([runner, watcher]) == [0, 0]
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG nsj_queue_lib/runtime/liveness.py:27-32: server lock names are built from the QUEUE_TABLE text "
-    "('public.q' and 'q' name the same table but give different locks), so a worker's retry service "
-    "rescues the running task of a worker that spells the table differently; DB mode keys on the oid"))
 def test_workers_spelling_the_queue_table_differently_still_see_each_others_task_locks(
     side, workers, env, server_for, pg_dsn, pg_autocommit
 ):
@@ -532,7 +528,7 @@ def test_workers_spelling_the_queue_table_differently_still_see_each_others_task
     # The same table, as the search_path finds it (DB mode keys its locks on the table's oid).
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_TABLE=queue.name, QUEUE_RETRY_THREAD_INTERVAL=1),
                             "watcher")
-    wait_for(lambda: retry_runs(server, queue.name) >= 2, 10, "two runs of the watcher's retry service")
+    wait_for(lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2, 10, "two runs of the watcher's retry service")
     assert runner.alive()
     assert statuses(pg_autocommit, queue.table) == {"processando": 1}
     assert started_ids(pg_autocommit, queue) == [task]
