@@ -79,7 +79,7 @@ class Dispatcher:
                     backoff = BACKOFF_START_SECONDS
                     self._loop()
                 except (DatabaseError, psycopg.Error) as exc:
-                    logger.warning("queue=%s: database unavailable (%s); retrying in %.1f s",
+                    logger.warning("queue=%s: database or socket server unavailable (%s); retrying in %.1f s",
                                    self.settings.queue_name, str(exc).strip(), backoff)
                     self._close()
                     self._stop.wait(backoff)
