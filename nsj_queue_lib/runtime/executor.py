@@ -85,7 +85,9 @@ class TaskExecutor:
         self.stop_event = stop
         self.queue_oid: int | None = None  # set by the dispatcher once connected
         self.liveness = liveness or DatabaseLiveness(store, lambda: queue_lock_key(self.queue_oid))
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # wake-up tokens for idle threads
+        self._finished = threading.Condition(lock)  # a running task ended (for wait_idle)
         self._tokens = 0
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
@@ -132,12 +134,12 @@ class TaskExecutor:
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no task runs; False if some still run after ``timeout``."""
         deadline = time.monotonic() + timeout
-        with self._cond:
+        with self._finished:
             while self._running:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._cond.wait(remaining)
+                self._finished.wait(remaining)
         return True
 
     def join(self, timeout: float) -> None:
@@ -214,9 +216,9 @@ class TaskExecutor:
                     # connection): nothing was committed, so the attempt failed.
                     error = exc.__cause__ or exc
         finally:
-            with self._cond:
+            with self._finished:
                 self._running.pop(task_id, None)
-                self._cond.notify_all()
+                self._finished.notify_all()
         healthy = self._fail(task, conn, keys, error)
         self.liveness.after_settled(task)
         if not healthy:
