@@ -166,3 +166,17 @@ def test_a_client_that_cannot_connect_says_where(servers):
     stop = threading.Event()
     stop.set()
     assert client.reconnect(stop=stop) is False
+
+
+def test_a_lock_taken_by_another_client_while_disconnected_is_dropped_on_reconnect(servers):
+    server = servers()
+    first = server.lock_client("first")
+    assert first.try_lock("tarefa:9")
+    server.restart()
+    second = server.lock_client("second")
+    assert second.try_lock("tarefa:9")  # the server forgot the first client's lock
+    with pytest.raises(ServerConnectionError):
+        first.ping()  # the first call after the restart finds the connection gone
+    assert first.reconnect(max_wait=10) is True
+    assert first.holding() == set()
+    assert second.held(["tarefa:9"]) == {"tarefa:9"}
