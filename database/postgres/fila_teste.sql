@@ -35,6 +35,8 @@ CREATE TABLE public.fila_teste (
 CREATE INDEX IF NOT EXISTS idx_fila_teste_claim ON public.fila_teste (prioridade DESC, data_hora, id) WHERE status = 'pendente';
 -- Rows waiting for their time: renotify scans and the dispatcher's next wake-up.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_due ON public.fila_teste (data_hora) WHERE status IN ('pendente', 'agendada');
+-- The earliest retry waiting for its time (the dispatcher's next wake-up, promotions).
+CREATE INDEX IF NOT EXISTS idx_fila_teste_scheduled ON public.fila_teste (data_hora) WHERE status = 'agendada';
 -- The retry service looks only at rows being processed.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_running ON public.fila_teste (id) WHERE status = 'processando';
 -- Purge: oldest rows first.

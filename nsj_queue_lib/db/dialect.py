@@ -43,6 +43,7 @@ class DdlNames:
         return {
             "idx_claim": f"idx_{q}_claim",
             "idx_due": f"idx_{q}_due",
+            "idx_scheduled": f"idx_{q}_scheduled",
             "idx_running": f"idx_{q}_running",
             "idx_data_hora": f"idx_{q}_data_hora",
             "idx_chain": f"idx_{q}_chain",

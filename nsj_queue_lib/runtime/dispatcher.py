@@ -31,6 +31,7 @@ BACKOFF_MAX_SECONDS = 15.0
 PROMOTE_LIMIT = 1000
 # Scheduled rows are woken for a little after their time, never before it.
 DUE_MARGIN_SECONDS = 0.002
+AFTER_PROMOTION_PAUSE_SECONDS = 0.05
 
 
 class QueueTableMissing(Exception):
@@ -119,6 +120,12 @@ class Dispatcher:
                 self.store.promote_due(self._control, PROMOTE_LIMIT)
                 self.executor.wake(concurrency)
             timeout = self._idle_timeout()
+            if timeout <= 0 and not timed_out:
+                timed_out = True  # a retry is due already: promote it now
+                continue
+            # Rows still due right after a promotion are being promoted by
+            # another worker (skipped as locked): look again shortly.
+            timeout = max(timeout, AFTER_PROMOTION_PAUSE_SECONDS)
             self._waker.drain()
             if self._stop.is_set():  # stop sets the flag before waking: nothing is missed
                 return
@@ -139,5 +146,5 @@ class Dispatcher:
         timeout = self.settings.queue_wait_notify_interval
         seconds = self.store.seconds_until_next_due(self._control)
         if seconds is not None:
-            timeout = min(timeout, max(0.0, seconds) + DUE_MARGIN_SECONDS)
+            timeout = min(timeout, seconds + DUE_MARGIN_SECONDS)
         return timeout

@@ -57,16 +57,7 @@ BACKENDS = [
     pytest.param("singlestore-via-server", id="singlestore-via-server", marks=pytest.mark.mysql),
 ]
 
-# Library bugs a backend fails on, pinned as strict xfail by ``known_bug``.
-DUE_RETRY_BUG = (
-    "BUG next_due (nsj_queue_lib/db/postgres/queries.sql:103, mysql/queries.sql:102, "
-    "singlestore/queries.sql:82) skips 'agendada' rows already due (data_hora > now), and "
-    "Dispatcher._loop (nsj_queue_lib/runtime/dispatcher.py:118-135) promotes due rows only when the "
-    "listener's wait times out: a retry already due when the dispatcher next looks is promoted only after "
-    "QUEUE_WAIT_NOTIFY_INTERVAL on PostgreSQL, and never when polling (MySQL) or through the socket server "
-    "(its check-tasks sends '' while the row is due, so the wait never times out); fix: count due "
-    "'agendada' rows in next_due"
-)
+# Library bugs a backend fails on are pinned as strict xfail by ``known_bug`` (none at present).
 
 
 def known_bug(reason: str, *kinds: str):

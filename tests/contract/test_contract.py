@@ -21,7 +21,7 @@ import pytest
 from nsj_queue_lib import DeadSubscriber, Subscriber, WorkerPubSubBase
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
 from nsj_queue_lib.worker_webhook import WorkerWebhook
-from tests.contract.backends import DUE_RETRY_BUG, Calls, known_bug, seconds
+from tests.contract.backends import Calls, seconds
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.processes import wait_for
 
@@ -29,9 +29,7 @@ pytestmark = pytest.mark.timeout(120)
 
 PROCESSO = "pedido_criado"
 # QUEUE_BASE_INTERVAL_RETRY of the retry tests: the n-th retry is due n * 0.125 s after its
-# failure. Off the 0.1 s polling grid on purpose: a polling dispatcher looks at the queue
-# while the retry is still in the future, which is, as long as DUE_RETRY_BUG is not fixed,
-# the only way it ever promotes it.
+# failure, off the 0.1 s polling grid.
 RETRY_BASE_MINUTES = 0.125 / 60
 
 
@@ -156,7 +154,6 @@ def test_a_failure_rolls_back_and_schedules_the_next_attempt(backend):
     assert worker.alive() and worker.stop() == 0
 
 
-@known_bug(DUE_RETRY_BUG, "singlestore-via-server")
 def test_dead_letter_after_queue_max_retry(backend):
     calls, dead_calls = Calls(), Calls()
 
@@ -248,8 +245,8 @@ def test_kill_9_mid_task_is_rescued_by_another_workers_retry_service_and_retried
     'falha_processando' and enqueues the next one, which succeeds; nothing is lost or run twice.
 
     The next attempt is run by a worker started once it is due (start-up claims what is
-    ready): a retry coming due on a worker that is already running is DUE_RETRY_BUG's
-    subject, pinned by the dead-letter, webhook and released-task tests.
+    ready); retries coming due on running workers are covered by the dead-letter, webhook
+    and released-task tests.
     """
     victim = backend.start_process("victim")
     [task_id] = backend.enqueue([dict(payload=json.dumps({"sleep": 60, "sleep_on": [1], "started": True}),
@@ -279,7 +276,6 @@ def test_kill_9_mid_task_is_rescued_by_another_workers_retry_service_and_retried
 
 
 @pytest.mark.slow
-@known_bug(DUE_RETRY_BUG, "postgres", "postgres-via-server", "mysql", "singlestore-via-server")
 def test_a_task_released_at_shutdown_runs_at_once_on_another_live_worker(backend):
     """SIGTERM with a task still running after the grace period: the attempt is released
     ('falha_processando', next attempt due now) and a worker that is already running takes it."""
@@ -397,7 +393,6 @@ def test_pub_sub_fans_out_to_each_subscriber_method(backend):
     assert running.stop() == 0
 
 
-@known_bug(DUE_RETRY_BUG, "singlestore-via-server")
 def test_webhook_delivers_the_publication_to_the_subscribers_url(backend):
     publication = {"pedido": 7, "texto": "ação"}
     with RecordingServer() as server:

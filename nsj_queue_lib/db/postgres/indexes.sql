@@ -3,6 +3,8 @@
 CREATE INDEX IF NOT EXISTS {idx_claim} ON {table} (prioridade DESC, data_hora, id) WHERE status = 'pendente';
 -- Rows waiting for their time: renotify scans and the dispatcher's next wake-up.
 CREATE INDEX IF NOT EXISTS {idx_due} ON {table} (data_hora) WHERE status IN ('pendente', 'agendada');
+-- The earliest retry waiting for its time (the dispatcher's next wake-up, promotions).
+CREATE INDEX IF NOT EXISTS {idx_scheduled} ON {table} (data_hora) WHERE status = 'agendada';
 -- The retry service looks only at rows being processed.
 CREATE INDEX IF NOT EXISTS {idx_running} ON {table} (id) WHERE status = 'processando';
 -- Purge: oldest rows first.

@@ -72,14 +72,15 @@ WHERE id IN %(ids)s
 
 -- name: next_due
 -- Seconds until the next waiting row becomes ready, by the database's clock
--- (NULL when none is waiting). One MIN per status reads one index entry each.
+-- (NULL when none is waiting). A retry ('agendada') already due gives a
+-- negative number: it must be promoted now. One MIN per status reads one index entry each.
 SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(due.at)) / 1000000 AS seconds
 FROM (
     SELECT MIN(data_hora) AS at FROM {queue_table}
     WHERE status = 'pendente' AND data_hora > NOW(6)
     UNION ALL
     SELECT MIN(data_hora) FROM {queue_table}
-    WHERE status = 'agendada' AND data_hora > NOW(6)
+    WHERE status = 'agendada'
 ) AS due
 
 -- name: complete_task
