@@ -1,0 +1,37 @@
+"""The benchmarks' worker: a real worker process whose handler does nothing.
+
+Run by ``run_all.py`` as ``python benchmarks/bench_worker.py`` with the usual
+environment (DB_HOST, DB_PORT, DB_BASE, DB_USER, QUEUE_NAME, QUEUE_TABLE,
+QUEUE_CONCURRENCY, LOG_DEBUG=false, ...).
+
+``execute`` returns None and touches nothing. When ``BENCH_LATENCY_FILE`` is
+set, it first appends ``"<task id> <time.time()>"`` to that file (one
+unbuffered ``os.write`` per task, no database access), so the parent can
+compute enqueue-commit -> handler-start latencies on the same clock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from nsj_queue_lib import WorkerBase
+
+
+class NoopWorker(WorkerBase):
+    def __init__(self) -> None:
+        super().__init__()
+        path = os.environ.get("BENCH_LATENCY_FILE")
+        self._latency_fd = (
+            os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+        )
+
+    def execute(self, payload, tarefa, bd_conn):
+        if self._latency_fd is not None:
+            started = time.time()
+            os.write(self._latency_fd, f"{tarefa['id']} {started:.6f}\n".encode())
+        return None
+
+
+if __name__ == "__main__":
+    NoopWorker().run()
