@@ -76,7 +76,7 @@ def record_failure(
 class TaskExecutor:
     """``queue_concurrency`` threads sharing wake-up tokens and a connection pool."""
 
-    def __init__(self, settings: Settings, store: PostgresQueueStore, pool, handler: TaskHandler,
+    def __init__(self, settings: Settings, store, pool, handler: TaskHandler,
                  stop: threading.Event, liveness=None):
         self.settings = settings
         self.store = store

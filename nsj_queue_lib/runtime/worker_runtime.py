@@ -1,7 +1,9 @@
 """THE place that lists and supervises a worker's threads around one stop event.
 
-Threads: dispatcher (claims and hands out tasks), and the retry, renotify and
-purge services. The executor threads belong to the ``TaskExecutor``.
+Threads: the dispatcher (knows when there is work: LISTEN, polling or the
+socket server, and wakes the executors), the executor threads of the
+``TaskExecutor`` (each claims and runs its own tasks), and the retry, renotify
+and purge services.
 Stopping (signal, HALT, ``stop()``): no new claims; in-flight tasks get
 QUEUE_GRACE_PERIOD seconds; any still running are released for a new attempt;
 exit code 0. If the dispatcher dies of an unexpected error the runtime stops
