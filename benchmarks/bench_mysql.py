@@ -1,6 +1,6 @@
 """MariaDB benchmark rows next to PostgreSQL's: the same workloads, the same run, medians of 3.
 
-    .venv/bin/python benchmarks/bench_mysql.py                # 3 runs, ~6-8 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_mysql.py                # 3 runs, ~5 minutes on a quiet 2-core machine
     .venv/bin/python benchmarks/bench_mysql.py --quick        # one short run (~1-2 minutes)
     .venv/bin/python benchmarks/bench_mysql.py --only mariadb --markdown out.md
 
@@ -500,7 +500,7 @@ class Config:
     enqueue_single: int = 2_000
     enqueue_bulk: tuple[int, ...] = (5_000, 50_000)
     drain_tasks: int = 5_000
-    grid: tuple[tuple[int, int], ...] = ((1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (3, 2))
+    grid: tuple[tuple[int, int], ...] = ((1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (3, 2), (3, 4), (4, 2))
     latency_tasks: int = 200
     latency_rate: float = 50.0
     latency_warmup: int = 5
@@ -683,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="runs of every workload (default 3)")
     parser.add_argument("--only", choices=("postgres", "mariadb"), help="benchmark one database only")
     parser.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
+    parser.add_argument("--grid", metavar="PxC,...", help="drain grid to screen, e.g. 1x4,2x2,3x2")
     args = parser.parse_args(argv)
     if args.worker:
         worker_main()
@@ -691,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config.quick() if args.quick else Config()
     if args.runs is not None:
         cfg.runs = args.runs
+    if args.grid:
+        cfg.grid = tuple(tuple(int(n) for n in item.split("x")) for item in args.grid.split(","))
     dbs = []
     if args.only in (None, "postgres"):
         dbs.append(Database("postgres", os.environ.get("BENCH_PG_DSN") or DEFAULT_PG_DSN))
