@@ -15,6 +15,9 @@ import re
 from importlib import resources
 
 _NAME_LINE = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+# A dialect whose queries mostly equal another's names it once and keeps only
+# the queries that differ: "-- base: <dialect>" in the file's preamble.
+_BASE_LINE = re.compile(r"^-- base: ([a-z_]+)\s*$", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
@@ -37,16 +40,22 @@ def render(template: str, values: dict[str, str]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def load_queries(dialect: str) -> dict[str, str]:
-    """Named queries of a dialect: {name: sql text with placeholders}."""
+    """Named queries of a dialect: {name: sql text with placeholders}.
+
+    With ``-- base: <other>`` in the preamble, the other dialect's queries are
+    the starting point and this file's queries replace them by name.
+    """
     text = read_sql(dialect, "queries.sql")
     parts = _NAME_LINE.split(text)
-    queries: dict[str, str] = {}
+    base = _BASE_LINE.search(parts[0])
+    inherited = dict(load_queries(base.group(1))) if base else {}
+    own: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(parts[1::2], parts[2::2]):
-        if name in queries:
+        if name in own:
             raise ValueError(f"query {name!r} defined twice in {dialect}/queries.sql")
-        queries[name] = body.strip().rstrip(";")
-    return queries
+        own[name] = body.strip().rstrip(";")
+    return {**inherited, **own}
 
 
 def render_queries(dialect: str, values: dict[str, str]) -> dict[str, str]:

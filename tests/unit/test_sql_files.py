@@ -81,3 +81,23 @@ def test_every_dialect_has_the_same_query_names():
     reference = set(sql_files.load_queries("postgres"))
     for dialect in dialects:
         assert set(sql_files.load_queries(dialect)) == reference, dialect
+
+
+def test_a_dialect_inherits_the_queries_it_does_not_redefine(monkeypatch):
+    files = {
+        "parent": "-- name: shared\nSELECT 'parent'\n-- name: changed\nSELECT 'parent'\n",
+        "child": "-- base: parent\n-- name: changed\nSELECT 'child'\n",
+    }
+    sql_files.load_queries.cache_clear()
+    monkeypatch.setattr(sql_files, "read_sql", lambda dialect, filename: files[dialect])
+    try:
+        assert sql_files.load_queries("child") == {"shared": "SELECT 'parent'", "changed": "SELECT 'child'"}
+    finally:
+        sql_files.load_queries.cache_clear()
+
+
+def test_singlestore_writes_only_the_queries_that_differ_from_mysql():
+    mysql, singlestore = sql_files.load_queries("mysql"), sql_files.load_queries("singlestore")
+    own = sql_files._NAME_LINE.findall(sql_files.read_sql("singlestore", "queries.sql"))
+    assert own and all(singlestore[name] != mysql[name] for name in own)
+    assert set(singlestore) == set(mysql)

@@ -10,6 +10,10 @@
 -- several statements lists them as "-- step: <name>" sections, run in order.
 --
 -- NOW(6) is the statement's start time in the cluster's time zone.
+--
+-- base: mysql
+-- Queries equal to MySQL's are inherited from mysql/queries.sql; only
+-- those that differ are written here.
 
 -- name: insert_task
 -- One row per statement (the store appends the VALUES row); the id is
@@ -28,21 +32,6 @@ INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash,
     tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
 ) VALUES
-
--- name: list_equivalent
-SELECT {task_columns}
-FROM {queue_table} AS t
-WHERE t.chave_externa <=> %(chave_externa)s
-  AND t.payload_hash <=> %(payload_hash)s
-  AND t.status IN %(statuses)s
-ORDER BY t.id
-
--- name: get_task
-SELECT {task_columns_resolved}
-FROM {queue_table} AS t
-LEFT JOIN {queue_table} AS first_attempt
-       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
-WHERE t.id = %(id)s
 
 -- name: claim_settings
 -- Nothing to set: READ COMMITTED is SingleStore's only isolation level and
@@ -70,84 +59,9 @@ SELECT id, payload
 FROM {queue_table}
 WHERE id IN %(ids)s
 
--- name: next_due
--- Seconds until the next waiting row becomes ready, by the database's clock
--- (NULL when none is waiting). A retry ('agendada') already due gives a
--- negative number: it must be promoted now. One MIN per status reads one index entry each.
-SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(due.at)) / 1000000 AS seconds
-FROM (
-    SELECT MIN(data_hora) AS at FROM {queue_table}
-    WHERE status = 'pendente' AND data_hora > NOW(6)
-    UNION ALL
-    SELECT MIN(data_hora) FROM {queue_table}
-    WHERE status = 'agendada'
-) AS due
-
--- name: complete_task
-UPDATE {queue_table}
-SET status = 'sucesso', mensagem = %(mensagem)s
-WHERE id = %(id)s AND status = 'processando'
-
 -- name: unlock_task
 -- Not run: SingleStore has no named locks; the socket server holds them.
 SELECT 1
-
--- name: fail_and_retry
--- Ends a 'processando' attempt as failed and inserts the next attempt, due
--- at the failure time plus the back-off, from the failed row as it ended.
--- Nothing happens when the row is no longer 'processando' (another worker
--- already settled it): the store skips the insert when mark changed no row.
--- step: mark
-UPDATE {queue_table}
-SET status = %(status)s,
-    mensagem = %(mensagem)s,
-    reenfileirado = true,
-    proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND
-WHERE id = %(id)s AND status = 'processando';
--- step: insert
-INSERT INTO {queue_table} (
-    id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
-    tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
-    tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade
-)
-SELECT
-    COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
-    f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
-    f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
-    f.subscriber_id, f.dead, f.live_id, f.prioridade
-FROM {queue_table} AS f
-WHERE f.id = %(id)s
-
--- name: fail_and_bury
--- The last attempt failed: mark the overflow and enqueue the dead-letter task.
--- step: mark
-UPDATE {queue_table}
-SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
-WHERE id = %(id)s AND status = 'processando';
--- step: insert
-INSERT INTO {queue_table} (
-    origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade
-)
-SELECT
-    f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
-    f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
-    COALESCE(f.id_inicial, f.id), f.prioridade
-FROM {queue_table} AS f
-WHERE f.id = %(id)s
-
--- name: fail_final
--- A dead-letter task ran out of attempts: nothing further is enqueued.
-UPDATE {queue_table}
-SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
-WHERE id = %(id)s AND status = 'processando'
-
--- name: release_task
--- Gives a claimed task that never started back to the queue.
-UPDATE {queue_table}
-SET status = 'pendente'
-WHERE id = %(id)s AND status = 'processando'
 
 -- name: try_service_lock
 -- Not run: SingleStore has no named locks; the socket server holds them.
@@ -188,16 +102,6 @@ LIMIT %(limit)s;
 UPDATE {queue_table}
 SET status = 'pendente'
 WHERE id IN %(ids)s AND status = 'agendada'
-
--- name: count_stale_pending
--- ORDER BY data_hora makes the (status, data_hora) index the way in: one probe.
-SELECT count(*) FROM (
-    SELECT 1 FROM {queue_table}
-    WHERE status = 'pendente'
-      AND data_hora <= NOW(6) - INTERVAL %(wait_us)s MICROSECOND
-    ORDER BY data_hora
-    LIMIT 1
-) AS stale
 
 -- name: notify
 -- SingleStore has no NOTIFY: the store's notify() sends nothing. Workers are woken
@@ -240,12 +144,3 @@ INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
     publication_id, subscriber_id, payload, payload_hash
 ) VALUES
-
--- name: list_subscribers
-SELECT {subscriber_columns}
-FROM {subscriber_table} AS s
-WHERE s.processo = %(processo)s
-  AND s.ativo
-  AND (s.tenant IS NULL OR s.tenant = %(tenant)s)
-  AND (s.grupo_empresarial IS NULL OR s.grupo_empresarial = %(grupo_empresarial)s)
-ORDER BY s.id
