@@ -390,3 +390,36 @@ def test_a_handler_that_breaks_its_connection_fails_its_task_and_the_worker_goes
     wait_for(lambda: fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso",
              10, "the next task to succeed")
     assert worker.stop() == 0
+
+
+def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
+):
+    """The next task is claimed in the finished task's transaction: when that commit fails, both go.
+
+    A deferred unique constraint makes the first task's commit fail after its
+    success row and the claim of the second task were written. The second
+    task must be 'pendente' again and its liveness lock released: the same
+    session claims it once more, and a lock taken twice would outlive it.
+    """
+    deferred = f"{pg_queue.table}_deferred"
+    pg_admin.execute(f"CREATE TABLE {deferred} (k int, CONSTRAINT {pg_queue.name}_deferred_k UNIQUE (k) "
+                     "DEFERRABLE INITIALLY DEFERRED)")
+    try:
+        def execute(payload, tarefa, bd_conn):
+            if payload == "bad":
+                bd_conn.execute(f"INSERT INTO {deferred} (k) VALUES (1), (1)")  # fails at COMMIT
+            return "fine"
+
+        bad, good = enqueue(pg_dsn, pg_queue.table, [dict(payload="bad", prioridade=90), dict(payload="good")])
+        worker = start_worker(execute, queue_base_interval_retry=60, queue_concurrency=1)
+        wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1, "sucesso": 1},
+                 10, "the failed commit to be recorded and the other task to succeed")
+        [row] = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))
+        assert row["status"] == "falha" and "deferred_k" in row["mensagem"]
+        assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
+        assert pg_autocommit.execute(f"SELECT count(*) FROM {deferred}").fetchone()[0] == 0
+        assert held_advisory_locks(pg_autocommit, pg_queue) == 0
+        assert worker.stop() == 0
+    finally:
+        pg_admin.execute(f"DROP TABLE IF EXISTS {deferred}")

@@ -54,12 +54,14 @@ LEFT JOIN {queue_table} AS first_attempt
 WHERE t.id = %(id)s
 
 -- name: claim_settings
--- For the claim's transaction only. The claim must walk the partial index in
--- claim order and stop at LIMIT: right after a burst of inserts the table's
--- statistics are stale and the planner would otherwise sort every ready row.
--- The claim commits asynchronously: losing it in a server crash only returns
--- the task to the queue, and the task's own synchronous commit flushes it.
--- JIT is off: a claim is always tiny, compiling it costs far more than it saves.
+-- For a claim in a transaction of its own (a worker that was idle). The claim
+-- must walk the partial index in claim order and stop at LIMIT: right after a
+-- burst of inserts the table's statistics are stale and the planner would
+-- otherwise sort every ready row. JIT is off: a claim is always tiny,
+-- compiling it costs far more than it saves. (complete_and_unlock sets the
+-- same three planner settings for the claim that follows it.) This claim
+-- commits asynchronously: losing it in a server crash only returns the task
+-- to the queue, and the task's own synchronous commit flushes it.
 SELECT set_config('synchronous_commit', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true),
@@ -110,6 +112,25 @@ UPDATE {queue_table}
 SET status = 'sucesso', mensagem = %(mensagem)s
 WHERE id = %(id)s AND status = 'processando'
 RETURNING id
+
+-- name: complete_and_unlock
+-- A task run under a database liveness lock succeeded: 'sucesso', and the
+-- lock goes in the same statement (advisory unlocks are not transactional,
+-- so it goes even if the row was no longer 'processando'). The worker then
+-- claims its next task in this same transaction, so the task's commit is
+-- also the claim's: the planner settings are claim_settings' (transaction-
+-- local; synchronous_commit stays as the caller's work needs it).
+WITH done AS (
+    UPDATE {queue_table}
+    SET status = 'sucesso', mensagem = %(mensagem)s
+    WHERE id = %(id)s AND status = 'processando'
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM done) AS completed,
+       pg_advisory_unlock(%(queue_key)s, %(task_key)s) AS unlocked,
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('jit', 'off', true)
 
 -- name: unlock_task
 SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)

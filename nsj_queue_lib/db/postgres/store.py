@@ -40,7 +40,7 @@ def queue_lock_key(queue_oid: int) -> int:
 
 
 def task_lock_keys(queue_oid: int, task_id: int) -> tuple[int, int]:
-    """The (int4, int4) pair of a task's liveness lock."""
+    """The (int4, int4) pair of a task's liveness lock (``queue_oid`` may be already folded)."""
     return queue_lock_key(queue_oid), task_id % TASK_KEY_MODULUS
 
 
@@ -57,6 +57,19 @@ def wrap_driver_errors(what: str) -> Iterator[None]:
         if _is_driver_error(exc):
             raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
         raise
+
+
+# The claim's select list, in order (claimed_columns, then liveness_locked).
+# Known in advance: reading them from cursor.description builds a Column
+# object per column per claim, which cost a quarter of a worker's CPU.
+_CLAIM_NAMES = (*model.QUEUE_COLUMNS, "liveness_locked")
+
+
+def _claimed_rows(cursor) -> list[dict[str, Any]]:
+    pgresult = cursor.pgresult
+    if pgresult is None or pgresult.nfields != len(_CLAIM_NAMES):
+        raise DatabaseError(f"the claim returned an unexpected result shape ({cursor.description})")
+    return [dict(zip(_CLAIM_NAMES, row)) for row in cursor.fetchall()]
 
 
 def _rows_as_dicts(cursor) -> list[dict[str, Any]]:
@@ -236,7 +249,7 @@ class PostgresQueueStore:
                 conn.execute(self.sql["claim_settings"])
                 cursor = conn.execute(self.sql["claim_tasks"],
                                       {"limit": limit, "queue_key": 0, "take_db_lock": False})
-            tasks = _rows_as_dicts(cursor)
+            tasks = _claimed_rows(cursor)
             if not tasks:
                 conn.execute("ROLLBACK")
             return tasks
@@ -268,21 +281,49 @@ class PostgresQueueStore:
     def complete_and_claim(
         self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
     ) -> list[dict[str, Any]]:
-        """Settle a task as 'sucesso', release its lock, commit, and claim the next tasks.
+        """Settle a task as 'sucesso', release its lock, claim the next tasks, commit.
 
-        One round trip. ``limit`` 0 only completes.
+        One round trip and one commit: the next claim runs in the finished
+        task's transaction, so if that commit fails the claim is undone with it
+        (its rows stay 'pendente'; the locks it took are released here).
+        ``limit`` 0 only completes.
         """
-        lock = {"queue_key": keys[0], "task_key": keys[1]}
-        with wrap_driver_errors("complete_task"):
-            with conn.pipeline():
-                conn.execute(self.sql["complete_task"], {"id": task_id, "mensagem": mensagem})
-                conn.execute(self.sql["unlock_task"], lock)
-                conn.execute("COMMIT")
-                cursor = self._queue_claim(conn, limit, queue_key) if limit > 0 else None
-            return self._claimed(conn, cursor) if cursor is not None else []
+        params = {"id": task_id, "mensagem": mensagem, "queue_key": keys[0], "task_key": keys[1]}
+        cursor = None
+        try:
+            with wrap_driver_errors("complete_task"):
+                with conn.pipeline():
+                    conn.execute(self.sql["complete_and_unlock"], params)
+                    if limit > 0:
+                        cursor = conn.execute(self.sql["claim_tasks"],
+                                              {"limit": limit, "queue_key": queue_key, "take_db_lock": True})
+                    conn.execute("COMMIT")
+                    if limit > 0:
+                        conn.execute("BEGIN")
+        except DatabaseError:
+            if cursor is not None:
+                self._unlock_uncommitted_claim(conn, cursor, queue_key)
+            raise
+        return self._claimed(conn, cursor) if cursor is not None else []
+
+    def _unlock_uncommitted_claim(self, conn, cursor, queue_key: int) -> None:
+        """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.
+
+        Best effort: when the connection is broken its locks went with it.
+        """
+        try:
+            claimed = _claimed_rows(cursor)
+        except Exception:  # noqa: BLE001 - the claim never ran: it took no lock
+            return
+        for task in claimed:
+            if task.get("liveness_locked"):
+                try:
+                    self.unlock_task(conn, task_lock_keys(queue_key, task["id"]))
+                except DatabaseError:
+                    return
 
     def _claimed(self, conn, cursor) -> list[dict[str, Any]]:
-        tasks = _rows_as_dicts(cursor)
+        tasks = _claimed_rows(cursor)
         if not tasks:
             conn.execute("ROLLBACK")  # the empty transaction opened for a task
         return tasks
