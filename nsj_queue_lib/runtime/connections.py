@@ -34,10 +34,15 @@ def connect(settings: Settings, autocommit: bool, configure: Callable[[object], 
         import pymysql
 
         try:
+            from pymysql.constants import CLIENT
+
+            # Multi-statements let the store send a task's completion, commit
+            # and next claim in one round trip (see db/mysql/batch.py).
             conn = pymysql.connect(
                 host=settings.db_host, port=settings.db_port, user=settings.db_user,
                 password=settings.db_pass, database=settings.db_name, autocommit=autocommit,
                 connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4",
+                client_flag=CLIENT.MULTI_STATEMENTS,
             )
         except pymysql.err.Error as exc:
             raise DatabaseError(f"connecting to MySQL failed: {exc}") from exc

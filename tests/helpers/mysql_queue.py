@@ -148,9 +148,12 @@ def mysql_conn(mysql_kwargs, mysql_queue):
 
 
 def _worker_conn(mysql_kwargs, queue: MysqlQueue):
+    from pymysql.constants import CLIENT
+
     from nsj_queue_lib.db.dialect import get_dialect
 
-    conn = connect(mysql_kwargs, autocommit=True)
+    # As the runtime opens them (runtime/connections.py): multi-statements on.
+    conn = connect(mysql_kwargs, autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
     get_dialect(queue.dialect).store(queue.table).configure_connection(conn)
     return conn
 

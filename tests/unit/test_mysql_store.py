@@ -134,6 +134,7 @@ class FakeCursor:
         self.description = None
         self._rows: list = []
         self.lastrowid = None
+        self.rowcount = -1
 
     def __enter__(self):
         return self
@@ -149,7 +150,8 @@ class FakeCursor:
         rows, names = outcome if isinstance(outcome, tuple) else (outcome, None)
         self._rows = list(rows or [])
         self.description = [(n,) for n in names] if names else (None if not self._rows else [("c",)] * 2)
-        return len(self._rows) if rows is not None else 1
+        self.rowcount = len(self._rows) if rows is not None else 1
+        return self.rowcount
 
     def fetchall(self):
         rows, self._rows = self._rows, []
@@ -218,7 +220,7 @@ def test_a_deadlock_in_the_claim_is_retried_and_its_locks_released():
             attempts.append(1)
             return [task_row(7)], COLUMNS
         if k == "lock":
-            return [(7, 1)], ["id", "liveness_locked"]
+            return [(7, 1, None)], ["id", "liveness_locked", "first_payload"]
         if sql == "COMMIT AND CHAIN" and len(attempts) == 1:
             return next(failures)  # the lock was taken: it must be released before trying again
         return None
@@ -245,7 +247,7 @@ def test_a_deadlock_in_the_mark_step_is_retried():
         if k == "mark":
             return next(failures, None)
         if k == "lock":
-            return [(3, 1)], ["id", "liveness_locked"]
+            return [(3, 1, None)], ["id", "liveness_locked", "first_payload"]
         return None
 
     conn = FakeConn(script)
@@ -271,7 +273,7 @@ def test_other_claim_errors_undo_and_surface_as_database_error():
         if k == "select":
             return [task_row(4)], COLUMNS
         if k == "lock":
-            return [(4, 1)], ["id", "liveness_locked"]
+            return [(4, 1, None)], ["id", "liveness_locked", "first_payload"]
         if sql == "COMMIT AND CHAIN":
             return GONE
         return None

@@ -80,12 +80,17 @@ UPDATE {queue_table}
 SET status = 'processando'
 WHERE id IN %(ids)s AND status = 'pendente';
 -- step: lock
--- GET_LOCK runs once per row read: exactly the claimed ids.
-SELECT id, GET_LOCK(CONCAT(%(lock_prefix)s, id), 0) AS liveness_locked
-FROM {queue_table}
-WHERE id IN %(ids)s;
+-- GET_LOCK runs once per row returned: exactly the claimed ids (the join
+-- matches at most one row by primary key). Later attempts keep no payload of
+-- their own: it comes from the first attempt.
+SELECT t.id, GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0) AS liveness_locked,
+       first_attempt.payload AS first_payload
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id IN %(ids)s;
 -- step: first_payloads
--- Later attempts keep no payload of their own: it comes from the first attempt.
+-- The same payloads, for claims that take no database lock.
 SELECT id, payload
 FROM {queue_table}
 WHERE id IN %(ids)s
@@ -107,6 +112,17 @@ FROM (
 UPDATE {queue_table}
 SET status = 'sucesso', mensagem = %(mensagem)s
 WHERE id = %(id)s AND status = 'processando'
+
+-- name: complete_and_unlock
+-- A task run under a database liveness lock succeeded: 'sucesso', then its
+-- lock goes, in the task's transaction (sent in one round trip with the
+-- commit and the next claim's select).
+-- step: complete
+UPDATE {queue_table}
+SET status = 'sucesso', mensagem = %(mensagem)s
+WHERE id = %(id)s AND status = 'processando';
+-- step: unlock
+DO RELEASE_LOCK(%(name)s)
 
 -- name: unlock_task
 DO RELEASE_LOCK(%(name)s)

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.mysql.batch import Result, StatementFailed, run_batch
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
@@ -92,6 +93,8 @@ def _is_driver_error(exc: BaseException) -> bool:
 
 def error_code(exc: BaseException) -> int | None:
     """The server error number of a PyMySQL error (None for anything else)."""
+    if isinstance(exc, StatementFailed):
+        exc = exc.error
     if not _is_driver_error(exc):
         return None
     args = getattr(exc, "args", ())
@@ -107,6 +110,10 @@ def is_retryable(exc: BaseException) -> bool:
 def wrap_driver_errors(what: str) -> Iterator[None]:
     try:
         yield
+    except StatementFailed as failed:
+        if _is_driver_error(failed.error):
+            raise DatabaseError(f"{what} failed: {failed.error}".strip()) from failed.error
+        raise failed.error from None
     except Exception as exc:
         if _is_driver_error(exc):
             raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
@@ -130,7 +137,8 @@ def retry_on_lock_errors(what: str, attempt: Callable[[], T], undo: Callable[[],
             with wrap_driver_errors(f"{what} (undoing a failed attempt)"):
                 undo()
             if number == attempts:
-                raise DatabaseError(f"{what} failed {attempts} times: {exc}") from exc
+                cause = exc.error if isinstance(exc, StatementFailed) else exc
+                raise DatabaseError(f"{what} failed {attempts} times: {cause}") from cause
             logger.debug("%s: %s, trying again (attempt %d of %d)", what, exc, number + 1, attempts)
             time.sleep(RETRY_BASE_DELAY * (2 ** (number - 1)) * (0.5 + random.random()))
     raise AssertionError("unreachable")  # pragma: no cover
@@ -502,26 +510,39 @@ class MysqlQueueStore:
                 raise
 
     def _claim_once(self, conn, limit: int, taken: list[str]) -> list[dict[str, Any]]:
-        """One claim in the open transaction: select, mark, lock, then COMMIT AND CHAIN."""
+        """One claim in the open transaction: select, then mark, lock and COMMIT AND CHAIN."""
+        [selected] = run_batch(conn, [(self.sql["claim_tasks"]["select"], {"limit": limit})])
+        return self._lock_selected(conn, selected, taken)
+
+    def _lock_selected(self, conn, selected: Result, taken: list[str]) -> list[dict[str, Any]]:
+        """Mark the selected rows, take their liveness locks and commit, in one round trip.
+
+        COMMIT AND CHAIN ends the claim and opens the first task's transaction.
+        The names of the locks taken are added to ``taken`` (also when the
+        commit fails, so the caller can release them).
+        """
+        tasks = [_normalize(dict(zip(selected.names, row))) for row in selected.rows]
+        if not tasks:
+            conn.rollback()
+            return []
+        ids = [task["id"] for task in tasks]
+        prefix = self.lock_prefix(conn)
         steps = self.sql["claim_tasks"]
-        with conn.cursor() as cur:
-            cur.execute(steps["select"], {"limit": limit})
-            tasks = _rows_as_dicts(cur)
-            if not tasks:
-                conn.rollback()
-                return []
-            ids = [task["id"] for task in tasks]
-            cur.execute(steps["mark"], {"ids": ids})
-            prefix = self.lock_prefix(conn)
-            cur.execute(steps["lock"], {"ids": ids, "lock_prefix": prefix})
-            locked = {}
-            for task_id, got in cur.fetchall():
-                locked[task_id] = got == 1
-                if got == 1:
-                    taken.append(f"{prefix}{task_id}")
-            payloads = self._first_payloads(cur, tasks)
-            # Ends the claim and opens the first task's transaction in one statement.
-            cur.execute("COMMIT AND CHAIN")
+        batch = [
+            (steps["mark"], {"ids": ids}),
+            (steps["lock"], {"ids": ids, "lock_prefix": prefix}),
+            ("COMMIT AND CHAIN", None),
+        ]
+        try:
+            results = run_batch(conn, batch)
+        except StatementFailed as failed:
+            if len(failed.results) >= 2:
+                _note_locks(failed.results[1], prefix, taken)
+            raise
+        locked = _note_locks(results[1], prefix, taken)
+        first_payload = {row[0]: row[2] for row in results[1].rows}
+        payloads = {task["id_inicial"]: first_payload.get(task["id"])
+                    for task in tasks if task["id_inicial"] is not None}
         return _claimed(tasks, payloads, locked)
 
     def _first_payloads(self, cur, tasks: list[dict[str, Any]]) -> dict[int, str | None]:
@@ -606,14 +627,50 @@ class MysqlQueueStore:
     ) -> list[dict[str, Any]]:
         """Settle a task as 'sucesso', release its lock, commit, and claim the next tasks.
 
-        ``limit`` 0 only completes. A lock wait timeout on the update is
-        retried in the same transaction. A deadlock there has already rolled
-        the handler's work back: the task then goes back to 'pendente' to run
-        again (nothing of it was committed), never recorded as a failure.
+        Two round trips when the connection accepts multi-statements: the
+        completion, its commit and the claim's select; then the claim's mark,
+        locks and commit. ``limit`` 0 only completes. A lock wait timeout on
+        the update is retried in the same transaction. A deadlock there has
+        already rolled the handler's work back: the task then goes back to
+        'pendente' to run again (nothing of it was committed), never recorded
+        as a failure. A deadlock in the claim is retried after the completion
+        was committed.
         """
         name = self.task_lock_name(conn, task_id)
-        unlock = lambda: self._unlock_in(conn, name)  # noqa: E731
+        steps = self.sql["complete_and_unlock"]
+        batch = [
+            (steps["complete"], {"id": task_id, "mensagem": mensagem}),
+            (steps["unlock"], {"name": name}),
+            ("COMMIT AND CHAIN" if limit > 0 else "COMMIT", None),
+        ]
+        if limit > 0:
+            batch.append((self.sql["claim_tasks"]["select"], {"limit": limit}))
         with wrap_driver_errors("complete_task"):
+            try:
+                results = run_batch(conn, batch)
+            except StatementFailed as failed:
+                return self._after_failed_completion(conn, task_id, mensagem, name, limit, failed)
+        if limit <= 0:
+            return []
+        taken: list[str] = []
+        try:
+            with wrap_driver_errors("claim"):
+                return self._lock_selected(conn, results[-1], taken)
+        except DatabaseError as exc:
+            with suppress(Exception):  # the connection may be gone; its locks with it
+                conn.rollback()
+                self._release_locks(conn, taken)
+            if not is_retryable(exc.__cause__):
+                raise
+            return self._claim(conn, limit, in_transaction=False)
+
+    def _after_failed_completion(self, conn, task_id: int, mensagem: str, name: str, limit: int,
+                                 failed: StatementFailed) -> list[dict[str, Any]]:
+        """The completion batch failed at statement ``failed.index``: what the failure left, settled."""
+        code = error_code(failed)
+        unlock = lambda: self._unlock_in(conn, name)  # noqa: E731
+        if failed.index == 0 and code == ER_LOCK_WAIT_TIMEOUT:
+            # Only the statement was undone: the transaction is still open.
             if not self._complete(conn, task_id, mensagem, unlock):
                 self._give_back(conn, task_id, unlock)
                 return self.claim(conn, limit) if limit > 0 else []
@@ -622,7 +679,16 @@ class MysqlQueueStore:
                 return []
             with conn.cursor() as cur:
                 cur.execute("COMMIT AND CHAIN")  # the claim's transaction
-        return self._claim(conn, limit, in_transaction=True)
+            return self._claim(conn, limit, in_transaction=True)
+        if failed.index == 0 and code == ER_LOCK_DEADLOCK:
+            logger.warning("task=%s: %s while completing; the task goes back to the queue", task_id, failed.error)
+            self._give_back(conn, task_id, unlock)
+            return self.claim(conn, limit) if limit > 0 else []
+        if failed.index == 3 and code in RETRYABLE_ERRORS:
+            # The task was committed; only the claim's select failed.
+            conn.rollback()
+            return self._claim(conn, limit, in_transaction=False)
+        raise failed
 
     def _complete(self, conn, task_id: int, mensagem: str, unlock: Callable[[], None]) -> bool:
         """UPDATE 'sucesso' and release the lock in the handler's transaction; False when the work was lost."""
@@ -747,6 +813,16 @@ class MysqlQueueStore:
             cur.execute(steps["select"], {"max_age_days": max_age_days, "limit": limit})
             ids = [row[0] for row in cur.fetchall()]
             return cur.execute(steps["delete"], {"ids": ids}) if ids else 0
+
+
+def _note_locks(lock_result: Result, prefix: str, taken: list[str]) -> dict[int, bool]:
+    """Which claimed ids got their liveness lock (rows of the claim's lock step); adds them to ``taken``."""
+    locked = {}
+    for task_id, got, *_ in lock_result.rows:
+        locked[task_id] = got == 1
+        if got == 1:
+            taken.append(f"{prefix}{task_id}")
+    return locked
 
 
 def _claimed(tasks: list[dict[str, Any]], payloads: dict[int, str | None],
