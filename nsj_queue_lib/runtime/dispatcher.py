@@ -16,7 +16,7 @@ from collections.abc import Callable
 import psycopg
 
 from nsj_queue_lib.db.dialect import notify_channel
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.db.queue_store import QueueStore
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.notify.postgres_listener import HALT_PAYLOAD, SCHEDULED_PAYLOAD, PostgresListener
@@ -42,7 +42,7 @@ class Dispatcher:
     def __init__(
         self,
         settings: Settings,
-        store: PostgresQueueStore,
+        store: QueueStore,
         executor: TaskExecutor,
         connect: Callable[[bool], psycopg.Connection],
         stop: threading.Event,

@@ -5,9 +5,10 @@ An executor thread holds a pooled connection while it has work. On it:
    liveness lock (a session-level advisory lock the retry service checks) in
    the same statement, before the claim commits;
 2. the handler runs in a transaction on that connection;
-3. success: 'sucesso' + unlock + commit in one round trip; failure: rollback,
-   then 'falha' and the next attempt (or the dead letter) while the liveness
-   lock is still held, then unlock and commit.
+3. success: 'sucesso' + unlock, the claim of the next task and the commit
+   of both in one round trip (the store's ``complete_and_claim``); failure:
+   rollback, then 'falha' and the next attempt (or the dead letter) while the
+   liveness lock is still held, then unlock and commit.
 A thread that claimed a task wakes another idle one and claims again when it
 is done, so a burst drains without further notifications. Whatever happens,
 a task ends settled or 'processando' without a liveness lock, which the
@@ -25,7 +26,8 @@ from typing import Any
 import psycopg
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore, queue_lock_key
+from nsj_queue_lib.db.postgres.store import queue_lock_key
+from nsj_queue_lib.db.queue_store import QueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
@@ -47,7 +49,7 @@ class RunningTask:
 
 
 def record_failure(
-    store: PostgresQueueStore,
+    store: QueueStore,
     conn: psycopg.Connection,
     settings: Settings,
     task: dict[str, Any],

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.db.queue_store import QueueStore
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.liveness import service_lock_name
 from nsj_queue_lib.settings import Settings
@@ -40,7 +40,7 @@ class PeriodicService(abc.ABC):
     def __init__(
         self,
         settings: Settings,
-        store: PostgresQueueStore,
+        store: QueueStore,
         connect: Callable[[bool], psycopg.Connection],
         stop: threading.Event,
         schedule,
