@@ -228,12 +228,13 @@ class PostgresQueueStore:
 
     def _queue_claim(self, conn, limit: int, queue_key: int):
         """Queue, in an open pipeline: claim in a transaction of its own, then open the task's."""
-        conn.execute("BEGIN")
-        conn.execute(self.sql["claim_settings"])
-        cursor = conn.execute(self.sql["claim_tasks"],
-                              {"limit": limit, "queue_key": queue_key, "take_db_lock": True})
-        conn.execute("COMMIT")
-        conn.execute("BEGIN")
+        control = conn.cursor()
+        control.execute("BEGIN")
+        control.execute(self.sql["claim_settings"])
+        cursor = conn.cursor()
+        cursor.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": queue_key, "take_db_lock": True})
+        # Transaction-local settings end with the claim's transaction; AND CHAIN opens the task's.
+        control.execute("COMMIT AND CHAIN")
         return cursor
 
     def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
@@ -293,13 +294,15 @@ class PostgresQueueStore:
         try:
             with wrap_driver_errors("complete_task"):
                 with conn.pipeline():
-                    conn.execute(self.sql["complete_and_unlock"], params)
+                    # One cursor for the statements whose results are not read.
+                    control = conn.cursor()
+                    control.execute(self.sql["complete_and_unlock"], params)
                     if limit > 0:
-                        cursor = conn.execute(self.sql["claim_tasks"],
-                                              {"limit": limit, "queue_key": queue_key, "take_db_lock": True})
-                    conn.execute("COMMIT")
-                    if limit > 0:
-                        conn.execute("BEGIN")
+                        cursor = conn.cursor()
+                        cursor.execute(self.sql["claim_tasks"],
+                                       {"limit": limit, "queue_key": queue_key, "take_db_lock": True}, binary=True)
+                    # AND CHAIN: the next task's transaction opens in the same statement.
+                    control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
         except DatabaseError:
             if cursor is not None:
                 self._unlock_uncommitted_claim(conn, cursor, queue_key)
