@@ -39,10 +39,13 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_due ON public.fila_teste (data_hora) W
 CREATE INDEX IF NOT EXISTS idx_fila_teste_scheduled ON public.fila_teste (data_hora) WHERE status = 'agendada';
 -- The retry service looks only at rows being processed.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_running ON public.fila_teste (id) WHERE status = 'processando';
--- Purge: oldest rows first.
-CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora);
--- Purge keeps a task's first attempt while a later attempt still needs its payload.
-CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE status IN ('pendente', 'agendada', 'processando');
+-- Purge: oldest settled rows first. Partial (the purge's own condition), so
+-- enqueuing and claiming a task add no entry here; only settling does.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora) WHERE status NOT IN ('pendente', 'agendada', 'processando');
+-- Purge keeps a task's first attempt while a later attempt still needs its
+-- payload. Only later attempts have id_inicial, so first attempts (nearly
+-- every row) never enter this index.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 

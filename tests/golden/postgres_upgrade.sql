@@ -7,6 +7,26 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS pub_sub boolean DEFAULT f
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS publication_id bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS subscriber_id varchar(100);
 
+-- Indexes whose definition changed since: the purge index on data_hora is
+-- partial now (1.2.2's covered every row), and the chain index leaves first
+-- attempts out. An index with the old definition is dropped here so that the
+-- CREATE INDEX IF NOT EXISTS below builds the current one.
+DO $$
+DECLARE
+    stale record;
+BEGIN
+    FOR stale IN
+        SELECT i.indexrelid::regclass AS name
+        FROM pg_index AS i
+        WHERE (i.indexrelid = to_regclass('public.idx_fila_teste_data_hora') AND i.indpred IS NULL)
+           OR (i.indexrelid = to_regclass('public.idx_fila_teste_chain')
+               AND coalesce(pg_get_expr(i.indpred, i.indrelid), '') NOT LIKE '%id_inicial IS NOT NULL%')
+    LOOP
+        EXECUTE format('DROP INDEX %s', stale.name);
+    END LOOP;
+END
+$$;
+
 -- The claim: ready rows in claim order (higher priority first, then older).
 -- Partial, so its size follows the ready backlog, not the table's history.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_claim ON public.fila_teste (prioridade DESC, data_hora, id) WHERE status = 'pendente';
@@ -16,10 +36,13 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_due ON public.fila_teste (data_hora) W
 CREATE INDEX IF NOT EXISTS idx_fila_teste_scheduled ON public.fila_teste (data_hora) WHERE status = 'agendada';
 -- The retry service looks only at rows being processed.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_running ON public.fila_teste (id) WHERE status = 'processando';
--- Purge: oldest rows first.
-CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora);
--- Purge keeps a task's first attempt while a later attempt still needs its payload.
-CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE status IN ('pendente', 'agendada', 'processando');
+-- Purge: oldest settled rows first. Partial (the purge's own condition), so
+-- enqueuing and claiming a task add no entry here; only settling does.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora) WHERE status NOT IN ('pendente', 'agendada', 'processando');
+-- Purge keeps a task's first attempt while a later attempt still needs its
+-- payload. Only later attempts have id_inicial, so first attempts (nearly
+-- every row) never enter this index.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 

@@ -48,6 +48,21 @@ def test_upgrade_on_a_current_queue_changes_nothing(pg_queue, pg_admin, pg_autoc
     assert queue_catalog(pg_autocommit, "public", pg_queue.name) == before
 
 
+def test_upgrade_replaces_indexes_whose_definition_changed(pg_queue, pg_admin, pg_autocommit):
+    """Queues made before the purge and chain indexes became narrower get the current definitions."""
+    current = queue_catalog(pg_autocommit, "public", pg_queue.name)
+    table, q = pg_queue.table, pg_queue.name
+    pg_admin.execute(f"DROP INDEX public.idx_{q}_data_hora")
+    pg_admin.execute(f"DROP INDEX public.idx_{q}_chain")
+    pg_admin.execute(f"CREATE INDEX idx_{q}_data_hora ON {table} (data_hora)")
+    pg_admin.execute(f"CREATE INDEX idx_{q}_chain ON {table} (id_inicial) "
+                     "WHERE status IN ('pendente', 'agendada', 'processando')")
+    assert queue_catalog(pg_autocommit, "public", q)["indexes"] != current["indexes"]
+    for _ in range(2):
+        pg_admin.execute(render("public", q, upgrade=True))
+    assert queue_catalog(pg_autocommit, "public", q) == current
+
+
 def test_ddl_works_in_another_schema(pg_dsn, pg_admin, pg_autocommit):
     schema = unique_queue_name("s_")
     pg_admin.execute(f"CREATE SCHEMA {schema}")

@@ -7,9 +7,12 @@ CREATE INDEX IF NOT EXISTS {idx_due} ON {table} (data_hora) WHERE status IN ('pe
 CREATE INDEX IF NOT EXISTS {idx_scheduled} ON {table} (data_hora) WHERE status = 'agendada';
 -- The retry service looks only at rows being processed.
 CREATE INDEX IF NOT EXISTS {idx_running} ON {table} (id) WHERE status = 'processando';
--- Purge: oldest rows first.
-CREATE INDEX IF NOT EXISTS {idx_data_hora} ON {table} (data_hora);
--- Purge keeps a task's first attempt while a later attempt still needs its payload.
-CREATE INDEX IF NOT EXISTS {idx_chain} ON {table} (id_inicial) WHERE status IN ('pendente', 'agendada', 'processando');
+-- Purge: oldest settled rows first. Partial (the purge's own condition), so
+-- enqueuing and claiming a task add no entry here; only settling does.
+CREATE INDEX IF NOT EXISTS {idx_data_hora} ON {table} (data_hora) WHERE status NOT IN ('pendente', 'agendada', 'processando');
+-- Purge keeps a task's first attempt while a later attempt still needs its
+-- payload. Only later attempts have id_inicial, so first attempts (nearly
+-- every row) never enter this index.
+CREATE INDEX IF NOT EXISTS {idx_chain} ON {table} (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa, payload_hash, status);

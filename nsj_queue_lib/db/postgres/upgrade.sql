@@ -7,6 +7,26 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS pub_sub boolean DEFAULT false NOT N
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS publication_id bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS subscriber_id varchar(100);
 
+-- Indexes whose definition changed since: the purge index on data_hora is
+-- partial now (1.2.2's covered every row), and the chain index leaves first
+-- attempts out. An index with the old definition is dropped here so that the
+-- CREATE INDEX IF NOT EXISTS below builds the current one.
+DO $$
+DECLARE
+    stale record;
+BEGIN
+    FOR stale IN
+        SELECT i.indexrelid::regclass AS name
+        FROM pg_index AS i
+        WHERE (i.indexrelid = to_regclass('{schema}.{idx_data_hora}') AND i.indpred IS NULL)
+           OR (i.indexrelid = to_regclass('{schema}.{idx_chain}')
+               AND coalesce(pg_get_expr(i.indpred, i.indrelid), '') NOT LIKE '%id_inicial IS NOT NULL%')
+    LOOP
+        EXECUTE format('DROP INDEX %s', stale.name);
+    END LOOP;
+END
+$$;
+
 {indexes}
 
 {trigger}
