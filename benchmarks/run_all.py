@@ -25,7 +25,9 @@ Workloads (targets from issue 3 are printed next to the numbers):
                 default settings, then a grid of processes x QUEUE_CONCURRENCY:
                 one screening run of each, then the best, its neighbours and
                 the next best measured ``--runs`` more times. Workers are
-                stopped with SIGTERM and must exit 0.
+                stopped with SIGTERM and must exit 0. Then the best
+                configuration once more with QUEUE_SYNCHRONOUS_COMMIT=false
+                (opt-in asynchronous commits; a row of its own, no target).
   (d) latency   one idle worker at default settings; 200 tasks enqueued at
                 50/s, one insert_task per transaction; latency = handler start
                 (time.time() in the worker) - commit return (time.time() in
@@ -592,6 +594,23 @@ def run_grid(b: Bench) -> None:
         m = results.metric("c_best", f"(c) drain {cfg.drain_tasks:,}: best, {best[0]} processes x "
                            f"concurrency {best[1]}", "tasks/s", target=3000)
         m.values = [r["rate"] for r in results.grid[best]]
+        run_best_asynchronous(b, best)
+
+
+def run_best_asynchronous(b: Bench, best: tuple[int, int]) -> None:
+    """The best configuration again with QUEUE_SYNCHRONOUS_COMMIT=false (opt-in, not durable; no target)."""
+    cfg = b.cfg
+    p, c = best
+    m = b.results.metric("c_best_async", f"(c) drain {cfg.drain_tasks:,}: {p} processes x concurrency {c}, "
+                         "QUEUE_SYNCHRONOUS_COMMIT=false", "tasks/s")
+    print(f"== (c) {p}x{c} with QUEUE_SYNCHRONOUS_COMMIT=false: {cfg.runs} runs", flush=True)
+    for run in range(cfg.runs):
+        d = b.measure(f"(c) {p}x{c} asynchronous commits", bench_drain, p, c, cfg.drain_tasks, cfg.drain_tasks,
+                      {"QUEUE_SYNCHRONOUS_COMMIT": "false"})
+        if d:
+            m.add(d.rate)
+            print(f"  run {run + 1}: {d.rate:,.0f} tasks/s (worker CPU {d.worker_cpu_ms_per_1k:.0f} ms/1k, "
+                  f"PG CPU {d.pg_cpu_ms_per_1k:.0f} ms/1k)", flush=True)
 
 
 # -- output -----------------------------------------------------------------------------------

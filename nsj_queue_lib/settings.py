@@ -59,6 +59,12 @@ class Settings:
     queue_concurrency: int = 1
     queue_grace_period: float = 30.0  # seconds in-flight tasks get at shutdown
     queue_poll_interval: float = 0.5  # seconds between polls where there is no LISTEN
+    # PostgreSQL only. False: the worker's task transactions commit without
+    # waiting for the WAL flush (synchronous_commit = off on its connections).
+    # A database crash may then forget the last fraction of a second of
+    # finished tasks, their handlers' writes with them, and those tasks run
+    # again; nothing is lost from the queue and nothing is half-committed.
+    queue_synchronous_commit: bool = True
 
     default_webhook_timeout: float = 20.0
 
@@ -111,6 +117,7 @@ class Settings:
             queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1, minimum=1),
             queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0, minimum=0.0),
             queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5, positive=True),
+            queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
             default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0, positive=True),
             log_debug=reader.boolean("LOG_DEBUG", False),
             env=(reader.text("ENV", "DEV") or "DEV").upper(),
@@ -128,6 +135,12 @@ class Settings:
             queue_server_token=reader.text("QUEUE_SERVER_TOKEN", None),
             queue_server_bind=reader.text("QUEUE_SERVER_BIND", None),
         )
+        if values["queue_synchronous_commit"] is False and driver not in (None, "POSTGRES"):
+            reader.problems.setdefault(
+                "QUEUE_SYNCHRONOUS_COMMIT",
+                "can be false on PostgreSQL only (on MySQL the equivalent, innodb_flush_log_at_trx_commit, "
+                "is a server setting)",
+            )
         if reader.problems:
             raise ConfigError(reader.problems)
         return cls(**values)

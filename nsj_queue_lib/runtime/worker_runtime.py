@@ -39,6 +39,19 @@ EXIT_DISPATCHER_DIED = 3
 SUPERVISE_INTERVAL_SECONDS = 0.5
 
 
+def _executor_configure(settings: Settings, configure: Callable[[object], None] | None):
+    """What runs once on each executor connection (the ones the tasks' transactions use)."""
+    if settings.queue_synchronous_commit:
+        return configure
+
+    def asynchronous_commits(conn) -> None:
+        if configure is not None:
+            configure(conn)
+        conn.execute("SET synchronous_commit = off")  # autocommit: for the whole session
+
+    return asynchronous_commits
+
+
 class WorkerRuntime:
     def __init__(self, settings: Settings, handler: TaskHandler):
         if settings.db_driver == "SINGLE_STORE" and not settings.client_server_mode:
@@ -46,12 +59,17 @@ class WorkerRuntime:
                 "CLIENT_SERVER_MODE": "must be true with DB_DRIVER=SINGLE_STORE: SingleStore has no "
                 "named locks nor LISTEN, the socket server provides them (python -m nsj_queue_lib.server)",
             })
+        if not settings.queue_synchronous_commit and settings.db_driver != "POSTGRES":
+            raise ConfigError({
+                "QUEUE_SYNCHRONOUS_COMMIT": "can be false on PostgreSQL only (on MySQL the equivalent, "
+                "innodb_flush_log_at_trx_commit, is a server setting)",
+            })
         self.settings = settings
         self.stop_event = threading.Event()
         self.store = get_dialect(settings.db_driver).store(settings.queue_table, settings.queue_subscriber_table)
         configure = None if settings.db_driver == "POSTGRES" else self.store.configure_connection
         self._connect: Callable[[bool], object] = lambda autocommit: connect(settings, autocommit, configure)
-        self.pool = make_pool(settings, settings.queue_concurrency, configure)
+        self.pool = make_pool(settings, settings.queue_concurrency, _executor_configure(settings, configure))
         self.lock_client = None
         liveness = None
         listener = None if settings.db_driver == "POSTGRES" else PollingListener(settings.queue_poll_interval)

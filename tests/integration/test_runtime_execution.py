@@ -423,3 +423,20 @@ def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
         assert worker.stop() == 0
     finally:
         pg_admin.execute(f"DROP TABLE IF EXISTS {deferred}")
+
+
+@pytest.mark.parametrize("synchronous", [True, False])
+def test_queue_synchronous_commit_sets_the_task_transactions_durability(
+    synchronous, start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
+    seen = []
+
+    def execute(payload, tarefa, bd_conn):
+        seen.append(bd_conn.execute("SHOW synchronous_commit").fetchone()[0])
+        bd_conn.execute(f"INSERT INTO {side} (task_id, chave) VALUES (%s, 'x')", (tarefa["id"],))
+
+    start_worker(execute, queue_synchronous_commit=synchronous)
+    ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 3}, 10, "the tasks to succeed")
+    assert seen == ["on" if synchronous else "off"] * 3
+    assert sorted(r[0] for r in pg_autocommit.execute(f"SELECT task_id FROM {side}").fetchall()) == ids

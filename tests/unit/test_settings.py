@@ -89,6 +89,7 @@ EXPLICIT = {
     "QUEUE_PURGE_THREAD_INTERVAL": ("60", "queue_purge_thread_interval", 60),
     "QUEUE_NOTIFY_THREAD_INTERVAL": ("0.25", "queue_notify_thread_interval", 0.25),
     "QUEUE_SERVER_TOKEN": ("tok-123", "queue_server_token", "tok-123"),
+    "QUEUE_SYNCHRONOUS_COMMIT": ("off", "queue_synchronous_commit", False),
 }
 
 ALIASES = {
@@ -323,3 +324,13 @@ def test_settings_can_be_built_in_code():
     settings = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
     assert settings.queue_max_retry == 100
     assert "host=h" in settings.postgres_conninfo()
+
+
+def test_asynchronous_commits_are_postgresql_only():
+    assert Settings.from_env(env()).queue_synchronous_commit is True
+    assert Settings.from_env(env(QUEUE_SYNCHRONOUS_COMMIT="false")).queue_synchronous_commit is False
+    for driver in ("MYSQL", "SINGLE_STORE"):
+        error = config_error(env(DB_DRIVER=driver, QUEUE_SYNCHRONOUS_COMMIT="off", CLIENT_SERVER_MODE="true"))
+        assert set(error.problems) == {"QUEUE_SYNCHRONOUS_COMMIT"}
+        assert "PostgreSQL only" in error.problems["QUEUE_SYNCHRONOUS_COMMIT"]
+    assert Settings.from_env(env(DB_DRIVER="MYSQL", QUEUE_SYNCHRONOUS_COMMIT="on")).queue_synchronous_commit

@@ -1,0 +1,32 @@
+"""WorkerRuntime refuses impossible settings built in code (from_env checks the environment)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsj_queue_lib import Settings
+from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
+
+
+def settings(**changes) -> Settings:
+    base = Settings(db_host="127.0.0.1", db_name="test", db_user="root", queue_name="fila", queue_table="fila")
+    return base.with_changes(**changes)
+
+
+def noop(tarefa, bd_conn):
+    return None
+
+
+@pytest.mark.parametrize("driver", ["MYSQL", "SINGLE_STORE"])
+def test_asynchronous_commits_are_refused_outside_postgresql(driver):
+    with pytest.raises(ConfigError) as info:
+        WorkerRuntime(settings(db_driver=driver, db_port=3306, client_server_mode=True,
+                               queue_synchronous_commit=False), noop)
+    assert set(info.value.problems) == {"QUEUE_SYNCHRONOUS_COMMIT"}
+
+
+def test_singlestore_needs_the_socket_server():
+    with pytest.raises(ConfigError) as info:
+        WorkerRuntime(settings(db_driver="SINGLE_STORE", db_port=3306), noop)
+    assert set(info.value.problems) == {"CLIENT_SERVER_MODE"}
