@@ -232,7 +232,8 @@ class PostgresQueueStore:
         control.execute("BEGIN")
         control.execute(self.sql["claim_settings"])
         cursor = conn.cursor()
-        cursor.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": queue_key, "take_db_lock": True})
+        cursor.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": queue_key, "take_db_lock": True},
+                       binary=True)
         # Transaction-local settings end with the claim's transaction; AND CHAIN opens the task's.
         control.execute("COMMIT AND CHAIN")
         return cursor
@@ -248,8 +249,9 @@ class PostgresQueueStore:
             with conn.pipeline():
                 conn.execute("BEGIN")
                 conn.execute(self.sql["claim_settings"])
-                cursor = conn.execute(self.sql["claim_tasks"],
-                                      {"limit": limit, "queue_key": 0, "take_db_lock": False})
+                cursor = conn.cursor()
+                cursor.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": 0, "take_db_lock": False},
+                               binary=True)
             tasks = _claimed_rows(cursor)
             if not tasks:
                 conn.execute("ROLLBACK")
@@ -300,7 +302,8 @@ class PostgresQueueStore:
                     if limit > 0:
                         cursor = conn.cursor()
                         cursor.execute(self.sql["claim_tasks"],
-                                       {"limit": limit, "queue_key": queue_key, "take_db_lock": True}, binary=True)
+                                       {"limit": limit, "queue_key": queue_key, "take_db_lock": True},
+                                       binary=True)  # no timestamp text formatting on either side
                     # AND CHAIN: the next task's transaction opens in the same statement.
                     control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
         except DatabaseError:
