@@ -51,6 +51,7 @@ class DdlNames:
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",
             "function": f"notify_{q}_insert",
+            "claim_function": f"claim_next_{q}",
             "trigger_name": f"trigger_insert_{q}",
         }
 
@@ -60,6 +61,7 @@ class DdlNames:
         values["table"] = f"{self.schema}.{self.queue}"
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
         values["function"] = f"{self.schema}.{names['function']}"
+        values["claim_function"] = f"{self.schema}.{names['claim_function']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue

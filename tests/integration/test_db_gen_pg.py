@@ -33,6 +33,12 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     assert list(catalog["triggers"]) == ["trigger_insert_{q}"]
     assert set(catalog["subscriber_indexes"]) == {"{q}_subscriber_pkey", "idx_{q}_subscriber_processo"}
     assert "pg_notify('{q}'" in catalog["function"]
+    # The worker's claim function, with the planner settings of the claim.
+    config = pg_autocommit.execute(
+        "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure",
+        (f"public.claim_next_{pg_queue.name}(bigint,text,integer,integer,integer)",),
+    ).fetchone()[0]
+    assert sorted(config) == ["enable_bitmapscan=off", "enable_seqscan=off", "jit=off"]
     subscriber = pg_autocommit.execute(
         "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns "
         "WHERE table_schema = 'public' AND table_name = %s",

@@ -392,8 +392,16 @@ def test_a_handler_that_breaks_its_connection_fails_its_task_and_the_worker_goes
     assert worker.stop() == 0
 
 
+@pytest.fixture(params=["claim function", "plain SQL"])
+def claim_path(request, pg_queue, pg_admin):
+    """Run the test on both completion paths: the queue's claim function, and the SQL used without it."""
+    if request.param == "plain SQL":
+        pg_admin.execute(f"DROP FUNCTION {pg_queue.schema}.claim_next_{pg_queue.name}")
+    return request.param
+
+
 def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
-    start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
+    claim_path, start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
 ):
     """The next task is claimed in the finished task's transaction: when that commit fails, both go.
 
@@ -440,3 +448,23 @@ def test_queue_synchronous_commit_sets_the_task_transactions_durability(
     wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 3}, 10, "the tasks to succeed")
     assert seen == ["on" if synchronous else "off"] * 3
     assert sorted(r[0] for r in pg_autocommit.execute(f"SELECT task_id FROM {side}").fetchall()) == ids
+
+
+def test_a_queue_without_the_claim_function_is_served_the_same(
+    claim_path, start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
+    """Queues made before the claim function existed (or whose DDL was not re-run) work the same."""
+
+    def execute(payload, tarefa, bd_conn):
+        bd_conn.execute(f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload))
+        if payload == "fail":
+            raise RuntimeError("fails once")
+
+    start_worker(execute, queue_concurrency=2, queue_base_interval_retry=10)
+    ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n), prioridade=n) for n in range(20)]
+                  + [dict(payload="fail")])
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 20, "falha": 1, "agendada": 1}, 10,
+             "the tasks to settle")
+    done = pg_autocommit.execute(f"SELECT task_id FROM {side} ORDER BY task_id").fetchall()
+    assert [r[0] for r in done] == ids[:20]  # the failed task's write was rolled back
+    assert held_advisory_locks(pg_autocommit, pg_queue) == 0

@@ -34,6 +34,8 @@ CREATE TABLE {table} (
 
 {trigger}
 
+{claim_function_ddl}
+
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE {subscriber_table} (
     id varchar(100) NOT NULL PRIMARY KEY,

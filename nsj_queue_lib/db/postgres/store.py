@@ -16,7 +16,8 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.exceptions import DatabaseError, InvalidIdentifierError, QueueTableMissingError
+from nsj_queue_lib.identifiers import check_identifier, split_table_name
 
 _TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
 _TASK_COLUMNS_RESOLVED = ", ".join(
@@ -24,6 +25,11 @@ _TASK_COLUMNS_RESOLVED = ", ".join(
     for c in model.QUEUE_COLUMNS
 )
 _SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+# The claim function's rows in the claim's shape (see _CLAIM_NAMES).
+_CALL_COLUMNS = ", ".join(
+    "coalesce((f.task).payload, f.first_payload) AS payload" if c == "payload" else f"(f.task).{c}"
+    for c in model.QUEUE_COLUMNS
+)
 
 # Keys of a task's liveness lock: (queue table oid, task id folded into 31 bits).
 # Two-integer advisory locks live in a different key space from the one-bigint
@@ -42,6 +48,17 @@ def queue_lock_key(queue_oid: int) -> int:
 def task_lock_keys(queue_oid: int, task_id: int) -> tuple[int, int]:
     """The (int4, int4) pair of a task's liveness lock (``queue_oid`` may be already folded)."""
     return queue_lock_key(queue_oid), task_id % TASK_KEY_MODULUS
+
+
+def claim_function_name(queue_table: str) -> str | None:
+    """``[schema.]claim_next_<table>``, or None when that name would not be a valid identifier."""
+    schema, table = split_table_name(queue_table)
+    name = f"claim_next_{table}"
+    try:
+        check_identifier(name, "claim function")
+    except InvalidIdentifierError:
+        return None
+    return f"{schema}.{name}" if schema else name
 
 
 def _is_driver_error(exc: BaseException) -> bool:
@@ -112,6 +129,17 @@ class PostgresQueueStore:
             f"COPY {queue_table} (id, origem, destino, processo, chave_externa, payload, payload_hash, "
             "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial) FROM STDIN"
         )
+        # The claim function db_gen creates next to the table (claim_function.sql):
+        # complete_and_claim uses it when the database has it.
+        self.claim_function = claim_function_name(queue_table)
+        self._claim_function_present: bool | None = None  # looked up on first use
+        if self.claim_function is not None:
+            self.sql["claim_function_exists"] = "SELECT to_regprocedure(%(signature)s) IS NOT NULL"
+            self.sql["complete_and_claim_call"] = (
+                f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
+                f"FROM {self.claim_function}(%(id)s::bigint, %(mensagem)s::text, %(queue_key)s::integer, "
+                "%(task_key)s::integer, %(limit)s::integer) AS f"
+            )
 
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
@@ -292,25 +320,46 @@ class PostgresQueueStore:
         ``limit`` 0 only completes.
         """
         params = {"id": task_id, "mensagem": mensagem, "queue_key": keys[0], "task_key": keys[1]}
+        claim = {"limit": limit, "queue_key": queue_key, "take_db_lock": True}
+        use_function = self._has_claim_function(conn)
         cursor = None
         try:
             with wrap_driver_errors("complete_task"):
                 with conn.pipeline():
                     # One cursor for the statements whose results are not read.
                     control = conn.cursor()
-                    control.execute(self.sql["complete_and_unlock"], params)
-                    if limit > 0:
+                    if use_function:
+                        # Completion, unlock and claim in one statement.
                         cursor = conn.cursor()
-                        cursor.execute(self.sql["claim_tasks"],
-                                       {"limit": limit, "queue_key": queue_key, "take_db_lock": True},
-                                       binary=True)  # no timestamp text formatting on either side
+                        cursor.execute(self.sql["complete_and_claim_call"], dict(params, limit=limit),
+                                       binary=True)
+                    else:
+                        control.execute(self.sql["complete_and_unlock"], params)
+                        if limit > 0:
+                            cursor = conn.cursor()
+                            cursor.execute(self.sql["claim_tasks"], claim,
+                                           binary=True)  # no timestamp text formatting on either side
                     # AND CHAIN: the next task's transaction opens in the same statement.
                     control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
         except DatabaseError:
             if cursor is not None:
                 self._unlock_uncommitted_claim(conn, cursor, queue_key)
             raise
-        return self._claimed(conn, cursor) if cursor is not None else []
+        if limit <= 0:
+            return []
+        return self._claimed(conn, cursor)
+
+    def _has_claim_function(self, conn) -> bool:
+        """Whether the database has this queue's claim function (queues made before it existed do not)."""
+        if self._claim_function_present is None:
+            present = False
+            if self.claim_function is not None:
+                signature = f"{self.claim_function}(bigint,text,integer,integer,integer)"
+                with wrap_driver_errors("claim_function_exists"):
+                    present = bool(conn.execute(self.sql["claim_function_exists"],
+                                                {"signature": signature}).fetchone()[0])
+            self._claim_function_present = present
+        return self._claim_function_present
 
     def _unlock_uncommitted_claim(self, conn, cursor, queue_key: int) -> None:
         """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.

@@ -31,6 +31,8 @@ $$;
 
 {trigger}
 
+{claim_function_ddl}
+
 CREATE TABLE IF NOT EXISTS {subscriber_table} (
     id varchar(100) NOT NULL PRIMARY KEY,
     tenant bigint,
