@@ -468,3 +468,20 @@ def test_a_queue_without_the_claim_function_is_served_the_same(
     done = pg_autocommit.execute(f"SELECT task_id FROM {side} ORDER BY task_id").fetchall()
     assert [r[0] for r in done] == ids[:20]  # the failed task's write was rolled back
     assert held_advisory_locks(pg_autocommit, pg_queue) == 0
+
+
+def test_dropping_the_claim_function_under_a_running_worker_costs_one_attempt(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
+):
+    """The task whose completion meets the missing function fails once and is retried; the rest fall back."""
+    start_worker(lambda payload, tarefa, bd_conn: None, queue_concurrency=1, queue_base_interval_retry=0.001)
+    enqueue(pg_dsn, pg_queue.table, [dict(payload="before")])
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 10, "the first task")
+    pg_admin.execute(f"DROP FUNCTION {pg_queue.schema}.claim_next_{pg_queue.name}")
+    ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(5)])
+    wait_for(lambda: all(
+        any(r["status"] == "sucesso" for r in fetch_rows(pg_autocommit, pg_queue.table,
+                                                        "id = %s OR id_inicial = %s", (i, i)))
+        for i in ids), 15, "every task to succeed, retries included")
+    failed = fetch_rows(pg_autocommit, pg_queue.table, "status = 'falha'")
+    assert len(failed) == 1 and "claim_next_" in failed[0]["mensagem"]  # the one that met the drop

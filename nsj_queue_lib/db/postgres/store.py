@@ -61,6 +61,12 @@ def claim_function_name(queue_table: str) -> str | None:
     return f"{schema}.{name}" if schema else name
 
 
+def _is_undefined_function(exc: BaseException | None) -> bool:
+    import psycopg.errors
+
+    return isinstance(exc, psycopg.errors.UndefinedFunction)
+
+
 def _is_driver_error(exc: BaseException) -> bool:
     root = type(exc).__module__.split(".")[0]
     return root in ("psycopg", "psycopg2", "psycopg_pool")
@@ -341,9 +347,13 @@ class PostgresQueueStore:
                                            binary=True)  # no timestamp text formatting on either side
                     # AND CHAIN: the next task's transaction opens in the same statement.
                     control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
-        except DatabaseError:
+        except DatabaseError as exc:
             if cursor is not None:
                 self._unlock_uncommitted_claim(conn, cursor, queue_key)
+            if use_function and _is_undefined_function(exc.__cause__):
+                # Dropped (or replaced) while the worker runs: look again on the next task,
+                # so the fallback takes over instead of failing every task.
+                self._claim_function_present = None
             raise
         if limit <= 0:
             return []
