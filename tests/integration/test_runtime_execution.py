@@ -485,3 +485,19 @@ def test_dropping_the_claim_function_under_a_running_worker_costs_one_attempt(
         for i in ids), 15, "every task to succeed, retries included")
     failed = fetch_rows(pg_autocommit, pg_queue.table, "status = 'falha'")
     assert len(failed) == 1 and "claim_next_" in failed[0]["mensagem"]  # the one that met the drop
+
+
+def test_successive_claims_follow_priority_then_age(claim_path, start_worker, pg_queue, pg_dsn, pg_autocommit):
+    """After the first claim every next task comes from the completion's claim (the function or its fallback)."""
+    order = []
+
+    def execute(payload, tarefa, bd_conn):
+        order.append(payload)
+
+    tasks = [dict(payload="low-old", prioridade=10), dict(payload="high-old", prioridade=90),
+             dict(payload="mid", prioridade=50), dict(payload="high-new", prioridade=90),
+             dict(payload="low-new", prioridade=10)]
+    enqueue(pg_dsn, pg_queue.table, tasks)  # one transaction, before the worker starts
+    start_worker(execute, queue_concurrency=1)
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 5}, 10, "the tasks to succeed")
+    assert order == ["high-old", "high-new", "mid", "low-old", "low-new"]
