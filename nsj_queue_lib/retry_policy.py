@@ -41,6 +41,12 @@ def failure_message(error: BaseException | str, outcome: Outcome, max_retry: int
 
 
 def bounded(text: str, limit: int) -> str:
+    """``text`` as a storable ``mensagem``: at most ``limit`` characters, no NUL.
+
+    PostgreSQL text cannot hold NUL; a handler's message (or an exception's
+    text) that has one keeps the rest, with U+FFFD in its place.
+    """
+    text = text.replace("\x00", "\ufffd")
     if len(text) <= limit:
         return text
     return text[: limit - 3] + "..."

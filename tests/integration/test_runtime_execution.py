@@ -99,6 +99,24 @@ def test_success_commits_the_handlers_writes_with_sucesso(start_worker, pg_queue
     assert worker.stop() == 0
 
 
+def test_messages_with_nul_characters_are_stored_with_a_replacement(start_worker, pg_queue, pg_dsn,
+                                                                     pg_autocommit):
+    """PostgreSQL text cannot hold NUL: the message is kept, NUL replaced, the task still succeeds or fails."""
+
+    def execute(payload, tarefa, bd_conn):
+        if payload == "fail":
+            raise RuntimeError("bad\x00byte")
+        return "done\x00here"
+
+    start_worker(execute, queue_base_interval_retry=60)
+    ok, bad = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok"), dict(payload="fail")])
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}, 10,
+             "both tasks to settle")
+    assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (ok,))[0]["mensagem"] == "done\ufffdhere"
+    assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))[0]["mensagem"] == \
+        "RuntimeError: bad\ufffdbyte"
+
+
 def test_failures_retry_with_back_off_then_dead_letter(start_worker, pg_queue, pg_dsn, pg_autocommit, side):
     """A raising handler: rollback, 'falha' + next attempt, and after QUEUE_MAX_RETRY the dead letter."""
     base_minutes = 0.005  # 0.3 s per attempt number

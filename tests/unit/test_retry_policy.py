@@ -72,7 +72,8 @@ def test_failure_message_fits_the_column():
 
 @pytest.mark.parametrize(
     "text, limit, expected",
-    [("abc", 3, "abc"), ("abcd", 3, "..."), ("abcdefgh", 6, "abc..."), ("", 5, "")],
+    [("abc", 3, "abc"), ("abcd", 3, "..."), ("abcdefgh", 6, "abc..."), ("", 5, ""),
+     ("a\x00b", 3, "a\ufffdb"), ("\x00" * 8, 6, "\ufffd" * 3 + "...")],
 )
 def test_bounded(text, limit, expected):
     assert bounded(text, limit) == expected

@@ -15,6 +15,7 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, InvalidIdentifierError, QueueTableMissingError
 from nsj_queue_lib.identifiers import check_identifier, split_table_name
@@ -139,13 +140,16 @@ class PostgresQueueStore:
         # complete_and_claim uses it when the database has it.
         self.claim_function = claim_function_name(queue_table)
         self._claim_function_present: bool | None = None  # looked up on first use
+        self._claim_call: PreparedRoundTrip | None = None
         if self.claim_function is not None:
             self.sql["claim_function_exists"] = "SELECT to_regprocedure(%(signature)s) IS NOT NULL"
+            # Sent at the libpq level, prepared once per connection (wire.py):
+            # hence $n placeholders.
             self.sql["complete_and_claim_call"] = (
                 f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
-                f"FROM {self.claim_function}(%(id)s::bigint, %(mensagem)s::text, %(queue_key)s::integer, "
-                "%(task_key)s::integer, %(limit)s::integer) AS f"
+                f"FROM {self.claim_function}($1::bigint, $2::text, $3::integer, $4::integer, $5::integer) AS f"
             )
+            self._claim_call = PreparedRoundTrip(self.sql["complete_and_claim_call"], _CLAIM_NAMES)
 
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
@@ -325,39 +329,61 @@ class PostgresQueueStore:
         (its rows stay 'pendente'; the locks it took are released here).
         ``limit`` 0 only completes.
         """
+        if self._has_claim_function(conn):
+            tasks = self._call_claim_function(conn, task_id, mensagem, keys, limit, queue_key)
+        else:
+            tasks = self._complete_then_claim(conn, task_id, mensagem, keys, limit, queue_key)
+        if limit <= 0:
+            return []
+        if not tasks:
+            conn.execute("ROLLBACK")  # the empty transaction opened for a task
+        return tasks
+
+    def _call_claim_function(
+        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
+    ) -> list[dict[str, Any]]:
+        """Completion, unlock and claim in one call of the claim function, then the commit."""
+        params = (task_id, mensagem, keys[0], keys[1], limit)
+        # AND CHAIN: the next task's transaction opens in the same statement.
+        commit = b"COMMIT AND CHAIN" if limit > 0 else b"COMMIT"
+        with wrap_driver_errors("complete_task"):
+            try:
+                return self._claim_call.run(conn, params, commit)
+            except RoundTripError as exc:
+                self._unlock_uncommitted_claim(conn, exc.rows, queue_key)
+                if _is_undefined_function(exc.error):
+                    # Dropped (or replaced) while the worker runs: look again on the next task,
+                    # so the fallback takes over instead of failing every task.
+                    self._claim_function_present = None
+                raise exc.error from None
+
+    def _complete_then_claim(
+        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
+    ) -> list[dict[str, Any]]:
+        """A queue without the claim function: completion + unlock, claim, commit in one pipeline."""
         params = {"id": task_id, "mensagem": mensagem, "queue_key": keys[0], "task_key": keys[1]}
         claim = {"limit": limit, "queue_key": queue_key, "take_db_lock": True}
-        use_function = self._has_claim_function(conn)
         cursor = None
         try:
             with wrap_driver_errors("complete_task"):
                 with conn.pipeline():
                     # One cursor for the statements whose results are not read.
                     control = conn.cursor()
-                    if use_function:
-                        # Completion, unlock and claim in one statement.
+                    control.execute(self.sql["complete_and_unlock"], params)
+                    if limit > 0:
                         cursor = conn.cursor()
-                        cursor.execute(self.sql["complete_and_claim_call"], dict(params, limit=limit),
-                                       binary=True)
-                    else:
-                        control.execute(self.sql["complete_and_unlock"], params)
-                        if limit > 0:
-                            cursor = conn.cursor()
-                            cursor.execute(self.sql["claim_tasks"], claim,
-                                           binary=True)  # no timestamp text formatting on either side
-                    # AND CHAIN: the next task's transaction opens in the same statement.
+                        cursor.execute(self.sql["claim_tasks"], claim,
+                                       binary=True)  # no timestamp text formatting on either side
                     control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
-        except DatabaseError as exc:
+        except DatabaseError:
             if cursor is not None:
-                self._unlock_uncommitted_claim(conn, cursor, queue_key)
-            if use_function and _is_undefined_function(exc.__cause__):
-                # Dropped (or replaced) while the worker runs: look again on the next task,
-                # so the fallback takes over instead of failing every task.
-                self._claim_function_present = None
+                try:
+                    claimed = _claimed_rows(cursor)
+                except Exception:  # noqa: BLE001 - the claim never ran: it took no lock
+                    claimed = []
+                self._unlock_uncommitted_claim(conn, claimed, queue_key)
             raise
-        if limit <= 0:
-            return []
-        return self._claimed(conn, cursor)
+        return _claimed_rows(cursor) if cursor is not None else []
 
     def _has_claim_function(self, conn) -> bool:
         """Whether the database has this queue's claim function (queues made before it existed do not)."""
@@ -371,15 +397,11 @@ class PostgresQueueStore:
             self._claim_function_present = present
         return self._claim_function_present
 
-    def _unlock_uncommitted_claim(self, conn, cursor, queue_key: int) -> None:
+    def _unlock_uncommitted_claim(self, conn, claimed: list[dict[str, Any]], queue_key: int) -> None:
         """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.
 
         Best effort: when the connection is broken its locks went with it.
         """
-        try:
-            claimed = _claimed_rows(cursor)
-        except Exception:  # noqa: BLE001 - the claim never ran: it took no lock
-            return
         for task in claimed:
             if task.get("liveness_locked"):
                 try:
