@@ -18,7 +18,7 @@ from nsj_queue_lib import QueueClient, model
 from nsj_queue_lib.db.dialect import get_dialect
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore, stable_queue_number
 from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
-from nsj_queue_lib.exceptions import ConfigError, QueueTableMissingError
+from nsj_queue_lib.exceptions import ConfigError, DatabaseError, QueueTableMissingError
 from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
     connect,
     fetch_dicts,
@@ -216,6 +216,136 @@ def test_complete_and_claim_commits_the_handlers_work_and_claims_the_next(
     assert (row["status"], row["mensagem"], row["tenant"]) == ("sucesso", "ok", 99)
     assert lock_holder(mysql_admin, store, mysql_worker_conn, first) is None
     assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
+
+
+HOSTILE_PAYLOADS = [
+    'quote \' double " backslash \\ end',
+    "lines\nand\ttabs\r and \x01 control",
+    "unicode: ação 日本 😀",
+    '{"json": ["inside", 1, null]}',
+    "",
+]
+
+
+def test_a_single_task_claim_reads_the_row_as_a_plain_select_does(
+        store, enqueue, mysql_worker_conn, mysql_worker_conn_2, mysql_admin, mysql_queue):
+    """Executors claim one task at a time, and that claim sends the row as JSON: same keys, values, types."""
+    at = datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    ids = enqueue(*[dict(payload=p, chave_externa=f"h{n}", tenant=2**40 + n, grupo_empresarial="g",
+                         data_hora=at, prioridade=90 - n) for n, p in enumerate(HOSTILE_PAYLOADS)])
+    # A later attempt keeps no payload of its own: the claim resolves it from the first attempt.
+    admin_exec(mysql_admin, f"INSERT INTO {mysql_queue.table} (id_inicial, processo, payload, payload_hash, "
+                            "tentativa, data_hora, prioridade, proxima_tentativa, reenfileirado) "
+                            "SELECT id, processo, NULL, payload_hash, 2, data_hora, 1, data_hora, 1 FROM "
+                            f"{mysql_queue.table} WHERE id = %s", (ids[0],))
+    admin_exec(mysql_admin, f"UPDATE {mysql_queue.table} SET status = 'sucesso' WHERE id = %s", (ids[0],))
+    claimed = store.claim(mysql_worker_conn, 1)
+    while claimed:
+        [task] = claimed
+        assert task.pop("liveness_locked") is True
+        expected = store.get_task(mysql_worker_conn_2, task["id"])
+        assert task == expected
+        assert list(task) == list(expected)  # the same column order too
+        if task["id_inicial"] is None:
+            assert task["data_hora"] == at.replace(tzinfo=None)
+        else:
+            assert task["payload"] == HOSTILE_PAYLOADS[0] and task["reenfileirado"] is True
+        assert isinstance(task["payload_hash"], bytes) or task["payload"] == ""  # no hash of an empty payload
+        assert isinstance(task["pub_sub"], bool)
+        claimed = store.complete_and_claim(mysql_worker_conn, task["id"], "ok", store.task_lock_keys(0, task["id"]), 1)
+    assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status = 'sucesso'") == 6
+    assert not in_transaction(mysql_worker_conn)
+
+
+@pytest.fixture
+def explode_on_claim(mysql_admin, mysql_queue):
+    """A trigger failing the claim's mark step once, when the worker session sets @nsjq_test_explode.
+
+    0 fails with a plain error, 1213 with a deadlock's error number. User
+    variables are not transactional, so the trigger disarms itself.
+    """
+    name = f"{mysql_queue.name}_explode"
+    admin_exec(mysql_admin, f"""
+        CREATE TRIGGER {name} BEFORE UPDATE ON {mysql_queue.table} FOR EACH ROW
+        BEGIN
+            IF NEW.status = 'processando' AND @nsjq_test_explode IS NOT NULL THEN
+                SET @nsjq_test_errno = @nsjq_test_explode, @nsjq_test_explode = NULL;
+                IF @nsjq_test_errno = 1213 THEN
+                    SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found (test)';
+                ELSE
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the claim exploded (test)';
+                END IF;
+            END IF;
+        END""")
+
+    def arm(conn, errno: int) -> None:
+        admin_exec(conn, "SET @nsjq_test_explode = %s", (errno,))
+
+    try:
+        yield arm
+    finally:
+        admin_exec(mysql_admin, f"DROP TRIGGER IF EXISTS {name}")
+
+
+def test_a_claim_failing_after_the_completion_commits_nothing_and_fails_the_attempt(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim):
+    """The claim shares the finished task's transaction: when it fails, the task's work is not committed."""
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    store.claim(mysql_worker_conn, 1)
+    admin_exec(mysql_worker_conn, f"UPDATE {mysql_queue.table} SET tenant = 99 WHERE id = %s", (first,))
+    explode_on_claim(mysql_worker_conn, 0)
+    with pytest.raises(DatabaseError, match="exploded"):
+        store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert not in_transaction(mysql_worker_conn)
+    row = row_of(mysql_admin, mysql_queue.table, first)
+    assert (row["status"], row["tenant"]) == ("processando", None)  # the executor records the failure next
+    assert row_of(mysql_admin, mysql_queue.table, second)["status"] == "pendente"
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) is None
+
+
+def test_a_deadlock_in_the_claim_after_the_completion_puts_the_task_back(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim, caplog):
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    store.claim(mysql_worker_conn, 1)
+    admin_exec(mysql_worker_conn, f"UPDATE {mysql_queue.table} SET tenant = 99 WHERE id = %s", (first,))
+    explode_on_claim(mysql_worker_conn, 1213)
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert "Deadlock found (test)" in caplog.text
+    # Nothing of the attempt was committed, so it runs again, first in claim order: no failure recorded.
+    assert [t["id"] for t in nxt] == [first]
+    assert row_of(mysql_admin, mysql_queue.table, first)["tenant"] is None
+    assert row_of(mysql_admin, mysql_queue.table, second)["status"] == "pendente"
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, first) == mysql_worker_conn.thread_id()
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) is None
+    assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0
+
+
+def test_the_single_claims_release_step_frees_the_lock_it_took_and_no_other(
+        store, enqueue, mysql_worker_conn, mysql_worker_conn_2, mysql_admin):
+    """What a failed batch runs when its lock step may have locked the claimed task."""
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    [task] = store.claim(mysql_worker_conn, 1)
+    [other] = store.claim(mysql_worker_conn_2, 1)
+    assert (task["id"], other["id"]) == (first, second)
+    admin_exec(mysql_worker_conn, "SET @nsjq_claimed = %s", (second,))  # another session's lock
+    store._release_single_claim_lock(mysql_worker_conn)
+    assert lock_holder(mysql_admin, store, mysql_admin, second) == mysql_worker_conn_2.thread_id()
+    admin_exec(mysql_worker_conn, "SET @nsjq_claimed = %s", (first,))
+    store._release_single_claim_lock(mysql_worker_conn)
+    assert lock_holder(mysql_admin, store, mysql_admin, first) is None
+
+
+def test_a_first_claim_failing_leaves_no_lock_and_no_claim(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim):
+    task_id = enqueue()
+    explode_on_claim(mysql_worker_conn, 0)
+    with pytest.raises(DatabaseError, match="exploded"):
+        store.claim(mysql_worker_conn, 1)
+    assert not in_transaction(mysql_worker_conn)
+    assert row_of(mysql_admin, mysql_queue.table, task_id)["status"] == "pendente"
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, task_id) is None
+    explode_on_claim(mysql_worker_conn, 1213)  # retried like a real deadlock
+    assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [task_id]
 
 
 def test_complete_of_a_task_no_longer_running_writes_nothing(store, enqueue, mysql_worker_conn, mysql_admin):
@@ -561,7 +691,8 @@ def test_notify_sends_nothing(store, mysql_worker_conn):
 # -- lock errors: retried, never a task failure ----------------------------------------
 
 
-def test_a_lock_wait_timeout_while_completing_is_retried(store, enqueue, mysql_worker_conn, mysql_kwargs,
+@pytest.mark.parametrize("limit", [0, 1])
+def test_a_lock_wait_timeout_while_completing_is_retried(limit, store, enqueue, mysql_worker_conn, mysql_kwargs,
                                                          mysql_admin):
     task_id = enqueue()
     store.claim(mysql_worker_conn, 1)
@@ -574,7 +705,8 @@ def test_a_lock_wait_timeout_while_completing_is_retried(store, enqueue, mysql_w
         releaser = threading.Timer(1.5, blocker.commit)
         releaser.start()
         started = time.monotonic()
-        store.complete_and_claim(mysql_worker_conn, task_id, "ok", store.task_lock_keys(0, task_id), 0)
+        assert store.complete_and_claim(mysql_worker_conn, task_id, "ok", store.task_lock_keys(0, task_id),
+                                        limit) == []
         assert time.monotonic() - started >= 1  # it did wait and time out at least once
         releaser.join()
     finally:
@@ -583,7 +715,8 @@ def test_a_lock_wait_timeout_while_completing_is_retried(store, enqueue, mysql_w
     assert lock_holder(mysql_admin, store, mysql_admin, task_id) is None
 
 
-def test_a_deadlock_while_completing_puts_the_task_back(store, enqueue, mysql_worker_conn, mysql_kwargs,
+@pytest.mark.parametrize("limit", [0, 1])
+def test_a_deadlock_while_completing_puts_the_task_back(limit, store, enqueue, mysql_worker_conn, mysql_kwargs,
                                                         mysql_admin, mysql_queue, caplog):
     """The handler's transaction is chosen as the deadlock victim when it completes:
     its work is gone, so the task goes back to 'pendente' to run again; no failure is recorded."""
@@ -613,14 +746,19 @@ def test_a_deadlock_while_completing_puts_the_task_back(store, enqueue, mysql_wo
         thread = threading.Thread(target=rival_waits)
         thread.start()
         time.sleep(0.5)  # the rival now waits for the handler's row lock
-        store.complete_and_claim(mysql_worker_conn, task_id, "ok", store.task_lock_keys(0, task_id), 0)
+        nxt = store.complete_and_claim(mysql_worker_conn, task_id, "ok", store.task_lock_keys(0, task_id), limit)
         thread.join(30)
     finally:
         rival.close()
     assert not errors, errors
     assert "Deadlock" in caplog.text  # the 1213 path was taken
     row = row_of(mysql_admin, mysql_queue.table, task_id)
-    assert row["status"] == "pendente"  # back in the queue, not 'falha'
+    if limit:  # claimed again at once, by the same worker
+        assert [t["id"] for t in nxt] == [task_id] and row["status"] == "processando"
+        mysql_worker_conn.rollback()
+        store.unlock_task(mysql_worker_conn, store.task_lock_keys(0, task_id))
+    else:
+        assert nxt == [] and row["status"] == "pendente"  # back in the queue, not 'falha'
     assert row_of(mysql_admin, mysql_queue.table, other_id)["mensagem"] == "rival"  # the handler's work is gone
     assert lock_holder(mysql_admin, store, mysql_admin, task_id) is None
     assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0

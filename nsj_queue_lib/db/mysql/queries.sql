@@ -93,7 +93,39 @@ WHERE t.id IN %(ids)s;
 -- The same payloads, for claims that take no database lock.
 SELECT id, payload
 FROM {queue_table}
-WHERE id IN %(ids)s
+WHERE id IN %(ids)s;
+-- The single_* steps: the claim of one task, which is what an executor
+-- thread asks for, with no round trip between its statements: the selected
+-- id waits in a session variable. Sent in one batch with COMMIT AND CHAIN,
+-- after the finished task's completion when there is one, so a task costs
+-- one round trip and one commit. Same order, locking and liveness lock.
+-- step: single_forget
+SET @nsjq_claimed = NULL;
+-- step: single_select
+SELECT t.id INTO @nsjq_claimed
+FROM {queue_table} AS t
+WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+ORDER BY t.prioridade DESC, t.data_hora, t.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+-- step: single_mark
+UPDATE {queue_table}
+SET status = 'processando'
+WHERE id = @nsjq_claimed AND status = 'pendente';
+-- step: single_lock
+-- The row comes back as one JSON column: PyMySQL parses a column definition
+-- per column of every result, which cost more than the whole claim's SQL.
+-- Times are text, the payload hash hex; the store converts them back.
+SELECT t.id, GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0) AS liveness_locked,
+       JSON_OBJECT({task_json}) AS task
+FROM {queue_table} AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+WHERE t.id = @nsjq_claimed AND t.status = 'processando';
+-- step: single_release
+-- After a failed batch: the liveness lock the lock step may have taken
+-- (RELEASE_LOCK leaves alone a lock of another session, and NULL is no lock).
+DO RELEASE_LOCK(CONCAT(%(lock_prefix)s, @nsjq_claimed))
 
 -- name: next_due
 -- Seconds until the next waiting row becomes ready, by the database's clock

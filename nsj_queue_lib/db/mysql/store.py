@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import hashlib
+import json
 import random
 import re
 import time
@@ -45,7 +46,7 @@ from typing import Any, TypeVar
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables
-from nsj_queue_lib.db.mysql.batch import Result, StatementFailed, run_batch
+from nsj_queue_lib.db.mysql.batch import Result, Statement, StatementFailed, accepts_multi_statements, run_batch
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
@@ -59,6 +60,16 @@ _TASK_COLUMNS_RESOLVED = ", ".join(
     for c in model.QUEUE_COLUMNS
 )
 _SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+# the single-task claim's row as JSON_OBJECT arguments (see _task_from_json for the way back).
+_TIMESTAMP_COLUMNS = ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hora_anterior")
+_TASK_JSON = ", ".join(
+    f"'{c}', " + (
+        "COALESCE(t.payload, first_attempt.payload)" if c == "payload"
+        else "HEX(t.payload_hash)" if c == "payload_hash"
+        else f"t.{c}"
+    )
+    for c in model.QUEUE_COLUMNS
+)
 
 # MySQL stores booleans as TINYINT(1); rows are given back with Python bools.
 BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "ativo", "liveness_locked")
@@ -178,6 +189,18 @@ def _normalize(item: dict[str, Any]) -> dict[str, Any]:
     if isinstance(item.get("payload_hash"), (bytearray, memoryview)):
         item["payload_hash"] = bytes(item["payload_hash"])
     return item
+
+
+def _task_from_json(document: str) -> dict[str, Any]:
+    """A claimed row sent as the single-task claim's JSON object, with the types a plain SELECT gives."""
+    task = json.loads(document)
+    for column in _TIMESTAMP_COLUMNS:
+        value = task[column]
+        if value is not None:
+            task[column] = datetime.datetime.fromisoformat(value)  # naive, the session's zone (UTC)
+    if task["payload_hash"] is not None:
+        task["payload_hash"] = bytes.fromhex(task["payload_hash"])
+    return _normalize(task)
 
 
 def exact_epoch(moment: datetime.datetime) -> decimal.Decimal:
@@ -315,6 +338,7 @@ class MysqlQueueStore:
                 "subscriber_table": subscriber_table or "subscriber_table_not_configured",
                 "task_columns": _TASK_COLUMNS,
                 "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
+                "task_json": _TASK_JSON,
                 "subscriber_columns": _SUBSCRIBER_COLUMNS,
             },
         )
@@ -511,8 +535,41 @@ class MysqlQueueStore:
 
     def _claim_once(self, conn, limit: int, taken: list[str]) -> list[dict[str, Any]]:
         """One claim in the open transaction: select, then mark, lock and COMMIT AND CHAIN."""
+        if limit == 1 and accepts_multi_statements(conn):
+            claim = self._single_claim_statements(conn)
+            try:
+                results = run_batch(conn, [*claim, ("COMMIT AND CHAIN", None)])
+            except StatementFailed:
+                self._release_single_claim_lock(conn)
+                raise
+            return self._claimed_single(conn, results[len(claim) - 1], taken)
         [selected] = run_batch(conn, [(self.sql["claim_tasks"]["select"], {"limit": limit})])
         return self._lock_selected(conn, selected, taken)
+
+    def _single_claim_statements(self, conn) -> list[Statement]:
+        """the single-task claim's statements, its lock step last (its result is the claimed row)."""
+        steps = self.sql["claim_tasks"]
+        return [(steps["single_forget"], None), (steps["single_select"], None), (steps["single_mark"], None),
+                (steps["single_lock"], {"lock_prefix": self.lock_prefix(conn)})]
+
+    def _claimed_single(self, conn, locked_rows: Result, taken: list[str]) -> list[dict[str, Any]]:
+        """The task the single-task claim's lock step returned (COMMIT AND CHAIN ran), or [] with ``conn`` idle."""
+        if not locked_rows.rows:
+            conn.rollback()  # the empty transaction opened for a task
+            return []
+        _note_locks(locked_rows, self.lock_prefix(conn), taken)
+        tasks = []
+        for _task_id, got, document in locked_rows.rows:
+            task = _task_from_json(document)
+            task["liveness_locked"] = got == 1
+            tasks.append(task)
+        return tasks
+
+    def _release_single_claim_lock(self, conn) -> None:
+        """After a failed single-task claim batch: its liveness lock, if the lock step took it (best effort)."""
+        with suppress(Exception):  # the connection may be gone, and its locks with it
+            with conn.cursor() as cur:
+                cur.execute(self.sql["claim_tasks"]["single_release"], {"lock_prefix": self.lock_prefix(conn)})
 
     def _lock_selected(self, conn, selected: Result, taken: list[str]) -> list[dict[str, Any]]:
         """Mark the selected rows, take their liveness locks and commit, in one round trip.
@@ -638,6 +695,8 @@ class MysqlQueueStore:
         """
         name = self.task_lock_name(conn, task_id)
         steps = self.sql["complete_and_unlock"]
+        if limit == 1 and accepts_multi_statements(conn):
+            return self._complete_and_claim_single(conn, task_id, mensagem, name)
         batch = [
             (steps["complete"], {"id": task_id, "mensagem": mensagem}),
             (steps["unlock"], {"name": name}),
@@ -663,6 +722,42 @@ class MysqlQueueStore:
             if not is_retryable(exc.__cause__):
                 raise
             return self._claim(conn, limit, in_transaction=False)
+
+    def _complete_and_claim_single(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
+        """Completion, unlock, the next task's claim and COMMIT AND CHAIN: one round trip, one commit.
+
+        The claim is in the finished task's transaction, so if anything after
+        the completion fails nothing is committed: the claim's lock is
+        released, and on a deadlock or lock wait timeout the task goes back to
+        'pendente' to run again (its work was rolled back, as after a deadlock
+        on the completion); any other error fails the attempt.
+        """
+        steps = self.sql["complete_and_unlock"]
+        claim = self._single_claim_statements(conn)
+        batch = [
+            (steps["complete"], {"id": task_id, "mensagem": mensagem}),
+            (steps["unlock"], {"name": name}),
+            *claim,
+            ("COMMIT AND CHAIN", None),
+        ]
+        lock_step = 1 + len(claim)
+        with wrap_driver_errors("complete_task"):
+            try:
+                results = run_batch(conn, batch)
+            except StatementFailed as failed:
+                if failed.index == 0:
+                    return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
+                with suppress(Exception):  # the connection may be gone; its locks with it
+                    conn.rollback()
+                self._release_single_claim_lock(conn)
+                if not is_retryable(failed):
+                    raise
+                logger.warning("task=%s: %s after its completion; the task goes back to the queue",
+                               task_id, failed.error)
+                self._give_back(conn, task_id, lambda: self._unlock_in(conn, name))
+                return self.claim(conn, 1)
+        with wrap_driver_errors("claim"):
+            return self._claimed_single(conn, results[lock_step], [])
 
     def _after_failed_completion(self, conn, task_id: int, mensagem: str, name: str, limit: int,
                                  failed: StatementFailed) -> list[dict[str, Any]]:
