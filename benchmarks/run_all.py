@@ -12,7 +12,9 @@ Workloads (targets from issue 3 are printed next to the numbers):
   (a) ceiling   single-row UPDATE + commit per second (autocommit: one
                 statement per transaction, one round trip), 2 and 8 threads,
                 each with its own connection and its own row; also 8
-                processes, which the GIL does not hold back.
+                processes, which the GIL does not hold back. And (b)'s
+                transactions without the queue: BEGIN, a one-row INSERT into
+                a table with only a primary key, COMMIT, from one client.
   (b) enqueue   QueueClient.insert_task, one task per transaction (psycopg's
                 default transaction: BEGIN, INSERT, COMMIT); the same with an
                 autocommit connection (no target); QueueClient.insert_tasks
@@ -286,6 +288,33 @@ def bench_ceiling(b: Bench, clients: int, use_processes: bool) -> Measured:
 # -- (b) enqueue ------------------------------------------------------------------------------
 
 
+def bench_insert_ceiling(b: Bench) -> Measured:
+    """(b)'s transactions without the queue: BEGIN, one-row INSERT ... RETURNING id, COMMIT.
+
+    Into a table with only a primary key, no trigger, on a connection in
+    psycopg's default transaction mode, one per transaction: what the server,
+    the network and the commit's WAL flush allow one client on this machine.
+    """
+    with fresh_queue(b.cfg.dsn) as queue, connect(b.cfg.dsn) as conn:
+        table = f"public.{queue}_insert_ceiling"
+        conn.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, payload text)")
+        conn.commit()
+        try:
+            sql = f"INSERT INTO {table} (payload) VALUES (%s) RETURNING id"
+            b.monitor.start()
+            t0 = time.perf_counter()
+            for n in range(b.cfg.enqueue_single):
+                conn.execute(sql, (f'{{"n": {n}}}',)).fetchone()
+                conn.commit()
+            elapsed = time.perf_counter() - t0
+            foreign = b.monitor.stop().foreign
+        finally:
+            conn.rollback()
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.commit()
+        return Measured(b.cfg.enqueue_single / elapsed, foreign)
+
+
 def bench_enqueue_single(b: Bench, autocommit: bool = False, prepare=None) -> Measured:
     """insert_task then commit, one task per transaction.
 
@@ -491,6 +520,11 @@ def run_once(b: Bench, run: int) -> None:
         v = b.measure(f"(a) ceiling {clients} processes", bench_ceiling, clients, True)
         results.metric(f"a{clients}p", f"(a) ceiling: UPDATE+commit, {clients} processes", "tx/s").add(v)
         print(f"  (a) ceiling, {clients} processes: {v and round(v):,} tx/s", flush=True)
+
+    v = b.measure("(a) ceiling insert", bench_insert_ceiling)
+    results.metric("a_insert", f"(a) ceiling: BEGIN, INSERT into a primary-key-only table, COMMIT "
+                   f"({cfg.enqueue_single:,})", "tx/s").add(v)
+    print(f"  (a) ceiling, BEGIN/INSERT/COMMIT, one client: {v and round(v):,} tx/s", flush=True)
 
     v = b.measure("(b) insert_task", bench_enqueue_single)
     results.metric("b1", f"(b) enqueue: insert_task, 1 per tx ({cfg.enqueue_single:,})", "tasks/s",
