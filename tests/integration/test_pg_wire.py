@@ -87,6 +87,19 @@ def test_a_latin1_session_stores_the_message_unchanged(store, worker_conn, pg_qu
     assert row["mensagem"] == "Concluído: ação"
 
 
+def test_a_handler_changing_the_client_encoding_is_followed(store, worker_conn, pg_queue, pg_dsn, pg_autocommit):
+    """Loaders are set up once per connection, but text must be read in the session's current encoding."""
+    ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=f"ação {n}") for n in range(3)])
+    key, [first] = claim_first(store, worker_conn)
+    [second] = complete(store, worker_conn, first, key, mensagem="ç utf8")
+    worker_conn.execute("SET client_encoding TO 'LATIN1'")  # as a handler might, on bd_conn
+    [third] = complete(store, worker_conn, second, key, mensagem="ç latin1")
+    assert [t["payload"] for t in (first, second, third)] == ["ação 0", "ação 1", "ação 2"]
+    complete(store, worker_conn, third, key, limit=0)
+    assert [r["mensagem"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == ["ç utf8", "ç latin1", "ok"]
+    assert [r["id"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == ids
+
+
 def test_a_message_that_cannot_be_sent_fails_before_anything_is_sent(
     store, worker_conn, pg_queue, pg_dsn, pg_autocommit
 ):

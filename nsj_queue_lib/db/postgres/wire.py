@@ -67,6 +67,10 @@ class _ConnectionState:
 
     def __init__(self, conn: psycopg.Connection, name: bytes):
         self.name = name
+        self.refresh(conn)
+
+    def refresh(self, conn: psycopg.Connection) -> None:
+        """Loaders (and the parameters' encoding) for the session's current client encoding."""
         self.transformer = Transformer(conn)
         self.loaders_ready = False
         self.encoding = conn.info.encoding
@@ -89,9 +93,6 @@ class PreparedRoundTrip:
             weakref.WeakKeyDictionary()
         )
 
-    def is_prepared(self, conn: psycopg.Connection) -> bool:
-        return conn in self._states
-
     def forget(self, conn: psycopg.Connection) -> None:
         """Prepare the statement again on ``conn`` at its next use, under a new name.
 
@@ -110,6 +111,9 @@ class PreparedRoundTrip:
         fresh = state is None
         if fresh:
             state = _ConnectionState(conn, f"{self._name_prefix}{next(self._preparations)}".encode())
+        elif state.encoding != conn.info.encoding:
+            # A handler changed client_encoding: text now arrives in the new one.
+            state.refresh(conn)
         pgconn = conn.pgconn
         try:
             encoded = [_encode(value, state.encoding) for value in params]
