@@ -162,6 +162,7 @@ class Database:
     @contextlib.contextmanager
     def fresh_queue(self) -> Iterator[str]:
         """A new queue from db_gen (this database's dialect); yields ``schema.table``; dropped after."""
+        from nsj_queue_lib.db.mysql.dialect import split_script
         from nsj_queue_lib.db_gen import render
 
         name = f"bm_{os.getpid()}_{next(_counter)}"
@@ -171,9 +172,7 @@ class Database:
             if self.kind == "postgres":
                 admin.execute(render(self.schema, name))
             else:
-                code = "\n".join(line for line in render(self.schema, name, "mysql").splitlines()
-                                 if not line.lstrip().startswith("--"))
-                for statement in filter(None, (s.strip() for s in code.split(";"))):
+                for statement in split_script(render(self.schema, name, "mysql")):
                     self.execute(admin, statement)
             yield table
         finally:
@@ -182,6 +181,7 @@ class Database:
                               f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE")
             else:
                 self.execute(admin, f"DROP TABLE IF EXISTS {table}, {table}_subscriber")
+                self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.claim_next_{name}")
             admin.close()
 
     def worker_env(self, table: str, extra: dict[str, str]) -> dict[str, str]:

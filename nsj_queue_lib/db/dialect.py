@@ -12,7 +12,8 @@ import abc
 import dataclasses
 import importlib
 
-from nsj_queue_lib.identifiers import check_identifier, check_table_name
+from nsj_queue_lib.exceptions import InvalidIdentifierError
+from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
 
 DIALECT_NAMES = ("postgres", "mysql", "singlestore")
 _DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
@@ -38,6 +39,11 @@ class DdlNames:
         for name in self.object_names().values():
             check_identifier(name, "derived name")
 
+    @staticmethod
+    def routine_name(queue: str) -> str:
+        """The claim function's (procedure's on MySQL) name, without its schema."""
+        return f"claim_next_{queue}"
+
     def object_names(self) -> dict[str, str]:
         q = self.queue
         return {
@@ -51,7 +57,7 @@ class DdlNames:
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",
             "function": f"notify_{q}_insert",
-            "claim_function": f"claim_next_{q}",
+            "claim_function": self.routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
         }
 
@@ -66,6 +72,21 @@ class DdlNames:
         values["schema"] = self.schema
         values["queue"] = self.queue
         return values
+
+
+def claim_routine_name(queue_table: str) -> str | None:
+    """``[schema.]claim_next_<table>``: the claim function (PostgreSQL) or procedure (MySQL) db_gen creates.
+
+    None when that name would not be a valid identifier (a long table name):
+    the store then claims in plain SQL.
+    """
+    schema, table = split_table_name(queue_table)
+    name = DdlNames.routine_name(table)
+    try:
+        check_identifier(name, "claim routine")
+    except InvalidIdentifierError:
+        return None
+    return f"{schema}.{name}" if schema else name
 
 
 def notify_channel(queue_name: str) -> str:

@@ -204,6 +204,7 @@ class Backend:
             return
         for table in (self.table, self.subscriber_table, self.exec_table, self.started_table):
             self.execute(f"DROP TABLE IF EXISTS {table}")
+        self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.claim_next_{self.name}")
 
     def client(self, conn) -> QueueClient:
         return QueueClient(conn, self.table, self.subscriber_table)

@@ -51,6 +51,40 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
+-- The executor's claim of one task, stored: the server parses it once per
+-- session instead of once per task (the worker calls it in the finished
+-- task's batch, after the completion and before COMMIT AND CHAIN). Same
+-- order, locking and liveness lock as the plain-SQL claim in queries.sql,
+-- which workers use when this procedure is missing or from another version
+-- (the COMMENT). The claimed row goes to session variables, read by the
+-- batch's next statement, so the CALL returns no result set.
+DELIMITER //
+CREATE PROCEDURE public.claim_next_fila_teste(IN p_lock_prefix VARCHAR(64))
+    MODIFIES SQL DATA
+    SQL SECURITY INVOKER
+    COMMENT 'nsj_queue_lib claim b6d93826ca9d478d'
+BEGIN
+    -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    SET @nsjq_claimed = NULL, @nsjq_claimed_locked = NULL, @nsjq_claimed_task = NULL;
+    SELECT t.id INTO @nsjq_claimed
+    FROM public.fila_teste AS t
+    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+    ORDER BY t.prioridade DESC, t.data_hora, t.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    UPDATE public.fila_teste
+    SET status = 'processando'
+    WHERE id = @nsjq_claimed AND status = 'pendente';
+    SELECT GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', t.status, 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', COALESCE(t.payload, first_attempt.payload), 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade)
+    INTO @nsjq_claimed_locked, @nsjq_claimed_task
+    FROM public.fila_teste AS t
+    LEFT JOIN public.fila_teste AS first_attempt
+           ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+    WHERE t.id = @nsjq_claimed AND t.status = 'processando';
+END//
+DELIMITER ;
+
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (
     id varchar(100) NOT NULL PRIMARY KEY,

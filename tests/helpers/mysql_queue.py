@@ -55,15 +55,11 @@ def connect(kwargs: dict[str, Any], autocommit: bool = False, **extra: Any):
     return pymysql.connect(**kwargs, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, **extra)
 
 
-def split_statements(sql: str) -> list[str]:
-    """The statements of generated DDL (none has ';' inside a literal), comments dropped."""
-    code = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-    return [statement.strip() for statement in code.split(";") if statement.strip()]
-
-
 def execute_script(conn, sql: str) -> None:
+    from nsj_queue_lib.db.mysql.dialect import split_script
+
     with conn.cursor() as cur:
-        for statement in split_statements(sql):
+        for statement in split_script(sql):
             cur.execute(statement)
 
 
@@ -80,6 +76,7 @@ def drop_queue_tables(admin, database: str, name: str) -> None:
     with admin.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_subscriber")
+        cur.execute(f"DROP PROCEDURE IF EXISTS {database}.claim_next_{name}")
 
 
 def fetch_dicts(conn, sql: str, args: Any = None) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import pytest
 
 from nsj_queue_lib import QueueClient, model
 from nsj_queue_lib.db.dialect import get_dialect
+from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import unique_queue_name
 from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
@@ -191,6 +192,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     found = indexes(mysql_admin, database, name)
     assert {f"idx_{name}_claim", f"idx_{name}_due", f"idx_{name}_equivalent", f"idx_{name}_status"} <= set(found)
     assert indexes(mysql_admin, database, f"{name}_subscriber")
+    assert procedure_comment(mysql_admin, database, f"claim_next_{name}") == claim_procedure_version()
     snapshot = catalog(mysql_admin, database, name)
     execute_script(mysql_admin, script)  # idempotent
     assert catalog(mysql_admin, database, name) == snapshot
@@ -214,6 +216,27 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     finally:
         worker.close()
     assert row_of(mysql_admin, table, task["id"])["status"] == "sucesso"
+
+
+def procedure_comment(conn, database: str, name: str) -> str | None:
+    rows = fetch_dicts(conn, "SELECT routine_comment AS c FROM information_schema.routines "
+                             "WHERE routine_schema = %s AND routine_name = %s", (database, name))
+    return rows[0]["c"] if rows else None
+
+
+def test_upgrade_replaces_a_claim_procedure_of_another_version(mysql_queue, mysql_admin, mysql_kwargs):
+    name = f"claim_next_{mysql_queue.name}"
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"ALTER PROCEDURE {mysql_queue.database}.{name} COMMENT 'nsj_queue_lib claim 0000000000000000'")
+    store = get_dialect("mysql").store(mysql_queue.table)
+    worker = connect(mysql_kwargs, autocommit=True)
+    try:
+        assert store._has_claim_procedure(worker) is False
+        execute_script(mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True))
+        assert procedure_comment(mysql_admin, mysql_queue.database, name) == claim_procedure_version()
+        assert get_dialect("mysql").store(mysql_queue.table)._has_claim_procedure(worker) is True
+    finally:
+        worker.close()
 
 
 def test_ddl_works_in_another_database(mysql_admin):

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from nsj_queue_lib import QueueClient, model
-from nsj_queue_lib.db.dialect import get_dialect
+from nsj_queue_lib.db.dialect import claim_routine_name, get_dialect
+from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore, stable_queue_number
 from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError, QueueTableMissingError
@@ -38,8 +39,11 @@ UTC = datetime.timezone.utc
 TASK = dict(origem="erp", destino="fiscal", processo="emitir_nota", chave_externa="k", payload="texto")
 
 
-@pytest.fixture
-def store(mysql_queue) -> MysqlQueueStore:
+@pytest.fixture(params=["claim procedure", "plain SQL"])
+def store(request, mysql_queue, mysql_admin) -> MysqlQueueStore:
+    """The store on a queue with its claim procedure (db_gen's DDL), and on one without (older DDL)."""
+    if request.param == "plain SQL":
+        admin_exec(mysql_admin, f"DROP PROCEDURE {claim_routine_name(mysql_queue.table)}")
     return get_dialect("mysql").store(mysql_queue.table, mysql_queue.subscriber_table)
 
 
@@ -346,6 +350,66 @@ def test_a_first_claim_failing_leaves_no_lock_and_no_claim(
     assert lock_holder(mysql_admin, store, mysql_worker_conn, task_id) is None
     explode_on_claim(mysql_worker_conn, 1213)  # retried like a real deadlock
     assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [task_id]
+
+
+def replace_claim_procedure(admin, queue, comment: str) -> None:
+    """The queue's claim procedure, replaced by one that fails loudly, under ``comment``."""
+    name = claim_routine_name(queue.table)
+    admin_exec(admin, f"DROP PROCEDURE {name}")
+    admin_exec(admin, f"""
+        CREATE PROCEDURE {name}(IN p_lock_prefix VARCHAR(64)) COMMENT '{comment}'
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the stand-in procedure ran (test)'""")
+
+
+def test_the_claim_procedure_of_this_version_is_what_claims(mysql_queue, enqueue, mysql_worker_conn, mysql_admin):
+    enqueue()
+    replace_claim_procedure(mysql_admin, mysql_queue, claim_procedure_version())
+    store = get_dialect("mysql").store(mysql_queue.table)
+    with pytest.raises(DatabaseError, match="stand-in procedure ran"):
+        store.claim(mysql_worker_conn, 1)
+    assert not in_transaction(mysql_worker_conn)
+
+
+def test_a_claim_procedure_of_another_version_is_not_called(
+        mysql_queue, enqueue, mysql_worker_conn, mysql_admin, caplog):
+    """A procedure db_gen made for another release may return another row: plain SQL until --upgrade."""
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    replace_claim_procedure(mysql_admin, mysql_queue, "nsj_queue_lib claim 0000000000000000")
+    store = get_dialect("mysql").store(mysql_queue.table)
+    [task] = store.claim(mysql_worker_conn, 1)
+    assert "db_gen --upgrade" in caplog.text
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert (task["id"], [t["id"] for t in nxt]) == (first, [second])
+
+
+def test_a_claim_procedure_dropped_under_a_running_worker_costs_no_attempt(
+        mysql_queue, enqueue, mysql_worker_conn, mysql_admin, caplog):
+    """The completion's batch fails at the CALL: nothing committed, the task runs again, then plain SQL."""
+    first, second, third = enqueue(dict(prioridade=90), dict(prioridade=50), dict(prioridade=10))
+    store = get_dialect("mysql").store(mysql_queue.table)
+    [task] = store.claim(mysql_worker_conn, 1)
+    admin_exec(mysql_worker_conn, f"UPDATE {mysql_queue.table} SET tenant = 99 WHERE id = %s", (first,))
+    admin_exec(mysql_admin, f"DROP PROCEDURE {claim_routine_name(mysql_queue.table)}")
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert "cannot be called" in caplog.text
+    # The handler's work was rolled back with the completion: the task is claimed again, in plain SQL.
+    assert [t["id"] for t in nxt] == [first]
+    assert row_of(mysql_admin, mysql_queue.table, first)["tenant"] is None
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert [t["id"] for t in nxt] == [second]
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
+    assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0
+
+
+def test_a_claim_procedure_dropped_before_an_idle_claim_falls_back_at_once(
+        mysql_queue, enqueue, mysql_worker_conn, mysql_admin):
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    store = get_dialect("mysql").store(mysql_queue.table)
+    [task] = store.claim(mysql_worker_conn, 1)
+    store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 0)
+    admin_exec(mysql_admin, f"DROP PROCEDURE {claim_routine_name(mysql_queue.table)}")
+    assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [second]
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
 
 
 def test_complete_of_a_task_no_longer_running_writes_nothing(store, enqueue, mysql_worker_conn, mysql_admin):

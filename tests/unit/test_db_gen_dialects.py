@@ -13,7 +13,7 @@ import pytest
 from nsj_queue_lib import model
 from nsj_queue_lib.db import dialect as dialect_module
 from nsj_queue_lib.db.dialect import DIALECT_NAMES, dialect_name_for_connection, get_dialect
-from nsj_queue_lib.db.mysql.dialect import UPGRADE_COLUMNS, column_definitions
+from nsj_queue_lib.db.mysql.dialect import UPGRADE_COLUMNS, claim_procedure_version, column_definitions, split_script
 from nsj_queue_lib.db.sql_files import load_queries
 from nsj_queue_lib.db_gen import render
 
@@ -152,14 +152,17 @@ def test_singlestore_is_a_sharded_rowstore():
 def test_mysql_upgrade_statements_are_all_idempotent_forms():
     ddl = render("public", "fila_teste", "mysql", upgrade=True)
     code = re.sub(r"--.*$", "", ddl, flags=re.M)
-    statements = [s.strip() for s in re.split(r";\s*$", code, flags=re.M) if s.strip()]
+    statements = split_script(ddl)
     idempotent = re.compile(
         r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics) WHERE "
         r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
-        r"|CREATE TABLE IF NOT EXISTS )"
+        r"|CREATE TABLE IF NOT EXISTS |DROP PROCEDURE IF EXISTS public.claim_next_fila_teste$)"
     )
     assert len(statements) >= 40
-    for statement in statements:
+    # The claim procedure is replaced: created once, right after its DROP ... IF EXISTS.
+    [create] = [i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")]
+    assert statements[create - 1] == "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste"
+    for statement in statements[:create] + statements[create + 1:]:
         assert idempotent.match(statement), statement
     # MySQL 8 has neither of these: the script must not depend on them.
     assert "ADD COLUMN IF NOT EXISTS" not in code and "CREATE INDEX IF NOT EXISTS" not in code
@@ -167,6 +170,32 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
         assert f"column_name = '{column}') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN {column} " in ddl
     created = column_definitions(render("public", "fila_teste", "mysql"), "public.fila_teste")
     assert f"ADD COLUMN dead {created['dead']}'" in ddl  # definitions come from the create DDL
+
+
+def test_split_script_honours_delimiter_lines():
+    script = (
+        "-- a comment; with a semicolon\n"
+        "CREATE TABLE a (id int);\nCREATE INDEX i ON a (id);\n"
+        "DELIMITER //\nCREATE PROCEDURE p()\nBEGIN\n    -- inside; too\n    SELECT 1;\n    SELECT 2;\nEND//\n"
+        "DELIMITER ;\nDROP TABLE b;\n"
+    )
+    assert split_script(script) == [
+        "CREATE TABLE a (id int)",
+        "CREATE INDEX i ON a (id)",
+        "CREATE PROCEDURE p()\nBEGIN\n    SELECT 1;\n    SELECT 2;\nEND",
+        "DROP TABLE b",
+    ]
+
+
+def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
+    statements = split_script(render("public", "fila_teste", "mysql"))
+    [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE")]
+    assert procedure.startswith("CREATE PROCEDURE public.claim_next_fila_teste(IN p_lock_prefix VARCHAR(64))")
+    assert f"COMMENT '{claim_procedure_version()}'" in procedure
+    assert "FOR UPDATE SKIP LOCKED" in procedure and "SQL SECURITY INVOKER" in procedure
+    # Every column of the row the store decodes (and nothing else).
+    assert re.findall(r"'([a-z_]+)', ", procedure.split("JSON_OBJECT(")[1]) == list(model.QUEUE_COLUMNS)
+    assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 
 def test_singlestore_upgrade_exits_2_with_a_clear_message():

@@ -38,6 +38,8 @@ CREATE TABLE {table} (
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
+{claim_procedure_ddl}
+
 -- Subscribers of pub/sub and webhook publications.
 {subscriber_table_ddl}
 {subscriber_indexes}

@@ -1,13 +1,17 @@
 """MySQL >= 8.0 and MariaDB >= 10.6: SKIP LOCKED and named locks, no LISTEN/NOTIFY.
 
 The schema of ``db_gen <schema> <queue>`` is a MySQL database. The DDL has
-no trigger: workers poll (or the socket server wakes them).
+no trigger: workers poll (or the socket server wakes them). It has a stored
+procedure, the executors' claim, so its script uses the mysql client's
+``DELIMITER`` lines; ``split_script`` turns it into statements for a driver.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
+from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import Capabilities, DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render
 
@@ -16,6 +20,41 @@ from nsj_queue_lib.db.sql_files import read_sql, render
 UPGRADE_COLUMNS = ("prioridade", "dead", "live_id", "pub_sub", "publication_id", "subscriber_id")
 
 _CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
+_DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
+
+# A claimed row as JSON_OBJECT arguments: one column instead of 29, because
+# PyMySQL parses a column definition per column of every result. Times are
+# text and the payload hash hex; the store converts them back.
+TASK_JSON = ", ".join(
+    f"'{c}', " + (
+        "COALESCE(t.payload, first_attempt.payload)" if c == "payload"
+        else "HEX(t.payload_hash)" if c == "payload_hash"
+        else f"t.{c}"
+    )
+    for c in model.QUEUE_COLUMNS
+)
+
+
+def claim_procedure_version() -> str:
+    """The claim procedure's COMMENT: changes whenever its body (or the row it returns) does."""
+    digest = hashlib.sha256((read_sql("mysql", "claim_procedure.sql") + TASK_JSON).encode()).hexdigest()
+    return f"nsj_queue_lib claim {digest[:16]}"
+
+
+def split_script(script: str) -> list[str]:
+    """The statements of a DDL script, as the mysql client would send them.
+
+    Honours ``DELIMITER`` lines (the claim procedure's body holds ';') and
+    drops comment lines. Generated DDL has no delimiter inside a literal.
+    """
+    statements = []
+    chunks = _DELIMITER_LINE.split(script)
+    # chunks = [text, delimiter1, text, delimiter2, text, ...]
+    delimiters = [";", *chunks[1::2]]
+    for delimiter, text in zip(delimiters, chunks[0::2]):
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        statements.extend(part.strip() for part in code.split(delimiter) if part.strip())
+    return statements
 
 
 def column_definitions(ddl: str, table: str) -> dict[str, str]:
@@ -44,6 +83,8 @@ class MysqlDialect(Dialect):
         values = names.template_values()
         values["indexes"] = render(read_sql(self.name, "indexes.sql"), values).strip()
         values["subscriber_indexes"] = render(read_sql(self.name, "subscriber_indexes.sql"), values).strip()
+        procedure_values = dict(values, task_json=TASK_JSON, claim_procedure_version=claim_procedure_version())
+        values["claim_procedure_ddl"] = render(read_sql(self.name, "claim_procedure.sql"), procedure_values).strip()
         return values
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:

@@ -125,7 +125,20 @@ WHERE t.id = @nsjq_claimed AND t.status = 'processando';
 -- step: single_release
 -- After a failed batch: the liveness lock the lock step may have taken
 -- (RELEASE_LOCK leaves alone a lock of another session, and NULL is no lock).
-DO RELEASE_LOCK(CONCAT(%(lock_prefix)s, @nsjq_claimed))
+DO RELEASE_LOCK(CONCAT(%(lock_prefix)s, @nsjq_claimed));
+-- step: single_read
+-- What the claim procedure (claim_procedure.sql) claimed, in the lock step's
+-- shape; no row when it claimed nothing.
+SELECT @nsjq_claimed AS id, @nsjq_claimed_locked AS liveness_locked, @nsjq_claimed_task AS task
+FROM DUAL
+WHERE @nsjq_claimed_task IS NOT NULL;
+-- step: procedure_version
+-- The claim procedure's COMMENT, when the procedure exists (looked up once).
+SELECT routine_comment
+FROM information_schema.routines
+WHERE routine_schema = COALESCE(%(schema)s, DATABASE())
+  AND routine_name = %(name)s
+  AND routine_type = 'PROCEDURE'
 
 -- name: next_due
 -- Seconds until the next waiting row becomes ready, by the database's clock

@@ -45,8 +45,9 @@ from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.dialect import check_store_tables, claim_routine_name
 from nsj_queue_lib.db.mysql.batch import Result, Statement, StatementFailed, accepts_multi_statements, run_batch
+from nsj_queue_lib.db.mysql.dialect import TASK_JSON, claim_procedure_version
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
@@ -60,16 +61,8 @@ _TASK_COLUMNS_RESOLVED = ", ".join(
     for c in model.QUEUE_COLUMNS
 )
 _SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
-# the single-task claim's row as JSON_OBJECT arguments (see _task_from_json for the way back).
+# the single-task claim's timestamp columns (see _task_from_json for the way back from JSON).
 _TIMESTAMP_COLUMNS = ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hora_anterior")
-_TASK_JSON = ", ".join(
-    f"'{c}', " + (
-        "COALESCE(t.payload, first_attempt.payload)" if c == "payload"
-        else "HEX(t.payload_hash)" if c == "payload_hash"
-        else f"t.{c}"
-    )
-    for c in model.QUEUE_COLUMNS
-)
 
 # MySQL stores booleans as TINYINT(1); rows are given back with Python bools.
 BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "ativo", "liveness_locked")
@@ -77,6 +70,10 @@ BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "at
 # Server error codes retried inside the store while claiming or completing.
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
+# The claim procedure was dropped, or may not be run by this user.
+ER_SP_DOES_NOT_EXIST = 1305
+ER_PROCACCESS_DENIED_ERROR = 1370
+CLAIM_PROCEDURE_UNUSABLE = (ER_SP_DOES_NOT_EXIST, ER_PROCACCESS_DENIED_ERROR)
 RETRYABLE_ERRORS = (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY = 0.005  # seconds; doubled per attempt, with jitter
@@ -338,11 +335,16 @@ class MysqlQueueStore:
                 "subscriber_table": subscriber_table or "subscriber_table_not_configured",
                 "task_columns": _TASK_COLUMNS,
                 "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
-                "task_json": _TASK_JSON,
+                "task_json": TASK_JSON,
                 "subscriber_columns": _SUBSCRIBER_COLUMNS,
             },
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}
+        # The claim procedure db_gen creates next to the table (claim_procedure.sql).
+        self.claim_procedure = claim_routine_name(queue_table)
+        self._claim_procedure_present: bool | None = None  # looked up on first use
+        self._table_schema = split_table_name(queue_table)[0]
+        self._lock_prefixes: dict[str | None, str] = {}
 
     def server(self, conn) -> _ServerInfo:
         """The server flavour behind ``conn`` (MariaDB, MySQL or SingleStore)."""
@@ -351,7 +353,13 @@ class MysqlQueueStore:
     # -- names --
 
     def lock_prefix(self, conn) -> str:
-        return lock_prefix(qualified_table(self.queue_table, conn))
+        # Asked several times per task: computed once per database (the one of
+        # the connection counts only when the queue table names none).
+        database = None if self._table_schema else _database_of(conn)
+        prefix = self._lock_prefixes.get(database)
+        if prefix is None:
+            prefix = self._lock_prefixes[database] = lock_prefix(qualified_table(self.queue_table, conn))
+        return prefix
 
     def task_lock_name(self, conn, task_id: int) -> str:
         """The name of a task's liveness lock (held by the connection running it)."""
@@ -539,18 +547,52 @@ class MysqlQueueStore:
             claim = self._single_claim_statements(conn)
             try:
                 results = run_batch(conn, [*claim, ("COMMIT AND CHAIN", None)])
-            except StatementFailed:
+            except StatementFailed as failed:
                 self._release_single_claim_lock(conn)
+                if self._claim_procedure_failed(failed):
+                    return self._claim_once(conn, limit, taken)  # the same claim in plain SQL
                 raise
             return self._claimed_single(conn, results[len(claim) - 1], taken)
         [selected] = run_batch(conn, [(self.sql["claim_tasks"]["select"], {"limit": limit})])
         return self._lock_selected(conn, selected, taken)
 
     def _single_claim_statements(self, conn) -> list[Statement]:
-        """the single-task claim's statements, its lock step last (its result is the claimed row)."""
+        """The single-task claim's statements; the last one's result is the claimed row.
+
+        The claim procedure's call and a read of what it claimed when the
+        database has the procedure of this version; otherwise its steps in SQL.
+        """
         steps = self.sql["claim_tasks"]
+        prefix = {"lock_prefix": self.lock_prefix(conn)}
+        if self._has_claim_procedure(conn):
+            return [(f"CALL {self.claim_procedure}(%(lock_prefix)s)", prefix), (steps["single_read"], None)]
         return [(steps["single_forget"], None), (steps["single_select"], None), (steps["single_mark"], None),
-                (steps["single_lock"], {"lock_prefix": self.lock_prefix(conn)})]
+                (steps["single_lock"], prefix)]
+
+    def _has_claim_procedure(self, conn) -> bool:
+        """Whether the database has this queue's claim procedure, in this version (looked up once)."""
+        if self._claim_procedure_present is None:
+            present = False
+            if self.claim_procedure is not None:
+                schema, name = split_table_name(self.claim_procedure)
+                with wrap_driver_errors("claim_procedure_version"), conn.cursor() as cur:
+                    cur.execute(self.sql["claim_tasks"]["procedure_version"], {"schema": schema, "name": name})
+                    row = cur.fetchone()
+                present = row is not None and row[0] == claim_procedure_version()
+                if row is not None and not present:
+                    logger.warning("%s was made by another version of nsj_queue_lib: claiming in plain SQL "
+                                   "until 'db_gen --upgrade' replaces it", self.claim_procedure)
+            self._claim_procedure_present = present
+        return self._claim_procedure_present
+
+    def _claim_procedure_failed(self, failed: StatementFailed) -> bool:
+        """True when the claim procedure could not be called: it is not used again."""
+        if error_code(failed) not in CLAIM_PROCEDURE_UNUSABLE or not self._claim_procedure_present:
+            return False
+        logger.warning("%s cannot be called (%s): claiming in plain SQL from now on",
+                       self.claim_procedure, failed.error)
+        self._claim_procedure_present = False
+        return True
 
     def _claimed_single(self, conn, locked_rows: Result, taken: list[str]) -> list[dict[str, Any]]:
         """The task the single-task claim's lock step returned (COMMIT AND CHAIN ran), or [] with ``conn`` idle."""
@@ -750,7 +792,8 @@ class MysqlQueueStore:
                 with suppress(Exception):  # the connection may be gone; its locks with it
                     conn.rollback()
                 self._release_single_claim_lock(conn)
-                if not is_retryable(failed):
+                # A dropped claim procedure is no fault of the task either: it runs again.
+                if not (is_retryable(failed) or self._claim_procedure_failed(failed)):
                     raise
                 logger.warning("task=%s: %s after its completion; the task goes back to the queue",
                                task_id, failed.error)

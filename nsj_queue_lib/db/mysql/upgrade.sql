@@ -11,3 +11,7 @@
 
 {subscriber_table_ddl}
 {add_subscriber_indexes}
+
+-- The claim procedure of this version replaces any earlier one.
+DROP PROCEDURE IF EXISTS {claim_function};
+{claim_procedure_ddl}

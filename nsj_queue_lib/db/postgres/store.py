@@ -14,11 +14,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.dialect import check_store_tables, claim_routine_name
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError, InvalidIdentifierError, QueueTableMissingError
-from nsj_queue_lib.identifiers import check_identifier, split_table_name
+from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 
 _TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
 _TASK_COLUMNS_RESOLVED = ", ".join(
@@ -49,17 +48,6 @@ def queue_lock_key(queue_oid: int) -> int:
 def task_lock_keys(queue_oid: int, task_id: int) -> tuple[int, int]:
     """The (int4, int4) pair of a task's liveness lock (``queue_oid`` may be already folded)."""
     return queue_lock_key(queue_oid), task_id % TASK_KEY_MODULUS
-
-
-def claim_function_name(queue_table: str) -> str | None:
-    """``[schema.]claim_next_<table>``, or None when that name would not be a valid identifier."""
-    schema, table = split_table_name(queue_table)
-    name = f"claim_next_{table}"
-    try:
-        check_identifier(name, "claim function")
-    except InvalidIdentifierError:
-        return None
-    return f"{schema}.{name}" if schema else name
 
 
 def _is_undefined_function(exc: BaseException | None) -> bool:
@@ -138,7 +126,7 @@ class PostgresQueueStore:
         )
         # The claim function db_gen creates next to the table (claim_function.sql):
         # complete_and_claim uses it when the database has it.
-        self.claim_function = claim_function_name(queue_table)
+        self.claim_function = claim_routine_name(queue_table)
         self._claim_function_present: bool | None = None  # looked up on first use
         self._claim_call: PreparedRoundTrip | None = None
         if self.claim_function is not None:
