@@ -67,9 +67,12 @@ class WorkerRuntime:
         self.settings = settings
         self.stop_event = threading.Event()
         self.store = get_dialect(settings.db_driver).store(settings.queue_table, settings.queue_subscriber_table)
-        configure = None if settings.db_driver == "POSTGRES" else self.store.configure_connection
+        postgres = settings.db_driver == "POSTGRES"
+        configure = None if postgres else self.store.configure_connection
+        configure_executor = None if postgres else self.store.configure_executor_connection
         self._connect: Callable[[bool], object] = lambda autocommit: connect(settings, autocommit, configure)
-        self.pool = make_pool(settings, settings.queue_concurrency, _executor_configure(settings, configure))
+        self.pool = make_pool(settings, settings.queue_concurrency,
+                              _executor_configure(settings, configure_executor))
         self.lock_client = None
         liveness = None
         listener = None if settings.db_driver == "POSTGRES" else PollingListener(settings.queue_poll_interval)

@@ -120,6 +120,21 @@ def test_claim_and_complete_commit_the_handlers_write_with_sucesso(backend):
     assert worker.stop() == 0
 
 
+def test_handlers_run_at_the_databases_default_isolation_level(backend):
+    """PostgreSQL's READ COMMITTED; MySQL's REPEATABLE READ (what nsj-queue-lib 1.2.2 handlers got too)."""
+    seen = []
+
+    def execute(payload, tarefa, bd_conn):
+        query = "SHOW transaction_isolation" if backend.family == "postgres" else "SELECT @@session.tx_isolation"
+        seen.append(backend.value(query, conn=bd_conn))
+
+    worker = backend.run(backend.function_worker(execute))
+    backend.enqueue([dict(payload="a"), dict(payload="b")])  # the first claim, then one after a completion
+    backend.wait_statuses({"sucesso": 2}, 10, "both tasks to succeed")
+    assert seen == (["read committed"] * 2 if backend.family == "postgres" else ["REPEATABLE-READ"] * 2)
+    assert worker.stop() == 0
+
+
 def test_a_failure_rolls_back_and_schedules_the_next_attempt(backend):
     base_minutes = 10.0  # the retry stays 'agendada' for the rest of the test
     failed_at = []

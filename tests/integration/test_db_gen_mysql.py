@@ -201,7 +201,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     store = get_dialect("mysql").store(table, f"{table}_subscriber")
     worker = connect(mysql_kwargs, autocommit=True)
     try:
-        store.configure_connection(worker)
+        store.configure_executor_connection(worker)
         (task,) = store.claim(worker, 5)
         assert (task["payload"], task["prioridade"], task["dead"]) == ("velho", 50, False)
         store.complete_and_claim(worker, task["id"], "ok", store.task_lock_keys(0, task["id"]), 0)

@@ -1,7 +1,7 @@
 """The MySQL and SingleStore stores' runtime operations on a real MariaDB, called directly.
 
 Worker connections are autocommit and configured as the runtime configures
-its own (``configure_connection``); the store opens and ends transactions.
+its executors' (``configure_executor_connection``); the store opens and ends transactions.
 The SingleStore store is exercised on MariaDB too (SingleStore cannot run
 here): its claim path only uses SQL that MariaDB shares.
 """
@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from pymysql.constants import CLIENT
 
 from nsj_queue_lib import QueueClient, model
 from nsj_queue_lib.db.dialect import claim_routine_name, get_dialect
@@ -20,8 +21,10 @@ from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore, stable_queue_number
 from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError, QueueTableMissingError
+from tests.helpers.databases import unique_queue_name
 from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
     connect,
+    create_queue,
     fetch_dicts,
     fetch_value,
     in_transaction,
@@ -75,7 +78,7 @@ def new_worker_conn(mysql_kwargs, mysql_queue, store):
 
     def make():
         conn = connect(mysql_kwargs, autocommit=True)
-        store.configure_connection(conn)
+        store.configure_executor_connection(conn)
         opened.append(conn)
         return conn
 
@@ -105,10 +108,19 @@ def lock_holder(admin, store, conn, task_id: int):
 # -- configuration --------------------------------------------------------------
 
 
-def test_worker_connections_are_read_committed_and_utc(mysql_worker_conn):
-    isolation = fetch_value(mysql_worker_conn, "SELECT @@session.tx_isolation")
-    assert isolation == "READ-COMMITTED"
+def test_executor_connections_are_repeatable_read_and_utc(mysql_worker_conn):
+    assert fetch_value(mysql_worker_conn, "SELECT @@session.tx_isolation") == "REPEATABLE-READ"
     assert fetch_value(mysql_worker_conn, "SELECT @@session.time_zone") == "+00:00"
+
+
+def test_service_connections_are_read_committed_and_utc(mysql_kwargs, mysql_queue):
+    conn = connect(mysql_kwargs, autocommit=True)
+    try:
+        get_dialect("mysql").store(mysql_queue.table).configure_connection(conn)
+        assert fetch_value(conn, "SELECT @@session.tx_isolation") == "READ-COMMITTED"
+        assert fetch_value(conn, "SELECT @@session.time_zone") == "+00:00"
+    finally:
+        conn.close()
 
 
 def test_queue_oid_is_a_stable_number(store, mysql_worker_conn, mysql_admin, mysql_queue):
@@ -357,7 +369,8 @@ def replace_claim_procedure(admin, queue, comment: str) -> None:
     name = claim_routine_name(queue.table)
     admin_exec(admin, f"DROP PROCEDURE {name}")
     admin_exec(admin, f"""
-        CREATE PROCEDURE {name}(IN p_lock_prefix VARCHAR(64)) COMMENT '{comment}'
+        CREATE PROCEDURE {name}(IN p_task_id BIGINT, IN p_mensagem VARCHAR(500), IN p_lock_prefix VARCHAR(64))
+        COMMENT '{comment}'
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the stand-in procedure ran (test)'""")
 
 
@@ -382,9 +395,9 @@ def test_a_claim_procedure_of_another_version_is_not_called(
     assert (task["id"], [t["id"] for t in nxt]) == (first, [second])
 
 
-def test_a_claim_procedure_dropped_under_a_running_worker_costs_no_attempt(
+def test_a_claim_procedure_dropped_under_a_running_worker_costs_nothing(
         mysql_queue, enqueue, mysql_worker_conn, mysql_admin, caplog):
-    """The completion's batch fails at the CALL: nothing committed, the task runs again, then plain SQL."""
+    """The CALL fails before doing anything: the same batch goes again in plain SQL, in the same transaction."""
     first, second, third = enqueue(dict(prioridade=90), dict(prioridade=50), dict(prioridade=10))
     store = get_dialect("mysql").store(mysql_queue.table)
     [task] = store.claim(mysql_worker_conn, 1)
@@ -392,12 +405,13 @@ def test_a_claim_procedure_dropped_under_a_running_worker_costs_no_attempt(
     admin_exec(mysql_admin, f"DROP PROCEDURE {claim_routine_name(mysql_queue.table)}")
     nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
     assert "cannot be called" in caplog.text
-    # The handler's work was rolled back with the completion: the task is claimed again, in plain SQL.
-    assert [t["id"] for t in nxt] == [first]
-    assert row_of(mysql_admin, mysql_queue.table, first)["tenant"] is None
-    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
     assert [t["id"] for t in nxt] == [second]
+    row = row_of(mysql_admin, mysql_queue.table, first)
+    assert (row["status"], row["mensagem"], row["tenant"]) == ("sucesso", "ok", 99)  # the handler's work kept
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, first) is None
     assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
+    nxt = store.complete_and_claim(mysql_worker_conn, second, "ok", store.task_lock_keys(0, second), 1)
+    assert [t["id"] for t in nxt] == [third]
     assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0
 
 
@@ -410,6 +424,33 @@ def test_a_claim_procedure_dropped_before_an_idle_claim_falls_back_at_once(
     admin_exec(mysql_admin, f"DROP PROCEDURE {claim_routine_name(mysql_queue.table)}")
     assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [second]
     assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
+
+
+def test_a_queue_in_a_latin1_database_keeps_every_character(mysql_admin, mysql_kwargs):
+    """The claim procedure's parameters and variables take the database's character set unless told otherwise."""
+    database = unique_queue_name("nsjq_l1_")
+    admin_exec(mysql_admin, f"CREATE DATABASE {database} CHARACTER SET latin1")
+    try:
+        queue = create_queue(mysql_admin, database)
+        payload, mensagem = "payload: ação 日本 😀", "mensagem: ação 日本 😀"
+        client_conn = connect(mysql_kwargs)
+        try:
+            QueueClient(client_conn, queue.table).insert_task("erp", "fiscal", "p", "k", payload)
+            client_conn.commit()
+        finally:
+            client_conn.close()
+        store = get_dialect("mysql").store(queue.table)
+        worker = connect(mysql_kwargs, autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
+        try:
+            store.configure_executor_connection(worker)
+            [task] = store.claim(worker, 1)
+            assert store._has_claim_procedure(worker) and task["payload"] == payload
+            assert store.complete_and_claim(worker, task["id"], mensagem, store.task_lock_keys(0, task["id"]), 1) == []
+        finally:
+            worker.close()
+        assert row_of(mysql_admin, queue.table, task["id"])["mensagem"] == mensagem
+    finally:
+        admin_exec(mysql_admin, f"DROP DATABASE {database}")
 
 
 def test_complete_of_a_task_no_longer_running_writes_nothing(store, enqueue, mysql_worker_conn, mysql_admin):
@@ -525,7 +566,7 @@ class MysqlSide:
         self.store = store
         self.table = queue.table
         self.conn = connect(kwargs, autocommit=True)
-        store.configure_connection(self.conn)
+        store.configure_executor_connection(self.conn)
         self.reader = connect(kwargs, autocommit=True)
         with self.reader.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")

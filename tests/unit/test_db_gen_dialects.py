@@ -190,7 +190,9 @@ def test_split_script_honours_delimiter_lines():
 def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     statements = split_script(render("public", "fila_teste", "mysql"))
     [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE")]
-    assert procedure.startswith("CREATE PROCEDURE public.claim_next_fila_teste(IN p_lock_prefix VARCHAR(64))")
+    assert procedure.startswith("CREATE PROCEDURE public.claim_next_fila_teste(\n    IN p_task_id BIGINT,")
+    # The message keeps every character whatever the database's default character set.
+    assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure
     assert f"COMMENT '{claim_procedure_version()}'" in procedure
     assert "FOR UPDATE SKIP LOCKED" in procedure and "SQL SECURITY INVOKER" in procedure
     # Every column of the row the store decodes (and nothing else).

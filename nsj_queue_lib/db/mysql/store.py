@@ -468,10 +468,17 @@ class MysqlQueueStore:
     # -- runtime operations --
 
     def configure_connection(self, conn) -> None:
-        """Once per worker connection, right after connecting: READ COMMITTED and UTC."""
+        """Once per worker connection (dispatcher, services), right after connecting: UTC, READ COMMITTED."""
+        self._set_session(conn, "time_zone", "isolation")
+
+    def configure_executor_connection(self, conn) -> None:
+        """Once per executor connection, right after connecting: UTC, REPEATABLE READ."""
+        self._set_session(conn, "time_zone", "executor_isolation")
+
+    def _set_session(self, conn, *steps: str) -> None:
         with wrap_driver_errors("configure_connection"), conn.cursor() as cur:
-            for statement in self.sql["claim_settings"].values():
-                cur.execute(statement)
+            for step in steps:
+                cur.execute(self.sql["claim_settings"][step])
 
     def queue_oid(self, conn) -> int:
         """A stable number for the queue (MySQL has no oid); fails when the table is missing."""
@@ -544,7 +551,10 @@ class MysqlQueueStore:
     def _claim_once(self, conn, limit: int, taken: list[str]) -> list[dict[str, Any]]:
         """One claim in the open transaction: select, then mark, lock and COMMIT AND CHAIN."""
         if limit == 1 and accepts_multi_statements(conn):
-            claim = self._single_claim_statements(conn)
+            if self._has_claim_procedure(conn):
+                claim = [self._procedure_call(conn, None, None), (self.sql["claim_tasks"]["single_read"], None)]
+            else:
+                claim = self._plain_single_claim(conn)
             try:
                 results = run_batch(conn, [*claim, ("COMMIT AND CHAIN", None)])
             except StatementFailed as failed:
@@ -556,18 +566,16 @@ class MysqlQueueStore:
         [selected] = run_batch(conn, [(self.sql["claim_tasks"]["select"], {"limit": limit})])
         return self._lock_selected(conn, selected, taken)
 
-    def _single_claim_statements(self, conn) -> list[Statement]:
-        """The single-task claim's statements; the last one's result is the claimed row.
-
-        The claim procedure's call and a read of what it claimed when the
-        database has the procedure of this version; otherwise its steps in SQL.
-        """
+    def _plain_single_claim(self, conn) -> list[Statement]:
+        """The single-task claim in SQL, for a queue without the claim procedure; the last result is the row."""
         steps = self.sql["claim_tasks"]
-        prefix = {"lock_prefix": self.lock_prefix(conn)}
-        if self._has_claim_procedure(conn):
-            return [(f"CALL {self.claim_procedure}(%(lock_prefix)s)", prefix), (steps["single_read"], None)]
         return [(steps["single_forget"], None), (steps["single_select"], None), (steps["single_mark"], None),
-                (steps["single_lock"], prefix)]
+                (steps["single_lock"], {"lock_prefix": self.lock_prefix(conn)})]
+
+    def _procedure_call(self, conn, task_id: int | None, mensagem: str | None) -> Statement:
+        """The claim procedure's CALL: settle ``task_id`` (when given), then claim one task."""
+        return (f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s)",
+                {"id": task_id, "mensagem": mensagem, "lock_prefix": self.lock_prefix(conn)})
 
     def _has_claim_procedure(self, conn) -> bool:
         """Whether the database has this queue's claim procedure, in this version (looked up once)."""
@@ -774,8 +782,10 @@ class MysqlQueueStore:
         'pendente' to run again (its work was rolled back, as after a deadlock
         on the completion); any other error fails the attempt.
         """
+        if self._has_claim_procedure(conn):
+            return self._complete_and_claim_by_procedure(conn, task_id, mensagem, name)
         steps = self.sql["complete_and_unlock"]
-        claim = self._single_claim_statements(conn)
+        claim = self._plain_single_claim(conn)
         batch = [
             (steps["complete"], {"id": task_id, "mensagem": mensagem}),
             (steps["unlock"], {"name": name}),
@@ -789,18 +799,52 @@ class MysqlQueueStore:
             except StatementFailed as failed:
                 if failed.index == 0:
                     return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
-                with suppress(Exception):  # the connection may be gone; its locks with it
-                    conn.rollback()
-                self._release_single_claim_lock(conn)
-                # A dropped claim procedure is no fault of the task either: it runs again.
-                if not (is_retryable(failed) or self._claim_procedure_failed(failed)):
-                    raise
-                logger.warning("task=%s: %s after its completion; the task goes back to the queue",
-                               task_id, failed.error)
-                self._give_back(conn, task_id, lambda: self._unlock_in(conn, name))
-                return self.claim(conn, 1)
+                return self._after_failed_claim(conn, task_id, name, failed)
         with wrap_driver_errors("claim"):
             return self._claimed_single(conn, results[lock_step], [])
+
+    def _complete_and_claim_by_procedure(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
+        """The same through the claim procedure: its CALL, the read of what it claimed, COMMIT AND CHAIN."""
+        batch = [
+            self._procedure_call(conn, task_id, mensagem),
+            (self.sql["claim_tasks"]["single_read"], None),
+            ("COMMIT AND CHAIN", None),
+        ]
+        with wrap_driver_errors("complete_task"):
+            try:
+                results = run_batch(conn, batch)
+            except StatementFailed as failed:
+                if failed.index == 0 and self._claim_procedure_failed(failed):
+                    # The CALL did nothing: the same in plain SQL, in the same transaction.
+                    return self._complete_and_claim_single(conn, task_id, mensagem, name)
+                if failed.index == 0 and not self._completion_ran(conn):
+                    return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
+                return self._after_failed_claim(conn, task_id, name, failed)
+        with wrap_driver_errors("claim"):
+            return self._claimed_single(conn, results[1], [])
+
+    def _completion_ran(self, conn) -> bool:
+        """After a failed CALL of the claim procedure: whether its completion and release had run."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT @nsjq_completed")
+            return cur.fetchone()[0] == 1
+
+    def _after_failed_claim(self, conn, task_id: int, name: str, failed: StatementFailed) -> list[dict[str, Any]]:
+        """A statement after the completion failed: nothing is committed, the claim's lock is released.
+
+        On a deadlock or lock wait timeout the task goes back to 'pendente' to
+        run again (its work was rolled back, as after a deadlock on the
+        completion) and the next task is claimed; any other error is raised
+        (the executor records a failed attempt).
+        """
+        with suppress(Exception):  # the connection may be gone; its locks with it
+            conn.rollback()
+        self._release_single_claim_lock(conn)
+        if not is_retryable(failed):
+            raise failed
+        logger.warning("task=%s: %s after its completion; the task goes back to the queue", task_id, failed.error)
+        self._give_back(conn, task_id, lambda: self._unlock_in(conn, name))
+        return self.claim(conn, 1)
 
     def _after_failed_completion(self, conn, task_id: int, mensagem: str, name: str, limit: int,
                                  failed: StatementFailed) -> list[dict[str, Any]]:

@@ -233,6 +233,9 @@ class PostgresQueueStore:
     def configure_connection(self, conn) -> None:
         """Once per worker connection: nothing to set on PostgreSQL."""
 
+    def configure_executor_connection(self, conn) -> None:
+        """Once per executor connection: nothing to set on PostgreSQL (READ COMMITTED, its default)."""
+
     def task_lock_keys(self, queue_oid: int, task_id: int) -> tuple[int, int]:
         return task_lock_keys(queue_oid, task_id)
 

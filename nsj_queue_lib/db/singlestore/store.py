@@ -59,6 +59,9 @@ class SingleStoreQueueStore(MysqlQueueStore):
     def configure_connection(self, conn) -> None:
         """Nothing to set: one isolation level, and the time zone is the cluster's."""
 
+    def configure_executor_connection(self, conn) -> None:
+        """Nothing to set, as for every other connection."""
+
     # -- claim (client/server mode) --
 
     def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
