@@ -51,14 +51,16 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
--- What an executor sends after a task, stored: the server parses it once per
--- session instead of once per task. With a finished task (p_task_id), its
--- 'sucesso' and the release of its liveness lock, then the claim of the next
--- task with the same order, locking and liveness lock as the plain-SQL claim
--- in queries.sql, which workers use when this procedure is missing or from
--- another version (the COMMENT). The worker sends the CALL, a read of the
--- session variables it fills and COMMIT AND CHAIN in one round trip.
--- @nsjq_completed tells a failed call's caller whether the completion ran.
+-- What an executor sends after a task, stored: the server parses one short
+-- CALL per task instead of the statements below. With a finished task
+-- (p_task_id), its 'sucesso' and the release of its liveness lock; then the
+-- claim of the next task with the same order, locking and liveness lock as
+-- the plain-SQL claim in queries.sql, which workers use when this procedure
+-- is missing or from another version (the COMMENT); then COMMIT AND CHAIN,
+-- which commits both and opens the next task's transaction. The claimed row
+-- (none when nothing was ready) is the CALL's one result set.
+-- @nsjq_completed tells a failed call's caller whether the completion ran,
+-- @nsjq_claimed which task's lock the claim may have taken.
 DELIMITER //
 CREATE PROCEDURE public.claim_next_fila_teste(
     IN p_task_id BIGINT,
@@ -67,11 +69,11 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim a4eb0ae49d16277b'
+    COMMENT 'nsj_queue_lib claim c8dfbb0c763af67b'
 BEGIN
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
-    SET @nsjq_completed = 0, @nsjq_claimed = NULL, @nsjq_claimed_locked = NULL, @nsjq_claimed_task = NULL;
+    SET @nsjq_completed = 0, @nsjq_claimed = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE public.fila_teste
         SET status = 'sucesso', mensagem = p_mensagem
@@ -88,12 +90,12 @@ BEGIN
     UPDATE public.fila_teste
     SET status = 'processando'
     WHERE id = @nsjq_claimed AND status = 'pendente';
-    SELECT GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', t.status, 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', COALESCE(t.payload, first_attempt.payload), 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade)
-    INTO @nsjq_claimed_locked, @nsjq_claimed_task
+    SELECT t.id, GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS liveness_locked, JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', t.status, 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', COALESCE(t.payload, first_attempt.payload), 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade) AS task
     FROM public.fila_teste AS t
     LEFT JOIN public.fila_teste AS first_attempt
            ON first_attempt.id = t.id_inicial AND t.payload IS NULL
     WHERE t.id = @nsjq_claimed AND t.status = 'processando';
+    COMMIT AND CHAIN;
 END//
 DELIMITER ;
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from pymysql.constants import CLIENT
 
-from nsj_queue_lib.db.mysql.batch import StatementFailed, accepts_multi_statements, run_batch
+from nsj_queue_lib.db.mysql.batch import StatementFailed, accepts_multi_statements, call_procedure, run_batch
 from tests.helpers.mysql_queue import connect
 
 pytestmark = pytest.mark.mysql
@@ -89,3 +89,37 @@ def test_multi_statements_take_one_round_trip(conn, table, monkeypatch):
     run_batch(conn, [("BEGIN", None), (f"INSERT INTO {table} VALUES (1, 'a')", None), ("COMMIT", None)])
     assert len(sent) == (1 if accepts_multi_statements(conn) else 3)
     assert rows(conn, table) == ((1, "a"),)
+
+
+@pytest.fixture
+def procedure(mysql_kwargs, table):
+    """A procedure that inserts a row, returns the table, then fails when told to (after its result set)."""
+    name = f"{table}_proc"
+    admin = connect(mysql_kwargs, autocommit=True)
+    with admin.cursor() as cur:
+        cur.execute(f"""
+            CREATE PROCEDURE {name}(IN p_id INT, IN p_fail BOOLEAN)
+            BEGIN
+                INSERT INTO {table} (id, v) VALUES (p_id, 'from the procedure');
+                SELECT id, v FROM {table} ORDER BY id;
+                IF p_fail THEN
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failed after its result set (test)';
+                END IF;
+            END""")
+    yield name
+    with admin.cursor() as cur:
+        cur.execute(f"DROP PROCEDURE IF EXISTS {name}")
+    admin.close()
+
+
+def test_call_procedure_returns_its_result_set_and_leaves_the_connection_usable(conn, table, procedure):
+    result = call_procedure(conn, (f"CALL {procedure}(%(id)s, %(fail)s)", {"id": 1, "fail": False}))
+    assert result.names == ("id", "v") and result.rows == ((1, "from the procedure"),)
+    assert rows(conn, table) == ((1, "from the procedure"),)  # nothing left unread on the connection
+
+
+def test_call_procedure_reports_a_failure_after_the_result_set(conn, table, procedure):
+    with pytest.raises(StatementFailed) as info:
+        call_procedure(conn, (f"CALL {procedure}(%(id)s, %(fail)s)", {"id": 2, "fail": True}))
+    assert info.value.index == 0 and "failed after its result set" in str(info.value.error)
+    assert rows(conn, table) == ((2, "from the procedure"),)  # autocommit: the insert before it stays

@@ -73,3 +73,21 @@ def run_batch(conn, statements: Sequence[Statement]) -> list[Result]:
     if len(results) != len(statements):
         raise RuntimeError(f"a batch of {len(statements)} statements gave {len(results)} results")
     return results
+
+
+def call_procedure(conn, statement: Statement) -> Result:
+    """One ``CALL`` of a procedure that returns one result set: that result.
+
+    Raises ``StatementFailed`` (index 0) when the procedure fails, before its
+    result set or after it (a statement the procedure runs after its select).
+    """
+    sql, params = statement
+    with conn.cursor() as cur:
+        try:
+            cur.execute(sql, params)
+            result = _result(cur)
+            while cur.nextset():  # the CALL's own status comes last
+                pass
+        except Exception as exc:
+            raise StatementFailed(0, exc, []) from exc
+    return result

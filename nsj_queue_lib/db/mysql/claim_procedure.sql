@@ -1,11 +1,13 @@
--- What an executor sends after a task, stored: the server parses it once per
--- session instead of once per task. With a finished task (p_task_id), its
--- 'sucesso' and the release of its liveness lock, then the claim of the next
--- task with the same order, locking and liveness lock as the plain-SQL claim
--- in queries.sql, which workers use when this procedure is missing or from
--- another version (the COMMENT). The worker sends the CALL, a read of the
--- session variables it fills and COMMIT AND CHAIN in one round trip.
--- @nsjq_completed tells a failed call's caller whether the completion ran.
+-- What an executor sends after a task, stored: the server parses one short
+-- CALL per task instead of the statements below. With a finished task
+-- (p_task_id), its 'sucesso' and the release of its liveness lock; then the
+-- claim of the next task with the same order, locking and liveness lock as
+-- the plain-SQL claim in queries.sql, which workers use when this procedure
+-- is missing or from another version (the COMMENT); then COMMIT AND CHAIN,
+-- which commits both and opens the next task's transaction. The claimed row
+-- (none when nothing was ready) is the CALL's one result set.
+-- @nsjq_completed tells a failed call's caller whether the completion ran,
+-- @nsjq_claimed which task's lock the claim may have taken.
 DELIMITER //
 CREATE PROCEDURE {claim_function}(
     IN p_task_id BIGINT,
@@ -18,7 +20,7 @@ CREATE PROCEDURE {claim_function}(
 BEGIN
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
-    SET @nsjq_completed = 0, @nsjq_claimed = NULL, @nsjq_claimed_locked = NULL, @nsjq_claimed_task = NULL;
+    SET @nsjq_completed = 0, @nsjq_claimed = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE {table}
         SET status = 'sucesso', mensagem = p_mensagem
@@ -35,11 +37,11 @@ BEGIN
     UPDATE {table}
     SET status = 'processando'
     WHERE id = @nsjq_claimed AND status = 'pendente';
-    SELECT GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), JSON_OBJECT({task_json})
-    INTO @nsjq_claimed_locked, @nsjq_claimed_task
+    SELECT t.id, GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS liveness_locked, JSON_OBJECT({task_json}) AS task
     FROM {table} AS t
     LEFT JOIN {table} AS first_attempt
            ON first_attempt.id = t.id_inicial AND t.payload IS NULL
     WHERE t.id = @nsjq_claimed AND t.status = 'processando';
+    COMMIT AND CHAIN;
 END//
 DELIMITER ;

@@ -134,12 +134,6 @@ WHERE t.id = @nsjq_claimed AND t.status = 'processando';
 -- After a failed batch: the liveness lock the lock step may have taken
 -- (RELEASE_LOCK leaves alone a lock of another session, and NULL is no lock).
 DO RELEASE_LOCK(CONCAT(%(lock_prefix)s, @nsjq_claimed));
--- step: single_read
--- What the claim procedure (claim_procedure.sql) claimed, in the lock step's
--- shape; no row when it claimed nothing.
-SELECT @nsjq_claimed AS id, @nsjq_claimed_locked AS liveness_locked, @nsjq_claimed_task AS task
-FROM DUAL
-WHERE @nsjq_claimed_task IS NOT NULL;
 -- step: procedure_version
 -- The claim procedure's COMMENT, when the procedure exists (looked up once).
 SELECT routine_comment

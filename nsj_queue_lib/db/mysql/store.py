@@ -46,7 +46,9 @@ from typing import Any, TypeVar
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables, claim_routine_name
-from nsj_queue_lib.db.mysql.batch import Result, Statement, StatementFailed, accepts_multi_statements, run_batch
+from nsj_queue_lib.db.mysql.batch import (
+    Result, Statement, StatementFailed, accepts_multi_statements, call_procedure, run_batch,
+)
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON, claim_procedure_version
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
@@ -551,18 +553,18 @@ class MysqlQueueStore:
     def _claim_once(self, conn, limit: int, taken: list[str]) -> list[dict[str, Any]]:
         """One claim in the open transaction: select, then mark, lock and COMMIT AND CHAIN."""
         if limit == 1 and accepts_multi_statements(conn):
-            if self._has_claim_procedure(conn):
-                claim = [self._procedure_call(conn, None, None), (self.sql["claim_tasks"]["single_read"], None)]
-            else:
-                claim = self._plain_single_claim(conn)
             try:
-                results = run_batch(conn, [*claim, ("COMMIT AND CHAIN", None)])
+                if self._has_claim_procedure(conn):
+                    claimed = call_procedure(conn, self._procedure_call(conn, None, None))  # commits too
+                else:
+                    claim = self._plain_single_claim(conn)
+                    claimed = run_batch(conn, [*claim, ("COMMIT AND CHAIN", None)])[len(claim) - 1]
             except StatementFailed as failed:
                 self._release_single_claim_lock(conn)
                 if self._claim_procedure_failed(failed):
                     return self._claim_once(conn, limit, taken)  # the same claim in plain SQL
                 raise
-            return self._claimed_single(conn, results[len(claim) - 1], taken)
+            return self._claimed_single(conn, claimed, taken)
         [selected] = run_batch(conn, [(self.sql["claim_tasks"]["select"], {"limit": limit})])
         return self._lock_selected(conn, selected, taken)
 
@@ -804,24 +806,19 @@ class MysqlQueueStore:
             return self._claimed_single(conn, results[lock_step], [])
 
     def _complete_and_claim_by_procedure(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
-        """The same through the claim procedure: its CALL, the read of what it claimed, COMMIT AND CHAIN."""
-        batch = [
-            self._procedure_call(conn, task_id, mensagem),
-            (self.sql["claim_tasks"]["single_read"], None),
-            ("COMMIT AND CHAIN", None),
-        ]
+        """The same in one CALL of the claim procedure, which also commits (AND CHAIN)."""
         with wrap_driver_errors("complete_task"):
             try:
-                results = run_batch(conn, batch)
+                claimed = call_procedure(conn, self._procedure_call(conn, task_id, mensagem))
             except StatementFailed as failed:
-                if failed.index == 0 and self._claim_procedure_failed(failed):
+                if self._claim_procedure_failed(failed):
                     # The CALL did nothing: the same in plain SQL, in the same transaction.
                     return self._complete_and_claim_single(conn, task_id, mensagem, name)
-                if failed.index == 0 and not self._completion_ran(conn):
+                if not self._completion_ran(conn):
                     return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
                 return self._after_failed_claim(conn, task_id, name, failed)
         with wrap_driver_errors("claim"):
-            return self._claimed_single(conn, results[1], [])
+            return self._claimed_single(conn, claimed, [])
 
     def _completion_ran(self, conn) -> bool:
         """After a failed CALL of the claim procedure: whether its completion and release had run."""
