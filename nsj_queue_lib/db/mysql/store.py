@@ -4,10 +4,14 @@ Same methods and meaning as ``PostgresQueueStore``; PyMySQL connections.
 
 Client operations (insert, list) run in the caller's transaction on any
 PyMySQL connection. Runtime operations expect worker connections that are
-``autocommit=True`` and went through ``configure_connection`` once (READ
-COMMITTED and a UTC session): the store opens and ends transactions with
-explicit statements, and on return from ``claim`` a transaction is open for
-the first claimed task's handler, as on PostgreSQL.
+``autocommit=True`` and went through ``configure_executor_connection`` (the
+executors': REPEATABLE READ) or ``configure_connection`` (the others': READ
+COMMITTED) once, both in a UTC session: the store opens and ends
+transactions with explicit statements, and on return from ``claim`` a
+transaction is open for the first claimed task's handler, as on PostgreSQL.
+An executor's claim, and its completion of a task with the next claim, is
+one CALL of the queue's claim procedure (claim_procedure.sql) when the
+database has the procedure of this version, else the same steps in SQL.
 
 What differs from PostgreSQL, and why:
 - Liveness and maintenance locks are named locks (``GET_LOCK(name, 0)``,
