@@ -75,7 +75,7 @@ class WorkerRuntime:
                               _executor_configure(settings, configure_executor))
         self.lock_client = None
         liveness = None
-        listener = None if settings.db_driver == "POSTGRES" else PollingListener(settings.queue_poll_interval)
+        listener = None if postgres else PollingListener(settings.queue_poll_interval)
         if settings.client_server_mode:
             # Wake-ups and every lock come from the socket server; nothing from
             # LISTEN or advisory locks.

@@ -166,6 +166,7 @@ def test_fan_out_reaches_exactly_the_matching_subscribers(pg_queue, pg_autocommi
     for delivery in deliveries:
         assert delivery["status"] == "sucesso"
         assert delivery["tentativa"] == 1
+        assert delivery["data_hora"] == delivery["data_hora_inicial"]  # a first attempt: one instant
         assert delivery["mensagem"] == f"{delivery['subscriber_id']} ok"
         assert delivery["dead"] is False
         for column in ("origem", "destino", "processo", "chave_externa", "tenant", "grupo_empresarial",

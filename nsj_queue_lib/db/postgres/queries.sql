@@ -164,7 +164,9 @@ FROM failed AS f
 RETURNING id
 
 -- name: fail_and_bury
--- The last attempt failed: mark the overflow and enqueue the dead-letter task.
+-- The last attempt failed: mark the overflow and enqueue the dead-letter task
+-- (a first attempt: data_hora and data_hora_inicial are one instant, which two
+-- clock_timestamp() column defaults would not be).
 WITH failed AS (
     UPDATE {queue_table}
     SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
@@ -173,13 +175,15 @@ WITH failed AS (
 )
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade
+    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade,
+    data_hora, data_hora_inicial
 )
 SELECT
     f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
     f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
-    coalesce(f.id_inicial, f.id), f.prioridade
+    coalesce(f.id_inicial, f.id), f.prioridade, due.at, due.at
 FROM failed AS f
+CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) AS due
 RETURNING id
 
 -- name: fail_final
@@ -273,16 +277,19 @@ WHERE t.id = doomed.id
 SELECT %(table)s::regclass::oid::bigint
 
 -- name: insert_deliveries
--- One task per subscriber of a publication, in the publication's transaction.
+-- One task per subscriber of a publication, in the publication's transaction;
+-- each a first attempt whose data_hora and data_hora_inicial are one instant.
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
-    publication_id, subscriber_id, payload, payload_hash
+    publication_id, subscriber_id, payload, payload_hash, data_hora, data_hora_inicial
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(tenant)s, %(grupo_empresarial)s,
-    coalesce(%(prioridade)s::integer, 50), %(publication_id)s, d.subscriber_id, d.payload, d.payload_hash
+    coalesce(%(prioridade)s::integer, 50), %(publication_id)s, d.subscriber_id, d.payload, d.payload_hash,
+    due.at, due.at
 FROM unnest(%(subscriber_ids)s::varchar[], %(payloads)s::text[], %(payload_hashes)s::bytea[])
      WITH ORDINALITY AS d(subscriber_id, payload, payload_hash, ord)
+CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) AS due
 ORDER BY d.ord
 RETURNING id
 
