@@ -53,14 +53,29 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 
 -- What an executor sends after a task, stored: the server parses one short
 -- CALL per task instead of the statements below. With a finished task
--- (p_task_id), its 'sucesso' and the release of its liveness lock; then the
--- claim of the next task with the same order, locking and liveness lock as
--- the plain-SQL claim in queries.sql, which workers use when this procedure
--- is missing or from another version (the COMMENT); then COMMIT AND CHAIN,
--- which commits both and opens the next task's transaction. The claimed row
--- (none when nothing was ready) is the CALL's one result set.
--- @nsjq_completed tells a failed call's caller whether the completion ran,
--- @nsjq_claimed which task's lock the claim may have taken.
+-- (p_task_id), its 'sucesso' and the release of its liveness lock,
+-- committed; then the claim of the next task with the same order, locking
+-- and liveness lock as the plain-SQL claim in queries.sql, which workers use
+-- when this procedure is missing or from another version (the COMMENT);
+-- then COMMIT AND CHAIN, which commits the claim and opens the next task's
+-- transaction. The claimed row (none when nothing was ready) is the CALL's
+-- one result set.
+-- @nsjq_completed = 1 tells a failed call's caller that the completion was
+-- committed (only the claim failed); @nsjq_claimed which task's lock the
+-- claim may have taken.
+--
+-- Where the claim starts reading. InnoDB leaves the claim index entry of a
+-- claimed task in place, delete-marked, until purge removes it, and purge
+-- works in batches: during a drain hundreds of such entries lie ahead of the
+-- first ready task. A locking read from the start of the 'pendente' range
+-- locks every one of them (REPEATABLE READ), and concurrent claims queue on
+-- those locks: the server's CPU per task grew with every executor added.
+-- So the procedure first finds the first ready task without locks and
+-- without a snapshot (READ UNCOMMITTED, for that one statement, which passes
+-- delete-marked entries for free), then locks from there on. The look-up
+-- needs a statement of its own outside any transaction: that is why the
+-- completion commits before the claim. A claim that fails (a deadlock)
+-- therefore never takes the finished task's work with it.
 DELIMITER //
 CREATE PROCEDURE public.claim_next_fila_teste(
     IN p_task_id BIGINT,
@@ -69,8 +84,12 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim c8dfbb0c763af67b'
+    COMMENT 'nsj_queue_lib claim d27afb1ad43411a1'
 BEGIN
+    DECLARE v_prioridade INT;
+    DECLARE v_data_hora TIMESTAMP(6);
+    DECLARE v_id BIGINT;
+    DECLARE v_lookup_failed BOOLEAN DEFAULT FALSE;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SET @nsjq_completed = 0, @nsjq_claimed = NULL;
@@ -79,14 +98,46 @@ BEGIN
         SET status = 'sucesso', mensagem = p_mensagem
         WHERE id = p_task_id AND status = 'processando';
         DO RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id));
-        SET @nsjq_completed = 1;
     END IF;
-    SELECT t.id INTO @nsjq_claimed
-    FROM public.fila_teste AS t
-    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-    ORDER BY t.prioridade DESC, t.data_hora, t.id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED;
+    -- Also ends the empty transaction a first claim is called in.
+    COMMIT;
+    SET @nsjq_completed = p_task_id IS NOT NULL;
+    BEGIN
+        -- If the look-up fails (its index was dropped, say), the claim reads
+        -- from the start. A statement that fails before it starts leaves
+        -- READ UNCOMMITTED pending for the next transaction: that one gets
+        -- the executors' level instead.
+        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
+        BEGIN
+            SET v_lookup_failed = TRUE;
+            SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+        END;
+        SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;
+        SELECT t.prioridade, t.data_hora, t.id INTO v_prioridade, v_data_hora, v_id
+        FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+        WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+        ORDER BY t.prioridade DESC, t.data_hora, t.id
+        LIMIT 1;
+    END;
+    START TRANSACTION;
+    IF v_id IS NOT NULL THEN
+        SELECT t.id INTO @nsjq_claimed
+        FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+        WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+          AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
+               OR (t.prioridade = v_prioridade
+                   AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+        ORDER BY t.prioridade DESC, t.data_hora, t.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    ELSEIF v_lookup_failed THEN
+        SELECT t.id INTO @nsjq_claimed
+        FROM public.fila_teste AS t
+        WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+        ORDER BY t.prioridade DESC, t.data_hora, t.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+    END IF;
     UPDATE public.fila_teste
     SET status = 'processando'
     WHERE id = @nsjq_claimed AND status = 'pendente';

@@ -303,36 +303,39 @@ def explode_on_claim(mysql_admin, mysql_queue):
         admin_exec(mysql_admin, f"DROP TRIGGER IF EXISTS {name}")
 
 
-def test_a_claim_failing_after_the_completion_commits_nothing_and_fails_the_attempt(
-        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim):
-    """The claim shares the finished task's transaction: when it fails, the task's work is not committed."""
+def test_a_claim_failing_after_the_completion_keeps_the_finished_task_and_claims_nothing(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim, caplog):
+    """The completion commits before the claim: a failing claim is undone alone."""
     first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
     store.claim(mysql_worker_conn, 1)
     admin_exec(mysql_worker_conn, f"UPDATE {mysql_queue.table} SET tenant = 99 WHERE id = %s", (first,))
     explode_on_claim(mysql_worker_conn, 0)
-    with pytest.raises(DatabaseError, match="exploded"):
-        store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1) == []
+    assert "claiming the next task failed" in caplog.text and "exploded" in caplog.text
     assert not in_transaction(mysql_worker_conn)
     row = row_of(mysql_admin, mysql_queue.table, first)
-    assert (row["status"], row["tenant"]) == ("processando", None)  # the executor records the failure next
+    assert (row["status"], row["mensagem"], row["tenant"]) == ("sucesso", "ok", 99)
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, first) is None
     assert row_of(mysql_admin, mysql_queue.table, second)["status"] == "pendente"
     assert lock_holder(mysql_admin, store, mysql_worker_conn, second) is None
+    # The connection claims normally afterwards.
+    assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [second]
 
 
-def test_a_deadlock_in_the_claim_after_the_completion_puts_the_task_back(
-        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim, caplog):
+def test_a_deadlock_in_the_claim_after_the_completion_claims_again(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, explode_on_claim):
     first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
     store.claim(mysql_worker_conn, 1)
     admin_exec(mysql_worker_conn, f"UPDATE {mysql_queue.table} SET tenant = 99 WHERE id = %s", (first,))
     explode_on_claim(mysql_worker_conn, 1213)
     nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
-    assert "Deadlock found (test)" in caplog.text
-    # Nothing of the attempt was committed, so it runs again, first in claim order: no failure recorded.
-    assert [t["id"] for t in nxt] == [first]
-    assert row_of(mysql_admin, mysql_queue.table, first)["tenant"] is None
-    assert row_of(mysql_admin, mysql_queue.table, second)["status"] == "pendente"
-    assert lock_holder(mysql_admin, store, mysql_worker_conn, first) == mysql_worker_conn.thread_id()
-    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) is None
+    # The finished task's work was committed before the claim; only the claim was tried again.
+    assert [t["id"] for t in nxt] == [second]
+    row = row_of(mysql_admin, mysql_queue.table, first)
+    assert (row["status"], row["tenant"]) == ("sucesso", 99)
+    assert row_of(mysql_admin, mysql_queue.table, second)["status"] == "processando"
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, first) is None
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
     assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0
 
 
@@ -424,6 +427,96 @@ def test_a_claim_procedure_dropped_before_an_idle_claim_falls_back_at_once(
     admin_exec(mysql_admin, f"DROP PROCEDURE {claim_routine_name(mysql_queue.table)}")
     assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [second]
     assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
+
+
+def drain_order(store, conn) -> list[int]:
+    """Ids in the order one executor claims them, each claim following the completion of the last."""
+    order = []
+    tasks = store.claim(conn, 1)
+    while tasks:
+        order.append(tasks[0]["id"])
+        tasks = store.complete_and_claim(conn, order[-1], "ok", store.task_lock_keys(0, order[-1]), 1)
+    return order
+
+
+def test_claims_after_completions_follow_priority_then_age_null_priority_last(
+        mysql_queue, enqueue, mysql_worker_conn, mysql_admin):
+    """The procedure claims from the first ready task it finds without locks, across priority bands."""
+    low, high, older, newer = enqueue(dict(prioridade=10, data_hora=ago(9)), dict(prioridade=90, data_hora=ago(1)),
+                                      dict(prioridade=50, data_hora=ago(8)), dict(prioridade=50, data_hora=ago(7)))
+    no_priority = enqueue(data_hora=ago(20))
+    admin_exec(mysql_admin, f"UPDATE {mysql_queue.table} SET prioridade = NULL WHERE id = %s", (no_priority,))
+    store = get_dialect("mysql").store(mysql_queue.table)
+    assert drain_order(store, mysql_worker_conn) == [high, older, newer, low, no_priority]
+
+
+def test_a_task_that_becomes_ready_ahead_is_the_next_one_claimed(mysql_queue, enqueue, mysql_worker_conn):
+    """Every claim looks for the first ready task anew: nothing remembered from the previous claim."""
+    first, second = enqueue(dict(prioridade=50), dict(prioridade=50))
+    store = get_dialect("mysql").store(mysql_queue.table)
+    assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [first]
+    urgent = enqueue(prioridade=90)
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert [t["id"] for t in nxt] == [urgent]
+    nxt = store.complete_and_claim(mysql_worker_conn, urgent, "ok", store.task_lock_keys(0, urgent), 1)
+    assert [t["id"] for t in nxt] == [second]
+
+
+def innodb_lock_requests(admin) -> int:
+    admin_exec(admin, "SET GLOBAL innodb_monitor_enable = 'lock_rec_lock_requests'")
+    return fetch_value(admin, "SELECT `count` FROM information_schema.innodb_metrics "
+                              "WHERE name = 'lock_rec_lock_requests'")
+
+
+def test_the_claim_passes_entries_of_claimed_tasks_without_locking_them(
+        mysql_queue, enqueue, mysql_worker_conn, mysql_admin, mysql_kwargs):
+    """Claimed tasks leave delete-marked claim index entries until purge: the claim must not lock each one."""
+    claimed = 250
+    enqueue(*[dict(chave_externa=str(n)) for n in range(claimed + 10)])
+    snapshot = connect(mysql_kwargs, autocommit=True)  # an open snapshot holds purge back
+    try:
+        admin_exec(snapshot, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        fetch_value(snapshot, f"SELECT count(*) FROM {mysql_queue.table}")
+        store = get_dialect("mysql").store(mysql_queue.table)
+        order = [store.claim(mysql_worker_conn, 1)[0]["id"]]
+        while len(order) < claimed:
+            nxt = store.complete_and_claim(mysql_worker_conn, order[-1], "ok", store.task_lock_keys(0, order[-1]), 1)
+            order.append(nxt[0]["id"])
+        # A locking read from the start of the 'pendente' range still meets every one of those entries.
+        admin_exec(mysql_admin, "BEGIN")
+        before = innodb_lock_requests(mysql_admin)
+        fetch_value(mysql_admin, f"SELECT id FROM {mysql_queue.table} WHERE status = 'pendente' "
+                                 "ORDER BY prioridade DESC, data_hora, id LIMIT 1 FOR UPDATE SKIP LOCKED")
+        head_scan = innodb_lock_requests(mysql_admin) - before
+        admin_exec(mysql_admin, "ROLLBACK")
+        assert head_scan >= claimed
+        before = innodb_lock_requests(mysql_admin)
+        nxt = store.complete_and_claim(mysql_worker_conn, order[-1], "ok", store.task_lock_keys(0, order[-1]), 1)
+        procedure = innodb_lock_requests(mysql_admin) - before
+        assert [t["id"] for t in nxt] == [order[-1] + 1]
+        assert procedure < 30, (procedure, head_scan)
+    finally:
+        snapshot.close()
+
+
+def test_without_the_claim_index_the_claim_reads_from_the_start_in_repeatable_read(
+        mysql_queue, enqueue, mysql_worker_conn, mysql_admin, mysql_kwargs):
+    """The look-up names the claim index: without it, it fails, and the claim still works; READ UNCOMMITTED stays with the look-up."""
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    store = get_dialect("mysql").store(mysql_queue.table)
+    store.claim(mysql_worker_conn, 1)
+    store.commit(mysql_worker_conn)  # the handler's transaction ends: nothing holds the table
+    admin_exec(mysql_admin, f"DROP INDEX {mysql_queue.claim_index} ON {mysql_queue.table}")
+    store.begin(mysql_worker_conn)
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert [t["id"] for t in nxt] == [second]
+    other = connect(mysql_kwargs)  # an uncommitted insert READ UNCOMMITTED would see
+    try:
+        QueueClient(other, mysql_queue.table).insert_task(**TASK)
+        assert fetch_value(mysql_worker_conn, f"SELECT count(*) FROM {mysql_queue.table}") == 2
+    finally:
+        other.rollback()
+        other.close()
 
 
 def test_a_queue_in_a_latin1_database_keeps_every_character(mysql_admin, mysql_kwargs):

@@ -780,13 +780,13 @@ class MysqlQueueStore:
             return self._claim(conn, limit, in_transaction=False)
 
     def _complete_and_claim_single(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
-        """Completion, unlock, the next task's claim and COMMIT AND CHAIN: one round trip, one commit.
+        """Completion and unlock, committed; then the next task's claim and COMMIT AND CHAIN: one round trip.
 
-        The claim is in the finished task's transaction, so if anything after
-        the completion fails nothing is committed: the claim's lock is
-        released, and on a deadlock or lock wait timeout the task goes back to
-        'pendente' to run again (its work was rolled back, as after a deadlock
-        on the completion); any other error fails the attempt.
+        The completion commits before the claim starts, so a failing claim
+        never takes the finished task's work with it: the claim is undone
+        (its lock released) and, after a deadlock or lock wait timeout, tried
+        again. A failure up to the completion's commit leaves nothing
+        committed and is settled as before (``_after_failed_completion``).
         """
         if self._has_claim_procedure(conn):
             return self._complete_and_claim_by_procedure(conn, task_id, mensagem, name)
@@ -795,22 +795,24 @@ class MysqlQueueStore:
         batch = [
             (steps["complete"], {"id": task_id, "mensagem": mensagem}),
             (steps["unlock"], {"name": name}),
+            ("COMMIT", None),
+            ("START TRANSACTION", None),
             *claim,
             ("COMMIT AND CHAIN", None),
         ]
-        lock_step = 1 + len(claim)
+        committed = 3  # statements up to and including the completion's commit
         with wrap_driver_errors("complete_task"):
             try:
                 results = run_batch(conn, batch)
             except StatementFailed as failed:
-                if failed.index == 0:
+                if failed.index < committed:
                     return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
-                return self._after_failed_claim(conn, task_id, name, failed)
+                return self._after_committed_completion(conn, task_id, failed)
         with wrap_driver_errors("claim"):
-            return self._claimed_single(conn, results[lock_step], [])
+            return self._claimed_single(conn, results[committed + len(claim)], [])
 
     def _complete_and_claim_by_procedure(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
-        """The same in one CALL of the claim procedure, which also commits (AND CHAIN)."""
+        """The same in one CALL of the claim procedure: the completion commits, then the claim (AND CHAIN)."""
         with wrap_driver_errors("complete_task"):
             try:
                 claimed = call_procedure(conn, self._procedure_call(conn, task_id, mensagem))
@@ -818,34 +820,33 @@ class MysqlQueueStore:
                 if self._claim_procedure_failed(failed):
                     # The CALL did nothing: the same in plain SQL, in the same transaction.
                     return self._complete_and_claim_single(conn, task_id, mensagem, name)
-                if not self._completion_ran(conn):
+                if not self._completion_committed(conn):
                     return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
-                return self._after_failed_claim(conn, task_id, name, failed)
+                return self._after_committed_completion(conn, task_id, failed)
         with wrap_driver_errors("claim"):
             return self._claimed_single(conn, claimed, [])
 
-    def _completion_ran(self, conn) -> bool:
-        """After a failed CALL of the claim procedure: whether its completion and release had run."""
+    def _completion_committed(self, conn) -> bool:
+        """After a failed CALL of the claim procedure: whether its completion had been committed."""
         with conn.cursor() as cur:
             cur.execute("SELECT @nsjq_completed")
             return cur.fetchone()[0] == 1
 
-    def _after_failed_claim(self, conn, task_id: int, name: str, failed: StatementFailed) -> list[dict[str, Any]]:
-        """A statement after the completion failed: nothing is committed, the claim's lock is released.
+    def _after_committed_completion(self, conn, task_id: int, failed: StatementFailed) -> list[dict[str, Any]]:
+        """The procedure committed the task, then its claim failed: undo the claim, claim again.
 
-        On a deadlock or lock wait timeout the task goes back to 'pendente' to
-        run again (its work was rolled back, as after a deadlock on the
-        completion) and the next task is claimed; any other error is raised
-        (the executor records a failed attempt).
+        A deadlock or lock wait timeout is retried as a fresh claim. Any other
+        error leaves the task done and nothing claimed (logged): the next
+        claim on this connection meets the error again if it lasts.
         """
         with suppress(Exception):  # the connection may be gone; its locks with it
             conn.rollback()
         self._release_single_claim_lock(conn)
-        if not is_retryable(failed):
-            raise failed
-        logger.warning("task=%s: %s after its completion; the task goes back to the queue", task_id, failed.error)
-        self._give_back(conn, task_id, lambda: self._unlock_in(conn, name))
-        return self.claim(conn, 1)
+        if is_retryable(failed):
+            logger.debug("task=%s: %s while claiming the next task; claiming again", task_id, failed.error)
+            return self.claim(conn, 1)
+        logger.warning("task=%s: done, but claiming the next task failed: %s", task_id, failed.error)
+        return []
 
     def _after_failed_completion(self, conn, task_id: int, mensagem: str, name: str, limit: int,
                                  failed: StatementFailed) -> list[dict[str, Any]]:
