@@ -53,8 +53,8 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 
 -- What an executor sends after a task, stored: the server parses one short
 -- CALL per task instead of the statements below. With a finished task
--- (p_task_id), its 'sucesso' and the release of its liveness lock,
--- committed; then the claim of the next task with the same order, locking
+-- (p_task_id), its 'sucesso', committed, and the release of its liveness
+-- lock; then the claim of the next task with the same order, locking
 -- and liveness lock as the plain-SQL claim in queries.sql, which workers use
 -- when this procedure is missing or from another version (the COMMENT);
 -- then COMMIT AND CHAIN, which commits the claim and opens the next task's
@@ -84,7 +84,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d27afb1ad43411a1'
+    COMMENT 'nsj_queue_lib claim 96a25fc2977d09d9'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -97,11 +97,12 @@ BEGIN
         UPDATE public.fila_teste
         SET status = 'sucesso', mensagem = p_mensagem
         WHERE id = p_task_id AND status = 'processando';
-        DO RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id));
     END IF;
-    -- Also ends the empty transaction a first claim is called in.
+    -- Also ends the empty transaction a first claim is called in. The
+    -- liveness lock goes once the task is 'sucesso' for everyone.
     COMMIT;
-    SET @nsjq_completed = p_task_id IS NOT NULL;
+    SET @nsjq_completed = p_task_id IS NOT NULL,
+        @nsjq_released = IF(p_task_id IS NULL, NULL, RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id)));
     BEGIN
         -- If the look-up fails (its index was dropped, say), the claim reads
         -- from the start. A statement that fails before it starts leaves
