@@ -86,7 +86,7 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
 -- when this procedure is missing or from another version (the COMMENT);
 -- then COMMIT AND CHAIN, which commits the claim and opens the next task's
 -- transaction. The claimed row (none when nothing was ready) is the CALL's
--- one result set.
+-- one result set: one JSON column, with the liveness lock's GET_LOCK result.
 -- @nsjq_completed = 1 tells a failed call's caller that the completion was
 -- committed (only the claim failed); @nsjq_claimed which task's lock the
 -- claim may have taken.
@@ -111,7 +111,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 96a25fc2977d09d9'
+    COMMENT 'nsj_queue_lib claim 573577a5225df2a0'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -169,7 +169,7 @@ BEGIN
     UPDATE public.fila_teste
     SET status = 'processando'
     WHERE id = @nsjq_claimed AND status = 'pendente';
-    SELECT t.id, GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS liveness_locked, JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', t.status, 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', COALESCE(t.payload, first_attempt.payload), 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade) AS task
+    SELECT JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', t.status, 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', COALESCE(t.payload, first_attempt.payload), 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade) AS task
     FROM public.fila_teste AS t
     LEFT JOIN public.fila_teste AS first_attempt
            ON first_attempt.id = t.id_inicial AND t.payload IS NULL

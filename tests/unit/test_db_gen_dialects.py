@@ -195,8 +195,8 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure
     assert f"COMMENT '{claim_procedure_version()}'" in procedure
     assert "FOR UPDATE SKIP LOCKED" in procedure and "SQL SECURITY INVOKER" in procedure
-    # Every column of the row the store decodes (and nothing else).
-    assert re.findall(r"'([a-z_]+)', ", procedure.split("JSON_OBJECT(")[1]) == list(model.QUEUE_COLUMNS)
+    # Every column of the row the store decodes, after the liveness lock's result (and nothing else).
+    assert re.findall(r"'([a-z_]+)', ", procedure.split("JSON_OBJECT(")[1]) == ["liveness_locked", *model.QUEUE_COLUMNS]
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

@@ -6,7 +6,7 @@
 -- when this procedure is missing or from another version (the COMMENT);
 -- then COMMIT AND CHAIN, which commits the claim and opens the next task's
 -- transaction. The claimed row (none when nothing was ready) is the CALL's
--- one result set.
+-- one result set: one JSON column, with the liveness lock's GET_LOCK result.
 -- @nsjq_completed = 1 tells a failed call's caller that the completion was
 -- committed (only the claim failed); @nsjq_claimed which task's lock the
 -- claim may have taken.
@@ -89,7 +89,7 @@ BEGIN
     UPDATE {table}
     SET status = 'processando'
     WHERE id = @nsjq_claimed AND status = 'pendente';
-    SELECT t.id, GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS liveness_locked, JSON_OBJECT({task_json}) AS task
+    SELECT JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), {task_json}) AS task
     FROM {table} AS t
     LEFT JOIN {table} AS first_attempt
            ON first_attempt.id = t.id_inicial AND t.payload IS NULL

@@ -121,11 +121,11 @@ UPDATE {queue_table}
 SET status = 'processando'
 WHERE id = @nsjq_claimed AND status = 'pendente';
 -- step: single_lock
--- The row comes back as one JSON column: PyMySQL parses a column definition
--- per column of every result, which cost more than the whole claim's SQL.
--- Times are text, the payload hash hex; the store converts them back.
-SELECT t.id, GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0) AS liveness_locked,
-       JSON_OBJECT({task_json}) AS task
+-- The row comes back as one JSON column, the liveness lock's GET_LOCK result
+-- in it: PyMySQL parses a column definition per column of every result,
+-- which cost more than the whole claim's SQL. Times are text, the payload
+-- hash hex; the store converts them back.
+SELECT JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0), {task_json}) AS task
 FROM {queue_table} AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL

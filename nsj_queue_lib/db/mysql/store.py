@@ -609,15 +609,20 @@ class MysqlQueueStore:
         return True
 
     def _claimed_single(self, conn, locked_rows: Result, taken: list[str]) -> list[dict[str, Any]]:
-        """The task the single-task claim's lock step returned (COMMIT AND CHAIN ran), or [] with ``conn`` idle."""
+        """The task the single-task claim's lock step returned (COMMIT AND CHAIN ran), or [] with ``conn`` idle.
+
+        The row is one JSON document that also holds ``liveness_locked``, the
+        GET_LOCK result; the name of a lock taken is added to ``taken``.
+        """
         if not locked_rows.rows:
             conn.rollback()  # the empty transaction opened for a task
             return []
-        _note_locks(locked_rows, self.lock_prefix(conn), taken)
         tasks = []
-        for _task_id, got, document in locked_rows.rows:
+        for (document,) in locked_rows.rows:
             task = _task_from_json(document)
-            task["liveness_locked"] = got == 1
+            task["liveness_locked"] = task["liveness_locked"] is True
+            if task["liveness_locked"]:
+                taken.append(self.task_lock_name(conn, task["id"]))
             tasks.append(task)
         return tasks
 
