@@ -22,6 +22,11 @@ What differs from PostgreSQL, and why:
 - There is no oid: ``queue_oid`` is a stable 31-bit number derived from the
   qualified table name.
 - There is no NOTIFY: ``notify`` sends nothing.
+- A finished task commits before the next claim (two commits per task, one
+  on PostgreSQL): the procedure's claim starts where a lock-free look-up
+  found the first ready task (claim_procedure.sql says why), and that
+  look-up needs a statement outside any transaction. A failing claim is
+  therefore undone on its own, never with the finished task's work.
 - A deadlock (1213) or lock wait timeout (1205) while claiming or completing
   is retried here, never surfaced as a task failure.
 - Times: the columns are TIMESTAMP(6) (UTC inside, the session's time zone
@@ -745,14 +750,16 @@ class MysqlQueueStore:
     ) -> list[dict[str, Any]]:
         """Settle a task as 'sucesso', release its lock, commit, and claim the next tasks.
 
-        Two round trips when the connection accepts multi-statements: the
-        completion, its commit and the claim's select; then the claim's mark,
-        locks and commit. ``limit`` 0 only completes. A lock wait timeout on
-        the update is retried in the same transaction. A deadlock there has
-        already rolled the handler's work back: the task then goes back to
-        'pendente' to run again (nothing of it was committed), never recorded
-        as a failure. A deadlock in the claim is retried after the completion
-        was committed.
+        One task (an executor's step): one round trip, see
+        ``_complete_and_claim_single``. Several: two round trips when the
+        connection accepts multi-statements, the completion, its commit and
+        the claim's select, then the claim's mark, locks and commit. ``limit``
+        0 only completes. The completion always commits before the claim. A
+        lock wait timeout on its update is retried in the same transaction. A
+        deadlock there has already rolled the handler's work back: the task
+        then goes back to 'pendente' to run again (nothing of it was
+        committed), never recorded as a failure. A deadlock in the claim is
+        retried after the completion was committed.
         """
         name = self.task_lock_name(conn, task_id)
         steps = self.sql["complete_and_unlock"]
