@@ -845,7 +845,7 @@ class MysqlQueueStore:
             return cur.fetchone()[0] == 1
 
     def _after_committed_completion(self, conn, task_id: int, failed: StatementFailed) -> list[dict[str, Any]]:
-        """The procedure committed the task, then its claim failed: undo the claim, claim again.
+        """The finished task was committed, then the claim after it failed: undo the claim, claim again.
 
         A deadlock or lock wait timeout is retried as a fresh claim. Any other
         error leaves the task done and nothing claimed (logged): the next
