@@ -105,8 +105,8 @@ WHERE id IN %(ids)s;
 -- The single_* steps: the claim of one task, which is what an executor
 -- thread asks for, with no round trip between its statements: the selected
 -- id waits in a session variable. Sent in one batch with COMMIT AND CHAIN,
--- after the finished task's completion when there is one, so a task costs
--- one round trip and one commit. Same order, locking and liveness lock.
+-- after the finished task's completion and its own commit when there is
+-- one, so a task costs one round trip. Same order, locking and liveness lock.
 -- step: single_forget
 SET @nsjq_claimed = NULL;
 -- step: single_select
