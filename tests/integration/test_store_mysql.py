@@ -339,6 +339,36 @@ def test_a_deadlock_in_the_claim_after_the_completion_claims_again(
     assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0
 
 
+def test_a_failed_completion_after_an_earlier_one_on_the_connection_is_not_taken_for_committed(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue):
+    """@nsjq_completed still names the task an earlier CALL completed: the failed one is another."""
+    first, second, third = enqueue(dict(prioridade=90), dict(prioridade=50), dict(prioridade=10))
+    store.claim(mysql_worker_conn, 1)
+    [task] = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert task["id"] == second
+    name = f"{mysql_queue.name}_fail_completion"
+    admin_exec(mysql_admin, f"""
+        CREATE TRIGGER {name} BEFORE UPDATE ON {mysql_queue.table} FOR EACH ROW
+        BEGIN
+            IF NEW.status = 'sucesso' AND @nsjq_test_fail_completion IS NOT NULL THEN
+                SET @nsjq_test_fail_completion = NULL;
+                SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found (test)';
+            END IF;
+        END""")
+    try:
+        admin_exec(mysql_worker_conn, f"UPDATE {mysql_queue.table} SET tenant = 99 WHERE id = %s", (second,))
+        admin_exec(mysql_worker_conn, "SET @nsjq_test_fail_completion = 1")
+        nxt = store.complete_and_claim(mysql_worker_conn, second, "ok", store.task_lock_keys(0, second), 1)
+    finally:
+        admin_exec(mysql_admin, f"DROP TRIGGER IF EXISTS {name}")
+    # Settled as a lost completion: the handler's work is undone and the task runs again.
+    assert [t["id"] for t in nxt] == [second]
+    row = row_of(mysql_admin, mysql_queue.table, second)
+    assert (row["status"], row["tenant"]) == ("processando", None)
+    assert row_of(mysql_admin, mysql_queue.table, third)["status"] == "pendente"
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
+
+
 def test_the_single_claims_release_step_frees_the_lock_it_took_and_no_other(
         store, enqueue, mysql_worker_conn, mysql_worker_conn_2, mysql_admin):
     """What a failed batch runs when its lock step may have locked the claimed task."""

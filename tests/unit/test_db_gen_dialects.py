@@ -195,8 +195,13 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure
     assert f"COMMENT '{claim_procedure_version()}'" in procedure
     assert "FOR UPDATE SKIP LOCKED" in procedure and "SQL SECURITY INVOKER" in procedure
-    # Every column of the row the store decodes, after the liveness lock's result (and nothing else).
-    assert re.findall(r"'([a-z_]+)', ", procedure.split("JSON_OBJECT(")[1]) == ["liveness_locked", *model.QUEUE_COLUMNS]
+    # Every column of the row the store decodes, after the liveness lock's result (and nothing else);
+    # the claimed row's status is the one the claim writes.
+    json_object = procedure.split("JSON_OBJECT(")[1].split(")\n")[0]
+    keys = re.findall(r"(?:^|, )'([a-z_]+)', (?:t\.|HEX\(|GET_LOCK\(|'processando')", json_object)
+    assert keys == ["liveness_locked", *model.QUEUE_COLUMNS]
+    assert "'status', 'processando'" in json_object
+    assert procedure.count("JSON_OBJECT(") == 2  # the positioned claim and the claim from the start
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

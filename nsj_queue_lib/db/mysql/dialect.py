@@ -22,22 +22,26 @@ UPGRADE_COLUMNS = ("prioridade", "dead", "live_id", "pub_sub", "publication_id",
 _CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
+def _task_json(**overrides: str) -> str:
+    """A task row as JSON_OBJECT arguments, ``t`` being the row; ``overrides``: column -> expression."""
+    expressions = {"payload_hash": "HEX(t.payload_hash)", **overrides}
+    return ", ".join(f"'{c}', {expressions.get(c, f't.{c}')}" for c in model.QUEUE_COLUMNS)
+
+
 # A claimed row as JSON_OBJECT arguments: one column instead of 29, because
 # PyMySQL parses a column definition per column of every result. Times are
 # text and the payload hash hex; the store converts them back.
-TASK_JSON = ", ".join(
-    f"'{c}', " + (
-        "COALESCE(t.payload, first_attempt.payload)" if c == "payload"
-        else "HEX(t.payload_hash)" if c == "payload_hash"
-        else f"t.{c}"
-    )
-    for c in model.QUEUE_COLUMNS
-)
+TASK_JSON = _task_json(payload="COALESCE(t.payload, first_attempt.payload)")
+# The same row as the claim procedure's locking read builds it, before its
+# UPDATE: status is what that UPDATE writes, and the payload of a later
+# attempt is filled in from the first attempt afterwards.
+CLAIMED_TASK_JSON = _task_json(status="'processando'")
 
 
 def claim_procedure_version() -> str:
     """The claim procedure's COMMENT: changes whenever its body (or the row it returns) does."""
-    digest = hashlib.sha256((read_sql("mysql", "claim_procedure.sql") + TASK_JSON).encode()).hexdigest()
+    source = read_sql("mysql", "claim_procedure.sql") + CLAIMED_TASK_JSON
+    digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
 
 
@@ -83,7 +87,8 @@ class MysqlDialect(Dialect):
         values = names.template_values()
         values["indexes"] = render(read_sql(self.name, "indexes.sql"), values).strip()
         values["subscriber_indexes"] = render(read_sql(self.name, "subscriber_indexes.sql"), values).strip()
-        procedure_values = dict(values, task_json=TASK_JSON, claim_procedure_version=claim_procedure_version())
+        procedure_values = dict(values, claimed_task_json=CLAIMED_TASK_JSON,
+                                claim_procedure_version=claim_procedure_version())
         values["claim_procedure_ddl"] = render(read_sql(self.name, "claim_procedure.sql"), procedure_values).strip()
         return values
 

@@ -614,16 +614,18 @@ class MysqlQueueStore:
         return True
 
     def _claimed_single(self, conn, locked_rows: Result, taken: list[str]) -> list[dict[str, Any]]:
-        """The task the single-task claim's lock step returned (COMMIT AND CHAIN ran), or [] with ``conn`` idle.
+        """The task the single-task claim returned (COMMIT AND CHAIN ran), or [] with ``conn`` idle.
 
         The row is one JSON document that also holds ``liveness_locked``, the
         GET_LOCK result; the name of a lock taken is added to ``taken``.
+        Nothing claimed is no row (plain SQL) or a NULL document (procedure).
         """
-        if not locked_rows.rows:
+        documents = [document for (document,) in locked_rows.rows if document is not None]
+        if not documents:
             conn.rollback()  # the empty transaction opened for a task
             return []
         tasks = []
-        for (document,) in locked_rows.rows:
+        for document in documents:
             task = _task_from_json(document)
             task["liveness_locked"] = task["liveness_locked"] is True
             if task["liveness_locked"]:
@@ -761,10 +763,10 @@ class MysqlQueueStore:
         committed), never recorded as a failure. A deadlock in the claim is
         retried after the completion was committed.
         """
+        if limit == 1 and accepts_multi_statements(conn):
+            return self._complete_and_claim_single(conn, task_id, mensagem)
         name = self.task_lock_name(conn, task_id)
         steps = self.sql["complete_and_unlock"]
-        if limit == 1 and accepts_multi_statements(conn):
-            return self._complete_and_claim_single(conn, task_id, mensagem, name)
         batch = [
             (steps["complete"], {"id": task_id, "mensagem": mensagem}),
             (steps["unlock"], {"name": name}),
@@ -791,7 +793,7 @@ class MysqlQueueStore:
                 raise
             return self._claim(conn, limit, in_transaction=False)
 
-    def _complete_and_claim_single(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
+    def _complete_and_claim_single(self, conn, task_id: int, mensagem: str) -> list[dict[str, Any]]:
         """Completion and unlock, committed; then the next task's claim and COMMIT AND CHAIN: one round trip.
 
         The completion commits before the claim starts, so a failing claim
@@ -801,7 +803,8 @@ class MysqlQueueStore:
         committed and is settled as before (``_after_failed_completion``).
         """
         if self._has_claim_procedure(conn):
-            return self._complete_and_claim_by_procedure(conn, task_id, mensagem, name)
+            return self._complete_and_claim_by_procedure(conn, task_id, mensagem)
+        name = self.task_lock_name(conn, task_id)
         steps = self.sql["complete_and_unlock"]
         claim = self._plain_single_claim(conn)
         batch = [
@@ -823,7 +826,7 @@ class MysqlQueueStore:
         with wrap_driver_errors("claim"):
             return self._claimed_single(conn, results[committed + len(claim)], [])
 
-    def _complete_and_claim_by_procedure(self, conn, task_id: int, mensagem: str, name: str) -> list[dict[str, Any]]:
+    def _complete_and_claim_by_procedure(self, conn, task_id: int, mensagem: str) -> list[dict[str, Any]]:
         """The same in one CALL of the claim procedure: the completion commits, then the claim (AND CHAIN)."""
         with wrap_driver_errors("complete_task"):
             try:
@@ -831,18 +834,23 @@ class MysqlQueueStore:
             except StatementFailed as failed:
                 if self._claim_procedure_failed(failed):
                     # The CALL did nothing: the same in plain SQL, in the same transaction.
-                    return self._complete_and_claim_single(conn, task_id, mensagem, name)
-                if not self._completion_committed(conn):
+                    return self._complete_and_claim_single(conn, task_id, mensagem)
+                if not self._completion_committed(conn, task_id):
+                    name = self.task_lock_name(conn, task_id)
                     return self._after_failed_completion(conn, task_id, mensagem, name, 1, failed)
                 return self._after_committed_completion(conn, task_id, failed)
         with wrap_driver_errors("claim"):
             return self._claimed_single(conn, claimed, [])
 
-    def _completion_committed(self, conn) -> bool:
-        """After a failed CALL of the claim procedure: whether its completion had been committed."""
+    def _completion_committed(self, conn, task_id: int) -> bool:
+        """After a failed CALL of the claim procedure: whether its completion of ``task_id`` had been committed.
+
+        The procedure names the task in @nsjq_completed right after the
+        commit; an older value names another task (ids are never reused).
+        """
         with conn.cursor() as cur:
             cur.execute("SELECT @nsjq_completed")
-            return cur.fetchone()[0] == 1
+            return cur.fetchone()[0] == task_id
 
     def _after_committed_completion(self, conn, task_id: int, failed: StatementFailed) -> list[dict[str, Any]]:
         """The finished task was committed, then the claim after it failed: undo the claim, claim again.
