@@ -20,7 +20,12 @@ Workloads, each on PostgreSQL and on MariaDB:
             default QUEUE_POLL_INTERVAL=0.5 s: up to half a second before the
             first claim), then a small grid for 2 cores (processes x
             QUEUE_CONCURRENCY; on MariaDB with QUEUE_POLL_INTERVAL=0.1), one
-            screening run each, and the best configuration measured again.
+            screening run each; then each database's best configuration
+            measured again in rounds (one per run), the two databases back
+            to back in alternating order, and MariaDB's rate divided by
+            PostgreSQL's within each round: this 2-core VM's speed drifts by
+            tens of percent within minutes, which a comparison of medians
+            taken minutes apart does not survive.
             With each drain: CPU of the worker processes and of the database
             server per 1,000 tasks (from /proc; the server's figure includes
             its other clients, and PostgreSQL backends that exit during the
@@ -540,7 +545,7 @@ class Table:
         lines = []
         for workload in self.order:
             unit = self.units[workload]
-            digits = 1 if unit == "ms" else 0
+            digits = {"ms": 1, "ratio": 2}.get(unit, 0)
             row = [workload, unit]
             medians = []
             for d in databases:
@@ -606,6 +611,7 @@ def mariadb_poll(interval: float) -> dict[str, str]:
 
 
 MARIADB_POLLS = (0.5, 0.1)  # the default, and a short interval
+PAIRED_RATIO_ROW = "drain, best configurations: MariaDB / PostgreSQL within each round"
 
 
 def latency_variants(db: Database) -> list[tuple[float | None, dict[str, str]]]:
@@ -656,22 +662,33 @@ def run(cfg: Config, dbs: list[Database], log_dir: Path) -> Table:
                 screening[(processes, concurrency)] = d
         if screening:
             best[db.label] = max(screening, key=lambda k: screening[k].rate)
-            drain_rows(table, best_row, db.label)(screening[best[db.label]])
-    for _ in range(cfg.runs - 1):
-        for db in dbs:
+    # The best configurations measured again in rounds, both databases back to
+    # back, in alternating order: this machine's speed drifts by tens of
+    # percent within minutes, so the ratio is taken within each round (the
+    # screening values, picked as maxima, are not reused).
+    print("== best configurations, paired rounds", flush=True)
+    for round_no in range(cfg.runs):
+        rates: dict[str, float] = {}
+        for db in (dbs if round_no % 2 == 0 else dbs[::-1]):
             if db.label in best:
                 p, c = best[db.label]
-                measure(table, f"{best_row} ({p} x {c})", db.label, bench_drain, db, p, c, grid_env[db.kind],
-                        cfg.drain_tasks, log_dir, record=drain_rows(table, best_row, db.label))
+                d = measure(table, f"{best_row} ({p} x {c})", db.label, bench_drain, db, p, c, grid_env[db.kind],
+                            cfg.drain_tasks, log_dir, record=drain_rows(table, best_row, db.label))
+                if d is not None:
+                    rates[db.label] = d.rate
+        if len(rates) == 2 and len(dbs) == 2:
+            first, second = (rates[db.label] for db in dbs)
+            table.add(PAIRED_RATIO_ROW, "ratio", dbs[1].label, second / first)
     for db in dbs:
         if db.label in best:
             p, c = best[db.label]
             table.notes.append(f"best drain configuration on {db.label}: {p} process(es) x QUEUE_CONCURRENCY {c}"
                                + (" with QUEUE_POLL_INTERVAL=0.1" if db.kind == "mariadb" else ""))
     # The best configuration's rows right after the default drain's; screening rows last.
-    order = [w for w in table.order if w not in screening_rows and not w.startswith(best_row)]
+    best_rows = [w for w in table.order if w.startswith(best_row) or w == PAIRED_RATIO_ROW]
+    order = [w for w in table.order if w not in screening_rows and w not in best_rows]
     at = max(i for i, w in enumerate(order) if w.startswith(default_row)) + 1
-    order[at:at] = [w for w in table.order if w.startswith(best_row)]
+    order[at:at] = best_rows
     table.order = order + screening_rows
     return table
 
