@@ -107,6 +107,16 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
 -- completion commits before the claim. A claim that fails (a deadlock)
 -- therefore never takes the finished task's work with it.
 --
+-- The look-up is the most expensive statement of the procedure, so its
+-- answer is reused for 20 ms: until then an executor's claim starts at its
+-- own last claimed task (@nsjq_position_*, named per queue), which only
+-- other executors' claims since then lie before. A task that becomes ready
+-- ahead of that position in the meantime (a higher priority, a retry or a
+-- task given back with an older data_hora) waits for the next look-up:
+-- claim order may lag by up to 20 ms, never more. When nothing is ready
+-- after the position, the claim looks up at once, so "nothing claimed"
+-- always comes from a look-up of this call.
+--
 -- What each task costs is mostly statements (MariaDB spends more on
 -- running a statement than on the rows it touches), hence the shape of the
 -- claim: the locking read itself builds the row's JSON and takes the
@@ -121,11 +131,12 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 12789cab82d528d9'
+    COMMENT 'nsj_queue_lib claim b7f8afb5336d4a7e'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
     DECLARE v_id BIGINT;
+    DECLARE v_remembered BOOLEAN;
     DECLARE v_lookup_failed BOOLEAN DEFAULT FALSE;
     DECLARE v_claimed BIGINT;
     DECLARE v_first_attempt BIGINT;
@@ -142,48 +153,88 @@ BEGIN
     COMMIT;
     SET @nsjq_completed = p_task_id,
         @nsjq_released = IF(p_task_id IS NULL, NULL, RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id)));
-    BEGIN
-        -- If the look-up fails (its index was dropped, say), the claim reads
-        -- from the start. A statement that fails before it starts leaves
-        -- READ UNCOMMITTED pending for the next transaction: that one gets
-        -- the executors' level instead.
-        DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
-        BEGIN
-            SET v_lookup_failed = TRUE;
-            SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
-        END;
-        SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;
-        SELECT t.prioridade, t.data_hora, t.id INTO v_prioridade, v_data_hora, v_id
-        FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-        WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-        ORDER BY t.prioridade DESC, t.data_hora, t.id
-        LIMIT 1;
-    END;
-    START TRANSACTION;
-    -- GET_LOCK runs for the one row the claim returns. Later attempts keep
-    -- no payload of their own: v_first_attempt says where it is.
-    IF v_id IS NOT NULL THEN
-        SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-               JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade)
-        INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task
-        FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-        WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-          AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-               OR (t.prioridade = v_prioridade
-                   AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-        ORDER BY t.prioridade DESC, t.data_hora, t.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED;
-    ELSEIF v_lookup_failed THEN
-        SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-               JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade)
-        INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task
-        FROM public.fila_teste AS t
-        WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-        ORDER BY t.prioridade DESC, t.data_hora, t.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED;
+    -- Where the claim starts: this session's last claim of this queue while
+    -- its look-up is recent (data_hora kept as a number: a handler may change
+    -- the session's time zone), else the first ready task.
+    SET v_remembered = COALESCE(UNIX_TIMESTAMP(NOW(6)) < @nsjq_position_until
+                                AND @nsjq_position_queue = p_lock_prefix, FALSE);
+    IF v_remembered THEN
+        SET v_prioridade = @nsjq_position_prioridade,
+            v_data_hora = FROM_UNIXTIME(@nsjq_position_data_hora),
+            v_id = @nsjq_position_id;
     END IF;
+    claim: LOOP
+        IF NOT v_remembered THEN
+            BEGIN
+                -- If the look-up fails (its index was dropped, say), the claim
+                -- reads from the start. A statement that fails before it starts
+                -- leaves READ UNCOMMITTED pending for the next transaction: that
+                -- one gets the executors' level instead.
+                DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    SET v_lookup_failed = TRUE;
+                    SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+                END;
+                SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;
+                SELECT t.prioridade, t.data_hora, t.id INTO v_prioridade, v_data_hora, v_id
+                FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+                ORDER BY t.prioridade DESC, t.data_hora, t.id
+                LIMIT 1;
+            END;
+            -- No position without the claim index (the look-up failed).
+            SET @nsjq_position_queue = IF(v_lookup_failed, NULL, p_lock_prefix),
+                @nsjq_position_until = UNIX_TIMESTAMP(NOW(6)) + 0.02;
+        END IF;
+        START TRANSACTION;
+        -- GET_LOCK runs for the one row the claim returns. Later attempts keep
+        -- no payload of their own: v_first_attempt says where it is.
+        IF v_id IS NOT NULL THEN
+            BEGIN
+                -- A claim from a remembered position that fails (a deadlock,
+                -- the claim index dropped) starts over from a look-up; the
+                -- liveness lock it may have taken goes first.
+                DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    IF NOT v_remembered THEN
+                        RESIGNAL;
+                    END IF;
+                    SET v_claimed = NULL,
+                        @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
+                END;
+                SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
+                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade),
+                       t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
+                INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
+                     @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
+                FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+                  AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
+                       OR (t.prioridade = v_prioridade
+                           AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                ORDER BY t.prioridade DESC, t.data_hora, t.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+            END;
+        ELSEIF v_lookup_failed THEN
+            SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
+                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade),
+                   t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
+            INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
+                 @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
+            FROM public.fila_teste AS t
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+            ORDER BY t.prioridade DESC, t.data_hora, t.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF v_claimed IS NOT NULL OR NOT v_remembered THEN
+            LEAVE claim;
+        END IF;
+        -- Nothing ready after the position: look from the first ready task.
+        ROLLBACK;
+        SET v_remembered = FALSE, v_id = NULL;
+    END LOOP;
     IF v_claimed IS NOT NULL THEN
         UPDATE public.fila_teste
         SET status = 'processando'

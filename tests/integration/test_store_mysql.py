@@ -25,6 +25,7 @@ from tests.helpers.databases import unique_queue_name
 from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
     connect,
     create_queue,
+    drop_queue_tables,
     fetch_dicts,
     fetch_value,
     in_transaction,
@@ -190,14 +191,19 @@ def test_a_future_task_is_not_claimed_until_its_time(store, enqueue, mysql_worke
     assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [task_id]
 
 
-def test_claim_skips_rows_another_transaction_holds(store, enqueue, mysql_worker_conn, mysql_kwargs, mysql_queue):
+@pytest.mark.parametrize("limit", [1, 5])
+@pytest.mark.parametrize("hold", ["SELECT id FROM {table} WHERE id = %s FOR UPDATE",
+                                  "UPDATE {table} SET mensagem = 'held' WHERE id = %s"])
+def test_claim_skips_rows_another_transaction_holds(hold, limit, store, enqueue, mysql_worker_conn, mysql_kwargs,
+                                                   mysql_queue):
+    """A row locked by id elsewhere (a handler's own statement, say) is passed, by the single-task claim too."""
     first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
     other = connect(mysql_kwargs)
     try:
         with other.cursor() as cur:
-            cur.execute(f"SELECT id FROM {mysql_queue.table} WHERE id = %s FOR UPDATE", (first,))
+            cur.execute(hold.format(table=mysql_queue.table), (first,))
         started = time.monotonic()
-        assert [t["id"] for t in store.claim(mysql_worker_conn, 5)] == [second]
+        assert [t["id"] for t in store.claim(mysql_worker_conn, limit)] == [second]
         assert time.monotonic() - started < 2  # no waiting
     finally:
         other.close()
@@ -480,16 +486,58 @@ def test_claims_after_completions_follow_priority_then_age_null_priority_last(
     assert drain_order(store, mysql_worker_conn) == [high, older, newer, low, no_priority]
 
 
-def test_a_task_that_becomes_ready_ahead_is_the_next_one_claimed(mysql_queue, enqueue, mysql_worker_conn):
-    """Every claim looks for the first ready task anew: nothing remembered from the previous claim."""
+POSITION_SECONDS = 0.02  # how long a claim procedure's look-up is reused (claim_procedure.sql)
+
+
+def test_a_task_that_becomes_ready_ahead_is_claimed_once_the_look_up_is_older_than_20_ms(
+        mysql_queue, enqueue, mysql_worker_conn):
+    """Claims start at the session's last claim for 20 ms after a look-up, then look for the first ready task anew."""
     first, second = enqueue(dict(prioridade=50), dict(prioridade=50))
+    store = get_dialect("mysql").store(mysql_queue.table)
+    assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [first]
+    urgent = enqueue(prioridade=90)
+    time.sleep(POSITION_SECONDS * 1.5)
+    nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
+    assert [t["id"] for t in nxt] == [urgent]
+    nxt = store.complete_and_claim(mysql_worker_conn, urgent, "ok", store.task_lock_keys(0, urgent), 1)
+    assert [t["id"] for t in nxt] == [second]
+
+
+def test_a_claim_finding_nothing_after_its_position_looks_up_at_once(mysql_queue, enqueue, mysql_worker_conn):
+    """Nothing is ready after the last claim, but a task became ready ahead of it: the same call claims it."""
+    first = enqueue(prioridade=50)
     store = get_dialect("mysql").store(mysql_queue.table)
     assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [first]
     urgent = enqueue(prioridade=90)
     nxt = store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1)
     assert [t["id"] for t in nxt] == [urgent]
-    nxt = store.complete_and_claim(mysql_worker_conn, urgent, "ok", store.task_lock_keys(0, urgent), 1)
-    assert [t["id"] for t in nxt] == [second]
+    assert store.complete_and_claim(mysql_worker_conn, urgent, "ok", store.task_lock_keys(0, urgent), 1) == []
+
+
+def test_a_position_is_used_only_by_claims_of_its_own_queue(mysql_queue, enqueue, mysql_worker_conn, mysql_admin,
+                                                           mysql_kwargs):
+    """One session claiming from two queues: the position of one never steers the claim of the other."""
+    other = create_queue(mysql_admin, mysql_queue.database)
+    try:
+        other_store = get_dialect("mysql").store(other.table)
+        client = connect(mysql_kwargs)
+        try:
+            queue = QueueClient(client, other.table)
+            high, low = (queue.insert_task(**dict(TASK, prioridade=p)) for p in (90, 10))
+            client.commit()
+        finally:
+            client.close()
+        first = enqueue(prioridade=50)
+        store = get_dialect("mysql").store(mysql_queue.table)
+        # This queue's claim leaves the position (50, ...); in the other queue it lies between low and high.
+        assert [t["id"] for t in store.claim(mysql_worker_conn, 1)] == [first]
+        mysql_worker_conn.rollback()
+        store.unlock_task(mysql_worker_conn, store.task_lock_keys(0, first))
+        assert [t["id"] for t in other_store.claim(mysql_worker_conn, 1)] == [high]
+        mysql_worker_conn.rollback()
+        other_store.unlock_task(mysql_worker_conn, other_store.task_lock_keys(0, high))
+    finally:
+        drop_queue_tables(mysql_admin, mysql_queue.database, other.name)
 
 
 def innodb_lock_requests(admin) -> int:
