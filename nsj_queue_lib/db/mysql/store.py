@@ -24,9 +24,10 @@ What differs from PostgreSQL, and why:
 - There is no NOTIFY: ``notify`` sends nothing.
 - A finished task commits before the next claim (two commits per task, one
   on PostgreSQL): the procedure's claim starts where a lock-free look-up
-  found the first ready task (claim_procedure.sql says why), and that
-  look-up needs a statement outside any transaction. A failing claim is
-  therefore undone on its own, never with the finished task's work.
+  found the first ready task, or for 20 ms after one at the executor's own
+  last claim (claim_procedure.sql says why), and that look-up needs a
+  statement outside any transaction. A failing claim is therefore undone on
+  its own, never with the finished task's work.
 - A deadlock (1213) or lock wait timeout (1205) while claiming or completing
   is retried here, never surfaced as a task failure.
 - Times: the columns are TIMESTAMP(6) (UTC inside, the session's time zone
