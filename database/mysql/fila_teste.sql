@@ -82,13 +82,13 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 --
 -- The look-up is the most expensive statement of the procedure, so its
 -- answer is reused for 20 ms: until then an executor's claim starts at its
--- own last claimed task (@nsjq_position_*, named per queue), which only
--- other executors' claims since then lie before. A task that becomes ready
--- ahead of that position in the meantime (a higher priority, a retry or a
--- task given back with an older data_hora) waits for the next look-up:
--- claim order may lag by up to 20 ms, never more. When nothing is ready
--- after the position, the claim looks up at once, so "nothing claimed"
--- always comes from a look-up of this call.
+-- own last claimed task (@nsjq_position_*, per queue); between there and the
+-- first ready task lie only the tasks other executors claimed since. A task
+-- that becomes ready ahead of that position in the meantime (a higher
+-- priority, a retry or a task given back with an older data_hora) waits for
+-- the next look-up: claim order may lag by up to 20 ms, never more. When
+-- nothing is ready after the position, the claim looks up at once, so
+-- "nothing claimed" always comes from a look-up of this call.
 --
 -- What each task costs is mostly statements (MariaDB spends more on
 -- running a statement than on the rows it touches), hence the shape of the
@@ -104,7 +104,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim b7f8afb5336d4a7e'
+    COMMENT 'nsj_queue_lib claim 5a221946e974548c'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);

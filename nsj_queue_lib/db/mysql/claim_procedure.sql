@@ -29,13 +29,13 @@
 --
 -- The look-up is the most expensive statement of the procedure, so its
 -- answer is reused for 20 ms: until then an executor's claim starts at its
--- own last claimed task (@nsjq_position_*, named per queue), which only
--- other executors' claims since then lie before. A task that becomes ready
--- ahead of that position in the meantime (a higher priority, a retry or a
--- task given back with an older data_hora) waits for the next look-up:
--- claim order may lag by up to 20 ms, never more. When nothing is ready
--- after the position, the claim looks up at once, so "nothing claimed"
--- always comes from a look-up of this call.
+-- own last claimed task (@nsjq_position_*, per queue); between there and the
+-- first ready task lie only the tasks other executors claimed since. A task
+-- that becomes ready ahead of that position in the meantime (a higher
+-- priority, a retry or a task given back with an older data_hora) waits for
+-- the next look-up: claim order may lag by up to 20 ms, never more. When
+-- nothing is ready after the position, the claim looks up at once, so
+-- "nothing claimed" always comes from a look-up of this call.
 --
 -- What each task costs is mostly statements (MariaDB spends more on
 -- running a statement than on the rows it touches), hence the shape of the

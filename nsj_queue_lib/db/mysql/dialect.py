@@ -22,6 +22,7 @@ UPGRADE_COLUMNS = ("prioridade", "dead", "live_id", "pub_sub", "publication_id",
 _CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
+
 def _task_json(**overrides: str) -> str:
     """A task row as JSON_OBJECT arguments, ``t`` being the row; ``overrides``: column -> expression."""
     expressions = {"payload_hash": "HEX(t.payload_hash)", **overrides}
