@@ -375,6 +375,36 @@ def test_a_failed_completion_after_an_earlier_one_on_the_connection_is_not_taken
     assert lock_holder(mysql_admin, store, mysql_worker_conn, second) == mysql_worker_conn.thread_id()
 
 
+def test_a_claim_failing_again_after_a_deadlock_keeps_the_finished_task_done(
+        store, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, caplog):
+    """The claim after a committed completion deadlocks, and so does its retry: the task stays done, no error."""
+    first, second = enqueue(dict(prioridade=90), dict(prioridade=10))
+    name = f"{mysql_queue.name}_fail_claims"
+    admin_exec(mysql_admin, f"""
+        CREATE TRIGGER {name} BEFORE UPDATE ON {mysql_queue.table} FOR EACH ROW
+        BEGIN
+            IF NEW.status = 'processando' AND @nsjq_test_failures > 0 THEN
+                SET @nsjq_test_failures = @nsjq_test_failures - 1;
+                IF @nsjq_test_failures > 0 THEN
+                    SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found (test)';
+                END IF;
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the claim exploded again (test)';
+            END IF;
+        END""")
+    try:
+        store.claim(mysql_worker_conn, 1)
+        admin_exec(mysql_worker_conn, "SET @nsjq_test_failures = 2")  # a deadlock, then a plain error
+        assert store.complete_and_claim(mysql_worker_conn, first, "ok", store.task_lock_keys(0, first), 1) == []
+    finally:
+        admin_exec(mysql_admin, f"DROP TRIGGER IF EXISTS {name}")
+    assert "claiming the next task failed" in caplog.text and "exploded again" in caplog.text
+    assert not in_transaction(mysql_worker_conn)
+    assert row_of(mysql_admin, mysql_queue.table, first)["status"] == "sucesso"
+    assert row_of(mysql_admin, mysql_queue.table, second)["status"] == "pendente"
+    assert lock_holder(mysql_admin, store, mysql_worker_conn, second) is None
+    assert fetch_value(mysql_admin, f"SELECT count(*) FROM {mysql_queue.table} WHERE status LIKE 'falha%%'") == 0
+
+
 def test_the_single_claims_release_step_frees_the_lock_it_took_and_no_other(
         store, enqueue, mysql_worker_conn, mysql_worker_conn_2, mysql_admin):
     """What a failed batch runs when its lock step may have locked the claimed task."""

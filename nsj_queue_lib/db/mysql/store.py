@@ -857,16 +857,22 @@ class MysqlQueueStore:
         """The finished task was committed, then the claim after it failed: undo the claim, claim again.
 
         A deadlock or lock wait timeout is retried as a fresh claim. Any other
-        error leaves the task done and nothing claimed (logged): the next
-        claim on this connection meets the error again if it lasts.
+        error, or a fresh claim that fails too, leaves the task done and
+        nothing claimed (logged), never raised: the caller would take it for
+        a failed completion. The next claim on this connection meets the
+        error again if it lasts.
         """
         with suppress(Exception):  # the connection may be gone; its locks with it
             conn.rollback()
         self._release_single_claim_lock(conn)
+        error: BaseException = failed.error
         if is_retryable(failed):
             logger.debug("task=%s: %s while claiming the next task; claiming again", task_id, failed.error)
-            return self.claim(conn, 1)
-        logger.warning("task=%s: done, but claiming the next task failed: %s", task_id, failed.error)
+            try:
+                return self.claim(conn, 1)
+            except DatabaseError as exc:
+                error = exc
+        logger.warning("task=%s: done, but claiming the next task failed: %s", task_id, error)
         return []
 
     def _after_failed_completion(self, conn, task_id: int, mensagem: str, name: str, limit: int,
