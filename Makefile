@@ -4,6 +4,7 @@
 # (VENV, default .venv), so a fresh clone needs one command per task:
 #
 #     make test      # the test suite (embedded PostgreSQL when TEST_PG_DSN is unset)
+#     make check     # lint, format check and type check (what CI runs first)
 #     make demo      # enqueue a few tasks and watch a worker settle them
 #
 # `make help` (the default target) lists every target; a target documents
@@ -28,7 +29,7 @@ DDL_DIALECTS ?= postgres mysql singlestore
 
 COMPOSE ?= docker compose
 
-.PHONY: help venv test demo bench verify-ddl ddl env clean distclean \
+.PHONY: help venv test demo bench verify-ddl ddl env clean distclean lint format typecheck check \
         compose-build compose-up compose-down compose-test compose-logs compose-config
 
 help: ## List the targets (this text)
@@ -46,7 +47,7 @@ $(STAMP): pyproject.toml
 		$(PYTHON) -m venv "$(VENV)"; \
 	fi
 	@echo ">> installing nsj_queue_lib (editable) with the test extra into $(VENV)"
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,lint]'
 	@touch "$@"
 
 venv: $(STAMP) ## Create or refresh the virtual environment (.venv) with the test extra
@@ -57,6 +58,22 @@ test: $(STAMP) ## Run the test suite (pass options with PYTEST_ARGS='...')
 		echo ">> pytest collected no tests (exit 5), accepted because ALLOW_NO_TESTS=1"; rc=0; \
 	fi; \
 	exit $$rc
+
+# The trees the static checks cover; tests/golden holds generated SQL only.
+LINT_PATHS := nsj_queue_lib tests benchmarks examples scripts
+
+lint: $(STAMP) ## ruff: lint rules and format check (pyproject.toml [tool.ruff])
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+
+format: $(STAMP) ## ruff: apply the formatter and the safe lint fixes
+	$(VENV)/bin/ruff format $(LINT_PATHS)
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
+
+typecheck: $(STAMP) ## mypy: strict on the public API, check_untyped_defs elsewhere (pyproject.toml [tool.mypy])
+	$(VENV)/bin/mypy
+
+check: lint typecheck ## lint and typecheck
 
 demo: $(STAMP) ## Run examples/demo.py: enqueue tasks, run a worker, print the rows
 	@test -f examples/demo.py || { echo "examples/demo.py does not exist yet" >&2; exit 1; }

@@ -7,7 +7,15 @@ touches the environment, the network or a database.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use
+    from nsj_queue_lib.exceptions import ConfigError
+    from nsj_queue_lib.queue_client import QueueClient
+    from nsj_queue_lib.settings import Settings
+    from nsj_queue_lib.worker_base import WorkerBase
+    from nsj_queue_lib.worker_pub_sub_base import DeadSubscriber, Subscriber, WorkerPubSubBase
+    from nsj_queue_lib.worker_webhook import WorkerWebhook
 
 __all__ = [
     "QueueClient",

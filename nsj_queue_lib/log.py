@@ -34,11 +34,17 @@ def _add_loki_handler(logger: logging.Logger, settings: Settings) -> None:
     try:
         import logging_loki  # optional: pip install nsj-queue-lib[loki]
     except ImportError:
-        logger.warning("GRAFANA_URL is set but python-logging-loki is not installed; logging to stderr only")
+        logger.warning(
+            "GRAFANA_URL is set but python-logging-loki is not installed; logging to stderr only"
+        )
         return
     handler = logging_loki.LokiHandler(
         url=settings.grafana_url,
-        tags={"application": "nsj_queue_lib", "env": settings.env.lower(), "queue": settings.queue_name},
+        tags={
+            "application": "nsj_queue_lib",
+            "env": settings.env.lower(),
+            "queue": settings.queue_name,
+        },
         version="1",
     )
     handler.setFormatter(logging.Formatter(FORMAT))

@@ -33,7 +33,11 @@ def serialize_payload(payload: Any) -> str | None:
     if isinstance(payload, (dict, list)):
         try:
             return json.dumps(
-                payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                payload,
+                sort_keys=True,
+                ensure_ascii=False,
+                separators=(",", ":"),
+                allow_nan=False,
                 default=_json_default,
             )
         except (TypeError, ValueError) as exc:

@@ -71,7 +71,9 @@ def decode_body(body: bytes) -> dict[str, Any]:
         raise ProtocolError(f"frame is JSON {type(message).__name__}, not an object")
     version = message.get("v")
     if type(version) is not int or version != VERSION:
-        raise UnsupportedVersion(f"unsupported protocol version {version!r} (this side speaks {VERSION})")
+        raise UnsupportedVersion(
+            f"unsupported protocol version {version!r} (this side speaks {VERSION})"
+        )
     return message
 
 
@@ -110,11 +112,13 @@ class FrameDecoder:
             return None
         (length,) = HEADER.unpack_from(self._buffer, self._offset)
         if length > self.max_size:
-            raise FrameTooLarge(f"announced frame of {length} bytes exceeds the {self.max_size}-byte limit")
+            raise FrameTooLarge(
+                f"announced frame of {length} bytes exceeds the {self.max_size}-byte limit"
+            )
         if available < HEADER_SIZE + length:
             return None
         start = self._offset + HEADER_SIZE
-        body = bytes(self._buffer[start:start + length])
+        body = bytes(self._buffer[start : start + length])
         self._offset = start + length
         self._compact()
         # The next frame (if any bytes of it are here) starts now.

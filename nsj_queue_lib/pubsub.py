@@ -10,9 +10,13 @@ transaction, the one that marks it 'sucesso': all or nothing.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.payload import payload_hash, serialize_payload
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.queue_store import QueueStore
 
 NO_SUBSCRIBERS_MESSAGE = "No active subscriber for this publication; nothing to deliver."
 
@@ -32,8 +36,9 @@ def build_envelope(publication_payload: str | None, subscriber: dict[str, Any]) 
     return {"publication": publication_payload, "subscription": subscription}
 
 
-def parse_envelope(payload: str | dict | None) -> dict[str, Any] | None:
+def parse_envelope(payload: str | dict[str, Any] | None) -> dict[str, Any] | None:
     """The delivery envelope of a task payload, or None when it is not one."""
+    envelope: Any
     if isinstance(payload, dict):
         envelope = payload
     else:
@@ -51,16 +56,18 @@ def parse_envelope(payload: str | dict | None) -> dict[str, Any] | None:
     return None
 
 
-def publish(store, conn, tarefa: dict[str, Any]) -> str:
+def publish(store: QueueStore, conn: DBConnection, tarefa: dict[str, Any]) -> str:
     """Fan a publication out to its active matching subscribers, on ``conn`` (its transaction)."""
     if store.subscriber_table is None:
         raise PubSubError(
             f"publication {tarefa['id']}: QUEUE_SUBSCRIBER_TABLE is not configured for queue {store.queue_table}"
         )
-    subscribers = store.list_subscribers(conn, tarefa["processo"], tarefa["tenant"], tarefa["grupo_empresarial"])
+    subscribers = store.list_subscribers(
+        conn, tarefa["processo"], tarefa["tenant"], tarefa["grupo_empresarial"]
+    )
     if not subscribers:
         return NO_SUBSCRIBERS_MESSAGE
-    deliveries = []
+    deliveries: list[tuple[Any, str | None, bytes | None]] = []
     for subscriber in subscribers:
         text = serialize_payload(build_envelope(tarefa.get("payload"), subscriber))
         deliveries.append((subscriber["id"], text, payload_hash(text)))

@@ -13,18 +13,28 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import dialect_name_for_connection, get_dialect
+from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.payload import payload_hash, serialize_payload
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
-    "origem", "destino", "processo", "chave_externa", "payload",
-    "tenant", "grupo_empresarial", "data_hora", "prioridade",
+    "origem",
+    "destino",
+    "processo",
+    "chave_externa",
+    "payload",
+    "tenant",
+    "grupo_empresarial",
+    "data_hora",
+    "prioridade",
 )
 
 
 class QueueClient:
-    def __init__(self, bd_conn, queue_table: str, queue_subscriber_table: str | None = None) -> None:
+    def __init__(
+        self, bd_conn: DBConnection, queue_table: str, queue_subscriber_table: str | None = None
+    ) -> None:
         check_table_name(queue_table, "queue table")
         if queue_subscriber_table is not None:
             check_table_name(queue_subscriber_table, "subscriber table")
@@ -132,7 +142,9 @@ class QueueClient:
         statuses = list(status)
         bad = [s for s in statuses if s not in model.STATUSES]
         if bad or not statuses:
-            raise ValueError(f"status must be a non-empty list of {model.STATUSES}, got {list(status)!r}")
+            raise ValueError(
+                f"status must be a non-empty list of {model.STATUSES}, got {list(status)!r}"
+            )
         try:
             text = serialize_payload(payload)
         except TypeError as exc:

@@ -29,7 +29,9 @@ def decide(tentativa: int, dead: bool, max_retry: int, base_interval_minutes: fl
     return Decision(Outcome.FINAL if dead else Outcome.BURY)
 
 
-def failure_message(error: BaseException | str, outcome: Outcome, max_retry: int, limit: int) -> str:
+def failure_message(
+    error: BaseException | str, outcome: Outcome, max_retry: int, limit: int
+) -> str:
     """The ``mensagem`` of a failed attempt, bounded to the column size."""
     if isinstance(error, BaseException):
         text = f"{type(error).__name__}: {error}".rstrip(": ")

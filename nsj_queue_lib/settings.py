@@ -86,15 +86,18 @@ class Settings:
     queue_server_bind: str | None = None  # where the server listens; loopback only without a token
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from an environment mapping; raise ConfigError listing every problem."""
         reader = _Reader(environ)
         driver = reader.choice("DB_DRIVER", DRIVERS, "POSTGRES", aliases=("DATABASE_DRIVER",))
         values: dict[str, Any] = dict(
             db_host=reader.required("DB_HOST", aliases=("DATABASE_HOST",)),
             db_port=reader.integer(
-                "DB_PORT", DEFAULT_PORTS.get(driver or "POSTGRES", 5432),
-                minimum=1, maximum=65535, aliases=("DATABASE_PORT",),
+                "DB_PORT",
+                DEFAULT_PORTS.get(driver or "POSTGRES", 5432),
+                minimum=1,
+                maximum=65535,
+                aliases=("DATABASE_PORT",),
             ),
             db_name=reader.required("DB_BASE", aliases=("DATABASE_NAME",)),
             db_user=reader.required("DB_USER", aliases=("DATABASE_USER",)),
@@ -104,16 +107,30 @@ class Settings:
             queue_table=reader.checked("QUEUE_TABLE", check_table_name, required=True),
             queue_subscriber_table=reader.checked("QUEUE_SUBSCRIBER_TABLE", check_table_name),
             queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100, minimum=1),
-            queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0, positive=True),
-            queue_minute_retry_thread=reader.minutes("QUEUE_MINUTE_RETRY_THREAD", EVERY_FIVE_MINUTES),
+            queue_base_interval_retry=reader.number(
+                "QUEUE_BASE_INTERVAL_RETRY", 5.0, positive=True
+            ),
+            queue_minute_retry_thread=reader.minutes(
+                "QUEUE_MINUTE_RETRY_THREAD", EVERY_FIVE_MINUTES
+            ),
             queue_minute_purge_thread=reader.minutes("QUEUE_MINUTE_PURGE_THREAD", (0,)),
-            queue_minute_notify_thread=reader.minutes("QUEUE_MINUTE_NOTIFY_THREAD", EVERY_FIVE_MINUTES),
-            queue_retry_thread_interval=reader.number("QUEUE_RETRY_THREAD_INTERVAL", None, positive=True),
-            queue_purge_thread_interval=reader.number("QUEUE_PURGE_THREAD_INTERVAL", None, positive=True),
-            queue_notify_thread_interval=reader.number("QUEUE_NOTIFY_THREAD_INTERVAL", None, positive=True),
+            queue_minute_notify_thread=reader.minutes(
+                "QUEUE_MINUTE_NOTIFY_THREAD", EVERY_FIVE_MINUTES
+            ),
+            queue_retry_thread_interval=reader.number(
+                "QUEUE_RETRY_THREAD_INTERVAL", None, positive=True
+            ),
+            queue_purge_thread_interval=reader.number(
+                "QUEUE_PURGE_THREAD_INTERVAL", None, positive=True
+            ),
+            queue_notify_thread_interval=reader.number(
+                "QUEUE_NOTIFY_THREAD_INTERVAL", None, positive=True
+            ),
             queue_purge_max_age=reader.integer("QUEUE_PURGE_MAX_AGE", 60, minimum=0),
             queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000, minimum=1),
-            queue_wait_notify_interval=reader.number("QUEUE_WAIT_NOTIFY_INTERVAL", 30.0, positive=True),
+            queue_wait_notify_interval=reader.number(
+                "QUEUE_WAIT_NOTIFY_INTERVAL", 30.0, positive=True
+            ),
             queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1, minimum=1),
             queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0, minimum=0.0),
             queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5, positive=True),
@@ -124,7 +141,9 @@ class Settings:
             grafana_url=reader.text("GRAFANA_URL", None),
             client_server_mode=reader.boolean("CLIENT_SERVER_MODE", False),
             server_host=reader.text("SERVER_HOST", "127.0.0.1"),
-            notify_service_port=reader.integer("NOTIFY_SERVICE_PORT", 8770, minimum=1, maximum=65535),
+            notify_service_port=reader.integer(
+                "NOTIFY_SERVICE_PORT", 8770, minimum=1, maximum=65535
+            ),
             lock_service_port=reader.integer("LOCK_SERVICE_PORT", 8970, minimum=1, maximum=65535),
             timeout_socket_message=reader.number("TIMEOUT_SOCKET_MESSAGE", 5.0, positive=True),
             max_client_threads=reader.integer("MAX_CLIENT_THREADS", 50, minimum=1),
@@ -145,7 +164,7 @@ class Settings:
             raise ConfigError(reader.problems)
         return cls(**values)
 
-    def with_changes(self, **changes: Any) -> "Settings":
+    def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (settings are frozen)."""
         return dataclasses.replace(self, **changes)
 

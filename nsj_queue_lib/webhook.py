@@ -63,9 +63,11 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
             f"{parts.scheme or '(none)'!r}"
         )
     try:
-        parts.port
+        _ = parts.port  # urllib parses the port lazily: reading it validates it
     except ValueError:
-        raise WebhookError(f"subscriber {subscription.get('id')!r}: the url has an invalid port") from None
+        raise WebhookError(
+            f"subscriber {subscription.get('id')!r}: the url has an invalid port"
+        ) from None
     method = (subscription.get("http_method") or "POST").strip().upper()
     if method not in ALLOWED_METHODS:
         raise WebhookError(
@@ -77,7 +79,9 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
         try:
             headers = json.loads(headers)
         except ValueError:
-            raise WebhookError(f"subscriber {subscription.get('id')!r}: headers are not valid JSON") from None
+            raise WebhookError(
+                f"subscriber {subscription.get('id')!r}: headers are not valid JSON"
+            ) from None
     if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
         raise WebhookError(f"subscriber {subscription.get('id')!r}: headers must be a JSON object")
     cleaned = {k: v if isinstance(v, str) else json.dumps(v) for k, v in headers.items()}
@@ -99,7 +103,9 @@ def _body_of(publication: Any) -> tuple[bytes, str]:
     if publication is None:
         return b"", "application/json"
     if not isinstance(publication, str):
-        return json.dumps(publication, sort_keys=True, separators=(",", ":")).encode(), "application/json"
+        return json.dumps(
+            publication, sort_keys=True, separators=(",", ":")
+        ).encode(), "application/json"
     try:
         json.loads(publication)
         return publication.encode("utf-8"), "application/json"
@@ -127,8 +133,8 @@ class _CallWatch:
 _current_watch = threading.local()
 
 
-class _WatchedMixin:
-    def request(self, *args, **kwargs):
+class _WatchedMixin(HTTPConnection):
+    def request(self, *args: Any, **kwargs: Any) -> None:
         watch = getattr(_current_watch, "watch", None)
         if watch is not None:
             watch.connection = self
@@ -156,7 +162,10 @@ class _WatchedAdapter(HTTPAdapter):
 
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPPool,
+            "https": _WatchedHTTPSPool,
+        }
 
 
 class WebhookCaller:
@@ -191,8 +200,13 @@ class WebhookCaller:
             body, content_type = _body_of(envelope.get("publication"))
             if not any(k.lower() == "content-type" for k in headers):
                 headers["Content-Type"] = content_type
-        logger.info("webhook subscriber=%s: %s %s (headers: %s)", subscription.get("id"), method, safe_url,
-                    ", ".join(sorted(headers)) or "none")
+        logger.info(
+            "webhook subscriber=%s: %s %s (headers: %s)",
+            subscription.get("id"),
+            method,
+            safe_url,
+            ", ".join(sorted(headers)) or "none",
+        )
         started = time.monotonic()
         timed_out = f"{method} {safe_url}: timed out after {self.timeout:g} s"
         watch = _CallWatch()
@@ -203,8 +217,13 @@ class WebhookCaller:
         try:
             try:
                 response = self._session().request(
-                    method, url, data=body, headers=headers, timeout=self.timeout,
-                    allow_redirects=False, stream=True,
+                    method,
+                    url,
+                    data=body,
+                    headers=headers,
+                    timeout=self.timeout,
+                    allow_redirects=False,
+                    stream=True,
                 )
             # "from None": the driver's exception text carries the URL's query string.
             except requests.Timeout:
@@ -213,10 +232,11 @@ class WebhookCaller:
                 if watch.cut:
                     raise WebhookError(timed_out) from None
                 raise WebhookError(f"{method} {safe_url}: {type(exc).__name__}") from None
-            try:
-                excerpt = self._read_excerpt(response, started)
-            finally:
-                response.close()
+            else:
+                try:
+                    excerpt = self._read_excerpt(response, started)
+                finally:
+                    response.close()
         finally:
             watchdog.cancel()
             _current_watch.watch = None
@@ -239,6 +259,8 @@ class WebhookCaller:
                     break
         except requests.RequestException:
             pass  # the status line is what matters; a broken body is not a failure by itself
-        text = bytes(received[:MAX_BODY_BYTES]).decode(response.encoding or "utf-8", errors="replace")
+        text = bytes(received[:MAX_BODY_BYTES]).decode(
+            response.encoding or "utf-8", errors="replace"
+        )
         text = " ".join(text.split())
         return text[:BODY_EXCERPT_CHARS]

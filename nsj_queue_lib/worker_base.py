@@ -12,10 +12,14 @@ import abc
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.settings import Settings
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
 EXIT_CONFIG_ERROR = 2
 logger = logging.getLogger("nsj_queue_lib.worker")
@@ -24,15 +28,17 @@ logger = logging.getLogger("nsj_queue_lib.worker")
 class WorkerBase(abc.ABC):
     def __init__(self, settings: Settings | None = None) -> None:
         self._settings = settings
-        self._runtime = None
+        self._runtime: WorkerRuntime | None = None
 
     # -- to implement --
 
     @abc.abstractmethod
-    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
         """Do the task's work on ``bd_conn`` (do not commit); return the message to store."""
 
-    def execute_dead(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+    def execute_dead(
+        self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
+    ) -> str | None:
         """Handle a task whose attempts ran out. Default: log it."""
         message = (
             f"Task {tarefa.get('live_id')} ran out of attempts without success; "
@@ -43,18 +49,19 @@ class WorkerBase(abc.ABC):
 
     # -- runtime --
 
-    def handle_task(self, tarefa: dict[str, Any], bd_conn) -> str | None:
+    def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
         """Route a claimed task to the right method (called by the runtime)."""
         if tarefa.get("dead"):
-            return self.execute_dead(tarefa.get("payload"), tarefa, bd_conn)
+            return self.execute_dead(_payload_text(tarefa), tarefa, bd_conn)
         if tarefa.get("pub_sub") and tarefa.get("publication_id") is None:
             return self.publish(tarefa, bd_conn)
-        return self.execute(tarefa.get("payload"), tarefa, bd_conn)
+        return self.execute(_payload_text(tarefa), tarefa, bd_conn)
 
-    def publish(self, tarefa: dict[str, Any], bd_conn) -> str:
+    def publish(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str:
         """A pub/sub publication: fan out to the subscribers."""
         from nsj_queue_lib.pubsub import publish
 
+        assert self._runtime is not None, "publish runs inside a running worker"
         return publish(self._runtime.store, bd_conn, tarefa)
 
     def stop(self) -> None:
@@ -84,7 +91,10 @@ class WorkerBase(abc.ABC):
             except ConfigError as exc:
                 for name, why in exc.problems.items():
                     print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)
-                print(f"nsj_queue_lib: invalid configuration: {', '.join(exc.problems)}", file=sys.stderr)
+                print(
+                    f"nsj_queue_lib: invalid configuration: {', '.join(exc.problems)}",
+                    file=sys.stderr,
+                )
                 return EXIT_CONFIG_ERROR
         configure_logging(self._settings)
         from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
@@ -95,7 +105,14 @@ class WorkerBase(abc.ABC):
             for name, why in exc.problems.items():
                 print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
-        code = self._runtime.run(install_signal_handlers=install_signal_handlers)
-        if self._runtime.exit_message:
-            print(f"nsj_queue_lib: {self._runtime.exit_message}", file=sys.stderr)
+        runtime = self._runtime
+        code = runtime.run(install_signal_handlers=install_signal_handlers)
+        if runtime.exit_message:
+            print(f"nsj_queue_lib: {runtime.exit_message}", file=sys.stderr)
         return code
+
+
+def _payload_text(tarefa: dict[str, Any]) -> str:
+    # The client always stores text; only a row written by hand can hold NULL,
+    # and handlers have always received it as it is.
+    return cast(str, tarefa.get("payload"))

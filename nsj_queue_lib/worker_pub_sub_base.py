@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.pubsub import PubSubError, parse_envelope
+from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.worker_base import WorkerBase
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.webhook import WebhookCaller
 
 logger = get_logger("pubsub")
 
@@ -32,24 +37,35 @@ _LIVE_MARK = "_nsj_subscriber_ids"
 _DEAD_MARK = "_nsj_dead_subscriber_ids"
 
 
-def _marker(attribute: str, kind: str):
-    class _Decorator:
-        def __init__(self, subscriber_id: str) -> None:
-            if not isinstance(subscriber_id, str) or not subscriber_id:
-                raise ValueError(f"@{kind} needs a non-empty subscriber id")
-            self.subscriber_id = subscriber_id
-
-        def __call__(self, func: Callable) -> Callable:
-            ids = getattr(func, attribute, ())
-            setattr(func, attribute, (*ids, self.subscriber_id))
-            return func
-
-    _Decorator.__name__ = _Decorator.__qualname__ = kind
-    return _Decorator
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 
 
-Subscriber = _marker(_LIVE_MARK, "Subscriber")
-DeadSubscriber = _marker(_DEAD_MARK, "DeadSubscriber")
+class _SubscriberMark:
+    """Marks a method as the handler of a subscriber id; the class collects the marks."""
+
+    attribute: ClassVar[str]
+
+    def __init__(self, subscriber_id: str) -> None:
+        if not isinstance(subscriber_id, str) or not subscriber_id:
+            raise ValueError(f"@{type(self).__name__} needs a non-empty subscriber id")
+        self.subscriber_id = subscriber_id
+
+    def __call__(self, func: HandlerT) -> HandlerT:
+        ids = getattr(func, self.attribute, ())
+        setattr(func, self.attribute, (*ids, self.subscriber_id))
+        return func
+
+
+class Subscriber(_SubscriberMark):
+    """``@Subscriber("id")``: the method handles that subscriber's deliveries."""
+
+    attribute = _LIVE_MARK
+
+
+class DeadSubscriber(_SubscriberMark):
+    """``@DeadSubscriber("id")``: the method handles that subscriber's dead letters."""
+
+    attribute = _DEAD_MARK
 
 
 def _collect(cls: type, attribute: str) -> dict[str, str]:
@@ -71,35 +87,41 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
         cls._subscriber_methods = _collect(cls, _LIVE_MARK)
         cls._dead_subscriber_methods = _collect(cls, _DEAD_MARK)
 
-    def __init__(self, settings=None) -> None:
+    def __init__(self, settings: Settings | None = None) -> None:
         super().__init__(settings)
-        self._webhook = None
+        self._webhook: WebhookCaller | None = None
 
-    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
         envelope = parse_envelope(payload)
         if envelope is None:
-            raise PubSubError(f"task {tarefa.get('id')} is not a pub/sub delivery (payload has no envelope)")
+            raise PubSubError(
+                f"task {tarefa.get('id')} is not a pub/sub delivery (payload has no envelope)"
+            )
         subscription = envelope["subscription"]
         subscriber_id = str(subscription["id"])
         method_name = self._subscriber_methods.get(subscriber_id)
         if method_name is not None:
-            return getattr(self, method_name)(envelope, subscription, tarefa, bd_conn)
+            handler: Callable[..., str | None] = getattr(self, method_name)
+            return handler(envelope, subscription, tarefa, bd_conn)
         if subscription.get("url"):
             return self._webhook_caller().deliver(envelope)
         raise PubSubError(
             f"subscriber {subscriber_id!r} has no @Subscriber method in {type(self).__name__} and no url"
         )
 
-    def execute_dead(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str | None:
+    def execute_dead(
+        self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
+    ) -> str | None:
         envelope = parse_envelope(payload)
         if envelope is not None:
             subscription = envelope["subscription"]
             method_name = self._dead_subscriber_methods.get(str(subscription["id"]))
             if method_name is not None:
-                return getattr(self, method_name)(envelope, subscription, tarefa, bd_conn)
+                handler: Callable[..., str | None] = getattr(self, method_name)
+                return handler(envelope, subscription, tarefa, bd_conn)
         return super().execute_dead(payload, tarefa, bd_conn)
 
-    def _webhook_caller(self):
+    def _webhook_caller(self) -> WebhookCaller:
         if self._webhook is None:
             from nsj_queue_lib.webhook import WebhookCaller
 

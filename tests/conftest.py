@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # makes ``tests.helpers`` importable in any import mode
     sys.path.insert(0, str(ROOT))
 
-from tests.helpers import databases  # noqa: E402
+from tests.helpers import databases  # noqa: E402 - needs the sys.path entry above
+
+# Fixtures that live beside their helpers, available to every test module.
+pytest_plugins = ["tests.helpers.mysql_queue", "tests.helpers.server_process"]
 
 
 def _unavailable(reason: str) -> None:
@@ -63,7 +66,9 @@ def pg_admin(pg_dsn):
     import psycopg
 
     conn = psycopg.connect(
-        pg_dsn, autocommit=True, connect_timeout=databases.CONNECT_TIMEOUT,
+        pg_dsn,
+        autocommit=True,
+        connect_timeout=databases.CONNECT_TIMEOUT,
         options=databases.ADMIN_OPTIONS,
     )
     try:

@@ -11,7 +11,11 @@ Both authenticate with ``QUEUE_SERVER_TOKEN`` when they connect, raise
 ``reconnect()`` with back-off. Wire format: ``nsj_queue_lib.protocol``.
 """
 
-from nsj_queue_lib.client.channel import AuthenticationError, ServerConnectionError, ServerRequestError
+from nsj_queue_lib.client.channel import (
+    AuthenticationError,
+    ServerConnectionError,
+    ServerRequestError,
+)
 from nsj_queue_lib.client.lock_client import LockClient
 from nsj_queue_lib.client.notify_client import NotifyClient
 

@@ -71,7 +71,9 @@ class BaseClient:
             if self._channel is not None:
                 self._channel.close()
                 self._channel = None
-            channel = Channel(self.host, self.port, self._token, self.client_name, self.timeout, self._on_push)
+            channel = Channel(
+                self.host, self.port, self._token, self.client_name, self.timeout, self._on_push
+            )
             channel.open()
             try:
                 self._after_connect(channel)
@@ -108,9 +110,17 @@ class BaseClient:
                     self.connect()
                 except ServerConnectionError as exc:
                     level = logging.INFO if attempt == 1 else logging.DEBUG
-                    _log.log(level, "%s: reconnect attempt %d failed: %s", self.client_name, attempt, exc)
+                    _log.log(
+                        level, "%s: reconnect attempt %d failed: %s", self.client_name, attempt, exc
+                    )
                 else:
-                    _log.info("%s: reconnected to %s:%d (attempt %d)", self.client_name, self.host, self.port, attempt)
+                    _log.info(
+                        "%s: reconnected to %s:%d (attempt %d)",
+                        self.client_name,
+                        self.host,
+                        self.port,
+                        attempt,
+                    )
                     return True
             pause = delay * (0.5 + random.random() / 2)
             if deadline is not None:

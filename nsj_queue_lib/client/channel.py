@@ -84,7 +84,9 @@ class Channel:
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         except OSError as exc:
-            raise ServerConnectionError(f"cannot connect to the queue server at {self.address}: {exc}") from exc
+            raise ServerConnectionError(
+                f"cannot connect to the queue server at {self.address}: {exc}"
+            ) from exc
         _keepalive(sock)
         self._sock = sock
         self.alive = True
@@ -99,7 +101,9 @@ class Channel:
                 raise AuthenticationError(
                     f"the queue server at {self.address} refused our token (QUEUE_SERVER_TOKEN): {message}"
                 )
-            raise ServerConnectionError(f"the queue server at {self.address} refused the connection: {code}: {message}")
+            raise ServerConnectionError(
+                f"the queue server at {self.address} refused the connection: {code}: {message}"
+            )
         self.server_info = reply
 
     def close(self) -> None:
@@ -119,7 +123,9 @@ class Channel:
     def _lost(self, what: str, exc: BaseException | None = None) -> ServerConnectionError:
         self.close()
         detail = f": {exc}" if exc is not None and str(exc) else ""
-        return ServerConnectionError(f"connection to the queue server at {self.address} lost ({what}{detail})")
+        return ServerConnectionError(
+            f"connection to the queue server at {self.address} lost ({what}{detail})"
+        )
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its successful reply (ServerRequestError on an error reply)."""
@@ -137,7 +143,8 @@ class Channel:
     def _exchange(self, message: dict[str, Any], rid: int) -> dict[str, Any]:
         if self._sock is None or not self.alive:
             raise ServerConnectionError(f"not connected to the queue server at {self.address}")
-        frame = protocol.encode(message)  # FrameTooLarge here is the caller's bug, not a lost connection
+        # FrameTooLarge here is the caller's bug, not a lost connection.
+        frame = protocol.encode(message)
         deadline = time.monotonic() + self.timeout
         try:
             self._sock.settimeout(self.timeout)
@@ -187,10 +194,12 @@ class Channel:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._lost(f"no answer within {self.timeout:g}s")
+            if self._sock is None:
+                raise self._lost("closed while waiting for an answer")
             try:
                 self._sock.settimeout(remaining)
                 data = self._sock.recv(RECV_SIZE)
-            except socket.timeout as exc:
+            except TimeoutError as exc:
                 raise self._lost(f"no answer within {self.timeout:g}s") from exc
             except OSError as exc:
                 raise self._lost("receive failed", exc) from exc
@@ -200,6 +209,8 @@ class Channel:
 
     def _read_goodbye(self) -> dict[str, Any] | None:
         """After a failed send: an error frame the server sent before closing, if any."""
+        if self._sock is None:
+            return None
         try:
             self._sock.settimeout(0.2)
             while True:
@@ -248,5 +259,7 @@ class Channel:
         if closed is not None:
             self.close()
             if not messages:
-                raise ServerConnectionError(f"connection to the queue server at {self.address} lost ({closed})")
+                raise ServerConnectionError(
+                    f"connection to the queue server at {self.address} lost ({closed})"
+                )
         return messages

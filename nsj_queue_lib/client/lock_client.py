@@ -40,14 +40,22 @@ class LockClient(BaseClient):
                 lost.append(name)
         for name in lost:
             self._wanted.discard(name)
-            _log.warning("%s: lock %s was taken by another client while disconnected", self.client_name, name)
+            _log.warning(
+                "%s: lock %s was taken by another client while disconnected", self.client_name, name
+            )
 
     @classmethod
-    def from_settings(cls, settings: "Settings", client_name: str, connect: bool = True) -> "LockClient":
+    def from_settings(
+        cls, settings: Settings, client_name: str, connect: bool = True
+    ) -> LockClient:
         """SERVER_HOST, LOCK_SERVICE_PORT, QUEUE_SERVER_TOKEN, TIMEOUT_SOCKET_MESSAGE."""
         return cls(
-            settings.server_host, settings.lock_service_port, settings.queue_server_token,
-            client_name, settings.timeout_socket_message, connect=connect,
+            settings.server_host,
+            settings.lock_service_port,
+            settings.queue_server_token,
+            client_name,
+            settings.timeout_socket_message,
+            connect=connect,
         )
 
     def try_lock(self, name: str) -> bool:

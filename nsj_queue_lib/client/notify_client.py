@@ -30,11 +30,17 @@ class NotifyClient(BaseClient):
         super().__init__(*args, **kwargs)
 
     @classmethod
-    def from_settings(cls, settings: "Settings", client_name: str, connect: bool = True) -> "NotifyClient":
+    def from_settings(
+        cls, settings: Settings, client_name: str, connect: bool = True
+    ) -> NotifyClient:
         """SERVER_HOST, NOTIFY_SERVICE_PORT, QUEUE_SERVER_TOKEN, TIMEOUT_SOCKET_MESSAGE."""
         return cls(
-            settings.server_host, settings.notify_service_port, settings.queue_server_token,
-            client_name, settings.timeout_socket_message, connect=connect,
+            settings.server_host,
+            settings.notify_service_port,
+            settings.queue_server_token,
+            client_name,
+            settings.timeout_socket_message,
+            connect=connect,
         )
 
     def _on_push(self, message: dict[str, Any]) -> None:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
+from typing import TYPE_CHECKING, cast
 
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.queue_store import QueueStore
 
 DIALECT_NAMES = ("postgres", "mysql", "singlestore")
 _DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
@@ -111,7 +115,7 @@ class Dialect(abc.ABC):
         """Idempotent DDL bringing an nsj-queue-lib 1.2.2 queue to the current schema."""
 
     @abc.abstractmethod
-    def store(self, queue_table: str, subscriber_table: str | None = None):
+    def store(self, queue_table: str, subscriber_table: str | None = None) -> QueueStore:
         """The ``QueueStore`` for one queue table."""
 
 
@@ -121,7 +125,7 @@ def get_dialect(name: str) -> Dialect:
     if key not in DIALECT_NAMES:
         raise ValueError(f"unknown dialect {name!r}; known: {', '.join(DIALECT_NAMES)}")
     module = importlib.import_module(f"nsj_queue_lib.db.{key}.dialect")
-    return module.DIALECT
+    return cast(Dialect, module.DIALECT)
 
 
 def dialect_name_for_connection(conn: object) -> str:

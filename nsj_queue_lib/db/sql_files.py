@@ -21,7 +21,7 @@ _BASE_LINE = re.compile(r"^-- base: ([a-z_]+)\s*$", re.MULTILINE)
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def read_sql(dialect: str, filename: str) -> str:
     return resources.files(f"nsj_queue_lib.db.{dialect}").joinpath(filename).read_text("utf-8")
 
@@ -38,7 +38,7 @@ def render(template: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(substitute, template)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_queries(dialect: str) -> dict[str, str]:
     """Named queries of a dialect: {name: sql text with placeholders}.
 
@@ -51,7 +51,7 @@ def load_queries(dialect: str) -> dict[str, str]:
     inherited = dict(load_queries(base.group(1))) if base else {}
     own: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in own:
             raise ValueError(f"query {name!r} defined twice in {dialect}/queries.sql")
         own[name] = body.strip().rstrip(";")

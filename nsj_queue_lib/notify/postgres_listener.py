@@ -40,7 +40,7 @@ class PostgresListener:
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection that may be broken
                 pass
             self._conn = None
 
@@ -52,7 +52,9 @@ class PostgresListener:
         if self._conn is None:
             raise DatabaseError("listener is not connected")
         try:
-            readable, _, _ = select.select([self._conn.fileno(), interrupt_fd], [], [], max(0.0, timeout))
+            readable, _, _ = select.select(
+                [self._conn.fileno(), interrupt_fd], [], [], max(0.0, timeout)
+            )
         except (OSError, ValueError) as exc:
             raise DatabaseError(f"waiting on the LISTEN connection failed: {exc}") from exc
         if self._conn.fileno() not in readable:

@@ -33,7 +33,7 @@ class ServerListener:
         if self._client is not None:
             try:
                 self._client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a client that may be disconnected
                 pass
             self._client = None
 

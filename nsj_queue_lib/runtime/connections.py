@@ -10,24 +10,37 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.settings import Settings
 
 # Dead peers are found by TCP keepalive in about 20 s instead of hanging on a
 # LISTEN connection forever.
-_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 2}
+_KEEPALIVE: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 2,
+}
 CONNECT_TIMEOUT_SECONDS = 5
 
 
-def connect(settings: Settings, autocommit: bool, configure: Callable[[object], None] | None = None):
+def connect(
+    settings: Settings, autocommit: bool, configure: Callable[[object], None] | None = None
+) -> Any:
     """A new connection; ``configure`` runs on it once (e.g. session settings)."""
+    conn: Any
     if settings.db_driver == "POSTGRES":
         import psycopg
 
         try:
-            conn = psycopg.connect(settings.postgres_conninfo(), autocommit=autocommit,
-                                   connect_timeout=CONNECT_TIMEOUT_SECONDS, **_KEEPALIVE)
+            conn = psycopg.connect(
+                settings.postgres_conninfo(),
+                autocommit=autocommit,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                **_KEEPALIVE,
+            )
         except psycopg.Error as exc:
             raise DatabaseError(f"connecting to PostgreSQL failed: {exc}".strip()) from exc
     else:
@@ -39,9 +52,14 @@ def connect(settings: Settings, autocommit: bool, configure: Callable[[object], 
             # Multi-statements let the store send a task's completion, commit
             # and next claim in one round trip (see db/mysql/batch.py).
             conn = pymysql.connect(
-                host=settings.db_host, port=settings.db_port, user=settings.db_user,
-                password=settings.db_pass, database=settings.db_name, autocommit=autocommit,
-                connect_timeout=CONNECT_TIMEOUT_SECONDS, charset="utf8mb4",
+                host=settings.db_host,
+                port=settings.db_port,
+                user=settings.db_user,
+                password=settings.db_pass,
+                database=settings.db_name,
+                autocommit=autocommit,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                charset="utf8mb4",
                 client_flag=CLIENT.MULTI_STATEMENTS,
             )
         except pymysql.err.Error as exc:
@@ -81,7 +99,12 @@ class SimplePool:
     closed, or failing a ping at ``check()``, is dropped and replaced lazily.
     """
 
-    def __init__(self, factory: Callable[[], object], max_size: int, timeout: float = CONNECT_TIMEOUT_SECONDS * 2):
+    def __init__(
+        self,
+        factory: Callable[[], object],
+        max_size: int,
+        timeout: float = CONNECT_TIMEOUT_SECONDS * 2,
+    ):
         self._factory = factory
         self._idle: queue.LifoQueue = queue.LifoQueue()
         self._slots = threading.BoundedSemaphore(max_size)
@@ -113,11 +136,11 @@ class SimplePool:
                     conn.rollback()  # nothing half-done goes back to the pool
                     self._idle.put(conn)
                     return
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - a broken connection: closed below
                     pass
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection that is broken already
                 pass
         finally:
             self._slots.release()
@@ -141,10 +164,10 @@ class SimplePool:
             try:
                 conn.ping(reconnect=False)
                 alive.append(conn)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - any failed ping means a dead connection
                 try:
                     conn.close()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - closing a connection that is dead already
                     pass
         for conn in alive:
             self._idle.put(conn)
@@ -158,5 +181,5 @@ class SimplePool:
                 return
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection that may be broken
                 pass

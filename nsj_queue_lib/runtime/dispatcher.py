@@ -58,7 +58,9 @@ class Dispatcher:
         self._on_halt = on_halt
         self._on_reconnect = on_reconnect
         self._waker = Waker()
-        self._listener = listener or PostgresListener(lambda: connect(True), notify_channel(settings.queue_name))
+        self._listener = listener or PostgresListener(
+            lambda: connect(True), notify_channel(settings.queue_name)
+        )
         self._control: psycopg.Connection | None = None
         self.notifications = 0
 
@@ -74,14 +76,20 @@ class Dispatcher:
                 try:
                     self._open()
                     if connected_before:
-                        logger.info("queue=%s: reconnected to the database", self.settings.queue_name)
+                        logger.info(
+                            "queue=%s: reconnected to the database", self.settings.queue_name
+                        )
                         self._on_reconnect()
                     connected_before = True
                     backoff = BACKOFF_START_SECONDS
                     self._loop()
                 except (DatabaseError, psycopg.Error) as exc:
-                    logger.warning("queue=%s: database or socket server unavailable (%s); retrying in %.1f s",
-                                   self.settings.queue_name, str(exc).strip(), backoff)
+                    logger.warning(
+                        "queue=%s: database or socket server unavailable (%s); retrying in %.1f s",
+                        self.settings.queue_name,
+                        str(exc).strip(),
+                        backoff,
+                    )
                     self._close()
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
@@ -108,7 +116,7 @@ class Dispatcher:
         if self._control is not None:
             try:
                 self._control.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection that may be broken
                 pass
             self._control = None
 

@@ -63,9 +63,15 @@ def record_failure(
     or None. Conditional on the row still being 'processando', so two workers
     can never both settle one attempt.
     """
-    decision = decide(task["tentativa"] or 1, bool(task["dead"]), settings.queue_max_retry,
-                      settings.queue_base_interval_retry)
-    mensagem = failure_message(error, decision.outcome, settings.queue_max_retry, model.MENSAGEM_LIMIT)
+    decision = decide(
+        task["tentativa"] or 1,
+        bool(task["dead"]),
+        settings.queue_max_retry,
+        settings.queue_base_interval_retry,
+    )
+    mensagem = failure_message(
+        error, decision.outcome, settings.queue_max_retry, model.MENSAGEM_LIMIT
+    )
     if decision.outcome is Outcome.RETRY:
         delay = decision.delay_seconds if delay_seconds is None else delay_seconds
         return store.fail_and_retry(conn, task["id"], status, mensagem, delay)
@@ -78,15 +84,24 @@ def record_failure(
 class TaskExecutor:
     """``queue_concurrency`` threads sharing wake-up tokens and a connection pool."""
 
-    def __init__(self, settings: Settings, store, pool, handler: TaskHandler,
-                 stop: threading.Event, liveness=None):
+    def __init__(
+        self,
+        settings: Settings,
+        store,
+        pool,
+        handler: TaskHandler,
+        stop: threading.Event,
+        liveness=None,
+    ):
         self.settings = settings
         self.store = store
         self.pool = pool
         self.handler = handler
         self.stop_event = stop
         self.queue_oid: int | None = None  # set by the dispatcher once connected
-        self.liveness = liveness or DatabaseLiveness(store, lambda: queue_lock_key(self.queue_oid))
+        self.liveness = liveness or DatabaseLiveness(
+            store, lambda: queue_lock_key(self._queue_oid())
+        )
         lock = threading.Lock()
         self._cond = threading.Condition(lock)  # wake-up tokens for idle threads
         self._finished = threading.Condition(lock)  # a running task ended (for wait_idle)
@@ -155,9 +170,16 @@ class TaskExecutor:
         while self._take_token():
             try:
                 self._drain()
-            except BaseException:  # noqa: BLE001 - an executor thread must never die silently
-                logger.exception("queue=%s: unexpected error in an executor thread", self.settings.queue_name)
+            except BaseException:  # an executor thread must never die silently
+                logger.exception(
+                    "queue=%s: unexpected error in an executor thread", self.settings.queue_name
+                )
                 self.stop_event.wait(1.0)
+
+    def _queue_oid(self) -> int:
+        if self.queue_oid is None:
+            raise RuntimeError("the dispatcher has not connected yet: no queue number")
+        return self.queue_oid
 
     def _claim_limit(self) -> int:
         return 0 if self.stop_event.is_set() else 1
@@ -167,7 +189,11 @@ class TaskExecutor:
         try:
             conn = self.pool.getconn()
         except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
-            logger.warning("queue=%s: no database connection for an executor (%s)", self.settings.queue_name, exc)
+            logger.warning(
+                "queue=%s: no database connection for an executor (%s)",
+                self.settings.queue_name,
+                exc,
+            )
             return  # the dispatcher wakes the executors again once the database is back
         try:
             tasks = self.liveness.claim(conn, self._claim_limit())
@@ -193,8 +219,11 @@ class TaskExecutor:
         task_id = task["id"]
         keys = self.store.task_lock_keys(self.queue_oid, task_id)
         if not task.pop("liveness_locked", True):
-            logger.warning("queue=%s task=%s: liveness lock already held elsewhere", self.settings.queue_name,
-                           task_id)
+            logger.warning(
+                "queue=%s task=%s: liveness lock already held elsewhere",
+                self.settings.queue_name,
+                task_id,
+            )
         with self._cond:
             self._running[task_id] = RunningTask(task, conn)
         try:
@@ -202,15 +231,21 @@ class TaskExecutor:
                 result = self.handler(task, conn)
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
                 if not isinstance(exc, Exception):
-                    logger.warning("queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
-                                   self.settings.queue_name, task_id, type(exc).__name__)
+                    logger.warning(
+                        "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
+                        self.settings.queue_name,
+                        task_id,
+                        type(exc).__name__,
+                    )
                 error: BaseException = exc
             else:
-                mensagem = bounded(DEFAULT_SUCCESS_MESSAGE if result is None else str(result),
-                                   model.MENSAGEM_LIMIT)
+                mensagem = bounded(
+                    DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
+                )
                 try:
-                    next_tasks = self.liveness.complete_and_claim(conn, task, mensagem, keys,
-                                                                  self._claim_limit())
+                    next_tasks = self.liveness.complete_and_claim(
+                        conn, task, mensagem, keys, self._claim_limit()
+                    )
                     logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task_id)
                     return conn, next_tasks
                 except DatabaseError as exc:
@@ -224,18 +259,30 @@ class TaskExecutor:
         healthy = self._fail(task, conn, keys, error)
         self.liveness.after_settled(task)
         if not healthy:
-            conn = self._discard(conn)
-            if conn is None:
+            replacement = self._discard(conn)
+            if replacement is None:
                 return None, []
+            conn = replacement
         return conn, self.liveness.claim(conn, self._claim_limit())
 
-    def _fail(self, task: dict[str, Any], conn: psycopg.Connection, keys: tuple[int, int],
-              error: BaseException) -> bool:
+    def _fail(
+        self,
+        task: dict[str, Any],
+        conn: psycopg.Connection,
+        keys: tuple[int, int],
+        error: BaseException,
+    ) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
         task_id = task["id"]
-        logger.warning("queue=%s task=%s tentativa=%s: failed: %s: %s", self.settings.queue_name, task_id,
-                       task["tentativa"], type(error).__name__, error,
-                       exc_info=isinstance(error, Exception) and self.settings.log_debug)
+        logger.warning(
+            "queue=%s task=%s tentativa=%s: failed: %s: %s",
+            self.settings.queue_name,
+            task_id,
+            task["tentativa"],
+            type(error).__name__,
+            error,
+            exc_info=isinstance(error, Exception) and self.settings.log_debug,
+        )
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
@@ -244,8 +291,12 @@ class TaskExecutor:
             self.store.commit(conn)
             return True
         except Exception as exc:  # noqa: BLE001 - the task's connection is gone
-            logger.info("queue=%s task=%s: recording the failure on a fresh connection (%s)",
-                        self.settings.queue_name, task_id, exc)
+            logger.info(
+                "queue=%s task=%s: recording the failure on a fresh connection (%s)",
+                self.settings.queue_name,
+                task_id,
+                exc,
+            )
         # The liveness lock died with the connection; the conditional update
         # makes a race with the retry service harmless.
         try:
@@ -253,24 +304,31 @@ class TaskExecutor:
                 self.store.begin(fresh)
                 record_failure(self.store, fresh, self.settings, task, error)
                 self.store.commit(fresh)
-        except Exception as exc:  # noqa: BLE001
-            logger.warning("queue=%s task=%s: could not record the failure (%s); the retry service will "
-                           "rescue the task", self.settings.queue_name, task_id, exc)
+        except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
+            logger.warning(
+                "queue=%s task=%s: could not record the failure (%s); the retry service will "
+                "rescue the task",
+                self.settings.queue_name,
+                task_id,
+                exc,
+            )
         return False
 
-    def _discard(self, conn: psycopg.Connection | None, replace: bool = True) -> psycopg.Connection | None:
+    def _discard(
+        self, conn: psycopg.Connection | None, replace: bool = True
+    ) -> psycopg.Connection | None:
         """Close a broken connection, give it back (the pool drops it) and take another, or None."""
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection that is broken already
                 pass
             self._put_back(conn)
         if not replace:
             return None
         try:
             return self.pool.getconn()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the pool cannot serve now: the caller retries later
             return None
 
     def _put_back(self, conn: psycopg.Connection | None) -> None:
@@ -281,7 +339,7 @@ class TaskExecutor:
         except Exception:  # noqa: BLE001 - a pool closed during shutdown
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection the pool refused
                 pass
 
     # -- shutdown --
@@ -302,14 +360,28 @@ class TaskExecutor:
             for item in running:
                 try:
                     self.store.terminate_session(admin, item.conn)
-                except Exception as exc:  # noqa: BLE001
-                    logger.warning("queue=%s task=%s: could not stop its session: %s",
-                                   self.settings.queue_name, item.task["id"], exc)
+                except Exception as exc:  # noqa: BLE001 - best effort: the retry service rescues the task
+                    logger.warning(
+                        "queue=%s task=%s: could not stop its session: %s",
+                        self.settings.queue_name,
+                        item.task["id"],
+                        exc,
+                    )
             for item in running:
                 self.store.begin(admin)
                 try:
-                    if record_failure(self.store, admin, self.settings, item.task, RELEASED_MESSAGE,
-                                      status=model.FALHA_PROCESSANDO, delay_seconds=0.0) is not None:
+                    if (
+                        record_failure(
+                            self.store,
+                            admin,
+                            self.settings,
+                            item.task,
+                            RELEASED_MESSAGE,
+                            status=model.FALHA_PROCESSANDO,
+                            delay_seconds=0.0,
+                        )
+                        is not None
+                    ):
                         released += 1
                     self.store.commit(admin)
                 except Exception:

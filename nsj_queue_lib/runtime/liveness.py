@@ -87,8 +87,11 @@ class ServerLiveness:
             return []
         try:
             for task in tasks:
-                if not self._call(lambda: self.locks.try_lock(self._name(task["id"]))):
-                    raise RuntimeError(f"task {task['id']}: its liveness lock is held by another client")
+                name = self._name(task["id"])
+                if not self._call(lambda name=name: self.locks.try_lock(name)):
+                    raise RuntimeError(
+                        f"task {task['id']}: its liveness lock is held by another client"
+                    )
             self.store.commit_and_begin(conn)
         except Exception:
             # Nothing was committed: the tasks are 'pendente' again for everyone.
@@ -105,8 +108,11 @@ class ServerLiveness:
             self.store.commit(conn)
         else:
             self.store.rollback(conn)
-            logger.warning("task=%s: no longer 'processando' when it finished (rescued by another worker, or "
-                           "given back after a deadlock); its work was rolled back", task["id"])
+            logger.warning(
+                "task=%s: no longer 'processando' when it finished (rescued by another worker, or "
+                "given back after a deadlock); its work was rolled back",
+                task["id"],
+            )
         self.after_settled(task)
         return self.claim(conn, limit) if limit > 0 else []
 

@@ -22,7 +22,9 @@ class PurgeService(PeriodicService):
     def work(self, conn: psycopg.Connection) -> int:
         deleted = 0
         while not self.stop.is_set():
-            count = self.store.purge_round(conn, self.settings.queue_purge_max_age, self.settings.queue_purge_limit)
+            count = self.store.purge_round(
+                conn, self.settings.queue_purge_max_age, self.settings.queue_purge_limit
+            )
             conn.commit()
             deleted += count
             if count < self.settings.queue_purge_limit:

@@ -31,7 +31,11 @@ class RenotifyService(PeriodicService):
         stale = self.store.has_stale_pending(conn, self.settings.queue_wait_notify_interval)
         if promoted or stale:
             self.store.notify(conn, notify_channel(self.settings.queue_name), "")
-            logger.info("queue=%s: woke the workers (promoted=%d, waiting tasks=%s)",
-                        self.settings.queue_name, promoted, stale)
+            logger.info(
+                "queue=%s: woke the workers (promoted=%d, waiting tasks=%s)",
+                self.settings.queue_name,
+                promoted,
+                stale,
+            )
         conn.commit()
         return promoted

@@ -27,7 +27,7 @@ class RetryService(PeriodicService):
     def work(self, conn: psycopg.Connection) -> int:
         queue_oid = self.store.queue_oid(conn)
         conn.commit()
-        suspects = None
+        suspects: set[int] = set()
         if self.lock_client is not None:
             suspects = self._server_suspects(conn, queue_oid)
             if not suspects:
@@ -40,14 +40,27 @@ class RetryService(PeriodicService):
             else:
                 candidates = self.store.find_orphans(conn, queue_oid, BATCH, check_db_locks=False)
                 held = self.lock_client.held(task_lock_name(queue_oid, t["id"]) for t in candidates)
-                orphans = [t for t in candidates
-                           if t["id"] in suspects and task_lock_name(queue_oid, t["id"]) not in held]
+                orphans = [
+                    t
+                    for t in candidates
+                    if t["id"] in suspects and task_lock_name(queue_oid, t["id"]) not in held
+                ]
                 batch_full = False  # one confirmed batch per run; the next run takes the rest
             for task in orphans:
-                record_failure(self.store, conn, self.settings, task, ORPHAN_MESSAGE,
-                               status=model.FALHA_PROCESSANDO)
-                logger.warning("queue=%s task=%s tentativa=%s: rescued an abandoned attempt",
-                               self.settings.queue_name, task["id"], task["tentativa"])
+                record_failure(
+                    self.store,
+                    conn,
+                    self.settings,
+                    task,
+                    ORPHAN_MESSAGE,
+                    status=model.FALHA_PROCESSANDO,
+                )
+                logger.warning(
+                    "queue=%s task=%s tentativa=%s: rescued an abandoned attempt",
+                    self.settings.queue_name,
+                    task["id"],
+                    task["tentativa"],
+                )
             conn.commit()
             rescued += len(orphans)
             if not batch_full:

@@ -30,7 +30,9 @@ def service_lock_key(queue_table: str, service: str) -> int:
     One-bigint advisory locks never collide with the two-int4 task liveness
     locks, and hashing the queue's name keeps queues apart.
     """
-    digest = hashlib.blake2b(f"nsj_queue_lib:{queue_table}:{service}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(
+        f"nsj_queue_lib:{queue_table}:{service}".encode(), digest_size=8
+    ).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
@@ -55,7 +57,9 @@ class PeriodicService(abc.ABC):
         self.lock_key = service_lock_key(settings.queue_table, self.name)
 
     def run(self) -> None:
-        logger.info("queue=%s: %s service scheduled %r", self.settings.queue_name, self.name, self.schedule)
+        logger.info(
+            "queue=%s: %s service scheduled %r", self.settings.queue_name, self.name, self.schedule
+        )
         while not self.stop.is_set():
             now = datetime.datetime.now()
             wait = (self.schedule.next_after(now) - now).total_seconds()
@@ -64,7 +68,9 @@ class PeriodicService(abc.ABC):
             try:
                 self.run_once()
             except Exception as exc:  # noqa: BLE001 - a failed run must not end the service
-                logger.warning("queue=%s: %s run failed: %s", self.settings.queue_name, self.name, exc)
+                logger.warning(
+                    "queue=%s: %s run failed: %s", self.settings.queue_name, self.name, exc
+                )
 
     def run_once(self) -> int | None:
         """One run under the cluster-wide lock; None when another worker holds it."""
@@ -110,7 +116,9 @@ class PeriodicService(abc.ABC):
                     pass
 
     def _skipped(self) -> None:
-        logger.debug("queue=%s: %s run skipped, another worker runs it", self.settings.queue_name, self.name)
+        logger.debug(
+            "queue=%s: %s run skipped, another worker runs it", self.settings.queue_name, self.name
+        )
 
     @abc.abstractmethod
     def work(self, conn: psycopg.Connection) -> int:

@@ -34,15 +34,20 @@ environment (see the README, "Socket server (client/server mode)").
 # ``halt`` needs no database or queue: placeholders satisfy the settings
 # checks for the variables it never uses.
 _HALT_PLACEHOLDERS = {
-    "DB_HOST": "unused", "DB_BASE": "unused", "DB_USER": "unused",
-    "QUEUE_NAME": "unused", "QUEUE_TABLE": "unused",
+    "DB_HOST": "unused",
+    "DB_BASE": "unused",
+    "DB_USER": "unused",
+    "QUEUE_NAME": "unused",
+    "QUEUE_TABLE": "unused",
 }
 
 
 def _config_error(exc: ConfigError) -> int:
     for name, why in exc.problems.items():
         print(f"nsj_queue_lib.server: configuration error: {name} {why}", file=sys.stderr)
-    print(f"nsj_queue_lib.server: invalid configuration: {', '.join(exc.problems)}", file=sys.stderr)
+    print(
+        f"nsj_queue_lib.server: invalid configuration: {', '.join(exc.problems)}", file=sys.stderr
+    )
     return EXIT_CONFIG_ERROR
 
 
@@ -78,12 +83,14 @@ def serve(environ: Mapping[str, str]) -> int:
         server.start()
     except OSError as exc:
         log.error("cannot listen on %s: %s", config.bind_host, exc)
-        print(f"nsj_queue_lib.server: cannot listen on {config.bind_host} "
-              f"(NOTIFY_SERVICE_PORT={config.notify_port}, LOCK_SERVICE_PORT={config.lock_port}): {exc}",
-              file=sys.stderr)
+        print(
+            f"nsj_queue_lib.server: cannot listen on {config.bind_host} "
+            f"(NOTIFY_SERVICE_PORT={config.notify_port}, LOCK_SERVICE_PORT={config.lock_port}): {exc}",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
 
-    def on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    def on_signal(signum, frame):
         server.stop(f"signal {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -105,5 +112,7 @@ def halt_command(environ: Mapping[str, str]) -> int:
     except (ServerConnectionError, ServerRequestError) as exc:
         print(f"nsj_queue_lib.server: halt failed: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"nsj_queue_lib.server: the server at {settings.server_host}:{settings.lock_service_port} is stopping")
+    print(
+        f"nsj_queue_lib.server: the server at {settings.server_host}:{settings.lock_service_port} is stopping"
+    )
     return EXIT_OK

@@ -69,7 +69,8 @@ class CheckTasksThread(threading.Thread):
                     "check-tasks: connected; polling every %gs%s",
                     self.interval,
                     f", listening on channel {getattr(source, 'channel', self.queue_name)!r}"
-                    if source.supports_listen else " (no LISTEN on this database)",
+                    if source.supports_listen
+                    else " (no LISTEN on this database)",
                 )
                 self._serve(source)
             except Exception as exc:  # noqa: BLE001 - best effort: log and reconnect
@@ -109,7 +110,9 @@ class CheckTasksThread(threading.Thread):
             for payload in dict.fromkeys(payloads):
                 if payload == "HALT":
                     self._log.info("check-tasks: relaying NOTIFY %r 'HALT'", self.queue_name)
-                self._log.debug("check-tasks: relaying NOTIFY %r payload %r", self.queue_name, payload)
+                self._log.debug(
+                    "check-tasks: relaying NOTIFY %r payload %r", self.queue_name, payload
+                )
                 self._publish(self.queue_name, payload)
 
     def _drain_wake(self) -> None:

@@ -40,7 +40,9 @@ class ServerConfig:
         return self.settings.queue_name
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> "ServerConfig":
+    def from_settings(
+        cls, settings: Settings, environ: Mapping[str, str] | None = None
+    ) -> ServerConfig:
         requested = settings.queue_server_bind
         if requested is None and environ is not None:  # settings built without the variable
             requested = (environ.get(BIND_VARIABLE) or "").strip() or None
@@ -82,7 +84,9 @@ def resolve_bind_host(requested: str | None, token: str | None) -> tuple[str, li
             ipaddress.ip_address(requested)
         except ValueError:
             raise ConfigError(
-                {BIND_VARIABLE: f"must be an IP address (e.g. 0.0.0.0, 127.0.0.1, ::), got {requested!r}"}
+                {
+                    BIND_VARIABLE: f"must be an IP address (e.g. 0.0.0.0, 127.0.0.1, ::), got {requested!r}"
+                }
             ) from None
     if token is None:
         if requested is not None and not is_loopback(requested):

@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from nsj_queue_lib import protocol
 from nsj_queue_lib.db.dialect import notify_channel
@@ -181,8 +181,11 @@ class QueueServer:
         )
         if self._source_factory is not None:
             self._check_tasks = CheckTasksThread(
-                self._source_factory, self.config.queue_name, self.config.check_tasks_interval,
-                self.publish, self._log.getChild("check_tasks"),
+                self._source_factory,
+                self.config.queue_name,
+                self.config.check_tasks_interval,
+                self.publish,
+                self._log.getChild("check_tasks"),
             )
             self._check_tasks.start()
 
@@ -218,7 +221,7 @@ class QueueServer:
                     if data == "wake":
                         self._drain_wake()
                     elif isinstance(data, tuple):
-                        self._accept(key.fileobj, data[1])
+                        self._accept(cast(socket.socket, key.fileobj), data[1])
                     elif not data.closed:
                         if mask & selectors.EVENT_WRITE:
                             self._flush(data)
@@ -230,7 +233,9 @@ class QueueServer:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        self._log.info("stopping (%s): closing %d clients", self._stop_reason or "stop", len(self._conns))
+        self._log.info(
+            "stopping (%s): closing %d clients", self._stop_reason or "stop", len(self._conns)
+        )
         if self._check_tasks is not None:
             self._check_tasks.stop()
         self._close_listeners()
@@ -262,7 +267,14 @@ class QueueServer:
             sock.close()
         self._listeners = []
 
+    def _running_selector(self) -> selectors.BaseSelector:
+        if self._selector is None:
+            raise RuntimeError("the server loop is not running")
+        return self._selector
+
     def _drain_wake(self) -> None:
+        if self._wake_r is None:
+            return
         try:
             while self._wake_r.recv(4096):
                 pass
@@ -274,8 +286,9 @@ class QueueServer:
             return 0
         deadline = None
         for conn in self._lingering.values():
-            if deadline is None or conn.lingering_until < deadline:
-                deadline = conn.lingering_until
+            until = conn.lingering_until
+            if until is not None and (deadline is None or until < deadline):
+                deadline = until
         for conn in self._conns.values():
             for d in self._deadlines(conn):
                 if deadline is None or d < deadline:
@@ -292,13 +305,16 @@ class QueueServer:
 
     def _expire(self, now: float) -> None:
         for conn in list(self._lingering.values()):
-            if now >= conn.lingering_until:
+            if conn.lingering_until is not None and now >= conn.lingering_until:
                 self._close(conn, "refused")
         timeout = self.config.message_timeout
         for conn in list(self._conns.values()):
             if not conn.authenticated and now >= conn.hello_deadline:
                 self._abort(conn, "timeout", f"no hello within {timeout:g}s")
-            elif conn.decoder.frame_started is not None and now >= conn.decoder.frame_started + timeout:
+            elif (
+                conn.decoder.frame_started is not None
+                and now >= conn.decoder.frame_started + timeout
+            ):
                 self._abort(conn, "timeout", f"incomplete frame for {timeout:g}s")
 
     # -- connections --------------------------------------------------------
@@ -319,18 +335,28 @@ class QueueServer:
             cid = next(self._ids)
             now = time.monotonic()
             conn = _Conn(cid, sock, _peer(addr), service, now + self.config.message_timeout)
-            self._selector.register(sock, selectors.EVENT_READ, conn)
+            self._running_selector().register(sock, selectors.EVENT_READ, conn)
             if len(self._conns) >= self.config.max_clients:
                 self._log.warning(
                     "refused %s on the %s service: too many clients (MAX_CLIENT_THREADS=%d)",
-                    conn.label(), service, self.config.max_clients,
+                    conn.label(),
+                    service,
+                    self.config.max_clients,
                 )
                 self._refuse(
-                    conn, "busy", f"too many clients (at most {self.config.max_clients}); retry later", None
+                    conn,
+                    "busy",
+                    f"too many clients (at most {self.config.max_clients}); retry later",
+                    None,
                 )
                 continue
             self._conns[cid] = conn
-            self._log.info("accepted %s on the %s service (%d clients)", conn.label(), service, len(self._conns))
+            self._log.info(
+                "accepted %s on the %s service (%d clients)",
+                conn.label(),
+                service,
+                len(self._conns),
+            )
 
     def _on_readable(self, conn: _Conn) -> None:
         try:
@@ -370,7 +396,7 @@ class QueueServer:
         self._conns.pop(conn.id, None)
         self._lingering.pop(conn.id, None)
         try:
-            self._selector.unregister(conn.sock)
+            self._running_selector().unregister(conn.sock)
         except (KeyError, ValueError):
             pass
         try:
@@ -414,7 +440,9 @@ class QueueServer:
         conn.shutdown_after_flush = True
         if released:
             self._log.info("%s: released %d lock(s)", conn.label(), len(released))
-        self._send(conn, protocol.encode({"id": rid, "ok": False, "error": code, "message": message}))
+        self._send(
+            conn, protocol.encode({"id": rid, "ok": False, "error": code, "message": message})
+        )
 
     # -- output ---------------------------------------------------------------
 
@@ -423,8 +451,11 @@ class QueueServer:
             return
         if len(conn.out) + len(frame) > MAX_OUTPUT_BYTES:
             conn.out.clear()
-            self._close(conn, f"more than {MAX_OUTPUT_BYTES} bytes unread (client not reading)",
-                        level=logging.WARNING)
+            self._close(
+                conn,
+                f"more than {MAX_OUTPUT_BYTES} bytes unread (client not reading)",
+                level=logging.WARNING,
+            )
             return
         conn.out += frame
         self._flush(conn)
@@ -451,13 +482,15 @@ class QueueServer:
         wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
         if wanted != conn.events:
             conn.events = wanted
-            self._selector.modify(conn.sock, wanted, conn)
+            self._running_selector().modify(conn.sock, wanted, conn)
 
     def _reply(self, conn: _Conn, rid: Any, **fields: Any) -> None:
         self._send(conn, protocol.encode({"id": rid, "ok": True, **fields}))
 
     def _error(self, conn: _Conn, rid: Any, code: str, message: str) -> None:
-        self._send(conn, protocol.encode({"id": rid, "ok": False, "error": code, "message": message}))
+        self._send(
+            conn, protocol.encode({"id": rid, "ok": False, "error": code, "message": message})
+        )
 
     # -- notifications --------------------------------------------------------
 
@@ -535,11 +568,17 @@ class QueueServer:
         conn.authenticated = True
         conn.admin = expected is not None
         self._log.info(
-            "%s: hello on the %s service (%s)", conn.label(), conn.service,
+            "%s: hello on the %s service (%s)",
+            conn.label(),
+            conn.service,
             "authenticated with the token" if conn.admin else "no token configured",
         )
         self._reply(
-            conn, rid, server=SERVER_NAME, protocol=protocol.VERSION, max_frame=protocol.MAX_FRAME_SIZE,
+            conn,
+            rid,
+            server=SERVER_NAME,
+            protocol=protocol.VERSION,
+            max_frame=protocol.MAX_FRAME_SIZE,
             token_required=expected is not None,
         )
 
@@ -547,7 +586,9 @@ class QueueServer:
     def _name(message: dict[str, Any], field: str, what: str) -> str:
         value = message.get(field)
         if not isinstance(value, str) or not value or len(value) > MAX_NAME_LENGTH:
-            raise _BadRequest("bad_request", f"{field!r} must be a {what} of 1 to {MAX_NAME_LENGTH} characters")
+            raise _BadRequest(
+                "bad_request", f"{field!r} must be a {what} of 1 to {MAX_NAME_LENGTH} characters"
+            )
         return value
 
     def _op_ping(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
@@ -558,8 +599,13 @@ class QueueServer:
 
     def _op_lock(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
         name = self._name(message, "name", "lock name")
-        if self._locks.owner_of(name) is None and self._locks.count(conn.id) >= MAX_LOCKS_PER_CONNECTION:
-            raise _BadRequest("too_many_locks", f"a connection holds at most {MAX_LOCKS_PER_CONNECTION} locks")
+        if (
+            self._locks.owner_of(name) is None
+            and self._locks.count(conn.id) >= MAX_LOCKS_PER_CONNECTION
+        ):
+            raise _BadRequest(
+                "too_many_locks", f"a connection holds at most {MAX_LOCKS_PER_CONNECTION} locks"
+            )
         acquired = self._locks.try_lock(conn.id, name)
         self._log.debug("%s: lock %r -> %s", conn.label(), name, acquired)
         return {"acquired": acquired}
@@ -572,8 +618,10 @@ class QueueServer:
 
     def _op_held(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
         names = message.get("names")
-        if not isinstance(names, list) or len(names) > MAX_HELD_NAMES or not all(
-            isinstance(n, str) and n and len(n) <= MAX_NAME_LENGTH for n in names
+        if (
+            not isinstance(names, list)
+            or len(names) > MAX_HELD_NAMES
+            or not all(isinstance(n, str) and n and len(n) <= MAX_NAME_LENGTH for n in names)
         ):
             raise _BadRequest(
                 "bad_request", f"'names' must be a list of at most {MAX_HELD_NAMES} lock names"
@@ -583,7 +631,10 @@ class QueueServer:
     def _op_subscribe(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
         queue = notify_channel(self._name(message, "queue", "queue name"))
         if queue not in conn.queues and len(conn.queues) >= MAX_QUEUES_PER_CONNECTION:
-            raise _BadRequest("too_many_queues", f"a connection subscribes to at most {MAX_QUEUES_PER_CONNECTION} queues")
+            raise _BadRequest(
+                "too_many_queues",
+                f"a connection subscribes to at most {MAX_QUEUES_PER_CONNECTION} queues",
+            )
         conn.queues.add(queue)
         self._subscribers[queue].add(conn)
         self._log.info("%s: subscribed to %r", conn.label(), queue)
@@ -605,7 +656,10 @@ class QueueServer:
         if payload is None:
             payload = ""
         if not isinstance(payload, str) or len(payload) > MAX_PAYLOAD_LENGTH:
-            raise _BadRequest("bad_request", f"'payload' must be a string of at most {MAX_PAYLOAD_LENGTH} characters")
+            raise _BadRequest(
+                "bad_request",
+                f"'payload' must be a string of at most {MAX_PAYLOAD_LENGTH} characters",
+            )
         if payload == "HALT":
             self._log.info("%s: notify %r HALT", conn.label(), notify_channel(queue))
         return {"delivered": self._fan_out(queue, payload)}
@@ -614,7 +668,8 @@ class QueueServer:
         if not conn.admin:
             self._log.warning("%s: halt refused (no QUEUE_SERVER_TOKEN configured)", conn.label())
             raise _BadRequest(
-                "forbidden", "halt needs QUEUE_SERVER_TOKEN configured on the server and an authenticated session"
+                "forbidden",
+                "halt needs QUEUE_SERVER_TOKEN configured on the server and an authenticated session",
             )
         self._log.warning("%s: halt requested", conn.label())
         self.stop(f"halt requested by {conn.label()}")

@@ -14,7 +14,7 @@ the thread closes the source and opens a new one after a back-off.
 from __future__ import annotations
 
 import select
-from typing import Protocol
+from typing import Any, Protocol
 
 from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.exceptions import DatabaseError
@@ -24,7 +24,12 @@ from nsj_queue_lib.settings import Settings
 CONNECT_TIMEOUT_SECONDS = 5
 # Same keepalive as the workers' connections: a vanished database is noticed
 # in about 20 s instead of a LISTEN that waits forever.
-_PG_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 2}
+_PG_KEEPALIVE: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 2,
+}
 
 # One index probe per status (both are partial indexes of the queue table).
 # {now} is the dialect's current-time expression.
@@ -76,8 +81,8 @@ class PostgresTaskSource:
         self.table = check_table_name(settings.queue_table, "QUEUE_TABLE")
         self.channel = notify_channel(settings.queue_name)
         self._settings = settings
-        self._poll = None
-        self._listen = None
+        self._poll: Any = None
+        self._listen: Any = None
         self._sql = READY_TASKS_SQL.format(table=self.table, now="clock_timestamp()")
 
     def _connect(self):
@@ -85,9 +90,12 @@ class PostgresTaskSource:
         from psycopg.conninfo import make_conninfo
 
         conninfo = make_conninfo(
-            self._settings.postgres_conninfo(), application_name=application_name(self._settings.queue_name)
+            self._settings.postgres_conninfo(),
+            application_name=application_name(self._settings.queue_name),
         )
-        return psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, **_PG_KEEPALIVE)
+        return psycopg.connect(
+            conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS, **_PG_KEEPALIVE
+        )
 
     def open(self) -> None:
         import psycopg
@@ -100,7 +108,9 @@ class PostgresTaskSource:
             self._listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error as exc:
             self.close()
-            raise DatabaseError(f"connecting to PostgreSQL for the check-tasks thread failed: {exc}") from exc
+            raise DatabaseError(
+                f"connecting to PostgreSQL for the check-tasks thread failed: {exc}"
+            ) from exc
 
     def close(self) -> None:
         for conn in (self._poll, self._listen):
@@ -127,13 +137,17 @@ class PostgresTaskSource:
         if self._listen is None:
             raise DatabaseError("the task source is not open")
         try:
-            readable, _, _ = select.select([self._listen.fileno(), interrupt_fd], [], [], max(0.0, timeout))
+            readable, _, _ = select.select(
+                [self._listen.fileno(), interrupt_fd], [], [], max(0.0, timeout)
+            )
         except (OSError, ValueError) as exc:
             raise DatabaseError(f"waiting on the LISTEN connection failed: {exc}") from exc
         if self._listen.fileno() not in readable:
             return []
         try:
-            payloads = [n.payload for n in self._listen.notifies(timeout=0) if n.channel == self.channel]
+            payloads = [
+                n.payload for n in self._listen.notifies(timeout=0) if n.channel == self.channel
+            ]
             if not payloads:
                 # Readable without a notification: a server message or a
                 # closed socket. A round trip tells which.
@@ -151,7 +165,7 @@ class MysqlTaskSource:
     def __init__(self, settings: Settings):
         self.table = check_table_name(settings.queue_table, "QUEUE_TABLE")
         self._settings = settings
-        self._conn = None
+        self._conn: Any = None
         self._sql = READY_TASKS_SQL.format(table=self.table, now="CURRENT_TIMESTAMP(6)")
 
     def open(self) -> None:
@@ -161,18 +175,26 @@ class MysqlTaskSource:
         s = self._settings
         try:
             self._conn = pymysql.connect(
-                host=s.db_host, port=s.db_port, user=s.db_user, password=s.db_pass or "",
-                database=s.db_name, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                read_timeout=60, write_timeout=60,
+                host=s.db_host,
+                port=s.db_port,
+                user=s.db_user,
+                password=s.db_pass or "",
+                database=s.db_name,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                read_timeout=60,
+                write_timeout=60,
             )
         except pymysql.MySQLError as exc:
-            raise DatabaseError(f"connecting to {s.db_driver} for the check-tasks thread failed: {exc}") from exc
+            raise DatabaseError(
+                f"connecting to {s.db_driver} for the check-tasks thread failed: {exc}"
+            ) from exc
 
     def close(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing a connection that may be broken
                 pass
             self._conn = None
 

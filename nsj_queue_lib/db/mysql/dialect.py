@@ -52,11 +52,11 @@ def split_script(script: str) -> list[str]:
     Honours ``DELIMITER`` lines (the claim procedure's body holds ';') and
     drops comment lines. Generated DDL has no delimiter inside a literal.
     """
-    statements = []
+    statements: list[str] = []
     chunks = _DELIMITER_LINE.split(script)
     # chunks = [text, delimiter1, text, delimiter2, text, ...]
     delimiters = [";", *chunks[1::2]]
-    for delimiter, text in zip(delimiters, chunks[0::2]):
+    for delimiter, text in zip(delimiters, chunks[0::2], strict=True):
         code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
         statements.extend(part.strip() for part in code.split(delimiter) if part.strip())
     return statements
@@ -87,10 +87,17 @@ class MysqlDialect(Dialect):
     def _values(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
         values["indexes"] = render(read_sql(self.name, "indexes.sql"), values).strip()
-        values["subscriber_indexes"] = render(read_sql(self.name, "subscriber_indexes.sql"), values).strip()
-        procedure_values = dict(values, claimed_task_json=CLAIMED_TASK_JSON,
-                                claim_procedure_version=claim_procedure_version())
-        values["claim_procedure_ddl"] = render(read_sql(self.name, "claim_procedure.sql"), procedure_values).strip()
+        values["subscriber_indexes"] = render(
+            read_sql(self.name, "subscriber_indexes.sql"), values
+        ).strip()
+        procedure_values = dict(
+            values,
+            claimed_task_json=CLAIMED_TASK_JSON,
+            claim_procedure_version=claim_procedure_version(),
+        )
+        values["claim_procedure_ddl"] = render(
+            read_sql(self.name, "claim_procedure.sql"), procedure_values
+        ).strip()
         return values
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
@@ -107,8 +114,14 @@ class MysqlDialect(Dialect):
         created = self.create_ddl(names)
         columns = column_definitions(created, values["table"])
         steps = [
-            self._step(names, "columns", names.queue, "column_name", column,
-                       f"ALTER TABLE {values['table']} ADD COLUMN {column} {columns[column]}")
+            self._step(
+                names,
+                "columns",
+                names.queue,
+                "column_name",
+                column,
+                f"ALTER TABLE {values['table']} ADD COLUMN {column} {columns[column]}",
+            )
             for column in UPGRADE_COLUMNS
         ]
         values["add_columns"] = "\n".join(steps)
@@ -127,11 +140,20 @@ class MysqlDialect(Dialect):
                 continue
             index, table, _ = match.groups()
             object_table = table.split(".")[-1]
-            out.append(self._step(names, "statistics", object_table, "index_name", index, line.rstrip(";")))
+            out.append(
+                self._step(names, "statistics", object_table, "index_name", index, line.rstrip(";"))
+            )
         return "\n".join(out)
 
-    def _step(self, names: DdlNames, catalog: str, object_table: str, name_column: str,
-              object_name: str, statement: str) -> str:
+    def _step(
+        self,
+        names: DdlNames,
+        catalog: str,
+        object_table: str,
+        name_column: str,
+        object_name: str,
+        statement: str,
+    ) -> str:
         return render(
             read_sql(self.name, "upgrade_step.sql"),
             {

@@ -50,14 +50,19 @@ import random
 import re
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import check_store_tables, claim_routine_name
 from nsj_queue_lib.db.mysql.batch import (
-    Result, Statement, StatementFailed, accepts_multi_statements, call_procedure, run_batch,
+    Result,
+    Statement,
+    StatementFailed,
+    accepts_multi_statements,
+    call_procedure,
+    run_batch,
 )
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON, claim_procedure_version
 from nsj_queue_lib.db.sql_files import render_queries
@@ -77,7 +82,14 @@ _SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
 _TIMESTAMP_COLUMNS = ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hora_anterior")
 
 # MySQL stores booleans as TINYINT(1); rows are given back with Python bools.
-BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "ativo", "liveness_locked")
+BOOLEAN_COLUMNS = (
+    "reenfileirado",
+    "estouro_tentativas",
+    "pub_sub",
+    "dead",
+    "ativo",
+    "liveness_locked",
+)
 
 # Server error codes retried inside the store while claiming or completing.
 ER_LOCK_WAIT_TIMEOUT = 1205
@@ -111,17 +123,17 @@ def _is_driver_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] == "pymysql"
 
 
-def error_code(exc: BaseException) -> int | None:
+def error_code(exc: BaseException | None) -> int | None:
     """The server error number of a PyMySQL error (None for anything else)."""
     if isinstance(exc, StatementFailed):
         exc = exc.error
-    if not _is_driver_error(exc):
+    if exc is None or not _is_driver_error(exc):
         return None
     args = getattr(exc, "args", ())
     return args[0] if args and isinstance(args[0], int) else None
 
 
-def is_retryable(exc: BaseException) -> bool:
+def is_retryable(exc: BaseException | None) -> bool:
     """A deadlock or lock wait timeout: the transaction may simply be tried again."""
     return error_code(exc) in RETRYABLE_ERRORS
 
@@ -140,8 +152,9 @@ def wrap_driver_errors(what: str) -> Iterator[None]:
         raise
 
 
-def retry_on_lock_errors(what: str, attempt: Callable[[], T], undo: Callable[[], None],
-                         attempts: int = RETRY_ATTEMPTS) -> T:
+def retry_on_lock_errors(
+    what: str, attempt: Callable[[], T], undo: Callable[[], None], attempts: int = RETRY_ATTEMPTS
+) -> T:
     """Run ``attempt``; on a deadlock or lock wait timeout run ``undo`` and try again.
 
     ``undo`` must leave the connection as it was before the attempt (rolled
@@ -176,7 +189,7 @@ def split_steps(sql: str) -> dict[str, str]:
     if len(parts) == 1:
         return {"sql": sql.strip().rstrip(";").strip()}
     steps: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in steps:
             raise ValueError(f"step {name!r} appears twice in one query")
         steps[name] = body.strip().rstrip(";").strip()
@@ -187,7 +200,7 @@ def _rows_as_dicts(cursor) -> list[dict[str, Any]]:
     if cursor.description is None:
         return []
     names = [col[0] for col in cursor.description]
-    return [_normalize(dict(zip(names, row))) for row in cursor.fetchall()]
+    return [_normalize(dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
 
 
 def _normalize(item: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +285,7 @@ def lock_prefix(qualified: str) -> str:
 
 def stable_queue_number(qualified: str) -> int:
     """A 31-bit number that stands for the queue where PostgreSQL has its table's oid."""
-    digest = hashlib.blake2b(f"nsj_queue_lib:{qualified}".encode("utf-8"), digest_size=4).digest()
+    digest = hashlib.blake2b(f"nsj_queue_lib:{qualified}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFF_FFFF
 
 
@@ -289,7 +302,7 @@ class _ServerInfo:
         self.increment = increment
 
 
-_SERVERS: "weakref.WeakKeyDictionary[Any, _ServerInfo]" = weakref.WeakKeyDictionary()
+_SERVERS: weakref.WeakKeyDictionary[Any, _ServerInfo] = weakref.WeakKeyDictionary()
 
 
 def server_info(conn) -> _ServerInfo:
@@ -327,8 +340,15 @@ def server_info(conn) -> _ServerInfo:
 # -- the store ------------------------------------------------------------------
 
 _TASK_INSERT_FIELDS = (
-    "origem", "destino", "processo", "chave_externa", "payload", "payload_hash",
-    "tenant", "grupo_empresarial", "pub_sub",
+    "origem",
+    "destino",
+    "processo",
+    "chave_externa",
+    "payload",
+    "payload_hash",
+    "tenant",
+    "grupo_empresarial",
+    "pub_sub",
 )
 
 
@@ -370,7 +390,9 @@ class MysqlQueueStore:
         database = None if self._table_schema else _database_of(conn)
         prefix = self._lock_prefixes.get(database)
         if prefix is None:
-            prefix = self._lock_prefixes[database] = lock_prefix(qualified_table(self.queue_table, conn))
+            prefix = self._lock_prefixes[database] = lock_prefix(
+                qualified_table(self.queue_table, conn)
+            )
         return prefix
 
     def task_lock_name(self, conn, task_id: int) -> str:
@@ -390,7 +412,9 @@ class MysqlQueueStore:
     def insert_task(self, conn, row: dict[str, Any]) -> int:
         return self.insert_tasks(conn, [row], what="insert_task")[0]
 
-    def insert_tasks(self, conn, rows: Sequence[dict[str, Any]], what: str = "insert_tasks") -> list[int]:
+    def insert_tasks(
+        self, conn, rows: Sequence[dict[str, Any]], what: str = "insert_tasks"
+    ) -> list[int]:
         if not rows:
             return []
         values = []
@@ -398,13 +422,17 @@ class MysqlQueueStore:
             due, due_args = due_sql(row.get("data_hora"))
             args = [row[name] for name in _TASK_INSERT_FIELDS]
             args.append(row.get("prioridade"))
-            values.append((
-                f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due})",
-                args + due_args + due_args,
-            ))
+            values.append(
+                (
+                    f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due})",
+                    args + due_args + due_args,
+                )
+            )
         return self._insert_rows(conn, what, self.sql[what], values)
 
-    def _insert_rows(self, conn, what: str, sql: dict[str, str], values: list[tuple[str, list[Any]]]) -> list[int]:
+    def _insert_rows(
+        self, conn, what: str, sql: dict[str, str], values: list[tuple[str, list[Any]]]
+    ) -> list[int]:
         """Multi-row INSERTs (as few as the size budget allows); the new ids in VALUES order."""
         with wrap_driver_errors(what):
             info = self.server(conn)
@@ -457,17 +485,27 @@ class MysqlQueueStore:
         if not deliveries:
             return []
         common = [
-            publication["origem"], publication["destino"], publication["processo"],
-            publication["chave_externa"], publication["tenant"], publication["grupo_empresarial"],
-            publication["prioridade"], publication["id"],
+            publication["origem"],
+            publication["destino"],
+            publication["processo"],
+            publication["chave_externa"],
+            publication["tenant"],
+            publication["grupo_empresarial"],
+            publication["prioridade"],
+            publication["id"],
         ]
         values = [
-            ("(%s, %s, %s, %s, %s, %s, COALESCE(%s, 50), %s, %s, %s, %s)", common + [sid, payload, digest])
+            (
+                "(%s, %s, %s, %s, %s, %s, COALESCE(%s, 50), %s, %s, %s, %s)",
+                common + [sid, payload, digest],
+            )
             for sid, payload, digest in deliveries
         ]
         return self._insert_rows(conn, "insert_deliveries", self.sql["insert_deliveries"], values)
 
-    def _fetch(self, conn, name: str, params: dict[str, Any] | None = None, step: str = "sql") -> list[dict[str, Any]]:
+    def _fetch(
+        self, conn, name: str, params: dict[str, Any] | None = None, step: str = "sql"
+    ) -> list[dict[str, Any]]:
         with wrap_driver_errors(name), conn.cursor() as cur:
             cur.execute(self.sql[name][step], params)
             return _rows_as_dicts(cur)
@@ -565,7 +603,8 @@ class MysqlQueueStore:
         if limit == 1 and accepts_multi_statements(conn):
             try:
                 if self._has_claim_procedure(conn):
-                    claimed = call_procedure(conn, self._procedure_call(conn, None, None))  # commits too
+                    # The procedure commits too.
+                    claimed = call_procedure(conn, self._procedure_call(conn, None, None))
                 else:
                     claim = self._plain_single_claim(conn)
                     claimed = run_batch(conn, [*claim, ("COMMIT AND CHAIN", None)])[len(claim) - 1]
@@ -581,13 +620,19 @@ class MysqlQueueStore:
     def _plain_single_claim(self, conn) -> list[Statement]:
         """The single-task claim in SQL, for a queue without the claim procedure; the last result is the row."""
         steps = self.sql["claim_tasks"]
-        return [(steps["single_forget"], None), (steps["single_select"], None), (steps["single_mark"], None),
-                (steps["single_lock"], {"lock_prefix": self.lock_prefix(conn)})]
+        return [
+            (steps["single_forget"], None),
+            (steps["single_select"], None),
+            (steps["single_mark"], None),
+            (steps["single_lock"], {"lock_prefix": self.lock_prefix(conn)}),
+        ]
 
     def _procedure_call(self, conn, task_id: int | None, mensagem: str | None) -> Statement:
         """The claim procedure's CALL: settle ``task_id`` (when given), then claim one task."""
-        return (f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s)",
-                {"id": task_id, "mensagem": mensagem, "lock_prefix": self.lock_prefix(conn)})
+        return (
+            f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s)",
+            {"id": task_id, "mensagem": mensagem, "lock_prefix": self.lock_prefix(conn)},
+        )
 
     def _has_claim_procedure(self, conn) -> bool:
         """Whether the database has this queue's claim procedure, in this version (looked up once)."""
@@ -596,12 +641,18 @@ class MysqlQueueStore:
             if self.claim_procedure is not None:
                 schema, name = split_table_name(self.claim_procedure)
                 with wrap_driver_errors("claim_procedure_version"), conn.cursor() as cur:
-                    cur.execute(self.sql["claim_tasks"]["procedure_version"], {"schema": schema, "name": name})
+                    cur.execute(
+                        self.sql["claim_tasks"]["procedure_version"],
+                        {"schema": schema, "name": name},
+                    )
                     row = cur.fetchone()
                 present = row is not None and row[0] == claim_procedure_version()
                 if row is not None and not present:
-                    logger.warning("%s was made by another version of nsj_queue_lib: claiming in plain SQL "
-                                   "until 'db_gen --upgrade' replaces it", self.claim_procedure)
+                    logger.warning(
+                        "%s was made by another version of nsj_queue_lib: claiming in plain SQL "
+                        "until 'db_gen --upgrade' replaces it",
+                        self.claim_procedure,
+                    )
             self._claim_procedure_present = present
         return self._claim_procedure_present
 
@@ -609,8 +660,11 @@ class MysqlQueueStore:
         """True when the claim procedure could not be called: it is not used again."""
         if error_code(failed) not in CLAIM_PROCEDURE_UNUSABLE or not self._claim_procedure_present:
             return False
-        logger.warning("%s cannot be called (%s): claiming in plain SQL from now on",
-                       self.claim_procedure, failed.error)
+        logger.warning(
+            "%s cannot be called (%s): claiming in plain SQL from now on",
+            self.claim_procedure,
+            failed.error,
+        )
         self._claim_procedure_present = False
         return True
 
@@ -638,7 +692,10 @@ class MysqlQueueStore:
         """After a failed single-task claim batch: its liveness lock, if the lock step took it (best effort)."""
         with suppress(Exception):  # the connection may be gone, and its locks with it
             with conn.cursor() as cur:
-                cur.execute(self.sql["claim_tasks"]["single_release"], {"lock_prefix": self.lock_prefix(conn)})
+                cur.execute(
+                    self.sql["claim_tasks"]["single_release"],
+                    {"lock_prefix": self.lock_prefix(conn)},
+                )
 
     def _lock_selected(self, conn, selected: Result, taken: list[str]) -> list[dict[str, Any]]:
         """Mark the selected rows, take their liveness locks and commit, in one round trip.
@@ -647,14 +704,14 @@ class MysqlQueueStore:
         The names of the locks taken are added to ``taken`` (also when the
         commit fails, so the caller can release them).
         """
-        tasks = [_normalize(dict(zip(selected.names, row))) for row in selected.rows]
+        tasks = [_normalize(dict(zip(selected.names, row, strict=True))) for row in selected.rows]
         if not tasks:
             conn.rollback()
             return []
         ids = [task["id"] for task in tasks]
         prefix = self.lock_prefix(conn)
         steps = self.sql["claim_tasks"]
-        batch = [
+        batch: list[tuple[str, Mapping[str, Any] | None]] = [
             (steps["mark"], {"ids": ids}),
             (steps["lock"], {"ids": ids, "lock_prefix": prefix}),
             ("COMMIT AND CHAIN", None),
@@ -667,12 +724,17 @@ class MysqlQueueStore:
             raise
         locked = _note_locks(results[1], prefix, taken)
         first_payload = {row[0]: row[2] for row in results[1].rows}
-        payloads = {task["id_inicial"]: first_payload.get(task["id"])
-                    for task in tasks if task["id_inicial"] is not None}
+        payloads = {
+            task["id_inicial"]: first_payload.get(task["id"])
+            for task in tasks
+            if task["id_inicial"] is not None
+        }
         return _claimed(tasks, payloads, locked)
 
     def _first_payloads(self, cur, tasks: list[dict[str, Any]]) -> dict[int, str | None]:
-        need = sorted({t["id_inicial"] for t in tasks if t["payload"] is None and t["id_inicial"] is not None})
+        need = sorted(
+            {t["id_inicial"] for t in tasks if t["payload"] is None and t["id_inicial"] is not None}
+        )
         if not need:
             return {}
         cur.execute(self.sql["claim_tasks"]["first_payloads"], {"ids": need})
@@ -735,20 +797,33 @@ class MysqlQueueStore:
         with wrap_driver_errors("complete_task"), conn.cursor() as cur:
             for number in range(1, RETRY_ATTEMPTS + 1):
                 try:
-                    return cur.execute(self.sql["complete_task"]["sql"], {"id": task_id, "mensagem": mensagem}) == 1
+                    return (
+                        cur.execute(
+                            self.sql["complete_task"]["sql"], {"id": task_id, "mensagem": mensagem}
+                        )
+                        == 1
+                    )
                 except Exception as exc:
                     code = error_code(exc)
                     if code not in RETRYABLE_ERRORS:
                         raise
                     if code == ER_LOCK_DEADLOCK or number == RETRY_ATTEMPTS:
-                        logger.warning("task=%s: %s while completing; the task goes back to the queue",
-                                       task_id, exc)
+                        logger.warning(
+                            "task=%s: %s while completing; the task goes back to the queue",
+                            task_id,
+                            exc,
+                        )
                         self._give_back(conn, task_id, lambda: None)
                         return False
         return False  # pragma: no cover
 
     def complete_and_claim(
-        self, conn, task_id: int, mensagem: str, keys: tuple[int, int] | None, limit: int,
+        self,
+        conn,
+        task_id: int,
+        mensagem: str,
+        keys: tuple[int, int] | None,
+        limit: int,
         queue_key: int | None = None,
     ) -> list[dict[str, Any]]:
         """Settle a task as 'sucesso', release its lock, commit, and claim the next tasks.
@@ -768,7 +843,7 @@ class MysqlQueueStore:
             return self._complete_and_claim_single(conn, task_id, mensagem)
         name = self.task_lock_name(conn, task_id)
         steps = self.sql["complete_and_unlock"]
-        batch = [
+        batch: list[tuple[str, Mapping[str, Any] | None]] = [
             (steps["complete"], {"id": task_id, "mensagem": mensagem}),
             (steps["unlock"], {"name": name}),
             ("COMMIT AND CHAIN" if limit > 0 else "COMMIT", None),
@@ -808,7 +883,7 @@ class MysqlQueueStore:
         name = self.task_lock_name(conn, task_id)
         steps = self.sql["complete_and_unlock"]
         claim = self._plain_single_claim(conn)
-        batch = [
+        batch: list[tuple[str, Mapping[str, Any] | None]] = [
             (steps["complete"], {"id": task_id, "mensagem": mensagem}),
             (steps["unlock"], {"name": name}),
             ("COMMIT", None),
@@ -827,7 +902,9 @@ class MysqlQueueStore:
         with wrap_driver_errors("claim"):
             return self._claimed_single(conn, results[committed + len(claim)], [])
 
-    def _complete_and_claim_by_procedure(self, conn, task_id: int, mensagem: str) -> list[dict[str, Any]]:
+    def _complete_and_claim_by_procedure(
+        self, conn, task_id: int, mensagem: str
+    ) -> list[dict[str, Any]]:
         """The same in one CALL of the claim procedure: the completion commits, then the claim (AND CHAIN)."""
         with wrap_driver_errors("complete_task"):
             try:
@@ -853,7 +930,9 @@ class MysqlQueueStore:
             cur.execute("SELECT @nsjq_completed")
             return cur.fetchone()[0] == task_id
 
-    def _after_committed_completion(self, conn, task_id: int, failed: StatementFailed) -> list[dict[str, Any]]:
+    def _after_committed_completion(
+        self, conn, task_id: int, failed: StatementFailed
+    ) -> list[dict[str, Any]]:
         """The finished task was committed, then the claim after it failed: undo the claim, claim again.
 
         A deadlock or lock wait timeout is retried as a fresh claim. Any other
@@ -867,7 +946,9 @@ class MysqlQueueStore:
         self._release_single_claim_lock(conn)
         error: BaseException = failed.error
         if is_retryable(failed):
-            logger.debug("task=%s: %s while claiming the next task; claiming again", task_id, failed.error)
+            logger.debug(
+                "task=%s: %s while claiming the next task; claiming again", task_id, failed.error
+            )
             try:
                 return self.claim(conn, 1)
             except DatabaseError as exc:
@@ -875,11 +956,15 @@ class MysqlQueueStore:
         logger.warning("task=%s: done, but claiming the next task failed: %s", task_id, error)
         return []
 
-    def _after_failed_completion(self, conn, task_id: int, mensagem: str, name: str, limit: int,
-                                 failed: StatementFailed) -> list[dict[str, Any]]:
+    def _after_failed_completion(
+        self, conn, task_id: int, mensagem: str, name: str, limit: int, failed: StatementFailed
+    ) -> list[dict[str, Any]]:
         """The completion batch failed at statement ``failed.index``: what the failure left, settled."""
         code = error_code(failed)
-        unlock = lambda: self._unlock_in(conn, name)  # noqa: E731
+
+        def unlock() -> None:
+            self._unlock_in(conn, name)
+
         if failed.index == 0 and code == ER_LOCK_WAIT_TIMEOUT:
             # Only the statement was undone: the transaction is still open.
             if not self._complete(conn, task_id, mensagem, unlock):
@@ -892,7 +977,11 @@ class MysqlQueueStore:
                 cur.execute("COMMIT AND CHAIN")  # the claim's transaction
             return self._claim(conn, limit, in_transaction=True)
         if failed.index == 0 and code == ER_LOCK_DEADLOCK:
-            logger.warning("task=%s: %s while completing; the task goes back to the queue", task_id, failed.error)
+            logger.warning(
+                "task=%s: %s while completing; the task goes back to the queue",
+                task_id,
+                failed.error,
+            )
             self._give_back(conn, task_id, unlock)
             return self.claim(conn, limit) if limit > 0 else []
         if failed.index == 3 and code in RETRYABLE_ERRORS:
@@ -916,8 +1005,11 @@ class MysqlQueueStore:
                     if code == ER_LOCK_DEADLOCK or number == RETRY_ATTEMPTS:
                         # A deadlock rolled the whole transaction back; so does
                         # giving up after lock wait timeouts.
-                        logger.warning("task=%s: %s while completing; the task goes back to the queue",
-                                       task_id, exc)
+                        logger.warning(
+                            "task=%s: %s while completing; the task goes back to the queue",
+                            task_id,
+                            exc,
+                        )
                         return False
         unlock()
         return True
@@ -944,7 +1036,9 @@ class MysqlQueueStore:
     def unlock_task(self, conn, keys: tuple[int, int]) -> None:
         """Release a task's liveness lock; ``keys`` as given by ``task_lock_keys``."""
         with wrap_driver_errors("unlock_task"), conn.cursor() as cur:
-            cur.execute(self.sql["unlock_task"]["sql"], {"name": self.task_lock_name(conn, keys[1])})
+            cur.execute(
+                self.sql["unlock_task"]["sql"], {"name": self.task_lock_name(conn, keys[1])}
+            )
 
     def _fail(self, conn, name: str, params: dict[str, Any]) -> int | None:
         """Mark the attempt failed; when it was still 'processando', insert the row that follows it."""
@@ -962,7 +1056,9 @@ class MysqlQueueStore:
         params = {"id": task_id, "status": status, "mensagem": mensagem, "delay_us": delay_us}
         return self._fail(conn, "fail_and_retry", params)
 
-    def fail_and_bury(self, conn, task_id: int, status: str, mensagem: str, payload: str | None) -> int | None:
+    def fail_and_bury(
+        self, conn, task_id: int, status: str, mensagem: str, payload: str | None
+    ) -> int | None:
         params = {"id": task_id, "status": status, "mensagem": mensagem, "payload": payload}
         return self._fail(conn, "fail_and_bury", params)
 
@@ -975,13 +1071,17 @@ class MysqlQueueStore:
 
     def try_service_lock(self, conn, key: int) -> bool:
         with wrap_driver_errors("try_service_lock"), conn.cursor() as cur:
-            cur.execute(self.sql["try_service_lock"]["sql"], {"name": self.service_lock_name(conn, key)})
+            cur.execute(
+                self.sql["try_service_lock"]["sql"], {"name": self.service_lock_name(conn, key)}
+            )
             return cur.fetchone()[0] == 1
 
     def service_unlock(self, conn, key: int) -> None:
         self._run(conn, "service_unlock", {"name": self.service_lock_name(conn, key)})
 
-    def find_orphans(self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True) -> list[dict[str, Any]]:
+    def find_orphans(
+        self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True
+    ) -> list[dict[str, Any]]:
         """'processando' rows nobody is settling, row-locked until the transaction ends.
 
         With ``check_db_locks`` False only the row locks are considered and the
@@ -989,7 +1089,11 @@ class MysqlQueueStore:
         is not used: lock names carry the queue.
         """
         steps = self.sql["find_orphans"]
-        params = {"lock_prefix": self.lock_prefix(conn), "limit": limit, "check_db_locks": check_db_locks}
+        params = {
+            "lock_prefix": self.lock_prefix(conn),
+            "limit": limit,
+            "check_db_locks": check_db_locks,
+        }
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
             cur.execute(steps["candidates"], params)
             ids = [row[0] for row in cur.fetchall()]
@@ -1036,8 +1140,9 @@ def _note_locks(lock_result: Result, prefix: str, taken: list[str]) -> dict[int,
     return locked
 
 
-def _claimed(tasks: list[dict[str, Any]], payloads: dict[int, str | None],
-             locked: dict[int, bool]) -> list[dict[str, Any]]:
+def _claimed(
+    tasks: list[dict[str, Any]], payloads: dict[int, str | None], locked: dict[int, bool]
+) -> list[dict[str, Any]]:
     """Claimed rows as the handler sees them: 'processando', payload resolved, lock flag."""
     for task in tasks:
         task["status"] = model.PROCESSANDO

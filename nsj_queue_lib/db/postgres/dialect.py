@@ -18,7 +18,9 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
-        parts["claim_function_ddl"] = render(read_sql("postgres", "claim_function.sql"), values).strip()
+        parts["claim_function_ddl"] = render(
+            read_sql("postgres", "claim_function.sql"), values
+        ).strip()
         return parts
 
     def create_ddl(self, names: DdlNames) -> str:

@@ -81,7 +81,7 @@ def _claimed_rows(cursor) -> list[dict[str, Any]]:
     pgresult = cursor.pgresult
     if pgresult is None or pgresult.nfields != len(_CLAIM_NAMES):
         raise DatabaseError(f"the claim returned an unexpected result shape ({cursor.description})")
-    return [dict(zip(_CLAIM_NAMES, row)) for row in cursor.fetchall()]
+    return [dict(zip(_CLAIM_NAMES, row, strict=True)) for row in cursor.fetchall()]
 
 
 def _rows_as_dicts(cursor) -> list[dict[str, Any]]:
@@ -90,7 +90,7 @@ def _rows_as_dicts(cursor) -> list[dict[str, Any]]:
     names = [col[0] for col in cursor.description]
     rows = []
     for row in cursor.fetchall():
-        item = dict(zip(names, row))
+        item = dict(zip(names, row, strict=True))
         if isinstance(item.get("payload_hash"), memoryview):  # psycopg2 returns bytea as memoryview
             item["payload_hash"] = bytes(item["payload_hash"])
         rows.append(item)
@@ -150,8 +150,17 @@ class PostgresQueueStore:
         if not rows:
             return []
         columns = (
-            "origem", "destino", "processo", "chave_externa", "payload", "payload_hash",
-            "tenant", "grupo_empresarial", "pub_sub", "prioridade", "data_hora",
+            "origem",
+            "destino",
+            "processo",
+            "chave_externa",
+            "payload",
+            "payload_hash",
+            "tenant",
+            "grupo_empresarial",
+            "pub_sub",
+            "prioridade",
+            "data_hora",
         )
         if type(conn).__module__.split(".")[0] == "psycopg" and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
@@ -170,13 +179,25 @@ class PostgresQueueStore:
             cur.execute(self.sql["reserve_ids"], {"table": self.queue_table, "count": len(rows)})
             reserved = cur.fetchall()
             with cur.copy(self.sql["copy_tasks"]) as copy:
-                for (task_id, now), row in zip(reserved, rows):
+                for (task_id, now), row in zip(reserved, rows, strict=True):
                     at = row["data_hora"] or now
-                    copy.write_row((
-                        task_id, row["origem"], row["destino"], row["processo"], row["chave_externa"],
-                        row["payload"], row["payload_hash"], row["tenant"], row["grupo_empresarial"],
-                        row["pub_sub"], 50 if row["prioridade"] is None else row["prioridade"], at, at,
-                    ))
+                    copy.write_row(
+                        (
+                            task_id,
+                            row["origem"],
+                            row["destino"],
+                            row["processo"],
+                            row["chave_externa"],
+                            row["payload"],
+                            row["payload_hash"],
+                            row["tenant"],
+                            row["grupo_empresarial"],
+                            row["pub_sub"],
+                            50 if row["prioridade"] is None else row["prioridade"],
+                            at,
+                            at,
+                        )
+                    )
         return [int(task_id) for task_id, _ in reserved]
 
     def list_equivalent(
@@ -242,12 +263,18 @@ class PostgresQueueStore:
     def queue_oid(self, conn) -> int:
         try:
             with wrap_driver_errors("queue_oid"):
-                return int(conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0])
+                return int(
+                    conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0]
+                )
         except DatabaseError as exc:
             import psycopg.errors
 
-            if isinstance(exc.__cause__, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)):
-                raise QueueTableMissingError(f"table {self.queue_table} does not exist") from exc.__cause__
+            if isinstance(
+                exc.__cause__, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
+            ):
+                raise QueueTableMissingError(
+                    f"table {self.queue_table} does not exist"
+                ) from exc.__cause__
             raise
 
     # Executor connections are autocommit: transactions are opened and closed
@@ -261,8 +288,11 @@ class PostgresQueueStore:
         control.execute("BEGIN")
         control.execute(self.sql["claim_settings"])
         cursor = conn.cursor()
-        cursor.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": queue_key, "take_db_lock": True},
-                       binary=True)
+        cursor.execute(
+            self.sql["claim_tasks"],
+            {"limit": limit, "queue_key": queue_key, "take_db_lock": True},
+            binary=True,
+        )
         # Transaction-local settings end with the claim's transaction; AND CHAIN opens the task's.
         control.execute("COMMIT AND CHAIN")
         return cursor
@@ -279,8 +309,11 @@ class PostgresQueueStore:
                 conn.execute("BEGIN")
                 conn.execute(self.sql["claim_settings"])
                 cursor = conn.cursor()
-                cursor.execute(self.sql["claim_tasks"], {"limit": limit, "queue_key": 0, "take_db_lock": False},
-                               binary=True)
+                cursor.execute(
+                    self.sql["claim_tasks"],
+                    {"limit": limit, "queue_key": 0, "take_db_lock": False},
+                    binary=True,
+                )
             tasks = _claimed_rows(cursor)
             if not tasks:
                 conn.execute("ROLLBACK")
@@ -295,7 +328,9 @@ class PostgresQueueStore:
     def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool:
         """Write 'sucesso' in the open transaction; False when the row is no longer 'processando'."""
         with wrap_driver_errors("complete_task"):
-            row = conn.execute(self.sql["complete_task"], {"id": task_id, "mensagem": mensagem}).fetchone()
+            row = conn.execute(
+                self.sql["complete_task"], {"id": task_id, "mensagem": mensagem}
+            ).fetchone()
         return row is not None
 
     def claim(self, conn, limit: int, queue_key: int) -> list[dict[str, Any]]:
@@ -339,6 +374,7 @@ class PostgresQueueStore:
         commit = b"COMMIT AND CHAIN" if limit > 0 else b"COMMIT"
         with wrap_driver_errors("complete_task"):
             try:
+                assert self._claim_call is not None, "only called when the function exists"
                 return self._claim_call.run(conn, params, commit)
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows, queue_key)
@@ -363,8 +399,8 @@ class PostgresQueueStore:
                     control.execute(self.sql["complete_and_unlock"], params)
                     if limit > 0:
                         cursor = conn.cursor()
-                        cursor.execute(self.sql["claim_tasks"], claim,
-                                       binary=True)  # no timestamp text formatting on either side
+                        # Binary: no timestamp text formatting on either side.
+                        cursor.execute(self.sql["claim_tasks"], claim, binary=True)
                     control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
         except DatabaseError:
             if cursor is not None:
@@ -383,12 +419,17 @@ class PostgresQueueStore:
             if self.claim_function is not None:
                 signature = f"{self.claim_function}(bigint,text,integer,integer,integer)"
                 with wrap_driver_errors("claim_function_exists"):
-                    present = bool(conn.execute(self.sql["claim_function_exists"],
-                                                {"signature": signature}).fetchone()[0])
+                    present = bool(
+                        conn.execute(
+                            self.sql["claim_function_exists"], {"signature": signature}
+                        ).fetchone()[0]
+                    )
             self._claim_function_present = present
         return self._claim_function_present
 
-    def _unlock_uncommitted_claim(self, conn, claimed: list[dict[str, Any]], queue_key: int) -> None:
+    def _unlock_uncommitted_claim(
+        self, conn, claimed: list[dict[str, Any]], queue_key: int
+    ) -> None:
         """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.
 
         Best effort: when the connection is broken its locks went with it.
@@ -436,12 +477,19 @@ class PostgresQueueStore:
     def fail_and_retry(
         self, conn, task_id: int, status: str, mensagem: str, delay_seconds: float
     ) -> int | None:
-        params = {"id": task_id, "status": status, "mensagem": mensagem, "delay_seconds": delay_seconds}
+        params = {
+            "id": task_id,
+            "status": status,
+            "mensagem": mensagem,
+            "delay_seconds": delay_seconds,
+        }
         with wrap_driver_errors("fail_and_retry"):
             row = conn.execute(self.sql["fail_and_retry"], params).fetchone()
         return None if row is None else int(row[0])
 
-    def fail_and_bury(self, conn, task_id: int, status: str, mensagem: str, payload: str | None) -> int | None:
+    def fail_and_bury(
+        self, conn, task_id: int, status: str, mensagem: str, payload: str | None
+    ) -> int | None:
         params = {"id": task_id, "status": status, "mensagem": mensagem, "payload": payload}
         with wrap_driver_errors("fail_and_bury"):
             row = conn.execute(self.sql["fail_and_bury"], params).fetchone()
@@ -464,7 +512,9 @@ class PostgresQueueStore:
         with wrap_driver_errors("service_unlock"):
             conn.execute(self.sql["service_unlock"], {"key": key})
 
-    def find_orphans(self, conn, queue_oid: int, limit: int, check_db_locks: bool = True) -> list[dict[str, Any]]:
+    def find_orphans(
+        self, conn, queue_oid: int, limit: int, check_db_locks: bool = True
+    ) -> list[dict[str, Any]]:
         """'processando' rows nobody is settling, row-locked until the transaction ends.
 
         With ``check_db_locks`` False only the row locks are considered and the
@@ -481,7 +531,9 @@ class PostgresQueueStore:
 
     def has_stale_pending(self, conn, wait_seconds: float) -> bool:
         with wrap_driver_errors("count_stale_pending"):
-            row = conn.execute(self.sql["count_stale_pending"], {"wait_seconds": wait_seconds}).fetchone()
+            row = conn.execute(
+                self.sql["count_stale_pending"], {"wait_seconds": wait_seconds}
+            ).fetchone()
         return row[0] > 0
 
     def notify(self, conn, channel: str, payload: str = "") -> None:

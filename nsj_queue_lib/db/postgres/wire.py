@@ -101,19 +101,25 @@ class PreparedRoundTrip:
         """
         self._states.pop(conn, None)
 
-    def run(self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes) -> list[dict[str, Any]]:
+    def run(
+        self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes
+    ) -> list[dict[str, Any]]:
         """Execute the statement then ``commit`` (a transaction control statement) in one round trip.
 
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
         """
-        state = self._states.get(conn)
-        fresh = state is None
-        if fresh:
-            state = _ConnectionState(conn, f"{self._name_prefix}{next(self._preparations)}".encode())
-        elif state.encoding != conn.info.encoding:
-            # A handler changed client_encoding: text now arrives in the new one.
-            state.refresh(conn)
+        known = self._states.get(conn)
+        fresh = known is None
+        if known is None:
+            state = _ConnectionState(
+                conn, f"{self._name_prefix}{next(self._preparations)}".encode()
+            )
+        else:
+            state = known
+            if state.encoding != conn.info.encoding:
+                # A handler changed client_encoding: text now arrives in the new one.
+                state.refresh(conn)
         pgconn = conn.pgconn
         try:
             encoded = [_encode(value, state.encoding) for value in params]
@@ -137,7 +143,9 @@ class PreparedRoundTrip:
             self._states[conn] = state
         result = statement[-1] if statement else None
         if result is None or result.status != _TUPLES_OK:
-            error = _error(prepared if fresh and _status(prepared) != _COMMAND_OK else statement, conn)
+            error = _error(
+                prepared if fresh and _status(prepared) != _COMMAND_OK else statement, conn
+            )
             if isinstance(error, _REPREPARE):
                 self.forget(conn)
             raise RoundTripError(error, [])
@@ -160,7 +168,9 @@ class PreparedRoundTrip:
             state.loaders_ready = True
         columns = self.columns
         try:
-            return tx.load_rows(0, result.ntuples, lambda values: dict(zip(columns, values)))
+            return tx.load_rows(
+                0, result.ntuples, lambda values: dict(zip(columns, values, strict=True))
+            )
         finally:
             tx.set_pgresult(None, set_loaders=False)
 
@@ -180,7 +190,7 @@ def _encode(value: Any, encoding: str) -> bytes | None:
     raise TypeError(f"unsupported parameter type {type(value).__name__}")
 
 
-def _status(results: list[pq.abc.PGresult] | None) -> pq.ExecStatus | None:
+def _status(results: list[pq.abc.PGresult] | None) -> int | None:
     return results[-1].status if results else None
 
 
@@ -200,7 +210,7 @@ def _error(results: list[pq.abc.PGresult] | None, conn: psycopg.Connection) -> p
             cls = psycopg.errors.lookup(sqlstate.decode())
         except KeyError:
             pass
-    return cls(message or f"statement failed with status {result.status.name}")
+    return cls(message or f"statement failed with status {pq.ExecStatus(result.status).name}")
 
 
 def _wait(pgconn: pq.abc.PGconn, events: int) -> None:

@@ -101,7 +101,9 @@ class SingleStoreQueueStore(MysqlQueueStore):
             conn.commit()
             conn.begin()
 
-    def find_orphans(self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True) -> list[dict[str, Any]]:
+    def find_orphans(
+        self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True
+    ) -> list[dict[str, Any]]:
         """'processando' rows, oldest first; the caller asks the socket server which are held.
 
         Nothing is row-locked (SingleStore has no SKIP LOCKED): settling them
@@ -124,8 +126,9 @@ class SingleStoreQueueStore(MysqlQueueStore):
     def claim(self, conn, limit: int, queue_key: int | None = None) -> list[dict[str, Any]]:
         raise needs_socket_server()
 
-    def complete_and_claim(self, conn, task_id: int, mensagem: str, keys, limit: int,
-                           queue_key: int | None = None) -> list[dict[str, Any]]:
+    def complete_and_claim(
+        self, conn, task_id: int, mensagem: str, keys, limit: int, queue_key: int | None = None
+    ) -> list[dict[str, Any]]:
         raise needs_socket_server()
 
     def unlock_task(self, conn, keys) -> None:

@@ -1,0 +1,110 @@
+"""The public API used as a user would, type-checked by ``make typecheck``.
+
+Never run: mypy checks that these calls and subclasses type-check strictly, so
+that a change to a public signature shows up as a type error here.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import psycopg
+import psycopg2
+import pymysql
+
+from nsj_queue_lib import (
+    ConfigError,
+    DeadSubscriber,
+    QueueClient,
+    Settings,
+    Subscriber,
+    WorkerBase,
+    WorkerPubSubBase,
+    WorkerWebhook,
+)
+from nsj_queue_lib.dbapi import DBConnection
+
+
+def enqueue_on_each_driver() -> list[int]:
+    ids: list[int] = []
+    connections: list[DBConnection] = [
+        psycopg.connect("dbname=test"),
+        psycopg2.connect("dbname=test"),
+        pymysql.connect(host="127.0.0.1", user="root", database="test"),
+    ]
+    for conn in connections:
+        client = QueueClient(conn, "public.fila_teste", "public.fila_teste_subscriber")
+        ids.append(
+            client.insert_task(
+                "origem",
+                "destino",
+                "processo",
+                "chave",
+                {"a": 1},
+                tenant=1,
+                grupo_empresarial="g",
+                data_hora=datetime.datetime.now(datetime.timezone.utc),
+                prioridade=2,
+            )
+        )
+        ids.append(client.insert_task_pub_sub("o", "d", "p", "k", "text payload"))
+        ids.append(client.insert_task_webhook("o", "d", "p", "k", ["list", "payload"]))
+        ids.extend(
+            client.insert_tasks(
+                [{"origem": "o", "destino": "d", "processo": "p", "chave_externa": "k", "payload": {}}]
+            )
+        )
+        found: list[dict[str, Any]] = client.list_equivalent_task(
+            "o", "d", "p", "k", {"a": 1}, status=("pendente",)
+        )
+        ids.extend(int(row["id"]) for row in found)
+        conn.commit()
+    return ids
+
+
+class PlainWorker(WorkerBase):
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
+        with bd_conn.cursor() as cur:
+            cur.execute("select 1")
+        return f"done {tarefa['id']}: {len(payload)}"
+
+    def execute_dead(
+        self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
+    ) -> str | None:
+        return None
+
+
+class PubSubWorker(WorkerPubSubBase):
+    @Subscriber("index")
+    def index(
+        self,
+        payload: dict[str, Any],
+        subscription: dict[str, Any],
+        tarefa: dict[str, Any],
+        bd_conn: DBConnection,
+    ) -> str:
+        return str(payload["publication"])
+
+    @DeadSubscriber("index")
+    def index_dead(
+        self,
+        payload: dict[str, Any],
+        subscription: dict[str, Any],
+        tarefa: dict[str, Any],
+        bd_conn: DBConnection,
+    ) -> str:
+        return "gave up"
+
+
+def run_workers() -> int:
+    try:
+        settings = Settings.from_env({"DB_HOST": "127.0.0.1", "QUEUE_NAME": "fila_teste"})
+    except ConfigError as exc:
+        problems: dict[str, str] = exc.problems
+        return len(problems)
+    settings = settings.with_changes(queue_concurrency=2)
+    code: int = PlainWorker(settings).run_until_stopped(install_signal_handlers=False)
+    PubSubWorker(settings).stop()
+    WorkerWebhook(settings).run()
+    return code
