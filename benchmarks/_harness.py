@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,8 +72,13 @@ def fresh_queue(dsn: str) -> Iterator[str]:
 
 def task_rows(count: int, start: int = 0) -> list[dict]:
     return [
-        {"origem": "bench", "destino": "bench", "processo": "noop",
-         "chave_externa": str(start + i), "payload": {"n": start + i}}
+        {
+            "origem": "bench",
+            "destino": "bench",
+            "processo": "noop",
+            "chave_externa": str(start + i),
+            "payload": {"n": start + i},
+        }
         for i in range(count)
     ]
 
@@ -81,12 +86,17 @@ def task_rows(count: int, start: int = 0) -> list[dict]:
 # -- worker processes -------------------------------------------------------------------------
 
 
-def worker_env(dsn: str, queue: str, concurrency: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(
+    dsn: str, queue: str, concurrency: int, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a benchmark worker: the DSN as DB_*, the queue, defaults for the rest."""
     info = conninfo_to_dict(dsn)
     env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(("DB_", "DATABASE_", "QUEUE_", "LOG_", "GRAFANA_", "CLIENT_SERVER_MODE"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("DB_", "DATABASE_", "QUEUE_", "LOG_", "GRAFANA_", "CLIENT_SERVER_MODE")
+        )
     }
     env.update(
         DB_HOST=str(info.get("host") or "127.0.0.1"),
@@ -118,15 +128,24 @@ class Workers:
         return [p.pid for p in self.procs]
 
 
-def start_workers(dsn: str, queue: str, processes: int, concurrency: int, log_dir: Path,
-                  extra_env: dict[str, str] | None = None) -> Workers:
+def start_workers(
+    dsn: str,
+    queue: str,
+    processes: int,
+    concurrency: int,
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Workers:
     workers = Workers(queue, processes, concurrency)
     env = worker_env(dsn, queue, concurrency, extra_env)
     for i in range(processes):
         log = log_dir / f"{queue}.worker{i}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, str(WORKER_SCRIPT)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 cwd=str(HERE.parent),
             )
         workers.procs.append(proc)
@@ -150,22 +169,25 @@ def wait_ready(dsn: str, workers: Workers, timeout: float = READY_TIMEOUT_SECOND
         while True:
             for p in workers.procs:
                 if p.poll() is not None:
-                    raise BenchError(f"worker {p.pid} exited early with code {p.returncode}: "
-                                     + _tail(workers.logs[workers.procs.index(p)]))
+                    raise BenchError(
+                        f"worker {p.pid} exited early with code {p.returncode}: "
+                        + _tail(workers.logs[workers.procs.index(p)])
+                    )
             total, listening = conn.execute(
                 "SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN%%') "
-                "FROM pg_stat_activity WHERE application_name = %s", (app,),
+                "FROM pg_stat_activity WHERE application_name = %s",
+                (app,),
             ).fetchone()
             now = time.perf_counter()
             if total != last_total:
                 last_total, steady_since = total, now
-            if listening >= workers.processes and (
-                total >= expected or now - steady_since >= 0.5
-            ):
+            if listening >= workers.processes and (total >= expected or now - steady_since >= 0.5):
                 break
             if now - start > timeout:
-                raise BenchError(f"workers not ready after {timeout:.0f} s "
-                                 f"({total} connections, {listening} listening)")
+                raise BenchError(
+                    f"workers not ready after {timeout:.0f} s "
+                    f"({total} connections, {listening} listening)"
+                )
             time.sleep(0.02)
     time.sleep(0.25)
     return time.perf_counter() - start
@@ -186,7 +208,7 @@ def stop_workers(workers: Workers) -> list[int | None]:
             p.wait()
             codes.append(None)
     workers.exit_codes = codes
-    for code, log in zip(codes, workers.logs):
+    for code, log in zip(codes, workers.logs, strict=True):
         if code != 0:
             print(f"  !! worker exit code {code}; log tail:\n{_tail(log)}", file=sys.stderr)
     return codes
@@ -200,8 +222,14 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 @contextlib.contextmanager
-def running_workers(dsn: str, queue: str, processes: int, concurrency: int, log_dir: Path,
-                    extra_env: dict[str, str] | None = None) -> Iterator[Workers]:
+def running_workers(
+    dsn: str,
+    queue: str,
+    processes: int,
+    concurrency: int,
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Workers]:
     workers = start_workers(dsn, queue, processes, concurrency, log_dir, extra_env)
     try:
         wait_ready(dsn, workers)
@@ -213,16 +241,22 @@ def running_workers(dsn: str, queue: str, processes: int, concurrency: int, log_
 # -- waiting for results ----------------------------------------------------------------------
 
 
-def wait_succeeded(conn: psycopg.Connection, queue: str, first_id: int, last_id: int, target: int,
-                   t0: float, timeout: float) -> float:
+def wait_succeeded(
+    conn: psycopg.Connection,
+    queue: str,
+    first_id: int,
+    last_id: int,
+    target: int,
+    t0: float,
+    timeout: float,
+) -> float:
     """Poll (every ~20 ms) until ``target`` rows with ids in [first_id, last_id] are 'sucesso'.
 
     Returns the elapsed seconds since ``t0`` (perf_counter), interpolated
     linearly between the last two polls. The count walks the primary key over
     the measured rows only, so its cost does not grow with the backlog.
     """
-    query = (f"SELECT count(*) FROM public.{queue} "
-             f"WHERE id BETWEEN %s AND %s AND status = 'sucesso'")
+    query = f"SELECT count(*) FROM public.{queue} WHERE id BETWEEN %s AND %s AND status = 'sucesso'"
     prev_t, prev_c = t0, 0
     while True:
         count = conn.execute(query, (first_id, last_id), prepare=True).fetchone()[0]
@@ -314,7 +348,8 @@ class Monitor:
         return self._conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
             "AND pid <> pg_backend_pid() AND state NOT IN ('idle') "
-            "AND coalesce(application_name, '') <> %s AND coalesce(application_name, '') NOT LIKE %s",
+            "AND coalesce(application_name, '') <> %s "
+            "AND coalesce(application_name, '') NOT LIKE %s",
             (BENCH_APP, f"nsj_queue_lib:{QUEUE_PREFIX}%"),
         ).fetchone()[0]
 
@@ -339,10 +374,15 @@ class Monitor:
 
     def start(self) -> None:
         busy, irq, _ = machine_cpu_seconds()
-        self._start = (time.perf_counter(), busy, irq, self._reaped_children(),
-                       self._ours(_proc_table(), self._foreign_backends()))
+        self._start = (
+            time.perf_counter(),
+            busy,
+            irq,
+            self._reaped_children(),
+            self._ours(_proc_table(), self._foreign_backends()),
+        )
 
-    def stop(self) -> "Usage":
+    def stop(self) -> Usage:
         """CPU used between start() and stop(): ours by kind, and the foreign share of the machine.
 
         Deltas are taken per process (a process that appeared counts from
@@ -360,7 +400,9 @@ class Monitor:
             before = ours0.get(pid)
             by_kind[kind] += ticks - (before[1] if before and before[0] == kind else 0)
         # Children gone since start(): their whole CPU time is in os.times() now.
-        gone = sum(ticks for pid, (kind, ticks) in ours0.items() if kind == "child" and pid not in ours1)
+        gone = sum(
+            ticks for pid, (kind, ticks) in ours0.items() if kind == "child" and pid not in ours1
+        )
         workers = (by_kind["child"] - gone) / _CLK_TCK + (reaped1 - reaped0)
         ours = workers + (by_kind["self"] + by_kind["postgres"]) / _CLK_TCK
         foreign = max(0.0, (busy1 - busy0) - (irq1 - irq0) - ours)
@@ -389,10 +431,14 @@ class Monitor:
                 return time.perf_counter() - start
             waited = time.perf_counter() - start
             if waited > max_wait:
-                say(f"  .. machine still busy after {waited:.0f} s (foreign CPU {share:.0%}, "
-                    f"{active} active foreign sessions); measuring anyway")
+                say(
+                    f"  .. machine still busy after {waited:.0f} s (foreign CPU {share:.0%}, "
+                    f"{active} active foreign sessions); measuring anyway"
+                )
                 return waited
             if not announced and waited > 1.5:
-                say(f"  .. waiting for the machine to be quiet (foreign CPU {share:.0%}, "
-                    f"{active} active foreign sessions)")
+                say(
+                    f"  .. waiting for the machine to be quiet (foreign CPU {share:.0%}, "
+                    f"{active} active foreign sessions)"
+                )
                 announced = True

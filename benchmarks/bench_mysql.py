@@ -90,7 +90,11 @@ def worker_main() -> None:
     class NoopWorker(WorkerBase):
         def __init__(self) -> None:
             super().__init__()
-            self._fd = os.open(latency_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if latency_path else None
+            self._fd = (
+                os.open(latency_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                if latency_path
+                else None
+            )
 
         def execute(self, payload, tarefa, bd_conn):
             if self._fd is not None:
@@ -132,16 +136,23 @@ class Database:
             from psycopg.conninfo import conninfo_to_dict
 
             info = conninfo_to_dict(self.dsn)
-            self.params = dict(host=str(info.get("host") or "127.0.0.1"), port=int(info.get("port") or 5432),
-                               name=str(info.get("dbname") or "postgres"), user=str(info.get("user") or "postgres"),
-                               password=str(info.get("password") or ""))
+            self.params = dict(
+                host=str(info.get("host") or "127.0.0.1"),
+                port=int(info.get("port") or 5432),
+                name=str(info.get("dbname") or "postgres"),
+                user=str(info.get("user") or "postgres"),
+                password=str(info.get("password") or ""),
+            )
             self.schema = "public"
         else:
             parts = urllib.parse.urlsplit(self.dsn)
-            self.params = dict(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
-                               name=urllib.parse.unquote(parts.path.lstrip("/")),
-                               user=urllib.parse.unquote(parts.username or "root"),
-                               password=urllib.parse.unquote(parts.password or ""))
+            self.params = dict(
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 3306,
+                name=urllib.parse.unquote(parts.path.lstrip("/")),
+                user=urllib.parse.unquote(parts.username or "root"),
+                password=urllib.parse.unquote(parts.password or ""),
+            )
             self.schema = self.params["name"]
 
     @property
@@ -152,12 +163,21 @@ class Database:
         if self.kind == "postgres":
             import psycopg
 
-            return psycopg.connect(self.dsn, autocommit=autocommit, application_name="nsj_bench_mysql")
+            return psycopg.connect(
+                self.dsn, autocommit=autocommit, application_name="nsj_bench_mysql"
+            )
         import pymysql
 
         p = self.params
-        return pymysql.connect(host=p["host"], port=p["port"], user=p["user"], password=p["password"],
-                               database=p["name"], autocommit=autocommit, charset="utf8mb4")
+        return pymysql.connect(
+            host=p["host"],
+            port=p["port"],
+            user=p["user"],
+            password=p["password"],
+            database=p["name"],
+            autocommit=autocommit,
+            charset="utf8mb4",
+        )
 
     def execute(self, conn, sql: str, args=None):
         with conn.cursor() as cur:
@@ -182,21 +202,34 @@ class Database:
             yield table
         finally:
             if self.kind == "postgres":
-                admin.execute(f"DROP TABLE IF EXISTS {table}, {table}_subscriber CASCADE;"
-                              f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE")
+                admin.execute(
+                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber CASCADE;"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE"
+                )
             else:
                 self.execute(admin, f"DROP TABLE IF EXISTS {table}, {table}_subscriber")
                 self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.claim_next_{name}")
             admin.close()
 
     def worker_env(self, table: str, extra: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("DB_", "DATABASE_", "QUEUE_", "LOG_", "GRAFANA_", "CLIENT_SERVER_MODE", "BENCH_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(
+                ("DB_", "DATABASE_", "QUEUE_", "LOG_", "GRAFANA_", "CLIENT_SERVER_MODE", "BENCH_")
+            )
+        }
         p = self.params
         env.update(
             DB_DRIVER="POSTGRES" if self.kind == "postgres" else "MYSQL",
-            DB_HOST=p["host"], DB_PORT=str(p["port"]), DB_BASE=p["name"], DB_USER=p["user"], DB_PASS=p["password"],
-            QUEUE_NAME=table.split(".")[-1], QUEUE_TABLE=table, LOG_DEBUG="false",
+            DB_HOST=p["host"],
+            DB_PORT=str(p["port"]),
+            DB_BASE=p["name"],
+            DB_USER=p["user"],
+            DB_PASS=p["password"],
+            QUEUE_NAME=table.split(".")[-1],
+            QUEUE_TABLE=table,
+            LOG_DEBUG="false",
             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         )
         env.update(extra)
@@ -207,21 +240,40 @@ class Database:
         try:
             if self.kind == "postgres":
                 version = conn.execute("SHOW server_version").fetchone()[0]
-                s = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
-                                      "('synchronous_commit', 'fsync', 'shared_buffers')").fetchall())
-                return (f"PostgreSQL {version} (synchronous_commit={s['synchronous_commit']}, fsync={s['fsync']}, "
-                        f"shared_buffers={int(s['shared_buffers']) // 128} MB)")
-            [(version, flush, bp, binlog)] = self.execute(conn, "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, "
-                                                          "@@innodb_buffer_pool_size, @@log_bin")
-            return (f"MariaDB {version} (innodb_flush_log_at_trx_commit={flush}, "
-                    f"innodb_buffer_pool_size={int(bp) // 2**20} MB, log_bin={binlog})")
+                s = dict(
+                    conn.execute(
+                        "SELECT name, setting FROM pg_settings WHERE name IN "
+                        "('synchronous_commit', 'fsync', 'shared_buffers')"
+                    ).fetchall()
+                )
+                return (
+                    f"PostgreSQL {version} (synchronous_commit={s['synchronous_commit']}, fsync={s['fsync']}, "
+                    f"shared_buffers={int(s['shared_buffers']) // 128} MB)"
+                )
+            [(version, flush, bp, binlog)] = self.execute(
+                conn,
+                "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, "
+                "@@innodb_buffer_pool_size, @@log_bin",
+            )
+            return (
+                f"MariaDB {version} (innodb_flush_log_at_trx_commit={flush}, "
+                f"innodb_buffer_pool_size={int(bp) // 2**20} MB, log_bin={binlog})"
+            )
         finally:
             conn.close()
 
 
 def task_rows(count: int) -> list[dict]:
-    return [{"origem": "bench", "destino": "bench", "processo": "noop", "chave_externa": str(i), "payload": {"n": i}}
-            for i in range(count)]
+    return [
+        {
+            "origem": "bench",
+            "destino": "bench",
+            "processo": "noop",
+            "chave_externa": str(i),
+            "payload": {"n": i},
+        }
+        for i in range(count)
+    ]
 
 
 # -- a quiet machine -------------------------------------------------------------------------------
@@ -272,7 +324,9 @@ def cpu_snapshot(worker_pids: list[int], db_kind: str) -> dict[int, tuple[str, i
     return out
 
 
-def cpu_used(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, int]:
+def cpu_used(
+    before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]
+) -> dict[str, int]:
     """Ticks used between two snapshots, per kind. Per process: one that appeared counts from
     zero; one that exited in between (a PostgreSQL backend) is not counted."""
     used = {"worker": 0, "db": 0}
@@ -314,7 +368,9 @@ class Workers:
 
 
 @contextlib.contextmanager
-def running_workers(db: Database, table: str, processes: int, extra: dict[str, str], log_dir: Path) -> Iterator[Workers]:
+def running_workers(
+    db: Database, table: str, processes: int, extra: dict[str, str], log_dir: Path
+) -> Iterator[Workers]:
     workers = Workers()
     ready = []
     try:
@@ -324,12 +380,19 @@ def running_workers(db: Database, table: str, processes: int, extra: dict[str, s
             log = log_dir / f"{table}.{i}.log"
             env = db.worker_env(table, {**extra, "BENCH_READY_FILE": str(ready_file)})
             with open(log, "wb") as out:
-                workers.procs.append(subprocess.Popen([sys.executable, str(HERE), "--worker"], env=env, cwd=str(ROOT),
-                                                      stdout=out, stderr=subprocess.STDOUT))
+                workers.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, str(HERE), "--worker"],
+                        env=env,
+                        cwd=str(ROOT),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             workers.logs.append(log)
         deadline = time.monotonic() + READY_TIMEOUT
         while not all(f.exists() for f in ready):
-            for proc, log in zip(workers.procs, workers.logs):
+            for proc, log in zip(workers.procs, workers.logs, strict=True):
                 if proc.poll() is not None:
                     raise BenchError(f"worker exited early ({proc.returncode}): {_tail(log)}")
             if time.monotonic() > deadline:
@@ -341,7 +404,7 @@ def running_workers(db: Database, table: str, processes: int, extra: dict[str, s
         for proc in workers.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc, log in zip(workers.procs, workers.logs):
+        for proc, log in zip(workers.procs, workers.logs, strict=True):
             try:
                 workers.exit_codes.append(proc.wait(STOP_TIMEOUT))
             except subprocess.TimeoutExpired:
@@ -349,7 +412,9 @@ def running_workers(db: Database, table: str, processes: int, extra: dict[str, s
                 proc.wait()
                 workers.exit_codes.append(None)
             if workers.exit_codes[-1] != 0:
-                print(f"  !! worker exit code {workers.exit_codes[-1]}: {_tail(log)}", file=sys.stderr)
+                print(
+                    f"  !! worker exit code {workers.exit_codes[-1]}: {_tail(log)}", file=sys.stderr
+                )
 
 
 def _tail(path: Path, lines: int = 12) -> str:
@@ -404,8 +469,15 @@ class Drain:
     db_ms_per_1k: float  # CPU of the database server per 1,000 tasks (its other clients included)
 
 
-def bench_drain(db: Database, processes: int, concurrency: int, extra: dict[str, str], count: int,
-                log_dir: Path, timeout: float = 180.0) -> Drain:
+def bench_drain(
+    db: Database,
+    processes: int,
+    concurrency: int,
+    extra: dict[str, str],
+    count: int,
+    log_dir: Path,
+    timeout: float = 180.0,
+) -> Drain:
     """``count`` no-op tasks committed at once for running workers, until all are 'sucesso'."""
     from nsj_queue_lib import QueueClient
 
@@ -451,8 +523,9 @@ def percentile(values: list[float], p: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def bench_latency(db: Database, extra: dict[str, str], tasks: int, rate: float, warmup: int,
-                  log_dir: Path) -> dict[str, float]:
+def bench_latency(
+    db: Database, extra: dict[str, str], tasks: int, rate: float, warmup: int, log_dir: Path
+) -> dict[str, float]:
     from nsj_queue_lib import QueueClient
 
     with db.fresh_queue() as table:
@@ -481,8 +554,14 @@ def bench_latency(db: Database, extra: dict[str, str], tasks: int, rate: float, 
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 if latency_file.exists():
-                    started = {int(a): float(b) for a, b in
-                               (line.split() for line in latency_file.read_text().splitlines() if line.strip())}
+                    started = {
+                        int(a): float(b)
+                        for a, b in (
+                            line.split()
+                            for line in latency_file.read_text().splitlines()
+                            if line.strip()
+                        )
+                    }
                 if len(started) >= total:
                     break
                 time.sleep(0.05)
@@ -493,7 +572,12 @@ def bench_latency(db: Database, extra: dict[str, str], tasks: int, rate: float, 
     if missing:
         raise BenchError(f"{len(missing)} tasks never started")
     ms = [(started[t] - committed[t]) * 1000.0 for t in measured]
-    return {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99), "max": max(ms)}
+    return {
+        "p50": percentile(ms, 50),
+        "p95": percentile(ms, 95),
+        "p99": percentile(ms, 99),
+        "max": max(ms),
+    }
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -505,15 +589,30 @@ class Config:
     enqueue_single: int = 2_000
     enqueue_bulk: tuple[int, ...] = (5_000, 50_000)
     drain_tasks: int = 5_000
-    grid: tuple[tuple[int, int], ...] = ((1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (3, 2), (3, 4), (4, 2))
+    grid: tuple[tuple[int, int], ...] = (
+        (1, 2),
+        (1, 4),
+        (2, 1),
+        (2, 2),
+        (2, 4),
+        (3, 2),
+        (3, 4),
+        (4, 2),
+    )
     latency_tasks: int = 200
     latency_rate: float = 50.0
     latency_warmup: int = 5
 
     @classmethod
-    def quick(cls) -> "Config":
-        return cls(runs=1, enqueue_single=500, enqueue_bulk=(5_000,), drain_tasks=2_000,
-                   grid=((1, 4), (2, 2)), latency_tasks=50)
+    def quick(cls) -> Config:
+        return cls(
+            runs=1,
+            enqueue_single=500,
+            enqueue_bulk=(5_000,),
+            drain_tasks=2_000,
+            grid=((1, 4), (2, 2)),
+            latency_tasks=50,
+        )
 
 
 class Table:
@@ -553,19 +652,34 @@ class Table:
                 m = statistics.median(values) if values else None
                 medians.append(m)
                 row.append(f"{m:,.{digits}f}" if m is not None else "-")
-                row.append(f"{min(values):,.{digits}f}-{max(values):,.{digits}f} ({len(values)})" if values else "-")
+                row.append(
+                    f"{min(values):,.{digits}f}-{max(values):,.{digits}f} ({len(values)})"
+                    if values
+                    else "-"
+                )
             if len(databases) == 2:
                 a, b = medians
                 row.append(f"{b / a:.2f}" if a and b else "")
             lines.append(row)
         if markdown:
-            out = ["| " + " | ".join(header) + " |", "|" + "|".join([" --- ", " --- "] + [" ---: "] * (len(header) - 2)) + "|"]
+            out = [
+                "| " + " | ".join(header) + " |",
+                "|" + "|".join([" --- ", " --- "] + [" ---: "] * (len(header) - 2)) + "|",
+            ]
             out += ["| " + " | ".join(r) + " |" for r in lines]
             return "\n".join(out)
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
-        out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *lines, strict=True)]
+        out = [
+            "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+            "  ".join("-" * w for w in widths),
+        ]
         for r in lines:
-            out.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+            out.append(
+                "  ".join(
+                    c.ljust(w) if i < 2 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                )
+            )
         return "\n".join(out)
 
 
@@ -583,8 +697,10 @@ def measure(table: Table, what: str, database: str, fn, *args, record=None):
     if isinstance(value, dict):
         shown = ", ".join(f"{k} {v:.1f} ms" for k, v in value.items())
     elif isinstance(value, Drain):
-        shown = (f"{value.rate:,.0f} tasks/s (worker CPU {value.worker_ms_per_1k:,.0f} ms / 1k tasks, "
-                 f"database CPU {value.db_ms_per_1k:,.0f} ms / 1k tasks)")
+        shown = (
+            f"{value.rate:,.0f} tasks/s (worker CPU {value.worker_ms_per_1k:,.0f} ms / 1k tasks, "
+            f"database CPU {value.db_ms_per_1k:,.0f} ms / 1k tasks)"
+        )
     else:
         shown = f"{value:,.0f} tasks/s"
     print(f"  {what} [{database}]: {shown}", flush=True)
@@ -621,33 +737,73 @@ def latency_variants(db: Database) -> list[tuple[float | None, dict[str, str]]]:
     return [(poll, mariadb_poll(poll)) for poll in MARIADB_POLLS]
 
 
-def run(cfg: Config, dbs: list[Database], log_dir: Path) -> Table:
-    table = Table()
-    grid_env = {"postgres": {}, "mariadb": mariadb_poll(0.1)}
-    default_row = f"drain {cfg.drain_tasks:,}: 1 worker, default settings"
-    best_row = f"drain {cfg.drain_tasks:,}: best configuration"
-    for run_no in range(1, cfg.runs + 1):
-        print(f"== run {run_no}/{cfg.runs}", flush=True)
-        for db in dbs:
-            name = f"enqueue: insert_task, 1 per tx ({cfg.enqueue_single:,})"
-            measure(table, name, db.label, bench_enqueue_single, db, cfg.enqueue_single,
-                    record=rate_row(table, name, db.label))
-            for count in cfg.enqueue_bulk:
-                name = f"enqueue: insert_tasks, {count:,} in 1 call"
-                measure(table, name, db.label, bench_enqueue_bulk, db, count, record=rate_row(table, name, db.label))
-            measure(table, default_row, db.label, bench_drain, db, 1, 1, {}, cfg.drain_tasks, log_dir,
-                    record=drain_rows(table, default_row, db.label))
-            for poll, env in latency_variants(db):
-                what = "latency, LISTEN" if poll is None else f"latency, poll {poll:g} s"
-                lat = measure(table, what, db.label, bench_latency, db, env, cfg.latency_tasks, cfg.latency_rate,
-                              cfg.latency_warmup, log_dir)
-                for p in ("p50", "p95", "p99"):
-                    # One PostgreSQL (LISTEN) value faces each MariaDB polling interval.
-                    for row_poll in (MARIADB_POLLS if poll is None else (poll,)):
-                        table.add(f"latency {p}: PG LISTEN / MariaDB poll {row_poll:g} s", "ms", db.label,
-                                  lat[p] if lat else None)
+def _measure_round(
+    table: Table, cfg: Config, db: Database, log_dir: Path, default_row: str
+) -> None:
+    """One run of the enqueue, default drain and latency workloads on ``db``."""
+    name = f"enqueue: insert_task, 1 per tx ({cfg.enqueue_single:,})"
+    measure(
+        table,
+        name,
+        db.label,
+        bench_enqueue_single,
+        db,
+        cfg.enqueue_single,
+        record=rate_row(table, name, db.label),
+    )
+    for count in cfg.enqueue_bulk:
+        name = f"enqueue: insert_tasks, {count:,} in 1 call"
+        measure(
+            table,
+            name,
+            db.label,
+            bench_enqueue_bulk,
+            db,
+            count,
+            record=rate_row(table, name, db.label),
+        )
+    measure(
+        table,
+        default_row,
+        db.label,
+        bench_drain,
+        db,
+        1,
+        1,
+        {},
+        cfg.drain_tasks,
+        log_dir,
+        record=drain_rows(table, default_row, db.label),
+    )
+    for poll, env in latency_variants(db):
+        what = "latency, LISTEN" if poll is None else f"latency, poll {poll:g} s"
+        lat = measure(
+            table,
+            what,
+            db.label,
+            bench_latency,
+            db,
+            env,
+            cfg.latency_tasks,
+            cfg.latency_rate,
+            cfg.latency_warmup,
+            log_dir,
+        )
+        for p in ("p50", "p95", "p99"):
+            # One PostgreSQL (LISTEN) value faces each MariaDB polling interval.
+            for row_poll in MARIADB_POLLS if poll is None else (poll,):
+                table.add(
+                    f"latency {p}: PG LISTEN / MariaDB poll {row_poll:g} s",
+                    "ms",
+                    db.label,
+                    lat[p] if lat else None,
+                )
 
-    print("== drain grid (processes x QUEUE_CONCURRENCY), screening: 1 run each", flush=True)
+
+def _screen_grid(
+    table: Table, cfg: Config, dbs: list[Database], log_dir: Path, grid_env: dict
+) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """One drain per grid point and database: (best point per database, screening rows)."""
     best: dict[str, tuple[int, int]] = {}
     screening_rows: list[str] = []
     for db in dbs:
@@ -656,34 +812,86 @@ def run(cfg: Config, dbs: list[Database], log_dir: Path) -> Table:
             name = f"drain grid {processes} x {concurrency} (screening, 1 run)"
             if name not in screening_rows:
                 screening_rows.append(name)
-            d = measure(table, name, db.label, bench_drain, db, processes, concurrency, grid_env[db.kind],
-                        cfg.drain_tasks, log_dir, record=lambda d, n=name, l=db.label: table.add(n, "tasks/s", l, d.rate))
+            d = measure(
+                table,
+                name,
+                db.label,
+                bench_drain,
+                db,
+                processes,
+                concurrency,
+                grid_env[db.kind],
+                cfg.drain_tasks,
+                log_dir,
+                record=lambda d, n=name, label=db.label: table.add(n, "tasks/s", label, d.rate),
+            )
             if d is not None:
                 screening[(processes, concurrency)] = d
         if screening:
             best[db.label] = max(screening, key=lambda k: screening[k].rate)
-    # The best configurations measured again in rounds, both databases back to
-    # back, in alternating order: this machine's speed drifts by tens of
-    # percent within minutes, so the ratio is taken within each round (the
-    # screening values, picked as maxima, are not reused).
-    print("== best configurations, paired rounds", flush=True)
+    return best, screening_rows
+
+
+def _paired_rounds(
+    table: Table,
+    cfg: Config,
+    dbs: list[Database],
+    log_dir: Path,
+    grid_env: dict,
+    best: dict[str, tuple[int, int]],
+    best_row: str,
+) -> None:
+    """The best configurations again, both databases per round in alternating order."""
     for round_no in range(cfg.runs):
         rates: dict[str, float] = {}
-        for db in (dbs if round_no % 2 == 0 else dbs[::-1]):
+        for db in dbs if round_no % 2 == 0 else dbs[::-1]:
             if db.label in best:
                 p, c = best[db.label]
-                d = measure(table, f"{best_row} ({p} x {c})", db.label, bench_drain, db, p, c, grid_env[db.kind],
-                            cfg.drain_tasks, log_dir, record=drain_rows(table, best_row, db.label))
+                d = measure(
+                    table,
+                    f"{best_row} ({p} x {c})",
+                    db.label,
+                    bench_drain,
+                    db,
+                    p,
+                    c,
+                    grid_env[db.kind],
+                    cfg.drain_tasks,
+                    log_dir,
+                    record=drain_rows(table, best_row, db.label),
+                )
                 if d is not None:
                     rates[db.label] = d.rate
         if len(rates) == 2 and len(dbs) == 2:
             first, second = (rates[db.label] for db in dbs)
             table.add(PAIRED_RATIO_ROW, "ratio", dbs[1].label, second / first)
+
+
+def run(cfg: Config, dbs: list[Database], log_dir: Path) -> Table:
+    table = Table()
+    grid_env = {"postgres": {}, "mariadb": mariadb_poll(0.1)}
+    default_row = f"drain {cfg.drain_tasks:,}: 1 worker, default settings"
+    best_row = f"drain {cfg.drain_tasks:,}: best configuration"
+    for run_no in range(1, cfg.runs + 1):
+        print(f"== run {run_no}/{cfg.runs}", flush=True)
+        for db in dbs:
+            _measure_round(table, cfg, db, log_dir, default_row)
+
+    print("== drain grid (processes x QUEUE_CONCURRENCY), screening: 1 run each", flush=True)
+    best, screening_rows = _screen_grid(table, cfg, dbs, log_dir, grid_env)
+    # The best configurations measured again in rounds, both databases back to
+    # back, in alternating order: this machine's speed drifts by tens of
+    # percent within minutes, so the ratio is taken within each round (the
+    # screening values, picked as maxima, are not reused).
+    print("== best configurations, paired rounds", flush=True)
+    _paired_rounds(table, cfg, dbs, log_dir, grid_env, best, best_row)
     for db in dbs:
         if db.label in best:
             p, c = best[db.label]
-            table.notes.append(f"best drain configuration on {db.label}: {p} process(es) x QUEUE_CONCURRENCY {c}"
-                               + (" with QUEUE_POLL_INTERVAL=0.1" if db.kind == "mariadb" else ""))
+            table.notes.append(
+                f"best drain configuration on {db.label}: {p} process(es) x QUEUE_CONCURRENCY {c}"
+                + (" with QUEUE_POLL_INTERVAL=0.1" if db.kind == "mariadb" else "")
+            )
     # The best configuration's rows right after the default drain's; screening rows last.
     best_rows = [w for w in table.order if w.startswith(best_row) or w == PAIRED_RATIO_ROW]
     order = [w for w in table.order if w not in screening_rows and w not in best_rows]
@@ -694,12 +902,18 @@ def run(cfg: Config, dbs: list[Database], log_dir: Path) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="one short run")
     parser.add_argument("--runs", type=int, default=None, help="runs of every workload (default 3)")
-    parser.add_argument("--only", choices=("postgres", "mariadb"), help="benchmark one database only")
-    parser.add_argument("--markdown", metavar="FILE", help="also write the table as markdown to FILE")
+    parser.add_argument(
+        "--only", choices=("postgres", "mariadb"), help="benchmark one database only"
+    )
+    parser.add_argument(
+        "--markdown", metavar="FILE", help="also write the table as markdown to FILE"
+    )
     parser.add_argument("--grid", metavar="PxC,...", help="drain grid to screen, e.g. 1x4,2x2,3x2")
     args = parser.parse_args(argv)
     if args.worker:
@@ -718,8 +932,9 @@ def main(argv: list[str] | None = None) -> int:
         dbs.append(Database("mariadb", os.environ.get("BENCH_MYSQL_DSN") or DEFAULT_MYSQL_DSN))
     log_dir = Path(tempfile.mkdtemp(prefix="nsj_bench_mysql_"))
     try:
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                                cwd=ROOT).stdout.strip()
+        commit = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
     except OSError:
         commit = ""
     environment = {

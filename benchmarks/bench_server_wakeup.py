@@ -114,11 +114,28 @@ def db_env(dsn: str) -> dict[str, str]:
 
 
 def base_env(dsn: str, queue: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DB_", "DATABASE_", "QUEUE_", "LOG_", "GRAFANA_", "CLIENT_SERVER_MODE",
-                                "SERVER_HOST", "NOTIFY_SERVICE_PORT", "LOCK_SERVICE_PORT", "CHECK_TASKS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            (
+                "DB_",
+                "DATABASE_",
+                "QUEUE_",
+                "LOG_",
+                "GRAFANA_",
+                "CLIENT_SERVER_MODE",
+                "SERVER_HOST",
+                "NOTIFY_SERVICE_PORT",
+                "LOCK_SERVICE_PORT",
+                "CHECK_TASKS_",
+            )
+        )
+    }
     env.update(db_env(dsn))
-    env.update(QUEUE_NAME=queue, QUEUE_TABLE=f"public.{queue}", LOG_DEBUG="false", PYTHONUNBUFFERED="1")
+    env.update(
+        QUEUE_NAME=queue, QUEUE_TABLE=f"public.{queue}", LOG_DEBUG="false", PYTHONUNBUFFERED="1"
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return env
 
@@ -155,12 +172,20 @@ class Process:
     def __init__(self, args: list[str], env: dict[str, str], log: Path):
         self.log = log
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(args, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                args,
+                env=env,
+                cwd=str(ROOT),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def check_alive(self, what: str) -> None:
         if self.proc.poll() is not None:
-            raise BenchError(f"{what} exited early with code {self.proc.returncode}:\n{tail(self.log)}")
+            raise BenchError(
+                f"{what} exited early with code {self.proc.returncode}:\n{tail(self.log)}"
+            )
 
     def text(self) -> str:
         try:
@@ -192,7 +217,9 @@ def wait(condition, timeout: float, what: str, alive=()) -> None:
 # -- one mode --------------------------------------------------------------------------------------
 
 
-def measure_mode(dsn: str, mode: str, tasks: int, rate: float, warmup: int, log_dir: Path) -> dict[str, float]:
+def measure_mode(
+    dsn: str, mode: str, tasks: int, rate: float, warmup: int, log_dir: Path
+) -> dict[str, float]:
     import psycopg
 
     from nsj_queue_lib.queue_client import QueueClient
@@ -206,29 +233,53 @@ def measure_mode(dsn: str, mode: str, tasks: int, rate: float, warmup: int, log_
             worker_env = dict(env, QUEUE_CONCURRENCY="1", BENCH_LATENCY_FILE=str(lat_file))
             if mode == "server":
                 token = secrets.token_urlsafe(24)
-                ports = {"NOTIFY_SERVICE_PORT": str(free_port()), "LOCK_SERVICE_PORT": str(free_port())}
-                server = Process([sys.executable, "-m", "nsj_queue_lib.server"],
-                                 dict(env, QUEUE_SERVER_TOKEN=token, QUEUE_SERVER_BIND="127.0.0.1", **ports),
-                                 log_dir / f"{queue}.server.log")
-                wait(lambda: "server ready" in server.text(), READY_TIMEOUT, "the server to start",
-                     [(server, "the server")])
-                worker_env.update(CLIENT_SERVER_MODE="true", SERVER_HOST="127.0.0.1", QUEUE_SERVER_TOKEN=token,
-                                  **ports)
-            worker = Process([sys.executable, str(Path(__file__).resolve()), "--worker"], worker_env,
-                             log_dir / f"{queue}.worker.log")
+                ports = {
+                    "NOTIFY_SERVICE_PORT": str(free_port()),
+                    "LOCK_SERVICE_PORT": str(free_port()),
+                }
+                server = Process(
+                    [sys.executable, "-m", "nsj_queue_lib.server"],
+                    dict(env, QUEUE_SERVER_TOKEN=token, QUEUE_SERVER_BIND="127.0.0.1", **ports),
+                    log_dir / f"{queue}.server.log",
+                )
+                wait(
+                    lambda: "server ready" in server.text(),
+                    READY_TIMEOUT,
+                    "the server to start",
+                    [(server, "the server")],
+                )
+                worker_env.update(
+                    CLIENT_SERVER_MODE="true",
+                    SERVER_HOST="127.0.0.1",
+                    QUEUE_SERVER_TOKEN=token,
+                    **ports,
+                )
+            worker = Process(
+                [sys.executable, str(Path(__file__).resolve()), "--worker"],
+                worker_env,
+                log_dir / f"{queue}.worker.log",
+            )
             alive = [(worker, "the worker")] + ([(server, "the server")] if server else [])
             app = f"nsj_queue_lib:{queue}"[:63]
             with psycopg.connect(dsn, autocommit=True) as watch:
+
                 def ready() -> bool:
                     sessions, listening = watch.execute(
                         "SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN%%') "
-                        "FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()
-                    if sessions < 2:  # the pool's connection and the dispatcher's control connection
+                        "FROM pg_stat_activity WHERE application_name = %s",
+                        (app,),
+                    ).fetchone()
+                    if (
+                        sessions < 2
+                    ):  # the pool's connection and the dispatcher's control connection
                         return False
                     if mode == "server":
                         text = server.text()  # the worker subscribed, the server LISTENs
-                        return listening == 0 and f"subscribed to '{queue}'" in text and \
-                            "check-tasks: connected" in text
+                        return (
+                            listening == 0
+                            and f"subscribed to '{queue}'" in text
+                            and "check-tasks: connected" in text
+                        )
                     return listening == 1
 
                 wait(ready, READY_TIMEOUT, f"the {mode} worker to be ready", alive)
@@ -244,8 +295,13 @@ def measure_mode(dsn: str, mode: str, tasks: int, rate: float, warmup: int, log_
                     pause = start + i * interval - time.perf_counter()
                     if pause > 0:
                         time.sleep(pause)
-                    task_id = client.insert_task(origem="bench", destino="bench", processo="noop",
-                                                 chave_externa=str(i), payload={"n": i})
+                    task_id = client.insert_task(
+                        origem="bench",
+                        destino="bench",
+                        processo="noop",
+                        chave_externa=str(i),
+                        payload={"n": i},
+                    )
                     conn.commit()
                     committed[task_id] = time.time()
                     order.append(task_id)
@@ -271,12 +327,24 @@ def measure_mode(dsn: str, mode: str, tasks: int, rate: float, warmup: int, log_
         if bad:
             raise BenchError(f"exit codes after SIGTERM: {bad} (expected 0)")
     lat_ms = [(started[t] - committed[t]) * 1000.0 for t in order[warmup:]]
-    return {"p50": percentile(lat_ms, 50), "p95": percentile(lat_ms, 95), "p99": percentile(lat_ms, 99),
-            "min": min(lat_ms), "max": max(lat_ms), "n": len(lat_ms)}
+    return {
+        "p50": percentile(lat_ms, 50),
+        "p95": percentile(lat_ms, 95),
+        "p99": percentile(lat_ms, 99),
+        "min": min(lat_ms),
+        "max": max(lat_ms),
+        "n": len(lat_ms),
+    }
 
 
-def measure(dsn: str | None = None, tasks: int = 200, rate: float = 50.0, warmup: int = 5,
-            log_dir: Path | None = None, modes=MODES) -> dict[str, dict[str, float]]:
+def measure(
+    dsn: str | None = None,
+    tasks: int = 200,
+    rate: float = 50.0,
+    warmup: int = 5,
+    log_dir: Path | None = None,
+    modes=MODES,
+) -> dict[str, dict[str, float]]:
     """Latencies in ms for each mode: {"server": {...}, "listen": {...}}."""
     dsn = dsn or os.environ.get("BENCH_PG_DSN") or DEFAULT_DSN
     own_dir = log_dir is None
@@ -291,15 +359,29 @@ def measure(dsn: str | None = None, tasks: int = 200, rate: float = 50.0, warmup
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--dsn", help="PostgreSQL conninfo (default: BENCH_PG_DSN or %s)" % DEFAULT_DSN)
-    parser.add_argument("--tasks", type=int, default=200, help="measured tasks per mode (default 200)")
-    parser.add_argument("--rate", type=float, default=50.0, help="tasks enqueued per second (default 50)")
-    parser.add_argument("--warmup", type=int, default=5, help="tasks first, not counted (default 5)")
-    parser.add_argument("--mode", choices=MODES, action="append", help="only this mode (repeatable)")
+    parser.add_argument(
+        "--dsn", help=f"PostgreSQL conninfo (default: BENCH_PG_DSN or {DEFAULT_DSN})"
+    )
+    parser.add_argument(
+        "--tasks", type=int, default=200, help="measured tasks per mode (default 200)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=50.0, help="tasks enqueued per second (default 50)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=5, help="tasks first, not counted (default 5)"
+    )
+    parser.add_argument(
+        "--mode", choices=MODES, action="append", help="only this mode (repeatable)"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    parser.add_argument("--keep-logs", action="store_true", help="keep the server's and workers' logs")
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the server's and workers' logs"
+    )
     args = parser.parse_args(argv)
     if args.worker:
         return run_worker()
@@ -309,25 +391,39 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="nsj_bench_wakeup_")) if args.keep_logs else None
     load_before = os.getloadavg()[0]
     try:
-        results = measure(args.dsn, args.tasks, args.rate, args.warmup, log_dir, tuple(args.mode or MODES))
+        results = measure(
+            args.dsn, args.tasks, args.rate, args.warmup, log_dir, tuple(args.mode or MODES)
+        )
     except BenchError as exc:
         print(f"bench_server_wakeup: FAILED: {exc}", file=sys.stderr)
         return 1
-    load = {"load_1min_before": load_before, "load_1min_after": os.getloadavg()[0], "cpus": os.cpu_count()}
+    load = {
+        "load_1min_before": load_before,
+        "load_1min_after": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
     if args.json:
         print(json.dumps({**results, "machine": load}))
     else:
-        print(f"Wake-up latency, enqueue commit -> handler start ({args.tasks} tasks at {args.rate:g}/s, "
-              f"1 worker, QUEUE_CONCURRENCY=1)")
-        header = f"{'mode':<34} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'min ms':>8} {'max ms':>8}"
+        print(
+            f"Wake-up latency, enqueue commit -> handler start ({args.tasks} tasks at {args.rate:g}/s, "
+            f"1 worker, QUEUE_CONCURRENCY=1)"
+        )
+        header = (
+            f"{'mode':<34} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'min ms':>8} {'max ms':>8}"
+        )
         print(header)
         print("-" * len(header))
         labels = {"server": "client/server (socket server)", "listen": "LISTEN/NOTIFY (PostgreSQL)"}
         for mode, r in results.items():
-            print(f"{labels[mode]:<34} {r['p50']:8.2f} {r['p95']:8.2f} {r['p99']:8.2f} {r['min']:8.2f} "
-                  f"{r['max']:8.2f}")
-        print(f"(1-minute load average {load['load_1min_before']:.1f} before, {load['load_1min_after']:.1f} after, "
-              f"{load['cpus']} CPUs: tails are only meaningful on a quiet machine)")
+            print(
+                f"{labels[mode]:<34} {r['p50']:8.2f} {r['p95']:8.2f} {r['p99']:8.2f} {r['min']:8.2f} "
+                f"{r['max']:8.2f}"
+            )
+        print(
+            f"(1-minute load average {load['load_1min_before']:.1f} before, {load['load_1min_after']:.1f} after, "
+            f"{load['cpus']} CPUs: tails are only meaningful on a quiet machine)"
+        )
     if log_dir is not None:
         print(f"logs in {log_dir}", file=sys.stderr)
     return 0

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import DEFAULT_DSN, Monitor, connect  # noqa: E402
-from run_all import Bench, Config, Results, bench_drain, bench_enqueue_single, text_table  # noqa: E402
+from _harness import DEFAULT_DSN, Monitor, connect
+from run_all import Bench, Config, Results, bench_drain, bench_enqueue_single, text_table
 
 SECONDARY_INDEXES = ("data_hora", "chain", "equivalent")
 
@@ -45,9 +45,13 @@ def no_trigger_no_secondary_indexes(conn, queue):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--drain-config", default="2x2", help="second drain configuration, PxC (default 2x2)")
+    parser.add_argument(
+        "--drain-config", default="2x2", help="second drain configuration, PxC (default 2x2)"
+    )
     args = parser.parse_args()
     p, c = (int(x) for x in args.drain_config.split("x"))
 
@@ -58,18 +62,42 @@ def main() -> int:
     sync_off = {"PGOPTIONS": "-c synchronous_commit=off"}
     variants = [
         ("enqueue 1/tx", "as benchmarked (BEGIN, INSERT, COMMIT)", bench_enqueue_single, ()),
-        ("enqueue 1/tx", "autocommit (INSERT only: no BEGIN/COMMIT round trips)", bench_enqueue_single, (True,)),
+        (
+            "enqueue 1/tx",
+            "autocommit (INSERT only: no BEGIN/COMMIT round trips)",
+            bench_enqueue_single,
+            (True,),
+        ),
         ("enqueue 1/tx", "notify trigger disabled", bench_enqueue_single, (False, no_trigger)),
-        ("enqueue 1/tx", "3 secondary indexes dropped", bench_enqueue_single, (False, no_secondary_indexes)),
-        ("enqueue 1/tx", "trigger disabled + 3 indexes dropped", bench_enqueue_single,
-         (False, no_trigger_no_secondary_indexes)),
+        (
+            "enqueue 1/tx",
+            "3 secondary indexes dropped",
+            bench_enqueue_single,
+            (False, no_secondary_indexes),
+        ),
+        (
+            "enqueue 1/tx",
+            "trigger disabled + 3 indexes dropped",
+            bench_enqueue_single,
+            (False, no_trigger_no_secondary_indexes),
+        ),
     ]
     for procs, conc in ((1, 1), (p, c)):
         label = f"drain {procs}x{conc}"
         variants += [
             (label, "as benchmarked", bench_drain, (procs, conc, n, n)),
-            (label, "workers with synchronous_commit=off", bench_drain, (procs, conc, n, n, sync_off)),
-            (label, "3 secondary indexes dropped", bench_drain, (procs, conc, n, n, None, no_secondary_indexes)),
+            (
+                label,
+                "workers with synchronous_commit=off",
+                bench_drain,
+                (procs, conc, n, n, sync_off),
+            ),
+            (
+                label,
+                "3 secondary indexes dropped",
+                bench_drain,
+                (procs, conc, n, n, None, no_secondary_indexes),
+            ),
         ]
 
     results = Results()
@@ -84,8 +112,13 @@ def main() -> int:
                 if v is not None:
                     values[i].append(v)
                     rate = v if isinstance(v, float) else v.rate
-                    extra = "" if isinstance(v, float) else (
-                        f" (worker CPU {v.worker_cpu_ms_per_1k:.0f} ms/1k, PG CPU {v.pg_cpu_ms_per_1k:.0f} ms/1k)")
+                    extra = (
+                        ""
+                        if isinstance(v, float)
+                        else (
+                            f" (worker CPU {v.worker_cpu_ms_per_1k:.0f} ms/1k, PG CPU {v.pg_cpu_ms_per_1k:.0f} ms/1k)"
+                        )
+                    )
                     print(f"  {group}: {name}: {rate:,.0f} tasks/s{extra}", flush=True)
 
     rows = []
@@ -94,14 +127,28 @@ def main() -> int:
         rates = [v if isinstance(v, float) else v.rate for v in vs]
         drains = [v for v in vs if not isinstance(v, float)]
 
-        def med(attr: str) -> str:
+        def med(attr: str, drains: list = drains) -> str:
             return f"{statistics.median(getattr(d, attr) for d in drains):,.0f}" if drains else ""
 
-        rows.append([group, name, f"{statistics.median(rates):,.0f}" if rates else "n/a", str(len(rates)),
-                     med("worker_cpu_ms_per_1k"), med("pg_cpu_ms_per_1k")])
+        rows.append(
+            [
+                group,
+                name,
+                f"{statistics.median(rates):,.0f}" if rates else "n/a",
+                str(len(rates)),
+                med("worker_cpu_ms_per_1k"),
+                med("pg_cpu_ms_per_1k"),
+            ]
+        )
     print()
     print(f"Variants ({args.runs} run(s), medians; {(time.perf_counter() - started) / 60:.1f} min)")
-    print(text_table(["workload", "variant", "tasks/s", "runs", "worker CPU ms/1k", "PG CPU ms/1k"], rows, {0, 1}))
+    print(
+        text_table(
+            ["workload", "variant", "tasks/s", "runs", "worker CPU ms/1k", "PG CPU ms/1k"],
+            rows,
+            {0, 1},
+        )
+    )
     if results.disturbed:
         print("\nDisturbed (least disturbed attempt kept): " + "; ".join(results.disturbed))
     for f in log_dir.iterdir():

@@ -51,7 +51,8 @@ from nsj_queue_lib.db_gen import render
 
 EXAMPLES = Path(__file__).resolve().parent
 sys.path.insert(0, str(EXAMPLES))
-import worker_simple  # noqa: E402  (examples/worker_simple.py, the worker this demo runs)
+# examples/worker_simple.py, the worker this demo runs
+import worker_simple  # noqa: E402 - importable once sys.path is set above
 
 SCHEMA = "public"
 MAX_RETRY = 3
@@ -137,8 +138,14 @@ def start_embedded(stack: contextlib.ExitStack) -> dict[str, str]:
 
 
 def conninfo(db: dict[str, str]) -> str:
-    return make_conninfo(host=db["DB_HOST"], port=db["DB_PORT"], dbname=db["DB_BASE"], user=db["DB_USER"],
-                         password=db["DB_PASS"] or None, application_name="nsj_queue_lib:demo")
+    return make_conninfo(
+        host=db["DB_HOST"],
+        port=db["DB_PORT"],
+        dbname=db["DB_BASE"],
+        user=db["DB_USER"],
+        password=db["DB_PASS"] or None,
+        application_name="nsj_queue_lib:demo",
+    )
 
 
 def drop_queue(conn: psycopg.Connection, queue: str, result_table: str) -> None:
@@ -152,8 +159,11 @@ def drop_queue(conn: psycopg.Connection, queue: str, result_table: str) -> None:
             f"DROP TABLE IF EXISTS {result_table}"
         )
     except psycopg.Error as exc:
-        print(f"demo: warning: could not drop the demo queue {SCHEMA}.{queue}: {str(exc).strip()}",
-              file=sys.stderr, flush=True)
+        print(
+            f"demo: warning: could not drop the demo queue {SCHEMA}.{queue}: {str(exc).strip()}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 # -- the tasks -----------------------------------------------------------------
@@ -167,18 +177,25 @@ def enqueue(conn: psycopg.Connection, queue_table: str) -> dict[str, int]:
         # The scheduled time comes from the database's clock, the one the claim compares with.
         in_3s = conn.execute("SELECT clock_timestamp() + interval '3 seconds'").fetchone()[0]
         common = dict(origem="demo", destino="worker_simple", processo="demo")
-        bulk = client.insert_tasks([
-            dict(common, chave_externa="normal-1", payload={"pedido": 1}),
-            dict(common, chave_externa="normal-2", payload={"pedido": 2}),
-        ])
+        bulk = client.insert_tasks(
+            [
+                dict(common, chave_externa="normal-1", payload={"pedido": 1}),
+                dict(common, chave_externa="normal-2", payload={"pedido": 2}),
+            ]
+        )
         ids["normal-1"], ids["normal-2"] = bulk
-        ids["falha-2x"] = client.insert_task(chave_externa="falha-2x", payload={"falhas": 2}, **common)
-        ids["agendada-3s"] = client.insert_task(chave_externa="agendada-3s", payload={"pedido": 3},
-                                                data_hora=in_3s, **common)
-        ids["sempre-falha"] = client.insert_task(chave_externa="sempre-falha", payload={"sempre_falhar": True},
-                                                 **common)
-        ids["prioritaria"] = client.insert_task(chave_externa="prioritaria", payload={"pedido": 4},
-                                                prioridade=90, **common)
+        ids["falha-2x"] = client.insert_task(
+            chave_externa="falha-2x", payload={"falhas": 2}, **common
+        )
+        ids["agendada-3s"] = client.insert_task(
+            chave_externa="agendada-3s", payload={"pedido": 3}, data_hora=in_3s, **common
+        )
+        ids["sempre-falha"] = client.insert_task(
+            chave_externa="sempre-falha", payload={"sempre_falhar": True}, **common
+        )
+        ids["prioritaria"] = client.insert_task(
+            chave_externa="prioritaria", payload={"pedido": 4}, prioridade=90, **common
+        )
     return ids
 
 
@@ -211,11 +228,13 @@ def stop_worker(worker: subprocess.Popen, relay_thread: threading.Thread) -> int
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             worker.kill()
             worker.wait()
             relay_thread.join(2)
-            raise DemoFailed(f"the worker did not stop within {STOP_TIMEOUT_SECONDS:.0f} s of SIGTERM")
+            raise DemoFailed(
+                f"the worker did not stop within {STOP_TIMEOUT_SECONDS:.0f} s of SIGTERM"
+            ) from exc
     relay_thread.join(2)
     return worker.returncode
 
@@ -232,7 +251,11 @@ def status_counts(conn: psycopg.Connection, queue_table: str) -> dict[str, int]:
 
 
 def dead_letter_handled(conn: psycopg.Connection, queue_table: str) -> bool:
-    return bool(conn.execute(f"SELECT count(*) FROM {queue_table} WHERE dead AND status = 'sucesso'").fetchone()[0])
+    return bool(
+        conn.execute(
+            f"SELECT count(*) FROM {queue_table} WHERE dead AND status = 'sucesso'"
+        ).fetchone()[0]
+    )
 
 
 def wait_until_settled(conn, queue_table: str, worker: subprocess.Popen, timeout: float) -> None:
@@ -244,12 +267,18 @@ def wait_until_settled(conn, queue_table: str, worker: subprocess.Popen, timeout
         if summary != last:
             log(f"  demo   | rows: {summary}")
             last = summary
-        if not any(counts.get(status) for status in ACTIVE) and dead_letter_handled(conn, queue_table):
+        if not any(counts.get(status) for status in ACTIVE) and dead_letter_handled(
+            conn, queue_table
+        ):
             return
         if worker.poll() is not None:
-            raise DemoFailed(f"the worker exited with code {worker.returncode} before the tasks were settled")
+            raise DemoFailed(
+                f"the worker exited with code {worker.returncode} before the tasks were settled"
+            )
         if time.monotonic() >= deadline:
-            raise DemoFailed(f"timeout: the tasks were not settled after {timeout:.0f} s (rows: {summary})")
+            raise DemoFailed(
+                f"timeout: the tasks were not settled after {timeout:.0f} s (rows: {summary})"
+            )
         time.sleep(POLL_SECONDS)
 
 
@@ -267,28 +296,47 @@ def fetch_rows(conn, queue_table: str, t0) -> list[dict]:
         (t0,),
     )
     names = [c.name for c in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def print_table(rows: list[dict]) -> None:
-    headers = ["id", "id_inicial", "chave_externa", "prioridade", "tentativa", "status", "dead",
-               "data_hora", "mensagem"]
+    headers = [
+        "id",
+        "id_inicial",
+        "chave_externa",
+        "prioridade",
+        "tentativa",
+        "status",
+        "dead",
+        "data_hora",
+        "mensagem",
+    ]
     lines = []
     for row in rows:
         mensagem = (row["mensagem"] or "").replace("\n", " ")
         if len(mensagem) > MESSAGE_WIDTH:
             mensagem = mensagem[: MESSAGE_WIDTH - 3] + "..."
-        lines.append([
-            str(row["id"]), "" if row["id_inicial"] is None else str(row["id_inicial"]), row["chave_externa"] or "", str(row["prioridade"]),
-            str(row["tentativa"]), row["status"], "yes" if row["dead"] else "", f"+{row['data_hora_s']:.1f}s",
-            mensagem,
-        ])
+        lines.append(
+            [
+                str(row["id"]),
+                "" if row["id_inicial"] is None else str(row["id_inicial"]),
+                row["chave_externa"] or "",
+                str(row["prioridade"]),
+                str(row["tentativa"]),
+                row["status"],
+                "yes" if row["dead"] else "",
+                f"+{row['data_hora_s']:.1f}s",
+                mensagem,
+            ]
+        )
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
     numeric = {0, 1, 3, 4, 7}
 
     def fmt(cells: list[str]) -> str:
-        return " | ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return " | ".join(
+            c.rjust(w) if i in numeric else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     log(fmt(headers))
     log("-+-".join("-" * w for w in widths))
@@ -304,7 +352,8 @@ def check_outcome(conn, queue_table: str, result_table: str, ids: dict[str, int]
     for chave, task_id in ids.items():
         attempts[chave] = conn.execute(
             f"SELECT tentativa, status, estouro_tentativas FROM {queue_table}"
-            " WHERE coalesce(id_inicial, id) = %s AND NOT dead ORDER BY tentativa", (task_id,)
+            " WHERE coalesce(id_inicial, id) = %s AND NOT dead ORDER BY tentativa",
+            (task_id,),
         ).fetchall()
     expected = {
         "prioritaria": [(1, "sucesso", False)],
@@ -317,21 +366,30 @@ def check_outcome(conn, queue_table: str, result_table: str, ids: dict[str, int]
     for chave, want in expected.items():
         got = [(t, s, bool(e)) for t, s, e in attempts[chave]]
         if got != want:
-            problems.append(f"{chave}: attempts (tentativa, status, estouro) {got}, expected {want}")
-    dead = conn.execute(f"SELECT status FROM {queue_table} WHERE dead AND live_id = %s",
-                        (ids["sempre-falha"],)).fetchall()
+            problems.append(
+                f"{chave}: attempts (tentativa, status, estouro) {got}, expected {want}"
+            )
+    dead = conn.execute(
+        f"SELECT status FROM {queue_table} WHERE dead AND live_id = %s", (ids["sempre-falha"],)
+    ).fetchall()
     if dead != [("sucesso",)]:
-        problems.append(f"sempre-falha: dead-letter rows {dead}, expected one handled ('sucesso') row")
+        problems.append(
+            f"sempre-falha: dead-letter rows {dead}, expected one handled ('sucesso') row"
+        )
 
     # The handler's own rows: one per successful attempt, none from the failed ones.
     results = conn.execute(
         f"SELECT chave_externa, dead, processado_em FROM {result_table} ORDER BY processado_em, id"
     ).fetchall()
     written = sorted((chave, bool(dead)) for chave, dead, _ in results)
-    want_written = sorted([(c, False) for c in expected if c != "sempre-falha"] + [("sempre-falha", True)])
+    want_written = sorted(
+        [(c, False) for c in expected if c != "sempre-falha"] + [("sempre-falha", True)]
+    )
     if written != want_written:
-        problems.append(f"result table: rows {written}, expected {want_written} "
-                        "(failed attempts must leave nothing: their writes are rolled back)")
+        problems.append(
+            f"result table: rows {written}, expected {want_written} "
+            "(failed attempts must leave nothing: their writes are rolled back)"
+        )
     if results and results[0][0] != "prioritaria":
         problems.append(f"the first task executed was {results[0][0]!r}, expected 'prioritaria'")
     scheduled = conn.execute(
@@ -353,14 +411,18 @@ def run_demo() -> None:
     with contextlib.ExitStack() as stack:
         db = external_database_env()
         if db is None:
-            log("demo: DB_HOST is unset: starting an embedded PostgreSQL (pgserver) in a temporary directory")
+            log(
+                "demo: DB_HOST is unset: starting an embedded PostgreSQL (pgserver) in a temporary directory"
+            )
             db = start_embedded(stack)
             where = "embedded PostgreSQL"
         else:
             where = f"{db['DB_HOST']}:{db['DB_PORT']}/{db['DB_BASE']} as {db['DB_USER']}"
         log(f"demo: database ready ({where}) after {elapsed(start)}")
 
-        conn = stack.enter_context(psycopg.connect(conninfo(db), autocommit=True, connect_timeout=10))
+        conn = stack.enter_context(
+            psycopg.connect(conninfo(db), autocommit=True, connect_timeout=10)
+        )
         queue = f"demo_{secrets.token_hex(4)}"
         queue_table = f"{SCHEMA}.{queue}"
         result_table = f"{queue_table}_resultado"
@@ -368,18 +430,32 @@ def run_demo() -> None:
         if not keep:
             stack.callback(drop_queue, conn, queue, result_table)
         conn.execute(worker_simple.result_table_ddl(result_table))
-        log(f"demo: created queue {queue_table} (db_gen) and the worker's result table {result_table}")
+        log(
+            f"demo: created queue {queue_table} (db_gen) and the worker's result table {result_table}"
+        )
 
         t0 = conn.execute("SELECT clock_timestamp()").fetchone()[0]
         ids = enqueue(conn, queue_table)
-        log("demo: enqueued " + ", ".join(f"{chave} (id {task_id})" for chave, task_id in ids.items()))
+        log(
+            "demo: enqueued "
+            + ", ".join(f"{chave} (id {task_id})" for chave, task_id in ids.items())
+        )
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("DATABASE_")}  # DB_* only
-        env.update(db, **WORKER_SETTINGS, DB_DRIVER="POSTGRES", QUEUE_NAME=queue, QUEUE_TABLE=queue_table,
-                   QUEUE_SUBSCRIBER_TABLE=f"{queue_table}_subscriber", EXAMPLE_RESULT_TABLE=result_table,
-                   PYTHONUNBUFFERED="1")
-        log(f"demo: starting the worker: {Path(sys.executable).name} examples/worker_simple.py "
-            f"({', '.join(f'{k}={v}' for k, v in WORKER_SETTINGS.items())})")
+        env.update(
+            db,
+            **WORKER_SETTINGS,
+            DB_DRIVER="POSTGRES",
+            QUEUE_NAME=queue,
+            QUEUE_TABLE=queue_table,
+            QUEUE_SUBSCRIBER_TABLE=f"{queue_table}_subscriber",
+            EXAMPLE_RESULT_TABLE=result_table,
+            PYTHONUNBUFFERED="1",
+        )
+        log(
+            f"demo: starting the worker: {Path(sys.executable).name} examples/worker_simple.py "
+            f"({', '.join(f'{k}={v}' for k, v in WORKER_SETTINGS.items())})"
+        )
         worker, relay_thread = start_worker(env)
         stack.callback(kill_if_running, worker)
         settle_start = time.monotonic()
@@ -400,11 +476,19 @@ def run_demo() -> None:
         problems = check_outcome(conn, queue_table, result_table, ids)
         if problems:
             raise DemoFailed("the outcome is not the expected one:\n  - " + "\n  - ".join(problems))
-        log("demo: OK: prioritaria ran first; falha-2x succeeded on attempt 3; agendada-3s waited for its time;")
-        log(f"      sempre-falha failed {MAX_RETRY} times and its dead letter was handled by execute_dead;")
-        log("      the failed attempts left no row in the result table (their writes were rolled back).")
-        log(f"demo: tasks settled {settled_after:.1f} s after the worker started; total {elapsed(start)}"
-            + (f"; queue {queue_table} kept (DEMO_KEEP)" if keep else ""))
+        log(
+            "demo: OK: prioritaria ran first; falha-2x succeeded on attempt 3; agendada-3s waited for its time;"
+        )
+        log(
+            f"      sempre-falha failed {MAX_RETRY} times and its dead letter was handled by execute_dead;"
+        )
+        log(
+            "      the failed attempts left no row in the result table (their writes were rolled back)."
+        )
+        log(
+            f"demo: tasks settled {settled_after:.1f} s after the worker started; total {elapsed(start)}"
+            + (f"; queue {queue_table} kept (DEMO_KEEP)" if keep else "")
+        )
 
 
 def main() -> int:
@@ -414,10 +498,15 @@ def main() -> int:
         print(f"demo: FAILED: {exc}", file=sys.stderr, flush=True)
         return 1
     except psycopg.Error as exc:
-        print(f"demo: FAILED: database error: {type(exc).__name__}: {str(exc).strip()}", file=sys.stderr,
-              flush=True)
+        print(
+            f"demo: FAILED: database error: {type(exc).__name__}: {str(exc).strip()}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: the worker, the queue and the embedded server are cleaned up already
+    except (
+        KeyboardInterrupt
+    ):  # Ctrl-C: the worker, the queue and the embedded server are cleaned up already
         print("demo: interrupted", file=sys.stderr, flush=True)
         return 130
     return 0

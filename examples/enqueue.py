@@ -104,9 +104,14 @@ def enqueue_rolled_back(conn, client: QueueClient, order_table: str, numero: str
     task_id = None
     try:
         with conn.transaction():
-            conn.execute(f"INSERT INTO {order_table} (numero, status) VALUES (%s, 'faturar')"
-                         " ON CONFLICT (numero) DO NOTHING", (numero,))
-            task_id = client.insert_task(ORIGEM, DESTINO, "faturar_pedido", numero, {"pedido": numero})
+            conn.execute(
+                f"INSERT INTO {order_table} (numero, status) VALUES (%s, 'faturar')"
+                " ON CONFLICT (numero) DO NOTHING",
+                (numero,),
+            )
+            task_id = client.insert_task(
+                ORIGEM, DESTINO, "faturar_pedido", numero, {"pedido": numero}
+            )
             raise OutOfStock(f"pedido {numero}: sem estoque")  # any error rolls the block back
     except OutOfStock:
         pass
@@ -116,24 +121,31 @@ def enqueue_rolled_back(conn, client: QueueClient, order_table: str, numero: str
 def enqueue_priority(conn, client: QueueClient, numero: str) -> int:
     """3. Higher prioridade runs first among ready tasks (default 50, any int >= 0)."""
     with conn.transaction():
-        return client.insert_task(ORIGEM, DESTINO, "cancelar_pedido", numero, {"pedido": numero},
-                                  prioridade=90)
+        return client.insert_task(
+            ORIGEM, DESTINO, "cancelar_pedido", numero, {"pedido": numero}, prioridade=90
+        )
 
 
 def enqueue_scheduled(conn, client: QueueClient, numero: str, delay: datetime.timedelta) -> int:
     """4. Not before ``data_hora``. An aware datetime is safest; a naive one is read in the session's time zone."""
     quando = datetime.datetime.now(datetime.timezone.utc) + delay
     with conn.transaction():
-        return client.insert_task(ORIGEM, DESTINO, "lembrar_cliente", numero, {"pedido": numero},
-                                  data_hora=quando)
+        return client.insert_task(
+            ORIGEM, DESTINO, "lembrar_cliente", numero, {"pedido": numero}, data_hora=quando
+        )
 
 
 def enqueue_bulk(conn, client: QueueClient, numeros: list[str]) -> list[int]:
     """5. Many tasks, one round trip; every item is checked before any SQL is sent."""
     with conn.transaction():
         return client.insert_tasks(
-            {"origem": ORIGEM, "destino": DESTINO, "processo": "emitir_nota",
-             "chave_externa": numero, "payload": {"nota": numero}}
+            {
+                "origem": ORIGEM,
+                "destino": DESTINO,
+                "processo": "emitir_nota",
+                "chave_externa": numero,
+                "payload": {"nota": numero},
+            }
             for numero in numeros
         )
 
@@ -145,19 +157,30 @@ def enqueue_once(conn, client: QueueClient, queue_table: str, numero: str) -> tu
     race between two concurrent transactions, so the check runs under a
     transaction-level advisory lock on the task's key.
     """
-    task = dict(origem=ORIGEM, destino=DESTINO, processo="recalcular_frete", chave_externa=numero,
-                payload={"pedido": numero})
+    task = dict(
+        origem=ORIGEM,
+        destino=DESTINO,
+        processo="recalcular_frete",
+        chave_externa=numero,
+        payload={"pedido": numero},
+    )
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                     (f"{queue_table}:{task['processo']}:{numero}",))
-        existing = client.list_equivalent_task(**task)  # status sucesso/pendente/agendada by default
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            (f"{queue_table}:{task['processo']}:{numero}",),
+        )
+        existing = client.list_equivalent_task(
+            **task
+        )  # status sucesso/pendente/agendada by default
         if existing:
             return existing[0]["id"], False
         return client.insert_task(**task), True
 
 
 def main() -> int:
-    queue_table = check_table_name((os.environ.get("QUEUE_TABLE") or "public.fila_teste").strip(), "QUEUE_TABLE")
+    queue_table = check_table_name(
+        (os.environ.get("QUEUE_TABLE") or "public.fila_teste").strip(), "QUEUE_TABLE"
+    )
     subscriber_table = (os.environ.get("QUEUE_SUBSCRIBER_TABLE") or "").strip() or None
     order_table = order_table_for(queue_table)
 
@@ -171,8 +194,12 @@ def main() -> int:
         print(f"1. pedido 1001 and task {task_id} committed together")
 
         lost_id = enqueue_rolled_back(conn, client, order_table, "1002")
-        exists = conn.execute(f"SELECT count(*) FROM {queue_table} WHERE id = %s", (lost_id,)).fetchone()[0]
-        print(f"2. task {lost_id} was rolled back with its transaction: {exists} row(s) with that id")
+        exists = conn.execute(
+            f"SELECT count(*) FROM {queue_table} WHERE id = %s", (lost_id,)
+        ).fetchone()[0]
+        print(
+            f"2. task {lost_id} was rolled back with its transaction: {exists} row(s) with that id"
+        )
 
         print(f"3. high-priority task {enqueue_priority(conn, client, '1003')} (prioridade 90)")
 
@@ -184,7 +211,9 @@ def main() -> int:
 
         first, created = enqueue_once(conn, client, queue_table, "1005")
         again, created_again = enqueue_once(conn, client, queue_table, "1005")
-        print(f"6. task {first} enqueued={created}; the same task again: task {again} enqueued={created_again}")
+        print(
+            f"6. task {first} enqueued={created}; the same task again: task {again} enqueued={created_again}"
+        )
     return 0
 
 

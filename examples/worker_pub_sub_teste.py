@@ -65,9 +65,13 @@ class WorkerPubSubTeste(WorkerPubSubBase):
     @Subscriber("teste")
     def execute_subscriber_teste(
         self,
-        payload: dict[str, Any],  # the whole envelope: {"publication": <text>, "subscription": {...}}
+        payload: dict[
+            str, Any
+        ],  # the whole envelope: {"publication": <text>, "subscription": {...}}
         subscription: dict[str, Any],  # the subscriber's row
-        tarefa: dict[str, Any],  # this delivery's queue row (publication_id, subscriber_id, tentativa...)
+        tarefa: dict[
+            str, Any
+        ],  # this delivery's queue row (publication_id, subscriber_id, tentativa...)
         bd_conn,
     ) -> str:
         # Runs inside a transaction on bd_conn, like WorkerBase.execute: write
@@ -76,8 +80,13 @@ class WorkerPubSubTeste(WorkerPubSubBase):
         if isinstance(dados, dict) and dados.get("falhar"):
             raise FalhaSimulada(f"falha simulada na tentativa {tarefa['tentativa']}")
         agora = bd_conn.execute("SELECT clock_timestamp()").fetchone()[0]
-        logger.info("assinante %s, publicação %s (tentativa %s): %s", subscription["id"],
-                    tarefa["publication_id"], tarefa["tentativa"], dados)
+        logger.info(
+            "assinante %s, publicação %s (tentativa %s): %s",
+            subscription["id"],
+            tarefa["publication_id"],
+            tarefa["tentativa"],
+            dados,
+        )
         return f"assinante {subscription['id']}: publicação {tarefa['publication_id']} tratada em {agora:%H:%M:%S}"
 
     @DeadSubscriber("teste")
@@ -89,8 +98,12 @@ class WorkerPubSubTeste(WorkerPubSubBase):
         bd_conn,
     ) -> str:
         # The delivery failed QUEUE_MAX_RETRY times: compensate, alert, park it...
-        logger.warning("assinante %s desistiu da publicação %s (primeira tentativa: %s)", subscription["id"],
-                       tarefa["publication_id"], tarefa["live_id"])
+        logger.warning(
+            "assinante %s desistiu da publicação %s (primeira tentativa: %s)",
+            subscription["id"],
+            tarefa["publication_id"],
+            tarefa["live_id"],
+        )
         return f"assinante {subscription['id']}: fila de mortos tratada (publicação {tarefa['publication_id']})"
 
 

@@ -67,7 +67,9 @@ def result_table_ddl(table: str) -> str:
     """
 
 
-def ensure_result_table(conninfo: str, table: str, wait_seconds: float = STARTUP_DB_WAIT_SECONDS) -> None:
+def ensure_result_table(
+    conninfo: str, table: str, wait_seconds: float = STARTUP_DB_WAIT_SECONDS
+) -> None:
     """Create the result table if it is missing, waiting a little for the database to come up."""
     import psycopg
 
@@ -83,8 +85,11 @@ def ensure_result_table(conninfo: str, table: str, wait_seconds: float = STARTUP
         except psycopg.OperationalError as exc:
             if time.monotonic() >= deadline:
                 raise
-            print(f"worker_simple: database not reachable yet ({str(exc).strip()}); retrying",
-                  file=sys.stderr, flush=True)
+            print(
+                f"worker_simple: database not reachable yet ({str(exc).strip()}); retrying",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(1.0)
 
 
@@ -102,15 +107,25 @@ def parse_payload(payload: str | None) -> dict[str, Any]:
 class WorkerSimple(WorkerBase):
     def __init__(self, settings: Settings | None = None, result_table: str | None = None) -> None:
         super().__init__(settings)
-        self.result_table = result_table or result_table_for(settings.queue_table if settings else "fila_teste")
+        self.result_table = result_table or result_table_for(
+            settings.queue_table if settings else "fila_teste"
+        )
 
     def _record(self, bd_conn, tarefa: dict[str, Any], dead: bool, mensagem: str) -> int:
         row = bd_conn.execute(
             f"INSERT INTO {self.result_table}"
             " (tarefa_id, id_inicial, live_id, tentativa, processo, chave_externa, dead, mensagem)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-            (tarefa["id"], tarefa.get("id_inicial") or tarefa["id"], tarefa.get("live_id"), tarefa.get("tentativa"),
-             tarefa.get("processo"), tarefa.get("chave_externa"), dead, mensagem),
+            (
+                tarefa["id"],
+                tarefa.get("id_inicial") or tarefa["id"],
+                tarefa.get("live_id"),
+                tarefa.get("tentativa"),
+                tarefa.get("processo"),
+                tarefa.get("chave_externa"),
+                dead,
+                mensagem,
+            ),
         ).fetchone()
         return row[0]
 
@@ -153,8 +168,10 @@ def main(worker_class: type[WorkerSimple] = WorkerSimple) -> None:
         sys.exit(2)
     try:
         ensure_result_table(settings.postgres_conninfo(), result_table)
-    except Exception as exc:  # noqa: BLE001 - report it in one line, not a traceback
-        print(f"worker_simple: could not create {result_table}: {str(exc).strip()}", file=sys.stderr)
+    except Exception as exc:  # report it in one line, not a traceback
+        print(
+            f"worker_simple: could not create {result_table}: {str(exc).strip()}", file=sys.stderr
+        )
         sys.exit(1)
     worker_class(settings, result_table).run()  # blocks until stopped; exits the process
 

@@ -31,8 +31,11 @@ from nsj_queue_lib.client import AuthenticationError, LockClient
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.liveness import service_lock_name, task_lock_name
 from tests.helpers.processes import enqueue, fetch_rows, statuses, wait_for
-from tests.helpers.server_process import (  # noqa: F401 - servers is a fixture
-    TEST_TOKEN, ServerProcess, free_port, pg_env, servers,
+from tests.helpers.server_process import (
+    TEST_TOKEN,
+    ServerProcess,
+    free_port,
+    pg_env,
 )
 
 WORKER = "recording_worker.py"
@@ -41,11 +44,11 @@ WORKER = "recording_worker.py"
 # -- helpers -------------------------------------------------------------------------------
 
 
-
 def table_oid(dsn: str, table: str) -> int:
     """The queue's identity in lock names (the table's oid), however QUEUE_TABLE is spelled."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return int(conn.execute("SELECT %s::regclass::oid::bigint", (table,)).fetchone()[0])
+
 
 def spec(**kwargs) -> str:
     return json.dumps(kwargs, sort_keys=True)
@@ -54,7 +57,9 @@ def spec(**kwargs) -> str:
 def server_env(pg_dsn: str, queue, **extra) -> dict[str, str]:
     """The server's environment: the test database and queue (check-tasks poll and LISTEN relay)."""
     env = pg_env(pg_dsn)
-    env.update(QUEUE_NAME=queue.name, QUEUE_TABLE=queue.table, CHECK_TASKS_INTERVAL="1", LOG_DEBUG="false")
+    env.update(
+        QUEUE_NAME=queue.name, QUEUE_TABLE=queue.table, CHECK_TASKS_INTERVAL="1", LOG_DEBUG="false"
+    )
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -78,12 +83,17 @@ def subscribed(server: ServerProcess, queue) -> int:
 
 
 def wait_subscribed(server: ServerProcess, queue, count: int, timeout: float = 20) -> None:
-    wait_for(lambda: subscribed(server, queue) >= count, timeout,
-             f"{count} worker(s) to subscribe to {queue.name!r} on the server")
+    wait_for(
+        lambda: subscribed(server, queue) >= count,
+        timeout,
+        f"{count} worker(s) to subscribe to {queue.name!r} on the server",
+    )
 
 
 def exec_rows(conn, queue) -> list[tuple]:
-    return conn.execute(f"SELECT task_id, chave, pid FROM {queue.table}_exec ORDER BY at").fetchall()
+    return conn.execute(
+        f"SELECT task_id, chave, pid FROM {queue.table}_exec ORDER BY at"
+    ).fetchall()
 
 
 def started_ids(conn, queue) -> list[int]:
@@ -92,23 +102,35 @@ def started_ids(conn, queue) -> list[int]:
 
 def insert_many(dsn: str, table: str, count: int, payload: str = "x", prefix: str = "k") -> None:
     with psycopg.connect(dsn) as conn:
-        QueueClient(conn, table).insert_tasks([
-            dict(origem="teste", destino="worker", processo="p", chave_externa=f"{prefix}{i}", payload=payload)
-            for i in range(count)
-        ])
+        QueueClient(conn, table).insert_tasks(
+            [
+                dict(
+                    origem="teste",
+                    destino="worker",
+                    processo="p",
+                    chave_externa=f"{prefix}{i}",
+                    payload=payload,
+                )
+                for i in range(count)
+            ]
+        )
         conn.commit()
 
 
 def assert_each_key_ran_once(conn, queue, count: int) -> None:
     """Every chave_externa's chain ends in 'sucesso' and committed exactly one execution."""
     total, keys = conn.execute(
-        f"SELECT count(*), count(DISTINCT chave) FROM {queue.table}_exec").fetchone()
+        f"SELECT count(*), count(DISTINCT chave) FROM {queue.table}_exec"
+    ).fetchone()
     assert (total, keys) == (count, count)
     # The committed execution is the attempt that succeeded.
-    assert conn.execute(
-        f"SELECT count(*) FROM {queue.table} q JOIN {queue.table}_exec e ON e.task_id = q.id "
-        f"WHERE q.status = 'sucesso'"
-    ).fetchone()[0] == count
+    assert (
+        conn.execute(
+            f"SELECT count(*) FROM {queue.table} q JOIN {queue.table}_exec e ON e.task_id = q.id "
+            f"WHERE q.status = 'sucesso'"
+        ).fetchone()[0]
+        == count
+    )
 
 
 def worker_sessions(conn, queue) -> tuple[int, int, int]:
@@ -158,13 +180,21 @@ def test_three_workers_through_the_server_run_a_thousand_tasks_exactly_once_with
     pg_admin.execute(f"ALTER TABLE {queue.table} DISABLE TRIGGER USER")
     server = server_for(queue, CHECK_TASKS_INTERVAL="0.2")
     # A dispatcher that never times out: it cannot find the tasks by itself.
-    worker_env = cs_env(env, server, QUEUE_CONCURRENCY=3, QUEUE_WAIT_NOTIFY_INTERVAL=3600,
-                        QUEUE_RETRY_THREAD_INTERVAL=1)
+    worker_env = cs_env(
+        env,
+        server,
+        QUEUE_CONCURRENCY=3,
+        QUEUE_WAIT_NOTIFY_INTERVAL=3600,
+        QUEUE_RETRY_THREAD_INTERVAL=1,
+    )
     procs = [workers.start(WORKER, worker_env, f"worker{i}") for i in range(3)]
     wait_subscribed(server, queue, 3)
     # The pools are open (3 connections each, plus the control connection) and quiet.
-    wait_for(lambda: (lambda s: s[0] >= 12 and s[2] == 0)(worker_sessions(pg_autocommit, queue)), 15,
-             "the workers' database sessions to be open and idle")
+    wait_for(
+        lambda: (lambda s: s[0] >= 12 and s[2] == 0)(worker_sessions(pg_autocommit, queue)),
+        15,
+        "the workers' database sessions to be open and idle",
+    )
 
     insert_many(pg_dsn, queue.table, 1000, payload=spec(sleep=0.02))
     samples = busy_samples = 0
@@ -172,7 +202,9 @@ def test_three_workers_through_the_server_run_a_thousand_tasks_exactly_once_with
     while True:
         sessions, listening, busy = worker_sessions(pg_autocommit, queue)
         assert listening == 0, "a worker in client/server mode ran LISTEN"
-        assert worker_advisory_locks(pg_autocommit, queue) == 0, "a worker in client/server mode took an advisory lock"
+        assert worker_advisory_locks(pg_autocommit, queue) == 0, (
+            "a worker in client/server mode took an advisory lock"
+        )
         samples += 1
         busy_samples += busy > 0
         done = statuses(pg_autocommit, queue.table)
@@ -190,7 +222,9 @@ def test_three_workers_through_the_server_run_a_thousand_tasks_exactly_once_with
     # The workers' liveness locks were the server's, and none outlives its task.
     with server.lock_client("observer") as observer:
         ids = [r["id"] for r in fetch_rows(pg_autocommit, queue.table)]
-        assert observer.held(task_lock_name(table_oid(pg_dsn, queue.table), i) for i in ids) == set()
+        assert (
+            observer.held(task_lock_name(table_oid(pg_dsn, queue.table), i) for i in ids) == set()
+        )
     assert server.alive
     assert stop_all(procs) == [0, 0, 0]
 
@@ -204,10 +238,15 @@ def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_re
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    [task] = enqueue(pg_dsn, queue.table, [dict(payload=spec(sleep=120, sleep_on=[1], started=True),
-                                                chave_externa="victim")])
+    [task] = enqueue(
+        pg_dsn,
+        queue.table,
+        [dict(payload=spec(sleep=120, sleep_on=[1], started=True), chave_externa="victim")],
+    )
     victim = workers.start(WORKER, cs_env(env, server), "victim")
-    wait_for(lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task")
+    wait_for(
+        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task"
+    )
     lock = task_lock_name(table_oid(pg_dsn, queue.table), task)
     observer = server.lock_client("observer")
     assert observer.held([lock]) == {lock}
@@ -216,8 +255,9 @@ def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_re
     retry_unlock = f"unlock '{service_lock_name(table_oid(pg_dsn, queue.table), 'retry')}' -> True"
     runs_before = server.log_text(since_start=True).count(retry_unlock)
     rescuer = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "rescuer")
-    assert server.wait_for_log(retry_unlock, timeout=15, count=runs_before + 2), \
+    assert server.wait_for_log(retry_unlock, timeout=15, count=runs_before + 2), (
         "the rescuer's retry service did not run twice"
+    )
     assert statuses(pg_autocommit, queue.table) == {"processando": 1}
 
     victim.kill9()
@@ -225,14 +265,19 @@ def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_re
     wait_for(lambda: not observer.held([lock]), 2, "the server to release the killed worker's lock")
     assert time.monotonic() - killed < 2
 
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1}, 20,
-             "the rescuer to mark the attempt falha_processando and run the next one")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1},
+        20,
+        "the rescuer to mark the attempt falha_processando and run the next one",
+    )
     first, second = fetch_rows(pg_autocommit, queue.table)
     assert first["id"] == task and first["reenfileirado"] is True
     assert (second["tentativa"], second["id_inicial"], second["id_anterior"]) == (2, task, task)
     # The killed attempt's write was rolled back; the retry committed exactly once.
     assert exec_rows(pg_autocommit, queue) == [(second["id"], "victim", rescuer.pid)]
-    assert observer.held([lock, task_lock_name(table_oid(pg_dsn, queue.table), second["id"])]) == set()
+    assert (
+        observer.held([lock, task_lock_name(table_oid(pg_dsn, queue.table), second["id"])]) == set()
+    )
     assert rescuer.alive()
     assert stop_all([rescuer]) == [0]
 
@@ -252,16 +297,25 @@ def test_workers_reconnect_after_a_server_restart_and_finish_the_work_exactly_on
     wait_subscribed(server, queue, 2)
 
     insert_many(pg_dsn, queue.table, total, payload=spec(sleep=0.01))
-    wait_for(lambda: statuses(pg_autocommit, queue.table).get("sucesso", 0) >= total // 5, 30,
-             "a fifth of the tasks to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table).get("sucesso", 0) >= total // 5,
+        30,
+        "a fifth of the tasks to succeed",
+    )
     server.restart()
     done_at_restart = statuses(pg_autocommit, queue.table).get("sucesso", 0)
     assert done_at_restart < total, "the work was over before the restart: make the tasks longer"
 
     wait_subscribed(server, queue, 2)  # both workers came back to the new server
-    wait_for(lambda: statuses(pg_autocommit, queue.table).get("sucesso", 0) == total
-             and not {"pendente", "processando", "agendada"} & set(statuses(pg_autocommit, queue.table)),
-             60, f"all {total} tasks to succeed after the restart")
+    wait_for(
+        lambda: (
+            statuses(pg_autocommit, queue.table).get("sucesso", 0) == total
+            and not {"pendente", "processando", "agendada"}
+            & set(statuses(pg_autocommit, queue.table))
+        ),
+        60,
+        f"all {total} tasks to succeed after the restart",
+    )
     assert_each_key_ran_once(pg_autocommit, queue, total)
     for proc in procs:
         output = proc.output()
@@ -284,7 +338,7 @@ def read_until_closed(sock: socket.socket, timeout: float) -> tuple[list[dict], 
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except OSError:
             closed = True
@@ -314,7 +368,9 @@ class Hammer:
     def _raw(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.server.lock_port), timeout=5)
 
-    def _expect_closed(self, kind: str, sock: socket.socket, code: str | None, timeout: float = 5) -> None:
+    def _expect_closed(
+        self, kind: str, sock: socket.socket, code: str | None, timeout: float = 5
+    ) -> None:
         """The server closes the connection within ``timeout``, saying ``code`` (None: a reset may eat it)."""
         frames, closed = read_until_closed(sock, timeout)
         sock.close()
@@ -332,7 +388,9 @@ class Hammer:
 
     def wrong_token(self) -> None:
         try:
-            LockClient("127.0.0.1", self.server.lock_port, "wrong-" + TEST_TOKEN, "bad-wrong-token", 5).close()
+            LockClient(
+                "127.0.0.1", self.server.lock_port, "wrong-" + TEST_TOKEN, "bad-wrong-token", 5
+            ).close()
             self.problems.append("wrong token: accepted")
         except AuthenticationError:
             pass
@@ -369,14 +427,20 @@ class Hammer:
         self._expect_closed("unauthenticated halt", sock, "unauthenticated")
 
     def run(self) -> None:
-        kinds = [self.no_token, self.wrong_token, self.garbage, self.garbage_json, self.ten_megabytes,
-                 self.unauthenticated_halt]
+        kinds = [
+            self.no_token,
+            self.wrong_token,
+            self.garbage,
+            self.garbage_json,
+            self.ten_megabytes,
+            self.unauthenticated_halt,
+        ]
         try:
             while not self.stop.is_set():
                 for kind in kinds:
                     kind()
                     self.counts[kind.__name__] = self.counts.get(kind.__name__, 0) + 1
-        except Exception as exc:  # noqa: BLE001 - reported by the test
+        except Exception as exc:  # reported by the test
             self.problems.append(f"hammer crashed: {exc!r}")
 
     def silent(self) -> None:
@@ -387,7 +451,7 @@ class Hammer:
                 for sock in socks:
                     self._expect_closed("silent client", sock, "timeout", timeout=5)
                 self.counts["silent"] = self.counts.get("silent", 0) + len(socks)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # reported by the test
             self.problems.append(f"silent hammer crashed: {exc!r}")
 
 
@@ -412,13 +476,34 @@ def test_bad_clients_hammering_the_server_do_not_disturb_the_workers(
         wait_for(lambda: len(hammer.counts) >= 3, 10, "the bad clients to start")
         # Enqueued in three commits while the bad clients hammer the server.
         for batch in range(3):
-            insert_many(pg_dsn, queue.table, total // 3, payload=spec(sleep=0.02), prefix=f"b{batch}-")
-        wait_for(lambda: statuses(pg_autocommit, queue.table) == {"sucesso": total}, 60,
-                 f"{total} tasks to succeed under attack")
+            insert_many(
+                pg_dsn, queue.table, total // 3, payload=spec(sleep=0.02), prefix=f"b{batch}-"
+            )
+        wait_for(
+            lambda: statuses(pg_autocommit, queue.table) == {"sucesso": total},
+            60,
+            f"{total} tasks to succeed under attack",
+        )
         # At least one full round of every kind of bad client while the work ran.
-        wait_for(lambda: min(hammer.counts.get(k, 0) for k in (
-            "no_token", "wrong_token", "garbage", "garbage_json", "ten_megabytes", "unauthenticated_halt",
-            "silent")) >= 1, 20, f"every kind of bad client to have run (counts: {hammer.counts})")
+        wait_for(
+            lambda: (
+                min(
+                    hammer.counts.get(k, 0)
+                    for k in (
+                        "no_token",
+                        "wrong_token",
+                        "garbage",
+                        "garbage_json",
+                        "ten_megabytes",
+                        "unauthenticated_halt",
+                        "silent",
+                    )
+                )
+                >= 1
+            ),
+            20,
+            f"every kind of bad client to have run (counts: {hammer.counts})",
+        )
     finally:
         stop.set()
         for thread in threads:
@@ -430,25 +515,37 @@ def test_bad_clients_hammering_the_server_do_not_disturb_the_workers(
     with server.lock_client("after-the-attack") as good:
         good.ping()
     log = server.log_text()
-    for evidence in ("authentication failed (no token)", "authentication failed (wrong token)",
-                     "frame_too_large", "protocol_error", "timeout: no hello", "halt before hello refused"):
+    for evidence in (
+        "authentication failed (no token)",
+        "authentication failed (wrong token)",
+        "frame_too_large",
+        "protocol_error",
+        "timeout: no hello",
+        "halt before hello refused",
+    ):
         assert evidence in log, evidence
     assert "stopping" not in log
     # The good workers never lost their connections to the server: one connection each, at start.
     for proc in procs:
         output = proc.output()
-        assert "connection lost" not in output and output.count("reconnected to") == 1, output[-3000:]
+        assert "connection lost" not in output and output.count("reconnected to") == 1, output[
+            -3000:
+        ]
     assert stop_all(procs) == [0, 0]
 
 
 # -- 5. no server yet ---------------------------------------------------------------------------
 
 
-ATTEMPT = re.compile(r"^(\S+ \S+) \w+ nsj_queue_lib\.client .*:locks: reconnect attempt (\d+) failed", re.M)
+ATTEMPT = re.compile(
+    r"^(\S+ \S+) \w+ nsj_queue_lib\.client .*:locks: reconnect attempt (\d+) failed", re.M
+)
 
 
 def attempts(output: str) -> dict[int, datetime]:
-    return {int(n): datetime.strptime(ts, "%Y-%m-%d %H:%M:%S,%f") for ts, n in ATTEMPT.findall(output)}
+    return {
+        int(n): datetime.strptime(ts, "%Y-%m-%d %H:%M:%S,%f") for ts, n in ATTEMPT.findall(output)
+    }
 
 
 @pytest.mark.slow
@@ -457,10 +554,14 @@ def test_a_worker_started_before_the_server_backs_off_quietly_and_works_once_the
 ):
     queue = side
     notify_port, lock_port = free_port(), free_port()
-    not_yet = SimpleNamespace(notify_port=notify_port, lock_port=lock_port, token=TEST_TOKEN)  # nothing listens
+    not_yet = SimpleNamespace(
+        notify_port=notify_port, lock_port=lock_port, token=TEST_TOKEN
+    )  # nothing listens
     worker = workers.start(WORKER, cs_env(env, not_yet, LOG_DEBUG="true"), "early")
 
-    first = wait_for(lambda: attempts(worker.output()).get(1), 15, "the first failed connection attempt")
+    first = wait_for(
+        lambda: attempts(worker.output()).get(1), 15, "the first failed connection attempt"
+    )
     cpu_first = worker.cpu_seconds()
     wait_for(lambda: attempts(worker.output()).get(6), 15, "the sixth failed connection attempt")
     cpu_sixth = worker.cpu_seconds()
@@ -470,13 +571,18 @@ def test_a_worker_started_before_the_server_backs_off_quietly_and_works_once_the
     # Exponential back-off: 0.1 s doubling (with jitter), not a fixed pace and not a spin.
     assert gaps[-1] >= 4 * gaps[0], gaps
     assert (seen[6] - first).total_seconds() >= 1.0, gaps
-    assert cpu_sixth - cpu_first < 0.25, f"{cpu_sixth - cpu_first:.2f} CPU s while waiting for the server"
+    assert cpu_sixth - cpu_first < 0.25, (
+        f"{cpu_sixth - cpu_first:.2f} CPU s while waiting for the server"
+    )
 
     enqueue(pg_dsn, queue.table, [dict(payload="x", chave_externa=f"early{i}") for i in range(5)])
     assert statuses(pg_autocommit, queue.table) == {"pendente": 5}
     servers(env=server_env(pg_dsn, queue), notify_port=notify_port, lock_port=lock_port)
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 5}, 20,
-             "the worker to run the tasks once the server is up")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 5},
+        20,
+        "the worker to run the tasks once the server is up",
+    )
     assert_each_key_ran_once(pg_autocommit, queue, 5)
     assert stop_all([worker]) == [0]
 
@@ -486,7 +592,9 @@ def test_a_worker_started_before_the_server_backs_off_quietly_and_works_once_the
 
 def retry_runs(server: ServerProcess, queue_oid: int) -> int:
     """Completed runs of a retry service on the server's current run (needs LOG_DEBUG on the server)."""
-    return server.log_text(since_start=True).count(f"unlock '{service_lock_name(queue_oid, 'retry')}' -> True")
+    return server.log_text(since_start=True).count(
+        f"unlock '{service_lock_name(queue_oid, 'retry')}' -> True"
+    )
 
 
 @pytest.mark.slow
@@ -495,22 +603,35 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    [task] = enqueue(pg_dsn, queue.table, [dict(payload=spec(sleep=7, sleep_on=[1], started=True),
-                                                chave_externa="long")])
+    [task] = enqueue(
+        pg_dsn,
+        queue.table,
+        [dict(payload=spec(sleep=7, sleep_on=[1], started=True), chave_externa="long")],
+    )
     runner = workers.start(WORKER, cs_env(env, server, QUEUE_CONCURRENCY=1), "runner")
-    wait_for(lambda: started_ids(pg_autocommit, queue) == [task], 15, "the runner to start the task")
+    wait_for(
+        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the runner to start the task"
+    )
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "watcher")
     wait_subscribed(server, queue, 2)
 
     server.restart()
-    wait_for(lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2, 10, "two retry runs on the restarted server")
+    wait_for(
+        lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2,
+        10,
+        "two retry runs on the restarted server",
+    )
     assert runner.alive()
     # The runner is still inside its handler: its task must not be rescued and started again.
     assert statuses(pg_autocommit, queue.table) == {"processando": 1}
     assert started_ids(pg_autocommit, queue) == [task]
     with server.lock_client("observer") as observer:
-        assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {task_lock_name(table_oid(pg_dsn, queue.table), task)}
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed")
+        assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {
+            task_lock_name(table_oid(pg_dsn, queue.table), task)
+        }
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed"
+    )
     assert exec_rows(pg_autocommit, queue) == [(task, "long", runner.pid)]
     assert stop_all([runner, watcher]) == [0, 0]
 
@@ -521,17 +642,31 @@ def test_workers_spelling_the_queue_table_differently_still_see_each_others_task
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    [task] = enqueue(pg_dsn, queue.table, [dict(payload=spec(sleep=6, sleep_on=[1], started=True),
-                                                chave_externa="long")])
+    [task] = enqueue(
+        pg_dsn,
+        queue.table,
+        [dict(payload=spec(sleep=6, sleep_on=[1], started=True), chave_externa="long")],
+    )
     runner = workers.start(WORKER, cs_env(env, server), "runner")  # QUEUE_TABLE=public.<name>
-    wait_for(lambda: started_ids(pg_autocommit, queue) == [task], 15, "the runner to start the task")
+    wait_for(
+        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the runner to start the task"
+    )
     # The same table, as the search_path finds it (DB mode keys its locks on the table's oid).
-    watcher = workers.start(WORKER, cs_env(env, server, QUEUE_TABLE=queue.name, QUEUE_RETRY_THREAD_INTERVAL=1),
-                            "watcher")
-    wait_for(lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2, 10, "two runs of the watcher's retry service")
+    watcher = workers.start(
+        WORKER,
+        cs_env(env, server, QUEUE_TABLE=queue.name, QUEUE_RETRY_THREAD_INTERVAL=1),
+        "watcher",
+    )
+    wait_for(
+        lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2,
+        10,
+        "two runs of the watcher's retry service",
+    )
     assert runner.alive()
     assert statuses(pg_autocommit, queue.table) == {"processando": 1}
     assert started_ids(pg_autocommit, queue) == [task]
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed"
+    )
     assert exec_rows(pg_autocommit, queue) == [(task, "long", runner.pid)]
     assert stop_all([runner, watcher]) == [0, 0]

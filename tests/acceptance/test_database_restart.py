@@ -38,7 +38,7 @@ MAX_OUTAGE_CPU_SHARE = 0.2
 def private_pg():
     try:
         server = ThrowawayPostgres()
-    except Exception as exc:  # noqa: BLE001 - no pgserver, or it cannot start here
+    except Exception as exc:  # no pgserver, or it cannot start here
         reason = f"cannot start a private PostgreSQL to restart: {exc}"
         if databases.ci_enabled():
             pytest.fail(reason, pytrace=False)
@@ -57,7 +57,9 @@ def query(dsn: str, sql: str, params=None):
 
 
 def listening(dsn: str, channel: str) -> int:
-    rows = query(dsn, "SELECT count(*) FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',))
+    rows = query(
+        dsn, "SELECT count(*) FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',)
+    )
     return rows[0][0] if rows else 0
 
 
@@ -85,10 +87,18 @@ def workers(request, queue):
 
 
 def start_workers(workers: Workers, private_pg, queue, count: int) -> list:
-    env = worker_env(private_pg.dsn, queue.table, QUEUE_CONCURRENCY=2, QUEUE_RETRY_THREAD_INTERVAL=1,
-                     QUEUE_NOTIFY_THREAD_INTERVAL=1, QUEUE_WAIT_NOTIFY_INTERVAL=1)
+    env = worker_env(
+        private_pg.dsn,
+        queue.table,
+        QUEUE_CONCURRENCY=2,
+        QUEUE_RETRY_THREAD_INTERVAL=1,
+        QUEUE_NOTIFY_THREAD_INTERVAL=1,
+        QUEUE_WAIT_NOTIFY_INTERVAL=1,
+    )
     procs = [workers.start(WORKER, env) for _ in range(count)]
-    wait_for(lambda: listening(private_pg.dsn, queue.name) == count, 15, f"{count} workers to LISTEN")
+    wait_for(
+        lambda: listening(private_pg.dsn, queue.name) == count, 15, f"{count} workers to LISTEN"
+    )
     return procs
 
 
@@ -96,10 +106,18 @@ def enqueue_many(dsn: str, table: str, count: int, payload: str = "x") -> None:
     from nsj_queue_lib.queue_client import QueueClient
 
     with psycopg.connect(dsn) as conn:
-        QueueClient(conn, table).insert_tasks([
-            dict(origem="teste", destino="worker", processo="p", chave_externa=f"k{i}", payload=payload)
-            for i in range(count)
-        ])
+        QueueClient(conn, table).insert_tasks(
+            [
+                dict(
+                    origem="teste",
+                    destino="worker",
+                    processo="p",
+                    chave_externa=f"k{i}",
+                    payload=payload,
+                )
+                for i in range(count)
+            ]
+        )
         conn.commit()
 
 
@@ -109,25 +127,36 @@ def outage(private_pg, procs, seconds: float, mode: str) -> None:
     private_pg.stop(mode)
     time.sleep(seconds)  # the outage itself, not a wait for a condition
     assert all(proc.alive() for proc in procs), "a worker exited during the outage"
-    used = [proc.cpu_seconds() - b for proc, b in zip(procs, before)]
-    assert max(used) < seconds * MAX_OUTAGE_CPU_SHARE, f"CPU seconds used during a {seconds} s outage: {used}"
+    used = [proc.cpu_seconds() - b for proc, b in zip(procs, before, strict=True)]
+    assert max(used) < seconds * MAX_OUTAGE_CPU_SHARE, (
+        f"CPU seconds used during a {seconds} s outage: {used}"
+    )
     private_pg.start()
 
 
 def settled(dsn: str, table: str, total: int) -> bool:
-    rows = query(dsn, f"SELECT count(*) FILTER (WHERE status = 'sucesso'), "
-                      f"count(*) FILTER (WHERE status IN ('pendente', 'agendada', 'processando')) FROM {table}")
+    rows = query(
+        dsn,
+        f"SELECT count(*) FILTER (WHERE status = 'sucesso'), "
+        f"count(*) FILTER (WHERE status IN ('pendente', 'agendada', 'processando')) FROM {table}",
+    )
     return rows is not None and rows[0] == (total, 0)
 
 
 def check_exactly_once(dsn: str, table: str, total: int) -> None:
     # One successful attempt per task, and exactly one committed execution, the successful one's.
-    per_chain = query(dsn, f"SELECT coalesce(id_inicial, id), count(*) FILTER (WHERE status = 'sucesso') "
-                           f"FROM {table} GROUP BY 1")
+    per_chain = query(
+        dsn,
+        f"SELECT coalesce(id_inicial, id), count(*) FILTER (WHERE status = 'sucesso') "
+        f"FROM {table} GROUP BY 1",
+    )
     assert len(per_chain) == total and {n for _, n in per_chain} == {1}
-    executions = query(dsn, f"SELECT count(*), count(DISTINCT e.task_id), "
-                            f"count(*) FILTER (WHERE q.status = 'sucesso') "
-                            f"FROM {table}_exec e LEFT JOIN {table} q ON q.id = e.task_id")
+    executions = query(
+        dsn,
+        f"SELECT count(*), count(DISTINCT e.task_id), "
+        f"count(*) FILTER (WHERE q.status = 'sucesso') "
+        f"FROM {table}_exec e LEFT JOIN {table} q ON q.id = e.task_id",
+    )
     assert executions == [(total, total, total)]
 
 
@@ -142,7 +171,11 @@ def test_idle_workers_survive_a_database_restart(private_pg, queue, workers):
     outage(private_pg, procs, 3.0, "fast")
     # Back: tasks enqueued now are run (the workers reconnected and LISTEN again).
     enqueue_many(private_pg.dsn, queue.table, 100)
-    wait_for(lambda: settled(private_pg.dsn, queue.table, 100), 30, "100 tasks to succeed after the restart")
+    wait_for(
+        lambda: settled(private_pg.dsn, queue.table, 100),
+        30,
+        "100 tasks to succeed after the restart",
+    )
     check_exactly_once(private_pg.dsn, queue.table, 100)
     wait_for(lambda: listening(private_pg.dsn, queue.name) == 2, 15, "both workers to LISTEN again")
 
@@ -156,12 +189,20 @@ def test_idle_workers_survive_a_database_restart(private_pg, queue, workers):
 def test_busy_workers_survive_a_database_crash(private_pg, queue, workers):
     procs = start_workers(workers, private_pg, queue, 2)
     enqueue_many(private_pg.dsn, queue.table, 300, json.dumps({"sleep": 0.02}))
-    progress = (f"SELECT count(*) FILTER (WHERE status = 'sucesso') >= 60 "
-                f"AND count(*) FILTER (WHERE status = 'processando') > 0 FROM {queue.table}")
-    wait_for(lambda: (query(private_pg.dsn, progress) or [(False,)])[0][0], 20,
-             "the workers to be busy draining (60 done, some running)")
+    progress = (
+        f"SELECT count(*) FILTER (WHERE status = 'sucesso') >= 60 "
+        f"AND count(*) FILTER (WHERE status = 'processando') > 0 FROM {queue.table}"
+    )
+    wait_for(
+        lambda: (query(private_pg.dsn, progress) or [(False,)])[0][0],
+        20,
+        "the workers to be busy draining (60 done, some running)",
+    )
     outage(private_pg, procs, 2.0, "immediate")  # a crash: no session is told anything
-    wait_for(lambda: settled(private_pg.dsn, queue.table, 300), 45,
-             "all 300 tasks to succeed after the crash (interrupted attempts retried)")
+    wait_for(
+        lambda: settled(private_pg.dsn, queue.table, 300),
+        45,
+        "all 300 tasks to succeed after the crash (interrupted attempts retried)",
+    )
     check_exactly_once(private_pg.dsn, queue.table, 300)
     stop_all(procs)

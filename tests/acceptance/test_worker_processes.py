@@ -28,11 +28,15 @@ def started_ids(conn, queue) -> list[int]:
 
 
 def exec_rows(conn, queue) -> list[tuple]:
-    return conn.execute(f"SELECT task_id, chave, pid FROM {queue.table}_exec ORDER BY at").fetchall()
+    return conn.execute(
+        f"SELECT task_id, chave, pid FROM {queue.table}_exec ORDER BY at"
+    ).fetchall()
 
 
 def wait_listening(conn, queue, count: int) -> None:
-    wait_for(lambda: listening_backends(conn, queue.name) == count, 15, f"{count} worker(s) to LISTEN")
+    wait_for(
+        lambda: listening_backends(conn, queue.name) == count, 15, f"{count} worker(s) to LISTEN"
+    )
 
 
 # -- crash recovery --------------------------------------------------------------------
@@ -43,16 +47,24 @@ def test_a_task_whose_worker_is_killed_is_retried_by_another_worker(
     side, workers, env, pg_dsn, pg_autocommit
 ):
     queue = side
-    [task] = enqueue(pg_dsn, queue.table, [dict(payload=spec(sleep=120, sleep_on=[1], started=True),
-                                                chave_externa="victim")])
+    [task] = enqueue(
+        pg_dsn,
+        queue.table,
+        [dict(payload=spec(sleep=120, sleep_on=[1], started=True), chave_externa="victim")],
+    )
     victim = workers.start(WORKER, env(), "victim")
-    wait_for(lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task")
+    wait_for(
+        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task"
+    )
     victim.kill9()
     assert fetch_rows(pg_autocommit, queue.table)[0]["status"] == "processando"
 
     rescuer = workers.start(WORKER, env(QUEUE_RETRY_THREAD_INTERVAL=1), "rescuer")
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1}, 20,
-             "the rescuer to mark the attempt falha_processando and run the next one")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1},
+        20,
+        "the rescuer to mark the attempt falha_processando and run the next one",
+    )
     first, second = fetch_rows(pg_autocommit, queue.table)
     assert first["id"] == task and first["reenfileirado"] is True
     assert (second["tentativa"], second["id_inicial"], second["id_anterior"]) == (2, task, task)
@@ -68,7 +80,9 @@ def test_a_task_whose_worker_is_killed_is_retried_by_another_worker(
 
 
 @pytest.mark.slow
-def test_four_workers_run_two_thousand_tasks_exactly_once(side, workers, env, pg_dsn, pg_autocommit):
+def test_four_workers_run_two_thousand_tasks_exactly_once(
+    side, workers, env, pg_dsn, pg_autocommit
+):
     queue = side
     procs = [workers.start(WORKER, env(QUEUE_CONCURRENCY=4), f"worker{i}") for i in range(4)]
     wait_listening(pg_autocommit, queue, 4)
@@ -77,27 +91,46 @@ def test_four_workers_run_two_thousand_tasks_exactly_once(side, workers, env, pg
     with psycopg.connect(pg_dsn) as conn:
         client = QueueClient(conn, queue.table)
         for batch in range(4):  # four commits: four notifications while the workers drain
-            client.insert_tasks([
-                dict(origem="teste", destino="worker", processo="p", chave_externa=f"k{batch}-{i}", payload="x")
-                for i in range(500)
-            ])
+            client.insert_tasks(
+                [
+                    dict(
+                        origem="teste",
+                        destino="worker",
+                        processo="p",
+                        chave_externa=f"k{batch}-{i}",
+                        payload="x",
+                    )
+                    for i in range(500)
+                ]
+            )
             conn.commit()
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 2000}, 60, "2,000 tasks to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 2000},
+        60,
+        "2,000 tasks to succeed",
+    )
 
     total, distinct, pids = pg_autocommit.execute(
         f"SELECT count(*), count(DISTINCT task_id), array_agg(DISTINCT pid) FROM {queue.table}_exec"
     ).fetchone()
     assert (total, distinct) == (2000, 2000)
-    assert pg_autocommit.execute(
-        f"SELECT count(*) FROM {queue.table} q JOIN {queue.table}_exec e ON e.task_id = q.id"
-    ).fetchone()[0] == 2000
+    assert (
+        pg_autocommit.execute(
+            f"SELECT count(*) FROM {queue.table} q JOIN {queue.table}_exec e ON e.task_id = q.id"
+        ).fetchone()[0]
+        == 2000
+    )
     assert set(pids) <= {p.pid for p in procs}
     assert len(set(pids)) == 4, "every process should have taken part"
     # No liveness lock outlives its task.
-    assert pg_autocommit.execute(
-        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND a.application_name = %s", (f"nsj_queue_lib:{queue.name}",),
-    ).fetchone()[0] == 0
+    assert (
+        pg_autocommit.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND a.application_name = %s",
+            (f"nsj_queue_lib:{queue.name}",),
+        ).fetchone()[0]
+        == 0
+    )
     for proc in procs:
         proc.send(signal.SIGTERM)
     assert [proc.wait(15) for proc in procs] == [0, 0, 0, 0]
@@ -132,12 +165,18 @@ def test_a_signal_lets_the_running_task_finish_and_claims_nothing_more(
     signum, side, workers, env, pg_dsn, pg_autocommit
 ):
     queue = side
-    [running, waiting] = enqueue(pg_dsn, queue.table, [
-        dict(payload=spec(sleep=1.5, started=True), chave_externa="running"),
-        dict(payload="x", chave_externa="waiting", prioridade=1),
-    ])
+    [running, waiting] = enqueue(
+        pg_dsn,
+        queue.table,
+        [
+            dict(payload=spec(sleep=1.5, started=True), chave_externa="running"),
+            dict(payload="x", chave_externa="waiting", prioridade=1),
+        ],
+    )
     worker = workers.start(WORKER, env(QUEUE_CONCURRENCY=1, QUEUE_GRACE_PERIOD=20))
-    wait_for(lambda: started_ids(pg_autocommit, queue) == [running], 10, "the worker to start the task")
+    wait_for(
+        lambda: started_ids(pg_autocommit, queue) == [running], 10, "the worker to start the task"
+    )
     worker.send(signum)
     assert worker.wait(15) == 0
     rows = {r["id"]: r["status"] for r in fetch_rows(pg_autocommit, queue.table)}
@@ -150,24 +189,37 @@ def test_a_task_longer_than_the_grace_period_is_released_for_a_retry(
     side, workers, env, pg_dsn, pg_autocommit
 ):
     queue = side
-    [task] = enqueue(pg_dsn, queue.table, [dict(payload=spec(sleep=120, sleep_on=[1], started=True))])
+    [task] = enqueue(
+        pg_dsn, queue.table, [dict(payload=spec(sleep=120, sleep_on=[1], started=True))]
+    )
     worker = workers.start(WORKER, env(QUEUE_GRACE_PERIOD=1))
-    wait_for(lambda: started_ids(pg_autocommit, queue) == [task], 10, "the worker to start the task")
+    wait_for(
+        lambda: started_ids(pg_autocommit, queue) == [task], 10, "the worker to start the task"
+    )
     worker.send(signal.SIGTERM)
     sent = time.monotonic()
     assert worker.wait(10) == 0
-    assert time.monotonic() - sent < 6  # the grace period (1 s) and the release, not the task (120 s)
+    assert (
+        time.monotonic() - sent < 6
+    )  # the grace period (1 s) and the release, not the task (120 s)
 
     first, retry = fetch_rows(pg_autocommit, queue.table)
-    assert (first["id"], first["status"], first["reenfileirado"]) == (task, "falha_processando", True)
+    assert (first["id"], first["status"], first["reenfileirado"]) == (
+        task,
+        "falha_processando",
+        True,
+    )
     assert (retry["tentativa"], retry["id_anterior"]) == (2, task)
     assert retry["status"] in ("agendada", "pendente")
     assert exec_rows(pg_autocommit, queue) == []  # the interrupted attempt's write was rolled back
 
     # The released attempt is picked up by the next worker.
     again = workers.start(WORKER, env())
-    wait_for(lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1}, 10,
-             "the next attempt to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1},
+        10,
+        "the next attempt to succeed",
+    )
     again.send(signal.SIGTERM)
     assert again.wait(15) == 0
 

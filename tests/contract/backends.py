@@ -94,18 +94,32 @@ class Backend:
 
     def __post_init__(self) -> None:
         self.family = "postgres" if self.kind.startswith("postgres") else "mysql"
-        self.driver = {"postgres": "POSTGRES", "postgres-via-server": "POSTGRES", "mysql": "MYSQL",
-                       "singlestore-via-server": "SINGLE_STORE"}[self.kind]
+        self.driver = {
+            "postgres": "POSTGRES",
+            "postgres-via-server": "POSTGRES",
+            "mysql": "MYSQL",
+            "singlestore-via-server": "SINGLE_STORE",
+        }[self.kind]
         self.via_server = self.kind.endswith("-via-server")
         if self.family == "postgres":
             p = dsn_params(self.dsn)
-            self.db = dict(host=p["host"], port=int(p["port"]), name=p["dbname"], user=p["user"],
-                           password=p["password"])
+            self.db = dict(
+                host=p["host"],
+                port=int(p["port"]),
+                name=p["dbname"],
+                user=p["user"],
+                password=p["password"],
+            )
             self.schema = "public"
         else:
             k = mysql_connect_kwargs(self.dsn)
-            self.db = dict(host=k["host"], port=int(k["port"]), name=k["database"], user=k["user"],
-                           password=k["password"])
+            self.db = dict(
+                host=k["host"],
+                port=int(k["port"]),
+                name=k["database"],
+                user=k["user"],
+                password=k["password"],
+            )
             self.schema = k["database"]
         self.table = f"{self.schema}.{self.name}"
         self.subscriber_table = f"{self.table}_subscriber"
@@ -125,7 +139,9 @@ class Backend:
             return psycopg.connect(self.dsn, autocommit=autocommit, connect_timeout=5)
         import pymysql
 
-        conn = pymysql.connect(**mysql_connect_kwargs(self.dsn), autocommit=autocommit, connect_timeout=5)
+        conn = pymysql.connect(
+            **mysql_connect_kwargs(self.dsn), autocommit=autocommit, connect_timeout=5
+        )
         if self.driver == "MYSQL":
             # TIMESTAMP columns read in UTC, as on the workers' sessions.
             with conn.cursor() as cur:
@@ -139,7 +155,7 @@ class Backend:
             if cur.description is None:
                 return []
             names = [c[0] for c in cur.description]
-            return [self._normalize(dict(zip(names, row))) for row in cur.fetchall()]
+            return [self._normalize(dict(zip(names, row, strict=True))) for row in cur.fetchall()]
 
     def value(self, sql: str, args: Any = None, conn=None) -> Any:
         rows = self.query(sql, args, conn)
@@ -158,7 +174,9 @@ class Backend:
                     row[column] = bool(row[column])
             for column, value in row.items():
                 if isinstance(value, datetime.datetime) and value.tzinfo is None:
-                    row[column] = value.replace(tzinfo=UTC)  # worker sessions and the server use UTC
+                    row[column] = value.replace(
+                        tzinfo=UTC
+                    )  # worker sessions and the server use UTC
                 elif isinstance(value, (bytearray, memoryview)):
                     row[column] = bytes(value)
         return row
@@ -192,15 +210,21 @@ class Backend:
         else:
             ddl = render(self.schema, self.name, "mysql")
         execute_script(self.admin, ddl)
-        self.execute(f"CREATE TABLE {self.exec_table} (task_id bigint NOT NULL, chave varchar(200), "
-                     f"pid integer, at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
-        self.execute(f"CREATE TABLE {self.started_table} (task_id bigint NOT NULL, pid integer, "
-                     f"at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB")
+        self.execute(
+            f"CREATE TABLE {self.exec_table} (task_id bigint NOT NULL, chave varchar(200), "
+            f"pid integer, at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
+        )
+        self.execute(
+            f"CREATE TABLE {self.started_table} (task_id bigint NOT NULL, pid integer, "
+            f"at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
+        )
 
     def drop(self) -> None:
         if self.family == "postgres":
             drop_queue_objects(self.admin, self.schema, self.name)
-            self.admin.execute(f"DROP TABLE IF EXISTS {self.exec_table}; DROP TABLE IF EXISTS {self.started_table}")
+            self.admin.execute(
+                f"DROP TABLE IF EXISTS {self.exec_table}; DROP TABLE IF EXISTS {self.started_table}"
+            )
             return
         for table in (self.table, self.subscriber_table, self.exec_table, self.started_table):
             self.execute(f"DROP TABLE IF EXISTS {table}")
@@ -221,7 +245,9 @@ class Backend:
 
     def enqueue(self, tasks: list[dict[str, Any]], bulk: bool = False) -> list[int]:
         """Insert tasks with QueueClient in one committed transaction; their ids."""
-        defaults = dict(origem="teste", destino="worker", processo="processar", chave_externa=None, payload="x")
+        defaults = dict(
+            origem="teste", destino="worker", processo="processar", chave_externa=None, payload="x"
+        )
         full = [{**defaults, **task} for task in tasks]
         with self.transaction() as conn:
             client = self.client(conn)
@@ -235,8 +261,10 @@ class Backend:
         return found
 
     def statuses(self) -> dict[str, int]:
-        return {r["status"]: int(r["n"]) for r in
-                self.query(f"SELECT status, count(*) AS n FROM {self.table} GROUP BY status")}
+        return {
+            r["status"]: int(r["n"])
+            for r in self.query(f"SELECT status, count(*) AS n FROM {self.table} GROUP BY status")
+        }
 
     def wait_statuses(self, expected: dict[str, int], timeout: float, what: str) -> None:
         wait_for(lambda: self.statuses() == expected, timeout, f"{what} ({expected})")
@@ -245,27 +273,51 @@ class Backend:
         return self.query(f"SELECT task_id, chave, pid FROM {self.exec_table} ORDER BY at, task_id")
 
     def started_ids(self) -> list[int]:
-        return [r["task_id"] for r in self.query(f"SELECT task_id FROM {self.started_table} ORDER BY at")]
+        return [
+            r["task_id"]
+            for r in self.query(f"SELECT task_id FROM {self.started_table} ORDER BY at")
+        ]
 
-    def add_subscriber(self, subscriber_id: str, processo: str, url: str | None = None,
-                       http_method: str | None = None, headers: dict | None = None, ativo: bool = True,
-                       tenant: int | None = None, grupo_empresarial: str | None = None) -> None:
+    def add_subscriber(
+        self,
+        subscriber_id: str,
+        processo: str,
+        url: str | None = None,
+        http_method: str | None = None,
+        headers: dict | None = None,
+        ativo: bool = True,
+        tenant: int | None = None,
+        grupo_empresarial: str | None = None,
+    ) -> None:
         self.execute(
             f"INSERT INTO {self.subscriber_table} "
             "(id, tenant, grupo_empresarial, processo, url, http_method, headers, ativo) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (subscriber_id, tenant, grupo_empresarial, processo, url, http_method,
-             None if headers is None else json.dumps(headers), ativo),
+            (
+                subscriber_id,
+                tenant,
+                grupo_empresarial,
+                processo,
+                url,
+                http_method,
+                None if headers is None else json.dumps(headers),
+                ativo,
+            ),
         )
 
     # -- the socket server -------------------------------------------------------------------
 
     def start_server(self) -> ServerProcess:
         env = {
-            "DB_DRIVER": self.driver, "DB_HOST": self.db["host"], "DB_PORT": str(self.db["port"]),
-            "DB_BASE": self.db["name"], "DB_USER": self.db["user"],
-            "QUEUE_NAME": self.name, "QUEUE_TABLE": self.table,
-            "CHECK_TASKS_INTERVAL": "0.1", "LOG_DEBUG": "false",
+            "DB_DRIVER": self.driver,
+            "DB_HOST": self.db["host"],
+            "DB_PORT": str(self.db["port"]),
+            "DB_BASE": self.db["name"],
+            "DB_USER": self.db["user"],
+            "QUEUE_NAME": self.name,
+            "QUEUE_TABLE": self.table,
+            "CHECK_TASKS_INTERVAL": "0.1",
+            "LOG_DEBUG": "false",
         }
         if self.db["password"]:
             env["DB_PASS"] = self.db["password"]
@@ -273,7 +325,9 @@ class Backend:
         # "server ready" comes before the check-tasks thread has connected (and, on
         # PostgreSQL, LISTENs): a NOTIFY sent before that is never relayed.
         if not self.server.wait_for_log("check-tasks: connected", timeout=15):
-            raise AssertionError(f"the server's check-tasks thread did not connect:\n{self.server.log_text()}")
+            raise AssertionError(
+                f"the server's check-tasks thread did not connect:\n{self.server.log_text()}"
+            )
         return self.server
 
     # -- workers -------------------------------------------------------------------------------
@@ -284,42 +338,76 @@ class Backend:
         QUEUE_WAIT_NOTIFY_INTERVAL is 60 s: no test passes thanks to the periodic look.
         """
         values: dict[str, Any] = dict(
-            db_driver=self.driver, db_host=self.db["host"], db_port=self.db["port"], db_name=self.db["name"],
-            db_user=self.db["user"], db_pass=self.db["password"],
-            queue_name=self.name, queue_table=self.table, queue_subscriber_table=self.subscriber_table,
-            queue_poll_interval=0.1, queue_wait_notify_interval=60.0,
-            queue_retry_thread_interval=3600.0, queue_notify_thread_interval=3600.0,
-            queue_purge_thread_interval=3600.0, queue_base_interval_retry=0.001, queue_grace_period=5.0,
+            db_driver=self.driver,
+            db_host=self.db["host"],
+            db_port=self.db["port"],
+            db_name=self.db["name"],
+            db_user=self.db["user"],
+            db_pass=self.db["password"],
+            queue_name=self.name,
+            queue_table=self.table,
+            queue_subscriber_table=self.subscriber_table,
+            queue_poll_interval=0.1,
+            queue_wait_notify_interval=60.0,
+            queue_retry_thread_interval=3600.0,
+            queue_notify_thread_interval=3600.0,
+            queue_purge_thread_interval=3600.0,
+            queue_base_interval_retry=0.001,
+            queue_grace_period=5.0,
             default_webhook_timeout=2.0,
         )
         if self.via_server:
-            values.update(client_server_mode=True, server_host="127.0.0.1",
-                          notify_service_port=self.server.notify_port, lock_service_port=self.server.lock_port,
-                          # The retry service waits 2 x TIMEOUT_SOCKET_MESSAGE + 1 s before it
-                          # rescues a task whose server lock is free: 3 s here.
-                          queue_server_token=self.server.token, timeout_socket_message=1.0)
+            values.update(
+                client_server_mode=True,
+                server_host="127.0.0.1",
+                notify_service_port=self.server.notify_port,
+                lock_service_port=self.server.lock_port,
+                # The retry service waits 2 x TIMEOUT_SOCKET_MESSAGE + 1 s before it
+                # rescues a task whose server lock is free: 3 s here.
+                queue_server_token=self.server.token,
+                timeout_socket_message=1.0,
+            )
         values.update(changes)
         return Settings(**values)
 
     def env(self, **overrides: Any) -> dict[str, str]:
         """The environment of a worker process (``contract_worker.py``) on this queue."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("DB_", "DATABASE_", "QUEUE_", "CLIENT_SERVER_MODE", "CONTRACT_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("DB_", "DATABASE_", "QUEUE_", "CLIENT_SERVER_MODE", "CONTRACT_"))
+        }
         env.update(
-            DB_DRIVER=self.driver, DB_HOST=self.db["host"], DB_PORT=str(self.db["port"]),
-            DB_BASE=self.db["name"], DB_USER=self.db["user"], DB_PASS=self.db["password"],
-            QUEUE_NAME=self.name, QUEUE_TABLE=self.table, QUEUE_SUBSCRIBER_TABLE=self.subscriber_table,
-            QUEUE_POLL_INTERVAL="0.1", QUEUE_WAIT_NOTIFY_INTERVAL="1",
-            QUEUE_RETRY_THREAD_INTERVAL="3600", QUEUE_NOTIFY_THREAD_INTERVAL="3600",
-            QUEUE_PURGE_THREAD_INTERVAL="3600", QUEUE_BASE_INTERVAL_RETRY="0.001", QUEUE_GRACE_PERIOD="5",
-            CONTRACT_EXEC_TABLE=self.exec_table, CONTRACT_STARTED_TABLE=self.started_table,
-            PYTHONUNBUFFERED="1", LOG_DEBUG="false",
+            DB_DRIVER=self.driver,
+            DB_HOST=self.db["host"],
+            DB_PORT=str(self.db["port"]),
+            DB_BASE=self.db["name"],
+            DB_USER=self.db["user"],
+            DB_PASS=self.db["password"],
+            QUEUE_NAME=self.name,
+            QUEUE_TABLE=self.table,
+            QUEUE_SUBSCRIBER_TABLE=self.subscriber_table,
+            QUEUE_POLL_INTERVAL="0.1",
+            QUEUE_WAIT_NOTIFY_INTERVAL="1",
+            QUEUE_RETRY_THREAD_INTERVAL="3600",
+            QUEUE_NOTIFY_THREAD_INTERVAL="3600",
+            QUEUE_PURGE_THREAD_INTERVAL="3600",
+            QUEUE_BASE_INTERVAL_RETRY="0.001",
+            QUEUE_GRACE_PERIOD="5",
+            CONTRACT_EXEC_TABLE=self.exec_table,
+            CONTRACT_STARTED_TABLE=self.started_table,
+            PYTHONUNBUFFERED="1",
+            LOG_DEBUG="false",
         )
         if self.via_server:
-            env.update(CLIENT_SERVER_MODE="true", SERVER_HOST="127.0.0.1",
-                       NOTIFY_SERVICE_PORT=str(self.server.notify_port),
-                       LOCK_SERVICE_PORT=str(self.server.lock_port),
-                       QUEUE_SERVER_TOKEN=self.server.token, TIMEOUT_SOCKET_MESSAGE="5")
+            env.update(
+                CLIENT_SERVER_MODE="true",
+                SERVER_HOST="127.0.0.1",
+                NOTIFY_SERVICE_PORT=str(self.server.notify_port),
+                LOCK_SERVICE_PORT=str(self.server.lock_port),
+                QUEUE_SERVER_TOKEN=self.server.token,
+                TIMEOUT_SOCKET_MESSAGE="5",
+            )
         for key, value in overrides.items():
             if value is None:
                 env.pop(key, None)
@@ -331,8 +419,12 @@ class Backend:
         """An in-process ``ContractWorker`` (the process script's class) on this queue."""
         from tests.contract.workers.contract_worker import ContractWorker
 
-        return ContractWorker(self.settings(**changes), exec_table=self.exec_table,
-                              started_table=self.started_table, ready_file="")
+        return ContractWorker(
+            self.settings(**changes),
+            exec_table=self.exec_table,
+            started_table=self.started_table,
+            ready_file="",
+        )
 
     def function_worker(self, execute, execute_dead=None, **changes: Any):
         from tests.helpers.processes import function_worker
@@ -344,11 +436,21 @@ class Backend:
         running = InProcessWorker(worker).start()
         self._inprocess.append(running)
         if wait_ready:
-            wait_for(lambda: running.error is not None or (
-                worker._runtime is not None and worker._runtime.dispatcher._control is not None),
-                15, "the in-process worker's dispatcher to connect")
+            wait_for(
+                lambda: (
+                    running.error is not None
+                    or (
+                        worker._runtime is not None
+                        and worker._runtime.dispatcher._control is not None
+                    )
+                ),
+                15,
+                "the in-process worker's dispatcher to connect",
+            )
             if running.error is not None:
-                raise AssertionError(f"the worker failed to start: {running.error!r}") from running.error
+                raise AssertionError(
+                    f"the worker failed to start: {running.error!r}"
+                ) from running.error
         return running
 
     def start_process(self, name: str, wait_ready: bool = True, **overrides: Any) -> WorkerProcess:
@@ -364,13 +466,17 @@ class Backend:
         def ready() -> bool:
             for proc in procs:
                 if not proc.alive():
-                    raise AssertionError(f"{proc.name} exited with {proc.proc.returncode}:\n{proc.output()[-3000:]}")
+                    raise AssertionError(
+                        f"{proc.name} exited with {proc.proc.returncode}:\n{proc.output()[-3000:]}"
+                    )
             return all((self.directory / f"{proc.name}.ready").exists() for proc in procs)
 
         wait_for(ready, timeout, f"{len(procs)} worker process(es) to connect")
 
     def process_logs(self) -> str:
-        return "\n".join(f"--- {p.name} (pid {p.pid}) ---\n{p.output()[-3000:]}" for p in self._processes)
+        return "\n".join(
+            f"--- {p.name} (pid {p.pid}) ---\n{p.output()[-3000:]}" for p in self._processes
+        )
 
     # -- clean-up ------------------------------------------------------------------------------
 
@@ -420,5 +526,3 @@ def seconds(delta: datetime.timedelta) -> float:
 
 def counts(values) -> dict:
     return dict(Counter(values))
-
-

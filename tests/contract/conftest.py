@@ -50,4 +50,3 @@ def backend(request):
     finally:
         b.close()
         shutil.rmtree(directory, ignore_errors=True)
-

@@ -35,9 +35,11 @@ RETRY_BASE_MINUTES = 0.125 / 60
 
 def write_exec(backend, bd_conn, tarefa, chave=None) -> None:
     """The handler's business write, in the task's transaction."""
-    backend.execute(f"INSERT INTO {backend.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
-                    (tarefa["id"], chave if chave is not None else tarefa["chave_externa"], os.getpid()),
-                    conn=bd_conn)
+    backend.execute(
+        f"INSERT INTO {backend.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
+        (tarefa["id"], chave if chave is not None else tarefa["chave_externa"], os.getpid()),
+        conn=bd_conn,
+    )
 
 
 def in_transaction(backend, bd_conn) -> bool:
@@ -53,11 +55,22 @@ def test_enqueue_returns_the_id_and_fills_the_defaults(backend):
     before = backend.now()
     with backend.transaction() as conn:
         client = backend.client(conn)
-        task_id = client.insert_task("vendas", "estoque", "baixar", "pedido-1", {"pedido": 1, "texto": "ação"})
-        bulk_ids = client.insert_tasks([
-            dict(origem="o", destino="d", processo="p", chave_externa=f"k{i}", payload=f"p{i}", prioridade=i)
-            for i in range(5)
-        ])
+        task_id = client.insert_task(
+            "vendas", "estoque", "baixar", "pedido-1", {"pedido": 1, "texto": "ação"}
+        )
+        bulk_ids = client.insert_tasks(
+            [
+                dict(
+                    origem="o",
+                    destino="d",
+                    processo="p",
+                    chave_externa=f"k{i}",
+                    payload=f"p{i}",
+                    prioridade=i,
+                )
+                for i in range(5)
+            ]
+        )
     after = backend.now()
     # A task exists only once the caller's transaction commits.
     with backend.transaction() as conn:
@@ -67,14 +80,31 @@ def test_enqueue_returns_the_id_and_fills_the_defaults(backend):
     row = backend.row(task_id)
     assert isinstance(task_id, int) and row["id"] == task_id
     assert (row["origem"], row["destino"], row["processo"], row["chave_externa"]) == (
-        "vendas", "estoque", "baixar", "pedido-1")
+        "vendas",
+        "estoque",
+        "baixar",
+        "pedido-1",
+    )
     assert json.loads(row["payload"]) == {"pedido": 1, "texto": "ação"}
     assert row["payload_hash"] is not None
     assert (row["status"], row["tentativa"], row["prioridade"]) == ("pendente", 1, 50)
     assert (row["reenfileirado"], row["estouro_tentativas"], row["pub_sub"], row["dead"]) == (
-        False, False, False, False)
-    for column in ("id_inicial", "id_anterior", "proxima_tentativa", "mensagem", "publication_id",
-                   "subscriber_id", "live_id", "tenant", "grupo_empresarial"):
+        False,
+        False,
+        False,
+        False,
+    )
+    for column in (
+        "id_inicial",
+        "id_anterior",
+        "proxima_tentativa",
+        "mensagem",
+        "publication_id",
+        "subscriber_id",
+        "live_id",
+        "tenant",
+        "grupo_empresarial",
+    ):
         assert row[column] is None, column
     assert before <= row["data_hora"] <= after
     assert row["data_hora_inicial"] == row["data_hora"]
@@ -82,7 +112,8 @@ def test_enqueue_returns_the_id_and_fills_the_defaults(backend):
     assert bulk_ids == sorted(bulk_ids) and len(set(bulk_ids)) == 5 and bulk_ids[0] > task_id
     bulk_rows = backend.rows("id IN (%s, %s, %s, %s, %s)", tuple(bulk_ids))
     assert [(r["id"], r["chave_externa"], r["payload"], r["prioridade"]) for r in bulk_rows] == [
-        (bulk_ids[i], f"k{i}", f"p{i}", i) for i in range(5)]
+        (bulk_ids[i], f"k{i}", f"p{i}", i) for i in range(5)
+    ]
     assert backend.rows("chave_externa = %s", ("rolled-back",)) == []
 
 
@@ -97,9 +128,12 @@ def test_claim_and_complete_commit_the_handlers_write_with_sucesso(backend):
         seen["in_transaction"] = in_transaction(backend, bd_conn)
         outside = backend.connect(autocommit=True)  # sees committed rows only
         try:
-            seen["exec_rows"] = backend.value(f"SELECT count(*) FROM {backend.exec_table}", conn=outside)
-            seen["status"] = backend.value(f"SELECT status FROM {backend.table} WHERE id = %s", (tarefa["id"],),
-                                           conn=outside)
+            seen["exec_rows"] = backend.value(
+                f"SELECT count(*) FROM {backend.exec_table}", conn=outside
+            )
+            seen["status"] = backend.value(
+                f"SELECT status FROM {backend.table} WHERE id = %s", (tarefa["id"],), conn=outside
+            )
         finally:
             outside.close()
         seen["tarefa"] = dict(tarefa)
@@ -115,7 +149,11 @@ def test_claim_and_complete_commit_the_handlers_write_with_sucesso(backend):
     assert seen["tarefa"]["tentativa"] == 1 and seen["tarefa"]["status"] == "processando"
     row = backend.row(task_id)
     assert (row["status"], row["mensagem"], row["tentativa"]) == ("sucesso", "ok hello", 1)
-    assert (row["reenfileirado"], row["estouro_tentativas"], row["proxima_tentativa"]) == (False, False, None)
+    assert (row["reenfileirado"], row["estouro_tentativas"], row["proxima_tentativa"]) == (
+        False,
+        False,
+        None,
+    )
     assert [(r["task_id"], r["chave"]) for r in backend.exec_rows()] == [(task_id, "k1")]
     assert worker.stop() == 0
 
@@ -125,13 +163,21 @@ def test_handlers_run_at_the_databases_default_isolation_level(backend):
     seen = []
 
     def execute(payload, tarefa, bd_conn):
-        query = "SHOW transaction_isolation" if backend.family == "postgres" else "SELECT @@session.tx_isolation"
+        query = (
+            "SHOW transaction_isolation"
+            if backend.family == "postgres"
+            else "SELECT @@session.tx_isolation"
+        )
         seen.append(backend.value(query, conn=bd_conn))
 
     worker = backend.run(backend.function_worker(execute))
-    backend.enqueue([dict(payload="a"), dict(payload="b")])  # the first claim, then one after a completion
+    backend.enqueue(
+        [dict(payload="a"), dict(payload="b")]
+    )  # the first claim, then one after a completion
     backend.wait_statuses({"sucesso": 2}, 10, "both tasks to succeed")
-    assert seen == (["read committed"] * 2 if backend.family == "postgres" else ["REPEATABLE-READ"] * 2)
+    assert seen == (
+        ["read committed"] * 2 if backend.family == "postgres" else ["REPEATABLE-READ"] * 2
+    )
     assert worker.stop() == 0
 
 
@@ -146,7 +192,9 @@ def test_a_failure_rolls_back_and_schedules_the_next_attempt(backend):
 
     worker = backend.run(backend.function_worker(execute, queue_base_interval_retry=base_minutes))
     [first_id] = backend.enqueue([dict(payload="p", chave_externa="chain", prioridade=70)])
-    backend.wait_statuses({"falha": 1, "agendada": 1}, 10, "the attempt to fail and the retry to be scheduled")
+    backend.wait_statuses(
+        {"falha": 1, "agendada": 1}, 10, "the attempt to fail and the retry to be scheduled"
+    )
 
     failed, retry = backend.rows()
     assert failed["id"] == first_id and failed["status"] == "falha"
@@ -162,7 +210,15 @@ def test_a_failure_rolls_back_and_schedules_the_next_attempt(backend):
     assert retry["status_anterior"] == "falha" and retry["mensagem_anterior"] == failed["mensagem"]
     assert retry["data_hora_inicial"] == failed["data_hora_inicial"]
     assert retry["payload"] is None  # later attempts read the first attempt's payload
-    for column in ("origem", "destino", "processo", "chave_externa", "prioridade", "payload_hash", "dead"):
+    for column in (
+        "origem",
+        "destino",
+        "processo",
+        "chave_externa",
+        "prioridade",
+        "payload_hash",
+        "dead",
+    ):
         assert retry[column] == failed[column], column
     assert backend.exec_rows() == []  # nothing the failed handler wrote was committed
     assert len(failed_at) == 1  # not run again before its time
@@ -178,16 +234,24 @@ def test_dead_letter_after_queue_max_retry(backend):
         raise RuntimeError(f"boom {tarefa['tentativa']}")
 
     def execute_dead(payload, tarefa, bd_conn):
-        dead_calls.add(payload=payload, dead=tarefa["dead"], live_id=tarefa["live_id"], id=tarefa["id"])
+        dead_calls.add(
+            payload=payload, dead=tarefa["dead"], live_id=tarefa["live_id"], id=tarefa["id"]
+        )
         write_exec(backend, bd_conn, tarefa, chave="dead")
         return "dead handled"
 
-    worker = backend.run(backend.function_worker(execute, execute_dead, queue_max_retry=3,
-                                                 queue_base_interval_retry=RETRY_BASE_MINUTES))
+    worker = backend.run(
+        backend.function_worker(
+            execute, execute_dead, queue_max_retry=3, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
+    )
     [first_id] = backend.enqueue([dict(payload='{"n": 1}', chave_externa="chain")])
     # Retries 0.125 s and 0.25 s after the failures: well under a second when they run.
-    wait_for(lambda: len(backend.rows("dead = %s AND status = %s", (True, "sucesso"))) == 1, 6,
-             "the dead-letter task to be handled")
+    wait_for(
+        lambda: len(backend.rows("dead = %s AND status = %s", (True, "sucesso"))) == 1,
+        6,
+        "the dead-letter task to be handled",
+    )
 
     rows = backend.rows()
     attempts = [r for r in rows if not r["dead"]]
@@ -203,7 +267,9 @@ def test_dead_letter_after_queue_max_retry(backend):
     assert attempts[-1]["proxima_tentativa"] is None
     assert dead["live_id"] == first_id and dead["tentativa"] == 1 and dead["dead"] is True
     assert dead["status"] == "sucesso" and dead["mensagem"] == "dead handled"
-    assert dead_calls.list() == [dict(payload='{"n": 1}', dead=True, live_id=first_id, id=dead["id"])]
+    assert dead_calls.list() == [
+        dict(payload='{"n": 1}', dead=True, live_id=first_id, id=dead["id"])
+    ]
     # Only the dead-letter handler's write committed.
     assert [(r["task_id"], r["chave"]) for r in backend.exec_rows()] == [(dead["id"], "dead")]
     assert worker.stop() == 0
@@ -215,16 +281,26 @@ def test_dead_letter_after_queue_max_retry(backend):
 def test_ready_tasks_run_by_priority_then_age(backend):
     base = backend.now()
     tasks = {  # name: (prioridade, seconds before now)
-        "A": (50, 10), "B": (50, 20), "C": (90, 1), "D": (10, 30), "E": (90, 5), "F": (50, 15),
+        "A": (50, 10),
+        "B": (50, 20),
+        "C": (90, 1),
+        "D": (10, 30),
+        "E": (90, 5),
+        "F": (50, 15),
     }
-    backend.enqueue([
-        dict(payload=name, prioridade=prio, data_hora=base - datetime.timedelta(seconds=ago))
-        for name, (prio, ago) in tasks.items()
-    ])
+    backend.enqueue(
+        [
+            dict(payload=name, prioridade=prio, data_hora=base - datetime.timedelta(seconds=ago))
+            for name, (prio, ago) in tasks.items()
+        ]
+    )
     order = []
     # Started after the inserts: it claims what is ready without any wake-up.
-    worker = backend.run(backend.function_worker(lambda payload, tarefa, conn: order.append(payload),
-                                                 queue_concurrency=1))
+    worker = backend.run(
+        backend.function_worker(
+            lambda payload, tarefa, conn: order.append(payload), queue_concurrency=1
+        )
+    )
     backend.wait_statuses({"sucesso": 6}, 10, "all six tasks to succeed")
     assert order == ["E", "C", "B", "F", "A", "D"]
     assert worker.stop() == 0
@@ -261,23 +337,42 @@ def test_kill_9_mid_task_is_rescued_by_another_workers_retry_service_and_retried
     and which succeeds; nothing is lost or run twice.
     """
     victim = backend.start_process("victim")
-    [task_id] = backend.enqueue([dict(payload=json.dumps({"sleep": 60, "sleep_on": [1], "started": True}),
-                                      chave_externa="crash")])
+    [task_id] = backend.enqueue(
+        [
+            dict(
+                payload=json.dumps({"sleep": 60, "sleep_on": [1], "started": True}),
+                chave_externa="crash",
+            )
+        ]
+    )
     wait_for(lambda: backend.started_ids() == [task_id], 15, "the victim to start the task")
     assert backend.row(task_id)["status"] == "processando"
     victim.kill9()
 
     # Another worker's retry service finds the attempt without a live worker.
-    rescuer = backend.run(backend.contract_worker(queue_retry_thread_interval=0.3,
-                                                  queue_base_interval_retry=RETRY_BASE_MINUTES))
-    wait_for(lambda: backend.statuses().get("falha_processando") == 1, 15, "the abandoned attempt to be rescued")
+    rescuer = backend.run(
+        backend.contract_worker(
+            queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
+    )
+    wait_for(
+        lambda: backend.statuses().get("falha_processando") == 1,
+        15,
+        "the abandoned attempt to be rescued",
+    )
     first = backend.row(task_id)
     [retry] = backend.rows("id_anterior = %s", (task_id,))
     assert ORPHAN_MESSAGE in first["mensagem"]
     assert first["reenfileirado"] is True and first["proxima_tentativa"] == retry["data_hora"]
-    assert (retry["tentativa"], retry["id_inicial"], retry["status_anterior"]) == (2, task_id, "falha_processando")
+    assert (retry["tentativa"], retry["id_inicial"], retry["status_anterior"]) == (
+        2,
+        task_id,
+        "falha_processando",
+    )
     assert seconds(retry["data_hora"] - first["data_hora"]) > 0
-    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 5, "the retry (due 0.125 s later) to succeed")
+    backend.wait_statuses(
+        {"falha_processando": 1, "sucesso": 1}, 5, "the retry (due 0.125 s later) to succeed"
+    )
     retry = backend.row(retry["id"])
     assert retry["mensagem"] == f"done by {os.getpid()}"
     # The victim's write died with its transaction; the retry's committed: once.
@@ -290,8 +385,14 @@ def test_a_task_released_at_shutdown_runs_at_once_on_another_live_worker(backend
     """SIGTERM with a task still running after the grace period: the attempt is released
     ('falha_processando', next attempt due now) and a worker that is already running takes it."""
     leaving = backend.start_process("leaving", QUEUE_GRACE_PERIOD="0.3")
-    [task_id] = backend.enqueue([dict(payload=json.dumps({"sleep": 60, "sleep_on": [1], "started": True}),
-                                      chave_externa="released")])
+    [task_id] = backend.enqueue(
+        [
+            dict(
+                payload=json.dumps({"sleep": 60, "sleep_on": [1], "started": True}),
+                chave_externa="released",
+            )
+        ]
+    )
     wait_for(lambda: backend.started_ids() == [task_id], 15, "the leaving worker to start the task")
     # Retry service off: only the release and the dispatcher can bring the task back.
     staying = backend.run(backend.contract_worker())
@@ -302,7 +403,9 @@ def test_a_task_released_at_shutdown_runs_at_once_on_another_live_worker(backend
     [retry] = backend.rows("id_anterior = %s", (task_id,))
     assert retry["tentativa"] == 2 and retry["data_hora"] == first["proxima_tentativa"]
     # Due at once: it must not wait for QUEUE_WAIT_NOTIFY_INTERVAL (60 s here).
-    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 3, "the released attempt to run at once")
+    backend.wait_statuses(
+        {"falha_processando": 1, "sucesso": 1}, 3, "the released attempt to run at once"
+    )
     assert [(r["task_id"], r["pid"]) for r in backend.exec_rows()] == [(retry["id"], os.getpid())]
     assert staying.stop() == 0
 
@@ -318,12 +421,17 @@ def test_purge_deletes_old_settled_rows_only(backend):
 
     # QUEUE_PURGE_MAX_AGE=0: every settled row is old enough. The purge
     # service's own schedule is off (3600 s); the test runs it once.
-    worker = backend.run(backend.function_worker(execute, queue_purge_max_age=0, queue_base_interval_retry=10))
+    worker = backend.run(
+        backend.function_worker(execute, queue_purge_max_age=0, queue_base_interval_retry=10)
+    )
     done, failed = backend.enqueue([dict(payload="ok"), dict(payload="fail")])
     future = backend.now() + datetime.timedelta(hours=1)
     [waiting] = backend.enqueue([dict(payload="later", data_hora=future)])
-    backend.wait_statuses({"sucesso": 1, "falha": 1, "agendada": 1, "pendente": 1}, 10,
-                          "one success, one failure with its retry scheduled")
+    backend.wait_statuses(
+        {"sucesso": 1, "falha": 1, "agendada": 1, "pendente": 1},
+        10,
+        "one success, one failure with its retry scheduled",
+    )
     [retry] = backend.rows("id_inicial = %s", (failed,))
 
     purge = next(s for s in worker.runtime.services if s.name == "purge")
@@ -346,8 +454,13 @@ class FanOutWorker(WorkerPubSubBase):
 
     def record(self, handler, payload, subscription, tarefa, bd_conn) -> str:
         write_exec(self.backend, bd_conn, tarefa, chave=handler)
-        self.calls.add(handler=handler, payload=payload, subscription=subscription, tarefa=dict(tarefa),
-                       in_transaction=in_transaction(self.backend, bd_conn))
+        self.calls.add(
+            handler=handler,
+            payload=payload,
+            subscription=subscription,
+            tarefa=dict(tarefa),
+            in_transaction=in_transaction(self.backend, bd_conn),
+        )
         return f"{handler} ok"
 
     @Subscriber("estoque")
@@ -375,8 +488,9 @@ def test_pub_sub_fans_out_to_each_subscriber_method(backend):
     backend.add_subscriber("outro_processo", "pedido_cancelado")
     publication = {"pedido": 42, "itens": ["a", "b"], "texto": "ação"}
     with backend.transaction() as conn:
-        publication_id = backend.client(conn).insert_task_pub_sub("vendas", "assinantes", PROCESSO, "pedido-42",
-                                                                  publication)
+        publication_id = backend.client(conn).insert_task_pub_sub(
+            "vendas", "assinantes", PROCESSO, "pedido-42", publication
+        )
 
     worker = FanOutWorker(backend.settings(queue_concurrency=2), backend)
     running = backend.run(worker)
@@ -396,10 +510,14 @@ def test_pub_sub_fans_out_to_each_subscriber_method(backend):
         assert call["payload"] == envelope and set(envelope) == {"publication", "subscription"}
         assert json.loads(envelope["publication"]) == publication
         assert call["subscription"]["id"] == call["handler"]
-        assert call["tarefa"]["id"] == delivery["id"] and call["tarefa"]["publication_id"] == publication_id
+        assert (
+            call["tarefa"]["id"] == delivery["id"]
+            and call["tarefa"]["publication_id"] == publication_id
+        )
         assert call["in_transaction"] is True
     assert sorted((r["task_id"], r["chave"]) for r in backend.exec_rows()) == sorted(
-        (d["id"], d["subscriber_id"]) for d in deliveries)
+        (d["id"], d["subscriber_id"]) for d in deliveries
+    )
     assert running.stop() == 0
 
 
@@ -407,21 +525,41 @@ def test_webhook_delivers_the_publication_to_the_subscribers_url(backend):
     publication = {"pedido": 7, "texto": "ação"}
     with RecordingServer() as server:
         server.route("/hook", statuses=[500, 200])  # the first delivery fails and is retried
-        backend.add_subscriber("hook", PROCESSO, url=server.url("/hook"), http_method="POST",
-                               headers={"X-Token": "segredo"})
+        backend.add_subscriber(
+            "hook",
+            PROCESSO,
+            url=server.url("/hook"),
+            http_method="POST",
+            headers={"X-Token": "segredo"},
+        )
         with backend.transaction() as conn:
-            publication_id = backend.client(conn).insert_task_webhook("vendas", "assinantes", PROCESSO,
-                                                                      "pedido-7", publication)
-        running = backend.run(WorkerWebhook(backend.settings(queue_base_interval_retry=RETRY_BASE_MINUTES)))
-        wait_for(lambda: len(backend.rows("publication_id = %s AND status = %s", (publication_id, "sucesso"))) == 1,
-                 6, "the webhook delivery to succeed on its second attempt (due 0.125 s after the first)")
+            publication_id = backend.client(conn).insert_task_webhook(
+                "vendas", "assinantes", PROCESSO, "pedido-7", publication
+            )
+        running = backend.run(
+            WorkerWebhook(backend.settings(queue_base_interval_retry=RETRY_BASE_MINUTES))
+        )
+        wait_for(
+            lambda: (
+                len(
+                    backend.rows("publication_id = %s AND status = %s", (publication_id, "sucesso"))
+                )
+                == 1
+            ),
+            6,
+            "the webhook delivery to succeed on its second attempt (due 0.125 s after the first)",
+        )
         requests = list(server.requests)
         assert running.stop() == 0
 
     assert backend.row(publication_id)["status"] == "sucesso"
     first, second = backend.rows("publication_id = %s", (publication_id,))
     assert (first["status"], first["tentativa"], second["status"], second["tentativa"]) == (
-        "falha", 1, "sucesso", 2)
+        "falha",
+        1,
+        "sucesso",
+        2,
+    )
     assert "500" in first["mensagem"]
     assert len(requests) == 2
     for request in requests:
@@ -435,20 +573,28 @@ def test_webhook_delivers_the_publication_to_the_subscribers_url(backend):
 
 @pytest.mark.slow
 def test_four_processes_of_four_threads_run_a_thousand_tasks_exactly_once(backend):
-    procs = [backend.start_process(f"w{i}", wait_ready=False, QUEUE_CONCURRENCY=4) for i in range(4)]
+    procs = [
+        backend.start_process(f"w{i}", wait_ready=False, QUEUE_CONCURRENCY=4) for i in range(4)
+    ]
     backend.wait_processes_ready(procs)
-    ids = backend.enqueue([dict(payload=json.dumps({"sleep": 0.002}), chave_externa=f"k{i}")
-                           for i in range(1000)], bulk=True)
+    ids = backend.enqueue(
+        [dict(payload=json.dumps({"sleep": 0.002}), chave_externa=f"k{i}") for i in range(1000)],
+        bulk=True,
+    )
     assert len(ids) == 1000
     deadline = time.monotonic() + 90
     while backend.statuses() != {"sucesso": 1000}:
-        assert time.monotonic() < deadline, f"1,000 tasks not done within 90 s: {backend.statuses()}"
+        assert time.monotonic() < deadline, (
+            f"1,000 tasks not done within 90 s: {backend.statuses()}"
+        )
         for proc in procs:
             assert proc.alive(), f"{proc.name} died:\n{proc.output()[-3000:]}"
         time.sleep(0.05)
 
-    summary = backend.query(f"SELECT count(*) AS total, count(DISTINCT task_id) AS tasks, "
-                            f"count(DISTINCT pid) AS pids FROM {backend.exec_table}")[0]
+    summary = backend.query(
+        f"SELECT count(*) AS total, count(DISTINCT task_id) AS tasks, "
+        f"count(DISTINCT pid) AS pids FROM {backend.exec_table}"
+    )[0]
     assert (summary["total"], summary["tasks"]) == (1000, 1000)
     assert summary["pids"] >= 2, "the processes should have shared the work"
     rows = backend.rows()

@@ -83,7 +83,9 @@ class EmbeddedPostgres:
             if isinstance(exc, DatabaseUnavailable):
                 raise
             if isinstance(exc, Exception):
-                raise DatabaseUnavailable(f"the embedded PostgreSQL (pgserver) did not start: {exc}") from exc
+                raise DatabaseUnavailable(
+                    f"the embedded PostgreSQL (pgserver) did not start: {exc}"
+                ) from exc
             raise
 
     def stop(self) -> None:
@@ -184,7 +186,9 @@ def table_exists(conn, table: str) -> bool:
     return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
 
 
-def collect_until_sentinel(listen_conn, admin_conn, channel: str, timeout: float = 10.0) -> list[str]:
+def collect_until_sentinel(
+    listen_conn, admin_conn, channel: str, timeout: float = 10.0
+) -> list[str]:
     """Payloads of the notifications on ``channel`` delivered before a sentinel.
 
     Sends ``NOTIFY channel, '<sentinel>'`` from ``admin_conn`` (autocommit)
@@ -325,5 +329,7 @@ def resolve_mysql(environ: Mapping[str, str] | None = None) -> str:
         finally:
             conn.close()
     except Exception as exc:
-        raise DatabaseUnavailable(f"cannot connect to TEST_MYSQL_DSN={redact(dsn)!r}: {exc}") from exc
+        raise DatabaseUnavailable(
+            f"cannot connect to TEST_MYSQL_DSN={redact(dsn)!r}: {exc}"
+        ) from exc
     return dsn

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
-import socket
 import threading
 import time
 import urllib.parse
@@ -73,7 +72,9 @@ class Route:
     content_type: str = "text/plain; charset=utf-8"
     drip_interval: float | None = None  # send the body one byte at a time at this interval...
     drip_seconds: float = 0.0  # ...for this long, then close the connection
-    drip_headers: bool = False  # drip inside the header block instead (the status line is sent first)
+    drip_headers: bool = (
+        False  # drip inside the header block instead (the status line is sent first)
+    )
     hits: int = 0
     bytes_sent: int = 0
 
@@ -88,9 +89,9 @@ class Route:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "_Server"
+    server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
 
     def _read_body(self) -> bytes:
@@ -130,7 +131,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         try:
             self._answer(route, status)
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, socket.timeout, OSError):
+        except (
+            TimeoutError,
+            BrokenPipeError,
+            ConnectionResetError,
+            ConnectionAbortedError,
+            OSError,
+        ):
             self.close_connection = True
 
     def _drip(self, route: Route) -> None:
@@ -190,7 +197,7 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
-    owner: "RecordingServer"
+    owner: RecordingServer
 
 
 class RecordingServer:
@@ -206,11 +213,14 @@ class RecordingServer:
         self._server.owner = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="recording-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="recording-http",
+            daemon=True,
         )
         self._thread.start()
 
-    def __enter__(self) -> "RecordingServer":
+    def __enter__(self) -> RecordingServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -234,7 +244,9 @@ class RecordingServer:
         with self.lock:
             return list(self.requests)
 
-    def wait_for_requests(self, count: int, timeout: float = 10.0, path: str | None = None) -> list[RecordedRequest]:
+    def wait_for_requests(
+        self, count: int, timeout: float = 10.0, path: str | None = None
+    ) -> list[RecordedRequest]:
         """Wait until at least ``count`` requests (to ``path``, if given) arrived; return them."""
         deadline = time.monotonic() + timeout
         with self.changed:
@@ -244,7 +256,9 @@ class RecordingServer:
                     return seen
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise AssertionError(f"expected {count} request(s) to {path or 'any path'}, got {len(seen)}")
+                    raise AssertionError(
+                        f"expected {count} request(s) to {path or 'any path'}, got {len(seen)}"
+                    )
                 self.changed.wait(remaining)
 
     def close(self) -> None:

@@ -52,7 +52,9 @@ class MysqlQueue:
 def connect(kwargs: dict[str, Any], autocommit: bool = False, **extra: Any):
     import pymysql
 
-    return pymysql.connect(**kwargs, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, **extra)
+    return pymysql.connect(
+        **kwargs, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, **extra
+    )
 
 
 def execute_script(conn, sql: str) -> None:
@@ -63,7 +65,9 @@ def execute_script(conn, sql: str) -> None:
             cur.execute(statement)
 
 
-def create_queue(admin, database: str, name: str | None = None, upgrade: bool = False) -> MysqlQueue:
+def create_queue(
+    admin, database: str, name: str | None = None, upgrade: bool = False
+) -> MysqlQueue:
     """Create (or upgrade) a queue with ``db_gen --dialect mysql`` on an autocommit connection."""
     from nsj_queue_lib.db_gen import render
 
@@ -83,7 +87,7 @@ def fetch_dicts(conn, sql: str, args: Any = None) -> list[dict[str, Any]]:
     with conn.cursor() as cur:
         cur.execute(sql, args)
         names = [c[0] for c in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def fetch_value(conn, sql: str, args: Any = None) -> Any:
@@ -171,4 +175,3 @@ def mysql_worker_conn_2(mysql_kwargs, mysql_queue):
         yield conn
     finally:
         conn.close()
-

@@ -37,7 +37,9 @@ POLL_INTERVAL = 0.02
 # -- deadlines -------------------------------------------------------------------
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = POLL_INTERVAL) -> Any:
+def wait_for(
+    condition: Callable[[], Any], timeout: float, what: str, interval: float = POLL_INTERVAL
+) -> Any:
     """Call ``condition`` until it returns a truthy value; return that value.
 
     Fails with ``what`` and the last value seen once ``timeout`` seconds pass.
@@ -49,7 +51,9 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: 
         if last:
             return last
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last seen: {last!r})")
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what} (last seen: {last!r})"
+            )
         time.sleep(interval)
 
 
@@ -234,13 +238,17 @@ class Workers:
     def __init__(self) -> None:
         self.started: list[WorkerProcess] = []
 
-    def start(self, script: str | Path, env: Mapping[str, str], name: str | None = None) -> WorkerProcess:
+    def start(
+        self, script: str | Path, env: Mapping[str, str], name: str | None = None
+    ) -> WorkerProcess:
         worker = WorkerProcess(script, env, name or f"worker{len(self.started) + 1}")
         self.started.append(worker)
         return worker
 
     def logs(self) -> str:
-        return "\n".join(f"--- {w.name} (pid {w.pid}) ---\n{w.output()[-3000:]}" for w in self.started)
+        return "\n".join(
+            f"--- {w.name} (pid {w.pid}) ---\n{w.output()[-3000:]}" for w in self.started
+        )
 
     def close(self) -> None:
         for worker in self.started:
@@ -262,10 +270,10 @@ class InProcessWorker:
     def _main(self) -> None:
         try:
             self.exit_code = self.worker.run_until_stopped(install_signal_handlers=False)
-        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+        except BaseException as exc:  # reported by stop()
             self.error = exc
 
-    def start(self) -> "InProcessWorker":
+    def start(self) -> InProcessWorker:
         self.thread.start()
         return self
 
@@ -357,7 +365,9 @@ def enqueue(dsn: str, table: str, tasks: Iterable[Mapping[str, Any]]) -> list[in
 
     from nsj_queue_lib.queue_client import QueueClient
 
-    defaults = dict(origem="teste", destino="worker", processo="processar", chave_externa=None, payload="x")
+    defaults = dict(
+        origem="teste", destino="worker", processo="processar", chave_externa=None, payload="x"
+    )
     with psycopg.connect(dsn) as conn:
         client = QueueClient(conn, table)
         ids = [client.insert_task(**{**defaults, **task}) for task in tasks]
@@ -368,4 +378,4 @@ def enqueue(dsn: str, table: str, tasks: Iterable[Mapping[str, Any]]) -> list[in
 def fetch_rows(conn, table: str, where: str = "true", params: Any = None) -> list[dict[str, Any]]:
     cur = conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY id", params)
     names = [c.name for c in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

@@ -53,8 +53,13 @@ def pg_env(dsn: str) -> dict[str, str]:
 def unreachable_db_env() -> dict[str, str]:
     """A database nobody answers on: the check-tasks thread fails and backs off, sockets work."""
     return {
-        "DB_DRIVER": "POSTGRES", "DB_HOST": "127.0.0.1", "DB_PORT": str(free_port()),
-        "DB_BASE": "nodb", "DB_USER": "nobody", "QUEUE_NAME": "fila_teste", "QUEUE_TABLE": "public.fila_teste",
+        "DB_DRIVER": "POSTGRES",
+        "DB_HOST": "127.0.0.1",
+        "DB_PORT": str(free_port()),
+        "DB_BASE": "nodb",
+        "DB_USER": "nobody",
+        "QUEUE_NAME": "fila_teste",
+        "QUEUE_TABLE": "public.fila_teste",
     }
 
 
@@ -98,18 +103,24 @@ class ServerProcess:
 
     def environment(self) -> dict[str, str]:
         env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-        env.update({
-            "QUEUE_NAME": "fila_teste", "QUEUE_TABLE": "public.fila_teste",
-            "NOTIFY_SERVICE_PORT": str(self.notify_port), "LOCK_SERVICE_PORT": str(self.lock_port),
-            "TIMEOUT_SOCKET_MESSAGE": str(self.timeout_socket_message),
-            "CHECK_TASKS_INTERVAL": "15", "LOG_DEBUG": "false", "QUEUE_SERVER_BIND": "127.0.0.1",
-        })
+        env.update(
+            {
+                "QUEUE_NAME": "fila_teste",
+                "QUEUE_TABLE": "public.fila_teste",
+                "NOTIFY_SERVICE_PORT": str(self.notify_port),
+                "LOCK_SERVICE_PORT": str(self.lock_port),
+                "TIMEOUT_SOCKET_MESSAGE": str(self.timeout_socket_message),
+                "CHECK_TASKS_INTERVAL": "15",
+                "LOG_DEBUG": "false",
+                "QUEUE_SERVER_BIND": "127.0.0.1",
+            }
+        )
         if self.token is not None:
             env["QUEUE_SERVER_TOKEN"] = self.token
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float = START_TIMEOUT) -> "ServerProcess":
+    def start(self, timeout: float = START_TIMEOUT) -> ServerProcess:
         for attempt in range(3):
             self._spawn()
             if self._wait_ready(timeout):
@@ -119,7 +130,9 @@ class ServerProcess:
                 self.notify_port, self.lock_port = free_port(), free_port()
                 continue
             self.kill()
-            raise AssertionError(f"the server did not start (exit code {self.proc.returncode}):\n{log}")
+            raise AssertionError(
+                f"the server did not start (exit code {self.proc.returncode}):\n{log}"
+            )
         raise AssertionError("unreachable")
 
     def _spawn(self) -> None:
@@ -127,8 +140,12 @@ class ServerProcess:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nsj_queue_lib.server"], cwd=ROOT, env=self.environment(),
-            stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "nsj_queue_lib.server"],
+            cwd=ROOT,
+            env=self.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
         )
 
     def _wait_ready(self, timeout: float) -> bool:
@@ -168,7 +185,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 pass
 
-    def restart(self) -> "ServerProcess":
+    def restart(self) -> ServerProcess:
         """Stop (SIGTERM) and start again on the same ports."""
         self.stop()
         self._fixed_ports = True
@@ -178,7 +195,7 @@ class ServerProcess:
         for client in self._clients:
             try:
                 client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # best effort: the client may be closed already
                 pass
         self.kill()
 
@@ -189,7 +206,7 @@ class ServerProcess:
             return ""
         data = self.log_path.read_bytes()
         if since_start:
-            data = data[self._log_offset:]
+            data = data[self._log_offset :]
         return data.decode("utf-8", "replace")
 
     def wait_for_log(self, text: str, timeout: float = 10.0, count: int = 1) -> bool:
@@ -209,14 +226,26 @@ class ServerProcess:
         self._clients.append(client)
         return client
 
-    def lock_client(self, name: str = "test", token="default", timeout: float = 5.0, connect: bool = True,
-                    port: int | None = None):
+    def lock_client(
+        self,
+        name: str = "test",
+        token="default",
+        timeout: float = 5.0,
+        connect: bool = True,
+        port: int | None = None,
+    ):
         from nsj_queue_lib.client import LockClient
 
         return self._client(LockClient, port or self.lock_port, name, token, timeout, connect)
 
-    def notify_client(self, name: str = "test", token="default", timeout: float = 5.0, connect: bool = True,
-                      port: int | None = None):
+    def notify_client(
+        self,
+        name: str = "test",
+        token="default",
+        timeout: float = 5.0,
+        connect: bool = True,
+        port: int | None = None,
+    ):
         from nsj_queue_lib.client import NotifyClient
 
         return self._client(NotifyClient, port or self.notify_port, name, token, timeout, connect)

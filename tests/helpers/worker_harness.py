@@ -48,7 +48,8 @@ def running(worker):
     codes: list[int] = []
     thread = threading.Thread(
         target=lambda: codes.append(worker.run_until_stopped(install_signal_handlers=False)),
-        name="test-worker", daemon=True,
+        name="test-worker",
+        daemon=True,
     )
     thread.start()
     failed = False
@@ -75,11 +76,13 @@ def wait_until(predicate, timeout: float = 15.0, what: str = "condition"):
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last value: {value!r}")
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}; last value: {value!r}"
+            )
         time.sleep(0.02)
 
 
 def rows(conn, table: str, where: str = "true", params: tuple = ()) -> list[dict[str, Any]]:
     cur = conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY id", params)
     names = [c.name for c in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

@@ -14,15 +14,13 @@ from nsj_queue_lib.db.dialect import get_dialect
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import unique_queue_name
-from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
+from tests.helpers.mysql_queue import (
     connect,
     create_queue,
     drop_queue_tables,
     execute_script,
     fetch_dicts,
     fetch_value,
-    mysql_admin,
-    mysql_queue,
     row_of,
 )
 
@@ -52,7 +50,8 @@ def catalog(conn, database: str, name: str) -> dict:
             ],
             "indexes": indexes(conn, database, table, anon),
             "options": [
-                (r["ENGINE"], r["TABLE_COLLATION"]) for r in fetch_dicts(
+                (r["ENGINE"], r["TABLE_COLLATION"])
+                for r in fetch_dicts(
                     conn,
                     "SELECT engine AS ENGINE, table_collation AS TABLE_COLLATION FROM information_schema.tables "
                     "WHERE table_schema = %s AND table_name = %s",
@@ -63,7 +62,9 @@ def catalog(conn, database: str, name: str) -> dict:
     return result
 
 
-def indexes(conn, database: str, table: str, anon=lambda v: v) -> dict[str, list[tuple[str, str | None]]]:
+def indexes(
+    conn, database: str, table: str, anon=lambda v: v
+) -> dict[str, list[tuple[str, str | None]]]:
     found: dict[str, list[tuple[str, str | None]]] = {}
     for r in fetch_dicts(
         conn,
@@ -83,10 +84,19 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
     assert types["proxima_tentativa"] == types["data_hora_anterior"] == "timestamp(6)"
-    assert (types["id"], types["payload"], types["payload_hash"]) == ("bigint(20)", "longtext", "varbinary(64)")
+    assert (types["id"], types["payload"], types["payload_hash"]) == (
+        "bigint(20)",
+        "longtext",
+        "varbinary(64)",
+    )
     assert queue["options"] == [("InnoDB", "utf8mb4_bin")]
     assert set(queue["indexes"]) == {
-        "PRIMARY", "idx_{q}_claim", "idx_{q}_due", "idx_{q}_data_hora", "idx_{q}_chain", "idx_{q}_equivalent",
+        "PRIMARY",
+        "idx_{q}_claim",
+        "idx_{q}_due",
+        "idx_{q}_data_hora",
+        "idx_{q}_chain",
+        "idx_{q}_equivalent",
     }
     claim = queue["indexes"]["idx_{q}_claim"]
     assert [c[0] for c in claim] == ["status", "prioridade", "data_hora", "id"]
@@ -96,8 +106,14 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
     assert [c[0] for c in subscriber["columns"]] == list(model.SUBSCRIBER_COLUMNS)
     assert set(subscriber["indexes"]) == {"PRIMARY", "idx_{q}_subscriber_processo"}
     assert subscriber["options"] == [("InnoDB", "utf8mb4_bin")]
-    assert fetch_value(mysql_admin, "SELECT count(*) FROM information_schema.triggers WHERE event_object_table = %s",
-                       (mysql_queue.name,)) == 0
+    assert (
+        fetch_value(
+            mysql_admin,
+            "SELECT count(*) FROM information_schema.triggers WHERE event_object_table = %s",
+            (mysql_queue.name,),
+        )
+        == 0
+    )
 
 
 def test_a_bare_insert_gets_the_contract_defaults(mysql_queue, mysql_admin):
@@ -111,12 +127,19 @@ def test_a_bare_insert_gets_the_contract_defaults(mysql_queue, mysql_admin):
         after = cur.fetchone()[0]
     row = row_of(mysql_admin, mysql_queue.table, task_id)
     assert (row["status"], row["tentativa"], row["prioridade"]) == ("pendente", 1, 50)
-    assert (row["pub_sub"], row["dead"], row["reenfileirado"], row["estouro_tentativas"]) == (0, 0, 0, 0)
+    assert (row["pub_sub"], row["dead"], row["reenfileirado"], row["estouro_tentativas"]) == (
+        0,
+        0,
+        0,
+        0,
+    )
     assert before <= row["data_hora"] <= after
     assert row["data_hora_inicial"] == row["data_hora"]
     assert row["proxima_tentativa"] is None and row["data_hora_anterior"] is None
     with mysql_admin.cursor() as cur:
-        cur.execute(f"INSERT INTO {mysql_queue.subscriber_table} (id, processo, headers) VALUES ('s', 'p', '{{}}')")
+        cur.execute(
+            f"INSERT INTO {mysql_queue.subscriber_table} (id, processo, headers) VALUES ('s', 'p', '{{}}')"
+        )
     sub = row_of(mysql_admin, mysql_queue.subscriber_table, "s")
     assert sub["ativo"] == 1 and before <= sub["created_at"]
 
@@ -124,7 +147,9 @@ def test_a_bare_insert_gets_the_contract_defaults(mysql_queue, mysql_admin):
 def test_upgrade_on_a_current_queue_changes_nothing(mysql_queue, mysql_admin):
     before = catalog(mysql_admin, mysql_queue.database, mysql_queue.name)
     for _ in range(2):
-        execute_script(mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True))
+        execute_script(
+            mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True)
+        )
     assert catalog(mysql_admin, mysql_queue.database, mysql_queue.name) == before
 
 
@@ -183,16 +208,34 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     table = f"{database}.{name}"
     script = render(database, name, "mysql", upgrade=True)
     execute_script(mysql_admin, script)
-    columns = [r["c"] for r in fetch_dicts(
-        mysql_admin, "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = %s "
-        "AND table_name = %s ORDER BY ordinal_position", (database, name))]
+    columns = [
+        r["c"]
+        for r in fetch_dicts(
+            mysql_admin,
+            "SELECT column_name AS c FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s ORDER BY ordinal_position",
+            (database, name),
+        )
+    ]
     assert set(columns) == set(model.QUEUE_COLUMNS)
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
-    assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (50, 0, 0, None)
+    assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (
+        50,
+        0,
+        0,
+        None,
+    )
     found = indexes(mysql_admin, database, name)
-    assert {f"idx_{name}_claim", f"idx_{name}_due", f"idx_{name}_equivalent", f"idx_{name}_status"} <= set(found)
+    assert {
+        f"idx_{name}_claim",
+        f"idx_{name}_due",
+        f"idx_{name}_equivalent",
+        f"idx_{name}_status",
+    } <= set(found)
     assert indexes(mysql_admin, database, f"{name}_subscriber")
-    assert procedure_comment(mysql_admin, database, f"claim_next_{name}") == claim_procedure_version()
+    assert (
+        procedure_comment(mysql_admin, database, f"claim_next_{name}") == claim_procedure_version()
+    )
     snapshot = catalog(mysql_admin, database, name)
     execute_script(mysql_admin, script)  # idempotent
     assert catalog(mysql_admin, database, name) == snapshot
@@ -207,7 +250,9 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
         store.complete_and_claim(worker, task["id"], "ok", store.task_lock_keys(0, task["id"]), 0)
         client_conn = connect(mysql_kwargs)
         try:
-            new_id = QueueClient(client_conn, table).insert_task("erp", "fiscal", "p", "k2", {"novo": True})
+            new_id = QueueClient(client_conn, table).insert_task(
+                "erp", "fiscal", "p", "k2", {"novo": True}
+            )
             client_conn.commit()
         finally:
             client_conn.close()
@@ -219,21 +264,33 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
 
 
 def procedure_comment(conn, database: str, name: str) -> str | None:
-    rows = fetch_dicts(conn, "SELECT routine_comment AS c FROM information_schema.routines "
-                             "WHERE routine_schema = %s AND routine_name = %s", (database, name))
+    rows = fetch_dicts(
+        conn,
+        "SELECT routine_comment AS c FROM information_schema.routines "
+        "WHERE routine_schema = %s AND routine_name = %s",
+        (database, name),
+    )
     return rows[0]["c"] if rows else None
 
 
-def test_upgrade_replaces_a_claim_procedure_of_another_version(mysql_queue, mysql_admin, mysql_kwargs):
+def test_upgrade_replaces_a_claim_procedure_of_another_version(
+    mysql_queue, mysql_admin, mysql_kwargs
+):
     name = f"claim_next_{mysql_queue.name}"
     with mysql_admin.cursor() as cur:
-        cur.execute(f"ALTER PROCEDURE {mysql_queue.database}.{name} COMMENT 'nsj_queue_lib claim 0000000000000000'")
+        cur.execute(
+            f"ALTER PROCEDURE {mysql_queue.database}.{name} COMMENT 'nsj_queue_lib claim 0000000000000000'"
+        )
     store = get_dialect("mysql").store(mysql_queue.table)
     worker = connect(mysql_kwargs, autocommit=True)
     try:
         assert store._has_claim_procedure(worker) is False
-        execute_script(mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True))
-        assert procedure_comment(mysql_admin, mysql_queue.database, name) == claim_procedure_version()
+        execute_script(
+            mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True)
+        )
+        assert (
+            procedure_comment(mysql_admin, mysql_queue.database, name) == claim_procedure_version()
+        )
         assert get_dialect("mysql").store(mysql_queue.table)._has_claim_procedure(worker) is True
     finally:
         worker.close()
@@ -311,19 +368,30 @@ def tables_in(plan) -> list[dict]:
     [
         ("claim_tasks", "select", {"limit": 10}, "claim"),
         ("promote_due", "select", {"limit": 10}, "due"),
-        ("find_orphans", "candidates", {"limit": 100, "check_db_locks": True, "lock_prefix": "nsjq:x:"}, "due"),
+        (
+            "find_orphans",
+            "candidates",
+            {"limit": 100, "check_db_locks": True, "lock_prefix": "nsjq:x:"},
+            "due",
+        ),
         ("count_stale_pending", "sql", {"wait_us": 1_000_000}, "due"),
         ("purge", "select", {"limit": 100, "max_age_days": 0}, "data_hora"),
     ],
 )
-def test_worker_scans_read_their_index_without_sorting(busy_queue, mysql_admin, query, step, params, index):
+def test_worker_scans_read_their_index_without_sorting(
+    busy_queue, mysql_admin, query, step, params, index
+):
     store = get_dialect("mysql").store(busy_queue.table)
     plan = explain(mysql_admin, store.sql[query][step], params)
     text = json.dumps(plan)
     scans = [t for t in tables_in(plan) if t["table_name"] in (busy_queue.name, "o", "t")]
     assert scans, text
     assert scans[0].get("key") == f"idx_{busy_queue.name}_{index}", text
-    assert not [t for t in tables_in(plan) if t.get("access_type") == "ALL" and not t["table_name"].startswith("<")], text
+    assert not [
+        t
+        for t in tables_in(plan)
+        if t.get("access_type") == "ALL" and not t["table_name"].startswith("<")
+    ], text
     assert "filesort" not in text, text
 
 

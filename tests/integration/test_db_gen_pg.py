@@ -25,13 +25,21 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     catalog = queue_catalog(pg_autocommit, "public", pg_queue.name)
     assert set(catalog["columns"]) == set(model.QUEUE_COLUMNS)
     assert set(catalog["indexes"]) >= {
-        "{q}_pkey", "idx_{q}_claim", "idx_{q}_due", "idx_{q}_running", "idx_{q}_data_hora",
-        "idx_{q}_chain", "idx_{q}_equivalent",
+        "{q}_pkey",
+        "idx_{q}_claim",
+        "idx_{q}_due",
+        "idx_{q}_running",
+        "idx_{q}_data_hora",
+        "idx_{q}_chain",
+        "idx_{q}_equivalent",
     }
     assert "WHERE ((status)::text = 'pendente'::text)" in catalog["indexes"]["idx_{q}_claim"]
     assert "(prioridade DESC, data_hora, id)" in catalog["indexes"]["idx_{q}_claim"]
     assert list(catalog["triggers"]) == ["trigger_insert_{q}"]
-    assert set(catalog["subscriber_indexes"]) == {"{q}_subscriber_pkey", "idx_{q}_subscriber_processo"}
+    assert set(catalog["subscriber_indexes"]) == {
+        "{q}_subscriber_pkey",
+        "idx_{q}_subscriber_processo",
+    }
     assert "pg_notify('{q}'" in catalog["function"]
     # The worker's claim function, with the planner settings of the claim.
     config = pg_autocommit.execute(
@@ -61,8 +69,10 @@ def test_upgrade_replaces_indexes_whose_definition_changed(pg_queue, pg_admin, p
     pg_admin.execute(f"DROP INDEX public.idx_{q}_data_hora")
     pg_admin.execute(f"DROP INDEX public.idx_{q}_chain")
     pg_admin.execute(f"CREATE INDEX idx_{q}_data_hora ON {table} (data_hora)")
-    pg_admin.execute(f"CREATE INDEX idx_{q}_chain ON {table} (id_inicial) "
-                     "WHERE status IN ('pendente', 'agendada', 'processando')")
+    pg_admin.execute(
+        f"CREATE INDEX idx_{q}_chain ON {table} (id_inicial) "
+        "WHERE status IN ('pendente', 'agendada', 'processando')"
+    )
     assert queue_catalog(pg_autocommit, "public", q)["indexes"] != current["indexes"]
     for _ in range(2):
         pg_admin.execute(render("public", q, upgrade=True))
@@ -104,14 +114,22 @@ def _insert(conn, table: str, sql_tail: str = "DEFAULT VALUES") -> None:
 def test_trigger_notifies_for_a_ready_row(pg_queue, pg_admin, listener, pg_dsn):
     with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
         _insert(writer, pg_queue.table, "(processo) VALUES ('p')")
-        _insert(writer, pg_queue.table, "(processo, data_hora) VALUES ('p', clock_timestamp() - interval '1 hour')")
+        _insert(
+            writer,
+            pg_queue.table,
+            "(processo, data_hora) VALUES ('p', clock_timestamp() - interval '1 hour')",
+        )
     assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == ["", ""]
 
 
 def test_trigger_says_scheduled_for_future_and_agendada_rows(pg_queue, pg_admin, listener, pg_dsn):
     # Workers must not wake to claim these, only re-plan their next wake-up.
     with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
-        _insert(writer, pg_queue.table, "(processo, data_hora) VALUES ('p', clock_timestamp() + interval '1 hour')")
+        _insert(
+            writer,
+            pg_queue.table,
+            "(processo, data_hora) VALUES ('p', clock_timestamp() + interval '1 hour')",
+        )
         _insert(writer, pg_queue.table, "(processo, status) VALUES ('p', 'agendada')")
     assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == ["scheduled", "scheduled"]
 
@@ -164,13 +182,19 @@ def test_claim_query_uses_the_partial_claim_index(pg_queue, pg_admin, pg_autocom
     if isinstance(plan, str):
         plan = json.loads(plan)
     nodes = list(_plan_nodes(plan[0]["Plan"]))
-    scans_of_queue = [n for n in nodes if n.get("Relation Name") == pg_queue.name and "Scan" in n["Node Type"]]
+    scans_of_queue = [
+        n for n in nodes if n.get("Relation Name") == pg_queue.name and "Scan" in n["Node Type"]
+    ]
     claim_scans = [n for n in scans_of_queue if n.get("Index Name") == pg_queue.claim_index]
     assert claim_scans, json.dumps(plan, indent=1)
-    assert not [n for n in scans_of_queue if n["Node Type"] == "Seq Scan"], json.dumps(plan, indent=1)
+    assert not [n for n in scans_of_queue if n["Node Type"] == "Seq Scan"], json.dumps(
+        plan, indent=1
+    )
     # The index gives the claim order: no sort is needed below the limit.
     limit = next(n for n in nodes if n["Node Type"] == "Limit")
-    assert not [n for n in _plan_nodes(limit) if n["Node Type"] == "Sort"], json.dumps(plan, indent=1)
+    assert not [n for n in _plan_nodes(limit) if n["Node Type"] == "Sort"], json.dumps(
+        plan, indent=1
+    )
 
 
 def test_generated_names_are_dropped_cleanly(pg_dsn, pg_admin, pg_autocommit):

@@ -51,8 +51,14 @@ def db_env(dsn: str) -> dict[str, str]:
 
 
 def run_example(name: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # -- every example compiles and imports without side effects ---------------------
@@ -129,9 +135,17 @@ def test_demo_runs_end_to_end(pg_dsn, pg_admin):
     for row in cells:
         by_key.setdefault(row[2], []).append(row)
     # id | id_inicial | chave_externa | prioridade | tentativa | status | dead | data_hora | mensagem
-    assert [(r[4], r[5]) for r in by_key["falha-2x"]] == [("1", "falha"), ("2", "falha"), ("3", "sucesso")]
+    assert [(r[4], r[5]) for r in by_key["falha-2x"]] == [
+        ("1", "falha"),
+        ("2", "falha"),
+        ("3", "sucesso"),
+    ]
     assert [(r[4], r[5], r[6]) for r in by_key["sempre-falha"]] == [
-        ("1", "falha", ""), ("2", "falha", ""), ("3", "falha", ""), ("1", "sucesso", "yes")]
+        ("1", "falha", ""),
+        ("2", "falha", ""),
+        ("3", "falha", ""),
+        ("1", "sucesso", "yes"),
+    ]
     assert "maximum of 3 attempts" in by_key["sempre-falha"][2][8]
     assert by_key["prioritaria"][0][3] == "90"
     assert by_key["agendada-3s"][0][7].startswith("+3.")
@@ -154,7 +168,9 @@ def test_enqueue_example_runs_as_written(pg_dsn, pg_queue, pg_autocommit):
         result = run_example("enqueue.py", clean_env(**db_env(pg_dsn), QUEUE_TABLE=pg_queue.table))
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
-        assert [line.split(".")[0] for line in lines] == ["1", "2", "3", "4", "5", "6"], result.stdout
+        assert [line.split(".")[0] for line in lines] == ["1", "2", "3", "4", "5", "6"], (
+            result.stdout
+        )
 
         rows = pg_autocommit.execute(
             f"SELECT processo, chave_externa, prioridade, data_hora > clock_timestamp(), payload"
@@ -171,8 +187,12 @@ def test_enqueue_example_runs_as_written(pg_dsn, pg_queue, pg_autocommit):
         assert len(by_process["recalcular_frete"]) == 1  # the second enqueue_once found it
         assert "enqueued=True" in lines[5] and "enqueued=False" in lines[5]
         lost_id = int(re.search(r"task (\d+) was rolled back", lines[1]).group(1))
-        assert pg_autocommit.execute(f"SELECT count(*) FROM {pg_queue.table} WHERE id = %s",
-                                     (lost_id,)).fetchone()[0] == 0
+        assert (
+            pg_autocommit.execute(
+                f"SELECT count(*) FROM {pg_queue.table} WHERE id = %s", (lost_id,)
+            ).fetchone()[0]
+            == 0
+        )
     finally:
         if not order_table_existed:
             pg_autocommit.execute("DROP TABLE IF EXISTS public.exemplo_pedido")
@@ -188,27 +208,43 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["worker_simple.py", "worker_fila_teste.py"])
-def test_example_worker_processes_a_task_and_stops_on_sigterm(script, pg_dsn, pg_queue, pg_autocommit):
+def test_example_worker_processes_a_task_and_stops_on_sigterm(
+    script, pg_dsn, pg_queue, pg_autocommit
+):
     from nsj_queue_lib import QueueClient
 
     result_table = f"{pg_queue.table}_resultado"
-    env = clean_env(**db_env(pg_dsn), QUEUE_NAME=pg_queue.name, QUEUE_TABLE=pg_queue.table,
-                    EXAMPLE_RESULT_TABLE=result_table)
-    worker = subprocess.Popen([sys.executable, str(EXAMPLES / script)], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = clean_env(
+        **db_env(pg_dsn),
+        QUEUE_NAME=pg_queue.name,
+        QUEUE_TABLE=pg_queue.table,
+        EXAMPLE_RESULT_TABLE=result_table,
+    )
+    worker = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / script)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         task_id = QueueClient(pg_autocommit, pg_queue.table).insert_task(
-            "teste", "exemplo", "exemplo", "chave-1", {"pedido": 1})
+            "teste", "exemplo", "exemplo", "chave-1", {"pedido": 1}
+        )
 
         def settled() -> bool:
-            status = pg_autocommit.execute(f"SELECT status FROM {pg_queue.table} WHERE id = %s",
-                                           (task_id,)).fetchone()[0]
+            status = pg_autocommit.execute(
+                f"SELECT status FROM {pg_queue.table} WHERE id = %s", (task_id,)
+            ).fetchone()[0]
             assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
             return status == "sucesso"
 
         _wait_for(settled, 30, f"task {task_id} to succeed")
         if script == "worker_simple.py":
-            written = pg_autocommit.execute(f"SELECT tarefa_id, dead FROM {result_table}").fetchall()
+            written = pg_autocommit.execute(
+                f"SELECT tarefa_id, dead FROM {result_table}"
+            ).fetchall()
             assert written == [(task_id, False)]
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0, worker.stdout.read()
@@ -221,15 +257,30 @@ def test_example_worker_processes_a_task_and_stops_on_sigterm(script, pg_dsn, pg
 
 
 @pytest.mark.slow
-def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(pg_dsn, pg_queue, pg_autocommit):
+def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(
+    pg_dsn, pg_queue, pg_autocommit
+):
     from nsj_queue_lib import QueueClient
 
     result_table = f"{pg_queue.table}_resultado"
-    env = clean_env(**db_env(pg_dsn), QUEUE_NAME=pg_queue.name, QUEUE_TABLE=pg_queue.table,
-                    EXAMPLE_RESULT_TABLE=result_table, QUEUE_MAX_RETRY="2", QUEUE_BASE_INTERVAL_RETRY="0.01",
-                    QUEUE_NOTIFY_THREAD_INTERVAL="0.5", QUEUE_RETRY_THREAD_INTERVAL="1")
-    worker = subprocess.Popen([sys.executable, str(EXAMPLES / "worker_simple.py")], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = clean_env(
+        **db_env(pg_dsn),
+        QUEUE_NAME=pg_queue.name,
+        QUEUE_TABLE=pg_queue.table,
+        EXAMPLE_RESULT_TABLE=result_table,
+        QUEUE_MAX_RETRY="2",
+        QUEUE_BASE_INTERVAL_RETRY="0.01",
+        QUEUE_NOTIFY_THREAD_INTERVAL="0.5",
+        QUEUE_RETRY_THREAD_INTERVAL="1",
+    )
+    worker = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "worker_simple.py")],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         client = QueueClient(pg_autocommit, pg_queue.table)
         once = client.insert_task("teste", "exemplo", "exemplo", "falha-1x", {"falhas": 1})
@@ -248,12 +299,17 @@ def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(pg_dsn, pg_q
             f"SELECT coalesce(id_inicial, id), tentativa, status, dead FROM {pg_queue.table} ORDER BY id"
         ).fetchall()
         assert [(t, s) for i, t, s, d in attempts if i == once] == [(1, "falha"), (2, "sucesso")]
-        assert [(t, s) for i, t, s, d in attempts if i == never and not d] == [(1, "falha"), (2, "falha")]
+        assert [(t, s) for i, t, s, d in attempts if i == never and not d] == [
+            (1, "falha"),
+            (2, "falha"),
+        ]
         # Only the successful attempt and the dead letter left a row: failed attempts were rolled back.
         written = pg_autocommit.execute(
-            f"SELECT chave_externa, tentativa, dead, live_id FROM {result_table} ORDER BY id").fetchall()
+            f"SELECT chave_externa, tentativa, dead, live_id FROM {result_table} ORDER BY id"
+        ).fetchall()
         assert sorted(written, key=str) == sorted(
-            [("falha-1x", 2, False, None), ("sempre", 1, True, never)], key=str)
+            [("falha-1x", 2, False, None), ("sempre", 1, True, never)], key=str
+        )
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
     finally:
@@ -262,4 +318,3 @@ def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(pg_dsn, pg_q
             worker.wait()
         pg_autocommit.execute(f"DROP TABLE IF EXISTS {result_table}")
         worker.stdout.close()
-

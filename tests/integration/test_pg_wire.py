@@ -37,7 +37,9 @@ def store(pg_queue):
 
 
 def prepared_statements(conn) -> list[str]:
-    rows = conn.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'nsjq_%' ORDER BY name")
+    rows = conn.execute(
+        "SELECT name FROM pg_prepared_statements WHERE name LIKE 'nsjq_%' ORDER BY name"
+    )
     return [r[0] for r in rows.fetchall()]
 
 
@@ -47,12 +49,17 @@ def claim_first(store, conn):
 
 
 def complete(store, conn, task, key, mensagem="ok", limit=1):
-    return store.complete_and_claim(conn, task["id"], mensagem, store.task_lock_keys(key, task["id"]), limit, key)
+    return store.complete_and_claim(
+        conn, task["id"], mensagem, store.task_lock_keys(key, task["id"]), limit, key
+    )
 
 
-def test_successive_tasks_come_back_as_the_cursor_path_reads_them(store, worker_conn, pg_queue, pg_dsn,
-                                                                  pg_autocommit):
-    ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=f"p{n}", chave_externa=f"k{n}") for n in range(4)])
+def test_successive_tasks_come_back_as_the_cursor_path_reads_them(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit
+):
+    ids = enqueue(
+        pg_dsn, pg_queue.table, [dict(payload=f"p{n}", chave_externa=f"k{n}") for n in range(4)]
+    )
     key, [task] = claim_first(store, worker_conn)
     seen = [task]
     while True:
@@ -78,7 +85,9 @@ def test_successive_tasks_come_back_as_the_cursor_path_reads_them(store, worker_
     assert len(prepared_statements(worker_conn)) == 1
 
 
-def test_a_latin1_session_stores_the_message_unchanged(store, worker_conn, pg_queue, pg_dsn, pg_autocommit):
+def test_a_latin1_session_stores_the_message_unchanged(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit
+):
     worker_conn.execute("SET client_encoding TO 'LATIN1'")
     enqueue(pg_dsn, pg_queue.table, [dict(payload="a")])
     key, [task] = claim_first(store, worker_conn)
@@ -87,7 +96,9 @@ def test_a_latin1_session_stores_the_message_unchanged(store, worker_conn, pg_qu
     assert row["mensagem"] == "Concluído: ação"
 
 
-def test_a_handler_changing_the_client_encoding_is_followed(store, worker_conn, pg_queue, pg_dsn, pg_autocommit):
+def test_a_handler_changing_the_client_encoding_is_followed(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit
+):
     """Loaders are set up once per connection, but text must be read in the session's current encoding."""
     ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=f"ação {n}") for n in range(3)])
     key, [first] = claim_first(store, worker_conn)
@@ -96,7 +107,11 @@ def test_a_handler_changing_the_client_encoding_is_followed(store, worker_conn, 
     [third] = complete(store, worker_conn, second, key, mensagem="ç latin1")
     assert [t["payload"] for t in (first, second, third)] == ["ação 0", "ação 1", "ação 2"]
     complete(store, worker_conn, third, key, limit=0)
-    assert [r["mensagem"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == ["ç utf8", "ç latin1", "ok"]
+    assert [r["mensagem"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == [
+        "ç utf8",
+        "ç latin1",
+        "ok",
+    ]
     assert [r["id"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == ids
 
 
@@ -122,7 +137,9 @@ def test_a_deallocated_statement_fails_one_round_trip_then_is_prepared_again(
     enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
     key, [first] = claim_first(store, worker_conn)
     [second] = complete(store, worker_conn, first, key)
-    worker_conn.execute("DEALLOCATE ALL")  # inside the second task's transaction, as a handler would
+    worker_conn.execute(
+        "DEALLOCATE ALL"
+    )  # inside the second task's transaction, as a handler would
     with pytest.raises(DatabaseError) as info:
         complete(store, worker_conn, second, key)
     assert isinstance(info.value.__cause__, psycopg.errors.InvalidSqlStatementName)
@@ -146,7 +163,9 @@ def test_a_changed_result_type_is_prepared_again_instead_of_failing_forever(
     worker_conn.execute("BEGIN")
     with pytest.raises(DatabaseError) as info:
         complete(store, worker_conn, second, key)
-    assert isinstance(info.value.__cause__, psycopg.errors.DatatypeMismatch)  # "attribute 14 has wrong type"
+    assert isinstance(
+        info.value.__cause__, psycopg.errors.DatatypeMismatch
+    )  # "attribute 14 has wrong type"
     worker_conn.execute("ROLLBACK")
     worker_conn.execute("BEGIN")
     [third] = complete(store, worker_conn, second, key)
@@ -192,8 +211,12 @@ def test_an_interrupted_read_closes_the_session_instead_of_leaving_results_behin
     # any more (the retry service's case).
     rows = {r["payload"]: r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)}
     assert rows in ({"a": "sucesso", "b": "processando"}, {"a": "processando", "b": "pendente"})
-    assert pg_autocommit.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s",
-                                 (backend_pid,)).fetchone()[0] == 0
+    assert (
+        pg_autocommit.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", (backend_pid,)
+        ).fetchone()[0]
+        == 0
+    )
 
 
 def test_a_failing_statement_reports_the_servers_error_class(worker_conn):
@@ -212,7 +235,9 @@ def test_a_commit_that_fails_returns_the_rows_it_undid(worker_conn, pg_admin):
     pg_admin.execute("DROP TABLE IF EXISTS wire_deferred")
     pg_admin.execute("CREATE TABLE wire_deferred (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
     try:
-        call = PreparedRoundTrip("INSERT INTO wire_deferred (k) VALUES ($1::int), ($1::int) RETURNING k", ["k"])
+        call = PreparedRoundTrip(
+            "INSERT INTO wire_deferred (k) VALUES ($1::int), ($1::int) RETURNING k", ["k"]
+        )
         worker_conn.execute("BEGIN")
         with pytest.raises(RoundTripError) as info:
             call.run(worker_conn, [7], b"COMMIT")

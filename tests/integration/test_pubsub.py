@@ -40,27 +40,58 @@ PUBLICATION = {"pedido": 42, "itens": ["a", "b"], "texto": "ação"}
 # -- harness --------------------------------------------------------------------
 
 
-def add_subscriber(conn, queue, subscriber_id: str, processo: str = PROCESSO, tenant: int | None = None,
-                   grupo_empresarial: str | None = None, url: str | None = None,
-                   http_method: str | None = None, headers: dict | None = None, ativo: bool = True) -> None:
+def add_subscriber(
+    conn,
+    queue,
+    subscriber_id: str,
+    processo: str = PROCESSO,
+    tenant: int | None = None,
+    grupo_empresarial: str | None = None,
+    url: str | None = None,
+    http_method: str | None = None,
+    headers: dict | None = None,
+    ativo: bool = True,
+) -> None:
     conn.execute(
         f"INSERT INTO {queue.subscriber_table} "
         "(id, tenant, grupo_empresarial, processo, url, http_method, headers, ativo) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (subscriber_id, tenant, grupo_empresarial, processo, url, http_method,
-         None if headers is None else Json(headers), ativo),
+        (
+            subscriber_id,
+            tenant,
+            grupo_empresarial,
+            processo,
+            url,
+            http_method,
+            None if headers is None else Json(headers),
+            ativo,
+        ),
     )
 
 
-def publish(queue, payload: Any = PUBLICATION, processo: str = PROCESSO, tenant: int | None = None,
-            grupo_empresarial: str | None = None, chave_externa: str = "pedido-42", webhook: bool = False) -> int:
+def publish(
+    queue,
+    payload: Any = PUBLICATION,
+    processo: str = PROCESSO,
+    tenant: int | None = None,
+    grupo_empresarial: str | None = None,
+    chave_externa: str = "pedido-42",
+    webhook: bool = False,
+) -> int:
     """Commit one publication; returns its id."""
     conn = connect_pg(queue.dsn)
     try:
         client = QueueClient(conn, queue.table, queue.subscriber_table)
         insert = client.insert_task_webhook if webhook else client.insert_task_pub_sub
-        task_id = insert("vendas", "assinantes", processo, chave_externa, payload,
-                         tenant=tenant, grupo_empresarial=grupo_empresarial)
+        task_id = insert(
+            "vendas",
+            "assinantes",
+            processo,
+            chave_externa,
+            payload,
+            tenant=tenant,
+            grupo_empresarial=grupo_empresarial,
+        )
         conn.commit()
         return task_id
     finally:
@@ -74,7 +105,9 @@ def deliveries_of(conn, queue, publication_id: int) -> list[dict[str, Any]]:
 def settled(conn, queue, where: str = "true", params: tuple = ()) -> bool:
     """No row matching ``where`` still has work ahead of it (and there is at least one)."""
     found = rows(conn, queue.table, where, params)
-    return bool(found) and all(r["status"] in ("sucesso", "falha", "falha_processando") for r in found)
+    return bool(found) and all(
+        r["status"] in ("sucesso", "falha", "falha_processando") for r in found
+    )
 
 
 class Calls:
@@ -105,8 +138,13 @@ class RecordingWorker(WorkerPubSubBase):
         self.calls = Calls()
 
     def record(self, handler: str, payload, subscription, tarefa, bd_conn) -> str:
-        self.calls.add(handler=handler, payload=payload, subscription=subscription, tarefa=dict(tarefa),
-                       in_transaction=bd_conn.info.transaction_status.name == "INTRANS")
+        self.calls.add(
+            handler=handler,
+            payload=payload,
+            subscription=subscription,
+            tarefa=dict(tarefa),
+            in_transaction=bd_conn.info.transaction_status.name == "INTRANS",
+        )
         return f"{handler} ok"
 
     @Subscriber("todos")
@@ -139,7 +177,9 @@ def test_fan_out_reaches_exactly_the_matching_subscribers(pg_queue, pg_autocommi
     db = pg_autocommit
     add_subscriber(db, pg_queue, "estoque", tenant=7)  # same tenant, any grupo
     add_subscriber(db, pg_queue, "financeiro", grupo_empresarial="G1")  # any tenant, same grupo
-    add_subscriber(db, pg_queue, "todos")  # tenant and grupo NULL: every publication of the processo
+    add_subscriber(
+        db, pg_queue, "todos"
+    )  # tenant and grupo NULL: every publication of the processo
     add_subscriber(db, pg_queue, "inativo", tenant=7, ativo=False)
     add_subscriber(db, pg_queue, "outro_processo", processo="pedido_cancelado")
     add_subscriber(db, pg_queue, "outro_tenant", tenant=8)
@@ -150,7 +190,9 @@ def test_fan_out_reaches_exactly_the_matching_subscribers(pg_queue, pg_autocommi
 
     worker = FanOutWorker(worker_settings(pg_queue))
     with running(worker):
-        wait_until(lambda: len(worker.calls.items) >= 3 and settled(db, pg_queue), what="3 deliveries")
+        wait_until(
+            lambda: len(worker.calls.items) >= 3 and settled(db, pg_queue), what="3 deliveries"
+        )
         time.sleep(0.2)  # a wrong extra delivery would show up here
 
     publication = rows(db, pg_queue.table, "id = %s", (publication_id,))[0]
@@ -166,16 +208,27 @@ def test_fan_out_reaches_exactly_the_matching_subscribers(pg_queue, pg_autocommi
     for delivery in deliveries:
         assert delivery["status"] == "sucesso"
         assert delivery["tentativa"] == 1
-        assert delivery["data_hora"] == delivery["data_hora_inicial"]  # a first attempt: one instant
+        assert (
+            delivery["data_hora"] == delivery["data_hora_inicial"]
+        )  # a first attempt: one instant
         assert delivery["mensagem"] == f"{delivery['subscriber_id']} ok"
         assert delivery["dead"] is False
-        for column in ("origem", "destino", "processo", "chave_externa", "tenant", "grupo_empresarial",
-                       "prioridade"):
+        for column in (
+            "origem",
+            "destino",
+            "processo",
+            "chave_externa",
+            "tenant",
+            "grupo_empresarial",
+            "prioridade",
+        ):
             assert delivery[column] == publication[column], column
         envelope = json.loads(delivery["payload"])
         assert set(envelope) == {"publication", "subscription"}
         assert envelope["publication"] == publication_text  # the stored text, not a re-encoding
-        assert_subscription_is_the_row(envelope["subscription"], subscribers[delivery["subscriber_id"]])
+        assert_subscription_is_the_row(
+            envelope["subscription"], subscribers[delivery["subscriber_id"]]
+        )
 
     assert worker.calls.handlers() == ["estoque", "financeiro", "todos"]  # each once, nothing else
     for handler in ("estoque", "financeiro", "todos"):
@@ -193,7 +246,7 @@ def test_fan_out_reaches_exactly_the_matching_subscribers(pg_queue, pg_autocommi
 def _subscriber_rows(conn, queue) -> list[dict[str, Any]]:
     cur = conn.execute(f"SELECT * FROM {queue.subscriber_table} ORDER BY id")
     names = [c.name for c in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def assert_subscription_is_the_row(subscription: dict[str, Any], row: dict[str, Any]) -> None:
@@ -213,7 +266,9 @@ def test_publication_without_subscribers_succeeds_and_says_so(pg_queue, pg_autoc
 
     worker = FanOutWorker(worker_settings(pg_queue))
     with running(worker):
-        wait_until(lambda: settled(db, pg_queue, "id = %s", (publication_id,)), what="the publication")
+        wait_until(
+            lambda: settled(db, pg_queue, "id = %s", (publication_id,)), what="the publication"
+        )
         time.sleep(0.2)
 
     (publication,) = rows(db, pg_queue.table)  # no delivery rows at all
@@ -247,7 +302,9 @@ def test_publication_without_subscriber_table_setting_fails_like_any_task(pg_que
     assert worker.calls.items == []
 
 
-def test_publication_whose_subscriber_table_is_missing_fails_and_delivers_nothing(pg_queue, pg_autocommit):
+def test_publication_whose_subscriber_table_is_missing_fails_and_delivers_nothing(
+    pg_queue, pg_autocommit
+):
     db = pg_autocommit
     db.execute(f"DROP TABLE {pg_queue.subscriber_table}")
     publication_id = publish(pg_queue)
@@ -264,7 +321,9 @@ def test_publication_whose_subscriber_table_is_missing_fails_and_delivers_nothin
     assert worker.calls.items == []
 
 
-def test_deliveries_are_inserted_in_the_transaction_that_marks_the_publication(pg_queue, pg_autocommit):
+def test_deliveries_are_inserted_in_the_transaction_that_marks_the_publication(
+    pg_queue, pg_autocommit
+):
     """The publication's commit fails (a deferred check refuses it): no delivery may survive."""
     db = pg_autocommit
     function = f"{pg_queue.name}_refuse_publication"
@@ -338,8 +397,10 @@ def test_two_worker_classes_in_one_process_do_not_see_each_others_subscribers(
         worker_a = WorkerA(worker_settings(pg_queue, queue_max_retry=1))
         worker_b = WorkerB(worker_settings(other, queue_max_retry=1))
         with running(worker_a), running(worker_b):
-            wait_until(lambda: settled(db, pg_queue, "dead") and settled(db, other, "dead"),
-                       what="both dead letters")
+            wait_until(
+                lambda: settled(db, pg_queue, "dead") and settled(db, other, "dead"),
+                what="both dead letters",
+            )
 
         for queue, owner, handled, foreign, calls in (
             (pg_queue, "WorkerA", "a", "b", worker_a.calls),
@@ -378,8 +439,13 @@ class DeadLetterWorker(WorkerPubSubBase):
             "WHERE coalesce(id_inicial, id) = %s AND status = 'falha' AND NOT dead",
             (live_id,),
         ).fetchone()[0]
-        self.calls.add(handler="dead", payload=payload, subscription=subscription, tarefa=dict(tarefa),
-                       failed_attempts_before=failed)
+        self.calls.add(
+            handler="dead",
+            payload=payload,
+            subscription=subscription,
+            tarefa=dict(tarefa),
+            failed_attempts_before=failed,
+        )
         return f"dead {subscription['id']} after {failed} failures"
 
 
@@ -394,12 +460,17 @@ def test_delivery_without_method_or_url_is_retried_then_handled_by_the_dead_subs
 
     worker = DeadLetterWorker(worker_settings(pg_queue, queue_max_retry=3))
     with running(worker):
-        wait_until(lambda: len(rows(db, pg_queue.table, "dead AND status = 'sucesso'")) == 2,
-                   what="two dead letters handled")
+        wait_until(
+            lambda: len(rows(db, pg_queue.table, "dead AND status = 'sucesso'")) == 2,
+            what="two dead letters handled",
+        )
         time.sleep(0.2)
 
     for subscriber_id, error in (
-        ("sem_metodo", "subscriber 'sem_metodo' has no @Subscriber method in DeadLetterWorker and no url"),
+        (
+            "sem_metodo",
+            "subscriber 'sem_metodo' has no @Subscriber method in DeadLetterWorker and no url",
+        ),
         ("sempre_falha", "RuntimeError: falha simulada na tentativa"),
     ):
         attempts = rows(db, pg_queue.table, "subscriber_id = %s AND NOT dead", (subscriber_id,))
@@ -452,10 +523,13 @@ def test_publication_commits_together_with_the_business_change(
     conn = connect_pg(pg_queue.dsn, driver)
     try:
         cur = conn.cursor()
-        cur.execute(f"INSERT INTO {business_table} (numero, cliente) VALUES (%s, %s)", (numero, "ACME"))
+        cur.execute(
+            f"INSERT INTO {business_table} (numero, cliente) VALUES (%s, %s)", (numero, "ACME")
+        )
         client = QueueClient(conn, pg_queue.table, pg_queue.subscriber_table)
-        publication_id = getattr(client, method)("vendas", "assinantes", PROCESSO, f"pedido-{numero}",
-                                                 {"pedido": numero})
+        publication_id = getattr(client, method)(
+            "vendas", "assinantes", PROCESSO, f"pedido-{numero}", {"pedido": numero}
+        )
         assert rows(db, pg_queue.table) == []  # nothing visible before the commit
         conn.commit()
     finally:
@@ -463,9 +537,13 @@ def test_publication_commits_together_with_the_business_change(
 
     worker = FanOutWorker(worker_settings(pg_queue))
     with running(worker):
-        wait_until(lambda: len(worker.calls.items) >= 2 and settled(db, pg_queue), what="2 deliveries")
+        wait_until(
+            lambda: len(worker.calls.items) >= 2 and settled(db, pg_queue), what="2 deliveries"
+        )
 
-    assert db.execute(f"SELECT cliente FROM {business_table} WHERE numero = %s", (numero,)).fetchone() == ("ACME",)
+    assert db.execute(
+        f"SELECT cliente FROM {business_table} WHERE numero = %s", (numero,)
+    ).fetchone() == ("ACME",)
     assert rows(db, pg_queue.table, "id = %s", (publication_id,))[0]["status"] == "sucesso"
     deliveries = deliveries_of(db, pg_queue, publication_id)
     assert sorted(d["subscriber_id"] for d in deliveries) == ["estoque", "todos"]
@@ -499,11 +577,15 @@ def test_publication_rolled_back_with_the_business_change_is_never_delivered(
         # A publication committed after the rollback is delivered: once it is, the
         # worker has looked at the queue, and the rolled-back one never showed up.
         sentinel_id = publish(pg_queue, {"pedido": 2}, chave_externa="sentinel")
-        wait_until(lambda: len(worker.calls.items) >= 2 and settled(db, pg_queue), what="the sentinel")
+        wait_until(
+            lambda: len(worker.calls.items) >= 2 and settled(db, pg_queue), what="the sentinel"
+        )
         time.sleep(0.2)
 
     everything = rows(db, pg_queue.table)
-    assert {r["id"] for r in everything} == {sentinel_id} | {r["id"] for r in deliveries_of(db, pg_queue, sentinel_id)}
+    assert {r["id"] for r in everything} == {sentinel_id} | {
+        r["id"] for r in deliveries_of(db, pg_queue, sentinel_id)
+    }
     assert all(r["chave_externa"] == "sentinel" for r in everything)
     assert len(everything) == 3
     assert all(json.loads(c["payload"]["publication"]) == {"pedido": 2} for c in worker.calls.items)
@@ -517,29 +599,61 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "worker_pub_sub_tes
 def test_the_pub_sub_example_serves_its_method_and_a_webhook_subscriber(pg_queue, pg_autocommit):
     db = pg_autocommit
     info = conninfo_to_dict(pg_queue.dsn)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DB_", "DATABASE_", "QUEUE_", "LOG_DEBUG", "GRAFANA_URL", "DEFAULT_WEBHOOK"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("DB_", "DATABASE_", "QUEUE_", "LOG_DEBUG", "GRAFANA_URL", "DEFAULT_WEBHOOK")
+        )
+    }
     env.update(
-        DB_HOST=info.get("host") or "127.0.0.1", DB_PORT=str(info.get("port") or 5432),
-        DB_BASE=info.get("dbname") or "postgres", DB_USER=info.get("user") or "postgres",
-        DB_PASS=info.get("password") or "", QUEUE_NAME=pg_queue.name, QUEUE_TABLE=pg_queue.table,
-        QUEUE_SUBSCRIBER_TABLE=pg_queue.subscriber_table, QUEUE_MAX_RETRY="2",
-        QUEUE_BASE_INTERVAL_RETRY="0.001", QUEUE_WAIT_NOTIFY_INTERVAL="0.5", PYTHONUNBUFFERED="1",
+        DB_HOST=info.get("host") or "127.0.0.1",
+        DB_PORT=str(info.get("port") or 5432),
+        DB_BASE=info.get("dbname") or "postgres",
+        DB_USER=info.get("user") or "postgres",
+        DB_PASS=info.get("password") or "",
+        QUEUE_NAME=pg_queue.name,
+        QUEUE_TABLE=pg_queue.table,
+        QUEUE_SUBSCRIBER_TABLE=pg_queue.subscriber_table,
+        QUEUE_MAX_RETRY="2",
+        QUEUE_BASE_INTERVAL_RETRY="0.001",
+        QUEUE_WAIT_NOTIFY_INTERVAL="0.5",
+        PYTHONUNBUFFERED="1",
     )
     with RecordingServer() as server:
         add_subscriber(db, pg_queue, "teste", processo="teste")
-        add_subscriber(db, pg_queue, "teste_webhook", processo="teste", url=server.url("/hook"),
-                       http_method="POST", headers={"Authorization": "Bearer exemplo"})
+        add_subscriber(
+            db,
+            pg_queue,
+            "teste_webhook",
+            processo="teste",
+            url=server.url("/hook"),
+            http_method="POST",
+            headers={"Authorization": "Bearer exemplo"},
+        )
         ok_id = publish(pg_queue, {"pedido": 1}, processo="teste", chave_externa="ok")
-        failing_id = publish(pg_queue, {"pedido": 2, "falhar": True}, processo="teste", chave_externa="falha")
+        failing_id = publish(
+            pg_queue, {"pedido": 2, "falhar": True}, processo="teste", chave_externa="falha"
+        )
 
-        worker = subprocess.Popen([sys.executable, str(EXAMPLE)], env=env, cwd=EXAMPLE.parents[1],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        worker = subprocess.Popen(
+            [sys.executable, str(EXAMPLE)],
+            env=env,
+            cwd=EXAMPLE.parents[1],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
+
             def done() -> bool:
                 assert worker.poll() is None, f"the example exited early:\n{worker.stdout.read()}"
-                dead = rows(db, pg_queue.table, "dead AND subscriber_id = 'teste' AND status = 'sucesso'")
-                hooks = rows(db, pg_queue.table, "subscriber_id = 'teste_webhook' AND status = 'sucesso'")
+                dead = rows(
+                    db, pg_queue.table, "dead AND subscriber_id = 'teste' AND status = 'sucesso'"
+                )
+                hooks = rows(
+                    db, pg_queue.table, "subscriber_id = 'teste_webhook' AND status = 'sucesso'"
+                )
                 return len(dead) == 1 and len(hooks) == 2 and settled(db, pg_queue)
 
             wait_until(done, 30, "the example's deliveries")
@@ -555,14 +669,20 @@ def test_the_pub_sub_example_serves_its_method_and_a_webhook_subscriber(pg_queue
     (ok,) = rows(db, pg_queue.table, "publication_id = %s AND subscriber_id = 'teste'", (ok_id,))
     assert ok["status"] == "sucesso"
     assert ok["mensagem"].startswith(f"assinante teste: publicação {ok_id} tratada")
-    failed = rows(db, pg_queue.table, "publication_id = %s AND subscriber_id = 'teste' AND NOT dead",
-                  (failing_id,))
+    failed = rows(
+        db,
+        pg_queue.table,
+        "publication_id = %s AND subscriber_id = 'teste' AND NOT dead",
+        (failing_id,),
+    )
     assert [(a["tentativa"], a["status"]) for a in failed] == [(1, "falha"), (2, "falha")]
     assert "FalhaSimulada" in failed[0]["mensagem"]
     (dead,) = rows(db, pg_queue.table, "dead AND subscriber_id = 'teste'")
     assert dead["mensagem"] == f"assinante teste: fila de mortos tratada (publicação {failing_id})"
     texts = {r["payload"] for r in rows(db, pg_queue.table, "id IN (%s, %s)", (ok_id, failing_id))}
     assert sorted(r.body.decode() for r in requests) == sorted(texts)
-    assert all(r.method == "POST" and r.header("Authorization") == "Bearer exemplo" for r in requests)
+    assert all(
+        r.method == "POST" and r.header("Authorization") == "Bearer exemplo" for r in requests
+    )
     assert "Bearer exemplo" not in output  # header values never reach the logs
     assert "assinante teste" in output

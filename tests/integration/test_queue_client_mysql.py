@@ -18,22 +18,25 @@ from nsj_queue_lib.db.mysql import store as mysql_store
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.payload import payload_hash, serialize_payload
-from tests.helpers.mysql_queue import (  # noqa: F401 - fixtures
+from tests.helpers.mysql_queue import (
     connect,
     count_rows,
     fetch_dicts,
     fetch_value,
     in_transaction,
-    mysql_admin,
-    mysql_conn,
-    mysql_queue,
     questions,
     row_of,
 )
 
 pytestmark = pytest.mark.mysql
 
-TASK = dict(origem="erp", destino="fiscal", processo="emitir_nota", chave_externa="pedido-1", payload="texto")
+TASK = dict(
+    origem="erp",
+    destino="fiscal",
+    processo="emitir_nota",
+    chave_externa="pedido-1",
+    payload="texto",
+)
 UTC = datetime.timezone.utc
 
 
@@ -47,8 +50,11 @@ def flavour(request, mysql_conn, monkeypatch):
     """Run a test through each way of reading back ids: RETURNING (MariaDB),
     LAST_INSERT_ID + consecutive ids (MySQL 8), one row per INSERT (SingleStore)."""
     increment = fetch_value(mysql_conn, "SELECT @@auto_increment_increment")
-    monkeypatch.setattr(MysqlQueueStore, "server",
-                        lambda self, conn: mysql_store._ServerInfo(request.param, increment))
+    monkeypatch.setattr(
+        MysqlQueueStore,
+        "server",
+        lambda self, conn: mysql_store._ServerInfo(request.param, increment),
+    )
     return request.param
 
 
@@ -86,13 +92,28 @@ def test_committed_enqueue_has_the_contract_defaults(client, mysql_conn, mysql_q
     after = db_now(mysql_admin)
     row = row_of(mysql_admin, mysql_queue.table, task_id)
     assert row["id"] == task_id
-    assert (row["origem"], row["destino"], row["processo"], row["chave_externa"], row["payload"]) == (
-        "erp", "fiscal", "emitir_nota", "pedido-1", "texto",
+    assert (
+        row["origem"],
+        row["destino"],
+        row["processo"],
+        row["chave_externa"],
+        row["payload"],
+    ) == (
+        "erp",
+        "fiscal",
+        "emitir_nota",
+        "pedido-1",
+        "texto",
     )
     assert row["status"] == "pendente"
     assert row["tentativa"] == 1
     assert row["prioridade"] == 50
-    assert (row["pub_sub"], row["dead"], row["reenfileirado"], row["estouro_tentativas"]) == (0, 0, 0, 0)
+    assert (row["pub_sub"], row["dead"], row["reenfileirado"], row["estouro_tentativas"]) == (
+        0,
+        0,
+        0,
+        0,
+    )
     assert before <= row["data_hora"] <= after
     assert row["data_hora_inicial"] == row["data_hora"]  # the same instant, to the microsecond
     assert row["payload_hash"] == hashlib.sha256(b"texto").hexdigest().encode("ascii")
@@ -119,12 +140,18 @@ def test_each_insert_returns_its_own_id(client, mysql_conn, mysql_queue, mysql_a
 
 def test_explicit_fields_are_stored(client, mysql_conn, mysql_queue, mysql_admin):
     when = datetime.datetime(2031, 2, 3, 4, 5, 6, 789, tzinfo=UTC)
-    task_id = client.insert_task(**TASK, tenant=47, grupo_empresarial="grupo", data_hora=when, prioridade=0)
+    task_id = client.insert_task(
+        **TASK, tenant=47, grupo_empresarial="grupo", data_hora=when, prioridade=0
+    )
     big = client.insert_task(**TASK, tenant=2**40, prioridade=2**31 - 1)
     mysql_conn.commit()
-    row = row_of(mysql_admin, mysql_queue.table, task_id)  # the admin session is UTC (the server's zone)
+    row = row_of(
+        mysql_admin, mysql_queue.table, task_id
+    )  # the admin session is UTC (the server's zone)
     assert (row["tenant"], row["grupo_empresarial"], row["prioridade"]) == (47, "grupo", 0)
-    assert row["data_hora"] == when.replace(tzinfo=None) and row["data_hora_inicial"] == when.replace(tzinfo=None)
+    assert row["data_hora"] == when.replace(tzinfo=None) and row[
+        "data_hora_inicial"
+    ] == when.replace(tzinfo=None)
     row = row_of(mysql_admin, mysql_queue.table, big)
     assert (row["tenant"], row["prioridade"]) == (2**40, 2**31 - 1)
 
@@ -135,7 +162,12 @@ def test_publications_set_pub_sub(client, mysql_conn, mysql_queue, mysql_admin, 
     mysql_conn.commit()
     row = row_of(mysql_admin, mysql_queue.table, task_id)
     assert row["pub_sub"] == 1
-    assert (row["status"], row["tenant"], row["grupo_empresarial"], row["prioridade"]) == ("pendente", 1, "g", 70)
+    assert (row["status"], row["tenant"], row["grupo_empresarial"], row["prioridade"]) == (
+        "pendente",
+        1,
+        "g",
+        70,
+    )
 
 
 # -- payloads ------------------------------------------------------------------
@@ -146,18 +178,22 @@ def test_publications_set_pub_sub(client, mysql_conn, mysql_queue, mysql_admin, 
     [
         {"b": 1, "a": {"d": [1, 2, {"z": None, "y": True}], "c": "ação"}},
         [{"k": 2, "j": 1}, "x", 1.5],
-        {"emoji": "🎉", "quote": "it's \"quoted\" \\ back"},
+        {"emoji": "🎉", "quote": 'it\'s "quoted" \\ back'},
         {},
         [],
     ],
     ids=["dict", "list", "emoji-and-quotes", "empty-dict", "empty-list"],
 )
-def test_json_payloads_round_trip_as_sorted_text(client, mysql_conn, mysql_queue, mysql_admin, payload):
+def test_json_payloads_round_trip_as_sorted_text(
+    client, mysql_conn, mysql_queue, mysql_admin, payload
+):
     task_id = client.insert_task(**dict(TASK, payload=payload))
     mysql_conn.commit()
     row = row_of(mysql_admin, mysql_queue.table, task_id)
     assert json.loads(row["payload"]) == payload
-    assert row["payload"] == json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert row["payload"] == json.dumps(
+        payload, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
     assert row["payload_hash"] == hashlib.sha256(row["payload"].encode()).hexdigest().encode()
 
 
@@ -190,8 +226,9 @@ PAYLOADS = [{"pedido": 1, "itens": [1, 2], "texto": "ação"}, ["a", {"b": None}
 
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=["dict", "list", "text"])
-def test_payload_hash_is_the_same_as_on_postgresql(client, mysql_conn, mysql_queue, mysql_admin,
-                                                   pg_dsn, pg_queue, pg_autocommit, payload):
+def test_payload_hash_is_the_same_as_on_postgresql(
+    client, mysql_conn, mysql_queue, mysql_admin, pg_dsn, pg_queue, pg_autocommit, payload
+):
     import psycopg
 
     mysql_id = client.insert_task(**dict(TASK, payload=payload))
@@ -230,7 +267,8 @@ def test_insert_tasks_10000_in_one_call(client, mysql_conn, mysql_queue, mysql_a
     assert len(ids) == count and len(set(ids)) == count
     assert all(isinstance(i, int) for i in ids)
     rows = {
-        r["id"]: r for r in fetch_dicts(
+        r["id"]: r
+        for r in fetch_dicts(
             mysql_admin,
             f"SELECT id, chave_externa, payload, prioridade, tenant, status, pub_sub FROM {mysql_queue.table}",
         )
@@ -238,12 +276,19 @@ def test_insert_tasks_10000_in_one_call(client, mysql_conn, mysql_queue, mysql_a
     assert len(rows) == count
     for n, task_id in enumerate(ids):
         row = rows[task_id]
-        assert (row["chave_externa"], row["payload"], row["prioridade"], row["tenant"], row["status"],
-                row["pub_sub"]) == (str(n), f'{{"n":{n}}}', n % 100, n % 7 or None, "pendente", 0), n
+        assert (
+            row["chave_externa"],
+            row["payload"],
+            row["prioridade"],
+            row["tenant"],
+            row["status"],
+            row["pub_sub"],
+        ) == (str(n), f'{{"n":{n}}}', n % 100, n % 7 or None, "pendente", 0), n
 
 
-def test_insert_tasks_beyond_one_statement_keeps_the_order(client, mysql_conn, mysql_queue, mysql_admin,
-                                                          monkeypatch):
+def test_insert_tasks_beyond_one_statement_keeps_the_order(
+    client, mysql_conn, mysql_queue, mysql_admin, monkeypatch
+):
     monkeypatch.setattr(mysql_store, "INSERT_BATCH_BYTES", 2_000)
     tasks = [dict(TASK, chave_externa=str(n), payload="p" * 300) for n in range(40)]
     sent_before = questions(mysql_conn)
@@ -254,25 +299,47 @@ def test_insert_tasks_beyond_one_statement_keeps_the_order(client, mysql_conn, m
         assert row_of(mysql_admin, mysql_queue.table, task_id)["chave_externa"] == str(n)
 
 
-def test_insert_tasks_fills_what_insert_task_fills(client, mysql_conn, mysql_queue, mysql_admin, flavour):
+def test_insert_tasks_fills_what_insert_task_fills(
+    client, mysql_conn, mysql_queue, mysql_admin, flavour
+):
     when = datetime.datetime(2030, 1, 1, tzinfo=UTC)
     single = client.insert_task(**TASK)
-    plain, full, pub = client.insert_tasks([
-        TASK,
-        dict(TASK, tenant=3, grupo_empresarial="g", data_hora=when, prioridade=7, payload=["a"]),
-        dict(TASK, pub_sub=True),
-    ])
+    plain, full, pub = client.insert_tasks(
+        [
+            TASK,
+            dict(
+                TASK, tenant=3, grupo_empresarial="g", data_hora=when, prioridade=7, payload=["a"]
+            ),
+            dict(TASK, pub_sub=True),
+        ]
+    )
     mysql_conn.commit()
     reference = row_of(mysql_admin, mysql_queue.table, single)
     row = row_of(mysql_admin, mysql_queue.table, plain)
-    for column in ("status", "tentativa", "prioridade", "pub_sub", "dead", "reenfileirado",
-                   "estouro_tentativas", "payload", "payload_hash", "tenant", "grupo_empresarial"):
+    for column in (
+        "status",
+        "tentativa",
+        "prioridade",
+        "pub_sub",
+        "dead",
+        "reenfileirado",
+        "estouro_tentativas",
+        "payload",
+        "payload_hash",
+        "tenant",
+        "grupo_empresarial",
+    ):
         assert row[column] == reference[column], column
     assert row["data_hora_inicial"] == row["data_hora"]
     row = row_of(mysql_admin, mysql_queue.table, full)
-    assert (row["tenant"], row["grupo_empresarial"], row["data_hora"], row["data_hora_inicial"],
-            row["prioridade"], row["payload"]) == (3, "g", when.replace(tzinfo=None), when.replace(tzinfo=None),
-                                                   7, '["a"]')
+    assert (
+        row["tenant"],
+        row["grupo_empresarial"],
+        row["data_hora"],
+        row["data_hora_inicial"],
+        row["prioridade"],
+        row["payload"],
+    ) == (3, "g", when.replace(tzinfo=None), when.replace(tzinfo=None), 7, '["a"]')
     assert row["payload_hash"] == payload_hash('["a"]')
     assert row_of(mysql_admin, mysql_queue.table, pub)["pub_sub"] == 1
 
@@ -315,15 +382,24 @@ MALICIOUS_TABLES = [
 
 
 @pytest.mark.parametrize("name", MALICIOUS_TABLES)
-def test_malicious_table_names_are_refused_before_any_sql(mysql_conn, mysql_queue, mysql_admin, name):
+def test_malicious_table_names_are_refused_before_any_sql(
+    mysql_conn, mysql_queue, mysql_admin, name
+):
     sent_before = questions(mysql_conn)
     with pytest.raises(ValueError):
         QueueClient(mysql_conn, name, mysql_queue.subscriber_table)
     with pytest.raises(ValueError):
         QueueClient(mysql_conn, mysql_queue.table, name)
     assert questions(mysql_conn) - sent_before == 1  # only the status query itself
-    assert fetch_value(mysql_admin, "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s "
-                                    "AND table_name = %s", (mysql_queue.database, mysql_queue.name)) == 1
+    assert (
+        fetch_value(
+            mysql_admin,
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s "
+            "AND table_name = %s",
+            (mysql_queue.database, mysql_queue.name),
+        )
+        == 1
+    )
 
 
 def test_injection_attempt_leaves_the_queue_intact(mysql_conn, mysql_queue, mysql_admin):
@@ -333,9 +409,17 @@ def test_injection_attempt_leaves_the_queue_intact(mysql_conn, mysql_queue, mysq
     assert count_rows(mysql_admin, mysql_queue.table) == 0  # the table is still there
 
 
-@pytest.mark.parametrize("changes", [dict(processo=""), dict(prioridade=-1), dict(payload=42),
-                                     dict(chave_externa="k" * 101), dict(tenant="1")],
-                         ids=["empty-processo", "negative-prioridade", "int-payload", "long-key", "str-tenant"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(processo=""),
+        dict(prioridade=-1),
+        dict(payload=42),
+        dict(chave_externa="k" * 101),
+        dict(tenant="1"),
+    ],
+    ids=["empty-processo", "negative-prioridade", "int-payload", "long-key", "str-tenant"],
+)
 def test_bad_arguments_send_nothing(client, mysql_conn, mysql_queue, mysql_admin, changes):
     sent_before = questions(mysql_conn)
     with pytest.raises(ValueError):
@@ -379,7 +463,9 @@ def test_list_equivalent_task_filters(client, mysql_conn, mysql_queue, mysql_adm
     mysql_conn.commit()
     with mysql_admin.cursor() as cur:
         cur.execute(f"UPDATE {mysql_queue.table} SET status = 'falha' WHERE id = %s", (failed,))
-        cur.execute(f"UPDATE {mysql_queue.table} SET status = 'agendada' WHERE id = %s", (scheduled,))
+        cur.execute(
+            f"UPDATE {mysql_queue.table} SET status = 'agendada' WHERE id = %s", (scheduled,)
+        )
         cur.execute(f"UPDATE {mysql_queue.table} SET status = 'sucesso' WHERE id = %s", (done,))
 
     query = dict(base, payload={"itens": [1, 2], "pedido": 1})
@@ -393,22 +479,36 @@ def test_list_equivalent_task_filters(client, mysql_conn, mysql_queue, mysql_adm
 
     assert [r["id"] for r in client.list_equivalent_task(**query, status=["falha"])] == [failed]
     assert [r["id"] for r in client.list_equivalent_task(**query, status="falha")] == [failed]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, tenant=11))] == [other_tenant]
+    assert [r["id"] for r in client.list_equivalent_task(**dict(query, tenant=11))] == [
+        other_tenant
+    ]
     assert [r["id"] for r in client.list_equivalent_task(**dict(query, tenant=None))] == [no_tenant]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, grupo_empresarial="g2"))] == [other_group]
-    assert [r["id"] for r in client.list_equivalent_task(
-        **dict(query, payload={"pedido": 2, "itens": [1, 2]}))] == [other_payload]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, chave_externa="pedido-2"))] == [other_key]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(query, grupo_empresarial="g2"))
+    ] == [other_group]
+    assert [
+        r["id"]
+        for r in client.list_equivalent_task(**dict(query, payload={"pedido": 2, "itens": [1, 2]}))
+    ] == [other_payload]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(query, chave_externa="pedido-2"))
+    ] == [other_key]
     # Keys compare byte for byte, as on PostgreSQL.
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, chave_externa="PEDIDO-1"))] == [other_case]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, origem="crm"))] == [other_origin]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(query, chave_externa="PEDIDO-1"))
+    ] == [other_case]
+    assert [r["id"] for r in client.list_equivalent_task(**dict(query, origem="crm"))] == [
+        other_origin
+    ]
     assert client.list_equivalent_task(**dict(query, destino="outro")) == []
 
 
 def test_list_equivalent_task_sees_the_callers_uncommitted_rows(client, mysql_conn):
     text_id = client.insert_task(**dict(TASK, payload="conteúdo da mensagem"))
     empty_id = client.insert_task(**dict(TASK, payload=None))
-    assert [r["id"] for r in client.list_equivalent_task(**dict(TASK, payload="conteúdo da mensagem"))] == [text_id]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(TASK, payload="conteúdo da mensagem"))
+    ] == [text_id]
     assert [r["id"] for r in client.list_equivalent_task(**dict(TASK, payload=None))] == [empty_id]
 
 
@@ -416,7 +516,9 @@ def test_list_equivalent_task_sees_the_callers_uncommitted_rows(client, mysql_co
 
 
 @pytest.mark.parametrize("bulk", [False, True], ids=["insert_task", "insert_tasks"])
-def test_naive_data_hora_is_read_in_the_session_time_zone(client, mysql_conn, mysql_queue, mysql_admin, bulk):
+def test_naive_data_hora_is_read_in_the_session_time_zone(
+    client, mysql_conn, mysql_queue, mysql_admin, bulk
+):
     with mysql_conn.cursor() as cur:
         cur.execute("SET time_zone = '-03:00'")
     naive = datetime.datetime(2030, 6, 15, 9, 30, 0, 123456)
@@ -433,10 +535,14 @@ def test_naive_data_hora_is_read_in_the_session_time_zone(client, mysql_conn, my
 
 
 @pytest.mark.parametrize("bulk", [False, True], ids=["insert_task", "insert_tasks"])
-def test_aware_data_hora_is_kept_whatever_the_session_zone(client, mysql_conn, mysql_queue, mysql_admin, bulk):
+def test_aware_data_hora_is_kept_whatever_the_session_zone(
+    client, mysql_conn, mysql_queue, mysql_admin, bulk
+):
     with mysql_conn.cursor() as cur:
         cur.execute("SET time_zone = '+09:00'")
-    aware = datetime.datetime(2030, 6, 15, 9, 30, 0, 654321, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))
+    aware = datetime.datetime(
+        2030, 6, 15, 9, 30, 0, 654321, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
+    )
     if bulk:
         (task_id,) = client.insert_tasks([dict(TASK, data_hora=aware)])
     else:
@@ -448,7 +554,9 @@ def test_aware_data_hora_is_kept_whatever_the_session_zone(client, mysql_conn, m
     assert stored.replace(tzinfo=UTC) == aware
 
 
-def test_default_time_is_exact_whatever_the_session_zone(client, mysql_conn, mysql_queue, mysql_admin):
+def test_default_time_is_exact_whatever_the_session_zone(
+    client, mysql_conn, mysql_queue, mysql_admin
+):
     with mysql_conn.cursor() as cur:
         cur.execute("SET time_zone = '+05:30'")
     before = fetch_value(mysql_admin, "SELECT UTC_TIMESTAMP(6)")

@@ -19,7 +19,13 @@ from nsj_queue_lib.payload import payload_hash, serialize_payload
 from tests.helpers.databases import connect_pg, count_rows, table_exists, transaction_status
 
 DRIVERS = ["psycopg", "psycopg2"]
-TASK = dict(origem="erp", destino="fiscal", processo="emitir_nota", chave_externa="pedido-1", payload="texto")
+TASK = dict(
+    origem="erp",
+    destino="fiscal",
+    processo="emitir_nota",
+    chave_externa="pedido-1",
+    payload="texto",
+)
 
 
 @pytest.fixture(params=DRIVERS)
@@ -43,7 +49,7 @@ def stored(observer, table: str, task_id: int) -> dict | None:
     row = cur.fetchone()
     if row is None:
         return None
-    return dict(zip([c.name for c in cur.description], row))
+    return dict(zip([c.name for c in cur.description], row, strict=True))
 
 
 # -- transactions ---------------------------------------------------------------
@@ -76,8 +82,18 @@ def test_committed_enqueue_has_the_contract_defaults(client, conn, pg_queue, pg_
     after = pg_autocommit.execute("SELECT clock_timestamp()").fetchone()[0]
     row = stored(pg_autocommit, pg_queue.table, task_id)
     assert row["id"] == task_id
-    assert (row["origem"], row["destino"], row["processo"], row["chave_externa"], row["payload"]) == (
-        "erp", "fiscal", "emitir_nota", "pedido-1", "texto",
+    assert (
+        row["origem"],
+        row["destino"],
+        row["processo"],
+        row["chave_externa"],
+        row["payload"],
+    ) == (
+        "erp",
+        "fiscal",
+        "emitir_nota",
+        "pedido-1",
+        "texto",
     )
     assert row["status"] == "pendente"
     assert row["tentativa"] == 1
@@ -105,7 +121,9 @@ def test_each_insert_returns_its_own_id(client, conn, pg_queue, pg_autocommit):
 
 def test_explicit_fields_are_stored(client, conn, pg_queue, pg_autocommit):
     when = datetime.datetime(2031, 2, 3, 4, 5, 6, tzinfo=datetime.timezone.utc)
-    task_id = client.insert_task(**TASK, tenant=47, grupo_empresarial="grupo", data_hora=when, prioridade=0)
+    task_id = client.insert_task(
+        **TASK, tenant=47, grupo_empresarial="grupo", data_hora=when, prioridade=0
+    )
     big = client.insert_task(**TASK, tenant=2**40, prioridade=2**31 - 1)
     conn.commit()
     row = stored(pg_autocommit, pg_queue.table, task_id)
@@ -121,7 +139,12 @@ def test_publications_set_pub_sub(client, conn, pg_queue, pg_autocommit, method)
     conn.commit()
     row = stored(pg_autocommit, pg_queue.table, task_id)
     assert row["pub_sub"] is True
-    assert (row["status"], row["tenant"], row["grupo_empresarial"], row["prioridade"]) == ("pendente", 1, "g", 70)
+    assert (row["status"], row["tenant"], row["grupo_empresarial"], row["prioridade"]) == (
+        "pendente",
+        1,
+        "g",
+        70,
+    )
 
 
 # -- payloads ------------------------------------------------------------------
@@ -142,7 +165,9 @@ def test_json_payloads_round_trip_as_sorted_text(client, conn, pg_queue, pg_auto
     conn.commit()
     row = stored(pg_autocommit, pg_queue.table, task_id)
     assert json.loads(row["payload"]) == payload
-    assert row["payload"] == json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert row["payload"] == json.dumps(
+        payload, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
     assert row["payload_hash"] == hashlib.sha256(row["payload"].encode()).hexdigest().encode()
 
 
@@ -185,27 +210,55 @@ def test_insert_tasks_10000_in_one_call(client, conn, pg_queue, pg_autocommit):
     )
     assert len(rows) == 10_000
     for n, task_id in enumerate(ids):
-        assert rows[task_id] == (str(n), f'{{"n":{n}}}', n % 100, n % 7 or None, "pendente", False), n
+        assert rows[task_id] == (
+            str(n),
+            f'{{"n":{n}}}',
+            n % 100,
+            n % 7 or None,
+            "pendente",
+            False,
+        ), n
 
 
 def test_insert_tasks_fills_what_insert_task_fills(client, conn, pg_queue, pg_autocommit):
     when = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
     single = client.insert_task(**TASK)
-    plain, full, pub = client.insert_tasks([
-        TASK,
-        dict(TASK, tenant=3, grupo_empresarial="g", data_hora=when, prioridade=7, payload=["a"]),
-        dict(TASK, pub_sub=True),
-    ])
+    plain, full, pub = client.insert_tasks(
+        [
+            TASK,
+            dict(
+                TASK, tenant=3, grupo_empresarial="g", data_hora=when, prioridade=7, payload=["a"]
+            ),
+            dict(TASK, pub_sub=True),
+        ]
+    )
     conn.commit()
     reference = stored(pg_autocommit, pg_queue.table, single)
     row = stored(pg_autocommit, pg_queue.table, plain)
-    for column in ("status", "tentativa", "prioridade", "pub_sub", "dead", "reenfileirado",
-                   "estouro_tentativas", "payload", "payload_hash", "tenant", "grupo_empresarial"):
+    for column in (
+        "status",
+        "tentativa",
+        "prioridade",
+        "pub_sub",
+        "dead",
+        "reenfileirado",
+        "estouro_tentativas",
+        "payload",
+        "payload_hash",
+        "tenant",
+        "grupo_empresarial",
+    ):
         assert row[column] == reference[column], column
     assert abs(row["data_hora_inicial"] - row["data_hora"]) < datetime.timedelta(seconds=1)
     row = stored(pg_autocommit, pg_queue.table, full)
-    assert (row["tenant"], row["grupo_empresarial"], row["data_hora"], row["data_hora_inicial"],
-            row["prioridade"], row["payload"]) == (3, "g", when, when, 7, '["a"]')
+    assert (
+        row["tenant"],
+        row["grupo_empresarial"],
+        row["data_hora"],
+        row["data_hora_inicial"],
+        row["prioridade"],
+        row["payload"],
+    ) == (3, "g", when, when, 7, '["a"]')
     assert row["payload_hash"] == payload_hash('["a"]')
     assert stored(pg_autocommit, pg_queue.table, pub)["pub_sub"] is True
 
@@ -300,8 +353,12 @@ BAD_ARGUMENTS = [
 ]
 
 
-@pytest.mark.parametrize("changes", [c for _, c in BAD_ARGUMENTS], ids=[i for i, _ in BAD_ARGUMENTS])
-def test_bad_arguments_raise_value_error_and_write_nothing(client, conn, pg_queue, pg_autocommit, changes):
+@pytest.mark.parametrize(
+    "changes", [c for _, c in BAD_ARGUMENTS], ids=[i for i, _ in BAD_ARGUMENTS]
+)
+def test_bad_arguments_raise_value_error_and_write_nothing(
+    client, conn, pg_queue, pg_autocommit, changes
+):
     for method in ("insert_task", "insert_task_pub_sub", "insert_task_webhook"):
         with pytest.raises(ValueError):
             getattr(client, method)(**dict(TASK, **changes))
@@ -315,21 +372,30 @@ def test_bad_arguments_raise_value_error_and_write_nothing(client, conn, pg_queu
 
 def test_limits_are_inclusive(client, conn, pg_queue, pg_autocommit):
     task_id = client.insert_task(
-        origem="o" * 150, destino="d" * 150, processo="p" * 250, chave_externa="k" * 100,
-        payload="x", grupo_empresarial="g" * 40,
+        origem="o" * 150,
+        destino="d" * 150,
+        processo="p" * 250,
+        chave_externa="k" * 100,
+        payload="x",
+        grupo_empresarial="g" * 40,
     )
     conn.commit()
     assert stored(pg_autocommit, pg_queue.table, task_id)["chave_externa"] == "k" * 100
 
 
-def test_bad_arguments_inside_an_open_transaction_keep_it_usable(client, conn, pg_queue, pg_autocommit):
+def test_bad_arguments_inside_an_open_transaction_keep_it_usable(
+    client, conn, pg_queue, pg_autocommit
+):
     first = client.insert_task(**TASK)
     with pytest.raises(ValueError):
         client.insert_task(**dict(TASK, prioridade=-5))
     assert transaction_status(conn) == "INTRANS"  # not aborted: the bad call sent nothing
     second = client.insert_task(**TASK)
     conn.commit()
-    assert {r[0] for r in pg_autocommit.execute(f"SELECT id FROM {pg_queue.table}")} == {first, second}
+    assert {r[0] for r in pg_autocommit.execute(f"SELECT id FROM {pg_queue.table}")} == {
+        first,
+        second,
+    }
 
 
 def test_unsupported_connection_is_refused(pg_queue):
@@ -355,7 +421,9 @@ def test_list_equivalent_task_filters(client, conn, pg_queue, pg_autocommit):
     done = client.insert_task(**base)
     conn.commit()
     pg_autocommit.execute(f"UPDATE {pg_queue.table} SET status = 'falha' WHERE id = %s", (failed,))
-    pg_autocommit.execute(f"UPDATE {pg_queue.table} SET status = 'agendada' WHERE id = %s", (scheduled,))
+    pg_autocommit.execute(
+        f"UPDATE {pg_queue.table} SET status = 'agendada' WHERE id = %s", (scheduled,)
+    )
     pg_autocommit.execute(f"UPDATE {pg_queue.table} SET status = 'sucesso' WHERE id = %s", (done,))
 
     same_dict_other_order = {"itens": [1, 2], "pedido": 1}
@@ -369,15 +437,30 @@ def test_list_equivalent_task_filters(client, conn, pg_queue, pg_autocommit):
 
     assert [r["id"] for r in client.list_equivalent_task(**query, status=["falha"])] == [failed]
     assert [r["id"] for r in client.list_equivalent_task(**query, status="falha")] == [failed]
-    assert sorted(r["id"] for r in client.list_equivalent_task(**query, status=("pendente",))) == [match]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, tenant=11))] == [other_tenant]
+    assert sorted(r["id"] for r in client.list_equivalent_task(**query, status=("pendente",))) == [
+        match
+    ]
+    assert [r["id"] for r in client.list_equivalent_task(**dict(query, tenant=11))] == [
+        other_tenant
+    ]
     assert [r["id"] for r in client.list_equivalent_task(**dict(query, tenant=None))] == [no_tenant]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, grupo_empresarial="g2"))] == [other_group]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(query, grupo_empresarial="g2"))
+    ] == [other_group]
     assert client.list_equivalent_task(**dict(query, grupo_empresarial="g3")) == []
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, payload={"pedido": 2, "itens": [1, 2]}))] == [other_payload]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, chave_externa="pedido-2"))] == [other_key]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, origem="crm"))] == [other_origin]
-    assert [r["id"] for r in client.list_equivalent_task(**dict(query, processo="cancelar_nota"))] == [other_process]
+    assert [
+        r["id"]
+        for r in client.list_equivalent_task(**dict(query, payload={"pedido": 2, "itens": [1, 2]}))
+    ] == [other_payload]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(query, chave_externa="pedido-2"))
+    ] == [other_key]
+    assert [r["id"] for r in client.list_equivalent_task(**dict(query, origem="crm"))] == [
+        other_origin
+    ]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(query, processo="cancelar_nota"))
+    ] == [other_process]
     assert client.list_equivalent_task(**dict(query, destino="outro")) == []
 
 
@@ -385,7 +468,9 @@ def test_list_equivalent_task_with_text_payload_and_no_payload(client, conn):
     text_id = client.insert_task(**dict(TASK, payload="conteúdo da mensagem"))
     empty_id = client.insert_task(**dict(TASK, payload=None))
     # Uncommitted rows are visible to the caller's own transaction.
-    assert [r["id"] for r in client.list_equivalent_task(**dict(TASK, payload="conteúdo da mensagem"))] == [text_id]
+    assert [
+        r["id"] for r in client.list_equivalent_task(**dict(TASK, payload="conteúdo da mensagem"))
+    ] == [text_id]
     assert [r["id"] for r in client.list_equivalent_task(**dict(TASK, payload=None))] == [empty_id]
 
 
@@ -402,7 +487,9 @@ ZONE = "America/Sao_Paulo"  # UTC-3, no daylight saving since 2019
 
 
 @pytest.mark.parametrize("bulk", [False, True], ids=["insert_task", "insert_tasks"])
-def test_naive_data_hora_is_read_in_the_session_time_zone(client, conn, pg_queue, pg_autocommit, bulk):
+def test_naive_data_hora_is_read_in_the_session_time_zone(
+    client, conn, pg_queue, pg_autocommit, bulk
+):
     with conn.cursor() as cur:
         cur.execute(f"SET TIME ZONE '{ZONE}'")
     naive = datetime.datetime(2030, 6, 15, 9, 30)

@@ -27,6 +27,7 @@ from tests.helpers.processes import (
     wait_for,
 )
 
+
 @pytest.fixture
 def side(pg_queue, pg_admin):
     """``<queue>_exec``: the handlers' own writes, which must commit (or roll back) with the task."""
@@ -45,8 +46,11 @@ def start_worker(pg_queue, pg_dsn, pg_autocommit):
         worker = InProcessWorker(function_worker(settings, execute, execute_dead)).start()
         started.append(worker)
         if wait_listening:
-            wait_for(lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1, 10,
-                     "the worker to LISTEN on its channel")
+            wait_for(
+                lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1,
+                10,
+                "the worker to LISTEN on its channel",
+            )
         return worker
 
     yield start
@@ -59,7 +63,8 @@ def held_advisory_locks(conn, queue) -> int:
     """Advisory locks held by the worker's sessions (application_name nsj_queue_lib:<queue>)."""
     return conn.execute(
         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND a.application_name = %s", (f"nsj_queue_lib:{queue.name}",),
+        "WHERE l.locktype = 'advisory' AND a.application_name = %s",
+        (f"nsj_queue_lib:{queue.name}",),
     ).fetchone()[0]
 
 
@@ -74,33 +79,48 @@ def seconds(delta: datetime.timedelta) -> float:
 # -- success and failure ---------------------------------------------------------------
 
 
-def test_success_commits_the_handlers_writes_with_sucesso(start_worker, pg_queue, pg_dsn, pg_autocommit, side):
+def test_success_commits_the_handlers_writes_with_sucesso(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
     seen = {}
 
     def execute(payload, tarefa, bd_conn):
-        bd_conn.execute(f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload))
+        bd_conn.execute(
+            f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload)
+        )
         seen["transaction"] = bd_conn.info.transaction_status.name
         with psycopg.connect(pg_dsn, autocommit=True) as outside:  # sees committed rows only
             seen["exec_rows"] = outside.execute(f"SELECT count(*) FROM {side}").fetchone()[0]
-            seen["status"] = outside.execute(f"SELECT status FROM {pg_queue.table} WHERE id = %s",
-                                             (tarefa["id"],)).fetchone()[0]
+            seen["status"] = outside.execute(
+                f"SELECT status FROM {pg_queue.table} WHERE id = %s", (tarefa["id"],)
+            ).fetchone()[0]
         return f"ok {payload}"
 
     worker = start_worker(execute)
     [task_id] = enqueue(pg_dsn, pg_queue.table, [dict(payload="hello", chave_externa="k1")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 10, "the task to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 10, "the task to succeed"
+    )
 
     # While the handler ran its write was not committed and the task was 'processando'.
     assert seen == {"transaction": "INTRANS", "exec_rows": 0, "status": "processando"}
     [row] = fetch_rows(pg_autocommit, pg_queue.table)
-    assert (row["id"], row["status"], row["mensagem"], row["tentativa"]) == (task_id, "sucesso", "ok hello", 1)
+    assert (row["id"], row["status"], row["mensagem"], row["tentativa"]) == (
+        task_id,
+        "sucesso",
+        "ok hello",
+        1,
+    )
     assert row["reenfileirado"] is False and row["estouro_tentativas"] is False
-    assert pg_autocommit.execute(f"SELECT task_id, chave FROM {side}").fetchall() == [(task_id, "hello")]
+    assert pg_autocommit.execute(f"SELECT task_id, chave FROM {side}").fetchall() == [
+        (task_id, "hello")
+    ]
     assert worker.stop() == 0
 
 
-def test_messages_with_nul_characters_are_stored_with_a_replacement(start_worker, pg_queue, pg_dsn,
-                                                                     pg_autocommit):
+def test_messages_with_nul_characters_are_stored_with_a_replacement(
+    start_worker, pg_queue, pg_dsn, pg_autocommit
+):
     """PostgreSQL text cannot hold NUL: the message is kept, NUL replaced, the task still succeeds or fails."""
 
     def execute(payload, tarefa, bd_conn):
@@ -110,14 +130,26 @@ def test_messages_with_nul_characters_are_stored_with_a_replacement(start_worker
 
     start_worker(execute, queue_base_interval_retry=60)
     ok, bad = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok"), dict(payload="fail")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}, 10,
-             "both tasks to settle")
-    assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (ok,))[0]["mensagem"] == "done\ufffdhere"
-    assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))[0]["mensagem"] == \
-        "RuntimeError: bad\ufffdbyte"
+    wait_for(
+        lambda: (
+            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}
+        ),
+        10,
+        "both tasks to settle",
+    )
+    assert (
+        fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (ok,))[0]["mensagem"]
+        == "done\ufffdhere"
+    )
+    assert (
+        fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))[0]["mensagem"]
+        == "RuntimeError: bad\ufffdbyte"
+    )
 
 
-def test_failures_retry_with_back_off_then_dead_letter(start_worker, pg_queue, pg_dsn, pg_autocommit, side):
+def test_failures_retry_with_back_off_then_dead_letter(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
     """A raising handler: rollback, 'falha' + next attempt, and after QUEUE_MAX_RETRY the dead letter."""
     base_minutes = 0.005  # 0.3 s per attempt number
     calls, dead_calls = [], []
@@ -125,19 +157,35 @@ def test_failures_retry_with_back_off_then_dead_letter(start_worker, pg_queue, p
     def execute(payload, tarefa, bd_conn):
         at = bd_conn.execute("SELECT clock_timestamp()").fetchone()[0]
         calls.append(dict(id=tarefa["id"], tentativa=tarefa["tentativa"], payload=payload, at=at))
-        bd_conn.execute(f"INSERT INTO {side} (task_id) VALUES (%s)", (tarefa["id"],))  # must roll back
+        bd_conn.execute(
+            f"INSERT INTO {side} (task_id) VALUES (%s)", (tarefa["id"],)
+        )  # must roll back
         raise RuntimeError(f"boom {tarefa['tentativa']}")
 
     def execute_dead(payload, tarefa, bd_conn):
-        dead_calls.append(dict(payload=payload, dead=tarefa["dead"], live_id=tarefa["live_id"], id=tarefa["id"]))
+        dead_calls.append(
+            dict(payload=payload, dead=tarefa["dead"], live_id=tarefa["live_id"], id=tarefa["id"])
+        )
         return "dead handled"
 
-    worker = start_worker(execute, execute_dead, queue_max_retry=3, queue_base_interval_retry=base_minutes,
-                          queue_wait_notify_interval=0.1)
+    worker = start_worker(
+        execute,
+        execute_dead,
+        queue_max_retry=3,
+        queue_base_interval_retry=base_minutes,
+        queue_wait_notify_interval=0.1,
+    )
     [first_id] = enqueue(pg_dsn, pg_queue.table, [dict(payload='{"n": 1}', chave_externa="chain")])
-    wait_for(lambda: pg_autocommit.execute(
-        f"SELECT count(*) FROM {pg_queue.table} WHERE dead AND status = 'sucesso'").fetchone()[0] == 1,
-        15, "the dead-letter task to be handled")
+    wait_for(
+        lambda: (
+            pg_autocommit.execute(
+                f"SELECT count(*) FROM {pg_queue.table} WHERE dead AND status = 'sucesso'"
+            ).fetchone()[0]
+            == 1
+        ),
+        15,
+        "the dead-letter task to be handled",
+    )
 
     rows = fetch_rows(pg_autocommit, pg_queue.table)
     attempts = [r for r in rows if not r["dead"]]
@@ -150,7 +198,7 @@ def test_failures_retry_with_back_off_then_dead_letter(start_worker, pg_queue, p
     # Nothing a failed handler wrote was committed.
     assert pg_autocommit.execute(f"SELECT count(*) FROM {side}").fetchone()[0] == 0
 
-    for number, (row, call) in enumerate(zip(attempts, calls), start=1):
+    for number, (row, call) in enumerate(zip(attempts, calls, strict=True), start=1):
         assert row["id"] == call["id"]
         assert row["status"] == "falha"
         assert f"boom {number}" in row["mensagem"] and "RuntimeError" in row["mensagem"]
@@ -158,7 +206,7 @@ def test_failures_retry_with_back_off_then_dead_letter(start_worker, pg_queue, p
         assert row["origem"] == "teste" and row["chave_externa"] == "chain"
         if number > 1:
             assert row["id_inicial"] == first_id
-    for row, nxt, call in zip(attempts, attempts[1:], calls):
+    for row, nxt, call in zip(attempts, attempts[1:], calls, strict=False):
         assert row["reenfileirado"] is True
         assert row["estouro_tentativas"] is False
         assert row["proxima_tentativa"] == nxt["data_hora"]
@@ -187,18 +235,30 @@ def test_failures_retry_with_back_off_then_dead_letter(start_worker, pg_queue, p
     assert worker.stop() == 0
 
 
-def test_a_dead_letter_that_keeps_failing_ends_without_another(start_worker, pg_queue, pg_dsn, pg_autocommit):
+def test_a_dead_letter_that_keeps_failing_ends_without_another(
+    start_worker, pg_queue, pg_dsn, pg_autocommit
+):
     def fail(payload, tarefa, bd_conn):
         raise RuntimeError("dead" if tarefa["dead"] else "live")
 
     start_worker(fail, fail, queue_max_retry=2, queue_wait_notify_interval=0.2)
     [first] = enqueue(pg_dsn, pg_queue.table, [dict(payload="x")])
-    wait_for(lambda: pg_autocommit.execute(
-        f"SELECT count(*) FROM {pg_queue.table} WHERE dead AND estouro_tentativas").fetchone()[0] == 1,
-        10, "the dead letter's last attempt to fail")
+    wait_for(
+        lambda: (
+            pg_autocommit.execute(
+                f"SELECT count(*) FROM {pg_queue.table} WHERE dead AND estouro_tentativas"
+            ).fetchone()[0]
+            == 1
+        ),
+        10,
+        "the dead letter's last attempt to fail",
+    )
     rows = fetch_rows(pg_autocommit, pg_queue.table)
     assert [(r["dead"], r["tentativa"], r["status"]) for r in rows] == [
-        (False, 1, "falha"), (False, 2, "falha"), (True, 1, "falha"), (True, 2, "falha"),
+        (False, 1, "falha"),
+        (False, 2, "falha"),
+        (True, 1, "falha"),
+        (True, 2, "falha"),
     ]
     assert all(r["live_id"] == first for r in rows if r["dead"])
     assert "maximum of 2 attempts" in rows[-1]["mensagem"]
@@ -215,8 +275,11 @@ def test_system_exit_and_keyboard_interrupt_fail_the_task_and_the_worker_goes_on
 
     worker = start_worker(execute, queue_base_interval_retry=10)  # the retry stays 'agendada'
     [bad] = enqueue(pg_dsn, pg_queue.table, [dict(payload="raise")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1}, 10,
-             f"the {exception.__name__} to fail the task")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1},
+        10,
+        f"the {exception.__name__} to fail the task",
+    )
     [failed, retry] = fetch_rows(pg_autocommit, pg_queue.table)
     assert failed["id"] == bad and exception.__name__ in failed["mensagem"]
     assert failed["reenfileirado"] is True
@@ -225,8 +288,13 @@ def test_system_exit_and_keyboard_interrupt_fail_the_task_and_the_worker_goes_on
     # The worker still runs and still executes tasks.
     assert worker.alive()
     [good] = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok")])
-    wait_for(lambda: fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso",
-             10, "the next task to succeed")
+    wait_for(
+        lambda: (
+            fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
+        ),
+        10,
+        "the next task to succeed",
+    )
     assert "processando" not in statuses(pg_autocommit, pg_queue.table)
     assert worker.stop() == 0
 
@@ -234,22 +302,41 @@ def test_system_exit_and_keyboard_interrupt_fail_the_task_and_the_worker_goes_on
 # -- order and time -----------------------------------------------------------------------
 
 
-def test_ready_tasks_are_claimed_at_start_by_priority_then_age(start_worker, pg_queue, pg_dsn, pg_autocommit):
+def test_ready_tasks_are_claimed_at_start_by_priority_then_age(
+    start_worker, pg_queue, pg_dsn, pg_autocommit
+):
     """Tasks ready before the worker starts run without any notification, in claim order."""
     base = db_now(pg_autocommit)
     tasks = {  # name: (prioridade, seconds before now)
-        "A": (50, 10), "B": (50, 20), "C": (90, 1), "D": (10, 30), "E": (90, 5), "F": (50, 15),
+        "A": (50, 10),
+        "B": (50, 20),
+        "C": (90, 1),
+        "D": (10, 30),
+        "E": (90, 5),
+        "F": (50, 15),
     }
-    enqueue(pg_dsn, pg_queue.table, [
-        dict(payload=name, prioridade=prio, data_hora=base - datetime.timedelta(seconds=ago))
-        for name, (prio, ago) in tasks.items()
-    ])
+    enqueue(
+        pg_dsn,
+        pg_queue.table,
+        [
+            dict(payload=name, prioridade=prio, data_hora=base - datetime.timedelta(seconds=ago))
+            for name, (prio, ago) in tasks.items()
+        ],
+    )
     order: list[str] = []
     # The notifications of those inserts reached nobody; the interval is long, so
     # only the start-up claim can find the tasks.
-    worker = start_worker(lambda payload, tarefa, conn: order.append(payload), queue_wait_notify_interval=60,
-                          queue_concurrency=1, wait_listening=False)
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 6}, 10, "all six tasks to succeed")
+    worker = start_worker(
+        lambda payload, tarefa, conn: order.append(payload),
+        queue_wait_notify_interval=60,
+        queue_concurrency=1,
+        wait_listening=False,
+    )
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 6},
+        10,
+        "all six tasks to succeed",
+    )
     assert order == ["E", "C", "B", "F", "A", "D"]
     assert worker.runtime.dispatcher.notifications == 0
     worker.stop()
@@ -258,8 +345,11 @@ def test_ready_tasks_are_claimed_at_start_by_priority_then_age(start_worker, pg_
 def test_a_notification_wakes_an_idle_worker(start_worker, pg_queue, pg_dsn, pg_autocommit):
     worker = start_worker(lambda payload, tarefa, conn: "ok", queue_wait_notify_interval=60)
     enqueue(pg_dsn, pg_queue.table, [dict(payload="x")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 3,
-             "the task to run on its notification (the timeout is 60 s)")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1},
+        3,
+        "the task to run on its notification (the timeout is 60 s)",
+    )
     assert worker.runtime.dispatcher.notifications >= 1
     worker.stop()
 
@@ -273,20 +363,35 @@ def test_a_task_due_later_never_runs_before_its_time(start_worker, pg_queue, pg_
         started.append(bd_conn.execute("SELECT clock_timestamp()").fetchone()[0])
 
     start_worker(execute, queue_wait_notify_interval=60)
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 5, "the scheduled task to run")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1},
+        5,
+        "the scheduled task to run",
+    )
     assert started[0] >= due
-    assert seconds(started[0] - due) < 0.5, "the worker knew when the task was due and should run it then"
+    assert seconds(started[0] - due) < 0.5, (
+        "the worker knew when the task was due and should run it then"
+    )
 
 
-def test_a_task_scheduled_while_the_worker_waits_runs_when_due(start_worker, pg_queue, pg_dsn, pg_autocommit):
+def test_a_task_scheduled_while_the_worker_waits_runs_when_due(
+    start_worker, pg_queue, pg_dsn, pg_autocommit
+):
     """The worker is idle with a long timeout; a task due in 0.5 s must not wait for that timeout."""
     started = []
-    start_worker(lambda payload, tarefa, conn: started.append(conn.execute("SELECT clock_timestamp()").fetchone()[0]),
-                 queue_wait_notify_interval=10)
+    start_worker(
+        lambda payload, tarefa, conn: started.append(
+            conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        ),
+        queue_wait_notify_interval=10,
+    )
     due = db_now(pg_autocommit) + datetime.timedelta(seconds=0.5)
     enqueue(pg_dsn, pg_queue.table, [dict(payload="later", data_hora=due)])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 3,
-             "the task to run within 2.5 s of its data_hora (the timeout is 10 s)")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1},
+        3,
+        "the task to run within 2.5 s of its data_hora (the timeout is 10 s)",
+    )
     assert due <= started[0]
     assert seconds(started[0] - due) < 0.5
 
@@ -300,10 +405,15 @@ def test_a_retry_runs_when_it_is_due(start_worker, pg_queue, pg_dsn, pg_autocomm
             raise RuntimeError("first attempt fails")
         return "second attempt"
 
-    start_worker(execute, queue_base_interval_retry=0.005, queue_wait_notify_interval=10)  # due in 0.3 s
+    start_worker(
+        execute, queue_base_interval_retry=0.005, queue_wait_notify_interval=10
+    )  # due in 0.3 s
     enqueue(pg_dsn, pg_queue.table, [dict(payload="x")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "sucesso": 1}, 3,
-             "the retry (due 0.3 s after the failure; the timeout is 10 s) to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "sucesso": 1},
+        3,
+        "the retry (due 0.3 s after the failure; the timeout is 10 s) to succeed",
+    )
     retry = fetch_rows(pg_autocommit, pg_queue.table, "tentativa = 2")[0]
     assert retry["data_hora"] <= started[1]
     assert seconds(started[1] - retry["data_hora"]) < 0.5
@@ -315,20 +425,29 @@ def test_a_task_inserted_without_its_trigger_is_still_processed(
     """No notification at all: the dispatcher's timeout (QUEUE_WAIT_NOTIFY_INTERVAL) finds it."""
     worker = start_worker(lambda payload, tarefa, conn: "ok", queue_wait_notify_interval=0.5)
     enqueue(pg_dsn, pg_queue.table, [dict(payload="canary")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 5, "the canary (worker up)")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1},
+        5,
+        "the canary (worker up)",
+    )
     notified = worker.runtime.dispatcher.notifications
     pg_admin.execute(f"ALTER TABLE {pg_queue.table} DISABLE TRIGGER USER")
     try:
         enqueue(pg_dsn, pg_queue.table, [dict(payload="silent")])
-        wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 2}, 5,
-                 "the task inserted without a notification to run")
+        wait_for(
+            lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 2},
+            5,
+            "the task inserted without a notification to run",
+        )
     finally:
         pg_admin.execute(f"ALTER TABLE {pg_queue.table} ENABLE TRIGGER USER")
     assert worker.runtime.dispatcher.notifications == notified
     worker.stop()
 
 
-def test_concurrent_executors_run_each_task_once(start_worker, pg_queue, pg_dsn, pg_autocommit, side):
+def test_concurrent_executors_run_each_task_once(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
     running, peak, lock = [0], [0], threading.Lock()
 
     def execute(payload, tarefa, bd_conn):
@@ -344,8 +463,14 @@ def test_concurrent_executors_run_each_task_once(start_worker, pg_queue, pg_dsn,
 
     start_worker(execute, queue_concurrency=4)
     enqueue(pg_dsn, pg_queue.table, [dict(payload=str(i)) for i in range(40)])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 40}, 15, "40 tasks to succeed")
-    counts = pg_autocommit.execute(f"SELECT count(*), count(DISTINCT task_id) FROM {side}").fetchone()
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 40},
+        15,
+        "40 tasks to succeed",
+    )
+    counts = pg_autocommit.execute(
+        f"SELECT count(*), count(DISTINCT task_id) FROM {side}"
+    ).fetchone()
     assert counts == (40, 40)
     assert peak[0] == 4  # QUEUE_CONCURRENCY tasks at once, never more
     assert held_advisory_locks(pg_autocommit, pg_queue) == 0  # every liveness lock was released
@@ -359,10 +484,14 @@ def test_savepoints_in_a_handler_commit_or_roll_back_with_the_task(
 ):
     def execute(payload, tarefa, bd_conn):
         with bd_conn.transaction():  # a savepoint inside the task's transaction
-            bd_conn.execute(f"INSERT INTO {side} (task_id, chave) VALUES (%s, 'kept')", (tarefa["id"],))
+            bd_conn.execute(
+                f"INSERT INTO {side} (task_id, chave) VALUES (%s, 'kept')", (tarefa["id"],)
+            )
         try:
             with bd_conn.transaction():
-                bd_conn.execute(f"INSERT INTO {side} (task_id, chave) VALUES (%s, 'undone')", (tarefa["id"],))
+                bd_conn.execute(
+                    f"INSERT INTO {side} (task_id, chave) VALUES (%s, 'undone')", (tarefa["id"],)
+                )
                 raise ValueError("roll back this block only")
         except ValueError:
             pass
@@ -372,8 +501,13 @@ def test_savepoints_in_a_handler_commit_or_roll_back_with_the_task(
 
     start_worker(execute, queue_base_interval_retry=10)
     ok, failed = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok"), dict(payload="fail")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}, 10,
-             "both tasks to settle")
+    wait_for(
+        lambda: (
+            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}
+        ),
+        10,
+        "both tasks to settle",
+    )
     assert pg_autocommit.execute(f"SELECT task_id, chave FROM {side}").fetchall() == [(ok, "kept")]
     row = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (ok,))[0]
     assert row["mensagem"].startswith("xxx") and len(row["mensagem"]) <= 500  # fits the column
@@ -401,12 +535,20 @@ def test_a_handler_that_breaks_its_connection_fails_its_task_and_the_worker_goes
 
     worker = start_worker(execute, queue_base_interval_retry=10, queue_concurrency=1)
     [bad] = enqueue(pg_dsn, pg_queue.table, [dict(payload="bad")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1}, 10,
-             "the task to fail")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1},
+        10,
+        "the task to fail",
+    )
     assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))[0]["reenfileirado"] is True
     [good] = enqueue(pg_dsn, pg_queue.table, [dict(payload="good")])
-    wait_for(lambda: fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso",
-             10, "the next task to succeed")
+    wait_for(
+        lambda: (
+            fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
+        ),
+        10,
+        "the next task to succeed",
+    )
     assert worker.stop() == 0
 
 
@@ -429,21 +571,33 @@ def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
     session claims it once more, and a lock taken twice would outlive it.
     """
     deferred = f"{pg_queue.table}_deferred"
-    pg_admin.execute(f"CREATE TABLE {deferred} (k int, CONSTRAINT {pg_queue.name}_deferred_k UNIQUE (k) "
-                     "DEFERRABLE INITIALLY DEFERRED)")
+    pg_admin.execute(
+        f"CREATE TABLE {deferred} (k int, CONSTRAINT {pg_queue.name}_deferred_k UNIQUE (k) "
+        "DEFERRABLE INITIALLY DEFERRED)"
+    )
     try:
+
         def execute(payload, tarefa, bd_conn):
             if payload == "bad":
                 bd_conn.execute(f"INSERT INTO {deferred} (k) VALUES (1), (1)")  # fails at COMMIT
             return "fine"
 
-        bad, good = enqueue(pg_dsn, pg_queue.table, [dict(payload="bad", prioridade=90), dict(payload="good")])
+        bad, good = enqueue(
+            pg_dsn, pg_queue.table, [dict(payload="bad", prioridade=90), dict(payload="good")]
+        )
         worker = start_worker(execute, queue_base_interval_retry=60, queue_concurrency=1)
-        wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1, "sucesso": 1},
-                 10, "the failed commit to be recorded and the other task to succeed")
+        wait_for(
+            lambda: (
+                statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1, "sucesso": 1}
+            ),
+            10,
+            "the failed commit to be recorded and the other task to succeed",
+        )
         [row] = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))
         assert row["status"] == "falha" and "deferred_k" in row["mensagem"]
-        assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
+        assert (
+            fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
+        )
         assert pg_autocommit.execute(f"SELECT count(*) FROM {deferred}").fetchone()[0] == 0
         assert held_advisory_locks(pg_autocommit, pg_queue) == 0
         assert worker.stop() == 0
@@ -463,9 +617,15 @@ def test_queue_synchronous_commit_sets_the_task_transactions_durability(
 
     start_worker(execute, queue_synchronous_commit=synchronous)
     ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 3}, 10, "the tasks to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 3},
+        10,
+        "the tasks to succeed",
+    )
     assert seen == ["on" if synchronous else "off"] * 3
-    assert sorted(r[0] for r in pg_autocommit.execute(f"SELECT task_id FROM {side}").fetchall()) == ids
+    assert (
+        sorted(r[0] for r in pg_autocommit.execute(f"SELECT task_id FROM {side}").fetchall()) == ids
+    )
 
 
 def test_a_queue_without_the_claim_function_is_served_the_same(
@@ -474,15 +634,25 @@ def test_a_queue_without_the_claim_function_is_served_the_same(
     """Queues made before the claim function existed (or whose DDL was not re-run) work the same."""
 
     def execute(payload, tarefa, bd_conn):
-        bd_conn.execute(f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload))
+        bd_conn.execute(
+            f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload)
+        )
         if payload == "fail":
             raise RuntimeError("fails once")
 
     start_worker(execute, queue_concurrency=2, queue_base_interval_retry=10)
-    ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n), prioridade=n) for n in range(20)]
-                  + [dict(payload="fail")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 20, "falha": 1, "agendada": 1}, 10,
-             "the tasks to settle")
+    ids = enqueue(
+        pg_dsn,
+        pg_queue.table,
+        [dict(payload=str(n), prioridade=n) for n in range(20)] + [dict(payload="fail")],
+    )
+    wait_for(
+        lambda: (
+            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 20, "falha": 1, "agendada": 1}
+        ),
+        10,
+        "the tasks to settle",
+    )
     done = pg_autocommit.execute(f"SELECT task_id FROM {side} ORDER BY task_id").fetchall()
     assert [r[0] for r in done] == ids[:20]  # the failed task's write was rolled back
     assert held_advisory_locks(pg_autocommit, pg_queue) == 0
@@ -492,30 +662,53 @@ def test_dropping_the_claim_function_under_a_running_worker_costs_one_attempt(
     start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
 ):
     """The task whose completion meets the missing function fails once and is retried; the rest fall back."""
-    start_worker(lambda payload, tarefa, bd_conn: None, queue_concurrency=1, queue_base_interval_retry=0.001)
+    start_worker(
+        lambda payload, tarefa, bd_conn: None, queue_concurrency=1, queue_base_interval_retry=0.001
+    )
     enqueue(pg_dsn, pg_queue.table, [dict(payload="before")])
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 10, "the first task")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1}, 10, "the first task"
+    )
     pg_admin.execute(f"DROP FUNCTION {pg_queue.schema}.claim_next_{pg_queue.name}")
     ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(5)])
-    wait_for(lambda: all(
-        any(r["status"] == "sucesso" for r in fetch_rows(pg_autocommit, pg_queue.table,
-                                                        "id = %s OR id_inicial = %s", (i, i)))
-        for i in ids), 15, "every task to succeed, retries included")
+    wait_for(
+        lambda: all(
+            any(
+                r["status"] == "sucesso"
+                for r in fetch_rows(
+                    pg_autocommit, pg_queue.table, "id = %s OR id_inicial = %s", (i, i)
+                )
+            )
+            for i in ids
+        ),
+        15,
+        "every task to succeed, retries included",
+    )
     failed = fetch_rows(pg_autocommit, pg_queue.table, "status = 'falha'")
     assert len(failed) == 1 and "claim_next_" in failed[0]["mensagem"]  # the one that met the drop
 
 
-def test_successive_claims_follow_priority_then_age(claim_path, start_worker, pg_queue, pg_dsn, pg_autocommit):
+def test_successive_claims_follow_priority_then_age(
+    claim_path, start_worker, pg_queue, pg_dsn, pg_autocommit
+):
     """After the first claim every next task comes from the completion's claim (the function or its fallback)."""
     order = []
 
     def execute(payload, tarefa, bd_conn):
         order.append(payload)
 
-    tasks = [dict(payload="low-old", prioridade=10), dict(payload="high-old", prioridade=90),
-             dict(payload="mid", prioridade=50), dict(payload="high-new", prioridade=90),
-             dict(payload="low-new", prioridade=10)]
+    tasks = [
+        dict(payload="low-old", prioridade=10),
+        dict(payload="high-old", prioridade=90),
+        dict(payload="mid", prioridade=50),
+        dict(payload="high-new", prioridade=90),
+        dict(payload="low-new", prioridade=10),
+    ]
     enqueue(pg_dsn, pg_queue.table, tasks)  # one transaction, before the worker starts
     start_worker(execute, queue_concurrency=1)
-    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 5}, 10, "the tasks to succeed")
+    wait_for(
+        lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 5},
+        10,
+        "the tasks to succeed",
+    )
     assert order == ["high-old", "high-new", "mid", "low-old", "low-new"]

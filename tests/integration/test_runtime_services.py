@@ -36,8 +36,13 @@ from tests.helpers.processes import (
 def make_service(cls, dsn: str, table: str, **changes):
     settings = settings_for(dsn, table, **changes)
     store = PostgresQueueStore(settings.queue_table)
-    return cls(settings, store, lambda autocommit: connect(settings, autocommit), threading.Event(),
-               IntervalSchedule(3600))
+    return cls(
+        settings,
+        store,
+        lambda autocommit: connect(settings, autocommit),
+        threading.Event(),
+        IntervalSchedule(3600),
+    )
 
 
 def liveness_keys(conn, table: str, task_id: int) -> tuple[int, int]:
@@ -47,14 +52,21 @@ def liveness_keys(conn, table: str, task_id: int) -> tuple[int, int]:
 
 
 def insert_row(conn, table: str, status: str, task_id: int | None = None, **columns) -> int:
-    values = {"origem": "teste", "destino": "worker", "processo": "processar", "payload": "p", "status": status,
-              **columns}
+    values = {
+        "origem": "teste",
+        "destino": "worker",
+        "processo": "processar",
+        "payload": "p",
+        "status": status,
+        **columns,
+    }
     if task_id is not None:
         values["id"] = task_id
     names = ", ".join(values)
     marks = ", ".join(["%s"] * len(values))
-    return conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING id",
-                        list(values.values())).fetchone()[0]
+    return conn.execute(
+        f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING id", list(values.values())
+    ).fetchone()[0]
 
 
 @pytest.fixture
@@ -75,8 +87,13 @@ def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
     table = pg_queue.table
     base = 2**31 + 5 if big_ids else None
     orphan = insert_row(pg_autocommit, table, "processando", base, chave_externa="orphan")
-    alive = insert_row(pg_autocommit, table, "processando", None if base is None else base + 1,
-                       chave_externa="alive")
+    alive = insert_row(
+        pg_autocommit,
+        table,
+        "processando",
+        None if base is None else base + 1,
+        chave_externa="alive",
+    )
     holder.execute("SELECT pg_advisory_lock(%s, %s)", liveness_keys(holder, table, alive))
 
     service = make_service(RetryService, pg_dsn, table, queue_base_interval_retry=10)
@@ -87,7 +104,11 @@ def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
     assert rows[orphan]["reenfileirado"] is True
     assert rows[orphan]["mensagem"]
     [retry] = [r for r in rows.values() if r["id_anterior"] == orphan]
-    assert (retry["tentativa"], retry["id_inicial"], retry["status_anterior"]) == (2, orphan, "falha_processando")
+    assert (retry["tentativa"], retry["id_inicial"], retry["status_anterior"]) == (
+        2,
+        orphan,
+        "falha_processando",
+    )
     assert retry["status"] in ("agendada", "pendente")
     assert rows[orphan]["proxima_tentativa"] == retry["data_hora"]
     # The attempt whose worker is alive is not touched.
@@ -106,15 +127,25 @@ def test_retry_service_runs_on_one_worker_at_a_time(pg_queue, pg_dsn, pg_autocom
     service = make_service(RetryService, pg_dsn, pg_queue.table)
     holder.execute("SELECT pg_advisory_lock(%s)", (service.lock_key,))  # another worker runs it
     assert service.run_once() is None
-    assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (orphan,))[0]["status"] == "processando"
+    assert (
+        fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (orphan,))[0]["status"]
+        == "processando"
+    )
     holder.execute("SELECT pg_advisory_unlock(%s)", (service.lock_key,))
     assert service.run_once() == 1
 
 
 def test_retry_service_dead_letters_an_orphan_on_its_last_attempt(pg_queue, pg_dsn, pg_autocommit):
     first = insert_row(pg_autocommit, pg_queue.table, "falha", payload="original")
-    last = insert_row(pg_autocommit, pg_queue.table, "processando", payload=None, tentativa=2,
-                      id_inicial=first, id_anterior=first)
+    last = insert_row(
+        pg_autocommit,
+        pg_queue.table,
+        "processando",
+        payload=None,
+        tentativa=2,
+        id_inicial=first,
+        id_anterior=first,
+    )
     service = make_service(RetryService, pg_dsn, pg_queue.table, queue_max_retry=2)
     assert service.run_once() == 1
     rows = {r["id"]: r for r in fetch_rows(pg_autocommit, pg_queue.table)}
@@ -126,14 +157,20 @@ def test_retry_service_dead_letters_an_orphan_on_its_last_attempt(pg_queue, pg_d
 # -- renotify service ----------------------------------------------------------------------
 
 
-def test_renotify_promotes_due_retries_and_wakes_the_workers(pg_queue, pg_dsn, pg_autocommit, pg_admin):
+def test_renotify_promotes_due_retries_and_wakes_the_workers(
+    pg_queue, pg_dsn, pg_autocommit, pg_admin
+):
     table = pg_queue.table
     due = insert_row(pg_autocommit, table, "agendada")
     later = insert_row(pg_autocommit, table, "agendada")
-    pg_autocommit.execute(f"UPDATE {table} SET data_hora = clock_timestamp() - interval '1 second' "
-                          f"WHERE id = %s", (due,))
-    pg_autocommit.execute(f"UPDATE {table} SET data_hora = clock_timestamp() + interval '1 hour' "
-                          f"WHERE id = %s", (later,))
+    pg_autocommit.execute(
+        f"UPDATE {table} SET data_hora = clock_timestamp() - interval '1 second' WHERE id = %s",
+        (due,),
+    )
+    pg_autocommit.execute(
+        f"UPDATE {table} SET data_hora = clock_timestamp() + interval '1 hour' WHERE id = %s",
+        (later,),
+    )
     service = make_service(RenotifyService, pg_dsn, table)
     with psycopg.connect(pg_dsn, autocommit=True) as listener:
         listener.execute(f'LISTEN "{pg_queue.name}"')
@@ -143,7 +180,9 @@ def test_renotify_promotes_due_retries_and_wakes_the_workers(pg_queue, pg_dsn, p
     assert rows == {due: "pendente", later: "agendada"}
 
 
-def test_renotify_wakes_the_workers_for_tasks_left_waiting(pg_queue, pg_dsn, pg_autocommit, pg_admin):
+def test_renotify_wakes_the_workers_for_tasks_left_waiting(
+    pg_queue, pg_dsn, pg_autocommit, pg_admin
+):
     """A 'pendente' task older than QUEUE_WAIT_NOTIFY_INTERVAL: its notification was lost."""
     table = pg_queue.table
     service = make_service(RenotifyService, pg_dsn, table, queue_wait_notify_interval=5)
@@ -152,9 +191,13 @@ def test_renotify_wakes_the_workers_for_tasks_left_waiting(pg_queue, pg_dsn, pg_
         fresh = insert_row(pg_autocommit, table, "pendente")
         collect_until_sentinel(listener, pg_admin, pg_queue.name)  # the insert's own notification
         assert service.run_once() == 0
-        assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []  # not waiting long enough
-        pg_autocommit.execute(f"UPDATE {table} SET data_hora = clock_timestamp() - interval '1 minute' "
-                              f"WHERE id = %s", (fresh,))
+        assert (
+            collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
+        )  # not waiting long enough
+        pg_autocommit.execute(
+            f"UPDATE {table} SET data_hora = clock_timestamp() - interval '1 minute' WHERE id = %s",
+            (fresh,),
+        )
         assert service.run_once() == 0
         assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == [""]
 
@@ -178,7 +221,11 @@ def test_purge_deletes_old_settled_rows_in_bounded_rounds(pg_queue, pg_dsn, pg_a
     # A chain still in progress: its first and middle attempts stay (later attempts
     # read the payload of the first), and so does the pending one.
     first = row("falha")
-    kept = {first, row("falha", id_inicial=first, tentativa=2), row("agendada", id_inicial=first, tentativa=3)}
+    kept = {
+        first,
+        row("falha", id_inicial=first, tentativa=2),
+        row("agendada", id_inicial=first, tentativa=3),
+    }
     kept |= {row("pendente"), row("agendada"), row("processando")}
     kept.add(insert_row(pg_autocommit, table, "sucesso"))  # recent
 
@@ -225,7 +272,11 @@ def test_service_locks_and_task_locks_never_collide(pg_queue, pg_dsn, pg_autocom
     settings = settings_for(pg_dsn, table)
     worker = InProcessWorker(function_worker(settings, execute)).start()
     try:
-        wait_for(lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1, 10, "the worker to LISTEN")
+        wait_for(
+            lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1,
+            10,
+            "the worker to LISTEN",
+        )
         [task_id] = enqueue(pg_dsn, table, [dict(payload="x")])
         assert task_id == 1
         assert started.wait(10)
@@ -254,7 +305,10 @@ def test_service_locks_and_task_locks_never_collide(pg_queue, pg_dsn, pg_autocom
 
 
 def test_service_lock_keys_differ_per_service_and_queue():
-    keys = {service_lock_key(table, name) for table in ("public.a", "public.b", "other.a")
-            for name in ("retry", "renotify", "purge")}
+    keys = {
+        service_lock_key(table, name)
+        for table in ("public.a", "public.b", "other.a")
+        for name in ("retry", "renotify", "purge")
+    }
     assert len(keys) == 9
     assert all(-(2**63) <= key < 2**63 for key in keys)

@@ -11,12 +11,17 @@ import pytest
 from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.server.task_source import MysqlTaskSource, application_name
 from nsj_queue_lib.settings import Settings
-from tests.helpers.server_process import pg_env, servers, unreachable_db_env  # noqa: F401
+from tests.helpers.server_process import (
+    pg_env,
+    unreachable_db_env,
+)
 
 
 def server_env(pg_queue, interval: float) -> dict[str, str]:
     return {
-        **pg_env(pg_queue.dsn), "QUEUE_NAME": pg_queue.name, "QUEUE_TABLE": pg_queue.table,
+        **pg_env(pg_queue.dsn),
+        "QUEUE_NAME": pg_queue.name,
+        "QUEUE_TABLE": pg_queue.table,
         "CHECK_TASKS_INTERVAL": str(interval),
     }
 
@@ -39,7 +44,9 @@ def collect(listener, seconds: float) -> list:
 
 def test_check_tasks_wakes_subscribers_when_tasks_are_ready(pg_queue, servers, pg_autocommit):
     # No trigger: only the server's poll can tell the workers.
-    pg_autocommit.execute(f"ALTER TABLE {pg_queue.table} DISABLE TRIGGER trigger_insert_{pg_queue.name}")
+    pg_autocommit.execute(
+        f"ALTER TABLE {pg_queue.table} DISABLE TRIGGER trigger_insert_{pg_queue.name}"
+    )
     insert(pg_autocommit, pg_queue.table, "pendente", "1 hour")  # not due yet
     insert(pg_autocommit, pg_queue.table, "agendada", "1 hour")
     server = servers(env=server_env(pg_queue, 0.2))
@@ -137,9 +144,14 @@ def test_the_mysql_poll(mysql_kwargs):
                 "status varchar(100) NOT NULL, data_hora datetime(6) NOT NULL)"
             )
         settings = Settings(
-            db_host=mysql_kwargs["host"], db_port=mysql_kwargs["port"], db_name=mysql_kwargs["database"],
-            db_user=mysql_kwargs["user"], db_pass=mysql_kwargs["password"], db_driver="MYSQL",
-            queue_name=table, queue_table=table,
+            db_host=mysql_kwargs["host"],
+            db_port=mysql_kwargs["port"],
+            db_name=mysql_kwargs["database"],
+            db_user=mysql_kwargs["user"],
+            db_pass=mysql_kwargs["password"],
+            db_driver="MYSQL",
+            queue_name=table,
+            queue_table=table,
         )
         source = MysqlTaskSource(settings)
         source.open()
@@ -147,18 +159,24 @@ def test_the_mysql_poll(mysql_kwargs):
             assert source.supports_listen is False
             assert source.has_ready_tasks() is False
             with conn.cursor() as cur:
-                cur.execute(f"INSERT INTO {table} (status, data_hora) VALUES "
-                            "('pendente', CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR), "
-                            "('agendada', CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR), "
-                            "('sucesso', CURRENT_TIMESTAMP(6) - INTERVAL 1 HOUR)")
+                cur.execute(
+                    f"INSERT INTO {table} (status, data_hora) VALUES "
+                    "('pendente', CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR), "
+                    "('agendada', CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR), "
+                    "('sucesso', CURRENT_TIMESTAMP(6) - INTERVAL 1 HOUR)"
+                )
             assert source.has_ready_tasks() is False
             with conn.cursor() as cur:
-                cur.execute(f"INSERT INTO {table} (status, data_hora) VALUES "
-                            "('agendada', CURRENT_TIMESTAMP(6) - INTERVAL 1 SECOND)")
+                cur.execute(
+                    f"INSERT INTO {table} (status, data_hora) VALUES "
+                    "('agendada', CURRENT_TIMESTAMP(6) - INTERVAL 1 SECOND)"
+                )
             assert source.has_ready_tasks() is True
             with conn.cursor() as cur:
-                cur.execute(f"UPDATE {table} SET status = 'pendente' WHERE status = 'agendada' "
-                            "AND data_hora < CURRENT_TIMESTAMP(6)")
+                cur.execute(
+                    f"UPDATE {table} SET status = 'pendente' WHERE status = 'agendada' "
+                    "AND data_hora < CURRENT_TIMESTAMP(6)"
+                )
             assert source.has_ready_tasks() is True
         finally:
             source.close()

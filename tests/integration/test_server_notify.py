@@ -9,7 +9,10 @@ import time
 import pytest
 
 from nsj_queue_lib.client import NotifyClient, ServerConnectionError
-from tests.helpers.server_process import TEST_TOKEN, servers, wait_until  # noqa: F401
+from tests.helpers.server_process import (
+    TEST_TOKEN,
+    wait_until,
+)
 
 
 def test_notify_fans_out_to_every_subscriber_of_the_queue(servers):
@@ -24,7 +27,10 @@ def test_notify_fans_out_to_every_subscriber_of_the_queue(servers):
     assert sender.notify("fila_teste", "HALT") == 3
     for worker in workers:
         got: list = []
-        assert wait_until(lambda: got.extend(worker.wait(0.1)) or len(got) >= 2, timeout=5)
+        assert wait_until(
+            lambda got=got, worker=worker: got.extend(worker.wait(0.1)) or len(got) >= 2,
+            timeout=5,
+        )
         assert got == [("fila_teste", ""), ("fila_teste", "HALT")]
     assert elsewhere.wait(0.2) == []
     assert sender.notify("nobody_listens") == 0
@@ -148,7 +154,10 @@ def test_reconnect_waits_with_back_off_until_the_server_is_back(servers):
             client.ping()
         results[name] = client.reconnect(stop=stop, max_wait=20, max_delay=0.5)
 
-    threads = [threading.Thread(target=reconnect, args=a) for a in (("locks", locks), ("listener", listener))]
+    threads = [
+        threading.Thread(target=reconnect, args=a)
+        for a in (("locks", locks), ("listener", listener))
+    ]
     for thread in threads:
         thread.start()
     time.sleep(0.7)  # the clients retry meanwhile; the server is down
@@ -168,7 +177,10 @@ def test_many_threads_reconnecting_one_client_open_one_connection(servers):
     with pytest.raises(ServerConnectionError):
         locks.ping()
     outcomes: list[bool] = []
-    threads = [threading.Thread(target=lambda: outcomes.append(locks.reconnect(max_wait=10))) for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: outcomes.append(locks.reconnect(max_wait=10)))
+        for _ in range(8)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -185,12 +197,23 @@ def test_notify_client_from_settings_uses_the_notify_port(servers):
 
     server = servers()
     settings = Settings(
-        db_host="unused", db_name="unused", db_user="unused", server_host="127.0.0.1",
-        notify_service_port=server.notify_port, lock_service_port=server.lock_port,
-        queue_server_token=TEST_TOKEN, timeout_socket_message=3,
+        db_host="unused",
+        db_name="unused",
+        db_user="unused",
+        server_host="127.0.0.1",
+        notify_service_port=server.notify_port,
+        lock_service_port=server.lock_port,
+        queue_server_token=TEST_TOKEN,
+        timeout_socket_message=3,
     )
-    with NotifyClient.from_settings(settings, "settings") as listener, \
-            LockClient.from_settings(settings, "settings") as locks:
-        assert (listener.port, locks.port, listener.timeout) == (server.notify_port, server.lock_port, 3.0)
+    with (
+        NotifyClient.from_settings(settings, "settings") as listener,
+        LockClient.from_settings(settings, "settings") as locks,
+    ):
+        assert (listener.port, locks.port, listener.timeout) == (
+            server.notify_port,
+            server.lock_port,
+            3.0,
+        )
         listener.subscribe("fila_teste")
         assert locks.try_lock("x")

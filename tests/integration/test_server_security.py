@@ -21,10 +21,16 @@ import pytest
 
 from nsj_queue_lib import protocol
 from nsj_queue_lib.client import AuthenticationError, ServerConnectionError, ServerRequestError
-from nsj_queue_lib.server.config import resolve_bind_host
 from nsj_queue_lib.exceptions import ConfigError
-from tests.helpers.server_process import (  # noqa: F401 - servers is a fixture
-    ROOT, TEST_TOKEN, ServerProcess, free_port, local_non_loopback_ip, servers, unreachable_db_env, wait_until,
+from nsj_queue_lib.server.config import resolve_bind_host
+from tests.helpers.server_process import (
+    ROOT,
+    TEST_TOKEN,
+    ServerProcess,
+    free_port,
+    local_non_loopback_ip,
+    unreachable_db_env,
+    wait_until,
 )
 
 FAST = 0.5  # TIMEOUT_SOCKET_MESSAGE of these tests
@@ -42,7 +48,7 @@ def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[list[d
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data = sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except OSError:  # reset: closed
             closed = True
@@ -168,7 +174,9 @@ def test_missing_and_wrong_tokens_are_refused(servers):
     log = server.log_text()
     assert "authentication failed (no token)" in log
     assert "authentication failed (wrong token)" in log
-    assert TEST_TOKEN not in log and TEST_TOKEN[:-1] not in log and "not-the-token-at-all" not in log
+    assert (
+        TEST_TOKEN not in log and TEST_TOKEN[:-1] not in log and "not-the-token-at-all" not in log
+    )
 
 
 def test_a_refused_client_gets_the_reason_before_the_close(servers):
@@ -177,7 +185,9 @@ def test_a_refused_client_gets_the_reason_before_the_close(servers):
     send_frame(sock, {"op": "hello", "id": 5, "token": "wrong", "client": "raw"})
     frames, closed = read_until_closed(sock)
     assert closed
-    assert frames == [{"v": 1, "id": 5, "ok": False, "error": "unauthorized", "message": "authentication failed"}]
+    assert frames == [
+        {"v": 1, "id": 5, "ok": False, "error": "unauthorized", "message": "authentication failed"}
+    ]
 
 
 # -- bad clients ---------------------------------------------------------------------
@@ -292,7 +302,7 @@ def test_every_bad_client_at_once_while_a_good_client_works(servers):
         try:
             while not stop.is_set():
                 good.check()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # the test asserts none were collected
             errors.append(exc)
 
     worker = threading.Thread(target=work)
@@ -330,8 +340,11 @@ def test_unknown_operations_and_bad_arguments_get_an_error_and_keep_the_connecti
         assert data
         replies += decoder.messages(data)
     assert [(r["id"], r["ok"], r.get("error")) for r in replies] == [
-        (1, False, "unknown_op"), (2, False, "bad_request"), (3, False, "bad_request"),
-        (4, False, "bad_request"), ("five", True, None),
+        (1, False, "unknown_op"),
+        (2, False, "bad_request"),
+        (3, False, "bad_request"),
+        (4, False, "bad_request"),
+        ("five", True, None),
     ]
     client = server.lock_client()
     with pytest.raises(ServerRequestError) as info:
@@ -368,8 +381,11 @@ def test_an_authenticated_halt_stops_the_server_with_exit_code_0(servers):
 def test_the_halt_command(servers):
     server = servers()
     env = {
-        "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "SERVER_HOST": "127.0.0.1",
-        "LOCK_SERVICE_PORT": str(server.lock_port), "QUEUE_SERVER_TOKEN": "wrong",
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(ROOT),
+        "SERVER_HOST": "127.0.0.1",
+        "LOCK_SERVICE_PORT": str(server.lock_port),
+        "QUEUE_SERVER_TOKEN": "wrong",
     }
     command = [sys.executable, "-m", "nsj_queue_lib.server", "halt"]
     refused = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=30)
@@ -418,11 +434,16 @@ def test_a_signal_stops_the_server_gracefully(servers, sig):
 
 
 def test_a_bad_bind_variable_is_a_configuration_error(tmp_path):
-    server = ServerProcess(tmp_path, env={**unreachable_db_env(), "QUEUE_SERVER_BIND": "not an address"})
+    server = ServerProcess(
+        tmp_path, env={**unreachable_db_env(), "QUEUE_SERVER_BIND": "not an address"}
+    )
     server._spawn()
     assert server.wait(30) == 2
-    assert server.log_text().strip().splitlines()[-1].startswith(
-        "nsj_queue_lib.server: invalid configuration: QUEUE_SERVER_BIND"
+    assert (
+        server.log_text()
+        .strip()
+        .splitlines()[-1]
+        .startswith("nsj_queue_lib.server: invalid configuration: QUEUE_SERVER_BIND")
     )
 
 
@@ -451,7 +472,12 @@ def test_hello_reply_describes_the_server(servers):
     sock = server.raw_socket()
     reply = hello(sock)
     assert reply == {
-        "v": 1, "id": 0, "ok": True, "server": "nsj_queue_lib", "protocol": 1,
-        "max_frame": protocol.MAX_FRAME_SIZE, "token_required": True,
+        "v": 1,
+        "id": 0,
+        "ok": True,
+        "server": "nsj_queue_lib",
+        "protocol": 1,
+        "max_frame": protocol.MAX_FRAME_SIZE,
+        "token_required": True,
     }
     assert json.loads(json.dumps(reply)) == reply

@@ -57,23 +57,42 @@ def _install_legacy_venv() -> None:
     python = VENV / "bin" / "python"
     steps = [
         [sys.executable, "-m", "venv", str(VENV)],
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"nsj-queue-lib=={LEGACY}"],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"nsj-queue-lib=={LEGACY}",
+        ],
     ]
     for command in steps:
         try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT
+            )
         except subprocess.TimeoutExpired:
-            _unavailable(f"installing nsj-queue-lib=={LEGACY} took more than {INSTALL_TIMEOUT}s (no network?)")
+            _unavailable(
+                f"installing nsj-queue-lib=={LEGACY} took more than {INSTALL_TIMEOUT}s (no network?)"
+            )
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
-            _unavailable(f"cannot install nsj-queue-lib=={LEGACY} from PyPI (no network?): " + " | ".join(tail))
+            _unavailable(
+                f"cannot install nsj-queue-lib=={LEGACY} from PyPI (no network?): "
+                + " | ".join(tail)
+            )
 
 
 def _usable(python: Path) -> bool:
     """The cached venv still works (a temp cleaner may have removed parts of it)."""
     try:
-        check = subprocess.run([str(python), "-c", "import psycopg2, nsj_queue_lib.db_gen"],
-                               cwd=CACHE, capture_output=True, timeout=60)
+        check = subprocess.run(
+            [str(python), "-c", "import psycopg2, nsj_queue_lib.db_gen"],
+            cwd=CACHE,
+            capture_output=True,
+            timeout=60,
+        )
     except OSError:
         return False
     return check.returncode == 0
@@ -92,12 +111,19 @@ def legacy_python() -> Path:
     return VENV / "bin" / "python"
 
 
-def run_legacy(legacy_python: Path, workdir: Path, args: list[str], env: dict[str, str] | None = None) -> str:
+def run_legacy(
+    legacy_python: Path, workdir: Path, args: list[str], env: dict[str, str] | None = None
+) -> str:
     """Run the legacy interpreter outside the repository, so that ITS nsj_queue_lib is imported."""
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     environ.update(env or {})
     result = subprocess.run(
-        [str(legacy_python), *args], cwd=workdir, env=environ, capture_output=True, text=True, timeout=120,
+        [str(legacy_python), *args],
+        cwd=workdir,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, f"legacy {args[:3]} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
@@ -142,8 +168,16 @@ def legacy_client(legacy_python, workdir, dsn, queue, insert=(), lookups=()) -> 
         "QUEUE_SUBSCRIBER_TABLE": queue.subscriber_table,
     }
     out = run_legacy(
-        legacy_python, workdir,
-        [str(script), dsn, queue.table, queue.subscriber_table, json.dumps(list(insert)), json.dumps(list(lookups))],
+        legacy_python,
+        workdir,
+        [
+            str(script),
+            dsn,
+            queue.table,
+            queue.subscriber_table,
+            json.dumps(list(insert)),
+            json.dumps(list(lookups)),
+        ],
         env,
     )
     report = json.loads(out.strip().splitlines()[-1])
@@ -183,16 +217,25 @@ def reference_catalog(pg_dsn, pg_admin, pg_autocommit):
 
 
 ORIGINAL_TASK = dict(
-    origem="teste", destino="teste_destino", processo="processo_teste", chave_externa="1234567",
-    payload="conteúdo da mensagem", tenant=1, grupo_empresarial="grupo",
+    origem="teste",
+    destino="teste_destino",
+    processo="processo_teste",
+    chave_externa="1234567",
+    payload="conteúdo da mensagem",
+    tenant=1,
+    grupo_empresarial="grupo",
 )
 
 
-def test_upgrade_of_a_real_1_2_2_queue(legacy_python, legacy_queue, reference_catalog, pg_admin, pg_autocommit, pg_dsn, tmp_path):
+def test_upgrade_of_a_real_1_2_2_queue(
+    legacy_python, legacy_queue, reference_catalog, pg_admin, pg_autocommit, pg_dsn, tmp_path
+):
     queue = legacy_queue
     # A task enqueued by 1.2.2 before the upgrade.
     before_task = dict(ORIGINAL_TASK, chave_externa="antes")
-    [[before_id]] = legacy_client(legacy_python, tmp_path, pg_dsn, queue, [before_task], [before_task])
+    [[before_id]] = legacy_client(
+        legacy_python, tmp_path, pg_dsn, queue, [before_task], [before_task]
+    )
 
     original = queue_catalog(pg_autocommit, "public", queue.name)
     assert "idx_{q}_claim" not in original["indexes"]  # the upgrade has work to do
@@ -222,7 +265,9 @@ def test_upgrade_of_a_real_1_2_2_queue(legacy_python, legacy_queue, reference_ca
     after_task = dict(ORIGINAL_TASK, prioridade=100)
     with connect_pg(pg_dsn, "psycopg", autocommit=True) as listener:
         listener.execute(f"LISTEN {queue.name}")
-        [[after_id]] = legacy_client(legacy_python, tmp_path, pg_dsn, queue, [after_task], [ORIGINAL_TASK])
+        [[after_id]] = legacy_client(
+            legacy_python, tmp_path, pg_dsn, queue, [after_task], [ORIGINAL_TASK]
+        )
         assert collect_until_sentinel(listener, pg_admin, queue.name) == [""]
 
     # Tasks written by 1.2.2 (before and after the upgrade) are read by our code.
@@ -231,9 +276,21 @@ def test_upgrade_of_a_real_1_2_2_queue(legacy_python, legacy_queue, reference_ca
             store = PostgresQueueStore(queue.table, queue.subscriber_table)
             row = store.get_task(conn, after_id)
             assert row["payload"] == "conteúdo da mensagem"
-            assert row["payload_hash"] == payload_hash("conteúdo da mensagem")  # same hash as 1.2.2's
-            assert (row["status"], row["tentativa"], row["prioridade"], row["tenant"], row["grupo_empresarial"]) == (
-                "pendente", 1, 100, 1, "grupo",
+            assert row["payload_hash"] == payload_hash(
+                "conteúdo da mensagem"
+            )  # same hash as 1.2.2's
+            assert (
+                row["status"],
+                row["tentativa"],
+                row["prioridade"],
+                row["tenant"],
+                row["grupo_empresarial"],
+            ) == (
+                "pendente",
+                1,
+                100,
+                1,
+                "grupo",
             )
             assert (row["pub_sub"], row["dead"]) == (False, False)
             assert store.get_task(conn, before_id)["chave_externa"] == "antes"

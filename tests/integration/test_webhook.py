@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from psycopg.types.json import Json
 
-from nsj_queue_lib import DeadSubscriber, QueueClient, Settings, Subscriber, WorkerPubSubBase, WorkerWebhook
+from nsj_queue_lib import (
+    DeadSubscriber,
+    QueueClient,
+    Settings,
+    Subscriber,
+    WorkerPubSubBase,
+    WorkerWebhook,
+)
 from nsj_queue_lib.model import MENSAGEM_LIMIT
 from tests.helpers.databases import connect_pg
 from tests.helpers.http_server import RecordingServer
@@ -35,8 +42,15 @@ QUERY_SECRET = "token=qs-secret-5a4b"
 # -- harness (shared parts in tests/helpers/worker_harness.py) ---------------------
 
 
-def add_subscriber(conn, queue, subscriber_id: str, url: str | None, http_method: str | None = "POST",
-                   headers: Any = None, processo: str = PROCESSO) -> None:
+def add_subscriber(
+    conn,
+    queue,
+    subscriber_id: str,
+    url: str | None,
+    http_method: str | None = "POST",
+    headers: Any = None,
+    processo: str = PROCESSO,
+) -> None:
     conn.execute(
         f"INSERT INTO {queue.subscriber_table} (id, processo, url, http_method, headers) "
         "VALUES (%s, %s, %s, %s, %s)",
@@ -68,8 +82,10 @@ def delivered(db, queue, subscriber_id: str) -> bool:
 
 
 def dead_letter_settled(db, queue, subscriber_id: str) -> bool:
-    return any(r["status"] == "sucesso"
-               for r in rows(db, queue.table, "subscriber_id = %s AND dead", (subscriber_id,)))
+    return any(
+        r["status"] == "sucesso"
+        for r in rows(db, queue.table, "subscriber_id = %s AND dead", (subscriber_id,))
+    )
 
 
 @pytest.fixture
@@ -160,15 +176,21 @@ def test_get_and_delete_send_no_body(pg_queue, pg_autocommit, server, http_metho
     assert request.header("X-Api-Key") == "abc"
 
 
-def test_text_publication_is_sent_as_text_and_a_configured_content_type_wins(pg_queue, pg_autocommit, server):
+def test_text_publication_is_sent_as_text_and_a_configured_content_type_wins(
+    pg_queue, pg_autocommit, server
+):
     db = pg_autocommit
     add_subscriber(db, pg_queue, "texto", server.url("/texto"), "POST")
-    add_subscriber(db, pg_queue, "xml", server.url("/xml"), "PUT", {"content-type": "application/xml"})
+    add_subscriber(
+        db, pg_queue, "xml", server.url("/xml"), "PUT", {"content-type": "application/xml"}
+    )
     publication_id = publish(pg_queue, "<nota numero='1'>não é JSON</nota>")
 
     with running(WorkerWebhook(worker_settings(pg_queue))):
-        wait_until(lambda: delivered(db, pg_queue, "texto") and delivered(db, pg_queue, "xml"),
-                   what="both deliveries")
+        wait_until(
+            lambda: delivered(db, pg_queue, "texto") and delivered(db, pg_queue, "xml"),
+            what="both deliveries",
+        )
 
     body = publication_text(db, pg_queue, publication_id).encode("utf-8")
     (texto,) = server.requests_to("/texto")
@@ -178,13 +200,16 @@ def test_text_publication_is_sent_as_text_and_a_configured_content_type_wins(pg_
     assert xml.body == body
     assert xml.header("Content-Type") == "application/xml"
     assert [k for k, _ in xml.headers].count("content-type") + [k for k, _ in xml.headers].count(
-        "Content-Type") == 1
+        "Content-Type"
+    ) == 1
 
 
 # -- failures that are retried -------------------------------------------------------
 
 
-def test_a_500_answer_is_a_failure_retried_until_it_succeeds(pg_queue, pg_autocommit, server, nsj_logs):
+def test_a_500_answer_is_a_failure_retried_until_it_succeeds(
+    pg_queue, pg_autocommit, server, nsj_logs
+):
     db = pg_autocommit
     server.route("/hook", statuses=[500, 200], body=b"erro interno do assinante")
     add_subscriber(db, pg_queue, "erp", server.url(f"/hook?{QUERY_SECRET}"), "POST", HEADERS)
@@ -199,7 +224,11 @@ def test_a_500_answer_is_a_failure_retried_until_it_succeeds(pg_queue, pg_autoco
     assert "500" in first["mensagem"]
     assert "erro interno do assinante" in first["mensagem"]
     assert first["reenfileirado"] is True
-    assert (second["tentativa"], second["status"], second["id_inicial"]) == (2, "sucesso", first["id"])
+    assert (second["tentativa"], second["status"], second["id_inicial"]) == (
+        2,
+        "sucesso",
+        first["id"],
+    )
     assert "200" in second["mensagem"]
     requests = server.requests_to("/hook")
     assert len(requests) == 2
@@ -222,7 +251,9 @@ def test_a_timeout_is_a_failure(pg_queue, pg_autocommit, server):
 
     started = time.monotonic()
     with running(WorkerWebhook(worker_settings(pg_queue, default_webhook_timeout=0.5))):
-        wait_until(lambda: len(attempts(db, pg_queue, "lento")) >= 2, what="the failed first attempt")
+        wait_until(
+            lambda: len(attempts(db, pg_queue, "lento")) >= 2, what="the failed first attempt"
+        )
         failed_after = time.monotonic() - started
         wait_until(lambda: delivered(db, pg_queue, "lento"), what="the retry")
 
@@ -243,8 +274,13 @@ def test_a_redirect_is_not_followed_and_is_a_failure(pg_queue, pg_autocommit, se
     publish(pg_queue)
 
     with running(WorkerWebhook(worker_settings(pg_queue, queue_max_retry=1))):
-        wait_until(lambda: dead_letter_settled(db, pg_queue, "movido")
-                   and dead_letter_settled(db, pg_queue, "permanente"), what="both dead letters")
+        wait_until(
+            lambda: (
+                dead_letter_settled(db, pg_queue, "movido")
+                and dead_letter_settled(db, pg_queue, "permanente")
+            ),
+            what="both dead letters",
+        )
 
     for subscriber_id, status in (("movido", "302"), ("permanente", "308")):
         (attempt,) = attempts(db, pg_queue, subscriber_id)
@@ -274,15 +310,25 @@ def test_refused_subscriptions_fail_without_any_request(
 ):
     db = pg_autocommit
     add_subscriber(db, pg_queue, "recusado", url and url.format(port=server.port), http_method)
-    add_subscriber(db, pg_queue, "sentinela", server.url("/sentinel"), "POST")  # proves the worker ran
+    add_subscriber(
+        db, pg_queue, "sentinela", server.url("/sentinel"), "POST"
+    )  # proves the worker ran
     publish(pg_queue)
 
     with running(WorkerWebhook(worker_settings(pg_queue, queue_max_retry=2))):
-        wait_until(lambda: dead_letter_settled(db, pg_queue, "recusado") and delivered(db, pg_queue, "sentinela"),
-                   what="the refused delivery's dead letter")
+        wait_until(
+            lambda: (
+                dead_letter_settled(db, pg_queue, "recusado")
+                and delivered(db, pg_queue, "sentinela")
+            ),
+            what="the refused delivery's dead letter",
+        )
 
     refused = attempts(db, pg_queue, "recusado")
-    assert [a["tentativa"] for a in refused] == [1, 2]  # failed, retried, dead-lettered like any task
+    assert [a["tentativa"] for a in refused] == [
+        1,
+        2,
+    ]  # failed, retried, dead-lettered like any task
     assert all(a["status"] == "falha" for a in refused)
     assert all(error in a["mensagem"] for a in refused), [a["mensagem"] for a in refused]
     assert [r.route for r in server.snapshot()] == ["/sentinel"]  # no request for the refused one
@@ -299,8 +345,13 @@ def test_a_huge_answer_is_read_only_up_to_the_bound(pg_queue, pg_autocommit, ser
 
     started = time.monotonic()
     with running(WorkerWebhook(worker_settings(pg_queue, queue_max_retry=1))):
-        wait_until(lambda: delivered(db, pg_queue, "grande") and dead_letter_settled(db, pg_queue, "grande_erro"),
-                   what="both deliveries")
+        wait_until(
+            lambda: (
+                delivered(db, pg_queue, "grande")
+                and dead_letter_settled(db, pg_queue, "grande_erro")
+            ),
+            what="both deliveries",
+        )
     assert time.monotonic() - started < 10
 
     (good,) = attempts(db, pg_queue, "grande")
@@ -321,8 +372,12 @@ def test_one_connection_is_reused_for_successive_deliveries(pg_queue, pg_autocom
         for n in range(3):
             publish(pg_queue, {"nota": n}, chave_externa=f"nota-{n}")
             server.wait_for_requests(n + 1)
-        wait_until(lambda: len([a for a in attempts(db, pg_queue, "erp") if a["status"] == "sucesso"]) == 3,
-                   what="three deliveries")
+        wait_until(
+            lambda: (
+                len([a for a in attempts(db, pg_queue, "erp") if a["status"] == "sucesso"]) == 3
+            ),
+            what="three deliveries",
+        )
 
     requests = server.snapshot()
     assert [json.loads(r.body)["nota"] for r in requests] == [0, 1, 2]
@@ -369,8 +424,13 @@ def test_a_pub_sub_worker_serves_method_and_webhook_subscribers(pg_queue, pg_aut
 
     worker = MixedWorker(worker_settings(pg_queue, queue_max_retry=2))
     with running(worker):
-        wait_until(lambda: all(delivered(db, pg_queue, s) for s in ("indice", "metodo_e_url", "hook"))
-                   and dead_letter_settled(db, pg_queue, "quebrado"), what="every delivery")
+        wait_until(
+            lambda: (
+                all(delivered(db, pg_queue, s) for s in ("indice", "metodo_e_url", "hook"))
+                and dead_letter_settled(db, pg_queue, "quebrado")
+            ),
+            what="every delivery",
+        )
 
     (hook,) = server.requests_to("/hook")
     assert hook.method == "PUT" and hook.body == text.encode("utf-8")
@@ -381,7 +441,7 @@ def test_a_pub_sub_worker_serves_method_and_webhook_subscribers(pg_queue, pg_aut
     assert all("503" in a["mensagem"] for a in attempts(db, pg_queue, "quebrado"))
     handled = sorted(name for name, _ in worker.calls)
     assert handled == ["dead quebrado", "indice", "metodo_e_url"]
-    for name, payload in worker.calls:
+    for _name, payload in worker.calls:
         assert payload["publication"] == text
     (dead,) = rows(db, pg_queue.table, "subscriber_id = 'quebrado' AND dead")
     assert dead["mensagem"] == "webhook quebrado: avisado"

@@ -52,7 +52,15 @@ def enqueue_on_each_driver() -> list[int]:
         ids.append(client.insert_task_webhook("o", "d", "p", "k", ["list", "payload"]))
         ids.extend(
             client.insert_tasks(
-                [{"origem": "o", "destino": "d", "processo": "p", "chave_externa": "k", "payload": {}}]
+                [
+                    {
+                        "origem": "o",
+                        "destino": "d",
+                        "processo": "p",
+                        "chave_externa": "k",
+                        "payload": {},
+                    }
+                ]
             )
         )
         found: list[dict[str, Any]] = client.list_equivalent_task(

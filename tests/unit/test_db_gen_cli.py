@@ -20,7 +20,11 @@ REGENERATE = "python tests/golden/regenerate.py"
 def db_gen(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
-        cwd=ROOT, capture_output=True, text=True, encoding="utf-8", timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
     )
 
 
@@ -37,7 +41,9 @@ def test_output_matches_golden_file(golden, args):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     expected = (GOLDEN / golden).read_text("utf-8")
-    assert result.stdout == expected, f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
+    assert result.stdout == expected, (
+        f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
+    )
 
 
 def test_database_fila_teste_sql_is_current():
@@ -49,7 +55,10 @@ def test_database_fila_teste_sql_is_current():
 
 def test_render_is_what_the_command_prints():
     assert render("public", "fila_teste") == db_gen("public", "fila_teste").stdout
-    assert render("public", "fila_teste", upgrade=True) == db_gen("public", "fila_teste", "--upgrade").stdout
+    assert (
+        render("public", "fila_teste", upgrade=True)
+        == db_gen("public", "fila_teste", "--upgrade").stdout
+    )
 
 
 def test_names_are_substituted_everywhere():
@@ -63,7 +72,9 @@ def test_names_are_substituted_everywhere():
 
 
 def _table_body(ddl: str, table: str) -> str:
-    match = re.search(rf"CREATE TABLE (?:IF NOT EXISTS )?{re.escape(table)} \((.*?)\n\);", ddl, re.S)
+    match = re.search(
+        rf"CREATE TABLE (?:IF NOT EXISTS )?{re.escape(table)} \((.*?)\n\);", ddl, re.S
+    )
     assert match, f"no CREATE TABLE {table}"
     return match.group(1)
 
@@ -72,7 +83,9 @@ def test_create_ddl_has_every_contract_column():
     ddl = render("public", "fila_teste")
     queue_columns = re.findall(r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste"), re.M)
     assert queue_columns == list(model.QUEUE_COLUMNS)
-    subscriber_columns = re.findall(r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M)
+    subscriber_columns = re.findall(
+        r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M
+    )
     assert subscriber_columns == list(model.SUBSCRIBER_COLUMNS)
 
 
@@ -133,7 +146,9 @@ def test_longest_accepted_queue_name():
     assert db_gen("public", longest + "q").returncode == 2
 
 
-@pytest.mark.parametrize("args", [["public"], [], ["public", "fila", "--dialect", "oracle"], ["public", "fila", "extra"]])
+@pytest.mark.parametrize(
+    "args", [["public"], [], ["public", "fila", "--dialect", "oracle"], ["public", "fila", "extra"]]
+)
 def test_usage_errors_exit_2_with_nothing_on_stdout(args):
     result = db_gen(*args)
     assert result.returncode == 2

@@ -13,7 +13,12 @@ import pytest
 from nsj_queue_lib import model
 from nsj_queue_lib.db import dialect as dialect_module
 from nsj_queue_lib.db.dialect import DIALECT_NAMES, dialect_name_for_connection, get_dialect
-from nsj_queue_lib.db.mysql.dialect import UPGRADE_COLUMNS, claim_procedure_version, column_definitions, split_script
+from nsj_queue_lib.db.mysql.dialect import (
+    UPGRADE_COLUMNS,
+    claim_procedure_version,
+    column_definitions,
+    split_script,
+)
 from nsj_queue_lib.db.sql_files import load_queries
 from nsj_queue_lib.db_gen import render
 
@@ -26,7 +31,11 @@ DIALECTS = ["mysql", "singlestore"]
 def db_gen(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
-        cwd=ROOT, capture_output=True, text=True, encoding="utf-8", timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
     )
 
 
@@ -43,7 +52,9 @@ def test_output_matches_golden_file(golden, args):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     expected = (GOLDEN / golden).read_text("utf-8")
-    assert result.stdout == expected, f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
+    assert result.stdout == expected, (
+        f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
+    )
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -51,13 +62,28 @@ def test_database_fila_teste_sql_is_current(dialect):
     result = db_gen("public", "fila_teste", "--dialect", dialect)
     assert result.returncode == 0, result.stderr
     current = (ROOT / "database" / dialect / "fila_teste.sql").read_text("utf-8")
-    assert current == result.stdout, f"database/{dialect}/fila_teste.sql is stale: run {REGENERATE} (or make ddl)"
+    assert current == result.stdout, (
+        f"database/{dialect}/fila_teste.sql is stale: run {REGENERATE} (or make ddl)"
+    )
 
 
 def test_make_verify_ddl_checks_every_dialect():
     result = subprocess.run(
-        ["bash", "scripts/ddl.sh", "check", "public", "fila_teste", "postgres", "mysql", "singlestore"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+        [
+            "bash",
+            "scripts/ddl.sh",
+            "check",
+            "public",
+            "fila_teste",
+            "postgres",
+            "mysql",
+            "singlestore",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("ok ") == 3
@@ -65,7 +91,10 @@ def test_make_verify_ddl_checks_every_dialect():
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_render_is_what_the_command_prints(dialect):
-    assert render("public", "fila_teste", dialect) == db_gen("public", "fila_teste", "--dialect", dialect).stdout
+    assert (
+        render("public", "fila_teste", dialect)
+        == db_gen("public", "fila_teste", "--dialect", dialect).stdout
+    )
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -79,7 +108,9 @@ def test_names_are_substituted_everywhere(dialect):
 
 
 def _table_body(ddl: str, table: str) -> str:
-    match = re.search(rf"CREATE (?:ROWSTORE )?TABLE (?:IF NOT EXISTS )?{re.escape(table)} \((.*?)\n\)", ddl, re.S)
+    match = re.search(
+        rf"CREATE (?:ROWSTORE )?TABLE (?:IF NOT EXISTS )?{re.escape(table)} \((.*?)\n\)", ddl, re.S
+    )
     assert match, f"no CREATE TABLE {table}"
     return match.group(1)
 
@@ -100,15 +131,21 @@ def test_every_dialect_renders_the_same_logical_table(dialect):
     assert "DEFAULT 1" in queue["tentativa"]
     assert "DEFAULT 50" in queue["prioridade"]
     for column in ("pub_sub", "dead"):
-        assert re.search(r"(?i)not null", queue[column]) and re.search(r"(?i)default false", queue[column]), column
+        assert re.search(r"(?i)not null", queue[column]) and re.search(
+            r"(?i)default false", queue[column]
+        ), column
     for column in ("reenfileirado", "estouro_tentativas"):
         assert re.search(r"(?i)default false", queue[column]), column
     for column, size in model.TEXT_LIMITS.items():
         assert queue[column] == f"varchar({size})", column
     assert queue["mensagem"] == queue["mensagem_anterior"] == f"varchar({model.MENSAGEM_LIMIT})"
     for column in ("data_hora", "data_hora_inicial"):
-        assert re.search(r"(?i)default (clock_timestamp\(\)|current_timestamp\(6\))", queue[column]), column
-    assert re.search(r"(?i)not null", subscriber["processo"]) and re.search(r"(?i)default true", subscriber["ativo"])
+        assert re.search(
+            r"(?i)default (clock_timestamp\(\)|current_timestamp\(6\))", queue[column]
+        ), column
+    assert re.search(r"(?i)not null", subscriber["processo"]) and re.search(
+        r"(?i)default true", subscriber["ativo"]
+    )
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -130,13 +167,24 @@ def test_mysql_times_are_timestamps_and_nullable_without_auto_update():
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_no_trigger_and_no_postgresql(dialect):
     ddl = render("public", "fila_teste", dialect).lower()
-    for word in ("trigger", "pg_notify", "plpgsql", "clock_timestamp", "bytea", "bigserial", "with time zone"):
+    for word in (
+        "trigger",
+        "pg_notify",
+        "plpgsql",
+        "clock_timestamp",
+        "bytea",
+        "bigserial",
+        "with time zone",
+    ):
         assert word not in re.sub(r"--.*$", "", ddl, flags=re.M), word
 
 
 def test_mysql_claim_index_follows_the_claim_order():
     ddl = render("public", "fila_teste", "mysql")
-    assert "CREATE INDEX idx_fila_teste_claim ON public.fila_teste (status, prioridade DESC, data_hora, id);" in ddl
+    assert (
+        "CREATE INDEX idx_fila_teste_claim ON public.fila_teste (status, prioridade DESC, data_hora, id);"
+        in ddl
+    )
     assert "CREATE INDEX idx_fila_teste_due ON public.fila_teste (status, data_hora);" in ddl
     assert "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin" in ddl
 
@@ -160,14 +208,19 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
     )
     assert len(statements) >= 40
     # The claim procedure is replaced: created once, right after its DROP ... IF EXISTS.
-    [create] = [i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")]
+    [create] = [
+        i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")
+    ]
     assert statements[create - 1] == "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste"
-    for statement in statements[:create] + statements[create + 1:]:
+    for statement in statements[:create] + statements[create + 1 :]:
         assert idempotent.match(statement), statement
     # MySQL 8 has neither of these: the script must not depend on them.
     assert "ADD COLUMN IF NOT EXISTS" not in code and "CREATE INDEX IF NOT EXISTS" not in code
     for column in UPGRADE_COLUMNS:
-        assert f"column_name = '{column}') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN {column} " in ddl
+        assert (
+            f"column_name = '{column}') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN {column} "
+            in ddl
+        )
     created = column_definitions(render("public", "fila_teste", "mysql"), "public.fila_teste")
     assert f"ADD COLUMN dead {created['dead']}'" in ddl  # definitions come from the create DDL
 
@@ -190,7 +243,9 @@ def test_split_script_honours_delimiter_lines():
 def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     statements = split_script(render("public", "fila_teste", "mysql"))
     [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE")]
-    assert procedure.startswith("CREATE PROCEDURE public.claim_next_fila_teste(\n    IN p_task_id BIGINT,")
+    assert procedure.startswith(
+        "CREATE PROCEDURE public.claim_next_fila_teste(\n    IN p_task_id BIGINT,"
+    )
     # The message keeps every character whatever the database's default character set.
     assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure
     assert f"COMMENT '{claim_procedure_version()}'" in procedure
@@ -209,14 +264,16 @@ def test_singlestore_upgrade_exits_2_with_a_clear_message():
     result = db_gen("public", "fila_teste", "--dialect", "singlestore", "--upgrade")
     assert result.returncode == 2
     assert result.stdout == ""
-    assert "db_gen:" in result.stderr and "--upgrade is not supported for singlestore" in result.stderr
+    assert (
+        "db_gen:" in result.stderr and "--upgrade is not supported for singlestore" in result.stderr
+    )
 
 
 MALICIOUS = [
     ("public", "x;drop table y"),
     ("public", "a b"),
     ("public", "`q`"),
-    ('public', '"q"'),
+    ("public", '"q"'),
     ("public", "q'"),
     ("public", "1abc"),
     ("public", ""),
@@ -248,9 +305,15 @@ def test_registry_knows_the_dialects_and_drivers():
     assert get_dialect("MYSQL").name == "mysql"
     assert get_dialect("SINGLE_STORE").name == "singlestore"
     mysql, singlestore = get_dialect("mysql"), get_dialect("singlestore")
-    assert (mysql.capabilities.listen_notify, mysql.capabilities.skip_locked, mysql.capabilities.advisory_locks) == (
-        False, True, True)
-    assert (singlestore.capabilities.skip_locked, singlestore.capabilities.advisory_locks) == (False, False)
+    assert (
+        mysql.capabilities.listen_notify,
+        mysql.capabilities.skip_locked,
+        mysql.capabilities.advisory_locks,
+    ) == (False, True, True)
+    assert (singlestore.capabilities.skip_locked, singlestore.capabilities.advisory_locks) == (
+        False,
+        False,
+    )
     with pytest.raises(ValueError):
         get_dialect("oracle")
 
@@ -271,12 +334,21 @@ def test_queries_are_fully_rendered(dialect):
         for step, sql in steps.items():
             assert sql.strip(), (name, step)
             assert not sql.rstrip().endswith(";"), (name, step)
-            assert not re.search(r"\{[a-z_]+\}", sql), f"{name}/{step} has an unrendered placeholder"
+            assert not re.search(r"\{[a-z_]+\}", sql), (
+                f"{name}/{step} has an unrendered placeholder"
+            )
 
 
 def test_singlestore_queries_use_nothing_singlestore_lacks():
     text = (ROOT / "nsj_queue_lib" / "db" / "singlestore" / "queries.sql").read_text("utf-8")
     code = re.sub(r"--.*$", "", text, flags=re.M).upper()
-    for missing in ("SKIP LOCKED", "GET_LOCK", "RELEASE_LOCK", "IS_USED_LOCK", "RETURNING", "AND CHAIN",
-                    "FOR UPDATE"):
+    for missing in (
+        "SKIP LOCKED",
+        "GET_LOCK",
+        "RELEASE_LOCK",
+        "IS_USED_LOCK",
+        "RETURNING",
+        "AND CHAIN",
+        "FOR UPDATE",
+    ):
         assert missing not in code, missing

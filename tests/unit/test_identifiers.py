@@ -79,8 +79,22 @@ def test_table_names(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["a.b.c", ".fila", "fila.", "public..fila", "public.fila;", 'public."fila"', "public. fila",
-     "public.fila x", "pub lic.fila", "", ".", "public.1fila", "public.fila'", "a" * 64 + ".b"]
+    [
+        "a.b.c",
+        ".fila",
+        "fila.",
+        "public..fila",
+        "public.fila;",
+        'public."fila"',
+        "public. fila",
+        "public.fila x",
+        "pub lic.fila",
+        "",
+        ".",
+        "public.1fila",
+        "public.fila'",
+        "a" * 64 + ".b",
+    ]
     + [b for b in BAD if "." not in b],
 )
 def test_bad_table_names(name):

@@ -58,7 +58,11 @@ def run_with_empty_environment():
     if os.environ.get("PATH"):
         environ["PATH"] = os.environ["PATH"]
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=environ, cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", SCRIPT],
+        env=environ,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -70,14 +74,22 @@ def test_every_module_imports_with_an_empty_environment():
     assert not [v for v in report["environ"] if v.startswith(("DB_", "DATABASE_", "QUEUE_"))]
     assert report["failures"] == {}, "\n".join(report["failures"].values())
     expected = {
-        "nsj_queue_lib", "nsj_queue_lib.settings", "nsj_queue_lib.identifiers",
-        "nsj_queue_lib.payload", "nsj_queue_lib.queue_client", "nsj_queue_lib.db_gen",
-        "nsj_queue_lib.model", "nsj_queue_lib.db.sql_files", "nsj_queue_lib.db.postgres.store",
+        "nsj_queue_lib",
+        "nsj_queue_lib.settings",
+        "nsj_queue_lib.identifiers",
+        "nsj_queue_lib.payload",
+        "nsj_queue_lib.queue_client",
+        "nsj_queue_lib.db_gen",
+        "nsj_queue_lib.model",
+        "nsj_queue_lib.db.sql_files",
+        "nsj_queue_lib.db.postgres.store",
         "nsj_queue_lib.db.postgres.dialect",
     }
     assert expected <= set(report["imported"])
     on_disk = {
-        p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts and p.name != "__main__.py"
+        p
+        for p in PACKAGE_DIR.rglob("*.py")
+        if "__pycache__" not in p.parts and p.name != "__main__.py"
     }
     assert len(report["imported"]) >= len(on_disk)
 
@@ -87,8 +99,7 @@ def test_public_names_resolve_with_an_empty_environment():
     # Names whose module is not written yet are reported by the import test above
     # once the module exists; what exists must resolve.
     existing = {
-        name: status for name, status in report["public"].items()
-        if "No module named" not in status
+        name: status for name, status in report["public"].items() if "No module named" not in status
     }
     assert all(status == "ok" for status in existing.values()), existing
     assert report["public"]["QueueClient"] == "ok"

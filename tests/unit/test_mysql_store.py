@@ -23,8 +23,12 @@ from nsj_queue_lib.db.mysql.store import (
 from nsj_queue_lib.exceptions import DatabaseError
 
 UTC = datetime.timezone.utc
-DEADLOCK = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock; try restarting transaction")
-LOCK_WAIT = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded; try restarting transaction")
+DEADLOCK = pymysql.err.OperationalError(
+    1213, "Deadlock found when trying to get lock; try restarting transaction"
+)
+LOCK_WAIT = pymysql.err.OperationalError(
+    1205, "Lock wait timeout exceeded; try restarting transaction"
+)
 GONE = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
 
 
@@ -37,7 +41,9 @@ def no_backoff(monkeypatch):
 
 
 def test_split_steps():
-    sql = "-- comment\n-- step: one\nSELECT 1;\n-- step: two\n-- inner comment\nUPDATE t SET a = 1;\n"
+    sql = (
+        "-- comment\n-- step: one\nSELECT 1;\n-- step: two\n-- inner comment\nUPDATE t SET a = 1;\n"
+    )
     assert split_steps(sql) == {"one": "SELECT 1", "two": "-- inner comment\nUPDATE t SET a = 1"}
     assert split_steps("SELECT 2;") == {"sql": "SELECT 2"}
     with pytest.raises(ValueError, match="twice"):
@@ -75,7 +81,9 @@ def test_due_sql():
     assert due_sql(None) == ("DEFAULT", [])
     naive = datetime.datetime(2030, 1, 2, 3, 4, 5, 6)
     assert due_sql(naive) == ("%s", [naive])
-    aware = datetime.datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.timezone(datetime.timedelta(hours=-3)))
+    aware = datetime.datetime(
+        2030, 1, 2, 3, 4, 5, 123456, tzinfo=datetime.timezone(datetime.timedelta(hours=-3))
+    )
     sql, args = due_sql(aware)
     assert sql == "FROM_UNIXTIME(%s)"
     assert args == [decimal.Decimal("1893564245.123456")]  # 2030-01-02 06:04:05.123456 UTC
@@ -149,7 +157,9 @@ class FakeCursor:
             raise outcome
         rows, names = outcome if isinstance(outcome, tuple) else (outcome, None)
         self._rows = list(rows or [])
-        self.description = [(n,) for n in names] if names else (None if not self._rows else [("c",)] * 2)
+        self.description = (
+            [(n,) for n in names] if names else (None if not self._rows else [("c",)] * 2)
+        )
         self.rowcount = len(self._rows) if rows is not None else 1
         return self.rowcount
 
@@ -187,8 +197,17 @@ COLUMNS = list(mysql_store.model.QUEUE_COLUMNS)
 
 def task_row(task_id: int) -> tuple:
     values = {c: None for c in COLUMNS}
-    values.update(id=task_id, status="pendente", payload="p", tentativa=1, pub_sub=0, dead=0,
-                  reenfileirado=0, estouro_tentativas=0, prioridade=50)
+    values.update(
+        id=task_id,
+        status="pendente",
+        payload="p",
+        tentativa=1,
+        pub_sub=0,
+        dead=0,
+        reenfileirado=0,
+        estouro_tentativas=0,
+        prioridade=50,
+    )
     return tuple(values[c] for c in COLUMNS)
 
 
@@ -231,9 +250,18 @@ def test_a_deadlock_in_the_claim_is_retried_and_its_locks_released():
     assert tasks[0]["status"] == "processando"
     kinds = [kind(s) if s not in ("BEGIN", "ROLLBACK", "COMMIT") else s for s in conn.log]
     assert kinds == [
-        "BEGIN", "select", "mark", "lock", "COMMIT",  # COMMIT AND CHAIN failed
-        "ROLLBACK", "unlock",
-        "BEGIN", "select", "mark", "lock", "COMMIT",
+        "BEGIN",
+        "select",
+        "mark",
+        "lock",
+        "COMMIT",  # COMMIT AND CHAIN failed
+        "ROLLBACK",
+        "unlock",
+        "BEGIN",
+        "select",
+        "mark",
+        "lock",
+        "COMMIT",
     ]
 
 
@@ -294,7 +322,11 @@ def test_a_lock_wait_timeout_when_completing_retries_the_update_in_the_same_tran
     conn = FakeConn(script)
     assert MysqlQueueStore("test.q").complete_and_claim(conn, 9, "ok", (0, 9), 0) == []
     assert [kind(s) if s not in ("COMMIT", "ROLLBACK", "BEGIN") else s for s in conn.log] == [
-        "complete", "complete", "complete", "unlock", "COMMIT",
+        "complete",
+        "complete",
+        "complete",
+        "unlock",
+        "COMMIT",
     ]
 
 
@@ -305,7 +337,12 @@ def test_a_deadlock_when_completing_gives_the_task_back():
     conn = FakeConn(script)
     assert MysqlQueueStore("test.q").complete_and_claim(conn, 9, "ok", (0, 9), 0) == []
     assert [kind(s) if s not in ("COMMIT", "ROLLBACK", "BEGIN") else s for s in conn.log] == [
-        "complete", "ROLLBACK", "BEGIN", "release", "unlock", "COMMIT",
+        "complete",
+        "ROLLBACK",
+        "BEGIN",
+        "release",
+        "unlock",
+        "COMMIT",
     ]
     release = next(s for s in conn.log if kind(s) == "release")
     assert "status = 'processando'" in release  # only a task still ours goes back

@@ -18,7 +18,9 @@ def test_strings_and_none_are_stored_as_given():
     assert serialize_payload("conteúdo da mensagem") == "conteúdo da mensagem"
     assert serialize_payload("") == ""
     assert serialize_payload(None) is None
-    assert serialize_payload('{"b": 1, "a": 2}') == '{"b": 1, "a": 2}'  # text is never re-serialized
+    assert (
+        serialize_payload('{"b": 1, "a": 2}') == '{"b": 1, "a": 2}'
+    )  # text is never re-serialized
 
 
 def test_dict_keys_are_sorted_at_every_level():
@@ -53,10 +55,19 @@ def test_unicode_is_stored_as_text():
 def test_common_python_values_become_json():
     moment = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.timezone.utc)
     key = uuid.UUID("12345678-1234-5678-1234-567812345678")
-    text = serialize_payload({"when": moment, "day": datetime.date(2024, 5, 1), "id": key,
-                              "amount": decimal.Decimal("10.50")})
+    text = serialize_payload(
+        {
+            "when": moment,
+            "day": datetime.date(2024, 5, 1),
+            "id": key,
+            "amount": decimal.Decimal("10.50"),
+        }
+    )
     assert json.loads(text) == {
-        "when": moment.isoformat(), "day": "2024-05-01", "id": str(key), "amount": "10.50",
+        "when": moment.isoformat(),
+        "day": "2024-05-01",
+        "id": str(key),
+        "amount": "10.50",
     }
 
 

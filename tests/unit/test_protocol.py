@@ -37,7 +37,7 @@ def test_partial_reads_byte_by_byte():
     decoder = FrameDecoder()
     seen = []
     for i in range(len(data)):
-        seen += decoder.messages(data[i:i + 1])
+        seen += decoder.messages(data[i : i + 1])
     assert [m["id"] for m in seen] == [1, 2]
     assert decoder.buffered == 0 and decoder.frame_started is None
 
@@ -91,11 +91,11 @@ def test_encode_refuses_an_oversized_message():
     [
         b"",
         b"not json",
-        b"{\"v\": 1,",
+        b'{"v": 1,',
         b"\xff\xfe{}",  # not UTF-8
         b"[1, 2, 3]",  # not an object
-        b"\"hello\"",
-        b"{\"v\": 1, \"x\": NaN}",
+        b'"hello"',
+        b'{"v": 1, "x": NaN}',
         b"[" * 50_000 + b"]" * 50_000,  # nesting deep enough to blow the parser's recursion
     ],
     ids=["empty", "garbage", "truncated", "not-utf8", "array", "string", "nan", "deep-nesting"],

@@ -53,7 +53,10 @@ def test_build_envelope_decodes_headers_stored_as_text():
 
 
 def test_build_envelope_keeps_headers_that_are_not_json():
-    assert build_envelope("p", dict(SUBSCRIBER, headers="not json"))["subscription"]["headers"] == "not json"
+    assert (
+        build_envelope("p", dict(SUBSCRIBER, headers="not json"))["subscription"]["headers"]
+        == "not json"
+    )
 
 
 def test_build_envelope_keeps_a_null_publication():
@@ -123,8 +126,13 @@ class FakeStore:
         return list(range(100, 100 + len(deliveries)))
 
 
-PUBLICATION_TASK = {"id": 9, "processo": "pedido_criado", "tenant": 7, "grupo_empresarial": "G1",
-                    "payload": '{"pedido": 1}'}
+PUBLICATION_TASK = {
+    "id": 9,
+    "processo": "pedido_criado",
+    "tenant": 7,
+    "grupo_empresarial": "G1",
+    "payload": '{"pedido": 1}',
+}
 
 
 def test_publish_inserts_one_delivery_per_subscriber_with_its_envelope_and_hash():
@@ -136,7 +144,7 @@ def test_publish_inserts_one_delivery_per_subscriber_with_its_envelope_and_hash(
     ((publication, deliveries),) = store.inserted
     assert publication is PUBLICATION_TASK
     assert [d[0] for d in deliveries] == ["estoque", "financeiro"]
-    for (subscriber_id, text, digest), row in zip(deliveries, [SUBSCRIBER, other]):
+    for (_subscriber_id, text, digest), row in zip(deliveries, [SUBSCRIBER, other], strict=True):
         envelope = json.loads(text)
         assert envelope["publication"] == '{"pedido": 1}'
         assert envelope["subscription"]["id"] == row["id"]
@@ -198,7 +206,9 @@ class AlphaOverride(Alpha):
 
 
 def delivery(subscriber_id, url=None, publication='{"pedido": 1}'):
-    return json.dumps({"publication": publication, "subscription": {"id": subscriber_id, "url": url}})
+    return json.dumps(
+        {"publication": publication, "subscription": {"id": subscriber_id, "url": url}}
+    )
 
 
 TAREFA = {"id": 5, "dead": False}
@@ -236,7 +246,10 @@ def test_execute_routes_by_subscriber_id_with_the_whole_envelope():
 
     conn = object()
     assert Spy(None).execute(delivery("s"), TAREFA, conn) == "ok"
-    assert seen["payload"] == {"publication": '{"pedido": 1}', "subscription": {"id": "s", "url": None}}
+    assert seen["payload"] == {
+        "publication": '{"pedido": 1}',
+        "subscription": {"id": "s", "url": None},
+    }
     assert seen["subscription"] is seen["payload"]["subscription"]
     assert seen["tarefa"] is TAREFA and seen["bd_conn"] is conn
 
@@ -288,10 +301,37 @@ def test_handle_task_sends_publications_to_publish_and_deliveries_to_execute():
             return "published"
 
     worker = Probe(None)
-    assert worker.handle_task({"id": 1, "pub_sub": True, "publication_id": None, "dead": False,
-                               "payload": "{}"}, None) == "published"
-    assert worker.handle_task({"id": 2, "pub_sub": False, "publication_id": 1, "dead": False,
-                               "payload": delivery("a")}, None) == "alpha a 2"
-    assert worker.handle_task({"id": 3, "pub_sub": False, "publication_id": 1, "dead": True,
-                               "payload": delivery("a"), "live_id": 2}, None) == "alpha dead a"
+    assert (
+        worker.handle_task(
+            {"id": 1, "pub_sub": True, "publication_id": None, "dead": False, "payload": "{}"}, None
+        )
+        == "published"
+    )
+    assert (
+        worker.handle_task(
+            {
+                "id": 2,
+                "pub_sub": False,
+                "publication_id": 1,
+                "dead": False,
+                "payload": delivery("a"),
+            },
+            None,
+        )
+        == "alpha a 2"
+    )
+    assert (
+        worker.handle_task(
+            {
+                "id": 3,
+                "pub_sub": False,
+                "publication_id": 1,
+                "dead": True,
+                "payload": delivery("a"),
+                "live_id": 2,
+            },
+            None,
+        )
+        == "alpha dead a"
+    )
     assert calls == ["publish"]

@@ -12,16 +12,21 @@ from nsj_queue_lib.db.queue_store import QueueStore
 from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
 
 OPERATIONS = sorted(
-    name for name, member in vars(QueueStore).items()
+    name
+    for name, member in vars(QueueStore).items()
     if callable(member) and not name.startswith("_")
 )
 
 
 def test_the_protocol_lists_the_operations():
-    assert {"claim", "complete_and_claim", "insert_task", "find_orphans", "purge_round"} <= set(OPERATIONS)
+    assert {"claim", "complete_and_claim", "insert_task", "find_orphans", "purge_round"} <= set(
+        OPERATIONS
+    )
 
 
-@pytest.mark.parametrize("store_class", [PostgresQueueStore, MysqlQueueStore, SingleStoreQueueStore])
+@pytest.mark.parametrize(
+    "store_class", [PostgresQueueStore, MysqlQueueStore, SingleStoreQueueStore]
+)
 @pytest.mark.parametrize("name", OPERATIONS)
 def test_each_store_takes_the_protocols_parameters(store_class, name):
     expected = inspect.signature(getattr(QueueStore, name))
@@ -31,13 +36,17 @@ def test_each_store_takes_the_protocols_parameters(store_class, name):
     for param in wanted:
         assert param.name in got, f"{store_class.__name__}.{name} lacks parameter {param.name}"
     # Positional order matches, so the runtime may pass arguments by position.
-    assert list(got)[:len(wanted)] == [p.name for p in wanted]
+    assert list(got)[: len(wanted)] == [p.name for p in wanted]
     # Anything extra must be optional.
-    for extra in list(got)[len(wanted):]:
-        assert got[extra].default is not inspect.Parameter.empty, f"{store_class.__name__}.{name}: {extra}"
+    for extra in list(got)[len(wanted) :]:
+        assert got[extra].default is not inspect.Parameter.empty, (
+            f"{store_class.__name__}.{name}: {extra}"
+        )
 
 
-@pytest.mark.parametrize("store_class", [PostgresQueueStore, MysqlQueueStore, SingleStoreQueueStore])
+@pytest.mark.parametrize(
+    "store_class", [PostgresQueueStore, MysqlQueueStore, SingleStoreQueueStore]
+)
 def test_each_store_is_a_queue_store(store_class):
     store: QueueStore = store_class("s.q", "s.q_subscriber")
     assert store.queue_table == "s.q" and store.subscriber_table == "s.q_subscriber"

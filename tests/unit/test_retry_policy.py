@@ -16,7 +16,9 @@ from nsj_queue_lib.retry_policy import Decision, Outcome, bounded, decide, failu
         (7, 100, 0.5, 210.0),
     ],
 )
-def test_attempts_before_the_last_are_retried_after_tentativa_times_base(tentativa, max_retry, base, delay):
+def test_attempts_before_the_last_are_retried_after_tentativa_times_base(
+    tentativa, max_retry, base, delay
+):
     decision = decide(tentativa, dead=False, max_retry=max_retry, base_interval_minutes=base)
     assert decision.outcome is Outcome.RETRY
     assert decision.delay_seconds == pytest.approx(delay)
@@ -30,7 +32,10 @@ def test_the_delay_is_always_in_the_future():
 @pytest.mark.parametrize("tentativa, max_retry", [(3, 3), (1, 1), (5, 3)])
 def test_the_last_attempt_goes_to_the_dead_letter(tentativa, max_retry):
     # max_retry counts attempts (as in 1.2.2): with 3, the failure of attempt 3 is final.
-    assert decide(tentativa, dead=False, max_retry=max_retry, base_interval_minutes=5).outcome is Outcome.BURY
+    assert (
+        decide(tentativa, dead=False, max_retry=max_retry, base_interval_minutes=5).outcome
+        is Outcome.BURY
+    )
 
 
 def test_a_dead_letter_task_is_retried_like_any_other():
@@ -44,7 +49,10 @@ def test_a_dead_letter_task_that_runs_out_of_attempts_ends_there():
 
 
 def test_failure_message_names_the_exception_type_and_text():
-    assert failure_message(ValueError("bad payload"), Outcome.RETRY, 3, 500) == "ValueError: bad payload"
+    assert (
+        failure_message(ValueError("bad payload"), Outcome.RETRY, 3, 500)
+        == "ValueError: bad payload"
+    )
 
 
 def test_failure_message_of_an_exception_without_text_is_its_type():
@@ -72,8 +80,14 @@ def test_failure_message_fits_the_column():
 
 @pytest.mark.parametrize(
     "text, limit, expected",
-    [("abc", 3, "abc"), ("abcd", 3, "..."), ("abcdefgh", 6, "abc..."), ("", 5, ""),
-     ("a\x00b", 3, "a\ufffdb"), ("\x00" * 8, 6, "\ufffd" * 3 + "...")],
+    [
+        ("abc", 3, "abc"),
+        ("abcd", 3, "..."),
+        ("abcdefgh", 6, "abc..."),
+        ("", 5, ""),
+        ("a\x00b", 3, "a\ufffdb"),
+        ("\x00" * 8, 6, "\ufffd" * 3 + "..."),
+    ],
 )
 def test_bounded(text, limit, expected):
     assert bounded(text, limit) == expected

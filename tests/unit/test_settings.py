@@ -134,15 +134,40 @@ def test_every_variable_is_read(variable):
 
 def test_every_contract_variable_is_covered():
     contract = {
-        "DB_HOST", "DB_PORT", "DB_BASE", "DB_USER", "DB_PASS", "DB_DRIVER", "QUEUE_NAME",
-        "QUEUE_TABLE", "QUEUE_SUBSCRIBER_TABLE", "LOG_DEBUG", "QUEUE_MAX_RETRY",
-        "QUEUE_BASE_INTERVAL_RETRY", "QUEUE_MINUTE_RETRY_THREAD", "QUEUE_MINUTE_PURGE_THREAD",
-        "QUEUE_MINUTE_NOTIFY_THREAD", "QUEUE_PURGE_MAX_AGE", "QUEUE_PURGE_LIMIT",
-        "QUEUE_WAIT_NOTIFY_INTERVAL", "DEFAULT_WEBHOOK_TIMEOUT", "ENV", "GRAFANA_URL",
-        "CLIENT_SERVER_MODE", "SERVER_HOST", "NOTIFY_SERVICE_PORT", "LOCK_SERVICE_PORT",
-        "TIMEOUT_SOCKET_MESSAGE", "MAX_CLIENT_THREADS", "CHECK_TASKS_INTERVAL",
-        "LOCK_SERVICE_WAIT_CONN_INTERVAL", "QUEUE_CONCURRENCY", "QUEUE_RETRY_THREAD_INTERVAL",
-        "QUEUE_PURGE_THREAD_INTERVAL", "QUEUE_NOTIFY_THREAD_INTERVAL", "QUEUE_SERVER_TOKEN",
+        "DB_HOST",
+        "DB_PORT",
+        "DB_BASE",
+        "DB_USER",
+        "DB_PASS",
+        "DB_DRIVER",
+        "QUEUE_NAME",
+        "QUEUE_TABLE",
+        "QUEUE_SUBSCRIBER_TABLE",
+        "LOG_DEBUG",
+        "QUEUE_MAX_RETRY",
+        "QUEUE_BASE_INTERVAL_RETRY",
+        "QUEUE_MINUTE_RETRY_THREAD",
+        "QUEUE_MINUTE_PURGE_THREAD",
+        "QUEUE_MINUTE_NOTIFY_THREAD",
+        "QUEUE_PURGE_MAX_AGE",
+        "QUEUE_PURGE_LIMIT",
+        "QUEUE_WAIT_NOTIFY_INTERVAL",
+        "DEFAULT_WEBHOOK_TIMEOUT",
+        "ENV",
+        "GRAFANA_URL",
+        "CLIENT_SERVER_MODE",
+        "SERVER_HOST",
+        "NOTIFY_SERVICE_PORT",
+        "LOCK_SERVICE_PORT",
+        "TIMEOUT_SOCKET_MESSAGE",
+        "MAX_CLIENT_THREADS",
+        "CHECK_TASKS_INTERVAL",
+        "LOCK_SERVICE_WAIT_CONN_INTERVAL",
+        "QUEUE_CONCURRENCY",
+        "QUEUE_RETRY_THREAD_INTERVAL",
+        "QUEUE_PURGE_THREAD_INTERVAL",
+        "QUEUE_NOTIFY_THREAD_INTERVAL",
+        "QUEUE_SERVER_TOKEN",
     }
     assert contract <= set(EXPLICIT)
 
@@ -168,8 +193,15 @@ def test_empty_value_counts_as_unset_and_falls_back_to_the_alias():
 @pytest.mark.parametrize("blank", ["", "   "])
 def test_empty_values_count_as_unset(blank):
     settings = Settings.from_env(
-        env(QUEUE_MAX_RETRY=blank, DB_PORT=blank, ENV=blank, QUEUE_SUBSCRIBER_TABLE=blank,
-            GRAFANA_URL=blank, QUEUE_CONCURRENCY=blank, QUEUE_MINUTE_PURGE_THREAD=blank)
+        env(
+            QUEUE_MAX_RETRY=blank,
+            DB_PORT=blank,
+            ENV=blank,
+            QUEUE_SUBSCRIBER_TABLE=blank,
+            GRAFANA_URL=blank,
+            QUEUE_CONCURRENCY=blank,
+            QUEUE_MINUTE_PURGE_THREAD=blank,
+        )
     )
     assert settings.queue_max_retry == 100
     assert settings.db_port == 5432
@@ -204,9 +236,19 @@ def test_config_error_lists_every_bad_variable_at_once():
     }
     error = config_error(environ)
     expected = {
-        "DB_HOST", "DB_USER", "QUEUE_NAME", "QUEUE_TABLE", "DB_PORT", "DB_DRIVER",
-        "QUEUE_MAX_RETRY", "QUEUE_BASE_INTERVAL_RETRY", "QUEUE_MINUTE_RETRY_THREAD",
-        "QUEUE_CONCURRENCY", "LOG_DEBUG", "NOTIFY_SERVICE_PORT", "QUEUE_RETRY_THREAD_INTERVAL",
+        "DB_HOST",
+        "DB_USER",
+        "QUEUE_NAME",
+        "QUEUE_TABLE",
+        "DB_PORT",
+        "DB_DRIVER",
+        "QUEUE_MAX_RETRY",
+        "QUEUE_BASE_INTERVAL_RETRY",
+        "QUEUE_MINUTE_RETRY_THREAD",
+        "QUEUE_CONCURRENCY",
+        "LOG_DEBUG",
+        "NOTIFY_SERVICE_PORT",
+        "QUEUE_RETRY_THREAD_INTERVAL",
     }
     assert set(error.problems) == expected
     for name in expected:
@@ -221,19 +263,34 @@ def test_bad_alias_is_reported_under_the_name_that_was_set():
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("0,5,10", (0, 5, 10)), (" 10 , 5 ,0 ", (0, 5, 10)), ("5,5", (5,)), ("59", (59,)), ("0", (0,))],
+    [
+        ("0,5,10", (0, 5, 10)),
+        (" 10 , 5 ,0 ", (0, 5, 10)),
+        ("5,5", (5,)),
+        ("59", (59,)),
+        ("0", (0,)),
+    ],
 )
 def test_minutes_lists(value, expected):
-    assert Settings.from_env(env(QUEUE_MINUTE_RETRY_THREAD=value)).queue_minute_retry_thread == expected
+    assert (
+        Settings.from_env(env(QUEUE_MINUTE_RETRY_THREAD=value)).queue_minute_retry_thread
+        == expected
+    )
 
 
 @pytest.mark.parametrize("value", ["60", "-1", "a", "1,,2", "1;2", "0,5,", "1.5", "5 10"])
 def test_bad_minutes_lists(value):
-    for variable in ("QUEUE_MINUTE_RETRY_THREAD", "QUEUE_MINUTE_PURGE_THREAD", "QUEUE_MINUTE_NOTIFY_THREAD"):
+    for variable in (
+        "QUEUE_MINUTE_RETRY_THREAD",
+        "QUEUE_MINUTE_PURGE_THREAD",
+        "QUEUE_MINUTE_NOTIFY_THREAD",
+    ):
         assert variable in config_error(env(**{variable: value})).problems
 
 
-@pytest.mark.parametrize("value, expected", [("0.5", 0.5), ("0.1", 0.1), ("2.25", 2.25), ("5", 5.0)])
+@pytest.mark.parametrize(
+    "value, expected", [("0.5", 0.5), ("0.1", 0.1), ("2.25", 2.25), ("5", 5.0)]
+)
 def test_base_interval_retry_accepts_fractions_of_a_minute(value, expected):
     settings = Settings.from_env(env(QUEUE_BASE_INTERVAL_RETRY=value))
     assert settings.queue_base_interval_retry == pytest.approx(expected)
@@ -241,7 +298,9 @@ def test_base_interval_retry_accepts_fractions_of_a_minute(value, expected):
 
 @pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf", "1e999", "1,5"])
 def test_bad_base_interval_retry(value):
-    assert "QUEUE_BASE_INTERVAL_RETRY" in config_error(env(QUEUE_BASE_INTERVAL_RETRY=value)).problems
+    assert (
+        "QUEUE_BASE_INTERVAL_RETRY" in config_error(env(QUEUE_BASE_INTERVAL_RETRY=value)).problems
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "1.5", "many", "2.0"])
@@ -254,7 +313,9 @@ def test_concurrency_accepts_one_and_more():
     assert Settings.from_env(env(QUEUE_CONCURRENCY=" 32 ")).queue_concurrency == 32
 
 
-@pytest.mark.parametrize("driver, port", [("POSTGRES", 5432), ("MYSQL", 3306), ("SINGLE_STORE", 3306), ("mysql", 3306)])
+@pytest.mark.parametrize(
+    "driver, port", [("POSTGRES", 5432), ("MYSQL", 3306), ("SINGLE_STORE", 3306), ("mysql", 3306)]
+)
 def test_drivers_and_their_default_ports(driver, port):
     settings = Settings.from_env(env(DB_DRIVER=driver))
     assert settings.db_driver == driver.upper()
@@ -268,7 +329,10 @@ def test_unknown_driver(driver):
     assert driver in str(error)
 
 
-@pytest.mark.parametrize("value, expected", [("true", True), ("TRUE", True), ("1", True), ("false", False), ("False", False), ("0", False)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [("true", True), ("TRUE", True), ("1", True), ("false", False), ("False", False), ("0", False)],
+)
 def test_booleans(value, expected):
     settings = Settings.from_env(env(LOG_DEBUG=value, CLIENT_SERVER_MODE=value))
     assert settings.log_debug is expected
@@ -328,9 +392,15 @@ def test_settings_can_be_built_in_code():
 
 def test_asynchronous_commits_are_postgresql_only():
     assert Settings.from_env(env()).queue_synchronous_commit is True
-    assert Settings.from_env(env(QUEUE_SYNCHRONOUS_COMMIT="false")).queue_synchronous_commit is False
+    assert (
+        Settings.from_env(env(QUEUE_SYNCHRONOUS_COMMIT="false")).queue_synchronous_commit is False
+    )
     for driver in ("MYSQL", "SINGLE_STORE"):
-        error = config_error(env(DB_DRIVER=driver, QUEUE_SYNCHRONOUS_COMMIT="off", CLIENT_SERVER_MODE="true"))
+        error = config_error(
+            env(DB_DRIVER=driver, QUEUE_SYNCHRONOUS_COMMIT="off", CLIENT_SERVER_MODE="true")
+        )
         assert set(error.problems) == {"QUEUE_SYNCHRONOUS_COMMIT"}
         assert "PostgreSQL only" in error.problems["QUEUE_SYNCHRONOUS_COMMIT"]
-    assert Settings.from_env(env(DB_DRIVER="MYSQL", QUEUE_SYNCHRONOUS_COMMIT="on")).queue_synchronous_commit
+    assert Settings.from_env(
+        env(DB_DRIVER="MYSQL", QUEUE_SYNCHRONOUS_COMMIT="on")
+    ).queue_synchronous_commit

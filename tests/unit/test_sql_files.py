@@ -12,8 +12,16 @@ from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 
 # What the client and the runtime call by name.
 REQUIRED_QUERIES = {
-    "insert_task", "insert_tasks", "list_equivalent", "get_task", "claim_tasks",
-    "complete_task", "fail_and_retry", "fail_and_bury", "release_task", "purge",
+    "insert_task",
+    "insert_tasks",
+    "list_equivalent",
+    "get_task",
+    "claim_tasks",
+    "complete_task",
+    "fail_and_retry",
+    "fail_and_bury",
+    "release_task",
+    "purge",
     "list_subscribers",
 }
 
@@ -74,7 +82,8 @@ def test_every_dialect_has_the_same_query_names():
     """Design rule: one set of names across dialects (only checked where a dialect has queries.sql)."""
     root = resources.files("nsj_queue_lib.db")
     dialects = sorted(
-        entry.name for entry in root.iterdir()
+        entry.name
+        for entry in root.iterdir()
         if entry.is_dir() and entry.joinpath("queries.sql").is_file()
     )
     assert "postgres" in dialects
@@ -91,7 +100,10 @@ def test_a_dialect_inherits_the_queries_it_does_not_redefine(monkeypatch):
     sql_files.load_queries.cache_clear()
     monkeypatch.setattr(sql_files, "read_sql", lambda dialect, filename: files[dialect])
     try:
-        assert sql_files.load_queries("child") == {"shared": "SELECT 'parent'", "changed": "SELECT 'child'"}
+        assert sql_files.load_queries("child") == {
+            "shared": "SELECT 'parent'",
+            "changed": "SELECT 'child'",
+        }
     finally:
         sql_files.load_queries.cache_clear()
 

@@ -31,7 +31,11 @@ def closed_port() -> int:
 
 def test_mysql_dsn_is_parsed_into_pymysql_arguments():
     assert mysql_connect_kwargs("mysql://root:@127.0.0.1:3306/test") == {
-        "host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "database": "test",
+        "host": "127.0.0.1",
+        "port": 3306,
+        "user": "root",
+        "password": "",
+        "database": "test",
         "charset": "utf8mb4",
     }
     kwargs = mysql_connect_kwargs("mysql://app%40x:p%2Fw%3A%40d@db.local/erp?charset=utf8")
@@ -46,8 +50,14 @@ def test_mysql_dsn_is_parsed_into_pymysql_arguments():
 
 @pytest.mark.parametrize(
     "dsn",
-    ["postgres://u@h/d", "mysql://u@h:3306", "mysql://u@h:3306/", "mysql://u@h:port/d",
-     "mysql://u@h/d/e", "mysql://u@h/d?sslmode=x"],
+    [
+        "postgres://u@h/d",
+        "mysql://u@h:3306",
+        "mysql://u@h:3306/",
+        "mysql://u@h:port/d",
+        "mysql://u@h/d/e",
+        "mysql://u@h/d?sslmode=x",
+    ],
 )
 def test_malformed_mysql_dsn(dsn):
     with pytest.raises(ValueError):
@@ -60,7 +70,9 @@ def test_redact_hides_passwords():
     assert redact("host=h user=u dbname=d") == "host=h user=u dbname=d"
 
 
-@pytest.mark.parametrize("value, expected", [("true", True), ("TRUE", True), ("1", True), ("", False), ("false", False)])
+@pytest.mark.parametrize(
+    "value, expected", [("true", True), ("TRUE", True), ("1", True), ("", False), ("false", False)]
+)
 def test_ci_flag(value, expected):
     assert ci_enabled({"CI": value}) is expected
     assert ci_enabled({}) is False
@@ -88,15 +100,35 @@ def run_probe(tmp_path, test: str, **environ: str) -> subprocess.CompletedProces
     """Run one probe test in a child pytest that loads our conftest as a plugin."""
     (tmp_path / "test_probe.py").write_text(PROBE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CI", "TEST_MYSQL_DSN", "TEST_PG_DSN", "PYTEST_ADDOPTS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CI", "TEST_MYSQL_DSN", "TEST_PG_DSN", "PYTEST_ADDOPTS")
+    }
     env.update(environ)
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-rsf", "-q",
-         f"{tmp_path / 'test_probe.py'}::{test}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(tmp_path / "pytest.ini"),
+            "--rootdir",
+            str(tmp_path),
+            "-rsf",
+            "-q",
+            f"{tmp_path / 'test_probe.py'}::{test}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -36,7 +36,9 @@ def test_check_request_accepts_the_four_methods(http_method):
     assert (method, url, headers) == (http_method, "http://example.test/hook", {})
 
 
-@pytest.mark.parametrize("given, expected", [("post", "POST"), (" Put ", "PUT"), ("delete", "DELETE")])
+@pytest.mark.parametrize(
+    "given, expected", [("post", "POST"), (" Put ", "PUT"), ("delete", "DELETE")]
+)
 def test_check_request_normalizes_the_method(given, expected):
     assert check_request(subscription(http_method=given))[0] == expected
 
@@ -46,7 +48,9 @@ def test_check_request_defaults_to_post(given):
     assert check_request(subscription(http_method=given))[0] == "POST"
 
 
-@pytest.mark.parametrize("http_method", ["PATCH", "TRACE", "HEAD", "OPTIONS", "CONNECT", "FOO", "GET\r\nX: y"])
+@pytest.mark.parametrize(
+    "http_method", ["PATCH", "TRACE", "HEAD", "OPTIONS", "CONNECT", "FOO", "GET\r\nX: y"]
+)
 def test_check_request_refuses_other_methods(http_method):
     with pytest.raises(WebhookError, match="unsupported HTTP method"):
         check_request(subscription(http_method=http_method))
@@ -71,13 +75,17 @@ def test_check_request_refuses_anything_but_http_and_https(url):
         check_request(subscription(url=url))
 
 
-@pytest.mark.parametrize("url", ["http://example.test/x", "https://example.test/x", "HTTPS://Example.test:8443/x?a=1"])
+@pytest.mark.parametrize(
+    "url", ["http://example.test/x", "https://example.test/x", "HTTPS://Example.test:8443/x?a=1"]
+)
 def test_check_request_accepts_http_and_https(url):
     assert check_request(subscription(url=url))[1] == url
 
 
 def test_check_request_strips_the_url():
-    assert check_request(subscription(url="  http://example.test/x \n"))[1] == "http://example.test/x"
+    assert (
+        check_request(subscription(url="  http://example.test/x \n"))[1] == "http://example.test/x"
+    )
 
 
 @pytest.mark.parametrize("url", [None, "", "   ", 42])
@@ -88,8 +96,14 @@ def test_check_request_refuses_a_missing_url(url):
 
 def test_check_request_headers_from_a_dict_or_json_text():
     headers = {"Authorization": "Bearer x", "X-Num": 5}
-    assert check_request(subscription(headers=headers))[2] == {"Authorization": "Bearer x", "X-Num": "5"}
-    assert check_request(subscription(headers=json.dumps(headers)))[2] == {"Authorization": "Bearer x", "X-Num": "5"}
+    assert check_request(subscription(headers=headers))[2] == {
+        "Authorization": "Bearer x",
+        "X-Num": "5",
+    }
+    assert check_request(subscription(headers=json.dumps(headers)))[2] == {
+        "Authorization": "Bearer x",
+        "X-Num": "5",
+    }
     assert check_request(subscription(headers={}))[2] == {}
 
 
@@ -100,7 +114,9 @@ def test_check_request_returns_a_copy_of_the_headers():
     assert headers == {"A": "1"}
 
 
-@pytest.mark.parametrize("headers", ['{"Authorization": "Bearer s3cr3t"', '["Authorization"]', "[]", 7, ["a"]])
+@pytest.mark.parametrize(
+    "headers", ['{"Authorization": "Bearer s3cr3t"', '["Authorization"]', "[]", 7, ["a"]]
+)
 def test_check_request_refuses_bad_headers_without_echoing_them(headers):
     with pytest.raises(WebhookError, match="headers") as info:
         check_request(subscription(headers=headers))
@@ -147,7 +163,7 @@ def test_a_json_scalar_publication_is_json_too():
 
 
 def test_a_text_publication_is_sent_as_utf8_text():
-    assert webhook._body_of("ação") == ("ação".encode("utf-8"), "text/plain; charset=utf-8")
+    assert webhook._body_of("ação") == ("ação".encode(), "text/plain; charset=utf-8")
 
 
 def test_no_publication_is_an_empty_body():
@@ -172,16 +188,24 @@ def server():
 
 
 def envelope(url, http_method="POST", headers=None, publication='{"nota":1}'):
-    return {"publication": publication,
-            "subscription": {"id": "erp", "url": url, "http_method": http_method, "headers": headers}}
+    return {
+        "publication": publication,
+        "subscription": {"id": "erp", "url": url, "http_method": http_method, "headers": headers},
+    }
 
 
 def test_deliver_posts_the_publication_and_summarizes_the_answer(server):
     server.route("/hook", body=b'  {"ok":\n true}  ')
-    summary = WebhookCaller(2).deliver(envelope(server.url("/hook?token=abc"), headers={"X-Key": "v"}))
-    assert summary == f"POST {server.url('/hook')} -> HTTP 200: {{\"ok\": true}}"
+    summary = WebhookCaller(2).deliver(
+        envelope(server.url("/hook?token=abc"), headers={"X-Key": "v"})
+    )
+    assert summary == f'POST {server.url("/hook")} -> HTTP 200: {{"ok": true}}'
     (request,) = server.snapshot()
-    assert (request.method, request.path, request.body) == ("POST", "/hook?token=abc", b'{"nota":1}')
+    assert (request.method, request.path, request.body) == (
+        "POST",
+        "/hook?token=abc",
+        b'{"nota":1}',
+    )
     assert request.header("Content-Type") == "application/json"
     assert request.header("X-Key") == "v"
 
@@ -237,8 +261,13 @@ def test_a_network_error_is_a_webhook_error_without_the_query_string():
 
 @pytest.mark.parametrize(
     "url, http_method",
-    [("file:///etc/passwd", "POST"), ("ftp://127.0.0.1:{port}/hook", "POST"),
-     ("http://127.0.0.1:{port}/hook", "PATCH"), ("http://127.0.0.1:{port}/hook", "TRACE"), (None, "POST")],
+    [
+        ("file:///etc/passwd", "POST"),
+        ("ftp://127.0.0.1:{port}/hook", "POST"),
+        ("http://127.0.0.1:{port}/hook", "PATCH"),
+        ("http://127.0.0.1:{port}/hook", "TRACE"),
+        (None, "POST"),
+    ],
 )
 def test_refused_requests_are_never_sent(server, url, http_method):
     with pytest.raises(WebhookError):
@@ -249,7 +278,8 @@ def test_refused_requests_are_never_sent(server, url, http_method):
 
 @pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "caf\u20ac-s3cr3t"])
 def test_an_unsendable_header_value_fails_without_a_request_or_echoing_the_value(server, value):
-    with pytest.raises(Exception) as info:  # noqa: PT011 - any error fails the task; what matters is below
+    # Any error fails the task; what matters is below.
+    with pytest.raises(Exception) as info:
         WebhookCaller(1).deliver(envelope(server.url("/hook"), headers={"X-Key": value}))
     assert "s3cr3t" not in str(info.value) and "Injected" not in str(info.value)
     time.sleep(0.05)
@@ -274,7 +304,10 @@ def test_the_excerpt_is_bounded_and_whitespace_is_collapsed(server):
         WebhookCaller(2).deliver(envelope(server.url("/hook")))
     message = str(info.value)
     assert message.startswith(f"POST {server.url('/hook')} -> HTTP 500: linha 1 linha 2 yyy")
-    assert len(message) <= len(f"POST {server.url('/hook')} -> HTTP 500: ") + webhook.BODY_EXCERPT_CHARS
+    assert (
+        len(message)
+        <= len(f"POST {server.url('/hook')} -> HTTP 500: ") + webhook.BODY_EXCERPT_CHARS
+    )
 
 
 @pytest.mark.parametrize("phase", ["headers", "body"])
@@ -335,5 +368,7 @@ def test_check_request_refuses_an_invalid_port():
 
 
 def test_check_request_sends_non_text_header_values_as_json():
-    _, _, headers = check_request({"id": "s", "url": "http://example.test/", "headers": {"X-On": True}})
+    _, _, headers = check_request(
+        {"id": "s", "url": "http://example.test/", "headers": {"X-On": True}}
+    )
     assert headers == {"X-On": "true"}

@@ -10,7 +10,9 @@ from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
 
 def settings(**changes) -> Settings:
-    base = Settings(db_host="127.0.0.1", db_name="test", db_user="root", queue_name="fila", queue_table="fila")
+    base = Settings(
+        db_host="127.0.0.1", db_name="test", db_user="root", queue_name="fila", queue_table="fila"
+    )
     return base.with_changes(**changes)
 
 
@@ -21,8 +23,15 @@ def noop(tarefa, bd_conn):
 @pytest.mark.parametrize("driver", ["MYSQL", "SINGLE_STORE"])
 def test_asynchronous_commits_are_refused_outside_postgresql(driver):
     with pytest.raises(ConfigError) as info:
-        WorkerRuntime(settings(db_driver=driver, db_port=3306, client_server_mode=True,
-                               queue_synchronous_commit=False), noop)
+        WorkerRuntime(
+            settings(
+                db_driver=driver,
+                db_port=3306,
+                client_server_mode=True,
+                queue_synchronous_commit=False,
+            ),
+            noop,
+        )
     assert set(info.value.problems) == {"QUEUE_SYNCHRONOUS_COMMIT"}
 
 

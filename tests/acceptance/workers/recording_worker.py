@@ -17,11 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository, for a source checkout
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[3])
+)  # the repository, for a source checkout
 
-import psycopg  # noqa: E402
+import psycopg
 
-from nsj_queue_lib import WorkerBase  # noqa: E402
+from nsj_queue_lib import WorkerBase
 
 
 def _spec(payload: str | None) -> dict:
@@ -35,10 +37,13 @@ class RecordingWorker(WorkerBase):
         spec = _spec(payload)
         attempt = tarefa["tentativa"]
         if spec.get("started"):
-            with psycopg.connect(bd_conn.info.dsn, password=os.environ.get("DB_PASS") or None,
-                                 autocommit=True) as side:
-                side.execute(f"INSERT INTO {os.environ['TEST_STARTED_TABLE']} (task_id, pid) VALUES (%s, %s)",
-                             (tarefa["id"], os.getpid()))
+            with psycopg.connect(
+                bd_conn.info.dsn, password=os.environ.get("DB_PASS") or None, autocommit=True
+            ) as side:
+                side.execute(
+                    f"INSERT INTO {os.environ['TEST_STARTED_TABLE']} (task_id, pid) VALUES (%s, %s)",
+                    (tarefa["id"], os.getpid()),
+                )
         bd_conn.execute(
             f"INSERT INTO {os.environ['TEST_EXEC_TABLE']} (task_id, chave, pid) VALUES (%s, %s, %s)",
             (tarefa["id"], tarefa["chave_externa"], os.getpid()),

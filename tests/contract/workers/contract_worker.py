@@ -27,9 +27,11 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository, for a source checkout
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[3])
+)  # the repository, for a source checkout
 
-from nsj_queue_lib import WorkerBase  # noqa: E402
+from nsj_queue_lib import WorkerBase
 
 
 def _spec(payload) -> dict:
@@ -46,17 +48,30 @@ def side_connection(settings):
         return psycopg.connect(settings.postgres_conninfo(), autocommit=True)
     import pymysql
 
-    return pymysql.connect(host=settings.db_host, port=settings.db_port, user=settings.db_user,
-                           password=settings.db_pass, database=settings.db_name, autocommit=True)
+    return pymysql.connect(
+        host=settings.db_host,
+        port=settings.db_port,
+        user=settings.db_user,
+        password=settings.db_pass,
+        database=settings.db_name,
+        autocommit=True,
+    )
 
 
 class ContractWorker(WorkerBase):
-    def __init__(self, settings=None, exec_table: str | None = None, started_table: str | None = None,
-                 ready_file: str | None = None):
+    def __init__(
+        self,
+        settings=None,
+        exec_table: str | None = None,
+        started_table: str | None = None,
+        ready_file: str | None = None,
+    ):
         super().__init__(settings)
         self.exec_table = exec_table or os.environ["CONTRACT_EXEC_TABLE"]
         self.started_table = started_table or os.environ.get("CONTRACT_STARTED_TABLE")
-        self.ready_file = ready_file if ready_file is not None else os.environ.get("CONTRACT_READY_FILE")
+        self.ready_file = (
+            ready_file if ready_file is not None else os.environ.get("CONTRACT_READY_FILE")
+        )
 
     def execute(self, payload, tarefa, bd_conn):
         spec = _spec(payload)
@@ -65,13 +80,17 @@ class ContractWorker(WorkerBase):
             side = side_connection(self._settings)
             try:
                 with side.cursor() as cur:
-                    cur.execute(f"INSERT INTO {self.started_table} (task_id, pid) VALUES (%s, %s)",
-                                (tarefa["id"], os.getpid()))
+                    cur.execute(
+                        f"INSERT INTO {self.started_table} (task_id, pid) VALUES (%s, %s)",
+                        (tarefa["id"], os.getpid()),
+                    )
             finally:
                 side.close()
         with bd_conn.cursor() as cur:
-            cur.execute(f"INSERT INTO {self.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
-                        (tarefa["id"], tarefa["chave_externa"], os.getpid()))
+            cur.execute(
+                f"INSERT INTO {self.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
+                (tarefa["id"], tarefa["chave_externa"], os.getpid()),
+            )
         if spec.get("sleep") and attempt in spec.get("sleep_on", [attempt]):
             time.sleep(float(spec["sleep"]))
         if attempt in spec.get("fail_on", []):
