@@ -59,7 +59,7 @@ test: $(STAMP) ## Run the test suite (pass options with PYTEST_ARGS='...')
 	fi; \
 	exit $$rc
 
-# The trees the static checks cover; tests/golden holds generated SQL only.
+# The trees the static checks cover.
 LINT_PATHS := nsj_queue_lib tests benchmarks examples scripts
 
 lint: $(STAMP) ## ruff: lint rules and format check (pyproject.toml [tool.ruff])

@@ -33,7 +33,11 @@ def generate(args: list[str]) -> str:
     """stdout of ``python -m nsj_queue_lib.db_gen <args>``; raises if it exits non-zero."""
     result = subprocess.run(
         [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
-        cwd=ROOT, capture_output=True, text=True, encoding="utf-8", timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
     )
     if result.returncode != 0:
         raise RuntimeError(f"db_gen {' '.join(args)} exited {result.returncode}: {result.stderr}")
