@@ -36,3 +36,10 @@ class NotFoundError(QueueLibError, LookupError):
 
 class QueueTableMissingError(DatabaseError):
     """The configured queue table does not exist: a configuration error, not an outage."""
+
+
+class ClaimRoutineError(QueueLibError):
+    """The queue's claim function (procedure on MySQL) is missing or from another version.
+
+    A schema to upgrade, not an outage: the worker stops at start and says so.
+    """

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 PENDENTE = "pendente"
 AGENDADA = "agendada"
 PROCESSANDO = "processando"
@@ -67,3 +70,36 @@ TEXT_LIMITS = {
 }
 MENSAGEM_LIMIT = 500
 DEFAULT_PRIORITY = 50
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One attempt as the library handles it.
+
+    The fields are what the runtime decides with, read when the row was
+    fetched; ``row`` holds every column and is what a handler receives as
+    ``tarefa`` (a handler that changes it changes nothing the library reads).
+    """
+
+    id: int
+    tentativa: int
+    dead: bool
+    payload: str | None
+    row: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> TaskRecord:
+        return cls(int(row["id"]), row["tentativa"] or 1, bool(row["dead"]), row["payload"], row)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    """A claimed task, and whether the claim took its liveness lock.
+
+    ``liveness_locked`` is False only when another session held the task's
+    lock already (a worker of another library version running it): the
+    task then runs without a lock of its own, which the executor logs.
+    """
+
+    task: TaskRecord
+    liveness_locked: bool

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.dialect import dialect_name_for_connection, get_dialect
+from nsj_queue_lib.db.driver import client_store
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.payload import payload_hash, serialize_payload
@@ -39,9 +39,7 @@ class QueueClient:
         if queue_subscriber_table is not None:
             check_table_name(queue_subscriber_table, "subscriber table")
         self._conn = bd_conn
-        self._store = get_dialect(dialect_name_for_connection(bd_conn)).store(
-            queue_table, queue_subscriber_table
-        )
+        self._store = client_store(bd_conn, queue_table, queue_subscriber_table)
         self.queue_table = queue_table
         self.queue_subscriber_table = queue_subscriber_table
 

@@ -1,9 +1,7 @@
-"""The dialect seam: what differs between databases, behind one interface.
+"""The queue's DDL per database, and the names it derives from (schema, queue).
 
-A ``Dialect`` renders DDL and builds the ``QueueStore`` that runs the
-queue's operations for one queue table. Capabilities tell the runtime which
-mechanisms the database offers (LISTEN/NOTIFY, SKIP LOCKED, advisory locks)
-so it can choose polling or the socket server where one is missing.
+A ``Dialect`` renders what ``db_gen`` prints. Everything a running worker
+needs of a database is its driver's (``db/driver.py``).
 """
 
 from __future__ import annotations
@@ -11,23 +9,14 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
-from nsj_queue_lib.exceptions import InvalidIdentifierError
+from nsj_queue_lib.exceptions import ClaimRoutineError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
-
-if TYPE_CHECKING:
-    from nsj_queue_lib.db.queue_store import QueueStore
 
 DIALECT_NAMES = ("postgres", "mysql", "singlestore")
 _DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Capabilities:
-    listen_notify: bool
-    skip_locked: bool
-    advisory_locks: bool
+UPGRADE_HINT = "python -m nsj_queue_lib.db_gen <schema> <queue> --dialect <dialect> --upgrade"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +91,20 @@ def notify_channel(queue_name: str) -> str:
     return queue_name.lower()
 
 
+def check_claim_routine_version(routine: str, found: str | None, expected: str) -> None:
+    """Raise ``ClaimRoutineError`` unless the database's claim routine is this version's."""
+    if found == expected:
+        return
+    state = "is missing" if found is None else f"is from another version ({found!r})"
+    raise ClaimRoutineError(
+        f"the queue's claim routine {routine} {state}; this worker needs {expected!r}. "
+        f"Bring the queue up to date with {UPGRADE_HINT} (run its output once), then start "
+        "the worker again"
+    )
+
+
 class Dialect(abc.ABC):
     name: str
-    capabilities: Capabilities
 
     @abc.abstractmethod
     def create_ddl(self, names: DdlNames) -> str:
@@ -114,10 +114,6 @@ class Dialect(abc.ABC):
     def upgrade_ddl(self, names: DdlNames) -> str:
         """Idempotent DDL bringing an nsj-queue-lib 1.2.2 queue to the current schema."""
 
-    @abc.abstractmethod
-    def store(self, queue_table: str, subscriber_table: str | None = None) -> QueueStore:
-        """The ``QueueStore`` for one queue table."""
-
 
 def get_dialect(name: str) -> Dialect:
     """The dialect called ``name`` (``postgres``...) or, given a DB_DRIVER value, its dialect."""
@@ -126,20 +122,6 @@ def get_dialect(name: str) -> Dialect:
         raise ValueError(f"unknown dialect {name!r}; known: {', '.join(DIALECT_NAMES)}")
     module = importlib.import_module(f"nsj_queue_lib.db.{key}.dialect")
     return cast(Dialect, module.DIALECT)
-
-
-def dialect_name_for_connection(conn: object) -> str:
-    """Which dialect a DB-API connection speaks, from the driver that made it."""
-    module = type(conn).__module__ or ""
-    root = module.split(".")[0]
-    if root in ("psycopg", "psycopg2"):
-        return "postgres"
-    if root in ("pymysql", "MySQLdb"):
-        return "mysql"
-    raise TypeError(
-        f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
-        "expected a psycopg 3, psycopg2 or PyMySQL connection"
-    )
 
 
 def check_store_tables(queue_table: str, subscriber_table: str | None) -> None:

@@ -1,17 +1,18 @@
-"""What every dialect's store offers: the operations the client and the runtime call.
+"""What a dialect's store offers, in three protocols by who calls it.
 
-``PostgresQueueStore``, ``MysqlQueueStore`` and ``SingleStoreQueueStore``
-implement this protocol (a unit test checks their signatures against it);
-the runtime is typed against it, not against one database. A store that
-cannot do an operation on its database (SingleStore has no named locks)
-still has the method and raises ``ConfigError`` saying what to configure.
+- ``ClientStore``: the ``QueueClient`` and pub/sub fan-out, on the caller's
+  connection, inside the caller's transaction.
+- ``WorkerStore``: the executors, on autocommit worker connections whose
+  transactions the store opens and ends with explicit statements, so that
+  ``claim`` and ``complete_and_claim`` return with the claimed task's
+  transaction open (or the connection idle when nothing was claimed).
+  ``SessionLockStore`` adds what only databases with session locks do: the
+  claim that takes the task's liveness lock in the database.
+- ``MaintenanceStore``: the dispatcher and the periodic services.
 
-Connections: client operations run in the caller's transaction; runtime
-operations take autocommit worker connections and open and end transactions
-themselves, so ``claim`` and ``complete_and_claim`` return with the next
-task's transaction open (or the connection idle when nothing was claimed).
-Driver errors leave a store as ``DatabaseError`` with the driver's error as
-``__cause__``.
+``bind`` runs first on a worker: it resolves the queue's identity and checks
+that the database has what this version needs. Driver errors leave a store
+as ``DatabaseError`` with the driver's error as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -19,95 +20,122 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-Task = dict[str, Any]
+from nsj_queue_lib.model import Claim, TaskRecord
+
+Row = dict[str, Any]
 
 
-class QueueStore(Protocol):
+class ClientStore(Protocol):
     queue_table: str
     subscriber_table: str | None
 
-    # -- client operations (the caller's connection and transaction) --
+    def insert_task(self, conn: Any, row: Row) -> int: ...
 
-    def insert_task(self, conn, row: dict[str, Any]) -> int: ...
-
-    def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]: ...
+    def insert_tasks(self, conn: Any, rows: Sequence[Row]) -> list[int]: ...
 
     def list_equivalent(
-        self, conn, chave_externa: str | None, payload_hash: bytes | None, statuses: Sequence[str]
-    ) -> list[Task]: ...
+        self,
+        conn: Any,
+        chave_externa: str | None,
+        payload_hash: bytes | None,
+        statuses: Sequence[str],
+    ) -> list[Row]: ...
 
-    def get_task(self, conn, task_id: int) -> Task | None: ...
+    def get_task(self, conn: Any, task_id: int) -> Row | None: ...
 
     def list_subscribers(
-        self, conn, processo: str, tenant: int | None, grupo_empresarial: str | None
-    ) -> list[dict[str, Any]]: ...
+        self, conn: Any, processo: str, tenant: int | None, grupo_empresarial: str | None
+    ) -> list[Row]: ...
 
     def insert_deliveries(
-        self, conn, publication: Task, deliveries: Sequence[tuple[Any, str | None, bytes | None]]
+        self,
+        conn: Any,
+        publication: Row,
+        deliveries: Sequence[tuple[Any, str | None, bytes | None]],
     ) -> list[int]: ...
 
-    # -- connection and transaction control (worker connections) --
 
-    def configure_connection(self, conn) -> None: ...
+class WorkerStore(Protocol):
+    queue_table: str
 
-    def configure_executor_connection(self, conn) -> None: ...
+    def bind(self, conn: Any) -> int:
+        """Check the queue table and its claim routine; the queue's number, kept for the
+        operations below. Raises ``QueueTableMissingError`` or ``ClaimRoutineError``."""
+        ...
 
-    def queue_oid(self, conn) -> int: ...
+    @property
+    def queue_number(self) -> int: ...
 
-    def begin(self, conn) -> None: ...
+    def begin(self, conn: Any) -> None: ...
 
-    def commit(self, conn) -> None: ...
+    def commit(self, conn: Any) -> None: ...
 
-    def rollback(self, conn) -> None: ...
+    def rollback(self, conn: Any) -> None: ...
 
-    def terminate_session(self, admin_conn, victim_conn) -> None: ...
+    def claim_uncommitted(self, conn: Any) -> TaskRecord | None:
+        """Claim one task without a database lock, leaving the claim's transaction open;
+        the caller takes the liveness lock elsewhere, then ``commit_and_begin``."""
+        ...
 
-    # -- claiming and settling --
+    def commit_and_begin(self, conn: Any) -> None: ...
 
-    def task_lock_keys(self, queue_oid: int, task_id: int) -> tuple[int, int]: ...
-
-    def claim(self, conn, limit: int, queue_key: int) -> list[Task]: ...
-
-    def complete_and_claim(
-        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
-    ) -> list[Task]: ...
-
-    def claim_uncommitted(self, conn, limit: int) -> list[Task]: ...
-
-    def commit_and_begin(self, conn) -> None: ...
-
-    def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool: ...
-
-    def unlock_task(self, conn, keys: tuple[int, int]) -> None: ...
+    def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool: ...
 
     def fail_and_retry(
-        self, conn, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
     ) -> int | None: ...
 
     def fail_and_bury(
-        self, conn, task_id: int, status: str, mensagem: str, payload: str | None
+        self, conn: Any, task_id: int, status: str, mensagem: str, payload: str | None
     ) -> int | None: ...
 
-    def fail_final(self, conn, task_id: int, status: str, mensagem: str) -> bool: ...
+    def fail_final(self, conn: Any, task_id: int, status: str, mensagem: str) -> bool: ...
 
-    def release(self, conn, task_id: int) -> bool: ...
+    def release(self, conn: Any, task_id: int) -> bool: ...
 
-    # -- waking up and maintenance --
 
-    def seconds_until_next_due(self, conn) -> float | None: ...
+class SessionLockStore(WorkerStore, Protocol):
+    def claim(self, conn: Any) -> Claim | None:
+        """Claim the next ready task and take its liveness lock on ``conn``, committed;
+        the task's transaction is open on return."""
+        ...
 
-    def promote_due(self, conn, limit: int) -> int: ...
+    def complete_and_claim(
+        self, conn: Any, task_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        """'sucesso' and the lock's release, committed; then, with ``claim_next``, the next
+        claim as ``claim`` makes it."""
+        ...
 
-    def has_stale_pending(self, conn, wait_seconds: float) -> bool: ...
+    def unlock_task(self, conn: Any, task_id: int) -> None: ...
 
-    def notify(self, conn, channel: str, payload: str = "") -> None: ...
+    def try_service_lock(self, conn: Any, key: int) -> bool: ...
 
-    def try_service_lock(self, conn, key: int) -> bool: ...
+    def service_unlock(self, conn: Any, key: int) -> None: ...
 
-    def service_unlock(self, conn, key: int) -> None: ...
 
-    def find_orphans(
-        self, conn, queue_oid: int, limit: int, check_db_locks: bool = True
-    ) -> list[Task]: ...
+class MaintenanceStore(Protocol):
+    queue_table: str
 
-    def purge_round(self, conn, max_age_days: int, limit: int) -> int: ...
+    def seconds_until_next_due(self, conn: Any) -> float | None: ...
+
+    def promote_due(self, conn: Any, limit: int) -> int: ...
+
+    def has_stale_pending(self, conn: Any, wait_seconds: float) -> bool: ...
+
+    def notify(self, conn: Any, channel: str, payload: str = "") -> None: ...
+
+    def find_orphans(self, conn: Any, limit: int, check_session_locks: bool) -> list[TaskRecord]:
+        """'processando' rows nobody settles, row-locked until the transaction ends; without
+        ``check_session_locks`` the caller asks the socket server about their locks."""
+        ...
+
+    def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int: ...
+
+
+class QueueStore(ClientStore, WorkerStore, MaintenanceStore, Protocol):
+    """A store the socket-server path can run on (every dialect's)."""
+
+
+class LockingQueueStore(QueueStore, SessionLockStore, Protocol):
+    """A store of a database with session locks (PostgreSQL, MySQL)."""

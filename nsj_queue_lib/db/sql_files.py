@@ -26,6 +26,12 @@ def read_sql(dialect: str, filename: str) -> str:
     return resources.files(f"nsj_queue_lib.db.{dialect}").joinpath(filename).read_text("utf-8")
 
 
+def sql_code(text: str) -> str:
+    """``text`` without its comment lines: what a routine's version is computed from, so that
+    rewording a comment never asks for an upgrade."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+
+
 def render(template: str, values: dict[str, str]) -> str:
     """Replace ``{key}`` placeholders; a placeholder without a value is an error."""
 
@@ -60,3 +66,17 @@ def load_queries(dialect: str) -> dict[str, str]:
 
 def render_queries(dialect: str, values: dict[str, str]) -> dict[str, str]:
     return {name: render(sql, values) for name, sql in load_queries(dialect).items()}
+
+
+# One index probe per status (both are partial indexes of the queue table).
+_READY_TASKS = (
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM {table} WHERE status = 'pendente' AND data_hora <= {now}) "
+    "OR EXISTS (SELECT 1 FROM {table} WHERE status = 'agendada' AND data_hora <= {now}) "
+    "THEN 1 ELSE 0 END"
+)
+
+
+def ready_tasks_sql(table: str, now: str) -> str:
+    """Whether a 'pendente' task or a scheduled retry is due; ``table`` checked by the caller,
+    ``now`` the dialect's current-time expression."""
+    return _READY_TASKS.format(table=table, now=now)

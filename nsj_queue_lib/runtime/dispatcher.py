@@ -1,25 +1,24 @@
 """The dispatcher: knows when there is work and wakes the executor threads.
 
-It waits on a dedicated LISTEN connection and wakes an executor on every
-notification; at start (tasks already ready never wait for a notification),
-after reconnecting, when the next scheduled row becomes due, and at least
-every QUEUE_WAIT_NOTIFY_INTERVAL it also turns due 'agendada' rows into
-'pendente' and wakes the executors. A database outage is logged and retried
-with back-off; LISTEN is re-issued on the new connection. 'HALT' stops the worker.
+It waits on the driver's listener (LISTEN, polling or the socket server) and
+wakes an executor on every wake-up; at start (tasks already ready never wait
+for a notification), after reconnecting, when the next scheduled row becomes
+due, and at least every QUEUE_WAIT_NOTIFY_INTERVAL it also turns due
+'agendada' rows into 'pendente' and wakes the executors. A database outage
+is logged and retried with back-off; the listener is opened again on the new
+connection. 'HALT' stops the worker.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
-import psycopg
-
-from nsj_queue_lib.db.dialect import notify_channel
-from nsj_queue_lib.db.queue_store import QueueStore
-from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.db.driver import Listener, close_quietly
+from nsj_queue_lib.db.queue_store import MaintenanceStore
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.notify.postgres_listener import HALT_PAYLOAD, SCHEDULED_PAYLOAD, PostgresListener
+from nsj_queue_lib.notify import HALT_PAYLOAD, SCHEDULED_PAYLOAD
 from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.waker import Waker
 from nsj_queue_lib.settings import Settings
@@ -34,34 +33,30 @@ DUE_MARGIN_SECONDS = 0.002
 AFTER_PROMOTION_PAUSE_SECONDS = 0.05
 
 
-class QueueTableMissing(Exception):
-    """The configured queue table does not exist: a configuration error, not an outage."""
-
-
 class Dispatcher:
     def __init__(
         self,
         settings: Settings,
-        store: QueueStore,
+        store: MaintenanceStore,
         executor: TaskExecutor,
-        connect: Callable[[bool], psycopg.Connection],
+        connect: Callable[[], Any],
+        listener: Listener,
+        is_outage: Callable[[BaseException], bool],
         stop: threading.Event,
         on_halt: Callable[[], None],
         on_reconnect: Callable[[], None] = lambda: None,
-        listener=None,
     ):
         self.settings = settings
         self.store = store
         self.executor = executor
         self._connect = connect
+        self._listener = listener
+        self._is_outage = is_outage
         self._stop = stop
         self._on_halt = on_halt
         self._on_reconnect = on_reconnect
         self._waker = Waker()
-        self._listener = listener or PostgresListener(
-            lambda: connect(True), notify_channel(settings.queue_name)
-        )
-        self._control: psycopg.Connection | None = None
+        self._control: Any = None
         self.notifications = 0
 
     def interrupt(self) -> None:
@@ -83,7 +78,9 @@ class Dispatcher:
                     connected_before = True
                     backoff = BACKOFF_START_SECONDS
                     self._loop()
-                except (DatabaseError, psycopg.Error) as exc:
+                except Exception as exc:
+                    if not self._is_outage(exc):
+                        raise
                     logger.warning(
                         "queue=%s: database or socket server unavailable (%s); retrying in %.1f s",
                         self.settings.queue_name,
@@ -100,25 +97,12 @@ class Dispatcher:
     def _open(self) -> None:
         self._close()
         self._listener.open()
-        self._control = self._connect(True)
-        if self.executor.queue_oid is None:
-            try:
-                self.executor.queue_oid = self.store.queue_oid(self._control)
-            except QueueTableMissingError as exc:
-                # Not an outage: waiting would never help.
-                raise QueueTableMissing(
-                    f"QUEUE_TABLE: table {self.settings.queue_table} does not exist "
-                    "(create it with python -m nsj_queue_lib.db_gen)"
-                ) from exc
+        self._control = self._connect()
 
     def _close(self) -> None:
         self._listener.close()
-        if self._control is not None:
-            try:
-                self._control.close()
-            except Exception:  # noqa: BLE001 - closing a connection that may be broken
-                pass
-            self._control = None
+        close_quietly(self._control)
+        self._control = None
 
     def _loop(self) -> None:
         concurrency = self.settings.queue_concurrency

@@ -23,36 +23,37 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
 from nsj_queue_lib import model
-from nsj_queue_lib.db.postgres.store import queue_lock_key
-from nsj_queue_lib.db.queue_store import QueueStore
+from nsj_queue_lib.db.driver import ConnectionPool, close_quietly
+from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
-from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.settings import Settings
 
 logger = get_logger("executor")
 
 TaskHandler = Callable[[dict[str, Any], Any], "str | None"]
+# Ends another connection's server session (the driver's terminate_session).
+SessionTerminator = Callable[[Any, Any], None]
 DEFAULT_SUCCESS_MESSAGE = "Concluído com sucesso"
 RELEASED_MESSAGE = "worker stopped before the task finished; released for a new attempt"
 
 
 @dataclasses.dataclass
 class RunningTask:
-    task: dict[str, Any]
-    conn: psycopg.Connection
+    task: TaskRecord
+    conn: Any
     started: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def record_failure(
-    store: QueueStore,
-    conn: psycopg.Connection,
+    store: WorkerStore,
+    conn: Any,
     settings: Settings,
-    task: dict[str, Any],
+    task: TaskRecord,
     error: BaseException | str,
     status: str = model.FALHA,
     delay_seconds: float | None = None,
@@ -64,8 +65,8 @@ def record_failure(
     can never both settle one attempt.
     """
     decision = decide(
-        task["tentativa"] or 1,
-        bool(task["dead"]),
+        task.tentativa,
+        task.dead,
         settings.queue_max_retry,
         settings.queue_base_interval_retry,
     )
@@ -74,10 +75,10 @@ def record_failure(
     )
     if decision.outcome is Outcome.RETRY:
         delay = decision.delay_seconds if delay_seconds is None else delay_seconds
-        return store.fail_and_retry(conn, task["id"], status, mensagem, delay)
+        return store.fail_and_retry(conn, task.id, status, mensagem, delay)
     if decision.outcome is Outcome.BURY:
-        return store.fail_and_bury(conn, task["id"], status, mensagem, task.get("payload"))
-    store.fail_final(conn, task["id"], status, mensagem)
+        return store.fail_and_bury(conn, task.id, status, mensagem, task.payload)
+    store.fail_final(conn, task.id, status, mensagem)
     return None
 
 
@@ -87,21 +88,20 @@ class TaskExecutor:
     def __init__(
         self,
         settings: Settings,
-        store,
-        pool,
+        store: WorkerStore,
+        pool: ConnectionPool,
         handler: TaskHandler,
         stop: threading.Event,
-        liveness=None,
+        liveness: Liveness,
+        terminate_session: SessionTerminator,
     ):
         self.settings = settings
         self.store = store
         self.pool = pool
         self.handler = handler
         self.stop_event = stop
-        self.queue_oid: int | None = None  # set by the dispatcher once connected
-        self.liveness = liveness or DatabaseLiveness(
-            store, lambda: queue_lock_key(self._queue_oid())
-        )
+        self.liveness = liveness
+        self._terminate_session = terminate_session
         lock = threading.Lock()
         self._cond = threading.Condition(lock)  # wake-up tokens for idle threads
         self._finished = threading.Condition(lock)  # a running task ended (for wait_idle)
@@ -159,6 +159,12 @@ class TaskExecutor:
                 self._finished.wait(remaining)
         return True
 
+    def dead_threads(self) -> list[threading.Thread]:
+        """Executor threads that ended while the worker was not stopping."""
+        if self.stop_event.is_set():
+            return []
+        return [thread for thread in self._threads if thread.ident and not thread.is_alive()]
+
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
@@ -176,13 +182,8 @@ class TaskExecutor:
                 )
                 self.stop_event.wait(1.0)
 
-    def _queue_oid(self) -> int:
-        if self.queue_oid is None:
-            raise RuntimeError("the dispatcher has not connected yet: no queue number")
-        return self.queue_oid
-
-    def _claim_limit(self) -> int:
-        return 0 if self.stop_event.is_set() else 1
+    def _claim_next(self) -> bool:
+        return not self.stop_event.is_set()
 
     def _drain(self) -> None:
         """Claim and run tasks until none is ready or the worker stops."""
@@ -196,10 +197,10 @@ class TaskExecutor:
             )
             return  # the dispatcher wakes the executors again once the database is back
         try:
-            tasks = self.liveness.claim(conn, self._claim_limit())
-            while tasks:
+            claimed = self.liveness.claim(conn, self._claim_next())
+            while claimed is not None:
                 self._wake_idle_thread()  # there may be more: let an idle thread look too
-                conn, tasks = self._run(conn, tasks[0])
+                conn, claimed = self._run(conn, claimed)
         except DatabaseError as exc:
             logger.warning("queue=%s: claim failed: %s", self.settings.queue_name, exc)
             conn = self._discard(conn, replace=False)
@@ -214,27 +215,26 @@ class TaskExecutor:
                 self._tokens = 1
                 self._cond.notify(1)
 
-    def _run(self, conn: psycopg.Connection, task: dict[str, Any]):
-        """Run one claimed task; returns (the connection to go on with, the next claimed tasks)."""
-        task_id = task["id"]
-        keys = self.store.task_lock_keys(self.queue_oid, task_id)
-        if not task.pop("liveness_locked", True):
+    def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
+        """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
+        task = claimed.task
+        if not claimed.liveness_locked:
             logger.warning(
                 "queue=%s task=%s: liveness lock already held elsewhere",
                 self.settings.queue_name,
-                task_id,
+                task.id,
             )
         with self._cond:
-            self._running[task_id] = RunningTask(task, conn)
+            self._running[task.id] = RunningTask(task, conn)
         try:
             try:
-                result = self.handler(task, conn)
+                result = self.handler(task.row, conn)
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
                 if not isinstance(exc, Exception):
                     logger.warning(
                         "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
                         self.settings.queue_name,
-                        task_id,
+                        task.id,
                         type(exc).__name__,
                     )
                 error: BaseException = exc
@@ -243,42 +243,35 @@ class TaskExecutor:
                     DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
                 )
                 try:
-                    next_tasks = self.liveness.complete_and_claim(
-                        conn, task, mensagem, keys, self._claim_limit()
+                    next_claim = self.liveness.complete_and_claim(
+                        conn, task, mensagem, self._claim_next()
                     )
-                    logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task_id)
-                    return conn, next_tasks
+                    logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
+                    return conn, next_claim
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
                     # connection): nothing was committed, so the attempt failed.
                     error = exc.__cause__ or exc
         finally:
             with self._finished:
-                self._running.pop(task_id, None)
+                self._running.pop(task.id, None)
                 self._finished.notify_all()
-        healthy = self._fail(task, conn, keys, error)
+        healthy = self._fail(task, conn, error)
         self.liveness.after_settled(task)
         if not healthy:
             replacement = self._discard(conn)
             if replacement is None:
-                return None, []
+                return None, None
             conn = replacement
-        return conn, self.liveness.claim(conn, self._claim_limit())
+        return conn, self.liveness.claim(conn, self._claim_next())
 
-    def _fail(
-        self,
-        task: dict[str, Any],
-        conn: psycopg.Connection,
-        keys: tuple[int, int],
-        error: BaseException,
-    ) -> bool:
+    def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
-        task_id = task["id"]
         logger.warning(
             "queue=%s task=%s tentativa=%s: failed: %s: %s",
             self.settings.queue_name,
-            task_id,
-            task["tentativa"],
+            task.id,
+            task.tentativa,
             type(error).__name__,
             error,
             exc_info=isinstance(error, Exception) and self.settings.log_debug,
@@ -287,14 +280,14 @@ class TaskExecutor:
             self.store.rollback(conn)
             self.store.begin(conn)
             record_failure(self.store, conn, self.settings, task, error)
-            self.liveness.unlock_in_transaction(conn, task, keys)
+            self.liveness.unlock_in_transaction(conn, task)
             self.store.commit(conn)
             return True
         except Exception as exc:  # noqa: BLE001 - the task's connection is gone
             logger.info(
                 "queue=%s task=%s: recording the failure on a fresh connection (%s)",
                 self.settings.queue_name,
-                task_id,
+                task.id,
                 exc,
             )
         # The liveness lock died with the connection; the conditional update
@@ -309,20 +302,15 @@ class TaskExecutor:
                 "queue=%s task=%s: could not record the failure (%s); the retry service will "
                 "rescue the task",
                 self.settings.queue_name,
-                task_id,
+                task.id,
                 exc,
             )
         return False
 
-    def _discard(
-        self, conn: psycopg.Connection | None, replace: bool = True
-    ) -> psycopg.Connection | None:
+    def _discard(self, conn: Any, replace: bool = True) -> Any:
         """Close a broken connection, give it back (the pool drops it) and take another, or None."""
         if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - closing a connection that is broken already
-                pass
+            close_quietly(conn)
             self._put_back(conn)
         if not replace:
             return None
@@ -331,20 +319,17 @@ class TaskExecutor:
         except Exception:  # noqa: BLE001 - the pool cannot serve now: the caller retries later
             return None
 
-    def _put_back(self, conn: psycopg.Connection | None) -> None:
+    def _put_back(self, conn: Any) -> None:
         if conn is None:
             return
         try:
             self.pool.putconn(conn)
         except Exception:  # noqa: BLE001 - a pool closed during shutdown
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - closing a connection the pool refused
-                pass
+            close_quietly(conn)
 
     # -- shutdown --
 
-    def release_running(self, connect: Callable[[], psycopg.Connection]) -> int:
+    def release_running(self, connect: Callable[[], Any]) -> int:
         """After the grace period: end the tasks still running and schedule them again at once.
 
         Their backends are terminated (rolling back their work and freeing
@@ -359,12 +344,12 @@ class TaskExecutor:
         try:
             for item in running:
                 try:
-                    self.store.terminate_session(admin, item.conn)
+                    self._terminate_session(admin, item.conn)
                 except Exception as exc:  # noqa: BLE001 - best effort: the retry service rescues the task
                     logger.warning(
                         "queue=%s task=%s: could not stop its session: %s",
                         self.settings.queue_name,
-                        item.task["id"],
+                        item.task.id,
                         exc,
                     )
             for item in running:

@@ -3,8 +3,8 @@
 The executor claims, completes and settles failures through one of these, so
 its own code is the same in both modes.
 
-- ``DatabaseLiveness``: the claim statement takes a session advisory lock on
-  the executor's connection before the claim commits; completion, unlock,
+- ``DatabaseLiveness``: the claim takes a session lock (advisory or named)
+  on the executor's connection before the claim commits; completion, unlock,
   commit and the next claim travel in one round trip.
 - ``ServerLiveness`` (CLIENT_SERVER_MODE): the claim's transaction stays open
   while the socket server's lock is taken, then commits: a claimed task is
@@ -17,9 +17,18 @@ its own code is the same in both modes.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from nsj_queue_lib.client.channel import ServerConnectionError
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import Claim, TaskRecord
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.client.lock_client import LockClient
+    from nsj_queue_lib.db.queue_store import SessionLockStore, WorkerStore
+
+T = TypeVar("T")
 
 logger = get_logger("liveness")
 
@@ -37,42 +46,54 @@ def service_lock_name(queue_oid: int, service: str) -> str:
     return f"nsjq:{queue_oid}:service:{service}"
 
 
+class Liveness(Protocol):
+    """How an executor claims, completes and settles, given where liveness locks live."""
+
+    def claim(self, conn: Any, claim_next: bool = True) -> Claim | None: ...
+
+    def complete_and_claim(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None: ...
+
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None: ...
+
+    def after_settled(self, task: TaskRecord) -> None: ...
+
+
 class DatabaseLiveness:
-    def __init__(self, store, queue_key_of):
+    def __init__(self, store: SessionLockStore):
         self.store = store
-        self._queue_key_of = queue_key_of  # callable: the queue oid is known once connected
 
-    def claim(self, conn, limit: int) -> list[dict[str, Any]]:
-        return self.store.claim(conn, limit, self._queue_key_of())
+    def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        return self.store.claim(conn) if claim_next else None
 
-    def complete_and_claim(self, conn, task: dict[str, Any], mensagem: str, keys, limit: int):
-        return self.store.complete_and_claim(conn, task["id"], mensagem, keys, limit, keys[0])
+    def complete_and_claim(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        return self.store.complete_and_claim(conn, task.id, mensagem, claim_next)
 
-    def unlock_in_transaction(self, conn, task: dict[str, Any], keys) -> None:
-        self.store.unlock_task(conn, keys)
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
+        self.store.unlock_task(conn, task.id)
 
-    def after_settled(self, task: dict[str, Any]) -> None:
+    def after_settled(self, task: TaskRecord) -> None:
         pass
 
 
 class ServerLiveness:
-    def __init__(self, store, lock_client, queue_oid_of, stop: threading.Event):
+    def __init__(self, store: WorkerStore, lock_client: LockClient, stop: threading.Event):
         self.store = store
         self.locks = lock_client
-        self._queue_oid_of = queue_oid_of
         self._stop = stop
 
     def _name(self, task_id: int) -> str:
-        return task_lock_name(self._queue_oid_of(), task_id)
+        return task_lock_name(self.store.queue_number, task_id)
 
-    def _call(self, operation):
+    def _call(self, operation: Callable[[], T]) -> T:
         """Run a lock-server call, reconnecting once if the connection dropped.
 
         The lock client takes its locks again when it reconnects, so running
         tasks keep theirs across a server restart.
         """
-        from nsj_queue_lib.client.channel import ServerConnectionError
-
         try:
             return operation()
         except ServerConnectionError as exc:
@@ -81,46 +102,44 @@ class ServerLiveness:
                 raise
             return operation()
 
-    def claim(self, conn, limit: int) -> list[dict[str, Any]]:
-        tasks = self.store.claim_uncommitted(conn, limit)
-        if not tasks:
-            return []
+    def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        if not claim_next:
+            return None
+        task = self.store.claim_uncommitted(conn)
+        if task is None:
+            return None
+        name = self._name(task.id)
         try:
-            for task in tasks:
-                name = self._name(task["id"])
-                if not self._call(lambda name=name: self.locks.try_lock(name)):
-                    raise RuntimeError(
-                        f"task {task['id']}: its liveness lock is held by another client"
-                    )
+            if not self._call(lambda: self.locks.try_lock(name)):
+                raise RuntimeError(f"task {task.id}: its liveness lock is held by another client")
             self.store.commit_and_begin(conn)
         except Exception:
-            # Nothing was committed: the tasks are 'pendente' again for everyone.
+            # Nothing was committed: the task is 'pendente' again for everyone.
             self.store.rollback(conn)
-            for task in tasks:
-                self.after_settled(task)
+            self.after_settled(task)
             raise
-        for task in tasks:
-            task["liveness_locked"] = True
-        return tasks
+        return Claim(task, liveness_locked=True)
 
-    def complete_and_claim(self, conn, task: dict[str, Any], mensagem: str, keys, limit: int):
-        if self.store.complete_if_running(conn, task["id"], mensagem):
+    def complete_and_claim(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        if self.store.complete_if_running(conn, task.id, mensagem):
             self.store.commit(conn)
         else:
             self.store.rollback(conn)
             logger.warning(
                 "task=%s: no longer 'processando' when it finished (rescued by another worker, or "
                 "given back after a deadlock); its work was rolled back",
-                task["id"],
+                task.id,
             )
         self.after_settled(task)
-        return self.claim(conn, limit) if limit > 0 else []
+        return self.claim(conn, claim_next)
 
-    def unlock_in_transaction(self, conn, task: dict[str, Any], keys) -> None:
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
         pass  # the server lock goes after the commit, in after_settled
 
-    def after_settled(self, task: dict[str, Any]) -> None:
+    def after_settled(self, task: TaskRecord) -> None:
         try:
-            self._call(lambda: self.locks.unlock(self._name(task["id"])))
+            self._call(lambda: self.locks.unlock(self._name(task.id)))
         except Exception as exc:  # noqa: BLE001 - a lost connection released it anyway
-            logger.info("task=%s: unlock on the lock server failed (%s)", task["id"], exc)
+            logger.info("task=%s: unlock on the lock server failed (%s)", task.id, exc)

@@ -8,7 +8,7 @@ later attempts still read its payload.
 
 from __future__ import annotations
 
-import psycopg
+from typing import Any
 
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.service import PeriodicService
@@ -19,7 +19,7 @@ logger = get_logger("purge")
 class PurgeService(PeriodicService):
     name = "purge"
 
-    def work(self, conn: psycopg.Connection) -> int:
+    def work(self, conn: Any) -> int:
         deleted = 0
         while not self.stop.is_set():
             count = self.store.purge_round(

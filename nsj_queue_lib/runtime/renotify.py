@@ -6,7 +6,7 @@ QUEUE_WAIT_NOTIFY_INTERVAL: a notification lost while no worker listened.
 
 from __future__ import annotations
 
-import psycopg
+from typing import Any
 
 from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.log import get_logger
@@ -20,7 +20,7 @@ BATCH = 1000
 class RenotifyService(PeriodicService):
     name = "renotify"
 
-    def work(self, conn: psycopg.Connection) -> int:
+    def work(self, conn: Any) -> int:
         promoted = 0
         while not self.stop.is_set():
             count = self.store.promote_due(conn, BATCH)

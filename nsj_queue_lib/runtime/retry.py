@@ -7,13 +7,17 @@ A 'processando' row with no liveness lock and no row lock has no live worker
 
 from __future__ import annotations
 
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.runtime.executor import record_failure
 from nsj_queue_lib.runtime.liveness import task_lock_name
 from nsj_queue_lib.runtime.service import PeriodicService
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.client.lock_client import LockClient
 
 logger = get_logger("retry")
 
@@ -24,27 +28,27 @@ ORPHAN_MESSAGE = "the worker running this attempt died or lost its database conn
 class RetryService(PeriodicService):
     name = "retry"
 
-    def work(self, conn: psycopg.Connection) -> int:
-        queue_oid = self.store.queue_oid(conn)
+    def __init__(self, *args: Any, lock_client: LockClient | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
+        self.lock_client = lock_client
+
+    def work(self, conn: Any) -> int:
         conn.commit()
         suspects: set[int] = set()
         if self.lock_client is not None:
-            suspects = self._server_suspects(conn, queue_oid)
+            suspects = self._server_suspects(conn)
             if not suspects:
                 return 0
         rescued = 0
         while not self.stop.is_set():
             if self.lock_client is None:
-                orphans = self.store.find_orphans(conn, queue_oid, BATCH)
+                orphans = self.store.find_orphans(conn, BATCH, check_session_locks=True)
                 batch_full = len(orphans) == BATCH
             else:
-                candidates = self.store.find_orphans(conn, queue_oid, BATCH, check_db_locks=False)
-                held = self.lock_client.held(task_lock_name(queue_oid, t["id"]) for t in candidates)
-                orphans = [
-                    t
-                    for t in candidates
-                    if t["id"] in suspects and task_lock_name(queue_oid, t["id"]) not in held
-                ]
+                candidates = self.store.find_orphans(conn, BATCH, check_session_locks=False)
+                free = self._free_on_server(candidates)
+                orphans = [t for t in free if t.id in suspects]
                 batch_full = False  # one confirmed batch per run; the next run takes the rest
             for task in orphans:
                 record_failure(
@@ -58,8 +62,8 @@ class RetryService(PeriodicService):
                 logger.warning(
                     "queue=%s task=%s tentativa=%s: rescued an abandoned attempt",
                     self.settings.queue_name,
-                    task["id"],
-                    task["tentativa"],
+                    task.id,
+                    task.tentativa,
                 )
             conn.commit()
             rescued += len(orphans)
@@ -67,7 +71,14 @@ class RetryService(PeriodicService):
                 break
         return rescued
 
-    def _server_suspects(self, conn, queue_oid: int) -> set[int]:
+    def _free_on_server(self, candidates: list[TaskRecord]) -> list[TaskRecord]:
+        """The candidates whose liveness lock nobody holds on the socket server."""
+        assert self.lock_client is not None
+        number = self.store.queue_number
+        held = self.lock_client.held(task_lock_name(number, t.id) for t in candidates)
+        return [t for t in candidates if task_lock_name(number, t.id) not in held]
+
+    def _server_suspects(self, conn: Any) -> set[int]:
         """Tasks whose server lock is free twice, a grace period apart.
 
         Right after a socket server restart every lock is free until the
@@ -75,10 +86,9 @@ class RetryService(PeriodicService):
         would rescue tasks that are still running. The grace period covers
         that reconnection.
         """
-        candidates = self.store.find_orphans(conn, queue_oid, BATCH, check_db_locks=False)
+        candidates = self.store.find_orphans(conn, BATCH, check_session_locks=False)
         conn.commit()  # no row stays locked while waiting
-        held = self.lock_client.held(task_lock_name(queue_oid, t["id"]) for t in candidates)
-        suspects = {t["id"] for t in candidates if task_lock_name(queue_oid, t["id"]) not in held}
+        suspects = {t.id for t in self._free_on_server(candidates)}
         if suspects and self.stop.wait(self.server_grace_seconds()):
             return set()
         return suspects

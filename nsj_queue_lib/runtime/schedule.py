@@ -43,7 +43,10 @@ class IntervalSchedule:
         return f"IntervalSchedule({self.seconds:g}s)"
 
 
-def make_schedule(minutes: Sequence[int], interval_seconds: float | None):
+Schedule = MinuteSchedule | IntervalSchedule
+
+
+def make_schedule(minutes: Sequence[int], interval_seconds: float | None) -> Schedule:
     """The interval when one is configured, else the minute list."""
     if interval_seconds is not None:
         return IntervalSchedule(interval_seconds)

@@ -1,9 +1,10 @@
 """Periodic maintenance services: a schedule, a cluster-wide lock, ``run_once()``.
 
 Each run opens its own short-lived connection and takes the service's
-session-level advisory lock; a worker that does not get it skips the run,
-so one worker in the cluster does the work. Errors are logged and the loop
-goes on; the stop event ends it between runs or between rounds.
+cluster-wide lock (a session lock in the database, or the socket server's);
+a worker that does not get it skips the run, so one worker in the cluster
+does the work. Errors are logged and the loop goes on; the stop event ends
+it between runs or between rounds.
 """
 
 from __future__ import annotations
@@ -13,27 +14,95 @@ import datetime
 import hashlib
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-import psycopg
-
-from nsj_queue_lib.db.queue_store import QueueStore
+from nsj_queue_lib.db.queue_store import QueueStore, SessionLockStore
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.liveness import service_lock_name
+from nsj_queue_lib.runtime.schedule import Schedule
 from nsj_queue_lib.settings import Settings
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.client.lock_client import LockClient
 
 logger = get_logger("service")
 
 
 def service_lock_key(queue_table: str, service: str) -> int:
-    """A signed 64-bit advisory lock key for (queue, service).
+    """A signed 64-bit key for (queue, service).
 
-    One-bigint advisory locks never collide with the two-int4 task liveness
-    locks, and hashing the queue's name keeps queues apart.
+    On PostgreSQL one-bigint advisory locks never collide with the two-int4
+    task liveness locks, and hashing the queue's name keeps queues apart.
     """
     digest = hashlib.blake2b(
         f"nsj_queue_lib:{queue_table}:{service}".encode(), digest_size=8
     ).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+class ServiceLock(Protocol):
+    """The cluster-wide lock one service run holds."""
+
+    def acquire(self, conn: Any) -> bool:
+        """Take the lock; False when another worker holds it. ``conn`` ends idle."""
+        ...
+
+    def release(self, conn: Any) -> None: ...
+
+
+class DatabaseServiceLock:
+    """A session lock on the run's own connection."""
+
+    def __init__(self, store: SessionLockStore, key: int):
+        self.store = store
+        self.key = key
+
+    def acquire(self, conn: Any) -> bool:
+        if not self.store.try_service_lock(conn, self.key):
+            conn.rollback()
+            return False
+        conn.commit()
+        return True
+
+    def release(self, conn: Any) -> None:
+        try:
+            conn.rollback()
+            self.store.service_unlock(conn, self.key)
+            conn.commit()
+        except Exception:  # noqa: BLE001 - a dead connection released the lock already
+            pass
+
+
+class ServerServiceLock:
+    """A lock of the socket server (CLIENT_SERVER_MODE), named after the queue's number."""
+
+    def __init__(
+        self, store: QueueStore, lock_client: LockClient, service: str, stop: threading.Event
+    ):
+        self.store = store
+        self.locks = lock_client
+        self.service = service
+        self.stop = stop
+
+    def _name(self) -> str:
+        return service_lock_name(self.store.queue_number, self.service)
+
+    def acquire(self, conn: Any) -> bool:
+        from nsj_queue_lib.client.channel import ServerConnectionError
+
+        conn.commit()
+        try:
+            return self.locks.try_lock(self._name())
+        except ServerConnectionError:
+            if not self.locks.reconnect(stop=self.stop, max_wait=5):
+                raise
+            return self.locks.try_lock(self._name())
+
+    def release(self, conn: Any) -> None:
+        try:
+            self.locks.unlock(self._name())
+        except Exception:  # noqa: BLE001 - a lost connection released it anyway
+            pass
 
 
 class PeriodicService(abc.ABC):
@@ -43,18 +112,17 @@ class PeriodicService(abc.ABC):
         self,
         settings: Settings,
         store: QueueStore,
-        connect: Callable[[bool], psycopg.Connection],
+        connect: Callable[[], Any],
+        lock: ServiceLock,
         stop: threading.Event,
-        schedule,
-        lock_client=None,
+        schedule: Schedule,
     ):
         self.settings = settings
         self.store = store
-        self._connect = connect
+        self._connect = connect  # a new connection, not autocommit
+        self.lock = lock
         self.stop = stop
         self.schedule = schedule
-        self.lock_client = lock_client  # CLIENT_SERVER_MODE: locks come from the socket server
-        self.lock_key = service_lock_key(settings.queue_table, self.name)
 
     def run(self) -> None:
         logger.info(
@@ -74,52 +142,19 @@ class PeriodicService(abc.ABC):
 
     def run_once(self) -> int | None:
         """One run under the cluster-wide lock; None when another worker holds it."""
-        if self.lock_client is not None:
-            return self._run_once_with_server_lock()
-        with self._connect(False) as conn:
-            if not self.store.try_service_lock(conn, self.lock_key):
-                conn.rollback()
-                self._skipped()
-                return None
-            conn.commit()
-            try:
-                return self.work(conn)
-            finally:
-                try:
-                    conn.rollback()
-                    self.store.service_unlock(conn, self.lock_key)
-                    conn.commit()
-                except Exception:  # noqa: BLE001 - a dead connection released the lock already
-                    pass
-
-    def _run_once_with_server_lock(self) -> int | None:
-        from nsj_queue_lib.client.channel import ServerConnectionError
-
-        with self._connect(False) as conn:
-            lock_name = service_lock_name(self.store.queue_oid(conn), self.name)
-            conn.commit()
-            try:
-                locked = self.lock_client.try_lock(lock_name)
-            except ServerConnectionError:
-                if not self.lock_client.reconnect(stop=self.stop, max_wait=5):
-                    raise
-                locked = self.lock_client.try_lock(lock_name)
-            if not locked:
-                self._skipped()
+        with self._connect() as conn:
+            if not self.lock.acquire(conn):
+                logger.debug(
+                    "queue=%s: %s run skipped, another worker runs it",
+                    self.settings.queue_name,
+                    self.name,
+                )
                 return None
             try:
                 return self.work(conn)
             finally:
-                try:
-                    self.lock_client.unlock(lock_name)
-                except Exception:  # noqa: BLE001 - a lost connection released it anyway
-                    pass
-
-    def _skipped(self) -> None:
-        logger.debug(
-            "queue=%s: %s run skipped, another worker runs it", self.settings.queue_name, self.name
-        )
+                self.lock.release(conn)
 
     @abc.abstractmethod
-    def work(self, conn: psycopg.Connection) -> int:
+    def work(self, conn: Any) -> int:
         """The service's work, in transactions of its own on ``conn``; returns rows affected."""

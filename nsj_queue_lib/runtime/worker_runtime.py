@@ -3,11 +3,13 @@
 Threads: the dispatcher (knows when there is work: LISTEN, polling or the
 socket server, and wakes the executors), the executor threads of the
 ``TaskExecutor`` (each claims and runs its own tasks), and the retry, renotify
-and purge services.
+and purge services. None starts before the queue is bound: its table and
+claim routine checked, once, on the first connection that succeeds.
 Stopping (signal, HALT, ``stop()``): no new claims; in-flight tasks get
 QUEUE_GRACE_PERIOD seconds; any still running are released for a new attempt;
-exit code 0. If the dispatcher dies of an unexpected error the runtime stops
-and returns a non-zero exit code rather than idling forever.
+exit code 0. A thread that dies of an unexpected error stops the worker with
+a non-zero exit code and a log line naming it, rather than leaving the worker
+running without it.
 """
 
 from __future__ import annotations
@@ -19,138 +21,139 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nsj_queue_lib.db.dialect import get_dialect
-from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.db.driver import Driver, close_quietly, make_driver
+from nsj_queue_lib.exceptions import ClaimRoutineError, ConfigError, QueueTableMissingError
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.notify.polling import PollingListener
-from nsj_queue_lib.runtime.connections import connect, make_pool
-from nsj_queue_lib.runtime.dispatcher import Dispatcher, QueueTableMissing
+from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness, Liveness, ServerLiveness
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
 from nsj_queue_lib.runtime.schedule import make_schedule
+from nsj_queue_lib.runtime.service import (
+    DatabaseServiceLock,
+    PeriodicService,
+    ServerServiceLock,
+    ServiceLock,
+    service_lock_key,
+)
 from nsj_queue_lib.settings import Settings
 
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
-    from nsj_queue_lib.notify.server_listener import ServerListener
-    from nsj_queue_lib.runtime.liveness import ServerLiveness
+    from nsj_queue_lib.db.queue_store import LockingQueueStore
 
 logger = get_logger("runtime")
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
-EXIT_DISPATCHER_DIED = 3
+EXIT_THREAD_DIED = 3
 SUPERVISE_INTERVAL_SECONDS = 0.5
 
 
-def _executor_configure(settings: Settings, configure: Callable[[object], None] | None):
-    """What runs once on each executor connection (the ones the tasks' transactions use)."""
-    if settings.queue_synchronous_commit:
-        return configure
+class _Supervised(threading.Thread):
+    """A daemon thread whose unexpected end is recorded for the supervisor."""
 
-    def asynchronous_commits(conn) -> None:
-        if configure is not None:
-            configure(conn)
-        conn.execute("SET synchronous_commit = off")  # autocommit: for the whole session
+    def __init__(self, name: str, target: Callable[[], None]):
+        super().__init__(name=name, daemon=True)
+        self._work = target
+        self.error: BaseException | None = None
 
-    return asynchronous_commits
+    def run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # reported by the supervisor
+            self.error = exc
+            logger.exception("thread %s died", self.name)
 
 
 class WorkerRuntime:
-    executor: TaskExecutor  # the server liveness reads it through a closure made first
-
-    def __init__(self, settings: Settings, handler: TaskHandler):
-        if settings.db_driver == "SINGLE_STORE" and not settings.client_server_mode:
-            raise ConfigError(
-                {
-                    "CLIENT_SERVER_MODE": "must be true with DB_DRIVER=SINGLE_STORE: SingleStore has no "
-                    "named locks nor LISTEN, the socket server provides them (python -m nsj_queue_lib.server)",
-                }
-            )
-        if not settings.queue_synchronous_commit and settings.db_driver != "POSTGRES":
-            raise ConfigError(
-                {
-                    "QUEUE_SYNCHRONOUS_COMMIT": "can be false on PostgreSQL only (on MySQL the equivalent, "
-                    "innodb_flush_log_at_trx_commit, is a server setting)",
-                }
-            )
+    def __init__(self, settings: Settings, handler: TaskHandler, driver: Driver | None = None):
+        self.driver = driver or make_driver(settings)
+        problems = self.driver.check_settings()
+        if problems:
+            raise ConfigError(problems)
         self.settings = settings
         self.stop_event = threading.Event()
-        self.store = get_dialect(settings.db_driver).store(
-            settings.queue_table, settings.queue_subscriber_table
-        )
-        postgres = settings.db_driver == "POSTGRES"
-        configure = None if postgres else self.store.configure_connection
-        configure_executor = None if postgres else self.store.configure_executor_connection
-        self._connect: Callable[[bool], Any] = lambda autocommit: connect(
-            settings, autocommit, configure
-        )
-        self.pool = make_pool(
-            settings, settings.queue_concurrency, _executor_configure(settings, configure_executor)
-        )
+        self.store = self.driver.store()
+        self.pool = self.driver.make_pool(settings.queue_concurrency)
         self.lock_client: LockClient | None = None
-        liveness: ServerLiveness | None = None
-        listener: PollingListener | ServerListener | None = (
-            None if postgres else PollingListener(settings.queue_poll_interval)
-        )
         if settings.client_server_mode:
             # Wake-ups and every lock come from the socket server; nothing from
-            # LISTEN or advisory locks.
+            # LISTEN or the database's session locks.
             from nsj_queue_lib.client.lock_client import LockClient
-            from nsj_queue_lib.notify.server_listener import ServerListener
-            from nsj_queue_lib.runtime.liveness import ServerLiveness
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
-            liveness = ServerLiveness(
-                self.store, self.lock_client, lambda: self.executor._queue_oid(), self.stop_event
-            )
-            listener = ServerListener(settings)
         self.executor = TaskExecutor(
-            settings, self.store, self.pool, handler, self.stop_event, liveness
+            settings,
+            self.store,
+            self.pool,
+            handler,
+            self.stop_event,
+            self._liveness(),
+            self.driver.terminate_session,
         )
         self.dispatcher = Dispatcher(
             settings,
             self.store,
             self.executor,
             self._connect,
+            self.driver.listener(),
+            self.driver.is_driver_error,
             self.stop_event,
             on_halt=self.stop,
             on_reconnect=self._refresh_pool,
-            listener=listener,
         )
+        self.services = self._services()
+        self.exit_message: str | None = None
 
-        def service(cls, minutes, interval):
+    def _connect(self) -> Any:
+        return self.driver.connect(autocommit=True)
+
+    def _liveness(self) -> Liveness:
+        if self.lock_client is not None:
+            return ServerLiveness(self.store, self.lock_client, self.stop_event)
+        return DatabaseLiveness(self._locking_store())
+
+    def _locking_store(self) -> LockingQueueStore:
+        # check_settings() guarantees session locks outside CLIENT_SERVER_MODE.
+        store: LockingQueueStore = self.store  # type: ignore[assignment]
+        return store
+
+    def _service_lock(self, service: str) -> ServiceLock:
+        if self.lock_client is not None:
+            return ServerServiceLock(self.store, self.lock_client, service, self.stop_event)
+        key = service_lock_key(self.settings.queue_table, service)
+        return DatabaseServiceLock(self._locking_store(), key)
+
+    def _services(self) -> list[PeriodicService]:
+        s = self.settings
+
+        def build(
+            cls: type[PeriodicService], minutes: tuple[int, ...], interval: float | None, **kw: Any
+        ) -> PeriodicService:
             return cls(
-                settings,
+                s,
                 self.store,
-                self._connect,
+                lambda: self.driver.connect(autocommit=False),
+                self._service_lock(cls.name),
                 self.stop_event,
                 make_schedule(minutes, interval),
-                lock_client=self.lock_client,
+                **kw,
             )
 
-        self.services = [
-            service(
+        return [
+            build(
                 RetryService,
-                settings.queue_minute_retry_thread,
-                settings.queue_retry_thread_interval,
+                s.queue_minute_retry_thread,
+                s.queue_retry_thread_interval,
+                lock_client=self.lock_client,
             ),
-            service(
-                RenotifyService,
-                settings.queue_minute_notify_thread,
-                settings.queue_notify_thread_interval,
-            ),
-            service(
-                PurgeService,
-                settings.queue_minute_purge_thread,
-                settings.queue_purge_thread_interval,
-            ),
+            build(RenotifyService, s.queue_minute_notify_thread, s.queue_notify_thread_interval),
+            build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),
         ]
-        self._dispatcher_error: BaseException | None = None
-        self.exit_message: str | None = None
 
     def stop(self) -> None:
         """Ask the worker to stop (thread-safe, idempotent)."""
@@ -175,20 +178,53 @@ class WorkerRuntime:
             except ServerConnectionError:
                 self.lock_client.reconnect(stop=self.stop_event, max_wait=30)
 
-    def _run_dispatcher(self) -> None:
-        try:
-            if self.lock_client is not None and not self.lock_client.reconnect(
-                stop=self.stop_event
-            ):
-                return  # stopped before the lock server answered
-            self.dispatcher.run()
-        except QueueTableMissing as exc:
-            self._dispatcher_error = exc
+    # -- start --
+
+    def _bind(self) -> bool:
+        """Check the queue on the first connection that succeeds; False when stopped first.
+
+        Raises ``QueueTableMissingError`` or ``ClaimRoutineError``: waiting
+        would never help those.
+        """
+        if self.lock_client is not None and not self.lock_client.reconnect(stop=self.stop_event):
+            return False  # stopped before the lock server answered
+        backoff = BACKOFF_START_SECONDS
+        while not self.stop_event.is_set():
+            conn = None
+            try:
+                conn = self._connect()
+                number = self.store.bind(conn)
+                logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
+                return True
+            except Exception as exc:
+                if isinstance(exc, (QueueTableMissingError, ClaimRoutineError)):
+                    raise
+                if not self.driver.is_driver_error(exc):
+                    raise
+                logger.warning(
+                    "queue=%s: database unavailable at start (%s); retrying in %.1f s",
+                    self.settings.queue_name,
+                    str(exc).strip(),
+                    backoff,
+                )
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_SECONDS)
+            finally:
+                close_quietly(conn)
+        return False
+
+    def _start_error(self, exc: BaseException) -> int:
+        if isinstance(exc, QueueTableMissingError):
+            self.exit_message = (
+                f"QUEUE_TABLE: table {self.settings.queue_table} does not exist "
+                "(create it with python -m nsj_queue_lib.db_gen)"
+            )
+        else:
             self.exit_message = str(exc)
-            logger.error("queue=%s: %s", self.settings.queue_name, exc)
-        except BaseException as exc:  # reported by the supervisor
-            self._dispatcher_error = exc
-            logger.exception("queue=%s: dispatcher died", self.settings.queue_name)
+        logger.error("queue=%s: %s", self.settings.queue_name, self.exit_message)
+        return EXIT_CONFIG_ERROR
+
+    # -- run --
 
     def run(self, install_signal_handlers: bool = True) -> int:
         """Run until stopped; returns the process exit code."""
@@ -202,31 +238,42 @@ class WorkerRuntime:
             s.queue_table,
             s.queue_concurrency,
         )
+        try:
+            if not self._bind():
+                return self._shut_down([], EXIT_OK)
+        except (QueueTableMissingError, ClaimRoutineError) as exc:
+            return self._shut_down([], self._start_error(exc))
         self.pool.open(wait=False)
-        dispatcher = threading.Thread(
-            target=self._run_dispatcher, name="nsj-dispatcher", daemon=True
-        )
-        service_threads = [
-            threading.Thread(target=svc.run, name=f"nsj-{svc.name}", daemon=True)
-            for svc in self.services
-        ]
+        threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
+        threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
         self.executor.start()
-        dispatcher.start()
-        for thread in service_threads:
+        for thread in threads:
             thread.start()
+        code = self._supervise(threads)
+        return self._shut_down(threads, code)
 
+    def _supervise(self, threads: list[_Supervised]) -> int:
+        """Wait for the stop; EXIT_THREAD_DIED when a thread ends while the worker runs."""
         while not self.stop_event.is_set():
-            if not dispatcher.is_alive():
-                break
+            dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()
+            if dead:
+                names = ", ".join(t.name for t in dead)
+                logger.error(
+                    "queue=%s: thread %s ended unexpectedly; stopping the worker",
+                    self.settings.queue_name,
+                    names,
+                )
+                self.exit_message = f"thread {names} ended unexpectedly"
+                return EXIT_THREAD_DIED
             self.stop_event.wait(SUPERVISE_INTERVAL_SECONDS)
-        died = not self.stop_event.is_set() or self._dispatcher_error is not None
-        self.stop()
-        dispatcher.join(timeout=10)
+        return EXIT_OK
 
-        if isinstance(self._dispatcher_error, QueueTableMissing):
-            code = EXIT_CONFIG_ERROR
-        else:
-            code = EXIT_DISPATCHER_DIED if died else EXIT_OK
+    def _shut_down(self, threads: list[_Supervised], code: int) -> int:
+        s = self.settings
+        self.stop()
+        dispatcher, services = threads[:1], threads[1:]
+        for thread in dispatcher:
+            thread.join(timeout=10)
         logger.info(
             "queue=%s: stopping; waiting up to %.0f s for %d running task(s)",
             s.queue_name,
@@ -234,22 +281,9 @@ class WorkerRuntime:
             len(self.executor.running_tasks()),
         )
         if not self.executor.wait_idle(s.queue_grace_period):
-            try:
-                released = self.executor.release_running(lambda: self._connect(True))
-                logger.warning(
-                    "queue=%s: released %d task(s) still running after the grace period",
-                    s.queue_name,
-                    released,
-                )
-            except Exception as exc:  # noqa: BLE001 - best effort: the retry service rescues the tasks
-                logger.warning(
-                    "queue=%s: could not release running tasks (%s); the retry service will "
-                    "rescue them",
-                    s.queue_name,
-                    exc,
-                )
+            self._release_running()
         self.executor.join(timeout=1)
-        for thread in service_threads:
+        for thread in services:
             thread.join(timeout=5)
         try:
             self.pool.close(timeout=5)
@@ -259,3 +293,20 @@ class WorkerRuntime:
             self.lock_client.close()
         logger.info("queue=%s: worker stopped (exit code %d)", s.queue_name, code)
         return code
+
+    def _release_running(self) -> None:
+        name = self.settings.queue_name
+        try:
+            released = self.executor.release_running(self._connect)
+            logger.warning(
+                "queue=%s: released %d task(s) still running after the grace period",
+                name,
+                released,
+            )
+        except Exception as exc:  # noqa: BLE001 - best effort: the retry service rescues the tasks
+            logger.warning(
+                "queue=%s: could not release running tasks (%s); the retry service will "
+                "rescue them",
+                name,
+                exc,
+            )

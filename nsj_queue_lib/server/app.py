@@ -66,10 +66,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def serve(environ: Mapping[str, str]) -> int:
+    from nsj_queue_lib.db.driver import make_driver
     from nsj_queue_lib.log import configure_logging
     from nsj_queue_lib.server.config import ServerConfig
     from nsj_queue_lib.server.loop import QueueServer
-    from nsj_queue_lib.server.task_source import make_task_source
 
     try:
         settings = Settings.from_env(environ)
@@ -78,7 +78,8 @@ def serve(environ: Mapping[str, str]) -> int:
         return _config_error(exc)
     configure_logging(settings)
     log = logging.getLogger("nsj_queue_lib.server")
-    server = QueueServer(config, source_factory=lambda: make_task_source(settings), logger=log)
+    driver = make_driver(settings)
+    server = QueueServer(config, source_factory=driver.task_source, logger=log)
     try:
         server.start()
     except OSError as exc:

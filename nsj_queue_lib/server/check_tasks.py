@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from nsj_queue_lib.server.task_source import TaskSource
+from nsj_queue_lib.db.driver import TaskSource
 
 INITIAL_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0

@@ -36,10 +36,10 @@ from typing import Any, cast
 
 from nsj_queue_lib import protocol
 from nsj_queue_lib.db.dialect import notify_channel
+from nsj_queue_lib.db.driver import TaskSource
 from nsj_queue_lib.server.check_tasks import CheckTasksThread
 from nsj_queue_lib.server.config import ServerConfig
 from nsj_queue_lib.server.locks import LockTable
-from nsj_queue_lib.server.task_source import TaskSource
 
 SERVER_NAME = "nsj_queue_lib"
 MAX_NAME_LENGTH = 256  # lock names and queue names

@@ -12,8 +12,8 @@ import hashlib
 import re
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.dialect import Capabilities, DdlNames, Dialect
-from nsj_queue_lib.db.sql_files import read_sql, render
+from nsj_queue_lib.db.dialect import DdlNames, Dialect
+from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 
 # The columns --upgrade adds to a table that lacks them (the same as on
 # PostgreSQL); their definitions are read from ddl.sql, the single source.
@@ -40,8 +40,8 @@ CLAIMED_TASK_JSON = _task_json(status="'processando'")
 
 
 def claim_procedure_version() -> str:
-    """The claim procedure's COMMENT: changes whenever its body (or the row it returns) does."""
-    source = read_sql("mysql", "claim_procedure.sql") + CLAIMED_TASK_JSON
+    """The claim procedure's COMMENT: changes whenever its code (or the row it returns) does."""
+    source = sql_code(read_sql("mysql", "claim_procedure.sql")) + CLAIMED_TASK_JSON
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
 
@@ -82,7 +82,6 @@ def _sql_string(text: str) -> str:
 
 class MysqlDialect(Dialect):
     name = "mysql"
-    capabilities = Capabilities(listen_notify=False, skip_locked=True, advisory_locks=True)
 
     def _values(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
@@ -165,11 +164,6 @@ class MysqlDialect(Dialect):
                 "statement": _sql_string(statement),
             },
         ).strip()
-
-    def store(self, queue_table: str, subscriber_table: str | None = None):
-        from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-
-        return MysqlQueueStore(queue_table, subscriber_table)
 
 
 DIALECT = MysqlDialect()

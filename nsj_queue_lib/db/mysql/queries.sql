@@ -9,7 +9,7 @@
 -- that order by the store inside one transaction.
 --
 -- NOW(6) is the statement's start time in the session's time zone; the
--- workers' sessions use UTC (see claim_settings).
+-- workers' sessions use UTC (see db/mysql/driver.py).
 
 -- name: insert_task
 -- The store appends one VALUES row: an absent data_hora is DEFAULT (the
@@ -51,91 +51,34 @@ LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
 WHERE t.id = %(id)s
 
--- name: claim_settings
--- Once per worker connection, right after connecting. Every one in UTC, so
--- that NOW(6) and the TIMESTAMP columns never meet a daylight-saving fold.
--- The dispatcher's and the maintenance services' (configure_connection) in
--- READ COMMITTED, as on PostgreSQL: their range updates and deletes lock only
--- the rows they change, no gaps an enqueuer would wait on.
--- step: time_zone
-SET time_zone = '+00:00';
--- step: isolation
-SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
--- step: executor_isolation
--- The executors' (configure_executor_connection), whose transactions hold
--- the claim and the handlers' work, in REPEATABLE READ, MySQL's own default
--- and what handlers got from nsj-queue-lib 1.2.2: MariaDB spent a third less
--- CPU per task on the claim than under READ COMMITTED (README, Benchmarks).
--- The claim's locking read then also locks the gap before the row it takes,
--- until the commit in the same round trip; it never waits on a lock itself.
-SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ
-
 -- name: claim_tasks
--- Ready rows in claim order, read through the claim index and locked without
--- waiting on rows another worker is claiming; then marked 'processando' and
--- their liveness locks taken by the connection that will run them, all
--- before the claim commits: no moment exists where a claimed task looks
--- abandoned.
+-- The claim itself is the claim procedure (claim_procedure.sql); these steps
+-- serve it, and the claim of a worker whose liveness locks live in the
+-- socket server (claim_uncommitted): the next ready row in claim order,
+-- read through the claim index and locked without waiting on rows another
+-- worker is claiming, then marked 'processando' before the claim commits.
 -- step: select
 SELECT {task_columns}
 FROM {queue_table} AS t
 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
 ORDER BY t.prioridade DESC, t.data_hora, t.id
-LIMIT %(limit)s
+LIMIT 1
 FOR UPDATE SKIP LOCKED;
 -- step: mark
 UPDATE {queue_table}
 SET status = 'processando'
-WHERE id IN %(ids)s AND status = 'pendente';
--- step: lock
--- GET_LOCK runs once per row returned: exactly the claimed ids (the join
--- matches at most one row by primary key). Later attempts keep no payload of
--- their own: it comes from the first attempt.
-SELECT t.id, GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0) AS liveness_locked,
-       first_attempt.payload AS first_payload
-FROM {queue_table} AS t
-LEFT JOIN {queue_table} AS first_attempt
-       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
-WHERE t.id IN %(ids)s;
+WHERE id = %(id)s AND status = 'pendente';
 -- step: first_payloads
--- The same payloads, for claims that take no database lock.
+-- Later attempts keep no payload of their own: it comes from the first attempt.
 SELECT id, payload
 FROM {queue_table}
 WHERE id IN %(ids)s;
--- The single_* steps: the claim of one task, which is what an executor
--- thread asks for, with no round trip between its statements: the selected
--- id waits in a session variable. Sent in one batch with COMMIT AND CHAIN,
--- after the finished task's completion and its own commit when there is
--- one, so a task costs one round trip. Same order, locking and liveness lock.
--- step: single_forget
-SET @nsjq_claimed = NULL;
--- step: single_select
-SELECT t.id INTO @nsjq_claimed
-FROM {queue_table} AS t
-WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-ORDER BY t.prioridade DESC, t.data_hora, t.id
-LIMIT 1
-FOR UPDATE SKIP LOCKED;
--- step: single_mark
-UPDATE {queue_table}
-SET status = 'processando'
-WHERE id = @nsjq_claimed AND status = 'pendente';
--- step: single_lock
--- The row comes back as one JSON column, the liveness lock's GET_LOCK result
--- in it: PyMySQL parses a column definition per column of every result,
--- which cost more than the whole claim's SQL. Times are text, the payload
--- hash hex; the store converts them back.
-SELECT JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0), {task_json}) AS task
-FROM {queue_table} AS t
-LEFT JOIN {queue_table} AS first_attempt
-       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
-WHERE t.id = @nsjq_claimed AND t.status = 'processando';
--- step: single_release
--- After a failed batch: the liveness lock the lock step may have taken
+-- step: release_claimed
+-- After a failed CALL: the liveness lock its claim may have taken
 -- (RELEASE_LOCK leaves alone a lock of another session, and NULL is no lock).
 DO RELEASE_LOCK(CONCAT(%(lock_prefix)s, @nsjq_claimed));
 -- step: procedure_version
--- The claim procedure's COMMENT, when the procedure exists (looked up once).
+-- The claim procedure's COMMENT, when the procedure exists (checked at start).
 SELECT routine_comment
 FROM information_schema.routines
 WHERE routine_schema = COALESCE(%(schema)s, DATABASE())
@@ -159,17 +102,6 @@ FROM (
 UPDATE {queue_table}
 SET status = 'sucesso', mensagem = %(mensagem)s
 WHERE id = %(id)s AND status = 'processando'
-
--- name: complete_and_unlock
--- A task run under a database liveness lock succeeded: 'sucesso', then its
--- lock goes, in the task's transaction (sent in one round trip with the
--- commit and the next claim's select).
--- step: complete
-UPDATE {queue_table}
-SET status = 'sucesso', mensagem = %(mensagem)s
-WHERE id = %(id)s AND status = 'processando';
--- step: unlock
-DO RELEASE_LOCK(%(name)s)
 
 -- name: unlock_task
 DO RELEASE_LOCK(%(name)s)
@@ -294,11 +226,6 @@ SELECT count(*) FROM (
     ORDER BY data_hora
     LIMIT 1
 ) AS stale
-
--- name: notify
--- MySQL has no NOTIFY: the store's notify() sends nothing. Workers are woken
--- by polling or by the socket server.
-DO 0
 
 -- name: purge
 -- One bounded round: old rows that are settled, never a first attempt whose

@@ -49,3 +49,7 @@ BEGIN
     END IF;
 END;
 $$;
+-- Workers check this at start: a function of another version stops them
+-- with a message naming db_gen --upgrade.
+COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer)
+    IS '{claim_function_version}';

@@ -1,14 +1,22 @@
-"""PostgreSQL: LISTEN/NOTIFY, advisory locks, SKIP LOCKED."""
+"""PostgreSQL DDL: the queue table, its indexes, notify trigger and claim function."""
 
 from __future__ import annotations
 
-from nsj_queue_lib.db.dialect import Capabilities, DdlNames, Dialect
-from nsj_queue_lib.db.sql_files import read_sql, render
+import hashlib
+
+from nsj_queue_lib.db.dialect import DdlNames, Dialect
+from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+
+
+def claim_function_version() -> str:
+    """The claim function's COMMENT: changes whenever its code does."""
+    source = sql_code(read_sql("postgres", "claim_function.sql"))
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    return f"nsj_queue_lib claim {digest[:16]}"
 
 
 class PostgresDialect(Dialect):
     name = "postgres"
-    capabilities = Capabilities(listen_notify=True, skip_locked=True, advisory_locks=True)
 
     def _parts(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
@@ -18,8 +26,9 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
+        function_values = dict(values, claim_function_version=claim_function_version())
         parts["claim_function_ddl"] = render(
-            read_sql("postgres", "claim_function.sql"), values
+            read_sql("postgres", "claim_function.sql"), function_values
         ).strip()
         return parts
 
@@ -28,11 +37,6 @@ class PostgresDialect(Dialect):
 
     def upgrade_ddl(self, names: DdlNames) -> str:
         return render(read_sql("postgres", "upgrade.sql"), self._parts(names))
-
-    def store(self, queue_table: str, subscriber_table: str | None = None):
-        from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-
-        return PostgresQueueStore(queue_table, subscriber_table)
 
 
 DIALECT = PostgresDialect()

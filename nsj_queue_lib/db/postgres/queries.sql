@@ -54,48 +54,44 @@ LEFT JOIN {queue_table} AS first_attempt
 WHERE t.id = %(id)s
 
 -- name: claim_settings
--- For a claim in a transaction of its own (a worker that was idle). The claim
--- must walk the partial index in claim order and stop at LIMIT: right after a
+-- For the claim of a worker whose liveness locks live in the socket server
+-- (the claim function sets the same for its own statements). The claim must
+-- walk the partial index in claim order and stop at LIMIT: right after a
 -- burst of inserts the table's statistics are stale and the planner would
 -- otherwise sort every ready row. JIT is off: a claim is always tiny,
--- compiling it costs far more than it saves. (complete_and_unlock sets the
--- same three planner settings for the claim that follows it.) This claim
--- commits asynchronously: losing it in a server crash only returns the task
--- to the queue, and the task's own synchronous commit flushes it.
+-- compiling it costs far more than it saves. This claim commits
+-- asynchronously: losing it in a server crash only returns the task to the
+-- queue, and the task's own synchronous commit flushes it.
 SELECT set_config('synchronous_commit', 'off', true),
        set_config('enable_bitmapscan', 'off', true),
        set_config('enable_seqscan', 'off', true),
        set_config('jit', 'off', true)
 
--- name: claim_tasks
--- Ready rows in claim order, locked without waiting on rows another worker
--- is claiming, marked 'processando' in the same statement. The liveness lock
--- is taken here, by the connection that will run the task, before the claim
--- commits: no moment exists where a claimed task looks abandoned. Later
--- attempts keep no payload of their own: it comes from the first attempt.
+-- name: claim_uncommitted
+-- The next ready row in claim order, locked without waiting on rows another
+-- worker is claiming, marked 'processando' in the same statement; the caller
+-- takes its liveness lock on the socket server before this transaction
+-- commits. Later attempts keep no payload of their own: it comes from the
+-- first attempt. The last column stands where the claim function returns
+-- whether it took the lock.
 WITH next AS (
     SELECT id
     FROM {queue_table}
     WHERE status = 'pendente' AND data_hora <= clock_timestamp()
     ORDER BY prioridade DESC, data_hora, id
-    LIMIT %(limit)s
+    LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {queue_table} AS t
     SET status = 'processando'
     FROM next
     WHERE t.id = next.id
-    RETURNING t.*,
-              CASE WHEN %(take_db_lock)s::boolean
-                   THEN pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4)
-                   ELSE true
-              END AS liveness_locked
+    RETURNING t.*
 )
-SELECT {claimed_columns}, t.liveness_locked
+SELECT {task_columns_resolved}, false AS liveness_locked
 FROM claimed AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
-ORDER BY t.prioridade DESC, t.data_hora, t.id
 
 -- name: next_due
 -- Seconds until the next waiting row becomes ready, by the database's clock
@@ -112,26 +108,6 @@ UPDATE {queue_table}
 SET status = 'sucesso', mensagem = %(mensagem)s
 WHERE id = %(id)s AND status = 'processando'
 RETURNING id
-
--- name: complete_and_unlock
--- A task run under a database liveness lock succeeded: 'sucesso', and the
--- lock goes in the same statement (advisory unlocks are not transactional,
--- so it goes even if the row was no longer 'processando'). The worker then
--- claims its next task in this same transaction, so the task's commit is
--- also the claim's: the planner settings are claim_settings' (transaction-
--- local; synchronous_commit stays as the caller's work needs it).
-WITH done AS (
-    UPDATE {queue_table}
-    SET status = 'sucesso', mensagem = %(mensagem)s
-    WHERE id = %(id)s AND status = 'processando'
-    RETURNING id
-)
--- One small column: the client never reads it (fewer columns to set up).
-SELECT (SELECT count(*) FROM done) AS completed
-FROM (SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s),
-             set_config('enable_bitmapscan', 'off', true),
-             set_config('enable_seqscan', 'off', true),
-             set_config('jit', 'off', true)) AS side_effects
 
 -- name: unlock_task
 SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)

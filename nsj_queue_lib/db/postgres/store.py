@@ -14,10 +14,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.dialect import check_store_tables, claim_routine_name
+from nsj_queue_lib.db.dialect import (
+    check_claim_routine_version,
+    check_store_tables,
+    claim_routine_name,
+)
+from nsj_queue_lib.db.postgres.dialect import claim_function_version
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
+from nsj_queue_lib.model import Claim, TaskRecord
 
 _TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
 _TASK_COLUMNS_RESOLVED = ", ".join(
@@ -43,17 +49,6 @@ COPY_THRESHOLD = 100
 def queue_lock_key(queue_oid: int) -> int:
     """The oid as the signed int4 the two-key advisory lock functions take."""
     return queue_oid - 2**32 if queue_oid >= 2**31 else queue_oid
-
-
-def task_lock_keys(queue_oid: int, task_id: int) -> tuple[int, int]:
-    """The (int4, int4) pair of a task's liveness lock (``queue_oid`` may be already folded)."""
-    return queue_lock_key(queue_oid), task_id % TASK_KEY_MODULUS
-
-
-def _is_undefined_function(exc: BaseException | None) -> bool:
-    import psycopg.errors
-
-    return isinstance(exc, psycopg.errors.UndefinedFunction)
 
 
 def _is_driver_error(exc: BaseException) -> bool:
@@ -110,7 +105,6 @@ class PostgresQueueStore:
                 "subscriber_table": subscriber_table or "subscriber_table_not_configured",
                 "task_columns": _TASK_COLUMNS,
                 "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
-                "claimed_columns": _TASK_COLUMNS_RESOLVED,
                 "subscriber_columns": _SUBSCRIBER_COLUMNS,
             },
         )
@@ -124,20 +118,21 @@ class PostgresQueueStore:
             f"COPY {queue_table} (id, origem, destino, processo, chave_externa, payload, payload_hash, "
             "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial) FROM STDIN"
         )
-        # The claim function db_gen creates next to the table (claim_function.sql):
-        # complete_and_claim uses it when the database has it.
+        # The claim function db_gen creates next to the table (claim_function.sql),
+        # called at the libpq level and prepared once per connection (wire.py):
+        # hence $n placeholders.
         self.claim_function = claim_routine_name(queue_table)
-        self._claim_function_present: bool | None = None  # looked up on first use
-        self._claim_call: PreparedRoundTrip | None = None
-        if self.claim_function is not None:
-            self.sql["claim_function_exists"] = "SELECT to_regprocedure(%(signature)s) IS NOT NULL"
-            # Sent at the libpq level, prepared once per connection (wire.py):
-            # hence $n placeholders.
-            self.sql["complete_and_claim_call"] = (
-                f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
-                f"FROM {self.claim_function}($1::bigint, $2::text, $3::integer, $4::integer, $5::integer) AS f"
-            )
-            self._claim_call = PreparedRoundTrip(self.sql["complete_and_claim_call"], _CLAIM_NAMES)
+        self.sql["claim_function_version"] = (
+            "SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')"
+        )
+        self.sql["claim_call"] = (
+            f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
+            f"FROM {self.claim_function or 'claim_routine_unavailable'}"
+            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer) AS f"
+        )
+        self._claim_call = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
+        self._queue_oid: int | None = None
+        self._queue_key = 0
 
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
@@ -229,7 +224,10 @@ class PostgresQueueStore:
             return _rows_as_dicts(cur)
 
     def insert_deliveries(
-        self, conn, publication: dict[str, Any], deliveries: Sequence[tuple[str, str, bytes | None]]
+        self,
+        conn,
+        publication: dict[str, Any],
+        deliveries: Sequence[tuple[Any, str | None, bytes | None]],
     ) -> list[int]:
         """Insert one task per (subscriber id, payload, payload hash) for a publication."""
         params = {
@@ -251,16 +249,20 @@ class PostgresQueueStore:
 
     # -- runtime operations (psycopg 3) --
 
-    def configure_connection(self, conn) -> None:
-        """Once per worker connection: nothing to set on PostgreSQL."""
+    @property
+    def queue_number(self) -> int:
+        if self._queue_oid is None:
+            raise RuntimeError(f"{self.queue_table}: bind() has not run on a connection yet")
+        return self._queue_oid
 
-    def configure_executor_connection(self, conn) -> None:
-        """Once per executor connection: nothing to set on PostgreSQL (READ COMMITTED, its default)."""
+    def bind(self, conn) -> int:
+        """The table's oid (which names its locks), once its claim function is known good."""
+        self._queue_oid = self._table_oid(conn)
+        self._check_claim_function(conn)
+        self._queue_key = queue_lock_key(self._queue_oid)
+        return self._queue_oid
 
-    def task_lock_keys(self, queue_oid: int, task_id: int) -> tuple[int, int]:
-        return task_lock_keys(queue_oid, task_id)
-
-    def queue_oid(self, conn) -> int:
+    def _table_oid(self, conn) -> int:
         try:
             with wrap_driver_errors("queue_oid"):
                 return int(
@@ -269,35 +271,94 @@ class PostgresQueueStore:
         except DatabaseError as exc:
             import psycopg.errors
 
-            if isinstance(
-                exc.__cause__, (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
-            ):
+            missing = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
+            if isinstance(exc.__cause__, missing):
                 raise QueueTableMissingError(
                     f"table {self.queue_table} does not exist"
                 ) from exc.__cause__
             raise
+
+    def _check_claim_function(self, conn) -> None:
+        if self.claim_function is None:
+            raise ClaimRoutineError(
+                f"QUEUE_TABLE: {self.queue_table}'s name is too long for its claim function "
+                f"(claim_next_<table> must fit in 63 characters)"
+            )
+        signature = f"{self.claim_function}(bigint,text,integer,integer,integer)"
+        with wrap_driver_errors("claim_function_version"):
+            row = conn.execute(
+                self.sql["claim_function_version"], {"signature": signature}
+            ).fetchone()
+        found = None if row is None else row[0]
+        check_claim_routine_version(self.claim_function, found, claim_function_version())
+
+    def _task_key(self, task_id: int) -> int:
+        return task_id % TASK_KEY_MODULUS
 
     # Executor connections are autocommit: transactions are opened and closed
     # with explicit statements, so that ending one task, claiming the next and
     # opening the next task's transaction travel in a single pipeline (one
     # round trip per task). psycopg's commit() would force a sync of its own.
 
-    def _queue_claim(self, conn, limit: int, queue_key: int):
-        """Queue, in an open pipeline: claim in a transaction of its own, then open the task's."""
-        control = conn.cursor()
-        control.execute("BEGIN")
-        control.execute(self.sql["claim_settings"])
-        cursor = conn.cursor()
-        cursor.execute(
-            self.sql["claim_tasks"],
-            {"limit": limit, "queue_key": queue_key, "take_db_lock": True},
-            binary=True,
-        )
-        # Transaction-local settings end with the claim's transaction; AND CHAIN opens the task's.
-        control.execute("COMMIT AND CHAIN")
-        return cursor
+    def claim(self, conn) -> Claim | None:
+        """Claim the next ready task in a transaction of its own, its liveness lock taken;
+        on return the task's transaction is open, or ``conn`` idle when none was ready."""
+        params = (None, None, self._queue_key, 0, 1)
+        with wrap_driver_errors("claim"):
+            try:
+                rows = self._claim_call.run(conn, params, b"COMMIT AND CHAIN", begin=True)
+            except RoundTripError as exc:
+                self._unlock_uncommitted_claim(conn, exc.rows)
+                raise exc.error from None
+        return self._claimed(conn, rows)
 
-    def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
+    def complete_and_claim(
+        self, conn, task_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        """Settle a task as 'sucesso', release its lock, claim the next task, commit.
+
+        One round trip and one commit: the next claim runs in the finished
+        task's transaction, so if that commit fails the claim is undone with it
+        (its row stays 'pendente'; the lock it took is released here).
+        """
+        params = (
+            task_id,
+            mensagem,
+            self._queue_key,
+            self._task_key(task_id),
+            1 if claim_next else 0,
+        )
+        # AND CHAIN: the next task's transaction opens in the same statement.
+        commit = b"COMMIT AND CHAIN" if claim_next else b"COMMIT"
+        with wrap_driver_errors("complete_task"):
+            try:
+                rows = self._claim_call.run(conn, params, commit)
+            except RoundTripError as exc:
+                self._unlock_uncommitted_claim(conn, exc.rows)
+                raise exc.error from None
+        return self._claimed(conn, rows) if claim_next else None
+
+    def _claimed(self, conn, rows: list[dict[str, Any]]) -> Claim | None:
+        if not rows:
+            conn.execute("ROLLBACK")  # the empty transaction opened for a task
+            return None
+        row = rows[0]
+        locked = bool(row.pop("liveness_locked"))
+        return Claim(TaskRecord.from_row(row), locked)
+
+    def _unlock_uncommitted_claim(self, conn, claimed: list[dict[str, Any]]) -> None:
+        """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.
+
+        Best effort: when the connection is broken its locks went with it.
+        """
+        for row in claimed:
+            if row.get("liveness_locked"):
+                try:
+                    self.unlock_task(conn, row["id"])
+                except DatabaseError:
+                    return
+
+    def claim_uncommitted(self, conn) -> TaskRecord | None:
         """Claim without database locks and leave the claim's transaction open.
 
         For liveness locks held elsewhere (the socket server): the caller takes
@@ -309,15 +370,12 @@ class PostgresQueueStore:
                 conn.execute("BEGIN")
                 conn.execute(self.sql["claim_settings"])
                 cursor = conn.cursor()
-                cursor.execute(
-                    self.sql["claim_tasks"],
-                    {"limit": limit, "queue_key": 0, "take_db_lock": False},
-                    binary=True,
-                )
-            tasks = _claimed_rows(cursor)
-            if not tasks:
+                cursor.execute(self.sql["claim_uncommitted"], binary=True)
+            rows = _claimed_rows(cursor)
+            if not rows:
                 conn.execute("ROLLBACK")
-            return tasks
+                return None
+        return TaskRecord.from_row(rows[0])
 
     def commit_and_begin(self, conn) -> None:
         with wrap_driver_errors("commit"):
@@ -326,126 +384,13 @@ class PostgresQueueStore:
                 conn.execute("BEGIN")
 
     def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool:
-        """Write 'sucesso' in the open transaction; False when the row is no longer 'processando'."""
+        """Write 'sucesso' in the open transaction; False when the row is no longer
+        'processando'."""
         with wrap_driver_errors("complete_task"):
             row = conn.execute(
                 self.sql["complete_task"], {"id": task_id, "mensagem": mensagem}
             ).fetchone()
         return row is not None
-
-    def claim(self, conn, limit: int, queue_key: int) -> list[dict[str, Any]]:
-        """Claim up to ``limit`` ready tasks, taking their liveness locks on ``conn``.
-
-        ``conn`` (autocommit) is the connection that will run the tasks. On
-        return a transaction is open for the first task's handler, or, when
-        nothing was claimed, ``conn`` is idle.
-        """
-        with wrap_driver_errors("claim"):
-            with conn.pipeline():
-                cursor = self._queue_claim(conn, limit, queue_key)
-            return self._claimed(conn, cursor)
-
-    def complete_and_claim(
-        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
-    ) -> list[dict[str, Any]]:
-        """Settle a task as 'sucesso', release its lock, claim the next tasks, commit.
-
-        One round trip and one commit: the next claim runs in the finished
-        task's transaction, so if that commit fails the claim is undone with it
-        (its rows stay 'pendente'; the locks it took are released here).
-        ``limit`` 0 only completes.
-        """
-        if self._has_claim_function(conn):
-            tasks = self._call_claim_function(conn, task_id, mensagem, keys, limit, queue_key)
-        else:
-            tasks = self._complete_then_claim(conn, task_id, mensagem, keys, limit, queue_key)
-        if limit <= 0:
-            return []
-        if not tasks:
-            conn.execute("ROLLBACK")  # the empty transaction opened for a task
-        return tasks
-
-    def _call_claim_function(
-        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
-    ) -> list[dict[str, Any]]:
-        """Completion, unlock and claim in one call of the claim function, then the commit."""
-        params = (task_id, mensagem, keys[0], keys[1], limit)
-        # AND CHAIN: the next task's transaction opens in the same statement.
-        commit = b"COMMIT AND CHAIN" if limit > 0 else b"COMMIT"
-        with wrap_driver_errors("complete_task"):
-            try:
-                assert self._claim_call is not None, "only called when the function exists"
-                return self._claim_call.run(conn, params, commit)
-            except RoundTripError as exc:
-                self._unlock_uncommitted_claim(conn, exc.rows, queue_key)
-                if _is_undefined_function(exc.error):
-                    # Dropped (or replaced) while the worker runs: look again on the next task,
-                    # so the fallback takes over instead of failing every task.
-                    self._claim_function_present = None
-                raise exc.error from None
-
-    def _complete_then_claim(
-        self, conn, task_id: int, mensagem: str, keys: tuple[int, int], limit: int, queue_key: int
-    ) -> list[dict[str, Any]]:
-        """A queue without the claim function: completion + unlock, claim, commit in one pipeline."""
-        params = {"id": task_id, "mensagem": mensagem, "queue_key": keys[0], "task_key": keys[1]}
-        claim = {"limit": limit, "queue_key": queue_key, "take_db_lock": True}
-        cursor = None
-        try:
-            with wrap_driver_errors("complete_task"):
-                with conn.pipeline():
-                    # One cursor for the statements whose results are not read.
-                    control = conn.cursor()
-                    control.execute(self.sql["complete_and_unlock"], params)
-                    if limit > 0:
-                        cursor = conn.cursor()
-                        # Binary: no timestamp text formatting on either side.
-                        cursor.execute(self.sql["claim_tasks"], claim, binary=True)
-                    control.execute("COMMIT AND CHAIN" if limit > 0 else "COMMIT")
-        except DatabaseError:
-            if cursor is not None:
-                try:
-                    claimed = _claimed_rows(cursor)
-                except Exception:  # noqa: BLE001 - the claim never ran: it took no lock
-                    claimed = []
-                self._unlock_uncommitted_claim(conn, claimed, queue_key)
-            raise
-        return _claimed_rows(cursor) if cursor is not None else []
-
-    def _has_claim_function(self, conn) -> bool:
-        """Whether the database has this queue's claim function (queues made before it existed do not)."""
-        if self._claim_function_present is None:
-            present = False
-            if self.claim_function is not None:
-                signature = f"{self.claim_function}(bigint,text,integer,integer,integer)"
-                with wrap_driver_errors("claim_function_exists"):
-                    present = bool(
-                        conn.execute(
-                            self.sql["claim_function_exists"], {"signature": signature}
-                        ).fetchone()[0]
-                    )
-            self._claim_function_present = present
-        return self._claim_function_present
-
-    def _unlock_uncommitted_claim(
-        self, conn, claimed: list[dict[str, Any]], queue_key: int
-    ) -> None:
-        """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.
-
-        Best effort: when the connection is broken its locks went with it.
-        """
-        for task in claimed:
-            if task.get("liveness_locked"):
-                try:
-                    self.unlock_task(conn, task_lock_keys(queue_key, task["id"]))
-                except DatabaseError:
-                    return
-
-    def _claimed(self, conn, cursor) -> list[dict[str, Any]]:
-        tasks = _claimed_rows(cursor)
-        if not tasks:
-            conn.execute("ROLLBACK")  # the empty transaction opened for a task
-        return tasks
 
     def seconds_until_next_due(self, conn) -> float | None:
         with wrap_driver_errors("next_due"):
@@ -465,14 +410,10 @@ class PostgresQueueStore:
         with wrap_driver_errors("rollback"):
             conn.execute("ROLLBACK")
 
-    def terminate_session(self, admin_conn, victim_conn) -> None:
-        """End another connection's server session (its transaction rolls back, its locks go)."""
-        with wrap_driver_errors("terminate_session"):
-            admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))
-
-    def unlock_task(self, conn, keys: tuple[int, int]) -> None:
+    def unlock_task(self, conn, task_id: int) -> None:
+        params = {"queue_key": self._queue_key, "task_key": self._task_key(task_id)}
         with wrap_driver_errors("unlock_task"):
-            conn.execute(self.sql["unlock_task"], {"queue_key": keys[0], "task_key": keys[1]})
+            conn.execute(self.sql["unlock_task"], params)
 
     def fail_and_retry(
         self, conn, task_id: int, status: str, mensagem: str, delay_seconds: float
@@ -512,18 +453,20 @@ class PostgresQueueStore:
         with wrap_driver_errors("service_unlock"):
             conn.execute(self.sql["service_unlock"], {"key": key})
 
-    def find_orphans(
-        self, conn, queue_oid: int, limit: int, check_db_locks: bool = True
-    ) -> list[dict[str, Any]]:
+    def find_orphans(self, conn, limit: int, check_session_locks: bool) -> list[TaskRecord]:
         """'processando' rows nobody is settling, row-locked until the transaction ends.
 
-        With ``check_db_locks`` False only the row locks are considered and the
-        caller asks the socket server about the liveness locks.
+        Without ``check_session_locks`` only the row locks are considered and
+        the caller asks the socket server about the liveness locks.
         """
-        params = {"queue_oid": queue_oid, "limit": limit, "check_db_locks": check_db_locks}
+        params = {
+            "queue_oid": self.queue_number,
+            "limit": limit,
+            "check_db_locks": check_session_locks,
+        }
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
             cur.execute(self.sql["find_orphans"], params)
-            return _rows_as_dicts(cur)
+            return [TaskRecord.from_row(row) for row in _rows_as_dicts(cur)]
 
     def promote_due(self, conn, limit: int) -> int:
         with wrap_driver_errors("promote_due"):

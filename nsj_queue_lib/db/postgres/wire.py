@@ -1,13 +1,12 @@
 """The executor's hot path at the libpq level: a prepared statement and a commit in one round trip.
 
-Every finished task sends the same two statements (the claim function's call,
-then ``COMMIT AND CHAIN``). Through psycopg cursors and ``conn.pipeline()`` a
-round trip cost about 200 us of worker CPU, mostly Python bookkeeping: a
-pipeline object, two cursors, query conversion, parameter dumpers and one
-loader per column of every result. Here the statement is prepared once per
-connection, its parameters are sent as text, and its rows are decoded with
-loaders set up once (the prepared statement's result types cannot change):
-about 85 us per round trip, measured on the same loop.
+Every task sends the same statements (the claim function's call, then
+``COMMIT AND CHAIN``). Through psycopg cursors and ``conn.pipeline()`` most
+of a round trip's worker CPU goes to Python bookkeeping: a pipeline object,
+cursors, query conversion, parameter dumpers and one loader per column of
+every result. Here the statement is prepared once per connection, its
+parameters are sent as text, and its rows are decoded with loaders set up
+once (the prepared statement's result types cannot change).
 
 Only psycopg's public libpq wrapper (``psycopg.pq``) and ``psycopg.adapt.
 Transformer`` are used. The connection is left as psycopg expects it: out of
@@ -102,9 +101,10 @@ class PreparedRoundTrip:
         self._states.pop(conn, None)
 
     def run(
-        self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes
+        self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes, begin: bool = False
     ) -> list[dict[str, Any]]:
-        """Execute the statement then ``commit`` (a transaction control statement) in one round trip.
+        """Execute the statement then ``commit`` (a transaction control statement) in one round
+        trip; with ``begin``, in a transaction the same round trip opens.
 
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
@@ -127,12 +127,15 @@ class PreparedRoundTrip:
             raise RoundTripError(psycopg.DataError(str(exc)), []) from exc  # nothing was sent
         pgconn.enter_pipeline_mode()
         try:
+            if begin:
+                pgconn.send_query_params(b"BEGIN", None)
             if fresh:
                 pgconn.send_prepare(state.name, self._sql_bytes)
             pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
             pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
             _flush(pgconn)
+            began = _next_results(pgconn) if begin else None
             prepared = _next_results(pgconn) if fresh else None
             statement = _next_results(pgconn)
             committed = _next_results(pgconn)
@@ -143,9 +146,13 @@ class PreparedRoundTrip:
             self._states[conn] = state
         result = statement[-1] if statement else None
         if result is None or result.status != _TUPLES_OK:
-            error = _error(
-                prepared if fresh and _status(prepared) != _COMMAND_OK else statement, conn
-            )
+            if begin and _status(began) != _COMMAND_OK:
+                failed = began
+            elif fresh and _status(prepared) != _COMMAND_OK:
+                failed = prepared
+            else:
+                failed = statement
+            error = _error(failed, conn)
             if isinstance(error, _REPREPARE):
                 self.forget(conn)
             raise RoundTripError(error, [])

@@ -7,7 +7,7 @@ of ``db_gen <schema> <queue>`` is a SingleStore database.
 
 from __future__ import annotations
 
-from nsj_queue_lib.db.dialect import Capabilities, DdlNames, Dialect
+from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
@@ -32,18 +32,12 @@ UPGRADE_NOT_SUPPORTED = (
 
 class SingleStoreDialect(Dialect):
     name = "singlestore"
-    capabilities = Capabilities(listen_notify=False, skip_locked=False, advisory_locks=False)
 
     def create_ddl(self, names: DdlNames) -> str:
         return render(read_sql(self.name, "ddl.sql"), names.template_values())
 
     def upgrade_ddl(self, names: DdlNames) -> str:
         raise UpgradeNotSupported(UPGRADE_NOT_SUPPORTED)
-
-    def store(self, queue_table: str, subscriber_table: str | None = None):
-        from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
-
-        return SingleStoreQueueStore(queue_table, subscriber_table)
 
 
 DIALECT = SingleStoreDialect()

@@ -33,16 +33,11 @@ INSERT INTO {queue_table} (
     tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
 ) VALUES
 
--- name: claim_settings
--- Nothing to set: READ COMMITTED is SingleStore's only isolation level and
--- the time zone belongs to the cluster. Not run.
-SELECT 1
-
 -- name: claim_tasks
 -- No SKIP LOCKED: read candidates in claim order without locking, then win
--- each with a conditional update of its own (autocommit): the row count tells
--- whether this worker won it. The store takes the task's liveness lock from
--- the socket server before the update, so a won task is never unlocked.
+-- one with a conditional update in the claim's transaction: the row count
+-- tells whether this worker won it. The runtime takes the task's liveness
+-- lock from the socket server before that transaction commits.
 -- step: candidates
 SELECT {task_columns}
 FROM {queue_table} AS t
@@ -58,18 +53,6 @@ WHERE id = %(id)s AND status = 'pendente';
 SELECT id, payload
 FROM {queue_table}
 WHERE id IN %(ids)s
-
--- name: unlock_task
--- Not run: SingleStore has no named locks; the socket server holds them.
-SELECT 1
-
--- name: try_service_lock
--- Not run: SingleStore has no named locks; the socket server holds them.
-SELECT 1
-
--- name: service_unlock
--- Not run: SingleStore has no named locks; the socket server holds them.
-SELECT 1
 
 -- name: find_orphans
 -- 'processando' rows; the store keeps those whose liveness lock nobody holds
@@ -102,11 +85,6 @@ LIMIT %(limit)s;
 UPDATE {queue_table}
 SET status = 'pendente'
 WHERE id IN %(ids)s AND status = 'agendada'
-
--- name: notify
--- SingleStore has no NOTIFY: the store's notify() sends nothing. Workers are woken
--- by polling or by the socket server.
-DO 0
 
 -- name: purge
 -- One bounded round: old rows that are settled, never a first attempt whose

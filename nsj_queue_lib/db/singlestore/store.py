@@ -1,19 +1,14 @@
 """The queue's operations on SingleStore, for one queue table.
 
-The same methods as ``MysqlQueueStore`` (and ``PostgresQueueStore``), with
-what SingleStore lacks done another way:
+The MySQL family's operations, with what SingleStore lacks done another way:
 - no SKIP LOCKED: ``claim_uncommitted`` reads candidates without locking and
-  wins each with a conditional update (``... WHERE id = %s AND status =
+  wins one with a conditional update (``... WHERE id = %s AND status =
   'pendente'``) in the claim's transaction: the row count tells who won; a
   worker racing for the same row waits for that transaction and then finds
   it claimed;
 - no named locks (GET_LOCK): liveness and maintenance locks come from the
-  socket server (CLIENT_SERVER_MODE=true, the runtime's ``ServerLiveness``
-  and its lock client). The operations that would take database locks
-  (``claim``, ``complete_and_claim``, ``unlock_task``, ``try_service_lock``,
-  ``service_unlock``, ``find_orphans`` with ``check_db_locks``) raise
-  ``ConfigError`` naming CLIENT_SERVER_MODE: a SingleStore worker cannot run
-  on its own;
+  socket server, so this store has no database-lock operations and its
+  driver requires CLIENT_SERVER_MODE=true;
 - no RETURNING and no consecutive AUTO_INCREMENT values: one INSERT per task;
 - no deadlock detection: conflicts end as lock wait timeouts (1205), which
   are retried like on MySQL;
@@ -26,92 +21,67 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsj_queue_lib.db.mysql.store import (
-    SINGLESTORE,
-    MysqlQueueStore,
-    _claimed,
-    _rows_as_dicts,
-    _ServerInfo,
-    retry_on_lock_errors,
-    wrap_driver_errors,
-)
+from nsj_queue_lib.db.mysql.errors import retry_on_lock_errors, wrap_driver_errors
+from nsj_queue_lib.db.mysql.family_store import MysqlFamilyStore
+from nsj_queue_lib.db.mysql.names import SINGLESTORE, ServerInfo
+from nsj_queue_lib.db.mysql.rows import claimed_row, rows_as_dicts
 from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.model import TaskRecord
 
-NEEDS_SOCKET_SERVER = (
-    "SingleStore has no SKIP LOCKED and no named locks (GET_LOCK): a SingleStore worker takes its "
-    "locks from the socket server; set CLIENT_SERVER_MODE=true and run python -m nsj_queue_lib.server"
-)
-# Candidates read per claim beyond the limit, in case another worker wins
-# some of them first.
-CLAIM_SLACK = 4
+# Candidates read per claim, in case other workers win the first ones.
+CLAIM_CANDIDATES = 5
 
 
-def needs_socket_server() -> ConfigError:
-    return ConfigError({"CLIENT_SERVER_MODE": NEEDS_SOCKET_SERVER})
-
-
-class SingleStoreQueueStore(MysqlQueueStore):
+class SingleStoreQueueStore(MysqlFamilyStore):
     dialect = "singlestore"
 
-    def server(self, conn) -> _ServerInfo:
-        return _ServerInfo(SINGLESTORE, 1)
+    def server(self, conn: Any) -> ServerInfo:
+        return ServerInfo(SINGLESTORE, 1)
 
-    def configure_connection(self, conn) -> None:
-        """Nothing to set: one isolation level, and the time zone is the cluster's."""
+    def claim_uncommitted(self, conn: Any) -> TaskRecord | None:
+        """Claim by a conditional update and leave the claim's transaction open.
 
-    def configure_executor_connection(self, conn) -> None:
-        """Nothing to set, as for every other connection."""
-
-    # -- claim (client/server mode) --
-
-    def claim_uncommitted(self, conn, limit: int) -> list[dict[str, Any]]:
-        """Claim by conditional updates and leave the claim's transaction open.
-
-        The caller takes the tasks' locks on the socket server, then commits
-        with ``commit_and_begin``, or rolls back to return them to the queue.
+        The caller takes the task's lock on the socket server, then commits
+        with ``commit_and_begin``, or rolls back to return it to the queue.
         """
-        if limit <= 0:
-            return []
         steps = self.sql["claim_tasks"]
 
-        def attempt() -> list[dict[str, Any]]:
+        def attempt() -> TaskRecord | None:
             conn.begin()
-            won: list[dict[str, Any]] = []
             with conn.cursor() as cur:
-                cur.execute(steps["candidates"], {"limit": limit + CLAIM_SLACK})
-                for task in _rows_as_dicts(cur):
-                    if len(won) == limit:
-                        break
-                    if cur.execute(steps["mark"], {"id": task["id"]}) == 1:
-                        won.append(task)  # else another worker won it first
-                if not won:
-                    conn.rollback()
-                    return []
-                payloads = self._first_payloads(cur, won)
-            return _claimed(won, payloads, {})
+                cur.execute(steps["candidates"], {"limit": CLAIM_CANDIDATES})
+                for row in rows_as_dicts(cur):
+                    if cur.execute(steps["mark"], {"id": row["id"]}) == 1:
+                        return TaskRecord.from_row(claimed_row(row, self._payloads(cur, row)))
+                    # else another worker won it first
+            conn.rollback()
+            return None
 
         with wrap_driver_errors("claim"):
-            tasks = retry_on_lock_errors("claim", attempt, conn.rollback)
-        for task in tasks:
-            task.pop("liveness_locked", None)
-        return tasks
+            return retry_on_lock_errors("claim", attempt, conn.rollback)
 
-    def commit_and_begin(self, conn) -> None:
+    def _payloads(self, cur: Any, row: dict[str, Any]) -> dict[int, str | None]:
+        if row["payload"] is not None or row["id_inicial"] is None:
+            return {}
+        cur.execute(self.sql["claim_tasks"]["first_payloads"], {"ids": [row["id_inicial"]]})
+        return dict(cur.fetchall())
+
+    def commit_and_begin(self, conn: Any) -> None:
         with wrap_driver_errors("commit"):
             conn.commit()
             conn.begin()
 
-    def find_orphans(
-        self, conn, queue_oid: int | None, limit: int, check_db_locks: bool = True
-    ) -> list[dict[str, Any]]:
+    def find_orphans(self, conn: Any, limit: int, check_session_locks: bool) -> list[TaskRecord]:
         """'processando' rows, oldest first; the caller asks the socket server which are held.
 
         Nothing is row-locked (SingleStore has no SKIP LOCKED): settling them
         relies on the conditional updates of fail_and_retry / fail_and_bury /
         fail_final.
         """
-        if check_db_locks:
-            raise needs_socket_server()
+        if check_session_locks:
+            raise ConfigError(
+                {"CLIENT_SERVER_MODE": "SingleStore has no session locks to check for orphans"}
+            )
         steps = self.sql["find_orphans"]
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
             cur.execute(steps["select"], {"limit": limit})
@@ -119,23 +89,4 @@ class SingleStoreQueueStore(MysqlQueueStore):
             if not ids:
                 return []
             cur.execute(steps["rows"], {"ids": ids})
-            return _rows_as_dicts(cur)
-
-    # -- what needs database locks --
-
-    def claim(self, conn, limit: int, queue_key: int | None = None) -> list[dict[str, Any]]:
-        raise needs_socket_server()
-
-    def complete_and_claim(
-        self, conn, task_id: int, mensagem: str, keys, limit: int, queue_key: int | None = None
-    ) -> list[dict[str, Any]]:
-        raise needs_socket_server()
-
-    def unlock_task(self, conn, keys) -> None:
-        raise needs_socket_server()
-
-    def try_service_lock(self, conn, key: int) -> bool:
-        raise needs_socket_server()
-
-    def service_unlock(self, conn, key: int) -> None:
-        raise needs_socket_server()
+            return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]

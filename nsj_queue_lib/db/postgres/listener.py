@@ -14,9 +14,6 @@ from psycopg import sql
 
 from nsj_queue_lib.exceptions import DatabaseError
 
-HALT_PAYLOAD = "HALT"
-SCHEDULED_PAYLOAD = "scheduled"  # a task due later was inserted: re-plan the next wake-up
-
 
 class PostgresListener:
     def __init__(self, connect: Callable[[], psycopg.Connection], channel: str):

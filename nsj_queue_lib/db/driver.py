@@ -1,0 +1,220 @@
+"""The driver seam: the one object that knows which database a worker talks to.
+
+Everything above ``db/`` (the runtime, its services, the socket server, the
+client) asks a ``Driver`` for connections, pools, listeners and the queue's
+store, and reads its ``Capabilities`` to choose a mechanism; none of it
+tests which database it is. Each dialect has one driver, in
+``db/<dialect>/driver.py``; ``make_driver`` picks it from the settings.
+
+A driver is built from settings at start-up and never connects on its own:
+building one is cheap and cannot fail for lack of a database.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from nsj_queue_lib.db.dialect import notify_channel
+from nsj_queue_lib.exceptions import DatabaseError
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.queue_store import ClientStore, QueueStore
+    from nsj_queue_lib.settings import Settings
+
+DRIVER_NAMES = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
+# The dialect of a caller's connection, by the package of its driver.
+_CONNECTION_DIALECTS = {
+    "psycopg": "postgres",
+    "psycopg2": "postgres",
+    "pymysql": "mysql",
+    "MySQLdb": "mysql",
+}
+# Dead peers are found by TCP keepalive in about 20 s instead of a connection
+# (a LISTEN above all) that waits forever.
+KEEPALIVE_IDLE_SECONDS = 10
+KEEPALIVE_INTERVAL_SECONDS = 5
+KEEPALIVE_COUNT = 2
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What the database offers; the runtime picks its mechanisms from these."""
+
+    listen_notify: bool  # wake-ups pushed by the database (else polling or the socket server)
+    skip_locked: bool  # claims pass rows another transaction holds
+    session_locks: bool  # advisory or named locks held by a session (liveness, services)
+    asynchronous_commit: bool  # a session can commit without waiting for the disk
+
+
+class Listener(Protocol):
+    """Tells the dispatcher when there may be work: LISTEN, polling or the socket server."""
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
+        """Block until a wake-up, ``interrupt_fd`` readable, or the timeout; the payloads."""
+        ...
+
+
+class ConnectionPool(Protocol):
+    """The executors' connections (psycopg_pool's surface, as far as the runtime uses it)."""
+
+    def open(self, wait: bool = False) -> None: ...
+
+    def getconn(self) -> Any: ...
+
+    def putconn(self, conn: Any) -> None: ...
+
+    def connection(self) -> AbstractContextManager[Any]: ...
+
+    def check(self) -> None: ...
+
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+class TaskSource(Protocol):
+    """The socket server's view of a queue: are tasks ready, and what did NOTIFY say."""
+
+    supports_listen: bool
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def has_ready_tasks(self) -> bool: ...
+
+    def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
+        """Block until a notification, ``interrupt_fd`` readable, or the timeout; the payloads."""
+        ...
+
+
+class Driver(abc.ABC):
+    """One dialect's connections, session set-up, wake-ups and store."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    # -- configuration --
+
+    def check_settings(self) -> dict[str, str]:
+        """Settings this database cannot honour: {variable: why}, empty when all is well."""
+        problems: dict[str, str] = {}
+        s = self.settings
+        if not self.capabilities.session_locks and not s.client_server_mode:
+            problems["CLIENT_SERVER_MODE"] = (
+                f"must be true with DB_DRIVER={s.db_driver}: the database has no session locks "
+                "nor LISTEN, the socket server provides them (python -m nsj_queue_lib.server)"
+            )
+        if not s.queue_synchronous_commit and not self.capabilities.asynchronous_commit:
+            problems["QUEUE_SYNCHRONOUS_COMMIT"] = (
+                "can be false on PostgreSQL only (on MySQL the equivalent, "
+                "innodb_flush_log_at_trx_commit, is a server setting)"
+            )
+        return problems
+
+    # -- connections --
+
+    @abc.abstractmethod
+    def connect(self, autocommit: bool = True, executor: bool = False) -> Any:
+        """A new worker connection, its session set up (``executor``: one that runs handlers).
+
+        Raises ``DatabaseError`` when the database cannot be reached.
+        """
+
+    @abc.abstractmethod
+    def make_pool(self, size: int) -> ConnectionPool:
+        """The executors' pool: ``size`` connections plus one for recording failures."""
+
+    @abc.abstractmethod
+    def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
+        """End another connection's server session: its transaction rolls back, its locks go."""
+
+    def is_driver_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` comes from this database's driver (an outage, not a bug)."""
+        return isinstance(exc, DatabaseError)
+
+    # -- the queue --
+
+    @classmethod
+    @abc.abstractmethod
+    def new_store(cls, queue_table: str, subscriber_table: str | None) -> QueueStore:
+        """A store of this dialect for a queue table (and its subscriber table)."""
+
+    def store(self) -> QueueStore:
+        """The store of the configured queue (QUEUE_TABLE, QUEUE_SUBSCRIBER_TABLE)."""
+        return self.new_store(self.settings.queue_table, self.settings.queue_subscriber_table)
+
+    # -- wake-ups --
+
+    @property
+    def channel(self) -> str:
+        return notify_channel(self.settings.queue_name)
+
+    def listener(self) -> Listener:
+        """What the dispatcher waits on: the socket server in client/server mode, else the
+        database's own mechanism."""
+        if self.settings.client_server_mode:
+            from nsj_queue_lib.notify.server_listener import ServerListener
+
+            return ServerListener(self.settings)
+        return self.native_listener()
+
+    @abc.abstractmethod
+    def native_listener(self) -> Listener:
+        """LISTEN where the database has it, else polling every QUEUE_POLL_INTERVAL."""
+
+    @abc.abstractmethod
+    def task_source(self) -> TaskSource:
+        """The socket server's check-tasks access to the configured queue."""
+
+
+def driver_module_name(db_driver: str) -> str:
+    """``postgres``, ``mysql`` or ``singlestore`` for a DB_DRIVER value."""
+    try:
+        return DRIVER_NAMES[db_driver.upper()]
+    except KeyError:
+        known = ", ".join(DRIVER_NAMES)
+        raise ValueError(f"unknown DB_DRIVER {db_driver!r}; known: {known}") from None
+
+
+def _driver_class(dialect: str) -> type[Driver]:
+    module = importlib.import_module(f"nsj_queue_lib.db.{dialect}.driver")
+    driver_class: type[Driver] = module.DRIVER_CLASS
+    return driver_class
+
+
+def make_driver(settings: Settings) -> Driver:
+    """The driver of ``settings.db_driver``."""
+    return _driver_class(driver_module_name(settings.db_driver))(settings)
+
+
+def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
+    """The store for a caller's DB-API connection, chosen by the driver that made it."""
+    root = (type(conn).__module__ or "").split(".")[0]
+    dialect = _CONNECTION_DIALECTS.get(root)
+    if dialect is None:
+        raise TypeError(
+            f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
+            "expected a psycopg 3, psycopg2 or PyMySQL connection"
+        )
+    return _driver_class(dialect).new_store(queue_table, subscriber_table)
+
+
+def close_quietly(conn: Any) -> None:
+    """Close a connection that may be broken already."""
+    if conn is None:
+        return
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - closing a connection that may be broken
+        pass

@@ -1,0 +1,115 @@
+"""MySQL >= 8.0 and MariaDB >= 10.6: PyMySQL connections, named locks, SKIP LOCKED, polling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from nsj_queue_lib.db.driver import (
+    CONNECT_TIMEOUT_SECONDS,
+    Capabilities,
+    ConnectionPool,
+    Driver,
+    Listener,
+    TaskSource,
+)
+from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
+from nsj_queue_lib.db.mysql.pool import SimplePool
+from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.notify.polling import PollingListener
+
+# Every worker session runs in UTC, so that NOW(6) and the TIMESTAMP columns
+# never meet a daylight-saving fold.
+SESSION_TIME_ZONE = "SET time_zone = '+00:00'"
+# The dispatcher's and the maintenance services' sessions run in READ
+# COMMITTED, as on PostgreSQL: their range updates and deletes lock only the
+# rows they change, no gaps an enqueuer would wait on.
+SESSION_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+# The executors' sessions, whose transactions hold the claim and the
+# handlers' work, run in REPEATABLE READ: MySQL's own default, what handlers
+# got from nsj-queue-lib 1.2.2, and the cheaper claim on MariaDB (see the
+# README's benchmarks). The claim's locking read then also locks the gap
+# before the row it takes, until its commit in the same round trip; it never
+# waits on a lock itself.
+EXECUTOR_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+
+
+def configure_session(conn: Any, executor: bool) -> None:
+    """Once per worker connection, right after connecting."""
+    with wrap_driver_errors("configure_connection"), conn.cursor() as cur:
+        cur.execute(SESSION_TIME_ZONE)
+        cur.execute(EXECUTOR_ISOLATION if executor else SESSION_ISOLATION)
+
+
+class MysqlFamilyDriver(Driver):
+    """PyMySQL connections and polling, shared by MySQL/MariaDB and SingleStore."""
+
+    database_name = "MySQL"
+
+    def _raw_connect(self, autocommit: bool, **options: Any) -> Any:
+        s = self.settings
+        return pymysql.connect(
+            host=s.db_host,
+            port=s.db_port,
+            user=s.db_user,
+            password=s.db_pass or "",
+            database=s.db_name,
+            autocommit=autocommit,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            charset="utf8mb4",
+            **options,
+        )
+
+    def configure(self, conn: Any, executor: bool) -> None:
+        configure_session(conn, executor)
+
+    def connect(self, autocommit: bool = True, executor: bool = False) -> Any:
+        try:
+            conn = self._raw_connect(autocommit)
+        except pymysql.err.Error as exc:
+            raise DatabaseError(f"connecting to {self.database_name} failed: {exc}") from exc
+        self.configure(conn, executor)
+        return conn
+
+    def make_pool(self, size: int) -> ConnectionPool:
+        return SimplePool(
+            lambda: self.connect(autocommit=True, executor=True),
+            size + 1,
+            timeout=CONNECT_TIMEOUT_SECONDS * 2,
+        )
+
+    def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
+        with wrap_driver_errors("terminate_session"), admin_conn.cursor() as cur:
+            cur.execute("KILL CONNECTION %s", (int(victim_conn.thread_id()),))
+
+    def is_driver_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, (pymysql.err.Error, DatabaseError))
+
+    def native_listener(self) -> Listener:
+        return PollingListener(self.settings.queue_poll_interval)
+
+    def task_source(self) -> TaskSource:
+        table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")
+
+        def connect() -> Any:
+            return self._raw_connect(True, read_timeout=60, write_timeout=60)
+
+        return MysqlTaskSource(connect, table, self.database_name)
+
+
+class MysqlDriver(MysqlFamilyDriver):
+    name = "mysql"
+    capabilities = Capabilities(
+        listen_notify=False, skip_locked=True, session_locks=True, asynchronous_commit=False
+    )
+
+    @classmethod
+    def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:
+        return MysqlQueueStore(queue_table, subscriber_table)
+
+
+DRIVER_CLASS = MysqlDriver

@@ -1,0 +1,368 @@
+"""What MySQL, MariaDB and SingleStore stores share: PyMySQL, the same SQL shapes.
+
+Client operations (insert, list) run in the caller's transaction on any
+PyMySQL connection. Worker operations expect autocommit connections whose
+sessions the driver set up (``db/mysql/driver.py``): the store opens and ends
+transactions with explicit statements. Driver errors leave as
+``DatabaseError`` with the driver's error as ``__cause__``.
+
+A naive ``data_hora`` given to an insert is read in the session's time zone;
+an aware one is stored as that exact instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.mysql.dialect import TASK_JSON
+from nsj_queue_lib.db.mysql.errors import (
+    ER_LOCK_DEADLOCK,
+    RETRY_ATTEMPTS,
+    RETRYABLE_ERRORS,
+    error_code,
+    logger,
+    retry_on_lock_errors,
+    wrap_driver_errors,
+)
+from nsj_queue_lib.db.mysql.names import (
+    MARIADB,
+    SINGLESTORE,
+    ServerInfo,
+    qualified_table,
+    server_info,
+    stable_queue_number,
+)
+from nsj_queue_lib.db.mysql.rows import (
+    InsertValues,
+    due_sql,
+    insert_batches,
+    rows_as_dicts,
+    split_steps,
+)
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.exceptions import QueueTableMissingError
+from nsj_queue_lib.identifiers import split_table_name
+
+_TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
+_TASK_COLUMNS_RESOLVED = ", ".join(
+    "COALESCE(t.payload, first_attempt.payload) AS payload" if c == "payload" else f"t.{c}"
+    for c in model.QUEUE_COLUMNS
+)
+_SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+# What completing a task in its own transaction came to (see _complete).
+COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
+_TASK_INSERT_FIELDS = (
+    "origem",
+    "destino",
+    "processo",
+    "chave_externa",
+    "payload",
+    "payload_hash",
+    "tenant",
+    "grupo_empresarial",
+    "pub_sub",
+)
+
+
+class MysqlFamilyStore:
+    dialect: ClassVar[str] = "mysql"
+
+    def __init__(self, queue_table: str, subscriber_table: str | None = None):
+        check_store_tables(queue_table, subscriber_table)
+        self.queue_table = queue_table
+        self.subscriber_table = subscriber_table
+        queries = render_queries(
+            self.dialect,
+            {
+                "queue_table": queue_table,
+                # The subscriber queries are only run when a table was given.
+                "subscriber_table": subscriber_table or "subscriber_table_not_configured",
+                "task_columns": _TASK_COLUMNS,
+                "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
+                "task_json": TASK_JSON,
+                "subscriber_columns": _SUBSCRIBER_COLUMNS,
+            },
+        )
+        self.sql = {name: split_steps(text) for name, text in queries.items()}
+        self._table_schema = split_table_name(queue_table)[0]
+        self._queue_number: int | None = None
+
+    def server(self, conn: Any) -> ServerInfo:
+        """The server flavour behind ``conn`` (MariaDB, MySQL or SingleStore)."""
+        return server_info(conn)
+
+    # -- client operations (any PyMySQL connection, caller's transaction) --
+
+    def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
+        return self.insert_tasks(conn, [row], what="insert_task")[0]
+
+    def insert_tasks(
+        self, conn: Any, rows: Sequence[dict[str, Any]], what: str = "insert_tasks"
+    ) -> list[int]:
+        if not rows:
+            return []
+        values = []
+        for row in rows:
+            due, due_args = due_sql(row.get("data_hora"))
+            args = [row[name] for name in _TASK_INSERT_FIELDS]
+            args.append(row.get("prioridade"))
+            values.append(
+                (
+                    f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due})",
+                    args + due_args + due_args,
+                )
+            )
+        return self._insert_rows(conn, what, self.sql[what], values)
+
+    def _insert_rows(
+        self, conn: Any, what: str, sql: dict[str, str], values: list[InsertValues]
+    ) -> list[int]:
+        """Multi-row INSERTs (as few as the size budget allows); the new ids in VALUES order."""
+        with wrap_driver_errors(what):
+            info = self.server(conn)
+            if info.flavour == SINGLESTORE:
+                # SingleStore's AUTO_INCREMENT values are unique but not
+                # consecutive: one row per statement, each id read back.
+                batches = [[value] for value in values]
+            else:
+                batches = list(insert_batches(values))
+            ids: list[int] = []
+            with conn.cursor() as cur:
+                for batch in batches:
+                    text = sql["head"] + "\n" + ",\n".join(v[0] for v in batch)
+                    args = [a for v in batch for a in v[1]]
+                    if info.flavour == MARIADB:
+                        cur.execute(text + "\n" + sql["returning"], args)
+                        ids.extend(int(r[0]) for r in cur.fetchall())
+                    else:
+                        cur.execute(text, args)
+                        first = int(cur.lastrowid)
+                        ids.extend(first + n * info.increment for n in range(len(batch)))
+            return ids
+
+    def list_equivalent(
+        self,
+        conn: Any,
+        chave_externa: str | None,
+        payload_hash: bytes | None,
+        statuses: Sequence[str],
+    ) -> list[dict[str, Any]]:
+        params = {
+            "chave_externa": chave_externa,
+            "payload_hash": payload_hash,
+            "statuses": list(statuses),
+        }
+        return self._fetch(conn, "list_equivalent", params)
+
+    def get_task(self, conn: Any, task_id: int) -> dict[str, Any] | None:
+        rows = self._fetch(conn, "get_task", {"id": task_id})
+        return rows[0] if rows else None
+
+    def list_subscribers(
+        self, conn: Any, processo: str, tenant: int | None, grupo_empresarial: str | None
+    ) -> list[dict[str, Any]]:
+        if self.subscriber_table is None:
+            raise ValueError(f"no subscriber table configured for queue {self.queue_table}")
+        params = {"processo": processo, "tenant": tenant, "grupo_empresarial": grupo_empresarial}
+        return self._fetch(conn, "list_subscribers", params)
+
+    def insert_deliveries(
+        self,
+        conn: Any,
+        publication: dict[str, Any],
+        deliveries: Sequence[tuple[Any, str | None, bytes | None]],
+    ) -> list[int]:
+        """Insert one task per (subscriber id, payload, payload hash) for a publication."""
+        if not deliveries:
+            return []
+        common = [
+            publication["origem"],
+            publication["destino"],
+            publication["processo"],
+            publication["chave_externa"],
+            publication["tenant"],
+            publication["grupo_empresarial"],
+            publication["prioridade"],
+            publication["id"],
+        ]
+        values = [
+            (
+                "(%s, %s, %s, %s, %s, %s, COALESCE(%s, 50), %s, %s, %s, %s)",
+                common + [sid, payload, digest],
+            )
+            for sid, payload, digest in deliveries
+        ]
+        return self._insert_rows(conn, "insert_deliveries", self.sql["insert_deliveries"], values)
+
+    def _fetch(
+        self, conn: Any, name: str, params: dict[str, Any] | None = None, step: str = "sql"
+    ) -> list[dict[str, Any]]:
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            cur.execute(self.sql[name][step], params)
+            return rows_as_dicts(cur)
+
+    def _run(
+        self, conn: Any, name: str, params: dict[str, Any] | None = None, step: str = "sql"
+    ) -> int:
+        """Execute one statement; its row count."""
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            count: int = cur.execute(self.sql[name][step], params)
+            return count
+
+    # -- the queue's identity --
+
+    @property
+    def queue_number(self) -> int:
+        if self._queue_number is None:
+            raise RuntimeError(f"{self.queue_table}: bind() has not run on a connection yet")
+        return self._queue_number
+
+    def bind(self, conn: Any) -> int:
+        """A stable number for the queue (MySQL has no oid); fails when the table is missing."""
+        schema, table = split_table_name(self.queue_table)
+        with wrap_driver_errors("queue_oid"), conn.cursor() as cur:
+            cur.execute(self.sql["queue_oid"]["sql"], {"schema": schema, "table": table})
+            found = cur.fetchone()[0]
+        if not found:
+            raise QueueTableMissingError(f"table {self.queue_table} does not exist")
+        self._queue_number = stable_queue_number(qualified_table(self.queue_table, conn))
+        return self._queue_number
+
+    # -- transaction control on autocommit connections (executor, admin) --
+
+    def begin(self, conn: Any) -> None:
+        with wrap_driver_errors("begin"):
+            conn.begin()
+
+    def commit(self, conn: Any) -> None:
+        with wrap_driver_errors("commit"):
+            conn.commit()
+
+    def rollback(self, conn: Any) -> None:
+        with wrap_driver_errors("rollback"):
+            conn.rollback()
+
+    def commit_and_begin(self, conn: Any) -> None:
+        """Commit and open the next transaction in one statement."""
+        with wrap_driver_errors("commit"), conn.cursor() as cur:
+            cur.execute("COMMIT AND CHAIN")
+
+    # -- settling a task --
+
+    def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        """Write 'sucesso' in the open transaction; False when the row is no longer 'processando'.
+
+        Lock wait timeouts are retried. After a deadlock (the handler's work is
+        already rolled back) the task goes back to 'pendente' to run again and
+        the answer is False: nothing of this attempt was committed.
+        """
+        with wrap_driver_errors("complete_task"):
+            outcome = self._complete(conn, task_id, mensagem)
+            if outcome is LOST:
+                self._give_back(conn, task_id, lambda: None)
+            return outcome is COMPLETED
+
+    def _complete(self, conn: Any, task_id: int, mensagem: str) -> str:
+        """UPDATE 'sucesso' in the handler's transaction, retried after lock wait timeouts.
+
+        COMPLETED, NOT_RUNNING (the row is no longer 'processando'), or LOST:
+        a deadlock, or timeouts to the last try, rolled the work back.
+        """
+        params = {"id": task_id, "mensagem": mensagem}
+        with conn.cursor() as cur:
+            for number in range(1, RETRY_ATTEMPTS + 1):
+                try:
+                    changed = cur.execute(self.sql["complete_task"]["sql"], params)
+                    return COMPLETED if changed == 1 else NOT_RUNNING
+                except Exception as exc:
+                    code = error_code(exc)
+                    if code not in RETRYABLE_ERRORS:
+                        raise
+                    if code == ER_LOCK_DEADLOCK or number == RETRY_ATTEMPTS:
+                        logger.warning(
+                            "task=%s: %s while completing; the task goes back to the queue",
+                            task_id,
+                            exc,
+                        )
+                        return LOST
+        return LOST  # pragma: no cover
+
+    def _give_back(self, conn: Any, task_id: int, unlock: Callable[[], None]) -> None:
+        """After a lost completion: roll back, return the task to the queue, release its lock."""
+
+        def attempt() -> None:
+            conn.rollback()
+            conn.begin()
+            with conn.cursor() as cur:
+                cur.execute(self.sql["release_task"]["sql"], {"id": task_id})
+            unlock()
+            conn.commit()
+
+        retry_on_lock_errors("complete_task (giving the task back)", attempt, conn.rollback)
+
+    def _fail(self, conn: Any, name: str, params: dict[str, Any]) -> int | None:
+        """Mark the attempt failed; when it was still 'processando', insert the row that
+        follows it."""
+        steps = self.sql[name]
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            if cur.execute(steps["mark"], params) != 1:
+                return None
+            cur.execute(steps["insert"], params)
+            return int(cur.lastrowid)
+
+    def fail_and_retry(
+        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
+    ) -> int | None:
+        delay_us = max(0, round(delay_seconds * 1_000_000))
+        params = {"id": task_id, "status": status, "mensagem": mensagem, "delay_us": delay_us}
+        return self._fail(conn, "fail_and_retry", params)
+
+    def fail_and_bury(
+        self, conn: Any, task_id: int, status: str, mensagem: str, payload: str | None
+    ) -> int | None:
+        params = {"id": task_id, "status": status, "mensagem": mensagem, "payload": payload}
+        return self._fail(conn, "fail_and_bury", params)
+
+    def fail_final(self, conn: Any, task_id: int, status: str, mensagem: str) -> bool:
+        params = {"id": task_id, "status": status, "mensagem": mensagem}
+        return self._run(conn, "fail_final", params) == 1
+
+    def release(self, conn: Any, task_id: int) -> bool:
+        return self._run(conn, "release_task", {"id": task_id}) == 1
+
+    # -- maintenance --
+
+    def seconds_until_next_due(self, conn: Any) -> float | None:
+        with wrap_driver_errors("next_due"), conn.cursor() as cur:
+            cur.execute(self.sql["next_due"]["sql"])
+            value = cur.fetchone()[0]
+        return None if value is None else float(value)
+
+    def promote_due(self, conn: Any, limit: int) -> int:
+        steps = self.sql["promote_due"]
+        with wrap_driver_errors("promote_due"), conn.cursor() as cur:
+            cur.execute(steps["select"], {"limit": limit})
+            ids = [row[0] for row in cur.fetchall()]
+            promoted: int = cur.execute(steps["mark"], {"ids": ids}) if ids else 0
+            return promoted
+
+    def has_stale_pending(self, conn: Any, wait_seconds: float) -> bool:
+        wait_us = max(0, round(wait_seconds * 1_000_000))
+        with wrap_driver_errors("count_stale_pending"), conn.cursor() as cur:
+            cur.execute(self.sql["count_stale_pending"]["sql"], {"wait_us": wait_us})
+            return bool(cur.fetchone()[0] > 0)
+
+    def notify(self, conn: Any, channel: str, payload: str = "") -> None:
+        """Nothing: these databases have no NOTIFY (workers poll, or the socket server
+        wakes them)."""
+
+    def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
+        steps = self.sql["purge"]
+        with wrap_driver_errors("purge"), conn.cursor() as cur:
+            cur.execute(steps["select"], {"max_age_days": max_age_days, "limit": limit})
+            ids = [row[0] for row in cur.fetchall()]
+            deleted: int = cur.execute(steps["delete"], {"ids": ids}) if ids else 0
+            return deleted
