@@ -90,76 +90,14 @@ class Settings:
         """Build settings from an environment mapping; raise ConfigError listing every problem."""
         reader = _Reader(environ)
         driver = reader.choice("DB_DRIVER", DRIVERS, "POSTGRES", aliases=("DATABASE_DRIVER",))
-        values: dict[str, Any] = dict(
-            db_host=reader.required("DB_HOST", aliases=("DATABASE_HOST",)),
-            db_port=reader.integer(
-                "DB_PORT",
-                DEFAULT_PORTS.get(driver or "POSTGRES", 5432),
-                minimum=1,
-                maximum=65535,
-                aliases=("DATABASE_PORT",),
-            ),
-            db_name=reader.required("DB_BASE", aliases=("DATABASE_NAME",)),
-            db_user=reader.required("DB_USER", aliases=("DATABASE_USER",)),
-            db_pass=reader.text("DB_PASS", "", aliases=("DATABASE_PASS",)),
-            db_driver=driver,
-            queue_name=reader.checked("QUEUE_NAME", check_identifier, required=True),
-            queue_table=reader.checked("QUEUE_TABLE", check_table_name, required=True),
-            queue_subscriber_table=reader.checked("QUEUE_SUBSCRIBER_TABLE", check_table_name),
-            queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100, minimum=1),
-            queue_base_interval_retry=reader.number(
-                "QUEUE_BASE_INTERVAL_RETRY", 5.0, positive=True
-            ),
-            queue_minute_retry_thread=reader.minutes(
-                "QUEUE_MINUTE_RETRY_THREAD", EVERY_FIVE_MINUTES
-            ),
-            queue_minute_purge_thread=reader.minutes("QUEUE_MINUTE_PURGE_THREAD", (0,)),
-            queue_minute_notify_thread=reader.minutes(
-                "QUEUE_MINUTE_NOTIFY_THREAD", EVERY_FIVE_MINUTES
-            ),
-            queue_retry_thread_interval=reader.number(
-                "QUEUE_RETRY_THREAD_INTERVAL", None, positive=True
-            ),
-            queue_purge_thread_interval=reader.number(
-                "QUEUE_PURGE_THREAD_INTERVAL", None, positive=True
-            ),
-            queue_notify_thread_interval=reader.number(
-                "QUEUE_NOTIFY_THREAD_INTERVAL", None, positive=True
-            ),
-            queue_purge_max_age=reader.integer("QUEUE_PURGE_MAX_AGE", 60, minimum=0),
-            queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000, minimum=1),
-            queue_wait_notify_interval=reader.number(
-                "QUEUE_WAIT_NOTIFY_INTERVAL", 30.0, positive=True
-            ),
-            queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1, minimum=1),
-            queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0, minimum=0.0),
-            queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5, positive=True),
-            queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
-            default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0, positive=True),
-            log_debug=reader.boolean("LOG_DEBUG", False),
-            env=(reader.text("ENV", "DEV") or "DEV").upper(),
-            grafana_url=reader.text("GRAFANA_URL", None),
-            client_server_mode=reader.boolean("CLIENT_SERVER_MODE", False),
-            server_host=reader.text("SERVER_HOST", "127.0.0.1"),
-            notify_service_port=reader.integer(
-                "NOTIFY_SERVICE_PORT", 8770, minimum=1, maximum=65535
-            ),
-            lock_service_port=reader.integer("LOCK_SERVICE_PORT", 8970, minimum=1, maximum=65535),
-            timeout_socket_message=reader.number("TIMEOUT_SOCKET_MESSAGE", 5.0, positive=True),
-            max_client_threads=reader.integer("MAX_CLIENT_THREADS", 50, minimum=1),
-            check_tasks_interval=reader.number("CHECK_TASKS_INTERVAL", 15.0, positive=True),
-            lock_service_wait_conn_interval=reader.number(
-                "LOCK_SERVICE_WAIT_CONN_INTERVAL", 30.0, positive=True
-            ),
-            queue_server_token=reader.text("QUEUE_SERVER_TOKEN", None),
-            queue_server_bind=reader.text("QUEUE_SERVER_BIND", None),
-        )
-        if values["queue_synchronous_commit"] is False and driver not in (None, "POSTGRES"):
-            reader.problems.setdefault(
-                "QUEUE_SYNCHRONOUS_COMMIT",
-                "can be false on PostgreSQL only (on MySQL the equivalent, innodb_flush_log_at_trx_commit, "
-                "is a server setting)",
-            )
+        values: dict[str, Any] = {
+            "db_driver": driver,
+            **_database_values(reader, driver),
+            **_queue_values(reader),
+            **_services_values(reader),
+            **_server_values(reader),
+            **_logging_values(reader),
+        }
         if reader.problems:
             raise ConfigError(reader.problems)
         return cls(**values)
@@ -304,3 +242,79 @@ class _Reader:
                 return default
             minutes.add(int(part))
         return tuple(sorted(minutes))
+
+
+def _database_values(reader: _Reader, driver: str | None) -> dict[str, Any]:
+    return dict(
+        db_host=reader.required("DB_HOST", aliases=("DATABASE_HOST",)),
+        db_port=reader.integer(
+            "DB_PORT",
+            DEFAULT_PORTS.get(driver or "POSTGRES", 5432),
+            minimum=1,
+            maximum=65535,
+            aliases=("DATABASE_PORT",),
+        ),
+        db_name=reader.required("DB_BASE", aliases=("DATABASE_NAME",)),
+        db_user=reader.required("DB_USER", aliases=("DATABASE_USER",)),
+        db_pass=reader.text("DB_PASS", "", aliases=("DATABASE_PASS",)),
+    )
+
+
+def _queue_values(reader: _Reader) -> dict[str, Any]:
+    return dict(
+        queue_name=reader.checked("QUEUE_NAME", check_identifier, required=True),
+        queue_table=reader.checked("QUEUE_TABLE", check_table_name, required=True),
+        queue_subscriber_table=reader.checked("QUEUE_SUBSCRIBER_TABLE", check_table_name),
+        queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100, minimum=1),
+        queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0, positive=True),
+        queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1, minimum=1),
+        queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0, minimum=0.0),
+        queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5, positive=True),
+        queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
+        default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0, positive=True),
+    )
+
+
+def _services_values(reader: _Reader) -> dict[str, Any]:
+    return dict(
+        queue_minute_retry_thread=reader.minutes("QUEUE_MINUTE_RETRY_THREAD", EVERY_FIVE_MINUTES),
+        queue_minute_purge_thread=reader.minutes("QUEUE_MINUTE_PURGE_THREAD", (0,)),
+        queue_minute_notify_thread=reader.minutes("QUEUE_MINUTE_NOTIFY_THREAD", EVERY_FIVE_MINUTES),
+        queue_retry_thread_interval=reader.number(
+            "QUEUE_RETRY_THREAD_INTERVAL", None, positive=True
+        ),
+        queue_purge_thread_interval=reader.number(
+            "QUEUE_PURGE_THREAD_INTERVAL", None, positive=True
+        ),
+        queue_notify_thread_interval=reader.number(
+            "QUEUE_NOTIFY_THREAD_INTERVAL", None, positive=True
+        ),
+        queue_purge_max_age=reader.integer("QUEUE_PURGE_MAX_AGE", 60, minimum=0),
+        queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000, minimum=1),
+        queue_wait_notify_interval=reader.number("QUEUE_WAIT_NOTIFY_INTERVAL", 30.0, positive=True),
+    )
+
+
+def _server_values(reader: _Reader) -> dict[str, Any]:
+    return dict(
+        client_server_mode=reader.boolean("CLIENT_SERVER_MODE", False),
+        server_host=reader.text("SERVER_HOST", "127.0.0.1"),
+        notify_service_port=reader.integer("NOTIFY_SERVICE_PORT", 8770, minimum=1, maximum=65535),
+        lock_service_port=reader.integer("LOCK_SERVICE_PORT", 8970, minimum=1, maximum=65535),
+        timeout_socket_message=reader.number("TIMEOUT_SOCKET_MESSAGE", 5.0, positive=True),
+        max_client_threads=reader.integer("MAX_CLIENT_THREADS", 50, minimum=1),
+        check_tasks_interval=reader.number("CHECK_TASKS_INTERVAL", 15.0, positive=True),
+        lock_service_wait_conn_interval=reader.number(
+            "LOCK_SERVICE_WAIT_CONN_INTERVAL", 30.0, positive=True
+        ),
+        queue_server_token=reader.text("QUEUE_SERVER_TOKEN", None),
+        queue_server_bind=reader.text("QUEUE_SERVER_BIND", None),
+    )
+
+
+def _logging_values(reader: _Reader) -> dict[str, Any]:
+    return dict(
+        log_debug=reader.boolean("LOG_DEBUG", False),
+        env=(reader.text("ENV", "DEV") or "DEV").upper(),
+        grafana_url=reader.text("GRAFANA_URL", None),
+    )

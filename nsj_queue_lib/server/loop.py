@@ -39,73 +39,21 @@ from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.db.driver import TaskSource
 from nsj_queue_lib.server.check_tasks import CheckTasksThread
 from nsj_queue_lib.server.config import ServerConfig
+from nsj_queue_lib.server.connection import (
+    LINGER_SECONDS,
+    MAX_ACCEPTS_PER_ROUND,
+    MAX_CLIENT_NAME_LENGTH,
+    MAX_LINGERING,
+    MAX_OUTPUT_BYTES,
+    RECV_SIZE,
+    SERVER_NAME,
+    BadRequest,
+    Connection,
+    peer_name,
+    set_keepalive,
+)
 from nsj_queue_lib.server.locks import LockTable
-
-SERVER_NAME = "nsj_queue_lib"
-MAX_NAME_LENGTH = 256  # lock names and queue names
-MAX_PAYLOAD_LENGTH = 8000  # like PostgreSQL's NOTIFY payload limit
-MAX_CLIENT_NAME_LENGTH = 100
-MAX_HELD_NAMES = 10_000  # names in one "held" request
-MAX_LOCKS_PER_CONNECTION = 10_000
-MAX_QUEUES_PER_CONNECTION = 1_000
-MAX_OUTPUT_BYTES = 1024 * 1024  # unsent bytes for one client before it is dropped
-MAX_ACCEPTS_PER_ROUND = 64
-# A refused connection (busy, unauthorized) is kept up to this long after its
-# error frame, so the client can read why before the socket closes.
-LINGER_SECONDS = 1.0
-MAX_LINGERING = 256
-RECV_SIZE = 65536
-
-
-class _BadRequest(Exception):
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class _Conn:
-    def __init__(self, cid: int, sock: socket.socket, peer: str, service: str, deadline: float):
-        self.id = cid
-        self.sock = sock
-        self.peer = peer
-        self.service = service
-        self.decoder = protocol.FrameDecoder()
-        self.out = bytearray()
-        self.events = selectors.EVENT_READ
-        self.authenticated = False
-        self.admin = False
-        self.client = "?"
-        self.hello_deadline = deadline
-        self.queues: set[str] = set()
-        self.closed = False
-        self.lingering_until: float | None = None
-        self.shutdown_after_flush = False
-
-    def label(self) -> str:
-        name = f" ({self.client})" if self.authenticated else ""
-        return f"conn #{self.id}{name} from {self.peer}"
-
-
-def _peer(addr: Any) -> str:
-    if isinstance(addr, tuple) and len(addr) >= 2:
-        host = addr[0]
-        return f"[{host}]:{addr[1]}" if ":" in str(host) else f"{host}:{addr[1]}"
-    return str(addr)
-
-
-def _set_keepalive(sock: socket.socket, idle: float) -> None:
-    """TCP keepalive: a peer that vanished without closing is found after about 2 x ``idle``."""
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        if hasattr(socket, "TCP_KEEPIDLE"):
-            seconds = max(1, int(idle))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, seconds // 3))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except OSError:
-        pass
+from nsj_queue_lib.server.operations import Operations
 
 
 class QueueServer:
@@ -120,9 +68,9 @@ class QueueServer:
         self._source_factory = source_factory
         self._selector: selectors.BaseSelector | None = None
         self._listeners: list[socket.socket] = []
-        self._conns: dict[int, _Conn] = {}
-        self._lingering: dict[int, _Conn] = {}
-        self._subscribers: dict[str, set[_Conn]] = collections.defaultdict(set)
+        self._conns: dict[int, Connection] = {}
+        self._lingering: dict[int, Connection] = {}
+        self._subscribers: dict[str, set[Connection]] = collections.defaultdict(set)
         self._locks = LockTable()
         self._ids = itertools.count(1)
         self._inbox: collections.deque[tuple[str, str]] = collections.deque()
@@ -132,17 +80,9 @@ class QueueServer:
         self._wake_w: socket.socket | None = None
         self._check_tasks: CheckTasksThread | None = None
         self.addresses: dict[str, tuple[str, int]] = {}
-        self._ops = {
-            "ping": self._op_ping,
-            "lock": self._op_lock,
-            "unlock": self._op_unlock,
-            "held": self._op_held,
-            "subscribe": self._op_subscribe,
-            "unsubscribe": self._op_unsubscribe,
-            "notify": self._op_notify,
-            "halt": self._op_halt,
-            "hello": self._op_hello_again,
-        }
+        self._ops = Operations(
+            self._locks, self._subscribers, self._log, self._fan_out, self.stop
+        ).table()
 
     # -- life cycle ---------------------------------------------------------
 
@@ -297,7 +237,7 @@ class QueueServer:
             return None
         return max(0.0, deadline - time.monotonic()) + 0.001
 
-    def _deadlines(self, conn: _Conn):
+    def _deadlines(self, conn: Connection):
         if not conn.authenticated:
             yield conn.hello_deadline
         if conn.decoder.frame_started is not None:
@@ -331,10 +271,12 @@ class QueueServer:
                     time.sleep(0.05)  # the listener stays readable: do not spin on it
                 return
             sock.setblocking(False)
-            _set_keepalive(sock, self.config.keepalive_idle)
+            set_keepalive(sock, self.config.keepalive_idle)
             cid = next(self._ids)
             now = time.monotonic()
-            conn = _Conn(cid, sock, _peer(addr), service, now + self.config.message_timeout)
+            conn = Connection(
+                cid, sock, peer_name(addr), service, now + self.config.message_timeout
+            )
             self._running_selector().register(sock, selectors.EVENT_READ, conn)
             if len(self._conns) >= self.config.max_clients:
                 self._log.warning(
@@ -358,7 +300,7 @@ class QueueServer:
                 len(self._conns),
             )
 
-    def _on_readable(self, conn: _Conn) -> None:
+    def _on_readable(self, conn: Connection) -> None:
         try:
             data = conn.sock.recv(RECV_SIZE)
         except (BlockingIOError, InterruptedError):
@@ -388,7 +330,7 @@ class QueueServer:
                 return
             self._handle(conn, message)
 
-    def _close(self, conn: _Conn, reason: str, level: int = logging.INFO) -> None:
+    def _close(self, conn: Connection, reason: str, level: int = logging.INFO) -> None:
         if conn.closed:
             return
         conn.closed = True
@@ -407,7 +349,7 @@ class QueueServer:
             extra = f"; released {len(released)} lock(s)" if released else ""
             self._log.log(level, "closed %s: %s%s", conn.label(), reason, extra)
 
-    def _release(self, conn: _Conn) -> list[str]:
+    def _release(self, conn: Connection) -> list[str]:
         released = self._locks.release_all(conn.id)
         for queue in conn.queues:
             subscribers = self._subscribers.get(queue)
@@ -418,7 +360,7 @@ class QueueServer:
         conn.queues.clear()
         return released
 
-    def _abort(self, conn: _Conn, code: str, message: str) -> None:
+    def _abort(self, conn: Connection, code: str, message: str) -> None:
         """A misbehaving connection: one error frame (best effort), then close it at once."""
         frame = protocol.encode({"id": None, "ok": False, "error": code, "message": message})
         try:
@@ -428,7 +370,7 @@ class QueueServer:
         conn.out.clear()
         self._close(conn, f"{code}: {message}", level=logging.WARNING)
 
-    def _refuse(self, conn: _Conn, code: str, message: str, rid: Any) -> None:
+    def _refuse(self, conn: Connection, code: str, message: str, rid: Any) -> None:
         """Answer with an error, stop writing, and keep the socket briefly so the reason is read."""
         released = self._release(conn)
         self._conns.pop(conn.id, None)
@@ -446,7 +388,7 @@ class QueueServer:
 
     # -- output ---------------------------------------------------------------
 
-    def _send(self, conn: _Conn, frame: bytes) -> None:
+    def _send(self, conn: Connection, frame: bytes) -> None:
         if conn.closed:
             return
         if len(conn.out) + len(frame) > MAX_OUTPUT_BYTES:
@@ -460,7 +402,7 @@ class QueueServer:
         conn.out += frame
         self._flush(conn)
 
-    def _flush(self, conn: _Conn) -> None:
+    def _flush(self, conn: Connection) -> None:
         while conn.out:
             try:
                 sent = conn.sock.send(conn.out)
@@ -484,10 +426,10 @@ class QueueServer:
             conn.events = wanted
             self._running_selector().modify(conn.sock, wanted, conn)
 
-    def _reply(self, conn: _Conn, rid: Any, **fields: Any) -> None:
+    def _reply(self, conn: Connection, rid: Any, **fields: Any) -> None:
         self._send(conn, protocol.encode({"id": rid, "ok": True, **fields}))
 
-    def _error(self, conn: _Conn, rid: Any, code: str, message: str) -> None:
+    def _error(self, conn: Connection, rid: Any, code: str, message: str) -> None:
         self._send(
             conn, protocol.encode({"id": rid, "ok": False, "error": code, "message": message})
         )
@@ -518,7 +460,7 @@ class QueueServer:
 
     # -- requests -------------------------------------------------------------
 
-    def _handle(self, conn: _Conn, message: dict[str, Any]) -> None:
+    def _handle(self, conn: Connection, message: dict[str, Any]) -> None:
         op = message.get("op")
         rid = message.get("id")
         if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (int, str))):
@@ -537,13 +479,13 @@ class QueueServer:
             return
         try:
             result = handler(conn, message)
-        except _BadRequest as exc:
+        except BadRequest as exc:
             self._error(conn, rid, exc.code, exc.message)
             return
         if result is not None and not conn.closed:
             self._reply(conn, rid, **result)
 
-    def _hello(self, conn: _Conn, message: dict[str, Any], rid: Any) -> None:
+    def _hello(self, conn: Connection, message: dict[str, Any], rid: Any) -> None:
         client = message.get("client")
         if isinstance(client, str) and client.strip():
             conn.client = client.strip()[:MAX_CLIENT_NAME_LENGTH]
@@ -581,99 +523,6 @@ class QueueServer:
             max_frame=protocol.MAX_FRAME_SIZE,
             token_required=expected is not None,
         )
-
-    @staticmethod
-    def _name(message: dict[str, Any], field: str, what: str) -> str:
-        value = message.get(field)
-        if not isinstance(value, str) or not value or len(value) > MAX_NAME_LENGTH:
-            raise _BadRequest(
-                "bad_request", f"{field!r} must be a {what} of 1 to {MAX_NAME_LENGTH} characters"
-            )
-        return value
-
-    def _op_ping(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        return {"pong": True}
-
-    def _op_hello_again(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        raise _BadRequest("bad_request", "already authenticated")
-
-    def _op_lock(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        name = self._name(message, "name", "lock name")
-        if (
-            self._locks.owner_of(name) is None
-            and self._locks.count(conn.id) >= MAX_LOCKS_PER_CONNECTION
-        ):
-            raise _BadRequest(
-                "too_many_locks", f"a connection holds at most {MAX_LOCKS_PER_CONNECTION} locks"
-            )
-        acquired = self._locks.try_lock(conn.id, name)
-        self._log.debug("%s: lock %r -> %s", conn.label(), name, acquired)
-        return {"acquired": acquired}
-
-    def _op_unlock(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        name = self._name(message, "name", "lock name")
-        released = self._locks.unlock(conn.id, name)
-        self._log.debug("%s: unlock %r -> %s", conn.label(), name, released)
-        return {"released": released}
-
-    def _op_held(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        names = message.get("names")
-        if (
-            not isinstance(names, list)
-            or len(names) > MAX_HELD_NAMES
-            or not all(isinstance(n, str) and n and len(n) <= MAX_NAME_LENGTH for n in names)
-        ):
-            raise _BadRequest(
-                "bad_request", f"'names' must be a list of at most {MAX_HELD_NAMES} lock names"
-            )
-        return {"held": self._locks.held(names)}
-
-    def _op_subscribe(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        queue = notify_channel(self._name(message, "queue", "queue name"))
-        if queue not in conn.queues and len(conn.queues) >= MAX_QUEUES_PER_CONNECTION:
-            raise _BadRequest(
-                "too_many_queues",
-                f"a connection subscribes to at most {MAX_QUEUES_PER_CONNECTION} queues",
-            )
-        conn.queues.add(queue)
-        self._subscribers[queue].add(conn)
-        self._log.info("%s: subscribed to %r", conn.label(), queue)
-        return {"queue": queue}
-
-    def _op_unsubscribe(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        queue = notify_channel(self._name(message, "queue", "queue name"))
-        conn.queues.discard(queue)
-        subscribers = self._subscribers.get(queue)
-        if subscribers is not None:
-            subscribers.discard(conn)
-            if not subscribers:
-                del self._subscribers[queue]
-        return {"queue": queue}
-
-    def _op_notify(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        queue = self._name(message, "queue", "queue name")
-        payload = message.get("payload", "")
-        if payload is None:
-            payload = ""
-        if not isinstance(payload, str) or len(payload) > MAX_PAYLOAD_LENGTH:
-            raise _BadRequest(
-                "bad_request",
-                f"'payload' must be a string of at most {MAX_PAYLOAD_LENGTH} characters",
-            )
-        if payload == "HALT":
-            self._log.info("%s: notify %r HALT", conn.label(), notify_channel(queue))
-        return {"delivered": self._fan_out(queue, payload)}
-
-    def _op_halt(self, conn: _Conn, message: dict[str, Any]) -> dict[str, Any]:
-        if not conn.admin:
-            self._log.warning("%s: halt refused (no QUEUE_SERVER_TOKEN configured)", conn.label())
-            raise _BadRequest(
-                "forbidden",
-                "halt needs QUEUE_SERVER_TOKEN configured on the server and an authenticated session",
-            )
-        self._log.warning("%s: halt requested", conn.label())
-        self.stop(f"halt requested by {conn.label()}")
-        return {"halting": True}
 
 
 def run_thread(server: QueueServer) -> threading.Thread:
