@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from nsj_queue_lib import model
+from nsj_queue_lib.db.columns import SUBSCRIBER_COLUMNS, TASK_COLUMNS, TASK_COLUMNS_RESOLVED
 from nsj_queue_lib.db.dialect import check_store_tables
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
@@ -46,12 +46,6 @@ from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
 
-_TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
-_TASK_COLUMNS_RESOLVED = ", ".join(
-    "COALESCE(t.payload, first_attempt.payload) AS payload" if c == "payload" else f"t.{c}"
-    for c in model.QUEUE_COLUMNS
-)
-_SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
 _TASK_INSERT_FIELDS = (
@@ -80,10 +74,10 @@ class MysqlFamilyStore:
                 "queue_table": queue_table,
                 # The subscriber queries are only run when a table was given.
                 "subscriber_table": subscriber_table or "subscriber_table_not_configured",
-                "task_columns": _TASK_COLUMNS,
-                "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
+                "task_columns": TASK_COLUMNS,
+                "task_columns_resolved": TASK_COLUMNS_RESOLVED,
                 "task_json": TASK_JSON,
-                "subscriber_columns": _SUBSCRIBER_COLUMNS,
+                "subscriber_columns": SUBSCRIBER_COLUMNS,
             },
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}

@@ -32,11 +32,19 @@ class PostgresDialect(Dialect):
         ).strip()
         return parts
 
+    def _render(self, names: DdlNames, template: str, if_not_exists: bool) -> str:
+        parts = self._parts(names)
+        table_values = dict(parts, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
+        parts["subscriber_table_ddl"] = render(
+            read_sql("postgres", "subscriber_table.sql"), table_values
+        ).strip()
+        return render(read_sql("postgres", template), parts)
+
     def create_ddl(self, names: DdlNames) -> str:
-        return render(read_sql("postgres", "ddl.sql"), self._parts(names))
+        return self._render(names, "ddl.sql", if_not_exists=False)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
-        return render(read_sql("postgres", "upgrade.sql"), self._parts(names))
+        return self._render(names, "upgrade.sql", if_not_exists=True)
 
 
 DIALECT = PostgresDialect()

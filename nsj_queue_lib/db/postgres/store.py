@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.columns import SUBSCRIBER_COLUMNS, TASK_COLUMNS, TASK_COLUMNS_RESOLVED
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     check_store_tables,
@@ -25,12 +26,6 @@ from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.model import Claim, TaskRecord
 
-_TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
-_TASK_COLUMNS_RESOLVED = ", ".join(
-    "coalesce(t.payload, first_attempt.payload) AS payload" if c == "payload" else f"t.{c}"
-    for c in model.QUEUE_COLUMNS
-)
-_SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
 # The claim function's rows in the claim's shape (see _CLAIM_NAMES).
 _CALL_COLUMNS = ", ".join(
     "coalesce((f.task).payload, f.first_payload) AS payload" if c == "payload" else f"(f.task).{c}"
@@ -103,9 +98,9 @@ class PostgresQueueStore:
                 "queue_table": queue_table,
                 # The subscriber queries are only run when a table was given.
                 "subscriber_table": subscriber_table or "subscriber_table_not_configured",
-                "task_columns": _TASK_COLUMNS,
-                "task_columns_resolved": _TASK_COLUMNS_RESOLVED,
-                "subscriber_columns": _SUBSCRIBER_COLUMNS,
+                "task_columns": TASK_COLUMNS,
+                "task_columns_resolved": TASK_COLUMNS_RESOLVED,
+                "subscriber_columns": SUBSCRIBER_COLUMNS,
             },
         )
         # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):

@@ -33,15 +33,5 @@ $$;
 
 {claim_function_ddl}
 
-CREATE TABLE IF NOT EXISTS {subscriber_table} (
-    id varchar(100) NOT NULL PRIMARY KEY,
-    tenant bigint,
-    grupo_empresarial varchar(40),
-    processo varchar(250) NOT NULL,
-    url varchar(2048),
-    http_method varchar(8),
-    headers json,
-    ativo boolean NOT NULL DEFAULT true,
-    created_at timestamp with time zone NOT NULL DEFAULT now()
-);
+{subscriber_table_ddl}
 {subscriber_indexes}

@@ -13,25 +13,8 @@
 --
 -- base: mysql
 -- Queries equal to MySQL's are inherited from mysql/queries.sql; only
--- those that differ are written here.
-
--- name: insert_task
--- One row per statement (the store appends the VALUES row); the id is
--- LAST_INSERT_ID(). An absent data_hora is DEFAULT.
--- step: head
-INSERT INTO {queue_table} (
-    origem, destino, processo, chave_externa, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
-) VALUES
-
--- name: insert_tasks
--- SingleStore's AUTO_INCREMENT values are unique but not consecutive: the
--- store runs one INSERT per task, in the caller's order, reading each id.
--- step: head
-INSERT INTO {queue_table} (
-    origem, destino, processo, chave_externa, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
-) VALUES
+-- those that differ are written here. Inserts use only the inherited
+-- queries' "head" step: the store sends one row per INSERT and reads each id.
 
 -- name: claim_tasks
 -- No SKIP LOCKED: read candidates in claim order without locking, then win
@@ -85,40 +68,3 @@ LIMIT %(limit)s;
 UPDATE {queue_table}
 SET status = 'pendente'
 WHERE id IN %(ids)s AND status = 'agendada'
-
--- name: purge
--- One bounded round: old rows that are settled, never a first attempt whose
--- later attempts still need its payload. The ids are read first and deleted
--- by id, status checked again.
--- step: select
-SELECT o.id
-FROM {queue_table} AS o
-WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY
-  AND o.status NOT IN ('pendente', 'agendada', 'processando')
-  AND NOT EXISTS (
-      SELECT 1 FROM {queue_table} AS a
-      WHERE a.id_inicial = COALESCE(o.id_inicial, o.id)
-        AND a.status IN ('pendente', 'agendada', 'processando')
-  )
-ORDER BY o.data_hora
-LIMIT %(limit)s;
--- step: delete
-DELETE FROM {queue_table}
-WHERE id IN %(ids)s
-  AND status NOT IN ('pendente', 'agendada', 'processando')
-
--- name: queue_oid
--- SingleStore has no oid: the store derives a stable number from the qualified
--- table name; this only checks that the table exists.
-SELECT count(*)
-FROM information_schema.tables
-WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(table)s
-
--- name: insert_deliveries
--- One task per subscriber of a publication, in the publication's transaction;
--- one INSERT per delivery (as insert_tasks).
--- step: head
-INSERT INTO {queue_table} (
-    origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
-    publication_id, subscriber_id, payload, payload_hash
-) VALUES
