@@ -61,9 +61,9 @@ def wrap_driver_errors(what: str) -> Iterator[None]:
         raise
 
 
-# The claim's select list, in order (claimed_columns, then liveness_locked).
-# Known in advance: reading them from cursor.description builds a Column
-# object per column per claim, which cost a quarter of a worker's CPU.
+# The claim's select list, in order (the task's columns, then liveness_locked).
+# Known in advance: reading them from cursor.description would build a Column
+# object per column of every claim.
 _CLAIM_NAMES = (*model.QUEUE_COLUMNS, "liveness_locked")
 
 
@@ -162,8 +162,8 @@ class PostgresQueueStore:
     def _copy_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
         """Many tasks with COPY (psycopg 3): ids reserved first, then one stream of rows.
 
-        About 1.5x the array insert for big batches: COPY skips the per-row
-        parameter handling of ``unnest``.
+        COPY skips the per-row parameter handling of ``unnest``, which big
+        batches pay for (README, Benchmarks).
         """
         with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
             cur.execute(self.sql["reserve_ids"], {"table": self.queue_table, "count": len(rows)})
