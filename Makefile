@@ -21,6 +21,8 @@ STAMP       := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # Set to 1 to treat "pytest collected no tests" (exit 5) as success.
 ALLOW_NO_TESTS ?= 0
+# Options of scripts/mutants.py (make mutants), e.g. MUTANTS_ARGS='-k purge --jobs 2'.
+MUTANTS_ARGS ?=
 
 # The example queue whose DDL is kept in database/<dialect>/fila_teste.sql.
 DDL_SCHEMA   ?= public
@@ -29,7 +31,7 @@ DDL_DIALECTS ?= postgres mysql singlestore
 
 COMPOSE ?= docker compose
 
-.PHONY: help venv test demo bench verify-ddl ddl env clean distclean lint format typecheck check \
+.PHONY: help venv test mutants demo bench verify-ddl ddl env clean distclean lint format typecheck check \
         compose-build compose-up compose-down compose-test compose-logs compose-config
 
 help: ## List the targets (this text)
@@ -58,6 +60,10 @@ test: $(STAMP) ## Run the test suite (pass options with PYTEST_ARGS='...')
 		echo ">> pytest collected no tests (exit 5), accepted because ALLOW_NO_TESTS=1"; rc=0; \
 	fi; \
 	exit $$rc
+
+# Not part of CI (minutes on 2 cores); needs TEST_PG_DSN and TEST_MYSQL_DSN as for `make test`.
+mutants: $(STAMP) ## Plant one-line bugs one at a time and check the tests catch each (scripts/mutants.py)
+	$(PY) scripts/mutants.py $(MUTANTS_ARGS)
 
 # The trees the static checks cover.
 LINT_PATHS := nsj_queue_lib tests benchmarks examples scripts

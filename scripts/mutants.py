@@ -1,0 +1,813 @@
+#!/usr/bin/env python3
+"""Plant one-line bugs, one at a time, and check that the tests notice (``make mutants``).
+
+Each mutant below replaces one exact piece of text in one file of a scratch
+copy of the tree, runs the tests that must catch it, and puts the text back.
+A mutant is *caught* when those tests fail, and *survived* when they pass:
+then a behaviour the queue promises has no test that fails when it breaks.
+
+The original text must occur exactly once in its file; when code moves, the
+run stops before anything is copied and names the mutants to fix (``--check``
+does only that, in a second). SQL files count too: the tests create their
+queues from the DDL in ``nsj_queue_lib/db``, so a mutated DDL file is what
+they run against. The DDL golden files would notice any such change, which
+proves nothing about behaviour, so they are never listed as catchers.
+
+Before the mutants, the union of their tests runs once on the unmodified copy
+and must pass (``--no-baseline`` skips it): a test that fails anyway would
+count every mutant it is listed for as caught.
+
+Tests run with ``CI=true``, so a database that is missing fails the baseline
+instead of skipping tests (a skipped catcher would let a mutant survive
+unseen). Point ``TEST_PG_DSN`` and ``TEST_MYSQL_DSN`` at the test databases as
+for ``make test``. Not part of CI: run it before closing an issue that
+changes the claim, the runtime or the SQL, and add the mutants of every new
+capability here.
+
+    scripts/mutants.py                  every mutant
+    scripts/mutants.py -k purge -k skip  the mutants whose name contains one of these
+    scripts/mutants.py --dialect mysql   the mutants whose catchers need MariaDB
+    scripts/mutants.py --list            what would run
+    scripts/mutants.py --jobs 2          two scratch copies side by side
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What the scratch copy leaves out: environments, caches, build output.
+COPY_IGNORE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".demo",
+)
+DIALECTS = ("postgres", "mysql", "server")
+# pytest-timeout per test: a mutant that makes a test hang fails it instead.
+TEST_TIMEOUT = 90
+# The whole run of one mutant's tests, as a last resort.
+RUN_TIMEOUT = 900
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # relative to the repository root
+    original: str  # occurs exactly once in ``file``
+    replacement: str
+    tests: tuple[str, ...]  # pytest node ids (or files) that must fail
+    dialects: tuple[str, ...]  # what the catchers run against: postgres, mysql, server
+    breaks: str  # the behaviour that breaks, in a few words
+
+
+# -- the mutants ------------------------------------------------------------------------
+
+PG_QUERIES = "nsj_queue_lib/db/postgres/queries.sql"
+PG_CLAIM_FUNCTION = "nsj_queue_lib/db/postgres/claim_function.sql"
+PG_STORE = "nsj_queue_lib/db/postgres/store.py"
+MY_QUERIES = "nsj_queue_lib/db/mysql/queries.sql"
+MY_PROCEDURE = "nsj_queue_lib/db/mysql/claim_procedure.sql"
+MY_STORE = "nsj_queue_lib/db/mysql/store.py"
+EXECUTOR = "nsj_queue_lib/runtime/executor.py"
+
+GUARDS_PG = "tests/integration/test_guards_pg.py"
+GUARDS_MY = "tests/integration/test_guards_mysql.py"
+GUARDS_SERVER = "tests/integration/test_guards_server.py"
+GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
+CONTRACT = "tests/contract/test_contract.py"
+RUNTIME = "tests/integration/test_runtime_execution.py"
+SERVICES = "tests/integration/test_runtime_services.py"
+STORE_MY = "tests/integration/test_store_mysql.py"
+
+PG_SKIP_TEST = f"{GUARDS_PG}::test_a_claim_passes_a_ready_row_another_session_holds_without_waiting"
+MY_SKIP_TEST = f"{STORE_MY}::test_claim_skips_rows_another_transaction_holds"
+MY_HELD_THEN_FUTURE = (
+    f"{GUARDS_MY}::test_a_claim_passing_a_held_ready_row_never_reaches_a_task_not_yet_due"
+)
+MY_LIVENESS_TEST = f"{STORE_MY}::test_claim_takes_the_liveness_lock_on_the_running_connection"
+MY_ORDER_TEST = f"{GUARDS_MY}::test_one_executor_drains_by_priority_then_age"
+
+
+def _contract(test: str, *backends: str) -> tuple[str, ...]:
+    return tuple(f"{CONTRACT}::{test}[{backend}]" for backend in backends)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- issue 22: the seven gaps ---------------------------------------------------------
+    Mutant(
+        "pg-claim-skip-locked",
+        PG_QUERIES,
+        "    LIMIT %(limit)s\n    FOR UPDATE SKIP LOCKED\n), claimed AS (",
+        "    LIMIT %(limit)s\n    FOR UPDATE\n), claimed AS (",
+        (f"{PG_SKIP_TEST}[idle claim]", f"{PG_SKIP_TEST}[plain SQL]"),
+        ("postgres",),
+        "an idle claim waits on a row another session holds",
+    ),
+    Mutant(
+        "pg-claim-function-skip-locked",
+        PG_CLAIM_FUNCTION,
+        "            FOR UPDATE SKIP LOCKED\n",
+        "            FOR UPDATE\n",
+        (f"{PG_SKIP_TEST}[claim function]",),
+        ("postgres",),
+        "the claim after a completion waits on a held row",
+    ),
+    Mutant(
+        "server-retry-second-look",
+        "nsj_queue_lib/runtime/retry.py",
+        'if t["id"] in suspects and task_lock_name(queue_oid, t["id"]) not in held',
+        'if t["id"] in suspects',
+        (
+            f"{GUARDS_SERVER}::"
+            "test_a_task_whose_server_lock_is_taken_again_during_the_grace_period_is_not_rescued",
+        ),
+        ("postgres", "server"),
+        "client/server rescue ignores a lock taken again during the grace period",
+    ),
+    Mutant(
+        "shutdown-ends-the-handlers-session",
+        EXECUTOR,
+        "                    self.store.terminate_session(admin, item.conn)\n",
+        "                    pass\n",
+        (f"{GUARDS_SHUTDOWN}::test_a_handler_finishing_after_the_grace_period_commits_nothing",),
+        ("postgres", "mysql"),
+        "a handler released at shutdown still commits its writes",
+    ),
+    Mutant(
+        "mysql-purge-select-pendente",
+        MY_QUERIES,
+        "  AND o.status NOT IN ('pendente', 'agendada', 'processando')",
+        "  AND o.status NOT IN ('agendada', 'processando')",
+        (f"{GUARDS_MY}::test_an_old_pending_task_takes_no_place_in_a_purge_round",),
+        ("mysql",),
+        "the purge selects old 'pendente' rows",
+    ),
+    Mutant(
+        "mysql-purge-delete-recheck",
+        MY_QUERIES,
+        "WHERE id IN %(ids)s\n  AND status NOT IN ('pendente', 'agendada', 'processando')",
+        "WHERE id IN %(ids)s\n  AND status NOT IN ('agendada', 'processando')",
+        (
+            f"{GUARDS_MY}::"
+            "test_a_row_put_back_to_pendente_after_the_purge_selected_it_is_not_deleted",
+        ),
+        ("mysql",),
+        "the purge deletes a row that became 'pendente' after its select",
+    ),
+    Mutant(
+        "mysql-procedure-fallback-liveness-lock",
+        MY_PROCEDURE,
+        "\n                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0),",
+        "\n                   JSON_OBJECT('liveness_locked', 1,",
+        (f"{GUARDS_MY}::test_a_claim_without_the_claim_index_takes_the_liveness_lock",),
+        ("mysql",),
+        "a claim without the claim index takes no liveness lock",
+    ),
+    Mutant(
+        "mysql-orphans-lock-recheck",
+        MY_QUERIES,
+        "  AND (NOT %(check_db_locks)s OR IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL)\n"
+        "ORDER BY t.id\n",
+        "ORDER BY t.id\n",
+        (
+            f"{GUARDS_MY}::"
+            "test_an_orphan_whose_lock_is_taken_after_the_candidates_step_is_not_rescued",
+        ),
+        ("mysql",),
+        "the rescue locks a task whose liveness lock was taken after the candidates step",
+    ),
+    Mutant(
+        "server-refused-hello-return",
+        "nsj_queue_lib/server/loop.py",
+        '                self._refuse(conn, "unauthorized", "authentication failed", rid)\n'
+        "                return\n",
+        '                self._refuse(conn, "unauthorized", "authentication failed", rid)\n',
+        (
+            f"{GUARDS_SERVER}::"
+            "test_a_client_refused_at_hello_gets_nothing_more_and_is_never_authenticated",
+        ),
+        ("server",),
+        "a client refused at hello goes on to be authenticated",
+    ),
+    # -- priority order -----------------------------------------------------------------
+    Mutant(
+        "pg-claim-priority-order",
+        PG_QUERIES,
+        "    ORDER BY prioridade DESC, data_hora, id\n    LIMIT %(limit)s",
+        "    ORDER BY data_hora, id\n    LIMIT %(limit)s",
+        (
+            f"{RUNTIME}::test_ready_tasks_are_claimed_at_start_by_priority_then_age",
+            f"{RUNTIME}::test_successive_claims_follow_priority_then_age[plain SQL]",
+        ),
+        ("postgres",),
+        "the idle claim ignores prioridade",
+    ),
+    Mutant(
+        "pg-claim-function-priority-order",
+        PG_CLAIM_FUNCTION,
+        "            ORDER BY q.prioridade DESC, q.data_hora, q.id",
+        "            ORDER BY q.data_hora, q.id",
+        (f"{RUNTIME}::test_successive_claims_follow_priority_then_age[claim function]",),
+        ("postgres",),
+        "the claim after a completion ignores prioridade",
+    ),
+    Mutant(
+        "mysql-claim-priority-order",
+        MY_QUERIES,
+        "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
+        "ORDER BY t.data_hora, t.id\nLIMIT 1\n",
+        (f"{MY_ORDER_TEST}[plain SQL]",),
+        ("mysql",),
+        "the single-task claim in SQL ignores prioridade",
+    ),
+    Mutant(
+        "mysql-procedure-priority-order",
+        MY_PROCEDURE,
+        "                ORDER BY t.prioridade DESC, t.data_hora, t.id\n                LIMIT 1;",
+        "                ORDER BY t.data_hora, t.id\n                LIMIT 1;",
+        (f"{MY_ORDER_TEST}[claim procedure]",),
+        ("mysql",),
+        "the claim procedure's look-up ignores prioridade",
+    ),
+    # -- due time -------------------------------------------------------------------------
+    Mutant(
+        "pg-claim-due-time",
+        PG_QUERIES,
+        "    WHERE status = 'pendente' AND data_hora <= clock_timestamp()\n    ORDER BY prioridade",
+        "    WHERE status = 'pendente'\n    ORDER BY prioridade",
+        (f"{RUNTIME}::test_a_task_due_later_never_runs_before_its_time",),
+        ("postgres",),
+        "the idle claim takes a task before its data_hora",
+    ),
+    Mutant(
+        "pg-claim-function-due-time",
+        PG_CLAIM_FUNCTION,
+        "WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()",
+        "WHERE q.status = 'pendente'",
+        _contract("test_a_task_never_runs_before_its_data_hora_and_runs_when_due", "postgres"),
+        ("postgres",),
+        "the claim after a completion takes a task before its data_hora",
+    ),
+    Mutant(
+        "mysql-claim-due-time",
+        MY_QUERIES,
+        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)\n"
+        "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
+        "WHERE t.status = 'pendente'\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
+        (f"{STORE_MY}::test_a_future_task_is_not_claimed_until_its_time",),
+        ("mysql",),
+        "the single-task claim in SQL takes a task before its data_hora",
+    ),
+    Mutant(
+        "mysql-procedure-due-time",
+        MY_PROCEDURE,
+        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)\n"
+        "                  AND (t.prioridade < v_prioridade",
+        "WHERE t.status = 'pendente'\n                  AND (t.prioridade < v_prioridade",
+        (f"{MY_HELD_THEN_FUTURE}[claim procedure]",),
+        ("mysql",),
+        "the claim procedure takes a task before its data_hora",
+    ),
+    # -- retry delay and dead letter ------------------------------------------------------
+    Mutant(
+        "retry-delay-grows-with-tentativa",
+        "nsj_queue_lib/retry_policy.py",
+        "return Decision(Outcome.RETRY, tentativa * base_interval_minutes * 60.0)",
+        "return Decision(Outcome.RETRY, base_interval_minutes * 60.0)",
+        (f"{RUNTIME}::test_failures_retry_with_back_off_then_dead_letter",),
+        ("postgres",),
+        "every retry waits one base interval",
+    ),
+    Mutant(
+        "pg-retry-delay",
+        PG_QUERIES,
+        "proxima_tentativa = clock_timestamp() + make_interval(secs => %(delay_seconds)s)",
+        "proxima_tentativa = clock_timestamp()",
+        _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "postgres"),
+        ("postgres",),
+        "a retry is due at once",
+    ),
+    Mutant(
+        "mysql-retry-delay",
+        MY_QUERIES,
+        "proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND",
+        "proxima_tentativa = NOW(6)",
+        _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "mysql"),
+        ("mysql",),
+        "a retry is due at once",
+    ),
+    Mutant(
+        "dead-letter-after-the-last-attempt",
+        "nsj_queue_lib/retry_policy.py",
+        "    if tentativa < max_retry:\n",
+        "    if tentativa <= max_retry:\n",
+        _contract("test_dead_letter_after_queue_max_retry", "postgres", "mysql"),
+        ("postgres", "mysql"),
+        "one attempt more than QUEUE_MAX_RETRY",
+    ),
+    Mutant(
+        "pg-dead-letter-is-dead",
+        PG_QUERIES,
+        "f.publication_id, f.subscriber_id, true,\n    coalesce(f.id_inicial, f.id), f.prioridade, due.at",
+        "f.publication_id, f.subscriber_id, false,\n    coalesce(f.id_inicial, f.id), f.prioridade, due.at",
+        _contract("test_dead_letter_after_queue_max_retry", "postgres"),
+        ("postgres",),
+        "the dead letter goes to execute, not execute_dead",
+    ),
+    Mutant(
+        "mysql-dead-letter-is-dead",
+        MY_QUERIES,
+        "f.publication_id, f.subscriber_id, true,\n    COALESCE(f.id_inicial, f.id), f.prioridade\n",
+        "f.publication_id, f.subscriber_id, false,\n    COALESCE(f.id_inicial, f.id), f.prioridade\n",
+        _contract("test_dead_letter_after_queue_max_retry", "mysql"),
+        ("mysql",),
+        "the dead letter goes to execute, not execute_dead",
+    ),
+    # -- rollback of a failed handler -------------------------------------------------------
+    Mutant(
+        "failed-handler-rolls-back",
+        EXECUTOR,
+        "            self.store.rollback(conn)\n            self.store.begin(conn)\n",
+        "            self.store.begin(conn)\n",
+        _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "postgres", "mysql"),
+        ("postgres", "mysql"),
+        "a failed handler's writes commit with its failure",
+    ),
+    # -- liveness lock on claim ---------------------------------------------------------------
+    Mutant(
+        "pg-claim-liveness-lock",
+        PG_QUERIES,
+        "THEN pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4)",
+        "THEN true",
+        (f"{PG_SKIP_TEST}[idle claim]",),
+        ("postgres",),
+        "an idle claim takes no liveness lock",
+    ),
+    Mutant(
+        "pg-claim-function-liveness-lock",
+        PG_CLAIM_FUNCTION,
+        "pg_try_advisory_lock(lock_queue_key, (t.id % 2147483648)::int4) AS locked",
+        "true AS locked",
+        (f"{PG_SKIP_TEST}[claim function]",),
+        ("postgres",),
+        "the claim after a completion takes no liveness lock",
+    ),
+    Mutant(
+        "mysql-claim-liveness-lock",
+        MY_QUERIES,
+        "SELECT JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0),",
+        "SELECT JSON_OBJECT('liveness_locked', 1,",
+        (f"{MY_LIVENESS_TEST}[plain SQL]",),
+        ("mysql",),
+        "the single-task claim in SQL takes no liveness lock",
+    ),
+    Mutant(
+        "mysql-procedure-liveness-lock",
+        MY_PROCEDURE,
+        "\n                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0),",
+        "\n                       JSON_OBJECT('liveness_locked', 1,",
+        (f"{MY_LIVENESS_TEST}[claim procedure]",),
+        ("mysql",),
+        "the claim procedure takes no liveness lock",
+    ),
+    # -- SKIP LOCKED on MariaDB ---------------------------------------------------------------
+    Mutant(
+        "mysql-claim-skip-locked",
+        MY_QUERIES,
+        "LIMIT 1\nFOR UPDATE SKIP LOCKED;\n-- step: single_mark",
+        "LIMIT 1\nFOR UPDATE;\n-- step: single_mark",
+        (f"{MY_HELD_THEN_FUTURE}[plain SQL]", MY_SKIP_TEST),
+        ("mysql",),
+        "the single-task claim in SQL waits on a held row",
+    ),
+    Mutant(
+        "mysql-procedure-skip-locked",
+        MY_PROCEDURE,
+        "\n                LIMIT 1\n                FOR UPDATE SKIP LOCKED;",
+        "\n                LIMIT 1\n                FOR UPDATE;",
+        (f"{MY_HELD_THEN_FUTURE}[claim procedure]", MY_SKIP_TEST),
+        ("mysql",),
+        "the claim procedure waits on a held row",
+    ),
+    # -- crash recovery -------------------------------------------------------------------------
+    Mutant(
+        "pg-orphans-need-a-free-liveness-lock",
+        PG_QUERIES,
+        "  AND (NOT %(check_db_locks)s::boolean OR NOT EXISTS (",
+        "  AND (true OR NOT EXISTS (",
+        (f"{SERVICES}::test_retry_service_rescues_only_attempts_without_a_liveness_lock",),
+        ("postgres",),
+        "the retry service rescues tasks whose worker is alive",
+    ),
+    Mutant(
+        "pg-shutdown-terminates-the-backend",
+        PG_STORE,
+        'admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))',
+        'admin_conn.execute("SELECT %s", (victim_conn.info.backend_pid,))',
+        (
+            f"{GUARDS_SHUTDOWN}::"
+            "test_a_handler_finishing_after_the_grace_period_commits_nothing[postgres]",
+        ),
+        ("postgres",),
+        "ending a session at shutdown leaves it running",
+    ),
+    Mutant(
+        "mysql-shutdown-kills-the-connection",
+        MY_STORE,
+        'cur.execute("KILL CONNECTION %s", (int(victim_conn.thread_id()),))',
+        'cur.execute("DO %s", (int(victim_conn.thread_id()),))',
+        (
+            f"{GUARDS_SHUTDOWN}::test_a_handler_finishing_after_the_grace_period_commits_nothing[mysql]",
+        ),
+        ("mysql",),
+        "ending a session at shutdown leaves it running",
+    ),
+    # -- purge filters ------------------------------------------------------------------------
+    Mutant(
+        "pg-purge-keeps-pendente",
+        PG_QUERIES,
+        "      AND o.status NOT IN ('pendente', 'agendada', 'processando')",
+        "      AND o.status NOT IN ('agendada', 'processando')",
+        (f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",),
+        ("postgres",),
+        "the purge deletes old 'pendente' rows",
+    ),
+    Mutant(
+        "pg-purge-max-age",
+        PG_QUERIES,
+        "WHERE o.data_hora < clock_timestamp() - make_interval(days => %(max_age_days)s)",
+        "WHERE o.data_hora < clock_timestamp()",
+        (f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",),
+        ("postgres",),
+        "the purge deletes recent rows",
+    ),
+    Mutant(
+        "mysql-purge-max-age",
+        MY_QUERIES,
+        "WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY",
+        "WHERE o.data_hora < NOW(6)",
+        (f"{STORE_MY}::test_purge_is_bounded_and_never_touches_active_rows",),
+        ("mysql",),
+        "the purge deletes recent rows",
+    ),
+    # -- identifiers, webhooks, the server's token ------------------------------------------------
+    Mutant(
+        "identifiers-whole-name",
+        "nsj_queue_lib/identifiers.py",
+        '_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\\Z")',
+        '_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")',
+        (
+            "tests/integration/test_queue_client_pg.py::"
+            "test_malicious_table_names_are_refused_before_any_sql",
+            "tests/integration/test_queue_client_mysql.py::"
+            "test_malicious_table_names_are_refused_before_any_sql",
+        ),
+        ("postgres", "mysql"),
+        "a table name with SQL after a valid prefix is accepted",
+    ),
+    Mutant(
+        "webhook-non-2xx-fails",
+        "nsj_queue_lib/webhook.py",
+        "        if not 200 <= response.status_code < 300:\n",
+        "        if not 200 <= response.status_code < 600:\n",
+        _contract(
+            "test_webhook_delivers_the_publication_to_the_subscribers_url", "postgres", "mysql"
+        ),
+        ("postgres", "mysql"),
+        "a webhook answering 500 counts as delivered",
+    ),
+    Mutant(
+        "server-token-check",
+        "nsj_queue_lib/server/loop.py",
+        '                reason = "wrong token"\n',
+        "                reason = None\n",
+        ("tests/integration/test_server_security.py::test_missing_and_wrong_tokens_are_refused",),
+        ("server",),
+        "a wrong token is accepted",
+    ),
+)
+
+
+# -- checking the list ------------------------------------------------------------------------
+
+
+def problems(mutants: Iterable[Mutant], root: Path = ROOT) -> list[str]:
+    """What is wrong with the list against the tree at ``root`` (empty when all is well)."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for m in mutants:
+        if m.name in seen:
+            found.append(f"{m.name}: the name is used twice")
+        seen.add(m.name)
+        path = root / m.file
+        if not path.is_file():
+            found.append(f"{m.name}: {m.file} does not exist")
+            continue
+        count = path.read_text(encoding="utf-8").count(m.original)
+        if count != 1:
+            found.append(f"{m.name}: its original text occurs {count} times in {m.file}, not once")
+        if m.original == m.replacement:
+            found.append(f"{m.name}: the replacement is the original")
+        if not m.tests:
+            found.append(f"{m.name}: no tests")
+        for test in m.tests:
+            test_file = test.split("::", 1)[0]
+            if not (root / test_file).is_file():
+                found.append(f"{m.name}: {test_file} does not exist")
+            if "tests/golden" in test or "db_gen" in test_file:
+                found.append(f"{m.name}: {test} only compares DDL text")
+        unknown = set(m.dialects) - set(DIALECTS)
+        if unknown or not m.dialects:
+            found.append(f"{m.name}: dialects must be among {DIALECTS}, got {m.dialects}")
+    return found
+
+
+def select(
+    mutants: Sequence[Mutant], names: Sequence[str], dialects: Sequence[str]
+) -> list[Mutant]:
+    chosen = []
+    for m in mutants:
+        if names and not any(n in m.name for n in names):
+            continue
+        if dialects and not set(dialects) & set(m.dialects):
+            continue
+        chosen.append(m)
+    return chosen
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    mutant: Mutant
+    status: str  # caught, SURVIVED, ERROR
+    seconds: float
+    detail: str = ""
+    output: str = ""
+
+
+def child_env(scratch: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # The scratch copy must win over the editable install of the real tree,
+    # in pytest and in every worker or server process a test starts.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(scratch), env.get("PYTHONPATH")]))
+    # Stale bytecode must never stand in for a file that was put back.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["CI"] = "true"
+    return env
+
+
+def make_scratch(parent: Path, index: int) -> Path:
+    scratch = parent / f"tree{index}"
+    shutil.copytree(ROOT, scratch, ignore=COPY_IGNORE, symlinks=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import nsj_queue_lib; print(nsj_queue_lib.__file__)"],
+        cwd=scratch,
+        env=child_env(scratch),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    imported = Path(probe.stdout.strip() or "?").resolve()
+    if probe.returncode != 0 or not imported.is_relative_to(scratch.resolve()):
+        raise SystemExit(
+            f"the scratch copy's package is not the one imported ({imported}):\n{probe.stderr}"
+        )
+    return scratch
+
+
+_SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+
+
+def pytest_run(scratch: Path, tests: Sequence[str], stop_first: bool) -> tuple[int, str, dict]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command += ["--timeout", str(TEST_TIMEOUT)]
+    if stop_first:
+        command.append("-x")
+    command += list(tests)
+    try:
+        done = subprocess.run(
+            command,
+            cwd=scratch,
+            env=child_env(scratch),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        # Captured output comes as bytes here, whatever text= says.
+        output = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        return -1, output + f"\n(no result after {RUN_TIMEOUT} s)", {}
+    output = done.stdout + done.stderr
+    lines = [line for line in output.splitlines() if line.strip()]
+    counts: dict[str, int] = {}
+    if lines:
+        for number, what in _SUMMARY.findall(lines[-1]):
+            counts["errors" if what.startswith("error") else what] = int(number)
+    return done.returncode, output, counts
+
+
+def run_mutant(scratch: Path, mutant: Mutant) -> Outcome:
+    path = scratch / mutant.file
+    original = path.read_bytes()
+    text = original.decode("utf-8")
+    if text.count(mutant.original) != 1:
+        return Outcome(mutant, "ERROR", 0.0, "the original text is not in the scratch copy once")
+    started = time.monotonic()
+    try:
+        path.write_text(text.replace(mutant.original, mutant.replacement), encoding="utf-8")
+        code, output, counts = pytest_run(scratch, mutant.tests, stop_first=True)
+    finally:
+        path.write_bytes(original)
+    seconds = time.monotonic() - started
+    if code == 1 and (counts.get("failed") or counts.get("errors")):
+        return Outcome(mutant, "caught", seconds, output=output)
+    if code == 0:
+        skipped = counts.get("skipped")
+        note = f"{counts.get('passed', 0)} passed" + (f", {skipped} skipped" if skipped else "")
+        return Outcome(mutant, "SURVIVED", seconds, note, output)
+    return Outcome(mutant, "ERROR", seconds, f"pytest exit code {code}", output)
+
+
+def failures(output: str) -> list[str]:
+    """pytest's short summary lines of the tests that failed (``FAILED node - reason``)."""
+    return [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+
+
+def tail(output: str, lines: int = 25) -> str:
+    return "\n".join("    " + line for line in output.splitlines()[-lines:])
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Plant one-line bugs in a scratch copy and check that the tests catch them.",
+    )
+    parser.add_argument(
+        "-k",
+        dest="names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only mutants whose name contains NAME (repeatable)",
+    )
+    parser.add_argument(
+        "--dialect",
+        action="append",
+        default=[],
+        choices=DIALECTS,
+        help="only mutants whose catchers run against this (repeatable)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only check that every original text occurs once, and exit",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="scratch copies run side by side (default 1)",
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the run of the unmodified tests"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="name the failing test of each caught mutant; print pytest's output for survivors",
+    )
+    return parser.parse_args(argv)
+
+
+def baseline(scratches: queue.Queue[Path], chosen: Sequence[Mutant]) -> bool:
+    """Run every chosen mutant's tests once on the unmodified copy; True when they pass."""
+    tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
+    scratch = scratches.get()
+    started = time.monotonic()
+    try:
+        code, output, counts = pytest_run(scratch, tests, stop_first=False)
+    finally:
+        scratches.put(scratch)
+    if code != 0:
+        print(f"baseline: the unmodified tests fail (exit code {code}); fix them first:")
+        print(tail(output, 40))
+        return False
+    print(
+        f"baseline: {counts.get('passed', 0)} passed on the unmodified tree "
+        f"in {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
+    return True
+
+
+def run_all(
+    scratches: queue.Queue[Path], chosen: Sequence[Mutant], jobs: int, verbose: bool
+) -> list[Outcome]:
+    printing = threading.Lock()
+    width = max(len(m.name) for m in chosen)
+
+    def one(mutant: Mutant) -> Outcome:
+        scratch = scratches.get()
+        try:
+            outcome = run_mutant(scratch, mutant)
+        finally:
+            scratches.put(scratch)
+        with printing:
+            line = (
+                f"{outcome.status:<8}  {mutant.name:<{width}}  "
+                f"[{','.join(mutant.dialects)}]  {outcome.seconds:5.1f} s"
+            )
+            if outcome.detail:
+                line += f"  ({outcome.detail})"
+            print(line, flush=True)
+            if outcome.status == "ERROR" or (outcome.status == "SURVIVED" and verbose):
+                print(tail(outcome.output))
+            elif outcome.status == "caught" and verbose:
+                for failure in failures(outcome.output)[:1]:
+                    print(f"    {failure}")
+        return outcome
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, chosen))
+
+
+def report(outcomes: Sequence[Outcome]) -> int:
+    caught = sum(o.status == "caught" for o in outcomes)
+    survived = [o for o in outcomes if o.status == "SURVIVED"]
+    errors = [o for o in outcomes if o.status == "ERROR"]
+    summary = f"mutants: {caught} caught, {len(survived)} survived of {len(outcomes)}"
+    if errors:
+        names = ", ".join(o.mutant.name for o in errors)
+        summary += f" ({len(errors)} could not be judged: {names})"
+    print(summary)
+    for o in survived:
+        print(f"  survived: {o.mutant.name}: {o.mutant.breaks} ({o.mutant.file})")
+    return 0 if not survived and not errors else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    wrong = problems(MUTANTS)
+    if wrong:
+        print("the mutant list does not match the tree:", file=sys.stderr)
+        for line in wrong:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+    chosen = select(MUTANTS, args.names, args.dialect)
+    if args.check:
+        print(f"mutants: {len(MUTANTS)} listed, every original text occurs once")
+        return 0
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}  [{','.join(m.dialects)}]  {m.file}: {m.breaks}")
+            for test in m.tests:
+                print(f"    {test}")
+        return 0
+    if not chosen:
+        print("no mutant matches", file=sys.stderr)
+        return 2
+
+    jobs = max(1, min(args.jobs, len(chosen)))
+    with tempfile.TemporaryDirectory(prefix="nsjq-mutants-") as parent:
+        scratches: queue.Queue[Path] = queue.Queue()
+        for index in range(jobs):
+            scratches.put(make_scratch(Path(parent), index))
+        copies = "copy" if jobs == 1 else "copies"
+        print(f"mutants: {len(chosen)} to run, {jobs} scratch {copies} under {parent}", flush=True)
+        if not args.no_baseline and not baseline(scratches, chosen):
+            return 2
+        outcomes = run_all(scratches, chosen, jobs, args.verbose)
+    return report(outcomes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
