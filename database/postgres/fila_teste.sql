@@ -122,6 +122,10 @@ BEGIN
     END IF;
 END;
 $$;
+-- Workers check this at start: a function of another version stops them
+-- with a message naming db_gen --upgrade.
+COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
+    IS 'nsj_queue_lib claim 2fbd948136df3fb5';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (

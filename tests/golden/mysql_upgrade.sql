@@ -78,50 +78,45 @@ DEALLOCATE PREPARE nsjq_step;
 
 -- The claim procedure of this version replaces any earlier one.
 DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
--- What an executor sends after a task, stored: the server parses one short
--- CALL per task instead of the statements below. With a finished task
--- (p_task_id), its 'sucesso', committed, and the release of its liveness
--- lock; then the claim of the next task with the same order, locking
--- and liveness lock as the plain-SQL claim in queries.sql, which workers use
--- when this procedure is missing or from another version (the COMMENT);
--- then COMMIT AND CHAIN, which commits the claim and opens the next task's
--- transaction. The CALL's one result set is one row, one JSON column: the
--- claimed task with the liveness lock's GET_LOCK result, or NULL when
--- nothing was ready.
+-- What an executor sends after a task: one short CALL per task. With a
+-- finished task (p_task_id), its 'sucesso', committed, and the release of
+-- its liveness lock; then the claim of the next ready task in claim order
+-- (prioridade DESC, data_hora, id), skipping rows other claims hold, with
+-- its liveness lock taken by this session; then COMMIT AND CHAIN, which
+-- commits the claim and opens the task's transaction. Workers check the
+-- COMMENT at start and refuse a procedure of another version. The CALL's one
+-- result set is one row, one JSON column: the claimed task with the liveness
+-- lock's GET_LOCK result, or NULL when nothing was ready.
 -- After a failed call, @nsjq_completed = p_task_id tells the caller that the
 -- completion was committed (only the claim failed), and @nsjq_claimed which
--- task's lock the claim may have taken. Neither is reset at the start (a
--- statement per task): a value left by an earlier call names another task,
--- and releasing a lock this session does not hold does nothing.
+-- task's lock the claim may have taken. Neither is reset at the start: a
+-- value left by an earlier call names another task, and releasing a lock
+-- this session does not hold does nothing.
 --
 -- Where the claim starts reading. InnoDB leaves the claim index entry of a
--- claimed task in place, delete-marked, until purge removes it, and purge
--- works in batches: during a drain hundreds of such entries lie ahead of the
--- first ready task. A locking read from the start of the 'pendente' range
--- locks every one of them (REPEATABLE READ), and concurrent claims queue on
--- those locks: the server's CPU per task grew with every executor added.
--- So the procedure first finds the first ready task without locks and
--- without a snapshot (READ UNCOMMITTED, for that one statement, which passes
--- delete-marked entries for free), then locks from there on. The look-up
--- needs a statement of its own outside any transaction: that is why the
--- completion commits before the claim. A claim that fails (a deadlock)
--- therefore never takes the finished task's work with it.
+-- claimed task in place, delete-marked, until purge removes it: during a
+-- drain many such entries lie ahead of the first ready task, and a locking
+-- read from the start of the 'pendente' range would lock every one of them,
+-- queueing concurrent claims behind each other. So the procedure first finds
+-- the first ready task without locks and without a snapshot (READ
+-- UNCOMMITTED, for that one statement), then locks from there on. The
+-- look-up needs a statement of its own outside any transaction: that is why
+-- the completion commits before the claim, and why a failing claim never
+-- takes the finished task's work with it.
 --
--- The look-up is the most expensive statement of the procedure, so its
--- answer is reused for 20 ms: until then an executor's claim starts at its
--- own last claimed task (@nsjq_position_*, per queue); between there and the
--- first ready task lie only the tasks other executors claimed since. A task
--- that becomes ready ahead of that position in the meantime (a higher
--- priority, a retry or a task given back with an older data_hora) waits for
--- the next look-up: claim order may lag by up to 20 ms, never more. When
--- nothing is ready after the position, the claim looks up at once, so
--- "nothing claimed" always comes from a look-up of this call.
+-- The look-up is the procedure's most expensive statement, so its answer is
+-- reused for 20 ms: until then an executor's claim starts at its own last
+-- claimed task (@nsjq_position_*, per queue); between there and the first
+-- ready task lie only the tasks other executors claimed since. A task that
+-- becomes ready ahead of that position in the meantime (a higher priority, a
+-- retry, a task given back) waits for the next look-up: claim order may lag
+-- by up to 20 ms, never more. When nothing is ready after the position, the
+-- claim looks up at once, so "nothing claimed" always comes from a look-up.
 --
--- What each task costs is mostly statements (MariaDB spends more on
--- running a statement than on the rows it touches), hence the shape of the
--- claim: the locking read itself builds the row's JSON and takes the
--- liveness lock (status already says 'processando', which the next
--- statement writes), and the result is sent after the commit, so the
+-- MariaDB spends more on running a statement than on the rows it touches,
+-- hence the claim's shape: the locking read itself builds the row's JSON and
+-- takes the liveness lock (status already says 'processando', which the
+-- next statement writes), and the result is sent after the commit, so the
 -- worker reads the row and the end of the CALL in one go.
 DELIMITER //
 CREATE PROCEDURE public.claim_next_fila_teste(
@@ -131,7 +126,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 5a221946e974548c'
+    COMMENT 'nsj_queue_lib claim be9ecb3db34ec942'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);

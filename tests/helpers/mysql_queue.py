@@ -9,7 +9,7 @@ Fixtures (import them into a test module to use them):
 - ``mysql_conn``: a PyMySQL connection that is not autocommit (the
   caller's transaction of QueueClient tests);
 - ``mysql_worker_conn`` / ``mysql_worker_conn_2``: autocommit connections set
-  up as the worker runtime sets up its executors' (``configure_executor_connection``).
+  up as the worker runtime sets up its executors' (``configure_session``, executor).
 
 They build on ``mysql_kwargs`` (tests/conftest.py), so they skip (or fail
 under CI=true) when TEST_MYSQL_DSN is missing.
@@ -149,13 +149,12 @@ def mysql_conn(mysql_kwargs, mysql_queue):
 
 
 def _worker_conn(mysql_kwargs, queue: MysqlQueue):
-    from pymysql.constants import CLIENT
+    from nsj_queue_lib.db.mysql.driver import configure_session
 
-    from nsj_queue_lib.db.dialect import get_dialect
-
-    # As the runtime opens its executors' (runtime/connections.py): multi-statements on.
-    conn = connect(mysql_kwargs, autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
-    get_dialect(queue.dialect).store(queue.table).configure_executor_connection(conn)
+    # As the driver opens its executors' connections (MysqlDriver.connect(executor=True)).
+    conn = connect(mysql_kwargs, autocommit=True)
+    if queue.dialect == "mysql":  # SingleStore sessions need no set-up
+        configure_session(conn, executor=True)
     return conn
 
 

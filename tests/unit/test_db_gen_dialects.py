@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nsj_queue_lib import model
-from nsj_queue_lib.db import dialect as dialect_module
-from nsj_queue_lib.db.dialect import DIALECT_NAMES, dialect_name_for_connection, get_dialect
+from nsj_queue_lib import Settings, model
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, get_dialect
+from nsj_queue_lib.db.driver import client_store, make_driver
 from nsj_queue_lib.db.mysql.dialect import (
     UPGRADE_COLUMNS,
     claim_procedure_version,
@@ -304,32 +304,63 @@ def test_registry_knows_the_dialects_and_drivers():
     assert set(DIALECT_NAMES) == {"postgres", "mysql", "singlestore"}
     assert get_dialect("MYSQL").name == "mysql"
     assert get_dialect("SINGLE_STORE").name == "singlestore"
-    mysql, singlestore = get_dialect("mysql"), get_dialect("singlestore")
-    assert (
-        mysql.capabilities.listen_notify,
-        mysql.capabilities.skip_locked,
-        mysql.capabilities.advisory_locks,
-    ) == (False, True, True)
-    assert (singlestore.capabilities.skip_locked, singlestore.capabilities.advisory_locks) == (
-        False,
-        False,
-    )
     with pytest.raises(ValueError):
         get_dialect("oracle")
 
 
-def test_a_pymysql_connection_speaks_mysql():
+def _driver(db_driver: str):
+    return make_driver(
+        Settings(
+            db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q"
+        ).with_changes(db_driver=db_driver)
+    )
+
+
+def test_each_driver_says_what_its_database_offers():
+    drivers = {name: _driver(name) for name in ("POSTGRES", "MYSQL", "SINGLE_STORE")}
+    assert {name: d.name for name, d in drivers.items()} == {
+        "POSTGRES": "postgres",
+        "MYSQL": "mysql",
+        "SINGLE_STORE": "singlestore",
+    }
+    offers = {
+        name: (
+            d.capabilities.listen_notify,
+            d.capabilities.skip_locked,
+            d.capabilities.session_locks,
+            d.capabilities.asynchronous_commit,
+        )
+        for name, d in drivers.items()
+    }
+    assert offers == {
+        "POSTGRES": (True, True, True, True),
+        "MYSQL": (False, True, True, False),
+        "SINGLE_STORE": (False, False, False, False),
+    }
+    with pytest.raises(ValueError, match="unknown DB_DRIVER"):
+        _driver("ORACLE")
+
+
+def test_a_pymysql_connection_gets_a_mysql_store():
     import pymysql
 
+    from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+
     conn = pymysql.connections.Connection.__new__(pymysql.connections.Connection)  # never connected
-    assert dialect_name_for_connection(conn) == "mysql"
-    assert dialect_module.dialect_name_for_connection.__module__ == "nsj_queue_lib.db.dialect"
+    store = client_store(conn, "public.q", "public.q_subscriber")
+    assert type(store) is MysqlQueueStore
+    assert (store.queue_table, store.subscriber_table) == ("public.q", "public.q_subscriber")
+    with pytest.raises(TypeError, match="unsupported connection type"):
+        client_store(object(), "public.q", None)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_queries_are_fully_rendered(dialect):
-    store = get_dialect(dialect).store("public.q", "public.q_subscriber")
-    assert set(store.sql) == set(load_queries("postgres"))
+    store = _driver({"mysql": "MYSQL", "singlestore": "SINGLE_STORE"}[dialect]).new_store(
+        "public.q", "public.q_subscriber"
+    )
+    assert set(store.sql) == set(load_queries(dialect))
+    assert set(load_queries(dialect)) == set(load_queries("mysql"))
     for name, steps in store.sql.items():
         for step, sql in steps.items():
             assert sql.strip(), (name, step)

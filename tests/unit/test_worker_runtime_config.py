@@ -1,4 +1,5 @@
-"""WorkerRuntime refuses impossible settings built in code (from_env checks the environment)."""
+"""WorkerRuntime refuses settings its database cannot honour (Driver.check_settings), built
+in code or read from the environment alike."""
 
 from __future__ import annotations
 
