@@ -10,9 +10,11 @@ import pymysql
 import pytest
 
 from nsj_queue_lib import QueueClient, model
-from nsj_queue_lib.db.dialect import get_dialect
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
+from nsj_queue_lib.db.mysql.driver import configure_session
+from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db_gen import render
+from nsj_queue_lib.exceptions import ClaimRoutineError
 from tests.helpers.databases import unique_queue_name
 from tests.helpers.mysql_queue import (
     connect,
@@ -241,13 +243,16 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     assert catalog(mysql_admin, database, name) == snapshot
 
     # The old task is claimed and completed by this library's store; new tasks go in too.
-    store = get_dialect("mysql").store(table, f"{table}_subscriber")
+    store = MysqlQueueStore(table, f"{table}_subscriber")
     worker = connect(mysql_kwargs, autocommit=True)
     try:
-        store.configure_executor_connection(worker)
-        (task,) = store.claim(worker, 5)
-        assert (task["payload"], task["prioridade"], task["dead"]) == ("velho", 50, False)
-        store.complete_and_claim(worker, task["id"], "ok", store.task_lock_keys(0, task["id"]), 0)
+        configure_session(worker, executor=True)
+        store.bind(worker)  # the table and its claim procedure are this version's
+        claimed = store.claim(worker)
+        assert claimed is not None
+        task = claimed.task
+        assert (task.payload, task.row["prioridade"], task.dead) == ("velho", 50, False)
+        store.complete_and_claim(worker, task.id, "ok", claim_next=False)
         client_conn = connect(mysql_kwargs)
         try:
             new_id = QueueClient(client_conn, table).insert_task(
@@ -256,11 +261,12 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
             client_conn.commit()
         finally:
             client_conn.close()
-        assert [t["id"] for t in store.claim(worker, 5)] == [new_id]
+        claimed = store.claim(worker)
+        assert claimed is not None and claimed.task.id == new_id
         store.rollback(worker)
     finally:
         worker.close()
-    assert row_of(mysql_admin, table, task["id"])["status"] == "sucesso"
+    assert row_of(mysql_admin, table, task.id)["status"] == "sucesso"
 
 
 def procedure_comment(conn, database: str, name: str) -> str | None:
@@ -281,17 +287,19 @@ def test_upgrade_replaces_a_claim_procedure_of_another_version(
         cur.execute(
             f"ALTER PROCEDURE {mysql_queue.database}.{name} COMMENT 'nsj_queue_lib claim 0000000000000000'"
         )
-    store = get_dialect("mysql").store(mysql_queue.table)
+    store = MysqlQueueStore(mysql_queue.table)
     worker = connect(mysql_kwargs, autocommit=True)
     try:
-        assert store._has_claim_procedure(worker) is False
+        with pytest.raises(ClaimRoutineError, match="another version") as info:
+            store.bind(worker)
+        assert "0000000000000000" in str(info.value) and "--upgrade" in str(info.value)
         execute_script(
             mysql_admin, render(mysql_queue.database, mysql_queue.name, "mysql", upgrade=True)
         )
         assert (
             procedure_comment(mysql_admin, mysql_queue.database, name) == claim_procedure_version()
         )
-        assert get_dialect("mysql").store(mysql_queue.table)._has_claim_procedure(worker) is True
+        assert MysqlQueueStore(mysql_queue.table).bind(worker) == store.bind(worker)
     finally:
         worker.close()
 
@@ -381,7 +389,7 @@ def tables_in(plan) -> list[dict]:
 def test_worker_scans_read_their_index_without_sorting(
     busy_queue, mysql_admin, query, step, params, index
 ):
-    store = get_dialect("mysql").store(busy_queue.table)
+    store = MysqlQueueStore(busy_queue.table)
     plan = explain(mysql_admin, store.sql[query][step], params)
     text = json.dumps(plan)
     scans = [t for t in tables_in(plan) if t["table_name"] in (busy_queue.name, "o", "t")]
@@ -396,7 +404,7 @@ def test_worker_scans_read_their_index_without_sorting(
 
 
 def test_next_due_reads_one_index_entry_per_status(busy_queue, mysql_admin):
-    store = get_dialect("mysql").store(busy_queue.table)
+    store = MysqlQueueStore(busy_queue.table)
     text = json.dumps(explain(mysql_admin, store.sql["next_due"]["sql"], None))
     # MIN() on the (status, data_hora) index is answered while planning.
     assert len(re.findall(r"No matching min/max row|Select tables optimized away", text)) == 2, text

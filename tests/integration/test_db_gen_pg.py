@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 
 import psycopg
 import pytest
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import (
     collect_until_sentinel,
@@ -19,6 +17,7 @@ from tests.helpers.databases import (
     queue_catalog,
     unique_queue_name,
 )
+from tests.helpers.pg_plans import CLAIM_PATHS, claim_plan, plan_nodes
 
 
 def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
@@ -150,13 +149,8 @@ def test_trigger_notification_waits_for_commit(pg_queue, pg_admin, listener, pg_
     assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
 
 
-def _plan_nodes(node):
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
-
-
-def test_claim_query_uses_the_partial_claim_index(pg_queue, pg_admin, pg_autocommit):
+@pytest.mark.parametrize("path", CLAIM_PATHS)
+def test_claims_use_the_partial_claim_index(path, pg_queue, pg_admin, pg_autocommit):
     # 20,000 rows: mostly history, some ready, some scheduled, a few running.
     pg_admin.execute(
         f"""
@@ -172,29 +166,18 @@ def test_claim_query_uses_the_partial_claim_index(pg_queue, pg_admin, pg_autocom
         """
     )
     pg_admin.execute(f"ANALYZE {pg_queue.table}")
-    claim = PostgresQueueStore(pg_queue.table).sql["claim_tasks"]
-    # Every parameter gets a harmless value; the limit is what matters to the plan.
-    params = {name: 10 if name == "limit" else 1 for name in re.findall(r"%\((\w+)\)s", claim)}
-    assert "limit" in params
-    with psycopg.ClientCursor(pg_autocommit) as cur:
-        cur.execute("EXPLAIN (FORMAT JSON) " + claim, params)
-        plan = cur.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    plan = claim_plan(pg_autocommit, pg_queue.table, path)
+    shown = json.dumps(plan, indent=1)
+    nodes = list(plan_nodes(plan))
     scans_of_queue = [
         n for n in nodes if n.get("Relation Name") == pg_queue.name and "Scan" in n["Node Type"]
     ]
     claim_scans = [n for n in scans_of_queue if n.get("Index Name") == pg_queue.claim_index]
-    assert claim_scans, json.dumps(plan, indent=1)
-    assert not [n for n in scans_of_queue if n["Node Type"] == "Seq Scan"], json.dumps(
-        plan, indent=1
-    )
+    assert claim_scans, shown
+    assert not [n for n in scans_of_queue if n["Node Type"] == "Seq Scan"], shown
     # The index gives the claim order: no sort is needed below the limit.
     limit = next(n for n in nodes if n["Node Type"] == "Limit")
-    assert not [n for n in _plan_nodes(limit) if n["Node Type"] == "Sort"], json.dumps(
-        plan, indent=1
-    )
+    assert not [n for n in plan_nodes(limit) if n["Node Type"] == "Sort"], shown
 
 
 def test_generated_names_are_dropped_cleanly(pg_dsn, pg_admin, pg_autocommit):

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 import time
 
 from nsj_queue_lib import model, protocol
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-from nsj_queue_lib.runtime.connections import connect
 from nsj_queue_lib.runtime.liveness import task_lock_name
 from nsj_queue_lib.runtime.retry import RetryService
-from nsj_queue_lib.runtime.schedule import IntervalSchedule
 from tests.helpers.processes import fetch_rows, settings_for
+from tests.helpers.services import make_service
 
 FAST = 0.2  # TIMEOUT_SOCKET_MESSAGE: the retry service's grace period is 2 x 0.2 + 1 s
 
@@ -81,14 +78,9 @@ def processing_row(conn, table: str) -> int:
 
 def retry_service(pg_dsn: str, table: str, lock_client) -> RetryService:
     settings = settings_for(pg_dsn, table, client_server_mode=True, timeout_socket_message=FAST)
-    return RetryService(
-        settings,
-        PostgresQueueStore(table),
-        lambda autocommit: connect(settings, autocommit),
-        threading.Event(),
-        IntervalSchedule(3600),
-        lock_client=lock_client,
-    )
+    service = make_service(RetryService, settings, lock_client=lock_client)
+    assert isinstance(service, RetryService)
+    return service
 
 
 def test_a_task_whose_server_lock_is_taken_again_during_the_grace_period_is_not_rescued(

@@ -13,13 +13,11 @@ import threading
 import psycopg
 import pytest
 
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-from nsj_queue_lib.runtime.connections import connect
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
-from nsj_queue_lib.runtime.schedule import IntervalSchedule
 from nsj_queue_lib.runtime.service import service_lock_key
+from tests.helpers import services
 from tests.helpers.databases import collect_until_sentinel
 from tests.helpers.processes import (
     InProcessWorker,
@@ -34,15 +32,7 @@ from tests.helpers.processes import (
 
 
 def make_service(cls, dsn: str, table: str, **changes):
-    settings = settings_for(dsn, table, **changes)
-    store = PostgresQueueStore(settings.queue_table)
-    return cls(
-        settings,
-        store,
-        lambda autocommit: connect(settings, autocommit),
-        threading.Event(),
-        IntervalSchedule(3600),
-    )
+    return services.make_service(cls, settings_for(dsn, table, **changes))
 
 
 def liveness_keys(conn, table: str, task_id: int) -> tuple[int, int]:
@@ -125,13 +115,13 @@ def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
 def test_retry_service_runs_on_one_worker_at_a_time(pg_queue, pg_dsn, pg_autocommit, holder):
     orphan = insert_row(pg_autocommit, pg_queue.table, "processando")
     service = make_service(RetryService, pg_dsn, pg_queue.table)
-    holder.execute("SELECT pg_advisory_lock(%s)", (service.lock_key,))  # another worker runs it
+    holder.execute("SELECT pg_advisory_lock(%s)", (service.lock.key,))  # another worker runs it
     assert service.run_once() is None
     assert (
         fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (orphan,))[0]["status"]
         == "processando"
     )
-    holder.execute("SELECT pg_advisory_unlock(%s)", (service.lock_key,))
+    holder.execute("SELECT pg_advisory_unlock(%s)", (service.lock.key,))
     assert service.run_once() == 1
 
 
@@ -288,13 +278,13 @@ def test_service_locks_and_task_locks_never_collide(pg_queue, pg_dsn, pg_autocom
         during = []
         find_orphans = service.store.find_orphans
 
-        def spy(conn, queue_oid, limit):
+        def spy(conn, limit, check_session_locks):
             during.extend(pg_autocommit.execute(ADVISORY_LOCKS, (app,)).fetchall())
-            return find_orphans(conn, queue_oid, limit)
+            return find_orphans(conn, limit, check_session_locks)
 
         service.store.find_orphans = spy
         assert service.run_once() == 0  # the running task is alive: nothing to rescue
-        key = service.lock_key % 2**64
+        key = service.lock.key % 2**64
         service_lock = (key >> 32, key & 0xFFFFFFFF, 1)  # a bigint key: objsubid 1
         assert sorted(during) == sorted([task_lock, service_lock])
         assert fetch_rows(pg_autocommit, table, "id = %s", (task_id,))[0]["status"] == "processando"

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from nsj_queue_lib.db.dialect import notify_channel
-from nsj_queue_lib.server.task_source import MysqlTaskSource, application_name
+from nsj_queue_lib.db.driver import make_driver
+from nsj_queue_lib.db.postgres.driver import server_application_name
 from nsj_queue_lib.settings import Settings
 from tests.helpers.server_process import (
     pg_env,
@@ -107,7 +108,7 @@ def test_the_relay_reconnects_after_losing_the_database(pg_queue, servers, pg_au
     assert server.wait_for_log("listening on channel")
     killed = pg_autocommit.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
-        (application_name(pg_queue.name),),
+        (server_application_name(pg_queue.name),),
     ).fetchone()[0]
     assert killed == 2  # the poll and the LISTEN connections
     assert server.wait_for_log("listening on channel", count=2, timeout=15)
@@ -153,7 +154,7 @@ def test_the_mysql_poll(mysql_kwargs):
             queue_name=table,
             queue_table=table,
         )
-        source = MysqlTaskSource(settings)
+        source = make_driver(settings).task_source()
         source.open()
         try:
             assert source.supports_listen is False

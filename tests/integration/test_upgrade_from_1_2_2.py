@@ -11,7 +11,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,6 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -37,6 +35,7 @@ from tests.helpers.databases import (
     queue_catalog,
     unique_queue_name,
 )
+from tests.helpers.pg_plans import CLAIM_PATHS, claim_plan, plan_nodes
 
 pytestmark = pytest.mark.slow  # the first run installs 1.2.2 from PyPI (~20 s); later runs reuse it
 
@@ -308,16 +307,16 @@ def test_upgrade_of_a_real_1_2_2_queue(
     assert legacy_client(legacy_python, tmp_path, pg_dsn, queue, [], [ours]) == [[our_id]]
 
 
-def test_claim_on_an_upgraded_queue_uses_the_claim_index(legacy_queue, pg_admin, pg_autocommit):
+@pytest.mark.parametrize("path", CLAIM_PATHS)
+def test_claim_on_an_upgraded_queue_uses_the_claim_index(
+    path, legacy_queue, pg_admin, pg_autocommit
+):
     pg_admin.execute(render("public", legacy_queue.name, upgrade=True))
     pg_admin.execute(
         f"INSERT INTO {legacy_queue.table} (processo, status) "
         "SELECT 'p', CASE WHEN g % 20 = 0 THEN 'pendente' ELSE 'sucesso' END FROM generate_series(1, 20000) g"
     )
     pg_admin.execute(f"ANALYZE {legacy_queue.table}")
-    claim = PostgresQueueStore(legacy_queue.table).sql["claim_tasks"]
-    params = {name: 10 if name == "limit" else 1 for name in re.findall(r"%\((\w+)\)s", claim)}
-    with psycopg.ClientCursor(pg_autocommit) as cur:
-        cur.execute("EXPLAIN " + claim, params)
-        plan = "\n".join(row[0] for row in cur.fetchall())
-    assert f"idx_{legacy_queue.name}_claim" in plan, plan
+    plan = claim_plan(pg_autocommit, legacy_queue.table, path)
+    indexes = {node.get("Index Name") for node in plan_nodes(plan)}
+    assert f"idx_{legacy_queue.name}_claim" in indexes, json.dumps(plan, indent=1)

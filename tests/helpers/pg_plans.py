@@ -1,0 +1,82 @@
+"""The plans PostgreSQL chooses for a queue's claims.
+
+Two claims exist: the claim function ``claim_next_<table>`` (every worker with
+its liveness locks in the database), whose inner query EXPLAIN cannot reach,
+so ``auto_explain`` logs it to the session (LOG messages sent as notices);
+and the claim without database locks of client/server mode (the store's
+``claim_uncommitted`` query after its ``claim_settings``), explained
+directly. Each plan is PostgreSQL's JSON plan (the ``Plan`` node).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+
+CLAIM_PATHS = ("claim function", "claim without locks")
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def _claim_function_plan(conn: psycopg.Connection, store: PostgresQueueStore) -> dict[str, Any]:
+    messages: list[str] = []
+    conn.add_notice_handler(lambda diag: messages.append(diag.message_primary or ""))
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as exc:
+        pytest.skip(f"auto_explain is not available on this server: {exc}")
+    conn.execute("BEGIN")
+    try:
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_format = json",
+            "client_min_messages = log",
+        ):
+            conn.execute(f"SET LOCAL {setting}")
+        assert store.claim_function is not None
+        conn.execute(
+            f"SELECT * FROM {store.claim_function}(NULL::bigint, NULL::text, 0, 0, 1)"
+        ).fetchall()
+    finally:
+        conn.execute("ROLLBACK")
+    plans = []
+    for message in messages:
+        if "plan:" not in message:
+            continue
+        document = json.loads(message.split("plan:", 1)[1])
+        if "FOR UPDATE SKIP LOCKED" in document.get("Query Text", ""):
+            plans.append(document["Plan"])
+    assert len(plans) == 1, messages
+    return plans[0]
+
+
+def _claim_uncommitted_plan(conn: psycopg.Connection, store: PostgresQueueStore) -> dict[str, Any]:
+    conn.execute("BEGIN")
+    try:
+        conn.execute(store.sql["claim_settings"])
+        plan = conn.execute("EXPLAIN (FORMAT JSON) " + store.sql["claim_uncommitted"]).fetchone()[0]
+    finally:
+        conn.execute("ROLLBACK")
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return plan[0]["Plan"]
+
+
+def claim_plan(conn: psycopg.Connection, table: str, path: str) -> dict[str, Any]:
+    """The plan of the claim ``path`` (one of CLAIM_PATHS) on ``table``; ``conn`` is autocommit
+    and its claims are rolled back."""
+    store = PostgresQueueStore(table)
+    if path == "claim function":
+        return _claim_function_plan(conn, store)
+    return _claim_uncommitted_plan(conn, store)
