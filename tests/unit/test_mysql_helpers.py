@@ -1,5 +1,7 @@
-"""MysqlQueueStore without a database: lock names, times, SQL steps, and the
-deadlock / lock wait timeout retries (driven by a scripted fake connection)."""
+"""The MySQL store's helpers without a database: lock names, times, SQL steps, insert
+batches and the deadlock / lock wait timeout retry loop.
+
+The store's behaviour on a real MariaDB is in tests/integration/store/."""
 
 from __future__ import annotations
 
@@ -9,17 +11,11 @@ import decimal
 import pymysql
 import pytest
 
-from nsj_queue_lib.db.mysql import store as mysql_store
-from nsj_queue_lib.db.mysql.store import (
-    MysqlQueueStore,
-    due_sql,
-    exact_epoch,
-    lock_prefix,
-    qualified_table,
-    retry_on_lock_errors,
-    split_steps,
-    stable_queue_number,
-)
+from nsj_queue_lib.db.mysql import errors as mysql_errors
+from nsj_queue_lib.db.mysql import rows as mysql_rows
+from nsj_queue_lib.db.mysql.errors import retry_on_lock_errors
+from nsj_queue_lib.db.mysql.names import lock_prefix, qualified_table, stable_queue_number
+from nsj_queue_lib.db.mysql.rows import due_sql, exact_epoch, insert_batches, split_steps
 from nsj_queue_lib.exceptions import DatabaseError
 
 UTC = datetime.timezone.utc
@@ -34,7 +30,7 @@ GONE = pymysql.err.OperationalError(2013, "Lost connection to MySQL server durin
 
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
-    monkeypatch.setattr(mysql_store, "RETRY_BASE_DELAY", 0.0)
+    monkeypatch.setattr(mysql_errors, "RETRY_BASE_DELAY", 0.0)
 
 
 # -- pure helpers ------------------------------------------------------------------
@@ -100,12 +96,12 @@ def test_exact_epoch_keeps_every_microsecond():
 
 
 def test_batches_split_by_size(monkeypatch):
-    monkeypatch.setattr(mysql_store, "INSERT_BATCH_BYTES", 1000)
+    monkeypatch.setattr(mysql_rows, "INSERT_BATCH_BYTES", 1000)
     values = [("(%s)", ["x" * 100]) for _ in range(20)]
-    batches = list(mysql_store._batches(values))
+    batches = list(insert_batches(values))
     assert sum(len(b) for b in batches) == 20 and len(batches) > 1
     assert [v for b in batches for v in b] == values
-    assert list(mysql_store._batches([("(%s)", ["x" * 5000])])) == [[("(%s)", ["x" * 5000])]]
+    assert list(insert_batches([("(%s)", ["x" * 5000])])) == [[("(%s)", ["x" * 5000])]]
 
 
 def test_retry_helper():
@@ -131,234 +127,3 @@ def test_retry_helper():
     with pytest.raises(DatabaseError, match="failed 5 times") as info:
         retry_on_lock_errors("op", always, lambda: None)
     assert info.value.__cause__ is DEADLOCK
-
-
-# -- a scripted connection ---------------------------------------------------------
-
-
-class FakeCursor:
-    def __init__(self, conn):
-        self.conn = conn
-        self.description = None
-        self._rows: list = []
-        self.lastrowid = None
-        self.rowcount = -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def execute(self, sql, args=None):
-        self.conn.log.append(sql)
-        outcome = self.conn.script(sql, args)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        rows, names = outcome if isinstance(outcome, tuple) else (outcome, None)
-        self._rows = list(rows or [])
-        self.description = (
-            [(n,) for n in names] if names else (None if not self._rows else [("c",)] * 2)
-        )
-        self.rowcount = len(self._rows) if rows is not None else 1
-        return self.rowcount
-
-    def fetchall(self):
-        rows, self._rows = self._rows, []
-        return rows
-
-    def fetchone(self):
-        return self._rows.pop(0) if self._rows else None
-
-
-class FakeConn:
-    db = b"test"
-    server_version = "10.11.0-MariaDB"
-
-    def __init__(self, script):
-        self.script = script
-        self.log: list[str] = []
-
-    def cursor(self):
-        return FakeCursor(self)
-
-    def begin(self):
-        self.log.append("BEGIN")
-
-    def commit(self):
-        self.log.append("COMMIT")
-
-    def rollback(self):
-        self.log.append("ROLLBACK")
-
-
-COLUMNS = list(mysql_store.model.QUEUE_COLUMNS)
-
-
-def task_row(task_id: int) -> tuple:
-    values = {c: None for c in COLUMNS}
-    values.update(
-        id=task_id,
-        status="pendente",
-        payload="p",
-        tentativa=1,
-        pub_sub=0,
-        dead=0,
-        reenfileirado=0,
-        estouro_tentativas=0,
-        prioridade=50,
-    )
-    return tuple(values[c] for c in COLUMNS)
-
-
-def kind(sql: str) -> str:
-    head = sql.split("\n")
-    text = " ".join(line for line in head if not line.lstrip().startswith("--"))
-    if text.startswith("SELECT t.id, t.id_inicial"):
-        return "select"
-    if "SET status = 'processando'" in text:
-        return "mark"
-    if "GET_LOCK" in text:
-        return "lock"
-    if "RELEASE_LOCK" in text:
-        return "unlock"
-    if "SET status = 'sucesso'" in text:
-        return "complete"
-    if "SET status = 'pendente'" in text:
-        return "release"
-    return text.split()[0]
-
-
-def test_a_deadlock_in_the_claim_is_retried_and_its_locks_released():
-    failures = iter([DEADLOCK])
-    attempts = []
-
-    def script(sql, args):
-        k = kind(sql)
-        if k == "select":
-            attempts.append(1)
-            return [task_row(7)], COLUMNS
-        if k == "lock":
-            return [(7, 1, None)], ["id", "liveness_locked", "first_payload"]
-        if sql == "COMMIT AND CHAIN" and len(attempts) == 1:
-            return next(failures)  # the lock was taken: it must be released before trying again
-        return None
-
-    conn = FakeConn(script)
-    tasks = MysqlQueueStore("test.q").claim(conn, 1)
-    assert [t["id"] for t in tasks] == [7] and tasks[0]["liveness_locked"] is True
-    assert tasks[0]["status"] == "processando"
-    kinds = [kind(s) if s not in ("BEGIN", "ROLLBACK", "COMMIT") else s for s in conn.log]
-    assert kinds == [
-        "BEGIN",
-        "select",
-        "mark",
-        "lock",
-        "COMMIT",  # COMMIT AND CHAIN failed
-        "ROLLBACK",
-        "unlock",
-        "BEGIN",
-        "select",
-        "mark",
-        "lock",
-        "COMMIT",
-    ]
-
-
-def test_a_deadlock_in_the_mark_step_is_retried():
-    failures = iter([DEADLOCK, LOCK_WAIT])
-
-    def script(sql, args):
-        k = kind(sql)
-        if k == "select":
-            return [task_row(3)], COLUMNS
-        if k == "mark":
-            return next(failures, None)
-        if k == "lock":
-            return [(3, 1, None)], ["id", "liveness_locked", "first_payload"]
-        return None
-
-    conn = FakeConn(script)
-    assert [t["id"] for t in MysqlQueueStore("test.q").claim(conn, 1)] == [3]
-    assert conn.log.count("ROLLBACK") == 2 and conn.log.count("BEGIN") == 3
-    assert not [s for s in conn.log if kind(s) == "unlock"]  # no lock had been taken
-
-
-def test_claim_gives_up_after_repeated_deadlocks_with_a_database_error():
-    def script(sql, args):
-        return DEADLOCK if kind(sql) == "select" else None
-
-    conn = FakeConn(script)
-    with pytest.raises(DatabaseError, match="claim failed 5 times") as info:
-        MysqlQueueStore("test.q").claim(conn, 1)
-    assert isinstance(info.value.__cause__, pymysql.err.OperationalError)
-    assert conn.log.count("BEGIN") == 5
-
-
-def test_other_claim_errors_undo_and_surface_as_database_error():
-    def script(sql, args):
-        k = kind(sql)
-        if k == "select":
-            return [task_row(4)], COLUMNS
-        if k == "lock":
-            return [(4, 1, None)], ["id", "liveness_locked", "first_payload"]
-        if sql == "COMMIT AND CHAIN":
-            return GONE
-        return None
-
-    conn = FakeConn(script)
-    with pytest.raises(DatabaseError) as info:
-        MysqlQueueStore("test.q").claim(conn, 1)
-    assert info.value.__cause__ is GONE
-    assert conn.log[-2:] == ["ROLLBACK", conn.log[-1]] and kind(conn.log[-1]) == "unlock"
-
-
-def test_a_lock_wait_timeout_when_completing_retries_the_update_in_the_same_transaction():
-    failures = iter([LOCK_WAIT, LOCK_WAIT])
-
-    def script(sql, args):
-        return next(failures, None) if kind(sql) == "complete" else None
-
-    conn = FakeConn(script)
-    assert MysqlQueueStore("test.q").complete_and_claim(conn, 9, "ok", (0, 9), 0) == []
-    assert [kind(s) if s not in ("COMMIT", "ROLLBACK", "BEGIN") else s for s in conn.log] == [
-        "complete",
-        "complete",
-        "complete",
-        "unlock",
-        "COMMIT",
-    ]
-
-
-def test_a_deadlock_when_completing_gives_the_task_back():
-    def script(sql, args):
-        return DEADLOCK if kind(sql) == "complete" else None
-
-    conn = FakeConn(script)
-    assert MysqlQueueStore("test.q").complete_and_claim(conn, 9, "ok", (0, 9), 0) == []
-    assert [kind(s) if s not in ("COMMIT", "ROLLBACK", "BEGIN") else s for s in conn.log] == [
-        "complete",
-        "ROLLBACK",
-        "BEGIN",
-        "release",
-        "unlock",
-        "COMMIT",
-    ]
-    release = next(s for s in conn.log if kind(s) == "release")
-    assert "status = 'processando'" in release  # only a task still ours goes back
-
-
-def test_complete_if_running_after_a_deadlock_gives_the_task_back():
-    def script(sql, args):
-        return DEADLOCK if kind(sql) == "complete" else None
-
-    conn = FakeConn(script)
-    assert MysqlQueueStore("test.q").complete_if_running(conn, 9, "ok") is False
-    assert "ROLLBACK" in conn.log and any(kind(s) == "release" for s in conn.log)
-
-
-def test_driver_errors_become_database_error_with_the_cause():
-    conn = FakeConn(lambda sql, args: GONE)
-    with pytest.raises(DatabaseError) as info:
-        MysqlQueueStore("test.q").get_task(conn, 1)
-    assert info.value.__cause__ is GONE

@@ -13,6 +13,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+from psycopg import pq
+
 from nsj_queue_lib import model
 from nsj_queue_lib.db.columns import SUBSCRIBER_COLUMNS, TASK_COLUMNS, TASK_COLUMNS_RESOLVED
 from nsj_queue_lib.db.dialect import (
@@ -342,10 +345,17 @@ class PostgresQueueStore:
         return Claim(TaskRecord.from_row(row), locked)
 
     def _unlock_uncommitted_claim(self, conn, claimed: list[dict[str, Any]]) -> None:
-        """A claim whose commit failed: its rows are 'pendente' again, so its locks must go too.
+        """A claim whose round trip failed: its transaction ends (an aborted one would refuse
+        every later statement on ``conn``), its rows are 'pendente' again, so its locks must
+        go too.
 
         Best effort: when the connection is broken its locks went with it.
         """
+        try:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+        except psycopg.Error:
+            return
         for row in claimed:
             if row.get("liveness_locked"):
                 try:

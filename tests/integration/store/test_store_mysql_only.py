@@ -1,0 +1,540 @@
+"""What only the MySQL family does: its sessions, lock names, claim procedure, lock errors, inserts.
+
+- The claim procedure (claim_procedure.sql) commits a finished task before
+  it claims the next one, and names the completed task in @nsjq_completed:
+  a failing claim is undone alone, never with the finished task's work.
+- Deadlocks (1213) and lock wait timeouts (1205) while claiming or
+  completing are retried by the store, never recorded as a task failure.
+  Triggers signal them on demand, armed by a session variable of the
+  worker's session (user variables are not transactional: they disarm
+  themselves).
+- Ids of multi-row inserts are read back three ways: RETURNING (MariaDB),
+  LAST_INSERT_ID and consecutive ids (MySQL 8), one row per INSERT
+  (SingleStore); TIMESTAMP columns end in 2038.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import threading
+import time
+import uuid
+
+import pymysql
+import pytest
+
+from nsj_queue_lib.db.mysql import errors as mysql_errors
+from nsj_queue_lib.db.mysql import rows as mysql_rows
+from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
+from nsj_queue_lib.db.mysql.names import ServerInfo
+from nsj_queue_lib.db.mysql.procedure import StatementFailed, call_procedure
+from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.model import PROCESSANDO
+from tests.helpers import mysql_queue as mysql_helpers
+from tests.integration.store.backends import MYSQL, TASK, UTC, execute, on, value
+
+pytestmark = on(MYSQL)
+
+DEADLOCK = "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found (test)'"
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    monkeypatch.setattr(mysql_errors, "RETRY_BASE_DELAY", 0.0)
+
+
+@contextlib.contextmanager
+def trigger(backend, body: str):
+    """A BEFORE UPDATE trigger on the queue table for the block (``body``: its statements)."""
+    name = f"{backend.queue.name}_t{uuid.uuid4().hex[:6]}"
+    backend.execute(
+        f"CREATE TRIGGER {name} BEFORE UPDATE ON {backend.table} FOR EACH ROW BEGIN {body} END"
+    )
+    try:
+        yield
+    finally:
+        backend.execute(f"DROP TRIGGER IF EXISTS {backend.queue.database}.{name}")
+
+
+def explode_on_claim(backend):
+    """Fails a claim's UPDATE once, when the session sets @nsjq_test_explode: 1213 a deadlock,
+    anything else a plain error."""
+    return trigger(
+        backend,
+        "IF NEW.status = 'processando' AND @nsjq_test_explode IS NOT NULL THEN "
+        "SET @nsjq_test_errno = @nsjq_test_explode, @nsjq_test_explode = NULL; "
+        f"IF @nsjq_test_errno = 1213 THEN {DEADLOCK}; "
+        "ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the claim exploded (test)'; END IF; "
+        "END IF;",
+    )
+
+
+def set_variable(conn, name: str, number: int | None) -> None:
+    execute(conn, f"SET @{name} = %s", (number,))
+
+
+def failures(backend) -> int:
+    return backend.count("status LIKE 'falha%%'")
+
+
+# -- sessions and names ---------------------------------------------------------------
+
+
+def test_executor_sessions_are_repeatable_read_and_the_others_read_committed_all_utc(backend):
+    for executor, isolation in ((True, "REPEATABLE-READ"), (False, "READ-COMMITTED")):
+        conn = backend.worker(executor=executor)
+        assert value(conn, "SELECT @@session.tx_isolation") == isolation
+        assert value(conn, "SELECT @@session.time_zone") == "+00:00"
+        assert value(conn, "SELECT @@autocommit") == 1
+
+
+def test_lock_names_fit_and_name_the_queue(backend, store, worker):
+    name = store.task_lock_name(worker, 2**63 - 1)
+    assert len(name) <= 64 and name.startswith(f"nsjq:{backend.table}:")
+    assert len(store.service_lock_name(worker, -(2**63))) <= 64
+    long_store = backend.new_store(f"{backend.queue.database}.{'q' * 63}")
+    assert len(long_store.task_lock_name(worker, 2**63 - 1)) <= 64
+    # The name really works as a MySQL lock name.
+    long_name = long_store.service_lock_name(worker, -(2**63))
+    assert value(worker, "SELECT GET_LOCK(%s, 0)", (long_name,)) == 1
+    # Another queue's service lock with the same key is another lock.
+    key = -1234567890123
+    assert store.try_service_lock(worker, key) is True
+    assert backend.value("SELECT IS_USED_LOCK(%s)", (store.service_lock_name(worker, key),)) == (
+        worker.thread_id()
+    )
+    assert backend.new_store(f"{backend.table}_other").try_service_lock(backend.worker(), key)
+
+
+# -- the claim procedure ----------------------------------------------------------------
+
+
+def test_the_claim_procedure_of_this_version_is_what_claims(backend, worker):
+    backend.enqueue()
+    store = backend.new_store()
+    store.bind(worker)
+    backend.drop_claim_routine()
+    backend.execute(
+        f"CREATE PROCEDURE {backend.claim_routine}(IN p_task_id BIGINT, "
+        "IN p_mensagem VARCHAR(500), IN p_lock_prefix VARCHAR(64)) "
+        f"COMMENT '{claim_procedure_version()}' "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the stand-in procedure ran (test)'"
+    )
+    assert backend.new_store().bind(worker)  # the stand-in passes the check
+    with pytest.raises(DatabaseError, match="stand-in procedure ran"):
+        store.claim(worker)
+    assert not backend.in_transaction(worker)
+
+
+def test_deadlocks_in_a_claim_are_retried_five_times_at_most(backend, store, worker):
+    task_id = backend.enqueue()
+    with explode_on_claim(backend):
+        set_variable(worker, "nsjq_test_explode", 1213)
+        assert store.claim(worker).task.id == task_id  # the second try claims
+    store.rollback(worker)
+    store.release(worker, task_id)
+    store.unlock_task(worker, task_id)
+    with trigger(backend, f"IF NEW.status = 'processando' THEN {DEADLOCK}; END IF;"):
+        with pytest.raises(DatabaseError, match="claim failed 5 times") as info:
+            store.claim(worker)
+    assert isinstance(info.value.__cause__, pymysql.err.OperationalError)
+    assert not backend.in_transaction(worker)
+    assert backend.row(task_id)["status"] == "pendente"
+    assert backend.liveness_lock_holder(task_id) is None
+
+
+def claim_then_handle(backend, store, worker, task_id: int) -> None:
+    """Claim ``task_id`` and let its handler write tenant = 99 in the task's transaction."""
+    assert store.claim(worker).task.id == task_id
+    execute(worker, f"UPDATE {backend.table} SET tenant = 99 WHERE id = %s", (task_id,))
+
+
+def test_a_claim_failing_after_the_completion_keeps_the_finished_task_and_claims_nothing(
+    backend, store, worker, caplog
+):
+    """The completion commits before the claim: a failing claim is undone alone."""
+    first, second = backend.enqueue({"prioridade": 90}, {"prioridade": 10})
+    with explode_on_claim(backend):
+        claim_then_handle(backend, store, worker, first)
+        set_variable(worker, "nsjq_test_explode", 0)
+        assert store.complete_and_claim(worker, first, "ok", claim_next=True) is None
+    assert "claiming the next task failed" in caplog.text and "exploded" in caplog.text
+    assert not backend.in_transaction(worker)
+    row = backend.row(first)
+    assert (row["status"], row["mensagem"], row["tenant"]) == ("sucesso", "ok", 99)
+    assert backend.row(second)["status"] == "pendente"
+    assert backend.liveness_lock_holder(first) is None
+    assert backend.liveness_lock_holder(second) is None
+    assert store.claim(worker).task.id == second  # the connection claims normally afterwards
+
+
+def test_a_deadlock_in_the_claim_after_the_completion_claims_again(backend, store, worker):
+    first, second = backend.enqueue({"prioridade": 90}, {"prioridade": 10})
+    with explode_on_claim(backend):
+        claim_then_handle(backend, store, worker, first)
+        set_variable(worker, "nsjq_test_explode", 1213)
+        claimed = store.complete_and_claim(worker, first, "ok", claim_next=True)
+        store.rollback(worker)  # the trigger goes: the table must be free
+    # The finished task's work was committed before the claim; only the claim was tried again.
+    assert claimed.task.id == second
+    row = backend.row(first)
+    assert (row["status"], row["tenant"]) == ("sucesso", 99)
+    assert backend.row(second)["status"] == PROCESSANDO
+    assert backend.liveness_lock_holder(first) is None
+    assert backend.liveness_lock_holder(second) == worker.thread_id()
+    assert failures(backend) == 0
+
+
+def test_a_failed_completion_after_an_earlier_one_is_not_taken_for_committed(
+    backend, store, worker
+):
+    """@nsjq_completed still names the task an earlier CALL completed: the failed one is another."""
+    first, second, third = backend.enqueue(
+        {"prioridade": 90}, {"prioridade": 50}, {"prioridade": 10}
+    )
+    failing_completion = (
+        "IF NEW.status = 'sucesso' AND @nsjq_test_fail_completion IS NOT NULL THEN "
+        f"SET @nsjq_test_fail_completion = NULL; {DEADLOCK}; END IF;"
+    )
+    with trigger(backend, failing_completion):
+        assert store.claim(worker).task.id == first
+        assert store.complete_and_claim(worker, first, "ok", claim_next=True).task.id == second
+        execute(worker, f"UPDATE {backend.table} SET tenant = 99 WHERE id = %s", (second,))
+        set_variable(worker, "nsjq_test_fail_completion", 1)
+        claimed = store.complete_and_claim(worker, second, "ok", claim_next=True)
+        store.rollback(worker)  # the trigger goes: the table must be free
+    # Settled as a lost completion: the handler's work is undone and the task runs again.
+    assert claimed.task.id == second
+    row = backend.row(second)
+    assert (row["status"], row["tenant"]) == (PROCESSANDO, None)
+    assert backend.row(third)["status"] == "pendente"
+    assert backend.liveness_lock_holder(second) == worker.thread_id()
+
+
+def test_a_claim_failing_again_after_a_deadlock_keeps_the_finished_task_done(
+    backend, store, worker, caplog
+):
+    """The claim after a committed completion deadlocks, and so does its retry: no error."""
+    first, second = backend.enqueue({"prioridade": 90}, {"prioridade": 10})
+    twice = (
+        "IF NEW.status = 'processando' AND @nsjq_test_failures > 0 THEN "
+        "SET @nsjq_test_failures = @nsjq_test_failures - 1; "
+        f"IF @nsjq_test_failures > 0 THEN {DEADLOCK}; END IF; "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the claim exploded again (test)'; END IF;"
+    )
+    with trigger(backend, twice):
+        assert store.claim(worker).task.id == first
+        set_variable(worker, "nsjq_test_failures", 2)  # a deadlock, then a plain error
+        assert store.complete_and_claim(worker, first, "ok", claim_next=True) is None
+    assert "claiming the next task failed" in caplog.text and "exploded again" in caplog.text
+    assert not backend.in_transaction(worker)
+    assert backend.row(first)["status"] == "sucesso"
+    assert backend.row(second)["status"] == "pendente"
+    assert backend.liveness_lock_holder(second) is None
+    assert failures(backend) == 0
+
+
+def test_the_release_after_a_failed_call_frees_the_lock_its_claim_took_and_no_other(
+    backend, store, worker
+):
+    first, second = backend.enqueue({"prioridade": 90}, {"prioridade": 10})
+    other = backend.worker()
+    assert (store.claim(worker).task.id, store.claim(other).task.id) == (first, second)
+    set_variable(worker, "nsjq_claimed", second)  # another session's lock
+    store._release_claimed_lock(worker)
+    assert backend.liveness_lock_holder(second) == other.thread_id()
+    set_variable(worker, "nsjq_claimed", first)
+    store._release_claimed_lock(worker)
+    assert backend.liveness_lock_holder(first) is None
+
+
+def test_null_priorities_are_claimed_last(backend, store, worker):
+    """Rows written by hand may lack a priority: after every other band."""
+    no_priority = backend.enqueue(data_hora=datetime.datetime(2020, 1, 1, tzinfo=UTC))
+    backend.execute(f"UPDATE {backend.table} SET prioridade = NULL WHERE id = %s", (no_priority,))
+    low, high = backend.enqueue({"prioridade": 0}, {"prioridade": 90})
+    order = [store.claim(worker).task.id]
+    while (claimed := store.complete_and_claim(worker, order[-1], "ok", True)) is not None:
+        order.append(claimed.task.id)
+    assert order == [high, low, no_priority]
+
+
+# -- where a claim starts reading (the procedure's position) --------------------------------
+
+POSITION_SECONDS = 0.02  # how long a claim procedure's look-up is reused (claim_procedure.sql)
+
+
+def test_a_task_that_becomes_ready_ahead_is_claimed_once_the_look_up_is_older_than_20_ms(
+    backend, store, worker
+):
+    """Claims start at the session's last claim for 20 ms after a look-up, then look anew."""
+    first, second = backend.enqueue({"prioridade": 50}, {"prioridade": 50})
+    assert store.claim(worker).task.id == first
+    urgent = backend.enqueue(prioridade=90)
+    time.sleep(POSITION_SECONDS * 1.5)
+    assert store.complete_and_claim(worker, first, "ok", True).task.id == urgent
+    assert store.complete_and_claim(worker, urgent, "ok", True).task.id == second
+
+
+def test_a_claim_finding_nothing_after_its_position_looks_up_at_once(backend, store, worker):
+    """Nothing is ready after the last claim, but a task became ready ahead of it: claimed."""
+    first = backend.enqueue(prioridade=50)
+    assert store.claim(worker).task.id == first
+    urgent = backend.enqueue(prioridade=90)
+    assert store.complete_and_claim(worker, first, "ok", True).task.id == urgent
+    assert store.complete_and_claim(worker, urgent, "ok", True) is None
+
+
+def test_a_position_is_used_only_by_claims_of_its_own_queue(backend, store, worker, conn):
+    """One session claiming from two queues: the position of one never steers the other's claim."""
+    with backend.other_namespace() as other:
+        client = backend.client(conn, other.table)
+        high, _low = (client.insert_task(**dict(TASK, prioridade=p)) for p in (90, 10))
+        conn.commit()
+        other_store = backend.new_store(other.table)
+        other_store.bind(worker)
+        first = backend.enqueue(prioridade=50)
+        # This queue's claim leaves the position (50, ...); in the other it lies between both.
+        assert store.claim(worker).task.id == first
+        store.rollback(worker)
+        store.unlock_task(worker, first)
+        assert other_store.claim(worker).task.id == high
+        other_store.rollback(worker)
+        other_store.unlock_task(worker, high)
+
+
+def innodb_lock_requests(backend) -> int:
+    backend.execute("SET GLOBAL innodb_monitor_enable = 'lock_rec_lock_requests'")
+    return int(
+        backend.value(
+            "SELECT `count` FROM information_schema.innodb_metrics "
+            "WHERE name = 'lock_rec_lock_requests'"
+        )
+    )
+
+
+def test_the_claim_passes_entries_of_claimed_tasks_without_locking_them(backend, store, worker):
+    """Claimed tasks leave delete-marked claim index entries until purge: never locked one by one."""
+    claimed = 250
+    backend.enqueue(*[dict(chave_externa=str(n)) for n in range(claimed + 10)])
+    snapshot = backend.worker()  # an open snapshot holds purge back
+    execute(snapshot, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    value(snapshot, f"SELECT count(*) FROM {backend.table}")
+    order = [store.claim(worker).task.id]
+    while len(order) < claimed:
+        order.append(store.complete_and_claim(worker, order[-1], "ok", True).task.id)
+    # A locking read from the start of the 'pendente' range still meets every one of those entries.
+    backend.execute("BEGIN")
+    before = innodb_lock_requests(backend)
+    backend.value(
+        f"SELECT id FROM {backend.table} WHERE status = 'pendente' "
+        "ORDER BY prioridade DESC, data_hora, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    )
+    head_scan = innodb_lock_requests(backend) - before
+    backend.execute("ROLLBACK")
+    assert head_scan >= claimed
+    before = innodb_lock_requests(backend)
+    claimed_next = store.complete_and_claim(worker, order[-1], "ok", True)
+    procedure = innodb_lock_requests(backend) - before
+    assert claimed_next.task.id == order[-1] + 1
+    assert procedure < 30, (procedure, head_scan)
+
+
+def test_without_the_claim_index_the_claim_still_claims_in_repeatable_read(
+    backend, store, worker, conn
+):
+    """The look-up names the claim index: without it, it fails, and the claim reads from the
+    start, lock included; READ UNCOMMITTED stays with the look-up."""
+    first, second = backend.enqueue({"prioridade": 90}, {"prioridade": 10})
+    store.claim(worker)
+    store.commit(worker)  # the handler's transaction ends: nothing holds the table
+    backend.execute(f"DROP INDEX {backend.queue.claim_index} ON {backend.table}")
+    store.begin(worker)
+    claimed = store.complete_and_claim(worker, first, "ok", True)
+    assert (claimed.task.id, claimed.liveness_locked) == (second, True)
+    assert backend.liveness_lock_holder(second) == worker.thread_id()
+    backend.client(conn).insert_task(**TASK)  # uncommitted: READ UNCOMMITTED would see it
+    assert value(worker, f"SELECT count(*) FROM {backend.table}") == 2
+    conn.rollback()
+
+
+def test_a_queue_in_a_latin1_database_keeps_every_character(backend, conn):
+    """The procedure's parameters and variables take the database's character set unless told."""
+    database = f"nsjq_l1_{uuid.uuid4().hex[:8]}"
+    backend.execute(f"CREATE DATABASE {database} CHARACTER SET latin1")
+    try:
+        queue = mysql_helpers.create_queue(backend.admin, database)
+        payload, mensagem = "payload: ação 日本 😀", "mensagem: ação 日本 😀"
+        backend.client(conn, queue.table).insert_task("erp", "fiscal", "p", "k", payload)
+        conn.commit()
+        store = backend.new_store(queue.table)
+        worker = backend.worker()
+        store.bind(worker)
+        task = store.claim(worker).task
+        assert task.payload == payload
+        assert store.complete_and_claim(worker, task.id, mensagem, True) is None
+        assert backend.value(f"SELECT mensagem FROM {queue.table}") == mensagem
+    finally:
+        backend.execute(f"DROP DATABASE {database}")
+
+
+# -- lock errors while completing: retried, never a task failure ------------------------------
+
+
+@pytest.mark.parametrize("claim_next", [False, True])
+def test_a_lock_wait_timeout_while_completing_is_retried(backend, store, worker, claim_next):
+    task_id = backend.enqueue()
+    store.claim(worker)
+    execute(worker, "SET SESSION innodb_lock_wait_timeout = 1")
+    blocker = backend.client_conn()
+    execute(blocker, f"SELECT id FROM {backend.table} WHERE id = %s FOR UPDATE", (task_id,))
+    releaser = threading.Timer(1.5, blocker.commit)
+    releaser.start()
+    started = time.monotonic()
+    assert store.complete_and_claim(worker, task_id, "ok", claim_next) is None
+    assert time.monotonic() - started >= 1  # it did wait and time out at least once
+    releaser.join()
+    assert backend.row(task_id)["status"] == "sucesso"
+    assert backend.liveness_lock_holder(task_id) is None
+
+
+@pytest.mark.parametrize("claim_next", [False, True])
+def test_a_deadlock_while_completing_puts_the_task_back(backend, store, worker, claim_next, caplog):
+    """The handler's transaction is the deadlock's victim when it completes: its work is gone,
+    so the task goes back to 'pendente' to run again; no failure is recorded."""
+    task_id, other_id = backend.enqueue({"prioridade": 90}, {"prioridade": 1})
+    backend.set_status("sucesso", other_id)  # keep the second row out of the claim
+    store.claim(worker)
+    # The handler's work: it locks the other row.
+    execute(worker, f"UPDATE {backend.table} SET mensagem = 'handler' WHERE id = %s", (other_id,))
+    rival = backend.client_conn()
+    # A heavier transaction (more rows changed), so InnoDB picks the handler as the victim.
+    execute(rival, f"UPDATE {backend.table} SET mensagem = 'rival' WHERE id = %s", (task_id,))
+    execute(
+        rival,
+        f"INSERT INTO {backend.table} (processo, status) VALUES "
+        + ", ".join(["('filler', 'sucesso')"] * 50),
+    )
+    errors: list[BaseException] = []
+
+    def rival_waits() -> None:
+        try:
+            execute(
+                rival, f"UPDATE {backend.table} SET mensagem = 'rival' WHERE id = %s", (other_id,)
+            )
+            rival.commit()
+        except BaseException as exc:  # the test asserts none were collected
+            errors.append(exc)
+
+    thread = threading.Thread(target=rival_waits)
+    thread.start()
+    time.sleep(0.5)  # the rival now waits for the handler's row lock
+    claimed = store.complete_and_claim(worker, task_id, "ok", claim_next)
+    thread.join(30)
+    assert not errors, errors
+    assert "Deadlock" in caplog.text  # the 1213 path was taken
+    if claim_next:  # claimed again at once, by the same worker
+        assert claimed.task.id == task_id and backend.row(task_id)["status"] == PROCESSANDO
+        store.rollback(worker)
+        store.unlock_task(worker, task_id)
+    else:
+        assert claimed is None and backend.row(task_id)["status"] == "pendente"
+    assert backend.row(other_id)["mensagem"] == "rival"  # the handler's work is gone
+    assert backend.liveness_lock_holder(task_id) is None
+    assert failures(backend) == 0
+
+
+def test_complete_if_running_after_a_deadlock_gives_the_task_back(backend, store, worker):
+    """The socket-server path settles in the handler's transaction: a deadlock there loses it."""
+    task_id = backend.enqueue()
+    with trigger(backend, f"IF NEW.status = 'sucesso' THEN {DEADLOCK}; END IF;"):
+        assert backend.claim(worker).id == task_id
+        assert store.complete_if_running(worker, task_id, "ok") is False
+    assert not backend.in_transaction(worker)
+    assert backend.row(task_id)["status"] == "pendente"  # only a task still ours goes back
+    assert backend.liveness_lock_holder(task_id) == worker.thread_id()  # the caller's to release
+
+
+# -- one CALL, one result set ------------------------------------------------------------------
+
+
+@pytest.fixture
+def procedure(backend):
+    """A procedure that inserts a row, returns the table, then fails when told to (after its
+    result set)."""
+    table = f"{backend.queue.name}_proc_rows"
+    backend.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(200)) ENGINE=InnoDB")
+    backend.execute(
+        f"""
+        CREATE PROCEDURE {table}_proc(IN p_id INT, IN p_v VARCHAR(200), IN p_fail BOOLEAN)
+        BEGIN
+            INSERT INTO {table} (id, v) VALUES (p_id, p_v);
+            SELECT id, v FROM {table} ORDER BY id;
+            IF p_fail THEN
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'failed after its result set (test)';
+            END IF;
+        END"""
+    )
+    try:
+        yield f"CALL {table}_proc(%(id)s, %(v)s, %(fail)s)", table
+    finally:
+        backend.execute(f"DROP PROCEDURE IF EXISTS {table}_proc")
+        backend.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_call_procedure_returns_its_result_set_and_leaves_the_connection_usable(worker, procedure):
+    call, table = procedure
+    hostile = "x'); DROP TABLE nothing; -- ; \\' \" %s %(v)s"
+    result = call_procedure(worker, (call, {"id": 1, "v": hostile, "fail": False}))
+    assert result.names == ("id", "v") and result.rows == ((1, hostile),)
+    assert value(worker, f"SELECT count(*) FROM {table}") == 1  # nothing left unread
+
+
+def test_call_procedure_reports_a_failure_after_the_result_set(worker, procedure):
+    call, table = procedure
+    with pytest.raises(StatementFailed) as info:
+        call_procedure(worker, (call, {"id": 2, "v": "a", "fail": True}))
+    assert "failed after its result set" in str(info.value.error)
+    assert info.value.__cause__ is info.value.error
+    assert value(worker, f"SELECT id FROM {table}") == 2  # autocommit: the insert before it stays
+
+
+# -- inserts -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["mariadb", "mysql", "singlestore"])
+def test_ids_are_read_back_on_every_server(backend, client, conn, monkeypatch, flavour):
+    """RETURNING (MariaDB), LAST_INSERT_ID + consecutive ids (MySQL 8), one row per INSERT
+    (SingleStore): the ids in the caller's order whichever the server."""
+    increment = value(conn, "SELECT @@auto_increment_increment")
+    monkeypatch.setattr(MysqlQueueStore, "server", lambda self, c: ServerInfo(flavour, increment))
+    singles = [client.insert_task(**dict(TASK, chave_externa=f"s{n}")) for n in range(3)]
+    count = 300
+    marker = mysql_helpers.questions(conn)
+    ids = client.insert_tasks([dict(TASK, chave_externa=str(n)) for n in range(count)])
+    sent = mysql_helpers.questions(conn) - marker - 1  # the second count counts itself
+    assert sent == (count if flavour == "singlestore" else 1)
+    conn.commit()
+    assert len(set(singles + ids)) == count + 3
+    keys = {row["id"]: row["chave_externa"] for row in backend.rows()}
+    assert [keys[i] for i in singles + ids] == ["s0", "s1", "s2"] + [str(n) for n in range(count)]
+
+
+def test_insert_tasks_beyond_one_statement_keeps_the_order(backend, client, conn, monkeypatch):
+    monkeypatch.setattr(mysql_rows, "INSERT_BATCH_BYTES", 2_000)
+    tasks = [dict(TASK, chave_externa=str(n), payload="p" * 300) for n in range(40)]
+    marker = mysql_helpers.questions(conn)
+    ids = client.insert_tasks(tasks)
+    assert mysql_helpers.questions(conn) - marker - 1 > 1  # split into several statements
+    conn.commit()
+    assert [backend.row(i)["chave_externa"] for i in ids] == [str(n) for n in range(40)]
+
+
+def test_data_hora_outside_the_timestamp_range_is_refused(client):
+    far = datetime.datetime(2040, 1, 1, tzinfo=UTC)
+    with pytest.raises(ValueError, match="2038"):
+        client.insert_task(**TASK, data_hora=far)
+    with pytest.raises(DatabaseError):  # naive: the server refuses it (strict mode)
+        client.insert_task(**TASK, data_hora=far.replace(tzinfo=None))

@@ -1,0 +1,69 @@
+"""What only the PostgreSQL store does: big batches through COPY (psycopg 3 only)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from nsj_queue_lib.db.postgres.store import COPY_THRESHOLD, PostgresQueueStore
+from nsj_queue_lib.payload import payload_hash, serialize_payload
+from tests.integration.store.backends import POSTGRES, PSYCOPG2, TASK, UTC, on
+
+pytestmark = on(POSTGRES, PSYCOPG2)
+
+
+@pytest.mark.parametrize("count", [COPY_THRESHOLD - 1, COPY_THRESHOLD])
+def test_big_batches_go_through_copy_with_psycopg_3_and_store_the_same_rows(
+    backend, client, conn, monkeypatch, count
+):
+    copied: list[int] = []
+    real = PostgresQueueStore._copy_tasks
+
+    def spy(self, copy_conn, rows):
+        copied.append(len(rows))
+        return real(self, copy_conn, rows)
+
+    monkeypatch.setattr(PostgresQueueStore, "_copy_tasks", spy)
+    when = datetime.datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    tasks = [
+        dict(
+            TASK,
+            chave_externa=str(n),
+            payload={"n": n} if n % 5 else None,
+            prioridade=None if n % 2 else n,
+            data_hora=when if n % 3 == 0 else None,
+            tenant=n % 4 or None,
+            grupo_empresarial="g" if n % 6 == 0 else None,
+            pub_sub=n % 7 == 0,
+        )
+        for n in range(count)
+    ]
+    before = backend.now()
+    ids = client.insert_tasks(tasks)
+    conn.commit()
+    after = backend.now()
+    assert copied == ([count] if backend.kind == "postgres" and count >= COPY_THRESHOLD else [])
+    assert ids == sorted(ids) and len(set(ids)) == count
+    rows = {row["id"]: row for row in backend.rows()}
+    for task, task_id in zip(tasks, ids, strict=True):
+        row = rows[task_id]
+        text = None if task["payload"] is None else serialize_payload(task["payload"])
+        assert (row["chave_externa"], row["payload"]) == (task["chave_externa"], text)
+        assert row["payload_hash"] == (None if text is None else payload_hash(text))
+        assert row["prioridade"] == (50 if task["prioridade"] is None else task["prioridade"])
+        assert (row["tenant"], row["grupo_empresarial"]) == (
+            task["tenant"],
+            task["grupo_empresarial"],
+        )
+        assert (row["pub_sub"], row["status"], row["tentativa"], row["dead"]) == (
+            task["pub_sub"],
+            "pendente",
+            1,
+            False,
+        )
+        assert row["data_hora_inicial"] == row["data_hora"]
+        if task["data_hora"] is None:
+            assert before <= row["data_hora"] <= after
+        else:
+            assert row["data_hora"] == when
