@@ -166,9 +166,11 @@ class TaskExecutor:
         return [thread for thread in self._threads if thread.ident and not thread.is_alive()]
 
     def join(self, timeout: float) -> None:
+        """Wait for the threads that started (none did when the worker was refused at start)."""
         deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.ident is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- the thread --
 
