@@ -12,9 +12,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore, queue_lock_key
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.model import TaskRecord
 from tests.helpers.processes import enqueue, fetch_rows
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -43,15 +44,21 @@ def prepared_statements(conn) -> list[str]:
     return [r[0] for r in rows.fetchall()]
 
 
-def claim_first(store, conn):
-    key = queue_lock_key(store.queue_oid(conn))
-    return key, store.claim(conn, 1, key)
+def claim_first(store, conn) -> TaskRecord:
+    """Bind the store as a worker does at start, then the first claim of an idle executor."""
+    store.bind(conn)
+    claim = store.claim(conn)
+    assert claim is not None and claim.liveness_locked
+    return claim.task
 
 
-def complete(store, conn, task, key, mensagem="ok", limit=1):
-    return store.complete_and_claim(
-        conn, task["id"], mensagem, store.task_lock_keys(key, task["id"]), limit, key
-    )
+def complete(store, conn, task, mensagem="ok", claim_next=True) -> TaskRecord | None:
+    """Settle ``task`` as 'sucesso' and (with ``claim_next``) claim the next one, as executors do."""
+    claim = store.complete_and_claim(conn, task.id, mensagem, claim_next)
+    if claim is None:
+        return None
+    assert claim.liveness_locked is True
+    return claim.task
 
 
 def test_successive_tasks_come_back_as_the_cursor_path_reads_them(
@@ -60,24 +67,28 @@ def test_successive_tasks_come_back_as_the_cursor_path_reads_them(
     ids = enqueue(
         pg_dsn, pg_queue.table, [dict(payload=f"p{n}", chave_externa=f"k{n}") for n in range(4)]
     )
-    key, [task] = claim_first(store, worker_conn)
+    task = claim_first(store, worker_conn)
     seen = [task]
     while True:
-        nxt = complete(store, worker_conn, seen[-1], key, mensagem="Concluído com sucesso")
-        if not nxt:
+        nxt = complete(store, worker_conn, seen[-1], mensagem="Concluído com sucesso")
+        if nxt is None:
             break
         assert worker_conn.pgconn.transaction_status == INTRANS  # the next task's transaction
-        seen.extend(nxt)
-    assert [t["id"] for t in seen] == ids
+        seen.append(nxt)
+    assert [t.id for t in seen] == ids
     assert worker_conn.pgconn.transaction_status == IDLE
     assert worker_conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
     # Same keys, values and Python types as a plain read of the rows (payload resolved).
     for task in seen[1:]:
-        [row] = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (task["id"],))
-        got = {k: v for k, v in task.items() if k != "liveness_locked"}
+        [row] = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (task.id,))
         row.update(status="processando", mensagem=None)  # as claimed, before completion
-        assert got == row
-        assert task["liveness_locked"] is True
+        assert task.row == row
+        assert (task.id, task.tentativa, task.dead, task.payload) == (
+            row["id"],
+            row["tentativa"],
+            row["dead"],
+            row["payload"],
+        )
     settled = fetch_rows(pg_autocommit, pg_queue.table)
     assert {r["status"] for r in settled} == {"sucesso"}
     assert {r["mensagem"] for r in settled} == {"Concluído com sucesso"}
@@ -90,8 +101,8 @@ def test_a_latin1_session_stores_the_message_unchanged(
 ):
     worker_conn.execute("SET client_encoding TO 'LATIN1'")
     enqueue(pg_dsn, pg_queue.table, [dict(payload="a")])
-    key, [task] = claim_first(store, worker_conn)
-    complete(store, worker_conn, task, key, mensagem="Concluído: ação", limit=0)
+    task = claim_first(store, worker_conn)
+    complete(store, worker_conn, task, mensagem="Concluído: ação", claim_next=False)
     [row] = fetch_rows(pg_autocommit, pg_queue.table)
     assert row["mensagem"] == "Concluído: ação"
 
@@ -101,12 +112,12 @@ def test_a_handler_changing_the_client_encoding_is_followed(
 ):
     """Loaders are set up once per connection, but text must be read in the session's current encoding."""
     ids = enqueue(pg_dsn, pg_queue.table, [dict(payload=f"ação {n}") for n in range(3)])
-    key, [first] = claim_first(store, worker_conn)
-    [second] = complete(store, worker_conn, first, key, mensagem="ç utf8")
+    first = claim_first(store, worker_conn)
+    second = complete(store, worker_conn, first, mensagem="ç utf8")
     worker_conn.execute("SET client_encoding TO 'LATIN1'")  # as a handler might, on bd_conn
-    [third] = complete(store, worker_conn, second, key, mensagem="ç latin1")
-    assert [t["payload"] for t in (first, second, third)] == ["ação 0", "ação 1", "ação 2"]
-    complete(store, worker_conn, third, key, limit=0)
+    third = complete(store, worker_conn, second, mensagem="ç latin1")
+    assert [t.payload for t in (first, second, third)] == ["ação 0", "ação 1", "ação 2"]
+    complete(store, worker_conn, third, claim_next=False)
     assert [r["mensagem"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == [
         "ç utf8",
         "ç latin1",
@@ -118,15 +129,24 @@ def test_a_handler_changing_the_client_encoding_is_followed(
 def test_a_message_that_cannot_be_sent_fails_before_anything_is_sent(
     store, worker_conn, pg_queue, pg_dsn, pg_autocommit
 ):
-    """libpq would cut a text parameter at a NUL: refused instead (the executor replaces NULs first)."""
+    """libpq would cut a text parameter at a NUL: refused instead (the executor replaces NULs first).
+
+    Nothing reaches the server: the task is still 'processando', its lock held. As after
+    any failed round trip, the store ends the task's transaction (the executor then
+    records the failure in a transaction of its own) and the session stays usable.
+    """
     enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
-    key, [task] = claim_first(store, worker_conn)
+    task = claim_first(store, worker_conn)
     with pytest.raises(DatabaseError) as info:
-        complete(store, worker_conn, task, key, mensagem="nul \x00 inside")
+        complete(store, worker_conn, task, mensagem="nul \x00 inside")
     assert isinstance(info.value.__cause__, psycopg.DataError)
-    assert worker_conn.pgconn.transaction_status == INTRANS  # the task's transaction, untouched
-    [nxt] = complete(store, worker_conn, task, key, mensagem="clean")
-    complete(store, worker_conn, nxt, key, limit=0)
+    [row] = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (task.id,))
+    assert (row["status"], row["mensagem"]) == ("processando", None)
+    assert worker_conn.pgconn.transaction_status == IDLE
+    assert worker_conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+    worker_conn.execute("BEGIN")  # as the executor opens the transaction that settles it
+    nxt = complete(store, worker_conn, task, mensagem="clean")
+    complete(store, worker_conn, nxt, claim_next=False)
     assert [r["mensagem"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == ["clean", "ok"]
 
 
@@ -135,18 +155,18 @@ def test_a_deallocated_statement_fails_one_round_trip_then_is_prepared_again(
 ):
     """A handler may run DISCARD ALL on bd_conn: one attempt fails, the next ones work."""
     enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
-    key, [first] = claim_first(store, worker_conn)
-    [second] = complete(store, worker_conn, first, key)
+    first = claim_first(store, worker_conn)
+    second = complete(store, worker_conn, first)
     worker_conn.execute(
         "DEALLOCATE ALL"
     )  # inside the second task's transaction, as a handler would
     with pytest.raises(DatabaseError) as info:
-        complete(store, worker_conn, second, key)
+        complete(store, worker_conn, second)
     assert isinstance(info.value.__cause__, psycopg.errors.InvalidSqlStatementName)
     worker_conn.execute("ROLLBACK")
     worker_conn.execute("BEGIN")
-    [third] = complete(store, worker_conn, second, key)
-    assert complete(store, worker_conn, third, key) == []
+    third = complete(store, worker_conn, second)
+    assert complete(store, worker_conn, third) is None
     assert len(prepared_statements(worker_conn)) == 1
     assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
 
@@ -156,29 +176,29 @@ def test_a_changed_result_type_is_prepared_again_instead_of_failing_forever(
 ):
     """ALTER TABLE under running workers: each session fails one round trip, then adapts."""
     enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
-    key, [first] = claim_first(store, worker_conn)
-    [second] = complete(store, worker_conn, first, key)
+    first = claim_first(store, worker_conn)
+    second = complete(store, worker_conn, first)
     worker_conn.execute("COMMIT")  # let the ALTER TABLE take its lock
     pg_admin.execute(f"ALTER TABLE {pg_queue.table} ALTER COLUMN mensagem TYPE text")
     worker_conn.execute("BEGIN")
     with pytest.raises(DatabaseError) as info:
-        complete(store, worker_conn, second, key)
+        complete(store, worker_conn, second)
     assert isinstance(
         info.value.__cause__, psycopg.errors.DatatypeMismatch
     )  # "attribute 14 has wrong type"
     worker_conn.execute("ROLLBACK")
     worker_conn.execute("BEGIN")
-    [third] = complete(store, worker_conn, second, key)
-    assert complete(store, worker_conn, third, key) == []
+    third = complete(store, worker_conn, second)
+    assert complete(store, worker_conn, third) is None
     assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
 
 
 def test_a_broken_connection_is_a_database_error(store, worker_conn, pg_queue, pg_dsn, pg_admin):
     enqueue(pg_dsn, pg_queue.table, [dict(payload="a")])
-    key, [task] = claim_first(store, worker_conn)
+    task = claim_first(store, worker_conn)
     pg_admin.execute("SELECT pg_terminate_backend(%s)", (worker_conn.info.backend_pid,))
     with pytest.raises(DatabaseError) as info:
-        complete(store, worker_conn, task, key)
+        complete(store, worker_conn, task)
     assert isinstance(info.value.__cause__, psycopg.OperationalError)
     assert worker_conn.broken or worker_conn.closed
 
@@ -190,7 +210,7 @@ def test_an_interrupted_read_closes_the_session_instead_of_leaving_results_behin
     from nsj_queue_lib.db.postgres import wire
 
     enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
-    key, [task] = claim_first(store, worker_conn)
+    task = claim_first(store, worker_conn)
     real = wire._next_results
     calls = []
 
@@ -203,7 +223,7 @@ def test_an_interrupted_read_closes_the_session_instead_of_leaving_results_behin
     monkeypatch.setattr(wire, "_next_results", interrupted)
     backend_pid = worker_conn.info.backend_pid
     with pytest.raises(RuntimeError):
-        complete(store, worker_conn, task, key)
+        complete(store, worker_conn, task)
     assert worker_conn.closed
     monkeypatch.undo()
     # The server may have run the commit it had already received, or not: either
