@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.contract.backends import known_bug
-
 pytestmark = pytest.mark.timeout(60)
 
 EXIT_CONFIG_ERROR = 2
 OTHER_VERSION = "nsj_queue_lib claim 0000000000000000"
 STATES = ["table missing", "claim routine missing", "claim routine of another version"]
-# Library bug: WorkerRuntime.run() refusing a queue at start calls _shut_down([], 2), which
-# joins the executor threads it never started (TaskExecutor.join -> Thread.join): the
-# process dies of "RuntimeError: cannot join thread before it is started" (exit code 1).
-START_REFUSAL_BUG = "a worker refused at start joins executor threads it never started"
 
 
 def routine(backend) -> str:
@@ -51,7 +45,6 @@ def break_the_queue(backend, state: str) -> None:
         backend.execute(f"ALTER PROCEDURE {routine(backend)} COMMENT '{OTHER_VERSION}'")
 
 
-@known_bug(START_REFUSAL_BUG, "postgres", "postgres-via-server", "mysql", "singlestore-via-server")
 @pytest.mark.parametrize("state", STATES)
 def test_a_worker_process_refuses_a_queue_it_cannot_serve_with_exit_code_2(state, backend):
     if state != "table missing" and backend.driver == "SINGLE_STORE":

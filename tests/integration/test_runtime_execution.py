@@ -635,12 +635,6 @@ def test_queue_synchronous_commit_sets_the_task_transactions_durability(
     )
 
 
-# Library bug: WorkerRuntime.run() refusing a queue at start calls _shut_down([], 2), which
-# joins the executor threads it never started (TaskExecutor.join -> Thread.join):
-# "RuntimeError: cannot join thread before it is started" instead of exit code 2.
-START_REFUSAL_BUG = "a worker refused at start joins executor threads it never started"
-
-
 def drop_claim_function(pg_admin, queue) -> None:
     pg_admin.execute(f"DROP FUNCTION {queue.schema}.claim_next_{queue.name}")
 
@@ -653,7 +647,6 @@ def comment_claim_function(pg_admin, queue, version: str) -> None:
 
 
 @pytest.mark.parametrize("routine", ["missing", "another version"])
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=START_REFUSAL_BUG)
 def test_a_queue_without_this_versions_claim_function_is_refused_at_start(
     routine, pg_queue, pg_dsn, pg_admin, pg_autocommit, library_log
 ):
