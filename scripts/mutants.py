@@ -6,9 +6,10 @@ copy of the tree, runs the tests that must catch it, and puts the text back.
 A mutant is *caught* when those tests fail, and *survived* when they pass:
 then a behaviour the queue promises has no test that fails when it breaks.
 
-The original text must occur exactly once in its file; when code moves, the
-run stops before anything is copied and names the mutants to fix (``--check``
-does only that, in a second). SQL files count too: the tests create their
+The original text must occur exactly once in its file, and every test named
+must be defined in its file; when code or tests move, the run stops before
+anything is copied and names the mutants to fix (``--check`` does only that,
+in a second; the parameters of a node id are only seen by pytest). SQL files count too: the tests create their
 queues from the DDL in ``nsj_queue_lib/db``, so a mutated DDL file is what
 they run against. The DDL golden files would notice any such change, which
 proves nothing about behaviour, so they are never listed as catchers.
@@ -89,10 +90,14 @@ class Mutant:
 PG_QUERIES = "nsj_queue_lib/db/postgres/queries.sql"
 PG_CLAIM_FUNCTION = "nsj_queue_lib/db/postgres/claim_function.sql"
 PG_STORE = "nsj_queue_lib/db/postgres/store.py"
+PG_DRIVER = "nsj_queue_lib/db/postgres/driver.py"
 MY_QUERIES = "nsj_queue_lib/db/mysql/queries.sql"
 MY_PROCEDURE = "nsj_queue_lib/db/mysql/claim_procedure.sql"
 MY_STORE = "nsj_queue_lib/db/mysql/store.py"
+MY_DRIVER = "nsj_queue_lib/db/mysql/driver.py"
+SS_QUERIES = "nsj_queue_lib/db/singlestore/queries.sql"
 EXECUTOR = "nsj_queue_lib/runtime/executor.py"
+WORKER_RUNTIME = "nsj_queue_lib/runtime/worker_runtime.py"
 
 GUARDS_PG = "tests/integration/test_guards_pg.py"
 GUARDS_MY = "tests/integration/test_guards_mysql.py"
@@ -101,15 +106,24 @@ GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
 CONTRACT = "tests/contract/test_contract.py"
 RUNTIME = "tests/integration/test_runtime_execution.py"
 SERVICES = "tests/integration/test_runtime_services.py"
-STORE_MY = "tests/integration/test_store_mysql.py"
+STORE_CLAIM = "tests/integration/store/test_store_claim.py"
+STORE_CLIENT = "tests/integration/store/test_store_client.py"
+STORE_MAINTENANCE = "tests/integration/store/test_store_maintenance.py"
+STORE_SETTLE = "tests/integration/store/test_store_settle.py"
 
 PG_SKIP_TEST = f"{GUARDS_PG}::test_a_claim_passes_a_ready_row_another_session_holds_without_waiting"
-MY_SKIP_TEST = f"{STORE_MY}::test_claim_skips_rows_another_transaction_holds"
+BIND_MISSING = f"{STORE_CLAIM}::test_bind_refuses_a_missing_claim_routine"
+BIND_OTHER_VERSION = f"{STORE_CLAIM}::test_bind_refuses_a_claim_routine_of_another_version"
+THREAD_DIES = f"{RUNTIME}::test_a_thread_that_dies_stops_the_worker_with_exit_code_3_naming_it"
+STORE_PURGE = f"{STORE_MAINTENANCE}::test_purge_is_bounded_and_never_touches_active_rows"
 MY_HELD_THEN_FUTURE = (
     f"{GUARDS_MY}::test_a_claim_passing_a_held_ready_row_never_reaches_a_task_not_yet_due"
 )
-MY_LIVENESS_TEST = f"{STORE_MY}::test_claim_takes_the_liveness_lock_on_the_running_connection"
 MY_ORDER_TEST = f"{GUARDS_MY}::test_one_executor_drains_by_priority_then_age"
+MY_PURGE_TEST = f"{GUARDS_MY}::test_an_old_pending_task_takes_no_place_in_a_purge_round"
+# The parameters of the MySQL claim guards: the claim procedure, and the claim
+# of a worker whose liveness locks live in the socket server (claim_uncommitted).
+PROCEDURE, WITHOUT_LOCKS = "[claim procedure]", "[claim without locks]"
 
 
 def _contract(test: str, *backends: str) -> tuple[str, ...]:
@@ -119,28 +133,28 @@ def _contract(test: str, *backends: str) -> tuple[str, ...]:
 MUTANTS: tuple[Mutant, ...] = (
     # -- issue 22: the seven gaps ---------------------------------------------------------
     Mutant(
-        "pg-claim-skip-locked",
+        "pg-claim-uncommitted-skip-locked",
         PG_QUERIES,
-        "    LIMIT %(limit)s\n    FOR UPDATE SKIP LOCKED\n), claimed AS (",
-        "    LIMIT %(limit)s\n    FOR UPDATE\n), claimed AS (",
-        (f"{PG_SKIP_TEST}[idle claim]", f"{PG_SKIP_TEST}[plain SQL]"),
+        "    LIMIT 1\n    FOR UPDATE SKIP LOCKED\n), claimed AS (",
+        "    LIMIT 1\n    FOR UPDATE\n), claimed AS (",
+        (f"{PG_SKIP_TEST}[client/server claim]",),
         ("postgres",),
-        "an idle claim waits on a row another session holds",
+        "the client/server-mode claim waits on a row another session holds",
     ),
     Mutant(
         "pg-claim-function-skip-locked",
         PG_CLAIM_FUNCTION,
         "            FOR UPDATE SKIP LOCKED\n",
         "            FOR UPDATE\n",
-        (f"{PG_SKIP_TEST}[claim function]",),
+        (f"{PG_SKIP_TEST}[first claim]", f"{PG_SKIP_TEST}[after a completion]"),
         ("postgres",),
-        "the claim after a completion waits on a held row",
+        "the claim function waits on a held row",
     ),
     Mutant(
         "server-retry-second-look",
         "nsj_queue_lib/runtime/retry.py",
-        'if t["id"] in suspects and task_lock_name(queue_oid, t["id"]) not in held',
-        'if t["id"] in suspects',
+        "orphans = [t for t in free if t.id in suspects]",
+        "orphans = [t for t in candidates if t.id in suspects]",
         (
             f"{GUARDS_SERVER}::"
             "test_a_task_whose_server_lock_is_taken_again_during_the_grace_period_is_not_rescued",
@@ -151,10 +165,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "shutdown-ends-the-handlers-session",
         EXECUTOR,
-        "                    self.store.terminate_session(admin, item.conn)\n",
+        "                    self._terminate_session(admin, item.conn)\n",
         "                    pass\n",
         (f"{GUARDS_SHUTDOWN}::test_a_handler_finishing_after_the_grace_period_commits_nothing",),
-        ("postgres", "mysql"),
+        ("postgres", "mysql", "server"),
         "a handler released at shutdown still commits its writes",
     ),
     Mutant(
@@ -162,7 +176,7 @@ MUTANTS: tuple[Mutant, ...] = (
         MY_QUERIES,
         "  AND o.status NOT IN ('pendente', 'agendada', 'processando')",
         "  AND o.status NOT IN ('agendada', 'processando')",
-        (f"{GUARDS_MY}::test_an_old_pending_task_takes_no_place_in_a_purge_round",),
+        (MY_PURGE_TEST,),
         ("mysql",),
         "the purge selects old 'pendente' rows",
     ),
@@ -213,55 +227,121 @@ MUTANTS: tuple[Mutant, ...] = (
         ("server",),
         "a client refused at hello goes on to be authenticated",
     ),
+    # -- the driver seam: the claim routine checked at start, supervised threads -----------------
+    Mutant(
+        "claim-routine-any-version",
+        "nsj_queue_lib/db/dialect.py",
+        "    if found == expected:\n        return\n",
+        "    if found is not None:\n        return\n",
+        (f"{BIND_OTHER_VERSION}[postgres]", f"{BIND_OTHER_VERSION}[mysql]"),
+        ("postgres", "mysql"),
+        "a worker starts on a claim routine of another version",
+    ),
+    Mutant(
+        "pg-bind-checks-the-claim-function",
+        PG_STORE,
+        "check_claim_routine_version(self.claim_function, found, claim_function_version())",
+        "check_claim_routine_version(self.claim_function, found, found)",
+        (f"{BIND_MISSING}[postgres]", f"{BIND_OTHER_VERSION}[postgres]"),
+        ("postgres",),
+        "a worker starts without the claim function, or on one of another version",
+    ),
+    Mutant(
+        "mysql-bind-checks-the-claim-procedure",
+        MY_STORE,
+        "check_claim_routine_version(self.claim_procedure, found, claim_procedure_version())",
+        "check_claim_routine_version(self.claim_procedure, found, found)",
+        (f"{BIND_MISSING}[mysql]", f"{BIND_OTHER_VERSION}[mysql]"),
+        ("mysql",),
+        "a worker starts without the claim procedure, or on one of another version",
+    ),
+    Mutant(
+        "supervisor-sees-a-dead-service",
+        WORKER_RUNTIME,
+        "dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()",
+        "dead = self.executor.dead_threads()",
+        (f"{THREAD_DIES}[service]", f"{THREAD_DIES}[dispatcher]"),
+        ("postgres",),
+        "a worker whose dispatcher or service thread died runs on without it",
+    ),
+    Mutant(
+        "supervisor-sees-a-dead-executor-thread",
+        WORKER_RUNTIME,
+        "dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()",
+        "dead = [t for t in threads if not t.is_alive()]",
+        (f"{THREAD_DIES}[executor]",),
+        ("postgres",),
+        "a worker whose executor thread died runs on without it",
+    ),
+    Mutant(
+        "singlestore-claim-is-conditional",
+        SS_QUERIES,
+        "WHERE id = %(id)s AND status = 'pendente';",
+        "WHERE id = %(id)s;",
+        (
+            f"{GUARDS_MY}::"
+            "test_a_singlestore_claim_never_takes_a_row_that_changed_after_it_was_read",
+        ),
+        ("mysql",),
+        "SingleStore's claim takes a row another worker claimed after it was read",
+    ),
     # -- priority order -----------------------------------------------------------------
     Mutant(
-        "pg-claim-priority-order",
+        "pg-claim-uncommitted-priority-order",
         PG_QUERIES,
-        "    ORDER BY prioridade DESC, data_hora, id\n    LIMIT %(limit)s",
-        "    ORDER BY data_hora, id\n    LIMIT %(limit)s",
-        (
-            f"{RUNTIME}::test_ready_tasks_are_claimed_at_start_by_priority_then_age",
-            f"{RUNTIME}::test_successive_claims_follow_priority_then_age[plain SQL]",
-        ),
-        ("postgres",),
-        "the idle claim ignores prioridade",
+        "    ORDER BY prioridade DESC, data_hora, id\n    LIMIT 1\n",
+        "    ORDER BY data_hora, id\n    LIMIT 1\n",
+        _contract("test_ready_tasks_run_by_priority_then_age", "postgres-via-server"),
+        ("postgres", "server"),
+        "the client/server-mode claim ignores prioridade",
     ),
     Mutant(
         "pg-claim-function-priority-order",
         PG_CLAIM_FUNCTION,
         "            ORDER BY q.prioridade DESC, q.data_hora, q.id",
         "            ORDER BY q.data_hora, q.id",
-        (f"{RUNTIME}::test_successive_claims_follow_priority_then_age[claim function]",),
+        _contract("test_ready_tasks_run_by_priority_then_age", "postgres"),
         ("postgres",),
-        "the claim after a completion ignores prioridade",
+        "the claim function ignores prioridade",
     ),
     Mutant(
-        "mysql-claim-priority-order",
+        "mysql-claim-uncommitted-priority-order",
         MY_QUERIES,
         "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
         "ORDER BY t.data_hora, t.id\nLIMIT 1\n",
-        (f"{MY_ORDER_TEST}[plain SQL]",),
+        (f"{MY_ORDER_TEST}{WITHOUT_LOCKS}",),
         ("mysql",),
-        "the single-task claim in SQL ignores prioridade",
+        "the client/server-mode claim ignores prioridade",
     ),
     Mutant(
         "mysql-procedure-priority-order",
         MY_PROCEDURE,
         "                ORDER BY t.prioridade DESC, t.data_hora, t.id\n                LIMIT 1;",
         "                ORDER BY t.data_hora, t.id\n                LIMIT 1;",
-        (f"{MY_ORDER_TEST}[claim procedure]",),
+        (f"{MY_ORDER_TEST}{PROCEDURE}",),
         ("mysql",),
         "the claim procedure's look-up ignores prioridade",
     ),
+    Mutant(
+        "singlestore-claim-priority-order",
+        SS_QUERIES,
+        "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT %(limit)s;",
+        "ORDER BY t.data_hora, t.id\nLIMIT %(limit)s;",
+        _contract("test_ready_tasks_run_by_priority_then_age", "singlestore-via-server"),
+        ("mysql", "server"),
+        "SingleStore's claim ignores prioridade",
+    ),
     # -- due time -------------------------------------------------------------------------
     Mutant(
-        "pg-claim-due-time",
+        "pg-claim-uncommitted-due-time",
         PG_QUERIES,
         "    WHERE status = 'pendente' AND data_hora <= clock_timestamp()\n    ORDER BY prioridade",
         "    WHERE status = 'pendente'\n    ORDER BY prioridade",
-        (f"{RUNTIME}::test_a_task_due_later_never_runs_before_its_time",),
-        ("postgres",),
-        "the idle claim takes a task before its data_hora",
+        _contract(
+            "test_a_task_never_runs_before_its_data_hora_and_runs_when_due", "postgres-via-server"
+        ),
+        ("postgres", "server"),
+        "the client/server-mode claim takes a task before its data_hora",
     ),
     Mutant(
         "pg-claim-function-due-time",
@@ -270,17 +350,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "WHERE q.status = 'pendente'",
         _contract("test_a_task_never_runs_before_its_data_hora_and_runs_when_due", "postgres"),
         ("postgres",),
-        "the claim after a completion takes a task before its data_hora",
+        "the claim function takes a task before its data_hora",
     ),
     Mutant(
-        "mysql-claim-due-time",
+        "mysql-claim-uncommitted-due-time",
         MY_QUERIES,
         "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)\n"
         "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
         "WHERE t.status = 'pendente'\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
-        (f"{STORE_MY}::test_a_future_task_is_not_claimed_until_its_time",),
+        (f"{MY_HELD_THEN_FUTURE}{WITHOUT_LOCKS}",),
         ("mysql",),
-        "the single-task claim in SQL takes a task before its data_hora",
+        "the client/server-mode claim takes a task before its data_hora",
     ),
     Mutant(
         "mysql-procedure-due-time",
@@ -288,7 +368,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)\n"
         "                  AND (t.prioridade < v_prioridade",
         "WHERE t.status = 'pendente'\n                  AND (t.prioridade < v_prioridade",
-        (f"{MY_HELD_THEN_FUTURE}[claim procedure]",),
+        (f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",),
         ("mysql",),
         "the claim procedure takes a task before its data_hora",
     ),
@@ -359,57 +439,39 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- liveness lock on claim ---------------------------------------------------------------
     Mutant(
-        "pg-claim-liveness-lock",
-        PG_QUERIES,
-        "THEN pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4)",
-        "THEN true",
-        (f"{PG_SKIP_TEST}[idle claim]",),
-        ("postgres",),
-        "an idle claim takes no liveness lock",
-    ),
-    Mutant(
         "pg-claim-function-liveness-lock",
         PG_CLAIM_FUNCTION,
         "pg_try_advisory_lock(lock_queue_key, (t.id % 2147483648)::int4) AS locked",
         "true AS locked",
-        (f"{PG_SKIP_TEST}[claim function]",),
+        (f"{PG_SKIP_TEST}[first claim]", f"{PG_SKIP_TEST}[after a completion]"),
         ("postgres",),
-        "the claim after a completion takes no liveness lock",
-    ),
-    Mutant(
-        "mysql-claim-liveness-lock",
-        MY_QUERIES,
-        "SELECT JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(%(lock_prefix)s, t.id), 0),",
-        "SELECT JSON_OBJECT('liveness_locked', 1,",
-        (f"{MY_LIVENESS_TEST}[plain SQL]",),
-        ("mysql",),
-        "the single-task claim in SQL takes no liveness lock",
+        "the claim function takes no liveness lock",
     ),
     Mutant(
         "mysql-procedure-liveness-lock",
         MY_PROCEDURE,
         "\n                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0),",
         "\n                       JSON_OBJECT('liveness_locked', 1,",
-        (f"{MY_LIVENESS_TEST}[claim procedure]",),
+        (f"{MY_ORDER_TEST}{PROCEDURE}",),
         ("mysql",),
         "the claim procedure takes no liveness lock",
     ),
     # -- SKIP LOCKED on MariaDB ---------------------------------------------------------------
     Mutant(
-        "mysql-claim-skip-locked",
+        "mysql-claim-uncommitted-skip-locked",
         MY_QUERIES,
-        "LIMIT 1\nFOR UPDATE SKIP LOCKED;\n-- step: single_mark",
-        "LIMIT 1\nFOR UPDATE;\n-- step: single_mark",
-        (f"{MY_HELD_THEN_FUTURE}[plain SQL]", MY_SKIP_TEST),
+        "LIMIT 1\nFOR UPDATE SKIP LOCKED;\n-- step: mark",
+        "LIMIT 1\nFOR UPDATE;\n-- step: mark",
+        (f"{MY_HELD_THEN_FUTURE}{WITHOUT_LOCKS}",),
         ("mysql",),
-        "the single-task claim in SQL waits on a held row",
+        "the client/server-mode claim waits on a held row",
     ),
     Mutant(
         "mysql-procedure-skip-locked",
         MY_PROCEDURE,
         "\n                LIMIT 1\n                FOR UPDATE SKIP LOCKED;",
         "\n                LIMIT 1\n                FOR UPDATE;",
-        (f"{MY_HELD_THEN_FUTURE}[claim procedure]", MY_SKIP_TEST),
+        (f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",),
         ("mysql",),
         "the claim procedure waits on a held row",
     ),
@@ -419,13 +481,16 @@ MUTANTS: tuple[Mutant, ...] = (
         PG_QUERIES,
         "  AND (NOT %(check_db_locks)s::boolean OR NOT EXISTS (",
         "  AND (true OR NOT EXISTS (",
-        (f"{SERVICES}::test_retry_service_rescues_only_attempts_without_a_liveness_lock",),
+        (
+            f"{STORE_SETTLE}::test_a_killed_worker_leaves_an_orphan[postgres]",
+            f"{SERVICES}::test_retry_service_rescues_only_attempts_without_a_liveness_lock",
+        ),
         ("postgres",),
         "the retry service rescues tasks whose worker is alive",
     ),
     Mutant(
         "pg-shutdown-terminates-the-backend",
-        PG_STORE,
+        PG_DRIVER,
         'admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))',
         'admin_conn.execute("SELECT %s", (victim_conn.info.backend_pid,))',
         (
@@ -437,7 +502,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "mysql-shutdown-kills-the-connection",
-        MY_STORE,
+        MY_DRIVER,
         'cur.execute("KILL CONNECTION %s", (int(victim_conn.thread_id()),))',
         'cur.execute("DO %s", (int(victim_conn.thread_id()),))',
         (
@@ -452,7 +517,10 @@ MUTANTS: tuple[Mutant, ...] = (
         PG_QUERIES,
         "      AND o.status NOT IN ('pendente', 'agendada', 'processando')",
         "      AND o.status NOT IN ('agendada', 'processando')",
-        (f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",),
+        (
+            f"{STORE_PURGE}[postgres]",
+            f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",
+        ),
         ("postgres",),
         "the purge deletes old 'pendente' rows",
     ),
@@ -461,7 +529,10 @@ MUTANTS: tuple[Mutant, ...] = (
         PG_QUERIES,
         "WHERE o.data_hora < clock_timestamp() - make_interval(days => %(max_age_days)s)",
         "WHERE o.data_hora < clock_timestamp()",
-        (f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",),
+        (
+            f"{STORE_PURGE}[postgres]",
+            f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",
+        ),
         ("postgres",),
         "the purge deletes recent rows",
     ),
@@ -470,7 +541,7 @@ MUTANTS: tuple[Mutant, ...] = (
         MY_QUERIES,
         "WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY",
         "WHERE o.data_hora < NOW(6)",
-        (f"{STORE_MY}::test_purge_is_bounded_and_never_touches_active_rows",),
+        (f"{STORE_PURGE}[mysql]",),
         ("mysql",),
         "the purge deletes recent rows",
     ),
@@ -481,10 +552,8 @@ MUTANTS: tuple[Mutant, ...] = (
         '_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\\Z")',
         '_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")',
         (
-            "tests/integration/test_queue_client_pg.py::"
-            "test_malicious_table_names_are_refused_before_any_sql",
-            "tests/integration/test_queue_client_mysql.py::"
-            "test_malicious_table_names_are_refused_before_any_sql",
+            "tests/unit/test_identifiers.py::test_everything_else_is_refused",
+            f"{STORE_CLIENT}::test_malicious_table_names_are_refused_before_any_sql",
         ),
         ("postgres", "mysql"),
         "a table name with SQL after a valid prefix is accepted",
@@ -515,6 +584,21 @@ MUTANTS: tuple[Mutant, ...] = (
 # -- checking the list ------------------------------------------------------------------------
 
 
+def _test_function(test: str) -> str:
+    """The test function a pytest node id names (``file::[Class::]name[params]``), or ''."""
+    node = test.split("::", 1)[1] if "::" in test else ""
+    return node.rsplit("::", 1)[-1].split("[", 1)[0]
+
+
+def _defines(test_file: Path, test: str) -> bool:
+    """Whether the file defines the node's test function (its parameters are not checked)."""
+    function = _test_function(test)
+    if not function:
+        return True
+    text = test_file.read_text(encoding="utf-8")
+    return re.search(rf"^\s*(async\s+)?def {re.escape(function)}\(", text, re.MULTILINE) is not None
+
+
 def problems(mutants: Iterable[Mutant], root: Path = ROOT) -> list[str]:
     """What is wrong with the list against the tree at ``root`` (empty when all is well)."""
     found: list[str] = []
@@ -538,6 +622,8 @@ def problems(mutants: Iterable[Mutant], root: Path = ROOT) -> list[str]:
             test_file = test.split("::", 1)[0]
             if not (root / test_file).is_file():
                 found.append(f"{m.name}: {test_file} does not exist")
+            elif not _defines(root / test_file, test):
+                found.append(f"{m.name}: {test_file} defines no {_test_function(test)}")
             if "tests/golden" in test or "db_gen" in test_file:
                 found.append(f"{m.name}: {test} only compares DDL text")
         unknown = set(m.dialects) - set(DIALECTS)
@@ -657,7 +743,8 @@ def run_mutant(scratch: Path, mutant: Mutant) -> Outcome:
 
 def failures(output: str) -> list[str]:
     """pytest's short summary lines of the tests that failed (``FAILED node - reason``)."""
-    return [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    # Captured log lines start with "ERROR" too, but padded: "ERROR    logger:file.py:12 ...".
+    return [line for line in output.splitlines() if re.match(r"(FAILED|ERROR) \S", line)]
 
 
 def tail(output: str, lines: int = 25) -> str:

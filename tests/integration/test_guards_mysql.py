@@ -8,14 +8,12 @@
   made deterministic: the connection under test runs a hook, right after
   the first statement, that changes the row or the lock from another
   session.
-- The purge keeps old 'pendente' rows and rows younger than its max age.
 - Claims, by the claim procedure and by the claim without database locks
   (client/server mode): priority order, the liveness lock taken on the
   claiming session (the procedure) or none (the socket server holds it),
   and a held ready row passed without reaching a task not yet due.
 - The procedure's branch for a claim without its index takes the liveness
   lock like the others.
-- ``bind`` refuses a claim procedure that is missing or of another version.
 """
 
 from __future__ import annotations
@@ -25,11 +23,9 @@ import datetime
 import pytest
 
 from nsj_queue_lib import QueueClient
-from nsj_queue_lib.db.dialect import claim_routine_name
 from nsj_queue_lib.db.mysql.driver import configure_session
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
-from nsj_queue_lib.exceptions import ClaimRoutineError
 from nsj_queue_lib.model import TaskRecord
 from tests.helpers.mysql_queue import connect, fetch_dicts, fetch_value
 
@@ -134,24 +130,16 @@ def statuses(admin, table: str) -> dict[int, str]:
 def test_an_old_pending_task_takes_no_place_in_a_purge_round(
     store, enqueue, service_conn, mysql_admin, mysql_queue
 ):
-    """The oldest row is 'pendente': a round of 2 still deletes two settled rows, and never it.
-
-    A settled row younger than the max age (30 days) stays too.
-    """
+    """The oldest row is 'pendente': a round of 2 still deletes two settled rows, and never it."""
     waiting = enqueue("pendente", days_old=50)
     settled = [enqueue(status, days_old=40 - n) for n, status in enumerate(("sucesso", "falha"))]
     last = enqueue("sucesso", days_old=35)
-    recent = enqueue("sucesso", days_old=1)
     assert store.purge_round(service_conn, 30, 2) == 2
-    assert statuses(mysql_admin, mysql_queue.table) == {
-        waiting: "pendente",
-        last: "sucesso",
-        recent: "sucesso",
-    }
+    assert statuses(mysql_admin, mysql_queue.table) == {waiting: "pendente", last: "sucesso"}
     assert set(settled).isdisjoint(statuses(mysql_admin, mysql_queue.table))
     assert store.purge_round(service_conn, 30, 2) == 1
     assert store.purge_round(service_conn, 30, 2) == 0
-    assert statuses(mysql_admin, mysql_queue.table) == {waiting: "pendente", recent: "sucesso"}
+    assert statuses(mysql_admin, mysql_queue.table) == {waiting: "pendente"}
 
 
 def test_a_row_put_back_to_pendente_after_the_purge_selected_it_is_not_deleted(
@@ -347,22 +335,3 @@ def test_a_singlestore_claim_never_takes_a_row_that_changed_after_it_was_read(
         store.rollback(conn)
     finally:
         worker.close()
-
-
-# -- the claim procedure's version, checked at bind ------------------------------------------
-
-
-@pytest.mark.parametrize("how", ["missing", "of another version"])
-def test_bind_refuses_a_claim_procedure_missing_or_of_another_version(
-    how, mysql_queue, mysql_admin
-):
-    procedure = claim_routine_name(mysql_queue.table)
-    with mysql_admin.cursor() as cur:
-        if how == "missing":
-            cur.execute(f"DROP PROCEDURE {procedure}")
-        else:
-            cur.execute(
-                f"ALTER PROCEDURE {procedure} COMMENT 'nsj_queue_lib claim 0000000000000000'"
-            )
-    with pytest.raises(ClaimRoutineError, match="--upgrade"):
-        MysqlQueueStore(mysql_queue.table).bind(mysql_admin)

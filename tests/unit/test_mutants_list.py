@@ -44,3 +44,17 @@ def test_a_mutant_whose_text_moved_is_reported(mutants, tmp_path):
         "twice: its original text occurs 2 times in code.py, not once",
         "gone: its original text occurs 0 times in code.py, not once",
     ]
+
+
+def test_a_mutant_whose_test_was_renamed_is_reported(mutants, tmp_path):
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "test_code.py").write_text("def test_x():\n    pass\n")
+    kept = mutants.Mutant(
+        "kept", "code.py", "x = 1", "x = 2", ("test_code.py::test_x[a-b]",), ("postgres",), ""
+    )
+    renamed = mutants.Mutant(
+        "renamed", "code.py", "x = 1", "x = 2", ("test_code.py::test_y",), ("postgres",), ""
+    )
+    assert mutants.problems([kept, renamed], root=tmp_path) == [
+        "renamed: test_code.py defines no test_y",
+    ]
