@@ -1,9 +1,12 @@
 """Settings: one frozen object built from the environment at start-up.
 
 Nothing here runs at import time. ``Settings.from_env(os.environ)`` reads
-every variable of the contract, checks all of them, and raises a single
-``ConfigError`` naming every bad variable at once. Workers and the server
-build it when they start; code can build a ``Settings`` directly instead.
+every variable of the contract, checks each one's form, and raises a single
+``ConfigError`` naming every bad variable at once. What a database cannot
+honour (QUEUE_SYNCHRONOUS_COMMIT=false on MySQL, SingleStore without
+CLIENT_SERVER_MODE) is its driver's to say (``Driver.check_settings``), when a
+worker starts. Workers and the server build settings when they start; code
+can build a ``Settings`` directly instead.
 """
 
 from __future__ import annotations

@@ -13,3 +13,15 @@ TASK_COLUMNS_RESOLVED = ", ".join(
     _RESOLVED_PAYLOAD if c == "payload" else f"t.{c}" for c in model.QUEUE_COLUMNS
 )
 SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+
+
+def query_values(queue_table: str, subscriber_table: str | None) -> dict[str, str]:
+    """The placeholders every dialect's named queries use (identifiers already checked)."""
+    return {
+        "queue_table": queue_table,
+        # The subscriber queries are only run when a table was given.
+        "subscriber_table": subscriber_table or "subscriber_table_not_configured",
+        "task_columns": TASK_COLUMNS,
+        "task_columns_resolved": TASK_COLUMNS_RESOLVED,
+        "subscriber_columns": SUBSCRIBER_COLUMNS,
+    }

@@ -71,7 +71,7 @@ def claim_routine_name(queue_table: str) -> str | None:
     """``[schema.]claim_next_<table>``: the claim function (PostgreSQL) or procedure (MySQL) db_gen creates.
 
     None when that name would not be a valid identifier (a long table name):
-    the store then claims in plain SQL.
+    ``db_gen`` refuses such a queue, and a store's ``bind`` says why.
     """
     schema, table = split_table_name(queue_table)
     name = DdlNames.routine_name(table)

@@ -204,7 +204,7 @@ class TaskExecutor:
                 self._wake_idle_thread()  # there may be more: let an idle thread look too
                 conn, claimed = self._run(conn, claimed)
         except DatabaseError as exc:
-            logger.warning("queue=%s: claim failed: %s", self.settings.queue_name, exc)
+            logger.warning("queue=%s: %s", self.settings.queue_name, exc)  # "claim failed: ..."
             conn = self._discard(conn, replace=False)
         except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
             logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from nsj_queue_lib.db.columns import SUBSCRIBER_COLUMNS, TASK_COLUMNS, TASK_COLUMNS_RESOLVED
+from nsj_queue_lib.db.columns import query_values
 from nsj_queue_lib.db.dialect import check_store_tables
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
@@ -69,16 +69,7 @@ class MysqlFamilyStore:
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
         queries = render_queries(
-            self.dialect,
-            {
-                "queue_table": queue_table,
-                # The subscriber queries are only run when a table was given.
-                "subscriber_table": subscriber_table or "subscriber_table_not_configured",
-                "task_columns": TASK_COLUMNS,
-                "task_columns_resolved": TASK_COLUMNS_RESOLVED,
-                "task_json": TASK_JSON,
-                "subscriber_columns": SUBSCRIBER_COLUMNS,
-            },
+            self.dialect, {**query_values(queue_table, subscriber_table), "task_json": TASK_JSON}
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}
         self._table_schema = split_table_name(queue_table)[0]

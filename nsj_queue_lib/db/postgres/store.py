@@ -17,7 +17,7 @@ import psycopg
 from psycopg import pq
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.columns import SUBSCRIBER_COLUMNS, TASK_COLUMNS, TASK_COLUMNS_RESOLVED
+from nsj_queue_lib.db.columns import query_values
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     check_store_tables,
@@ -95,17 +95,7 @@ class PostgresQueueStore:
         check_store_tables(queue_table, subscriber_table)
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
-        self.sql = render_queries(
-            "postgres",
-            {
-                "queue_table": queue_table,
-                # The subscriber queries are only run when a table was given.
-                "subscriber_table": subscriber_table or "subscriber_table_not_configured",
-                "task_columns": TASK_COLUMNS,
-                "task_columns_resolved": TASK_COLUMNS_RESOLVED,
-                "subscriber_columns": SUBSCRIBER_COLUMNS,
-            },
-        )
+        self.sql = render_queries("postgres", query_values(queue_table, subscriber_table))
         # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
         # ids and one timestamp for the rows without data_hora, then the rows.
         self.sql["reserve_ids"] = (
