@@ -5,13 +5,23 @@
 - ``workers``: starts worker processes; every one still running is killed at
   the end of the test, and their logs are printed when the test failed.
 - ``env``: ``env(**overrides)``, the environment of a worker on the test queue.
+- ``long_task``: ``long_task(worker_env, key, sleep, name)`` enqueues task ``key``,
+  whose first attempt sleeps ``sleep`` s, and starts worker process ``name`` on it.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers.processes import Workers, create_side_tables, drop_side_tables, worker_env
+from tests.helpers.processes import (
+    create_side_tables,
+    drop_side_tables,
+    enqueue,
+    wait_for,
+    worker_env,
+    workers_of,
+)
+from tests.helpers.recorder import WORKER, spec, started_ids
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -30,12 +40,8 @@ def side(pg_queue, pg_admin):
 
 @pytest.fixture
 def workers(request, pg_queue):
-    started = Workers()
-    yield started
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed and started.started:
-        print(started.logs())
-    started.close()
+    with workers_of(request) as started:
+        yield started
 
 
 @pytest.fixture
@@ -44,3 +50,23 @@ def env(pg_dsn, pg_queue):
         return worker_env(pg_dsn, pg_queue.table, **overrides)
 
     return make
+
+
+@pytest.fixture
+def long_task(side, workers, pg_dsn, pg_autocommit):
+    """``long_task(worker_env, key, sleep, name)``: (the task's id, the worker process), once
+    the worker (started with ``worker_env``) has started the task."""
+
+    def start(worker_env, key: str, sleep: float, name: str):
+        [task] = enqueue(
+            pg_dsn,
+            side.table,
+            [dict(payload=spec(sleep=sleep, sleep_on=[1], started=True), chave_externa=key)],
+        )
+        worker = workers.start(WORKER, worker_env, name)
+        wait_for(
+            lambda: started_ids(pg_autocommit, side) == [task], 15, f"the {name} to start the task"
+        )
+        return task, worker
+
+    return start

@@ -12,7 +12,6 @@ server's log, process exits) with deadlines.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -28,18 +27,16 @@ import pytest
 
 from nsj_queue_lib import protocol
 from nsj_queue_lib.client import AuthenticationError, LockClient
-from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.liveness import service_lock_name, task_lock_name
 from tests.helpers.processes import enqueue, fetch_rows, statuses, wait_for
+from tests.helpers.recorder import WORKER, assert_rescued, exec_rows, insert_many, spec, started_ids
 from tests.helpers.server_process import (
     TEST_TOKEN,
     ServerProcess,
     free_port,
     pg_env,
+    read_until_closed,
 )
-
-WORKER = "recording_worker.py"
-
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -48,10 +45,6 @@ def table_oid(dsn: str, table: str) -> int:
     """The queue's identity in lock names (the table's oid), however QUEUE_TABLE is spelled."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return int(conn.execute("SELECT %s::regclass::oid::bigint", (table,)).fetchone()[0])
-
-
-def spec(**kwargs) -> str:
-    return json.dumps(kwargs, sort_keys=True)
 
 
 def server_env(pg_dsn: str, queue, **extra) -> dict[str, str]:
@@ -88,33 +81,6 @@ def wait_subscribed(server: ServerProcess, queue, count: int, timeout: float = 2
         timeout,
         f"{count} worker(s) to subscribe to {queue.name!r} on the server",
     )
-
-
-def exec_rows(conn, queue) -> list[tuple]:
-    return conn.execute(
-        f"SELECT task_id, chave, pid FROM {queue.table}_exec ORDER BY at"
-    ).fetchall()
-
-
-def started_ids(conn, queue) -> list[int]:
-    return [r[0] for r in conn.execute(f"SELECT task_id FROM {queue.table}_started ORDER BY at")]
-
-
-def insert_many(dsn: str, table: str, count: int, payload: str = "x", prefix: str = "k") -> None:
-    with psycopg.connect(dsn) as conn:
-        QueueClient(conn, table).insert_tasks(
-            [
-                dict(
-                    origem="teste",
-                    destino="worker",
-                    processo="p",
-                    chave_externa=f"{prefix}{i}",
-                    payload=payload,
-                )
-                for i in range(count)
-            ]
-        )
-        conn.commit()
 
 
 def assert_each_key_ran_once(conn, queue, count: int) -> None:
@@ -234,19 +200,11 @@ def test_three_workers_through_the_server_run_a_thousand_tasks_exactly_once_with
 
 @pytest.mark.slow
 def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_rescues_the_task(
-    side, workers, env, server_for, pg_dsn, pg_autocommit
+    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    [task] = enqueue(
-        pg_dsn,
-        queue.table,
-        [dict(payload=spec(sleep=120, sleep_on=[1], started=True), chave_externa="victim")],
-    )
-    victim = workers.start(WORKER, cs_env(env, server), "victim")
-    wait_for(
-        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task"
-    )
+    task, victim = long_task(cs_env(env, server), "victim", sleep=120, name="victim")
     lock = task_lock_name(table_oid(pg_dsn, queue.table), task)
     observer = server.lock_client("observer")
     assert observer.held([lock]) == {lock}
@@ -265,16 +223,7 @@ def test_kill_9_of_a_worker_frees_its_server_locks_at_once_and_another_worker_re
     wait_for(lambda: not observer.held([lock]), 2, "the server to release the killed worker's lock")
     assert time.monotonic() - killed < 2
 
-    wait_for(
-        lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1},
-        20,
-        "the rescuer to mark the attempt falha_processando and run the next one",
-    )
-    first, second = fetch_rows(pg_autocommit, queue.table)
-    assert first["id"] == task and first["reenfileirado"] is True
-    assert (second["tentativa"], second["id_inicial"], second["id_anterior"]) == (2, task, task)
-    # The killed attempt's write was rolled back; the retry committed exactly once.
-    assert exec_rows(pg_autocommit, queue) == [(second["id"], "victim", rescuer.pid)]
+    second = assert_rescued(pg_autocommit, queue, task, "victim", rescuer)
     assert (
         observer.held([lock, task_lock_name(table_oid(pg_dsn, queue.table), second["id"])]) == set()
     )
@@ -327,33 +276,6 @@ def test_workers_reconnect_after_a_server_restart_and_finish_the_work_exactly_on
 
 
 # -- 4. bad clients while the workers work ----------------------------------------------------
-
-
-def read_until_closed(sock: socket.socket, timeout: float) -> tuple[list[dict], bool]:
-    """(frames the server sent, whether it closed the connection within ``timeout``)."""
-    decoder = protocol.FrameDecoder()
-    deadline = time.monotonic() + timeout
-    closed = False
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            data = sock.recv(65536)
-        except TimeoutError:
-            break
-        except OSError:
-            closed = True
-            break
-        if not data:
-            closed = True
-            break
-        decoder.feed(data)
-    frames = []
-    try:
-        while (message := decoder.next_message()) is not None:
-            frames.append(message)
-    except protocol.ProtocolError:
-        pass
-    return frames, closed
 
 
 class Hammer:
@@ -597,76 +519,67 @@ def retry_runs(server: ServerProcess, queue_oid: int) -> int:
     )
 
 
+def assert_not_rescued(server, queue, task: int, runner, dsn: str, conn, what: str) -> None:
+    """Once the retry service ran twice (``what``), ``runner`` is still inside its handler:
+    its task must not be rescued and started again."""
+    wait_for(lambda: retry_runs(server, table_oid(dsn, queue.table)) >= 2, 10, what)
+    assert runner.alive()
+    assert statuses(conn, queue.table) == {"processando": 1}
+    assert started_ids(conn, queue) == [task]
+
+
+def assert_runs_once(conn, queue, task: int, key: str, runner) -> None:
+    """``task`` succeeds with one committed execution, ``runner``'s."""
+    wait_for(lambda: statuses(conn, queue.table) == {"sucesso": 1}, 20, "the task to succeed")
+    assert exec_rows(conn, queue) == [(task, key, runner.pid)]
+
+
 @pytest.mark.slow
 def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_not_rescued(
-    side, workers, env, server_for, pg_dsn, pg_autocommit
+    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    [task] = enqueue(
-        pg_dsn,
-        queue.table,
-        [dict(payload=spec(sleep=7, sleep_on=[1], started=True), chave_externa="long")],
-    )
-    runner = workers.start(WORKER, cs_env(env, server, QUEUE_CONCURRENCY=1), "runner")
-    wait_for(
-        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the runner to start the task"
+    task, runner = long_task(
+        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=7, name="runner"
     )
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "watcher")
     wait_subscribed(server, queue, 2)
 
     server.restart()
-    wait_for(
-        lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2,
-        10,
-        "two retry runs on the restarted server",
+    assert_not_rescued(
+        server, queue, task, runner, pg_dsn, pg_autocommit, "two retry runs on the restarted server"
     )
-    assert runner.alive()
-    # The runner is still inside its handler: its task must not be rescued and started again.
-    assert statuses(pg_autocommit, queue.table) == {"processando": 1}
-    assert started_ids(pg_autocommit, queue) == [task]
     with server.lock_client("observer") as observer:
         assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {
             task_lock_name(table_oid(pg_dsn, queue.table), task)
         }
-    wait_for(
-        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed"
-    )
-    assert exec_rows(pg_autocommit, queue) == [(task, "long", runner.pid)]
+    assert_runs_once(pg_autocommit, queue, task, "long", runner)
     assert stop_all([runner, watcher]) == [0, 0]
 
 
 @pytest.mark.slow
 def test_workers_spelling_the_queue_table_differently_still_see_each_others_task_locks(
-    side, workers, env, server_for, pg_dsn, pg_autocommit
+    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    [task] = enqueue(
-        pg_dsn,
-        queue.table,
-        [dict(payload=spec(sleep=6, sleep_on=[1], started=True), chave_externa="long")],
-    )
-    runner = workers.start(WORKER, cs_env(env, server), "runner")  # QUEUE_TABLE=public.<name>
-    wait_for(
-        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the runner to start the task"
-    )
+    # QUEUE_TABLE=public.<name>
+    task, runner = long_task(cs_env(env, server), "long", sleep=6, name="runner")
     # The same table, as the search_path finds it (DB mode keys its locks on the table's oid).
     watcher = workers.start(
         WORKER,
         cs_env(env, server, QUEUE_TABLE=queue.name, QUEUE_RETRY_THREAD_INTERVAL=1),
         "watcher",
     )
-    wait_for(
-        lambda: retry_runs(server, table_oid(pg_dsn, queue.table)) >= 2,
-        10,
+    assert_not_rescued(
+        server,
+        queue,
+        task,
+        runner,
+        pg_dsn,
+        pg_autocommit,
         "two runs of the watcher's retry service",
     )
-    assert runner.alive()
-    assert statuses(pg_autocommit, queue.table) == {"processando": 1}
-    assert started_ids(pg_autocommit, queue) == [task]
-    wait_for(
-        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 1}, 20, "the task to succeed"
-    )
-    assert exec_rows(pg_autocommit, queue) == [(task, "long", runner.pid)]
+    assert_runs_once(pg_autocommit, queue, task, "long", runner)
     assert stop_all([runner, watcher]) == [0, 0]

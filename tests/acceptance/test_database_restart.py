@@ -24,11 +24,12 @@ from tests.helpers.processes import (
     drop_side_tables,
     wait_for,
     worker_env,
+    workers_of,
 )
+from tests.helpers.recorder import WORKER, insert_many
 
 pytestmark = pytest.mark.slow
 
-WORKER = "recording_worker.py"
 # CPU seconds a worker may use while the database is down: reconnecting with
 # back-off costs milliseconds; a busy loop would burn the whole outage.
 MAX_OUTAGE_CPU_SHARE = 0.2
@@ -78,12 +79,8 @@ def queue(private_pg):
 
 @pytest.fixture
 def workers(request, queue):
-    started = Workers()
-    yield started
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed and started.started:
-        print(started.logs())
-    started.close()
+    with workers_of(request) as started:
+        yield started
 
 
 def start_workers(workers: Workers, private_pg, queue, count: int) -> list:
@@ -100,25 +97,6 @@ def start_workers(workers: Workers, private_pg, queue, count: int) -> list:
         lambda: listening(private_pg.dsn, queue.name) == count, 15, f"{count} workers to LISTEN"
     )
     return procs
-
-
-def enqueue_many(dsn: str, table: str, count: int, payload: str = "x") -> None:
-    from nsj_queue_lib.queue_client import QueueClient
-
-    with psycopg.connect(dsn) as conn:
-        QueueClient(conn, table).insert_tasks(
-            [
-                dict(
-                    origem="teste",
-                    destino="worker",
-                    processo="p",
-                    chave_externa=f"k{i}",
-                    payload=payload,
-                )
-                for i in range(count)
-            ]
-        )
-        conn.commit()
 
 
 def outage(private_pg, procs, seconds: float, mode: str) -> None:
@@ -170,7 +148,7 @@ def test_idle_workers_survive_a_database_restart(private_pg, queue, workers):
     procs = start_workers(workers, private_pg, queue, 2)
     outage(private_pg, procs, 3.0, "fast")
     # Back: tasks enqueued now are run (the workers reconnected and LISTEN again).
-    enqueue_many(private_pg.dsn, queue.table, 100)
+    insert_many(private_pg.dsn, queue.table, 100)
     wait_for(
         lambda: settled(private_pg.dsn, queue.table, 100),
         30,
@@ -188,7 +166,7 @@ def test_idle_workers_survive_a_database_restart(private_pg, queue, workers):
 
 def test_busy_workers_survive_a_database_crash(private_pg, queue, workers):
     procs = start_workers(workers, private_pg, queue, 2)
-    enqueue_many(private_pg.dsn, queue.table, 300, json.dumps({"sleep": 0.02}))
+    insert_many(private_pg.dsn, queue.table, 300, json.dumps({"sleep": 0.02}))
     progress = (
         f"SELECT count(*) FILTER (WHERE status = 'sucesso') >= 60 "
         f"AND count(*) FILTER (WHERE status = 'processando') > 0 FROM {queue.table}"

@@ -7,30 +7,13 @@ wait on database state and process exits with deadlines.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
-import psycopg
 import pytest
 
 from tests.helpers.processes import enqueue, fetch_rows, listening_backends, statuses, wait_for
-
-WORKER = "recording_worker.py"
-
-
-def spec(**kwargs) -> str:
-    return json.dumps(kwargs, sort_keys=True)
-
-
-def started_ids(conn, queue) -> list[int]:
-    return [r[0] for r in conn.execute(f"SELECT task_id FROM {queue.table}_started ORDER BY at")]
-
-
-def exec_rows(conn, queue) -> list[tuple]:
-    return conn.execute(
-        f"SELECT task_id, chave, pid FROM {queue.table}_exec ORDER BY at"
-    ).fetchall()
+from tests.helpers.recorder import WORKER, assert_rescued, exec_rows, insert_many, spec, started_ids
 
 
 def wait_listening(conn, queue, count: int) -> None:
@@ -44,33 +27,16 @@ def wait_listening(conn, queue, count: int) -> None:
 
 @pytest.mark.slow
 def test_a_task_whose_worker_is_killed_is_retried_by_another_worker(
-    side, workers, env, pg_dsn, pg_autocommit
+    side, workers, env, long_task, pg_autocommit
 ):
     queue = side
-    [task] = enqueue(
-        pg_dsn,
-        queue.table,
-        [dict(payload=spec(sleep=120, sleep_on=[1], started=True), chave_externa="victim")],
-    )
-    victim = workers.start(WORKER, env(), "victim")
-    wait_for(
-        lambda: started_ids(pg_autocommit, queue) == [task], 15, "the victim to start the task"
-    )
+    task, victim = long_task(env(), "victim", sleep=120, name="victim")
     victim.kill9()
     assert fetch_rows(pg_autocommit, queue.table)[0]["status"] == "processando"
 
     rescuer = workers.start(WORKER, env(QUEUE_RETRY_THREAD_INTERVAL=1), "rescuer")
-    wait_for(
-        lambda: statuses(pg_autocommit, queue.table) == {"falha_processando": 1, "sucesso": 1},
-        20,
-        "the rescuer to mark the attempt falha_processando and run the next one",
-    )
-    first, second = fetch_rows(pg_autocommit, queue.table)
-    assert first["id"] == task and first["reenfileirado"] is True
-    assert (second["tentativa"], second["id_inicial"], second["id_anterior"]) == (2, task, task)
+    second = assert_rescued(pg_autocommit, queue, task, "victim", rescuer)
     assert second["status_anterior"] == "falha_processando"
-    # The killed attempt's write was rolled back; the retry committed exactly once.
-    assert exec_rows(pg_autocommit, queue) == [(second["id"], "victim", rescuer.pid)]
     assert rescuer.alive()
     rescuer.send(signal.SIGTERM)
     assert rescuer.wait(15) == 0
@@ -86,24 +52,8 @@ def test_four_workers_run_two_thousand_tasks_exactly_once(
     queue = side
     procs = [workers.start(WORKER, env(QUEUE_CONCURRENCY=4), f"worker{i}") for i in range(4)]
     wait_listening(pg_autocommit, queue, 4)
-    from nsj_queue_lib.queue_client import QueueClient
-
-    with psycopg.connect(pg_dsn) as conn:
-        client = QueueClient(conn, queue.table)
-        for batch in range(4):  # four commits: four notifications while the workers drain
-            client.insert_tasks(
-                [
-                    dict(
-                        origem="teste",
-                        destino="worker",
-                        processo="p",
-                        chave_externa=f"k{batch}-{i}",
-                        payload="x",
-                    )
-                    for i in range(500)
-                ]
-            )
-            conn.commit()
+    for batch in range(4):  # four commits: four notifications while the workers drain
+        insert_many(pg_dsn, queue.table, 500, prefix=f"k{batch}-")
     wait_for(
         lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 2000},
         60,

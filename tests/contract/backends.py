@@ -30,10 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import os
 import re
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -42,9 +40,22 @@ import pytest
 
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.settings import Settings
-from tests.helpers.databases import drop_queue_objects, mysql_connect_kwargs, unique_queue_name
+from tests.helpers.databases import (
+    drop_queue_objects,
+    insert_subscriber,
+    mysql_connect_kwargs,
+    unique_queue_name,
+)
 from tests.helpers.mysql_queue import execute_script
-from tests.helpers.processes import InProcessWorker, WorkerProcess, dsn_params, wait_for
+from tests.helpers.processes import (
+    QUIET_ENV,
+    QUIET_SETTINGS,
+    InProcessWorker,
+    WorkerProcess,
+    dsn_params,
+    wait_for,
+    with_overrides,
+)
 from tests.helpers.server_process import ServerProcess
 
 WORKER_SCRIPT = Path(__file__).resolve().parent / "workers" / "contract_worker.py"
@@ -102,25 +113,18 @@ class Backend:
         }[self.kind]
         self.via_server = self.kind.endswith("-via-server")
         if self.family == "postgres":
-            p = dsn_params(self.dsn)
-            self.db = dict(
-                host=p["host"],
-                port=int(p["port"]),
-                name=p["dbname"],
-                user=p["user"],
-                password=p["password"],
-            )
-            self.schema = "public"
+            params = dsn_params(self.dsn)
+            name, self.schema = params["dbname"], "public"
         else:
-            k = mysql_connect_kwargs(self.dsn)
-            self.db = dict(
-                host=k["host"],
-                port=int(k["port"]),
-                name=k["database"],
-                user=k["user"],
-                password=k["password"],
-            )
-            self.schema = k["database"]
+            params = mysql_connect_kwargs(self.dsn)
+            name = self.schema = params["database"]
+        self.db = dict(
+            host=params["host"],
+            port=int(params["port"]),
+            name=name,
+            user=params["user"],
+            password=params["password"],
+        )
         self.table = f"{self.schema}.{self.name}"
         self.subscriber_table = f"{self.table}_subscriber"
         self.exec_table = f"{self.table}_exec"
@@ -278,32 +282,9 @@ class Backend:
             for r in self.query(f"SELECT task_id FROM {self.started_table} ORDER BY at")
         ]
 
-    def add_subscriber(
-        self,
-        subscriber_id: str,
-        processo: str,
-        url: str | None = None,
-        http_method: str | None = None,
-        headers: dict | None = None,
-        ativo: bool = True,
-        tenant: int | None = None,
-        grupo_empresarial: str | None = None,
-    ) -> None:
-        self.execute(
-            f"INSERT INTO {self.subscriber_table} "
-            "(id, tenant, grupo_empresarial, processo, url, http_method, headers, ativo) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                subscriber_id,
-                tenant,
-                grupo_empresarial,
-                processo,
-                url,
-                http_method,
-                None if headers is None else json.dumps(headers),
-                ativo,
-            ),
-        )
+    def add_subscriber(self, subscriber_id: str, processo: str, **columns: Any) -> None:
+        """A subscriber row (columns: url, http_method, headers, ativo, tenant, grupo_empresarial)."""
+        insert_subscriber(self.execute, self.subscriber_table, subscriber_id, processo, **columns)
 
     # -- the socket server -------------------------------------------------------------------
 
@@ -348,12 +329,7 @@ class Backend:
             queue_table=self.table,
             queue_subscriber_table=self.subscriber_table,
             queue_poll_interval=0.1,
-            queue_wait_notify_interval=60.0,
-            queue_retry_thread_interval=3600.0,
-            queue_notify_thread_interval=3600.0,
-            queue_purge_thread_interval=3600.0,
-            queue_base_interval_retry=0.001,
-            queue_grace_period=5.0,
+            **QUIET_SETTINGS,
             default_webhook_timeout=2.0,
         )
         if self.via_server:
@@ -388,11 +364,7 @@ class Backend:
             QUEUE_TABLE=self.table,
             QUEUE_SUBSCRIBER_TABLE=self.subscriber_table,
             QUEUE_POLL_INTERVAL="0.1",
-            QUEUE_WAIT_NOTIFY_INTERVAL="1",
-            QUEUE_RETRY_THREAD_INTERVAL="3600",
-            QUEUE_NOTIFY_THREAD_INTERVAL="3600",
-            QUEUE_PURGE_THREAD_INTERVAL="3600",
-            QUEUE_BASE_INTERVAL_RETRY="0.001",
+            **QUIET_ENV,
             QUEUE_GRACE_PERIOD="5",
             CONTRACT_EXEC_TABLE=self.exec_table,
             CONTRACT_STARTED_TABLE=self.started_table,
@@ -408,12 +380,7 @@ class Backend:
                 QUEUE_SERVER_TOKEN=self.server.token,
                 TIMEOUT_SOCKET_MESSAGE="5",
             )
-        for key, value in overrides.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = str(value)
-        return env
+        return with_overrides(env, overrides)
 
     def contract_worker(self, **changes: Any):
         """An in-process ``ContractWorker`` (the process script's class) on this queue."""
@@ -498,26 +465,6 @@ class Backend:
             self.admin.close()
         if errors:
             raise AssertionError("; ".join(errors))
-
-
-class Calls:
-    """What handlers saw, thread-safe (executor threads call them concurrently)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.items: list[dict[str, Any]] = []
-
-    def add(self, **item: Any) -> None:
-        with self._lock:
-            self.items.append(item)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self.items)
-
-    def list(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self.items)
 
 
 def seconds(delta: datetime.timedelta) -> float:

@@ -18,12 +18,13 @@ import time
 
 import pytest
 
-from nsj_queue_lib import DeadSubscriber, Subscriber, WorkerPubSubBase
+from nsj_queue_lib import DeadSubscriber
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
 from nsj_queue_lib.worker_webhook import WorkerWebhook
-from tests.contract.backends import Calls, seconds
+from tests.contract.backends import seconds
 from tests.helpers.http_server import RecordingServer
-from tests.helpers.processes import wait_for
+from tests.helpers.processes import ready_tasks, wait_for
+from tests.helpers.worker_harness import Calls, FanOutWorker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -279,21 +280,7 @@ def test_dead_letter_after_queue_max_retry(backend):
 
 
 def test_ready_tasks_run_by_priority_then_age(backend):
-    base = backend.now()
-    tasks = {  # name: (prioridade, seconds before now)
-        "A": (50, 10),
-        "B": (50, 20),
-        "C": (90, 1),
-        "D": (10, 30),
-        "E": (90, 5),
-        "F": (50, 15),
-    }
-    backend.enqueue(
-        [
-            dict(payload=name, prioridade=prio, data_hora=base - datetime.timedelta(seconds=ago))
-            for name, (prio, ago) in tasks.items()
-        ]
-    )
+    backend.enqueue(ready_tasks(backend.now()))
     order = []
     # Started after the inserts: it claims what is ready without any wake-up.
     worker = backend.run(
@@ -446,35 +433,19 @@ def test_purge_deletes_old_settled_rows_only(backend):
 # -- pub/sub and webhook ----------------------------------------------------------------------------------
 
 
-class FanOutWorker(WorkerPubSubBase):
+class ContractFanOutWorker(FanOutWorker):
+    """The fan-out worker on any backend; each handler also writes ``<queue>_exec``."""
+
     def __init__(self, settings, backend) -> None:
         super().__init__(settings)
         self.backend = backend
-        self.calls = Calls()
+
+    def in_transaction(self, bd_conn) -> bool:
+        return in_transaction(self.backend, bd_conn)
 
     def record(self, handler, payload, subscription, tarefa, bd_conn) -> str:
         write_exec(self.backend, bd_conn, tarefa, chave=handler)
-        self.calls.add(
-            handler=handler,
-            payload=payload,
-            subscription=subscription,
-            tarefa=dict(tarefa),
-            in_transaction=in_transaction(self.backend, bd_conn),
-        )
-        return f"{handler} ok"
-
-    @Subscriber("estoque")
-    def estoque(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("estoque", payload, subscription, tarefa, bd_conn)
-
-    @Subscriber("financeiro")
-    def financeiro(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("financeiro", payload, subscription, tarefa, bd_conn)
-
-    @Subscriber("inativo")
-    @Subscriber("outro_processo")
-    def must_not_run(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("must_not_run", payload, subscription, tarefa, bd_conn)
+        return super().record(handler, payload, subscription, tarefa, bd_conn)
 
     @DeadSubscriber("estoque")
     def estoque_dead(self, payload, subscription, tarefa, bd_conn) -> str:
@@ -492,7 +463,7 @@ def test_pub_sub_fans_out_to_each_subscriber_method(backend):
             "vendas", "assinantes", PROCESSO, "pedido-42", publication
         )
 
-    worker = FanOutWorker(backend.settings(queue_concurrency=2), backend)
+    worker = ContractFanOutWorker(backend.settings(queue_concurrency=2), backend)
     running = backend.run(worker)
     backend.wait_statuses({"sucesso": 3}, 15, "the publication and its two deliveries to succeed")
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.databases import comment_claim_routine_sql, drop_claim_routine_sql
+
 pytestmark = pytest.mark.timeout(60)
 
 EXIT_CONFIG_ERROR = 2
@@ -32,17 +34,10 @@ def break_the_queue(backend, state: str) -> None:
         else:
             backend.execute(f"DROP TABLE {backend.table}")
     elif state == "claim routine missing":
-        if backend.family == "postgres":
-            backend.execute(f"DROP FUNCTION {routine(backend)}")
-        else:
-            backend.execute(f"DROP PROCEDURE {routine(backend)}")
-    elif backend.family == "postgres":
-        backend.execute(
-            f"COMMENT ON FUNCTION {routine(backend)}(bigint, text, integer, integer, integer) "
-            f"IS '{OTHER_VERSION}'"
-        )
+        backend.execute(drop_claim_routine_sql(backend.family == "postgres", routine(backend)))
     else:
-        backend.execute(f"ALTER PROCEDURE {routine(backend)} COMMENT '{OTHER_VERSION}'")
+        postgres = backend.family == "postgres"
+        backend.execute(comment_claim_routine_sql(postgres, routine(backend), OTHER_VERSION))
 
 
 @pytest.mark.parametrize("state", STATES)

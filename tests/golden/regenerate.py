@@ -10,11 +10,14 @@ the arguments listed in OUTPUTS. Review the diff before committing.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: makes ``tests.helpers`` importable
+    sys.path.insert(0, str(ROOT))
+
+from tests.helpers.golden import db_gen  # noqa: E402 - needs the sys.path entry above
 
 # file (relative to the repository root) -> db_gen arguments
 OUTPUTS: dict[str, list[str]] = {
@@ -31,14 +34,7 @@ OUTPUTS: dict[str, list[str]] = {
 
 def generate(args: list[str]) -> str:
     """stdout of ``python -m nsj_queue_lib.db_gen <args>``; raises if it exits non-zero."""
-    result = subprocess.run(
-        [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-    )
+    result = db_gen(*args)
     if result.returncode != 0:
         raise RuntimeError(f"db_gen {' '.join(args)} exited {result.returncode}: {result.stderr}")
     return result.stdout

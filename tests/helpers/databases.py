@@ -14,6 +14,7 @@ MariaDB / MySQL
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import secrets
@@ -128,28 +129,100 @@ def transaction_status(conn) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class PgQueue:
-    """A queue created for one test by our DDL generator."""
+class QueueNames:
+    """A queue's name and the names ``db_gen`` derives from it (PgQueue, MysqlQueue)."""
 
     name: str
+
+    @property
+    def namespace(self) -> str:
+        """Where its tables are: the schema (PostgreSQL) or the database (MySQL)."""
+        raise NotImplementedError
+
+    @property
+    def table(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+    @property
+    def subscriber_table(self) -> str:
+        return f"{self.table}_subscriber"
+
+    @property
+    def claim_index(self) -> str:
+        return f"idx_{self.name}_claim"
+
+
+@dataclasses.dataclass(frozen=True)
+class PgQueue(QueueNames):
+    """A queue created for one test by our DDL generator."""
+
     dsn: str
     schema: str = "public"
 
     @property
-    def table(self) -> str:
-        return f"{self.schema}.{self.name}"
-
-    @property
-    def subscriber_table(self) -> str:
-        return f"{self.schema}.{self.name}_subscriber"
+    def namespace(self) -> str:
+        return self.schema
 
     @property
     def function(self) -> str:
         return f"{self.schema}.notify_{self.name}_insert"
 
-    @property
-    def claim_index(self) -> str:
-        return f"idx_{self.name}_claim"
+
+# The PostgreSQL claim function's argument types (a MySQL procedure is named alone).
+CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer)"
+
+
+def drop_claim_routine_sql(postgres: bool, routine: str) -> str:
+    """Drops a queue's claim routine: the PostgreSQL function or the MySQL procedure."""
+    if postgres:
+        return f"DROP FUNCTION {routine}{CLAIM_FUNCTION_ARGS}"
+    return f"DROP PROCEDURE {routine}"
+
+
+def comment_claim_routine_sql(postgres: bool, routine: str, comment: str) -> str:
+    """Sets the COMMENT of a queue's claim routine (where db_gen writes its version)."""
+    if postgres:
+        return f"COMMENT ON FUNCTION {routine}{CLAIM_FUNCTION_ARGS} IS '{comment}'"
+    return f"ALTER PROCEDURE {routine} COMMENT '{comment}'"
+
+
+def busy_row_sql(n: str) -> str:
+    """SQL for processo, status and prioridade of row number ``n`` of a busy queue: mostly
+    history, a tenth ready, a tenth scheduled, a few running."""
+    return (
+        f"'p', CASE WHEN {n} % 10 = 0 THEN 'pendente' WHEN {n} % 10 = 1 THEN 'agendada' "
+        f"WHEN {n} % 97 = 0 THEN 'processando' ELSE 'sucesso' END, 50 + {n} % 3"
+    )
+
+
+def insert_subscriber(
+    execute,
+    table: str,
+    subscriber_id: str,
+    processo: str,
+    url: str | None = None,
+    http_method: str | None = None,
+    headers: dict | None = None,
+    ativo: bool = True,
+    tenant: int | None = None,
+    grupo_empresarial: str | None = None,
+) -> None:
+    """One row of the subscriber table ``table``, through ``execute(sql, args)`` (any driver)."""
+    execute(
+        f"INSERT INTO {table} "
+        "(id, tenant, grupo_empresarial, processo, url, http_method, headers, ativo) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            subscriber_id,
+            tenant,
+            grupo_empresarial,
+            processo,
+            url,
+            http_method,
+            None if headers is None else json.dumps(headers),
+            ativo,
+        ),
+    )
 
 
 def unique_queue_name(prefix: str = "q_") -> str:
@@ -178,8 +251,8 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
     )
 
 
-def count_rows(conn, table: str) -> int:
-    return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+def count_rows(conn, table: str, where: str = "true") -> int:
+    return conn.execute(f"SELECT count(*) FROM {table} WHERE {where}").fetchone()[0]
 
 
 def table_exists(conn, table: str) -> bool:

@@ -17,36 +17,29 @@ under CI=true) when TEST_MYSQL_DSN is missing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers.databases import CONNECT_TIMEOUT, unique_queue_name
+from tests.helpers.databases import CONNECT_TIMEOUT, QueueNames, unique_queue_name
 
 # Fixture statements must never wait long on a lock a broken test left behind.
 ADMIN_INIT = "SET SESSION lock_wait_timeout = 15, SESSION innodb_lock_wait_timeout = 15"
 
 
 @dataclasses.dataclass(frozen=True)
-class MysqlQueue:
+class MysqlQueue(QueueNames):
     """A queue created for one test by our DDL generator."""
 
-    name: str
     database: str
     dialect: str = "mysql"
 
     @property
-    def table(self) -> str:
-        return f"{self.database}.{self.name}"
-
-    @property
-    def subscriber_table(self) -> str:
-        return f"{self.database}.{self.name}_subscriber"
-
-    @property
-    def claim_index(self) -> str:
-        return f"idx_{self.name}_claim"
+    def namespace(self) -> str:
+        return self.database
 
 
 def connect(kwargs: dict[str, Any], autocommit: bool = False, **extra: Any):
@@ -148,29 +141,27 @@ def mysql_conn(mysql_kwargs, mysql_queue):
         conn.close()  # an open transaction is rolled back by the server
 
 
-def _worker_conn(mysql_kwargs, queue: MysqlQueue):
+@contextlib.contextmanager
+def _worker_conn(mysql_kwargs, queue: MysqlQueue) -> Iterator[Any]:
     from nsj_queue_lib.db.mysql.driver import configure_session
 
     # As the driver opens its executors' connections (MysqlDriver.connect(executor=True)).
     conn = connect(mysql_kwargs, autocommit=True)
-    if queue.dialect == "mysql":  # SingleStore sessions need no set-up
-        configure_session(conn, executor=True)
-    return conn
+    try:
+        if queue.dialect == "mysql":  # SingleStore sessions need no set-up
+            configure_session(conn, executor=True)
+        yield conn
+    finally:
+        conn.close()
 
 
 @pytest.fixture
 def mysql_worker_conn(mysql_kwargs, mysql_queue):
-    conn = _worker_conn(mysql_kwargs, mysql_queue)
-    try:
+    with _worker_conn(mysql_kwargs, mysql_queue) as conn:
         yield conn
-    finally:
-        conn.close()
 
 
 @pytest.fixture
 def mysql_worker_conn_2(mysql_kwargs, mysql_queue):
-    conn = _worker_conn(mysql_kwargs, mysql_queue)
-    try:
+    with _worker_conn(mysql_kwargs, mysql_queue) as conn:
         yield conn
-    finally:
-        conn.close()

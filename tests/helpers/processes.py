@@ -4,11 +4,16 @@
   deadline passes, then fail saying what was awaited and what was last seen.
   Tests wait on observable state (rows, processes, pg_stat_activity), never
   on a blind sleep.
+- ``run_python`` / ``python_report`` / ``script_process``: other Python
+  scripts (the examples, db_gen, import checks) run from the repository root.
 - ``worker_env`` / ``WorkerProcess``: a worker script started with
   ``python <script>`` and an environment built from a test DSN; its stderr
   goes to a file that tests read (last line, logs) and print on failure.
+  ``workers_of`` gives a test's fixture the ``Workers`` it starts.
 - ``settings_for`` / ``InProcessWorker``: a ``WorkerBase`` run with
-  ``run_until_stopped(install_signal_handlers=False)`` in a thread.
+  ``run_until_stopped(install_signal_handlers=False)`` in a thread
+  (``start_function_worker``); ``QUIET_SETTINGS`` / ``QUIET_ENV`` keep the
+  maintenance services out of a test's way.
 - ``ThrowawayPostgres``: a private PostgreSQL (pgserver's binaries) that tests
   may stop, crash and start again; the shared test database is never restarted.
 - Queue side tables (``<queue>_exec``, ``<queue>_started``) the test workers write.
@@ -17,6 +22,8 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +32,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +64,81 @@ def wait_for(
         time.sleep(interval)
 
 
+# -- python subprocesses ------------------------------------------------------------
+
+# Variables that would change what a script does: never inherited from the developer's shell.
+OWN_PREFIXES = (
+    "DB_",
+    "DATABASE_",
+    "QUEUE_",
+    "EXAMPLE_",
+    "DEMO_",
+    "LOG_DEBUG",
+    "GRAFANA_URL",
+    "DEFAULT_WEBHOOK",
+)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any of ``OWN_PREFIXES``, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(OWN_PREFIXES)}
+    env.update(extra, PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_python(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """``python <args>`` in the repository root, run to its end; its output as UTF-8 text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        env=None if env is None else dict(env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout,
+    )
+
+
+def python_report(script: str, env: Mapping[str, str], timeout: float = 60) -> Any:
+    """``python -c <script>`` must exit with 0; the JSON on the last line of its stdout."""
+    result = run_python("-c", script, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def script_process(script: str | Path, env: Mapping[str, str]) -> Iterator[subprocess.Popen]:
+    """``python <script>`` for a ``with`` block, its output (text) on ``stdout``.
+
+    ``stop_script`` ends it cleanly; one still running when the block ends
+    (the test failed) is killed.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        env=dict(env),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+def stop_script(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM: ``proc`` must exit with 0 within ``timeout`` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout)
+    assert code == 0, proc.stdout.read()
+
+
 # -- connection parameters ---------------------------------------------------------
 
 
@@ -74,32 +156,52 @@ def dsn_params(dsn: str) -> dict[str, str]:
     }
 
 
-def worker_env(dsn: str, table: str, name: str | None = None, **overrides: Any) -> dict[str, str]:
-    """The environment of a worker process on queue ``table`` (``schema.name``).
-
-    Maintenance intervals are large unless overridden, so a test only sees the
-    services it asks for. ``None`` in ``overrides`` removes a variable.
-    """
+def db_env(dsn: str) -> dict[str, str]:
+    """The DB_* variables of a worker on a libpq DSN (conninfo or URI)."""
     p = dsn_params(dsn)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "DATABASE_", "QUEUE_"))}
-    env.update(
+    return dict(
         DB_HOST=p["host"],
         DB_PORT=p["port"],
         DB_BASE=p["dbname"],
         DB_USER=p["user"],
         DB_PASS=p["password"],
-        QUEUE_NAME=name or table.split(".")[-1],
-        QUEUE_TABLE=table,
-        QUEUE_WAIT_NOTIFY_INTERVAL="1",
-        QUEUE_RETRY_THREAD_INTERVAL="3600",
-        QUEUE_NOTIFY_THREAD_INTERVAL="3600",
-        QUEUE_PURGE_THREAD_INTERVAL="3600",
-        QUEUE_BASE_INTERVAL_RETRY="0.001",
-        TEST_EXEC_TABLE=f"{table}_exec",
-        TEST_STARTED_TABLE=f"{table}_started",
-        PYTHONUNBUFFERED="1",
     )
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
+# What keeps a worker quiet, so that a test only sees the services it asks for: the
+# maintenance services run once an hour, a retry is due at once. In-process workers
+# (settings) wait a minute for a notification, worker processes (environment) a second.
+QUIET_SETTINGS: dict[str, Any] = dict(
+    queue_wait_notify_interval=60.0,
+    queue_retry_thread_interval=3600.0,
+    queue_notify_thread_interval=3600.0,
+    queue_purge_thread_interval=3600.0,
+    queue_base_interval_retry=0.001,
+    queue_grace_period=5.0,
+)
+QUIET_ENV: dict[str, str] = dict(
+    QUEUE_WAIT_NOTIFY_INTERVAL="1",
+    QUEUE_RETRY_THREAD_INTERVAL="3600",
+    QUEUE_NOTIFY_THREAD_INTERVAL="3600",
+    QUEUE_PURGE_THREAD_INTERVAL="3600",
+    QUEUE_BASE_INTERVAL_RETRY="0.001",
+)
+
+
+def db_settings(dsn: str) -> dict[str, Any]:
+    """The db_* fields of ``Settings`` for a libpq DSN (conninfo or URI)."""
+    p = dsn_params(dsn)
+    return dict(
+        db_host=p["host"],
+        db_port=int(p["port"]),
+        db_name=p["dbname"],
+        db_user=p["user"],
+        db_pass=p["password"],
+    )
+
+
+def with_overrides(env: dict[str, str], overrides: Mapping[str, Any]) -> dict[str, str]:
+    """``env`` with each of ``overrides`` set (as text), or removed where it is None."""
     for key, value in overrides.items():
         if value is None:
             env.pop(key, None)
@@ -108,25 +210,32 @@ def worker_env(dsn: str, table: str, name: str | None = None, **overrides: Any) 
     return env
 
 
+def worker_env(dsn: str, table: str, name: str | None = None, **overrides: Any) -> dict[str, str]:
+    """The environment of a worker process on queue ``table`` (``schema.name``).
+
+    Maintenance intervals are large unless overridden, so a test only sees the
+    services it asks for. ``None`` in ``overrides`` removes a variable.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "DATABASE_", "QUEUE_"))}
+    env.update(
+        db_env(dsn),
+        QUEUE_NAME=name or table.split(".")[-1],
+        QUEUE_TABLE=table,
+        **QUIET_ENV,
+        TEST_EXEC_TABLE=f"{table}_exec",
+        TEST_STARTED_TABLE=f"{table}_started",
+        PYTHONUNBUFFERED="1",
+    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return with_overrides(env, overrides)
+
+
 def settings_for(dsn: str, table: str, **changes: Any):
     """``Settings`` for an in-process worker on ``table``, with short intervals."""
     from nsj_queue_lib.settings import Settings
 
-    p = dsn_params(dsn)
     values: dict[str, Any] = dict(
-        db_host=p["host"],
-        db_port=int(p["port"]),
-        db_name=p["dbname"],
-        db_user=p["user"],
-        db_pass=p["password"],
-        queue_name=table.split(".")[-1],
-        queue_table=table,
-        queue_wait_notify_interval=60.0,
-        queue_retry_thread_interval=3600.0,
-        queue_notify_thread_interval=3600.0,
-        queue_purge_thread_interval=3600.0,
-        queue_base_interval_retry=0.001,
-        queue_grace_period=5.0,
+        db_settings(dsn), queue_name=table.split(".")[-1], queue_table=table, **QUIET_SETTINGS
     )
     values.update(changes)
     return Settings(**values)
@@ -255,6 +364,18 @@ class Workers:
             worker.close()
 
 
+@contextlib.contextmanager
+def workers_of(request) -> Iterator[Workers]:
+    """The ``Workers`` of a test (a fixture's body): every one is killed at the end, and
+    their logs are printed when the test failed (``rep_call``, set by a conftest hook)."""
+    started = Workers()
+    yield started
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed and started.started:
+        print(started.logs())
+    started.close()
+
+
 # -- in-process workers ------------------------------------------------------------------
 
 
@@ -359,6 +480,29 @@ def function_worker(settings, execute: Callable, execute_dead: Callable | None =
     return FunctionWorker(settings=settings)
 
 
+def start_function_worker(
+    dsn: str,
+    queue,
+    conn,
+    execute: Callable,
+    execute_dead: Callable | None = None,
+    wait_listening: bool = True,
+    **changes: Any,
+) -> InProcessWorker:
+    """A ``function_worker`` on ``queue`` (``settings_for`` with ``changes``) running in a thread;
+    with ``wait_listening``, once its LISTEN shows on ``conn``."""
+    worker = InProcessWorker(
+        function_worker(settings_for(dsn, queue.table, **changes), execute, execute_dead)
+    ).start()
+    if wait_listening:
+        wait_for(
+            lambda: listening_backends(conn, queue.name) >= 1,
+            10,
+            "the worker to LISTEN on its channel",
+        )
+    return worker
+
+
 def enqueue(dsn: str, table: str, tasks: Iterable[Mapping[str, Any]]) -> list[int]:
     """Insert tasks with ``QueueClient`` in one committed transaction; their ids."""
     import psycopg
@@ -373,6 +517,26 @@ def enqueue(dsn: str, table: str, tasks: Iterable[Mapping[str, Any]]) -> list[in
         ids = [client.insert_task(**{**defaults, **task}) for task in tasks]
         conn.commit()
     return ids
+
+
+# Tasks ready at once, by payload: (prioridade, seconds before now). A worker claims them
+# by priority, then age: E, C, B, F, A, D.
+READY_TASKS = {
+    "A": (50, 10),
+    "B": (50, 20),
+    "C": (90, 1),
+    "D": (10, 30),
+    "E": (90, 5),
+    "F": (50, 15),
+}
+
+
+def ready_tasks(now: datetime.datetime) -> list[dict[str, Any]]:
+    """``READY_TASKS`` as tasks to enqueue, their data_hora counted back from ``now``."""
+    return [
+        dict(payload=name, prioridade=prio, data_hora=now - datetime.timedelta(seconds=ago))
+        for name, (prio, ago) in READY_TASKS.items()
+    ]
 
 
 def fetch_rows(conn, table: str, where: str = "true", params: Any = None) -> list[dict[str, Any]]:

@@ -220,40 +220,67 @@ class ServerProcess:
 
     # -- clients ----------------------------------------------------------------
 
-    def _client(self, cls, port: int, name: str, token, timeout: float, connect: bool):
+    def _client(
+        self,
+        service: str,
+        name: str = "test",
+        token="default",
+        timeout: float = 5.0,
+        connect: bool = True,
+        port: int | None = None,
+    ):
+        from nsj_queue_lib.client import LockClient, NotifyClient
+
+        cls, own_port = {
+            "lock": (LockClient, self.lock_port),
+            "notify": (NotifyClient, self.notify_port),
+        }[service]
         token = self.token if token == "default" else token
-        client = cls("127.0.0.1", port, token, name, timeout, connect=connect)
+        client = cls("127.0.0.1", port or own_port, token, name, timeout, connect=connect)
         self._clients.append(client)
         return client
 
-    def lock_client(
-        self,
-        name: str = "test",
-        token="default",
-        timeout: float = 5.0,
-        connect: bool = True,
-        port: int | None = None,
-    ):
-        from nsj_queue_lib.client import LockClient
+    def lock_client(self, name: str = "test", **options):
+        """A ``LockClient`` of this server (options: token, timeout, connect, port)."""
+        return self._client("lock", name, **options)
 
-        return self._client(LockClient, port or self.lock_port, name, token, timeout, connect)
-
-    def notify_client(
-        self,
-        name: str = "test",
-        token="default",
-        timeout: float = 5.0,
-        connect: bool = True,
-        port: int | None = None,
-    ):
-        from nsj_queue_lib.client import NotifyClient
-
-        return self._client(NotifyClient, port or self.notify_port, name, token, timeout, connect)
+    def notify_client(self, name: str = "test", **options):
+        """A ``NotifyClient`` of this server (options: token, timeout, connect, port)."""
+        return self._client("notify", name, **options)
 
     def raw_socket(self, port: int | None = None, timeout: float = 5.0) -> socket.socket:
         sock = socket.create_connection(("127.0.0.1", port or self.lock_port), timeout=timeout)
         self._clients.append(sock)
         return sock
+
+
+def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[list[dict], bool]:
+    """(frames the server sent, whether it closed the connection within ``timeout``)."""
+    from nsj_queue_lib import protocol
+
+    decoder = protocol.FrameDecoder()
+    deadline = time.monotonic() + timeout
+    closed = False
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            break
+        except OSError:  # reset: closed
+            closed = True
+            break
+        if not data:
+            closed = True
+            break
+        decoder.feed(data)
+    frames = []
+    try:
+        while (message := decoder.next_message()) is not None:
+            frames.append(message)
+    except protocol.ProtocolError:
+        pass
+    return frames, closed
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.01) -> bool:

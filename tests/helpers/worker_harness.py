@@ -2,7 +2,9 @@
 
 ``worker_settings`` gives short timers and small retries so tests are fast;
 ``running`` runs a worker in a thread for a ``with`` block and checks it
-stopped cleanly (exit code 0) unless the block failed.
+stopped cleanly (exit code 0) unless the block failed. ``Calls`` collects
+what handlers saw; ``RecordingPubSubWorker`` and ``FanOutWorker`` are pub/sub
+workers whose handlers record their calls there.
 """
 
 from __future__ import annotations
@@ -12,20 +14,14 @@ import threading
 import time
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict
-
-from nsj_queue_lib import Settings
+from nsj_queue_lib import Settings, Subscriber, WorkerPubSubBase
+from tests.helpers.processes import db_settings
 
 
 def worker_settings(queue, **changes: Any) -> Settings:
     """Settings for a worker on ``queue`` (a tests.helpers.databases queue with a subscriber table)."""
-    info = conninfo_to_dict(queue.dsn)
     settings = Settings(
-        db_host=info.get("host") or "127.0.0.1",
-        db_port=int(info.get("port") or 5432),
-        db_name=info.get("dbname") or "postgres",
-        db_user=info.get("user") or "postgres",
-        db_pass=info.get("password") or "",
+        **db_settings(queue.dsn),
         queue_name=queue.name,
         queue_table=queue.table,
         queue_subscriber_table=queue.subscriber_table,
@@ -86,3 +82,77 @@ def rows(conn, table: str, where: str = "true", params: tuple = ()) -> list[dict
     cur = conn.execute(f"SELECT * FROM {table} WHERE {where} ORDER BY id", params)
     names = [c.name for c in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+class Calls:
+    """What handlers saw, thread-safe (executor threads call them concurrently)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, **item: Any) -> None:
+        with self._lock:
+            self.items.append(item)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.items)
+
+    def list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.items)
+
+    def of(self, handler: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [i for i in self.items if i["handler"] == handler]
+
+    def handlers(self) -> list[str]:
+        with self._lock:
+            return sorted(i["handler"] for i in self.items)
+
+
+class RecordingPubSubWorker(WorkerPubSubBase):
+    """A pub/sub worker whose handlers ``record`` each call on ``self.calls``."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.calls = Calls()
+
+    def in_transaction(self, bd_conn) -> bool:
+        """Whether ``bd_conn`` (psycopg 3) is inside a transaction."""
+        return bd_conn.info.transaction_status.name == "INTRANS"
+
+    def record(self, handler: str, payload, subscription, tarefa, bd_conn) -> str:
+        self.calls.add(
+            handler=handler,
+            payload=payload,
+            subscription=subscription,
+            tarefa=dict(tarefa),
+            in_transaction=self.in_transaction(bd_conn),
+        )
+        return f"{handler} ok"
+
+
+class FanOutWorker(RecordingPubSubWorker):
+    """Methods for the subscribers "estoque", "financeiro" and "todos"; ``must_not_run`` for
+    the subscribers a publication must never reach (inactive, another processo, tenant, grupo)."""
+
+    @Subscriber("estoque")
+    def estoque(self, payload, subscription, tarefa, bd_conn) -> str:
+        return self.record("estoque", payload, subscription, tarefa, bd_conn)
+
+    @Subscriber("financeiro")
+    def financeiro(self, payload, subscription, tarefa, bd_conn) -> str:
+        return self.record("financeiro", payload, subscription, tarefa, bd_conn)
+
+    @Subscriber("todos")
+    def todos(self, payload, subscription, tarefa, bd_conn) -> str:
+        return self.record("todos", payload, subscription, tarefa, bd_conn)
+
+    @Subscriber("inativo")
+    @Subscriber("outro_processo")
+    @Subscriber("outro_tenant")
+    @Subscriber("outro_grupo")
+    def must_not_run(self, payload, subscription, tarefa, bd_conn) -> str:
+        return self.record("must_not_run", payload, subscription, tarefa, bd_conn)

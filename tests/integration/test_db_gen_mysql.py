@@ -15,7 +15,7 @@ from nsj_queue_lib.db.mysql.driver import configure_session
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db_gen import render
 from nsj_queue_lib.exceptions import ClaimRoutineError
-from tests.helpers.databases import unique_queue_name
+from tests.helpers.databases import busy_row_sql, unique_queue_name
 from tests.helpers.mysql_queue import (
     connect,
     create_queue,
@@ -332,12 +332,7 @@ def busy_queue(mysql_queue, mysql_admin):
         cur.execute(
             f"""
             INSERT INTO {mysql_queue.table} (processo, status, prioridade, data_hora, data_hora_inicial)
-            SELECT 'p',
-                   CASE WHEN seq % 10 = 0 THEN 'pendente'
-                        WHEN seq % 10 = 1 THEN 'agendada'
-                        WHEN seq % 97 = 0 THEN 'processando'
-                        ELSE 'sucesso' END,
-                   50 + seq % 3,
+            SELECT {busy_row_sql("seq")},
                    NOW(6) - INTERVAL seq SECOND,
                    NOW(6) - INTERVAL seq SECOND
             FROM seq_1_to_20000

@@ -10,6 +10,7 @@ import pytest
 from nsj_queue_lib import model
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import (
+    busy_row_sql,
     collect_until_sentinel,
     connect_pg,
     create_queue,
@@ -155,12 +156,7 @@ def test_claims_use_the_partial_claim_index(path, pg_queue, pg_admin, pg_autocom
     pg_admin.execute(
         f"""
         INSERT INTO {pg_queue.table} (processo, status, prioridade, data_hora)
-        SELECT 'p',
-               CASE WHEN g % 10 = 0 THEN 'pendente'
-                    WHEN g % 10 = 1 THEN 'agendada'
-                    WHEN g % 97 = 0 THEN 'processando'
-                    ELSE 'sucesso' END,
-               50 + g % 3,
+        SELECT {busy_row_sql("g")},
                clock_timestamp() - make_interval(secs => g)
         FROM generate_series(1, 20000) AS g
         """

@@ -10,55 +10,30 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from tests.helpers.databases import table_exists
+from tests.helpers.processes import (
+    OWN_PREFIXES,
+    clean_env,
+    db_env,
+    run_python,
+    script_process,
+    stop_script,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.py"))
 DEMO_TIMEOUT = 120
-# Variables that would change what an example does: never inherited from the developer's shell.
-_OWN_PREFIXES = ("DB_", "DATABASE_", "QUEUE_", "EXAMPLE_", "DEMO_", "LOG_DEBUG", "GRAFANA_URL")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_PREFIXES)}
-    env.update(extra, PYTHONUNBUFFERED="1")
-    return env
-
-
-def db_env(dsn: str) -> dict[str, str]:
-    """The worker's DB_* variables for a libpq DSN (conninfo or URI)."""
-    params = conninfo_to_dict(dsn)
-    env = {
-        "DB_HOST": params.get("host") or "localhost",
-        "DB_BASE": params.get("dbname") or "postgres",
-        "DB_USER": params.get("user") or "postgres",
-    }
-    if params.get("port"):
-        env["DB_PORT"] = str(params["port"])
-    if params.get("password"):
-        env["DB_PASS"] = params["password"]
-    return env
 
 
 def run_example(name: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_python(str(EXAMPLES / name), env=env, timeout=timeout)
 
 
 # -- every example compiles and imports without side effects ---------------------
@@ -74,7 +49,7 @@ def test_example_compiles_and_imports(path, monkeypatch):
     compile(path.read_text(encoding="utf-8"), str(path), "exec")  # a SyntaxError fails here
     monkeypatch.syspath_prepend(str(EXAMPLES))
     for key in list(os.environ):
-        if key.startswith(_OWN_PREFIXES):
+        if key.startswith(OWN_PREFIXES):
             monkeypatch.delenv(key)
     spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -220,40 +195,28 @@ def test_example_worker_processes_a_task_and_stops_on_sigterm(
         QUEUE_TABLE=pg_queue.table,
         EXAMPLE_RESULT_TABLE=result_table,
     )
-    worker = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / script)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
     try:
-        task_id = QueueClient(pg_autocommit, pg_queue.table).insert_task(
-            "teste", "exemplo", "exemplo", "chave-1", {"pedido": 1}
-        )
+        with script_process(EXAMPLES / script, env) as worker:
+            task_id = QueueClient(pg_autocommit, pg_queue.table).insert_task(
+                "teste", "exemplo", "exemplo", "chave-1", {"pedido": 1}
+            )
 
-        def settled() -> bool:
-            status = pg_autocommit.execute(
-                f"SELECT status FROM {pg_queue.table} WHERE id = %s", (task_id,)
-            ).fetchone()[0]
-            assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
-            return status == "sucesso"
+            def settled() -> bool:
+                status = pg_autocommit.execute(
+                    f"SELECT status FROM {pg_queue.table} WHERE id = %s", (task_id,)
+                ).fetchone()[0]
+                assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
+                return status == "sucesso"
 
-        _wait_for(settled, 30, f"task {task_id} to succeed")
-        if script == "worker_simple.py":
-            written = pg_autocommit.execute(
-                f"SELECT tarefa_id, dead FROM {result_table}"
-            ).fetchall()
-            assert written == [(task_id, False)]
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(30) == 0, worker.stdout.read()
+            _wait_for(settled, 30, f"task {task_id} to succeed")
+            if script == "worker_simple.py":
+                written = pg_autocommit.execute(
+                    f"SELECT tarefa_id, dead FROM {result_table}"
+                ).fetchall()
+                assert written == [(task_id, False)]
+            stop_script(worker)
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
         pg_autocommit.execute(f"DROP TABLE IF EXISTS {result_table}")
-        worker.stdout.close()
 
 
 @pytest.mark.slow
@@ -273,48 +236,41 @@ def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(
         QUEUE_NOTIFY_THREAD_INTERVAL="0.5",
         QUEUE_RETRY_THREAD_INTERVAL="1",
     )
-    worker = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "worker_simple.py")],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
     try:
-        client = QueueClient(pg_autocommit, pg_queue.table)
-        once = client.insert_task("teste", "exemplo", "exemplo", "falha-1x", {"falhas": 1})
-        never = client.insert_task("teste", "exemplo", "exemplo", "sempre", {"sempre_falhar": True})
+        with script_process(EXAMPLES / "worker_simple.py", env) as worker:
+            client = QueueClient(pg_autocommit, pg_queue.table)
+            once = client.insert_task("teste", "exemplo", "exemplo", "falha-1x", {"falhas": 1})
+            never = client.insert_task(
+                "teste", "exemplo", "exemplo", "sempre", {"sempre_falhar": True}
+            )
 
-        def done() -> bool:
-            assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
-            active, dead_ok = pg_autocommit.execute(
-                f"SELECT count(*) FILTER (WHERE status IN ('pendente', 'agendada', 'processando')),"
-                f" count(*) FILTER (WHERE dead AND status = 'sucesso') FROM {pg_queue.table}"
-            ).fetchone()
-            return active == 0 and dead_ok == 1
+            def done() -> bool:
+                assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
+                active, dead_ok = pg_autocommit.execute(
+                    f"SELECT count(*) FILTER (WHERE status IN ('pendente', 'agendada', 'processando')),"
+                    f" count(*) FILTER (WHERE dead AND status = 'sucesso') FROM {pg_queue.table}"
+                ).fetchone()
+                return active == 0 and dead_ok == 1
 
-        _wait_for(done, 45, "the tasks to settle")
-        attempts = pg_autocommit.execute(
-            f"SELECT coalesce(id_inicial, id), tentativa, status, dead FROM {pg_queue.table} ORDER BY id"
-        ).fetchall()
-        assert [(t, s) for i, t, s, d in attempts if i == once] == [(1, "falha"), (2, "sucesso")]
-        assert [(t, s) for i, t, s, d in attempts if i == never and not d] == [
-            (1, "falha"),
-            (2, "falha"),
-        ]
-        # Only the successful attempt and the dead letter left a row: failed attempts were rolled back.
-        written = pg_autocommit.execute(
-            f"SELECT chave_externa, tentativa, dead, live_id FROM {result_table} ORDER BY id"
-        ).fetchall()
-        assert sorted(written, key=str) == sorted(
-            [("falha-1x", 2, False, None), ("sempre", 1, True, never)], key=str
-        )
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(30) == 0
+            _wait_for(done, 45, "the tasks to settle")
+            attempts = pg_autocommit.execute(
+                f"SELECT coalesce(id_inicial, id), tentativa, status, dead FROM {pg_queue.table} ORDER BY id"
+            ).fetchall()
+            assert [(t, s) for i, t, s, d in attempts if i == once] == [
+                (1, "falha"),
+                (2, "sucesso"),
+            ]
+            assert [(t, s) for i, t, s, d in attempts if i == never and not d] == [
+                (1, "falha"),
+                (2, "falha"),
+            ]
+            # Only the successful attempt and the dead letter left a row: failed attempts were rolled back.
+            written = pg_autocommit.execute(
+                f"SELECT chave_externa, tentativa, dead, live_id FROM {result_table} ORDER BY id"
+            ).fetchall()
+            assert sorted(written, key=str) == sorted(
+                [("falha-1x", 2, False, None), ("sempre", 1, True, never)], key=str
+            )
+            stop_script(worker)
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
         pg_autocommit.execute(f"DROP TABLE IF EXISTS {result_table}")
-        worker.stdout.close()

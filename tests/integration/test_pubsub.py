@@ -11,25 +11,26 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.json import Json
 
-from nsj_queue_lib import DeadSubscriber, QueueClient, Settings, Subscriber, WorkerPubSubBase
+from nsj_queue_lib import DeadSubscriber, QueueClient, Subscriber
 from nsj_queue_lib.pubsub import NO_SUBSCRIBERS_MESSAGE
-from tests.helpers.databases import connect_pg, create_queue, drop_queue
+from tests.helpers.databases import connect_pg, create_queue, drop_queue, insert_subscriber
 from tests.helpers.http_server import RecordingServer
-from tests.helpers.worker_harness import rows, running, wait_until, worker_settings
+from tests.helpers.processes import clean_env, db_env, script_process, stop_script
+from tests.helpers.worker_harness import (
+    FanOutWorker,
+    RecordingPubSubWorker,
+    rows,
+    running,
+    wait_until,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,33 +41,9 @@ PUBLICATION = {"pedido": 42, "itens": ["a", "b"], "texto": "ação"}
 # -- harness --------------------------------------------------------------------
 
 
-def add_subscriber(
-    conn,
-    queue,
-    subscriber_id: str,
-    processo: str = PROCESSO,
-    tenant: int | None = None,
-    grupo_empresarial: str | None = None,
-    url: str | None = None,
-    http_method: str | None = None,
-    headers: dict | None = None,
-    ativo: bool = True,
-) -> None:
-    conn.execute(
-        f"INSERT INTO {queue.subscriber_table} "
-        "(id, tenant, grupo_empresarial, processo, url, http_method, headers, ativo) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            subscriber_id,
-            tenant,
-            grupo_empresarial,
-            processo,
-            url,
-            http_method,
-            None if headers is None else Json(headers),
-            ativo,
-        ),
-    )
+def add_subscriber(conn, queue, subscriber_id: str, processo: str = PROCESSO, **columns) -> None:
+    """A subscriber row (columns: url, http_method, headers, ativo, tenant, grupo_empresarial)."""
+    insert_subscriber(conn.execute, queue.subscriber_table, subscriber_id, processo, **columns)
 
 
 def publish(
@@ -108,66 +85,6 @@ def settled(conn, queue, where: str = "true", params: tuple = ()) -> bool:
     return bool(found) and all(
         r["status"] in ("sucesso", "falha", "falha_processando") for r in found
     )
-
-
-class Calls:
-    """What the handlers received, thread-safe (executor threads call them concurrently)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.items: list[dict[str, Any]] = []
-
-    def add(self, **item: Any) -> None:
-        with self._lock:
-            self.items.append(item)
-
-    def of(self, handler: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [i for i in self.items if i["handler"] == handler]
-
-    def handlers(self) -> list[str]:
-        with self._lock:
-            return sorted(i["handler"] for i in self.items)
-
-
-class RecordingWorker(WorkerPubSubBase):
-    """Base of the workers below: records every call on ``self.calls``."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.calls = Calls()
-
-    def record(self, handler: str, payload, subscription, tarefa, bd_conn) -> str:
-        self.calls.add(
-            handler=handler,
-            payload=payload,
-            subscription=subscription,
-            tarefa=dict(tarefa),
-            in_transaction=bd_conn.info.transaction_status.name == "INTRANS",
-        )
-        return f"{handler} ok"
-
-    @Subscriber("todos")
-    def todos(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("todos", payload, subscription, tarefa, bd_conn)
-
-
-class FanOutWorker(RecordingWorker):
-    # "todos" is inherited from RecordingWorker.
-    @Subscriber("estoque")
-    def estoque(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("estoque", payload, subscription, tarefa, bd_conn)
-
-    @Subscriber("financeiro")
-    def financeiro(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("financeiro", payload, subscription, tarefa, bd_conn)
-
-    @Subscriber("inativo")
-    @Subscriber("outro_processo")
-    @Subscriber("outro_tenant")
-    @Subscriber("outro_grupo")
-    def must_not_run(self, payload, subscription, tarefa, bd_conn) -> str:
-        return self.record("must_not_run", payload, subscription, tarefa, bd_conn)
 
 
 # -- fan-out ------------------------------------------------------------------------
@@ -362,26 +279,16 @@ def test_deliveries_are_inserted_in_the_transaction_that_marks_the_publication(
 # -- registries, retries and the dead letter -------------------------------------------
 
 
-class WorkerA(WorkerPubSubBase):
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.calls = Calls()
-
+class WorkerA(RecordingPubSubWorker):
     @Subscriber("a")
     def handle_a(self, payload, subscription, tarefa, bd_conn) -> str:
-        self.calls.add(handler="a", payload=payload, subscription=subscription, tarefa=dict(tarefa))
-        return "A handled a"
+        return self.record("a", payload, subscription, tarefa, bd_conn)
 
 
-class WorkerB(WorkerPubSubBase):
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.calls = Calls()
-
+class WorkerB(RecordingPubSubWorker):
     @Subscriber("b")
     def handle_b(self, payload, subscription, tarefa, bd_conn) -> str:
-        self.calls.add(handler="b", payload=payload, subscription=subscription, tarefa=dict(tarefa))
-        return "B handled b"
+        return self.record("b", payload, subscription, tarefa, bd_conn)
 
 
 def test_two_worker_classes_in_one_process_do_not_see_each_others_subscribers(
@@ -418,12 +325,8 @@ def test_two_worker_classes_in_one_process_do_not_see_each_others_subscribers(
         drop_queue(pg_admin, other)
 
 
-class DeadLetterWorker(WorkerPubSubBase):
+class DeadLetterWorker(RecordingPubSubWorker):
     """No @Subscriber for "sem_metodo" (and the subscriber has no url): only a dead handler."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.calls = Calls()
 
     @Subscriber("sempre_falha")
     def always_fails(self, payload, subscription, tarefa, bd_conn) -> str:
@@ -598,27 +501,14 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "worker_pub_sub_tes
 
 def test_the_pub_sub_example_serves_its_method_and_a_webhook_subscriber(pg_queue, pg_autocommit):
     db = pg_autocommit
-    info = conninfo_to_dict(pg_queue.dsn)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(
-            ("DB_", "DATABASE_", "QUEUE_", "LOG_DEBUG", "GRAFANA_URL", "DEFAULT_WEBHOOK")
-        )
-    }
-    env.update(
-        DB_HOST=info.get("host") or "127.0.0.1",
-        DB_PORT=str(info.get("port") or 5432),
-        DB_BASE=info.get("dbname") or "postgres",
-        DB_USER=info.get("user") or "postgres",
-        DB_PASS=info.get("password") or "",
+    env = clean_env(
+        **db_env(pg_queue.dsn),
         QUEUE_NAME=pg_queue.name,
         QUEUE_TABLE=pg_queue.table,
         QUEUE_SUBSCRIBER_TABLE=pg_queue.subscriber_table,
         QUEUE_MAX_RETRY="2",
         QUEUE_BASE_INTERVAL_RETRY="0.001",
         QUEUE_WAIT_NOTIFY_INTERVAL="0.5",
-        PYTHONUNBUFFERED="1",
     )
     with RecordingServer() as server:
         add_subscriber(db, pg_queue, "teste", processo="teste")
@@ -636,15 +526,7 @@ def test_the_pub_sub_example_serves_its_method_and_a_webhook_subscriber(pg_queue
             pg_queue, {"pedido": 2, "falhar": True}, processo="teste", chave_externa="falha"
         )
 
-        worker = subprocess.Popen(
-            [sys.executable, str(EXAMPLE)],
-            env=env,
-            cwd=EXAMPLE.parents[1],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
+        with script_process(EXAMPLE, env) as worker:
 
             def done() -> bool:
                 assert worker.poll() is None, f"the example exited early:\n{worker.stdout.read()}"
@@ -657,13 +539,8 @@ def test_the_pub_sub_example_serves_its_method_and_a_webhook_subscriber(pg_queue
                 return len(dead) == 1 and len(hooks) == 2 and settled(db, pg_queue)
 
             wait_until(done, 30, "the example's deliveries")
-            worker.send_signal(signal.SIGTERM)
-            assert worker.wait(30) == 0
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-        output = worker.stdout.read()
+            stop_script(worker)
+            output = worker.stdout.read()
         requests = server.snapshot()
 
     (ok,) = rows(db, pg_queue.table, "publication_id = %s AND subscriber_id = 'teste'", (ok_id,))

@@ -17,6 +17,7 @@ import pytest
 
 from nsj_queue_lib.db_gen import render
 from nsj_queue_lib.runtime.worker_runtime import EXIT_CONFIG_ERROR
+from tests.helpers.databases import count_rows
 from tests.helpers.processes import (
     InProcessWorker,
     create_side_tables,
@@ -25,7 +26,9 @@ from tests.helpers.processes import (
     fetch_rows,
     function_worker,
     listening_backends,
+    ready_tasks,
     settings_for,
+    start_function_worker,
     statuses,
     wait_for,
 )
@@ -45,21 +48,36 @@ def start_worker(pg_queue, pg_dsn, pg_autocommit):
     started: list[InProcessWorker] = []
 
     def start(execute, execute_dead=None, wait_listening=True, **changes):
-        settings = settings_for(pg_dsn, pg_queue.table, **changes)
-        worker = InProcessWorker(function_worker(settings, execute, execute_dead)).start()
+        worker = start_function_worker(
+            pg_dsn, pg_queue, pg_autocommit, execute, execute_dead, wait_listening, **changes
+        )
         started.append(worker)
-        if wait_listening:
-            wait_for(
-                lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1,
-                10,
-                "the worker to LISTEN on its channel",
-            )
         return worker
 
     yield start
     for worker in started:
         if worker.alive():
             worker.stop()
+
+
+@pytest.fixture
+def run_ok_and_fail(start_worker, pg_queue, pg_dsn, pg_autocommit):
+    """``run_ok_and_fail(execute)`` -> (ok, fail): the ids of tasks "ok" and "fail" (payloads),
+    once ``execute`` ran both, one succeeded and the other failed (its retry stays 'agendada')."""
+
+    def run(execute) -> tuple[int, int]:
+        start_worker(execute, queue_base_interval_retry=10)
+        ok, failed = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok"), dict(payload="fail")])
+        wait_for(
+            lambda: (
+                statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}
+            ),
+            10,
+            "both tasks to settle",
+        )
+        return ok, failed
+
+    return run
 
 
 @pytest.fixture
@@ -81,6 +99,16 @@ def held_advisory_locks(conn, queue) -> int:
         "WHERE l.locktype = 'advisory' AND a.application_name = %s",
         (f"nsj_queue_lib:{queue.name}",),
     ).fetchone()[0]
+
+
+def assert_runs_the_next_task(dsn: str, queue, conn) -> None:
+    """The worker goes on: a task enqueued now (payload "next") succeeds."""
+    [task] = enqueue(dsn, queue.table, [dict(payload="next")])
+    wait_for(
+        lambda: fetch_rows(conn, queue.table, "id = %s", (task,))[0]["status"] == "sucesso",
+        10,
+        "the next task to succeed",
+    )
 
 
 def db_now(conn) -> datetime.datetime:
@@ -134,7 +162,7 @@ def test_success_commits_the_handlers_writes_with_sucesso(
 
 
 def test_messages_with_nul_characters_are_stored_with_a_replacement(
-    start_worker, pg_queue, pg_dsn, pg_autocommit
+    run_ok_and_fail, pg_queue, pg_autocommit
 ):
     """PostgreSQL text cannot hold NUL: the message is kept, NUL replaced, the task still succeeds or fails."""
 
@@ -143,15 +171,7 @@ def test_messages_with_nul_characters_are_stored_with_a_replacement(
             raise RuntimeError("bad\x00byte")
         return "done\x00here"
 
-    start_worker(execute, queue_base_interval_retry=60)
-    ok, bad = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok"), dict(payload="fail")])
-    wait_for(
-        lambda: (
-            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}
-        ),
-        10,
-        "both tasks to settle",
-    )
+    ok, bad = run_ok_and_fail(execute)
     assert (
         fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (ok,))[0]["mensagem"]
         == "done\ufffdhere"
@@ -192,12 +212,7 @@ def test_failures_retry_with_back_off_then_dead_letter(
     )
     [first_id] = enqueue(pg_dsn, pg_queue.table, [dict(payload='{"n": 1}', chave_externa="chain")])
     wait_for(
-        lambda: (
-            pg_autocommit.execute(
-                f"SELECT count(*) FROM {pg_queue.table} WHERE dead AND status = 'sucesso'"
-            ).fetchone()[0]
-            == 1
-        ),
+        lambda: count_rows(pg_autocommit, pg_queue.table, "dead AND status = 'sucesso'") == 1,
         15,
         "the dead-letter task to be handled",
     )
@@ -259,12 +274,7 @@ def test_a_dead_letter_that_keeps_failing_ends_without_another(
     start_worker(fail, fail, queue_max_retry=2, queue_wait_notify_interval=0.2)
     [first] = enqueue(pg_dsn, pg_queue.table, [dict(payload="x")])
     wait_for(
-        lambda: (
-            pg_autocommit.execute(
-                f"SELECT count(*) FROM {pg_queue.table} WHERE dead AND estouro_tentativas"
-            ).fetchone()[0]
-            == 1
-        ),
+        lambda: count_rows(pg_autocommit, pg_queue.table, "dead AND estouro_tentativas") == 1,
         10,
         "the dead letter's last attempt to fail",
     )
@@ -302,14 +312,7 @@ def test_system_exit_and_keyboard_interrupt_fail_the_task_and_the_worker_goes_on
 
     # The worker still runs and still executes tasks.
     assert worker.alive()
-    [good] = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok")])
-    wait_for(
-        lambda: (
-            fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
-        ),
-        10,
-        "the next task to succeed",
-    )
+    assert_runs_the_next_task(pg_dsn, pg_queue, pg_autocommit)
     assert "processando" not in statuses(pg_autocommit, pg_queue.table)
     assert worker.stop() == 0
 
@@ -321,23 +324,7 @@ def test_ready_tasks_are_claimed_at_start_by_priority_then_age(
     start_worker, pg_queue, pg_dsn, pg_autocommit
 ):
     """Tasks ready before the worker starts run without any notification, in claim order."""
-    base = db_now(pg_autocommit)
-    tasks = {  # name: (prioridade, seconds before now)
-        "A": (50, 10),
-        "B": (50, 20),
-        "C": (90, 1),
-        "D": (10, 30),
-        "E": (90, 5),
-        "F": (50, 15),
-    }
-    enqueue(
-        pg_dsn,
-        pg_queue.table,
-        [
-            dict(payload=name, prioridade=prio, data_hora=base - datetime.timedelta(seconds=ago))
-            for name, (prio, ago) in tasks.items()
-        ],
-    )
+    enqueue(pg_dsn, pg_queue.table, ready_tasks(db_now(pg_autocommit)))
     order: list[str] = []
     # The notifications of those inserts reached nobody; the interval is long, so
     # only the start-up claim can find the tasks.
@@ -495,7 +482,7 @@ def test_concurrent_executors_run_each_task_once(
 
 
 def test_savepoints_in_a_handler_commit_or_roll_back_with_the_task(
-    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+    run_ok_and_fail, pg_queue, pg_autocommit, side
 ):
     def execute(payload, tarefa, bd_conn):
         with bd_conn.transaction():  # a savepoint inside the task's transaction
@@ -514,15 +501,7 @@ def test_savepoints_in_a_handler_commit_or_roll_back_with_the_task(
             raise RuntimeError("the whole task fails")
         return "x" * 2000
 
-    start_worker(execute, queue_base_interval_retry=10)
-    ok, failed = enqueue(pg_dsn, pg_queue.table, [dict(payload="ok"), dict(payload="fail")])
-    wait_for(
-        lambda: (
-            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 1, "falha": 1, "agendada": 1}
-        ),
-        10,
-        "both tasks to settle",
-    )
+    ok, failed = run_ok_and_fail(execute)
     assert pg_autocommit.execute(f"SELECT task_id, chave FROM {side}").fetchall() == [(ok, "kept")]
     row = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (ok,))[0]
     assert row["mensagem"].startswith("xxx") and len(row["mensagem"]) <= 500  # fits the column
@@ -556,14 +535,7 @@ def test_a_handler_that_breaks_its_connection_fails_its_task_and_the_worker_goes
         "the task to fail",
     )
     assert fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (bad,))[0]["reenfileirado"] is True
-    [good] = enqueue(pg_dsn, pg_queue.table, [dict(payload="good")])
-    wait_for(
-        lambda: (
-            fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (good,))[0]["status"] == "sucesso"
-        ),
-        10,
-        "the next task to succeed",
-    )
+    assert_runs_the_next_task(pg_dsn, pg_queue, pg_autocommit)
     assert worker.stop() == 0
 
 

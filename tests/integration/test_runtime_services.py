@@ -20,12 +20,10 @@ from nsj_queue_lib.runtime.service import service_lock_key
 from tests.helpers import services
 from tests.helpers.databases import collect_until_sentinel
 from tests.helpers.processes import (
-    InProcessWorker,
     enqueue,
     fetch_rows,
-    function_worker,
-    listening_backends,
     settings_for,
+    start_function_worker,
     statuses,
     wait_for,
 )
@@ -259,14 +257,8 @@ def test_service_locks_and_task_locks_never_collide(pg_queue, pg_dsn, pg_autocom
         release.wait(20)
         return "done"
 
-    settings = settings_for(pg_dsn, table)
-    worker = InProcessWorker(function_worker(settings, execute)).start()
+    worker = start_function_worker(pg_dsn, pg_queue, pg_autocommit, execute)
     try:
-        wait_for(
-            lambda: listening_backends(pg_autocommit, pg_queue.name) >= 1,
-            10,
-            "the worker to LISTEN",
-        )
         [task_id] = enqueue(pg_dsn, table, [dict(payload="x")])
         assert task_id == 1
         assert started.wait(10)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
+from tests.helpers.processes import python_report
 from tests.helpers.server_process import ROOT
 
 SCRIPT = r"""
@@ -26,16 +24,7 @@ print(json.dumps({"imported": sorted(names), "modules": sorted(sys.modules)}))
 
 def test_server_and_client_never_import_the_runtime():
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = python_report(SCRIPT, env)
     assert {
         "nsj_queue_lib.server.loop",
         "nsj_queue_lib.server.check_tasks",

@@ -29,6 +29,7 @@ from tests.helpers.server_process import (
     ServerProcess,
     free_port,
     local_non_loopback_ip,
+    read_until_closed,
     unreachable_db_env,
     wait_until,
 )
@@ -37,33 +38,6 @@ FAST = 0.5  # TIMEOUT_SOCKET_MESSAGE of these tests
 
 
 # -- helpers -----------------------------------------------------------------
-
-
-def read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[list[dict], bool]:
-    """(frames the server sent, whether it closed the connection within ``timeout``)."""
-    decoder = protocol.FrameDecoder()
-    deadline = time.monotonic() + timeout
-    closed = False
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            data = sock.recv(65536)
-        except TimeoutError:
-            break
-        except OSError:  # reset: closed
-            closed = True
-            break
-        if not data:
-            closed = True
-            break
-        decoder.feed(data)
-    frames = []
-    try:
-        while (message := decoder.next_message()) is not None:
-            frames.append(message)
-    except protocol.ProtocolError:
-        pass
-    return frames, closed
 
 
 def send_frame(sock: socket.socket, message: dict) -> None:

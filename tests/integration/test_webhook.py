@@ -88,6 +88,18 @@ def dead_letter_settled(db, queue, subscriber_id: str) -> bool:
     )
 
 
+def wait_settled(db, queue, what: str, delivered_to=(), dead_letters=()) -> None:
+    """Until each of ``delivered_to`` got its delivery and each of ``dead_letters`` its dead
+    letter handled."""
+    wait_until(
+        lambda: (
+            all(delivered(db, queue, s) for s in delivered_to)
+            and all(dead_letter_settled(db, queue, s) for s in dead_letters)
+        ),
+        what=what,
+    )
+
+
 @pytest.fixture
 def server():
     with RecordingServer() as recording:
@@ -274,13 +286,7 @@ def test_a_redirect_is_not_followed_and_is_a_failure(pg_queue, pg_autocommit, se
     publish(pg_queue)
 
     with running(WorkerWebhook(worker_settings(pg_queue, queue_max_retry=1))):
-        wait_until(
-            lambda: (
-                dead_letter_settled(db, pg_queue, "movido")
-                and dead_letter_settled(db, pg_queue, "permanente")
-            ),
-            what="both dead letters",
-        )
+        wait_settled(db, pg_queue, "both dead letters", dead_letters=["movido", "permanente"])
 
     for subscriber_id, status in (("movido", "302"), ("permanente", "308")):
         (attempt,) = attempts(db, pg_queue, subscriber_id)
@@ -316,12 +322,12 @@ def test_refused_subscriptions_fail_without_any_request(
     publish(pg_queue)
 
     with running(WorkerWebhook(worker_settings(pg_queue, queue_max_retry=2))):
-        wait_until(
-            lambda: (
-                dead_letter_settled(db, pg_queue, "recusado")
-                and delivered(db, pg_queue, "sentinela")
-            ),
-            what="the refused delivery's dead letter",
+        wait_settled(
+            db,
+            pg_queue,
+            "the refused delivery's dead letter",
+            delivered_to=["sentinela"],
+            dead_letters=["recusado"],
         )
 
     refused = attempts(db, pg_queue, "recusado")
@@ -345,12 +351,8 @@ def test_a_huge_answer_is_read_only_up_to_the_bound(pg_queue, pg_autocommit, ser
 
     started = time.monotonic()
     with running(WorkerWebhook(worker_settings(pg_queue, queue_max_retry=1))):
-        wait_until(
-            lambda: (
-                delivered(db, pg_queue, "grande")
-                and dead_letter_settled(db, pg_queue, "grande_erro")
-            ),
-            what="both deliveries",
+        wait_settled(
+            db, pg_queue, "both deliveries", delivered_to=["grande"], dead_letters=["grande_erro"]
         )
     assert time.monotonic() - started < 10
 
@@ -424,12 +426,12 @@ def test_a_pub_sub_worker_serves_method_and_webhook_subscribers(pg_queue, pg_aut
 
     worker = MixedWorker(worker_settings(pg_queue, queue_max_retry=2))
     with running(worker):
-        wait_until(
-            lambda: (
-                all(delivered(db, pg_queue, s) for s in ("indice", "metodo_e_url", "hook"))
-                and dead_letter_settled(db, pg_queue, "quebrado")
-            ),
-            what="every delivery",
+        wait_settled(
+            db,
+            pg_queue,
+            "every delivery",
+            delivered_to=["indice", "metodo_e_url", "hook"],
+            dead_letters=["quebrado"],
         )
 
     (hook,) = server.requests_to("/hook")

@@ -83,24 +83,17 @@ class PlainWorker(WorkerBase):
         return None
 
 
+Row = dict[str, Any]  # a delivery's envelope, its subscription, the task row
+
+
 class PubSubWorker(WorkerPubSubBase):
     @Subscriber("index")
-    def index(
-        self,
-        payload: dict[str, Any],
-        subscription: dict[str, Any],
-        tarefa: dict[str, Any],
-        bd_conn: DBConnection,
-    ) -> str:
+    def index(self, payload: Row, subscription: Row, tarefa: Row, bd_conn: DBConnection) -> str:
         return str(payload["publication"])
 
     @DeadSubscriber("index")
     def index_dead(
-        self,
-        payload: dict[str, Any],
-        subscription: dict[str, Any],
-        tarefa: dict[str, Any],
-        bd_conn: DBConnection,
+        self, payload: Row, subscription: Row, tarefa: Row, bd_conn: DBConnection
     ) -> str:
         return "gave up"
 

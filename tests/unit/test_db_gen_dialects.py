@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,22 +20,9 @@ from nsj_queue_lib.db.mysql.dialect import (
 )
 from nsj_queue_lib.db.sql_files import load_queries
 from nsj_queue_lib.db_gen import render
+from tests.helpers.golden import REGENERATE, ROOT, assert_matches_golden, db_gen
 
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "golden"
-REGENERATE = "python tests/golden/regenerate.py"
 DIALECTS = ["mysql", "singlestore"]
-
-
-def db_gen(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nsj_queue_lib.db_gen", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-    )
 
 
 @pytest.mark.parametrize(
@@ -48,13 +34,7 @@ def db_gen(*args: str) -> subprocess.CompletedProcess:
     ],
 )
 def test_output_matches_golden_file(golden, args):
-    result = db_gen(*args)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    expected = (GOLDEN / golden).read_text("utf-8")
-    assert result.stdout == expected, (
-        f"tests/golden/{golden} is stale: run {REGENERATE} and review the diff"
-    )
+    assert_matches_golden(golden, args)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

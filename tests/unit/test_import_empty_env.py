@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import nsj_queue_lib
+from tests.helpers.processes import python_report
 
 PACKAGE_DIR = Path(nsj_queue_lib.__file__).resolve().parent
-ROOT = PACKAGE_DIR.parent
 
 SCRIPT = r"""
 import importlib, json, os, pkgutil, sys, traceback
@@ -57,16 +54,7 @@ def run_with_empty_environment():
     # Only what the interpreter itself needs; no database or queue variable.
     if os.environ.get("PATH"):
         environ["PATH"] = os.environ["PATH"]
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        env=environ,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return python_report(SCRIPT, environ, timeout=120)
 
 
 def test_every_module_imports_with_an_empty_environment():

@@ -11,48 +11,26 @@ Run as ``python recording_worker.py`` with the worker's environment variables.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(
     0, str(Path(__file__).resolve().parents[3])
 )  # the repository, for a source checkout
 
-import psycopg
-
-from nsj_queue_lib import WorkerBase
+from tests.contract.workers.contract_worker import ContractWorker
 
 
-def _spec(payload: str | None) -> dict:
-    if payload and payload.lstrip().startswith("{"):
-        return json.loads(payload)
-    return {}
+class RecordingWorker(ContractWorker):
+    """The contract suite's worker on the tables named by $TEST_EXEC_TABLE / $TEST_STARTED_TABLE."""
 
-
-class RecordingWorker(WorkerBase):
-    def execute(self, payload, tarefa, bd_conn):
-        spec = _spec(payload)
-        attempt = tarefa["tentativa"]
-        if spec.get("started"):
-            with psycopg.connect(
-                bd_conn.info.dsn, password=os.environ.get("DB_PASS") or None, autocommit=True
-            ) as side:
-                side.execute(
-                    f"INSERT INTO {os.environ['TEST_STARTED_TABLE']} (task_id, pid) VALUES (%s, %s)",
-                    (tarefa["id"], os.getpid()),
-                )
-        bd_conn.execute(
-            f"INSERT INTO {os.environ['TEST_EXEC_TABLE']} (task_id, chave, pid) VALUES (%s, %s, %s)",
-            (tarefa["id"], tarefa["chave_externa"], os.getpid()),
+    def __init__(self) -> None:
+        super().__init__(
+            exec_table=os.environ["TEST_EXEC_TABLE"],
+            started_table=os.environ["TEST_STARTED_TABLE"],
+            ready_file="",
         )
-        if spec.get("sleep") and attempt in spec.get("sleep_on", [attempt]):
-            time.sleep(float(spec["sleep"]))
-        if attempt in spec.get("fail_on", []):
-            raise RuntimeError(f"planned failure of attempt {attempt}")
-        return f"done by {os.getpid()}"
 
 
 if __name__ == "__main__":

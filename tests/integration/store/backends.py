@@ -363,21 +363,13 @@ class Backend:
         return name
 
     def drop_claim_routine(self) -> None:
-        if self.dialect == "postgres":
-            self.execute(
-                f"DROP FUNCTION {self.claim_routine}(bigint, text, integer, integer, integer)"
-            )
-        else:
-            self.execute(f"DROP PROCEDURE {self.claim_routine}")
+        self.execute(
+            databases.drop_claim_routine_sql(self.dialect == "postgres", self.claim_routine)
+        )
 
     def comment_claim_routine(self, comment: str) -> None:
-        if self.dialect == "postgres":
-            self.execute(
-                f"COMMENT ON FUNCTION {self.claim_routine}(bigint, text, integer, integer, integer) "
-                f"IS '{comment}'"
-            )
-        else:
-            self.execute(f"ALTER PROCEDURE {self.claim_routine} COMMENT '{comment}'")
+        postgres = self.dialect == "postgres"
+        self.execute(databases.comment_claim_routine_sql(postgres, self.claim_routine, comment))
 
     @contextlib.contextmanager
     def failing_updates_to(self, status: str, message: str) -> Iterator[None]:
