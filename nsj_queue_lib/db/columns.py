@@ -13,6 +13,19 @@ TASK_COLUMNS_RESOLVED = ", ".join(
     _RESOLVED_PAYLOAD if c == "payload" else f"t.{c}" for c in model.QUEUE_COLUMNS
 )
 SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+# What an insert sends of a task (the client's checked row), besides its time
+# and priority, whose defaults each dialect writes its own way.
+TASK_INSERT_FIELDS = (
+    "origem",
+    "destino",
+    "processo",
+    "chave_externa",
+    "payload",
+    "payload_hash",
+    "tenant",
+    "grupo_empresarial",
+    "pub_sub",
+)
 
 
 def query_values(queue_table: str, subscriber_table: str | None) -> dict[str, str]:

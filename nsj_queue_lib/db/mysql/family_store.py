@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from nsj_queue_lib.db.columns import query_values
+from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import check_store_tables
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
@@ -48,17 +48,6 @@ from nsj_queue_lib.identifiers import split_table_name
 
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
-_TASK_INSERT_FIELDS = (
-    "origem",
-    "destino",
-    "processo",
-    "chave_externa",
-    "payload",
-    "payload_hash",
-    "tenant",
-    "grupo_empresarial",
-    "pub_sub",
-)
 
 
 class MysqlFamilyStore:
@@ -92,7 +81,7 @@ class MysqlFamilyStore:
         values = []
         for row in rows:
             due, due_args = due_sql(row.get("data_hora"))
-            args = [row[name] for name in _TASK_INSERT_FIELDS]
+            args = [row[name] for name in TASK_INSERT_FIELDS]
             args.append(row.get("prioridade"))
             values.append(
                 (

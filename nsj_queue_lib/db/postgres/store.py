@@ -17,7 +17,7 @@ import psycopg
 from psycopg import pq
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.columns import query_values
+from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     check_store_tables,
@@ -132,19 +132,7 @@ class PostgresQueueStore:
     def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
         if not rows:
             return []
-        columns = (
-            "origem",
-            "destino",
-            "processo",
-            "chave_externa",
-            "payload",
-            "payload_hash",
-            "tenant",
-            "grupo_empresarial",
-            "pub_sub",
-            "prioridade",
-            "data_hora",
-        )
+        columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
         if type(conn).__module__.split(".")[0] == "psycopg" and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
         arrays = {name: [row[name] for row in rows] for name in columns}
