@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
+import urllib.parse
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -22,10 +23,18 @@ from nsj_queue_lib.db.dialect import notify_channel
 from nsj_queue_lib.exceptions import DatabaseError
 
 if TYPE_CHECKING:
-    from nsj_queue_lib.db.queue_store import ClientStore, QueueStore
+    from nsj_queue_lib.db.queue_store import ClientStore, InspectionStore, QueueStore
     from nsj_queue_lib.settings import Settings
 
 DRIVER_NAMES = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
+# The dialect of a DSN by its URL scheme (a DSN without one is a libpq conninfo string).
+_DSN_SCHEMES = {
+    "postgres": "postgres",
+    "postgresql": "postgres",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "singlestore": "singlestore",
+}
 # The dialect of a caller's connection, by the package of its driver.
 _CONNECTION_DIALECTS = {
     "psycopg": "postgres",
@@ -49,6 +58,8 @@ class Capabilities:
     skip_locked: bool  # claims pass rows another transaction holds
     session_locks: bool  # advisory or named locks held by a session (liveness, services)
     asynchronous_commit: bool  # a session can commit without waiting for the disk
+    # DDL runs inside a transaction (else each DDL statement commits on its own)
+    transactional_ddl: bool = False
 
 
 class Listener(Protocol):
@@ -154,6 +165,55 @@ class Driver(abc.ABC):
         """The store of the configured queue (QUEUE_TABLE, QUEUE_SUBSCRIBER_TABLE)."""
         return self.new_store(self.settings.queue_table, self.settings.queue_subscriber_table)
 
+    @classmethod
+    @abc.abstractmethod
+    def new_inspection_store(cls, queue_table: str) -> InspectionStore:
+        """What the ``nsjq`` command reads (and retries) of a queue table, in this dialect."""
+
+    def inspection_store(self) -> InspectionStore:
+        """The inspection store of the configured queue (QUEUE_TABLE)."""
+        return self.new_inspection_store(self.settings.queue_table)
+
+    @abc.abstractmethod
+    def run_script(self, conn: Any, script: str) -> int:
+        """Run a DDL script (``db_gen``'s output) on ``conn``; the number of statements sent.
+
+        Inside the connection's transaction where the database has transactional DDL.
+        """
+
+    # -- a connection given as one string --
+
+    @classmethod
+    def dsn_environment(cls, dsn: str) -> dict[str, str]:
+        """The DB_* variables ``scheme://user:password@host:port/database`` stands for.
+
+        Raises ``ValueError`` saying what is wrong, never repeating the DSN (it may
+        hold a password).
+        """
+        parts = urllib.parse.urlsplit(dsn.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError("the DSN's port is not a number from 1 to 65535") from None
+        database = urllib.parse.unquote(parts.path.lstrip("/"))
+        if not parts.hostname or not parts.username or not database or "/" in database:
+            raise ValueError(
+                f"expected {parts.scheme}://user:password@host:port/database "
+                "(user, host and database are required)"
+            )
+        if parts.query or parts.fragment:
+            raise ValueError("the DSN takes no parameters (nothing after '?' or '#')")
+        environment = {
+            "DB_DRIVER": _driver_variable(cls.name),
+            "DB_HOST": parts.hostname,
+            "DB_BASE": database,
+            "DB_USER": urllib.parse.unquote(parts.username),
+            "DB_PASS": urllib.parse.unquote(parts.password or ""),
+        }
+        if port is not None:
+            environment["DB_PORT"] = str(port)
+        return environment
+
     # -- wake-ups --
 
     @property
@@ -185,6 +245,22 @@ def driver_module_name(db_driver: str) -> str:
     except KeyError:
         known = ", ".join(DRIVER_NAMES)
         raise ValueError(f"unknown DB_DRIVER {db_driver!r}; known: {known}") from None
+
+
+def _driver_variable(dialect: str) -> str:
+    return next(variable for variable, name in DRIVER_NAMES.items() if name == dialect)
+
+
+def dsn_environment(dsn: str) -> dict[str, str]:
+    """The DB_* variables (DB_DRIVER included) of a DSN: a libpq conninfo string or URL
+    (``postgresql://``) for PostgreSQL, ``mysql://user:password@host:port/database`` for
+    MySQL/MariaDB (``singlestore://`` for SingleStore). Raises ``ValueError``."""
+    scheme, found, _ = dsn.strip().partition("://")
+    dialect = _DSN_SCHEMES.get(scheme.lower()) if found else "postgres"
+    if dialect is None:
+        known = ", ".join(f"{name}://" for name in _DSN_SCHEMES)
+        raise ValueError(f"unknown DSN scheme {scheme!r}: expected {known} or a libpq string")
+    return _driver_class(dialect).dsn_environment(dsn)
 
 
 def _driver_class(dialect: str) -> type[Driver]:

@@ -9,6 +9,8 @@
   ``SessionLockStore`` adds what only databases with session locks do: the
   claim that takes the task's liveness lock in the database.
 - ``MaintenanceStore``: the dispatcher and the periodic services.
+- ``InspectionStore``: the ``nsjq`` command, on a connection of its own (reads,
+  and the manual retry inside the caller's transaction).
 
 ``bind`` runs first on a worker: it resolves the queue's identity and checks
 that the database has what this version needs. Driver errors leave a store
@@ -18,9 +20,12 @@ as ``DatabaseError`` with the driver's error as ``__cause__``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nsj_queue_lib.model import Claim, TaskRecord
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.inspection import TaskFilter
 
 Row = dict[str, Any]
 
@@ -139,3 +144,38 @@ class QueueStore(ClientStore, WorkerStore, MaintenanceStore, Protocol):
 
 class LockingQueueStore(QueueStore, SessionLockStore, Protocol):
     """A store of a database with session locks (PostgreSQL, MySQL)."""
+
+
+class InspectionStore(Protocol):
+    """What an operator sees of a queue (``nsjq``). Times are aware datetimes in UTC; ages
+    and "the last 24 h" are measured by the database's clock."""
+
+    queue_table: str
+
+    def summary(self, conn: Any) -> list[Row]:
+        """One row per (processo, status): ``tasks`` (latest attempts in that status),
+        ``oldest_ready_seconds`` (age of the oldest ready 'pendente' task, else None),
+        ``failed_24h`` (failed attempts due in the last 24 h) and ``dead_24h`` (dead
+        letters enqueued in the last 24 h)."""
+        ...
+
+    def running(self, conn: Any, limit: int) -> list[Row]:
+        """'processando' attempts as ``list_tasks`` gives them (the most recent first)."""
+        ...
+
+    def list_tasks(self, conn: Any, filters: TaskFilter, limit: int, offset: int) -> list[Row]:
+        """Each task's latest attempt (every attempt with ``filters.all_attempts``) matching
+        ``filters``, the most recent attempt first (the primary key read backwards, so a
+        page stops early), each with ``age_seconds``: the time since its data_hora."""
+        ...
+
+    def task_chain(self, conn: Any, task_id: int) -> list[Row]:
+        """Every attempt of the task ``task_id`` belongs to, and of its dead letter, by id
+        (the first attempt with its payload); empty when there is no such row."""
+        ...
+
+    def retry_task(self, conn: Any, task_id: int) -> int | None:
+        """A new 'pendente' attempt, due now, after the latest attempt of the task when that
+        one ran out of attempts; its id, or None (nothing to retry). In the caller's
+        transaction."""
+        ...

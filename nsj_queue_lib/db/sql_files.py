@@ -5,7 +5,8 @@ Two kinds of files:
   identifiers; only ``{name}`` placeholders known to the caller are replaced,
   so braces elsewhere in SQL are left alone;
 - ``queries.sql``: named queries, each introduced by a ``-- name: <name>``
-  line. Every dialect's file carries the same names.
+  line. Every dialect's file carries the same names. ``inspection.sql``
+  holds the read-mostly queries of the ``nsjq`` command in the same form.
 """
 
 from __future__ import annotations
@@ -45,27 +46,29 @@ def render(template: str, values: dict[str, str]) -> str:
 
 
 @functools.cache
-def load_queries(dialect: str) -> dict[str, str]:
+def load_queries(dialect: str, filename: str = "queries.sql") -> dict[str, str]:
     """Named queries of a dialect: {name: sql text with placeholders}.
 
     With ``-- base: <other>`` in the preamble, the other dialect's queries are
     the starting point and this file's queries replace them by name.
     """
-    text = read_sql(dialect, "queries.sql")
+    text = read_sql(dialect, filename)
     parts = _NAME_LINE.split(text)
     base = _BASE_LINE.search(parts[0])
-    inherited = dict(load_queries(base.group(1))) if base else {}
+    inherited = dict(load_queries(base.group(1), filename)) if base else {}
     own: dict[str, str] = {}
     # parts = [preamble, name1, body1, name2, body2, ...]
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in own:
-            raise ValueError(f"query {name!r} defined twice in {dialect}/queries.sql")
+            raise ValueError(f"query {name!r} defined twice in {dialect}/{filename}")
         own[name] = body.strip().rstrip(";")
     return {**inherited, **own}
 
 
-def render_queries(dialect: str, values: dict[str, str]) -> dict[str, str]:
-    return {name: render(sql, values) for name, sql in load_queries(dialect).items()}
+def render_queries(
+    dialect: str, values: dict[str, str], filename: str = "queries.sql"
+) -> dict[str, str]:
+    return {name: render(sql, values) for name, sql in load_queries(dialect, filename).items()}
 
 
 # One index probe per status (both are partial indexes of the queue table).

@@ -14,7 +14,9 @@ from nsj_queue_lib.db.driver import (
     Listener,
     TaskSource,
 )
+from nsj_queue_lib.db.mysql.dialect import split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
+from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
@@ -64,8 +66,20 @@ class MysqlFamilyDriver(Driver):
             **options,
         )
 
+    @classmethod
+    def new_inspection_store(cls, queue_table: str) -> MysqlInspectionStore:
+        return MysqlInspectionStore(queue_table)
+
     def configure(self, conn: Any, executor: bool) -> None:
         configure_session(conn, executor)
+
+    def run_script(self, conn: Any, script: str) -> int:
+        """Statement by statement (``DELIMITER`` lines honoured); each DDL statement commits."""
+        statements = split_script(script)
+        with wrap_driver_errors("ddl"), conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        return len(statements)
 
     def connect(self, autocommit: bool = True, executor: bool = False) -> Any:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from nsj_queue_lib.db.driver import (
     CONNECT_TIMEOUT_SECONDS,
@@ -18,6 +18,7 @@ from nsj_queue_lib.db.driver import (
     Listener,
     TaskSource,
 )
+from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.listener import PostgresListener
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
@@ -33,6 +34,10 @@ _CONNECT_OPTIONS: dict[str, Any] = {
 }
 
 
+# What a DSN may say; anything else (sslmode...) libpq reads from PG* variables.
+_DSN_KEYS = {"host": "DB_HOST", "port": "DB_PORT", "dbname": "DB_BASE", "user": "DB_USER"}
+
+
 def server_application_name(queue_name: str) -> str:
     """The ``application_name`` of the socket server's sessions."""
     return f"nsj_queue_lib_server:{queue_name}"[:63]
@@ -41,12 +46,47 @@ def server_application_name(queue_name: str) -> str:
 class PostgresDriver(Driver):
     name = "postgres"
     capabilities = Capabilities(
-        listen_notify=True, skip_locked=True, session_locks=True, asynchronous_commit=True
+        listen_notify=True,
+        skip_locked=True,
+        session_locks=True,
+        asynchronous_commit=True,
+        transactional_ddl=True,
     )
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> PostgresQueueStore:
         return PostgresQueueStore(queue_table, subscriber_table)
+
+    @classmethod
+    def new_inspection_store(cls, queue_table: str) -> PostgresInspectionStore:
+        return PostgresInspectionStore(queue_table)
+
+    @classmethod
+    def dsn_environment(cls, dsn: str) -> dict[str, str]:
+        """A libpq conninfo string (``host=... dbname=...``) or URL (``postgresql://``)."""
+        try:
+            params = conninfo_to_dict(dsn.strip())
+        except psycopg.Error:
+            raise ValueError("not a valid libpq connection string or postgresql:// URL") from None
+        unsupported = sorted(set(params) - set(_DSN_KEYS) - {"password"})
+        if unsupported:
+            raise ValueError(
+                f"unsupported in the DSN: {', '.join(unsupported)} (libpq reads such settings "
+                "from its PG* environment variables, e.g. PGSSLMODE)"
+            )
+        if not params.get("host") or not params.get("user"):
+            raise ValueError("the DSN must name the host and the user")
+        params.setdefault("dbname", params["user"])
+        environment = {var: str(params[key]) for key, var in _DSN_KEYS.items() if params.get(key)}
+        environment["DB_DRIVER"] = "POSTGRES"
+        environment["DB_PASS"] = str(params.get("password") or "")
+        return environment
+
+    def run_script(self, conn: Any, script: str) -> int:
+        # Without parameters the whole script travels as one simple query.
+        with wrap_driver_errors("ddl"):
+            conn.execute(script)
+        return 1
 
     def _configure_executor(self, conn: psycopg.Connection) -> None:
         if not self.settings.queue_synchronous_commit:

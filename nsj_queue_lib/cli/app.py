@@ -1,0 +1,189 @@
+"""``nsjq``: the arguments, the commands, the exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import NoReturn
+
+from nsj_queue_lib.cli import config as cli_config
+from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, UsageError
+from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
+from nsj_queue_lib.cli.operate_commands import retry
+from nsj_queue_lib.cli.schema_commands import ddl, upgrade
+from nsj_queue_lib.db.dialect import DIALECT_NAMES
+from nsj_queue_lib.exceptions import ConfigError, DatabaseError
+
+PROG = "nsjq"
+MAX_PAGE_SIZE = 1000
+Command = Callable[[argparse.Namespace, cli_config.Config], int]
+
+_DESCRIPTION = """\
+Look at a queue and operate it. The database and the queue table come from the
+workers' variables (DB_DRIVER, DB_HOST, DB_PORT, DB_BASE, DB_USER, DB_PASS or
+DATABASE_*; QUEUE_TABLE) or from --dsn and --table.
+Exit codes: 0 done, 1 not found or nothing to do, 2 bad usage or configuration
+(or the database could not be reached)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors become ``UsageError``: one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("nsj-queue-lib")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _page_size(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_PAGE_SIZE:
+        raise argparse.ArgumentTypeError(f"at most {MAX_PAGE_SIZE}, got {value}")
+    return value
+
+
+def _common(suppress: bool) -> _Parser:
+    """--dsn, --table and --json, accepted before and after the command."""
+    default = argparse.SUPPRESS if suppress else None
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--dsn",
+        default=default,
+        help="the database instead of the DB_* variables: a libpq string or postgresql:// URL, "
+        "or mysql://user:password@host:port/database",
+    )
+    common.add_argument(
+        "--table", default=default, help="the queue table, schema.name (instead of QUEUE_TABLE)"
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="print one JSON document instead of tables",
+    )
+    return common
+
+
+def _add(
+    commands: argparse._SubParsersAction[_Parser],
+    name: str,
+    run: Command,
+    help_text: str,
+    database: bool = True,
+) -> argparse.ArgumentParser:
+    sub = commands.add_parser(name, help=help_text, description=help_text, parents=[_common(True)])
+    sub.set_defaults(run=run, database=database)
+    return sub
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(False)],
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub = _add(commands, "status", status, "tasks per processo and status, the running ones")
+    sub.add_argument("--limit", type=_page_size, default=20, help="running tasks shown (20)")
+
+    sub = _add(commands, "tasks", tasks, "list tasks (their latest attempt), newest first")
+    sub.add_argument("--status", action="append", help="only these statuses (a,b or repeated)")
+    sub.add_argument("--processo", help="only this processo")
+    sub.add_argument("--chave-externa", dest="chave_externa", help="only this chave_externa")
+    sub.add_argument("--since", type=parse_time, help="first due at or after: 30m, 2h, 1d, ISO")
+    sub.add_argument("--until", type=parse_time, help="first due before: 30m, 2h, 1d, ISO")
+    sub.add_argument(
+        "--all-attempts", action="store_true", help="every attempt, not only the latest"
+    )
+    sub.add_argument("--limit", type=_page_size, default=50, help="tasks per page (50)")
+    sub.add_argument("--page", type=_positive, default=1, help="page number, from 1")
+
+    sub = _add(commands, "show", show, "every attempt of a task, and its dead letter")
+    sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
+
+    sub = _add(
+        commands,
+        "retry",
+        retry,
+        "a new attempt, due now, for a task that ran out of attempts (one transaction)",
+    )
+    sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
+
+    for name, run, what in (
+        ("ddl", ddl, "the DDL that creates the queue"),
+        ("upgrade", upgrade, "idempotent DDL that brings an older queue to this version"),
+    ):
+        sub = _add(
+            commands,
+            name,
+            run,
+            f"print {what} (db_gen's), or run it with --apply. PostgreSQL applies it in one "
+            "transaction; MySQL/MariaDB commit each DDL statement on its own, so a failure "
+            "there leaves the statements before it applied (the upgrade can be run again)",
+            database=False,
+        )
+        sub.add_argument("--dialect", choices=DIALECT_NAMES, help="instead of DB_DRIVER (printing)")
+        sub.add_argument("--apply", action="store_true", help="run it on the database")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> cli_config.Config:
+    dialect = getattr(args, "dialect", None)
+    apply = getattr(args, "apply", False)
+    if dialect is not None and apply:
+        raise UsageError("--dialect is for printing; with --apply the database decides")
+    return cli_config.load(
+        os.environ,
+        dsn=args.dsn,
+        table=args.table,
+        database=args.database or apply,
+        dialect=dialect,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            raise UsageError("a command is required: status, tasks, show, retry, ddl or upgrade")
+        run: Command = args.run
+        return run(args, _config(args))
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except NothingToDo as exc:
+        return _fail(str(exc), EXIT_NOTHING)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except DatabaseError as exc:
+        return _fail(f"database: {exc}", EXIT_USAGE)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: {' '.join(message.split())}", file=sys.stderr)
+    return code

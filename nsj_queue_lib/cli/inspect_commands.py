@@ -1,0 +1,263 @@
+"""The read commands: ``status``, ``tasks``, ``show ID``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from nsj_queue_lib import model
+from nsj_queue_lib.cli.config import Config
+from nsj_queue_lib.cli.errors import EXIT_OK, NothingToDo
+from nsj_queue_lib.cli.output import cell, duration, table, write, write_json
+from nsj_queue_lib.cli.session import open_session
+from nsj_queue_lib.db.inspection import TaskFilter
+
+MESSAGE_WIDTH = 60
+PAYLOAD_WIDTH = 200
+_RELATIVE = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+def _summaries(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per processo and in total: counts by status, oldest ready age, recent failures."""
+    by_processo: dict[Any, dict[str, Any]] = {}
+    total = _empty_summary(None)
+    for row in rows:
+        entry = by_processo.setdefault(row["processo"], _empty_summary(row["processo"]))
+        for target in (entry, total):
+            counts = target["counts"]
+            counts[row["status"]] = counts.get(row["status"], 0) + row["tasks"]
+            target["tasks"] += row["tasks"]
+            target["failed_24h"] += row["failed_24h"]
+            target["dead_24h"] += row["dead_24h"]
+            age = row["oldest_ready_seconds"]
+            if age is not None:
+                target["oldest_ready_seconds"] = max(target["oldest_ready_seconds"] or 0.0, age)
+    entries = sorted(by_processo.values(), key=lambda e: (e["processo"] is None, e["processo"]))
+    total.pop("processo")
+    return entries, total
+
+
+def _empty_summary(processo: str | None) -> dict[str, Any]:
+    return {
+        "processo": processo,
+        "counts": {status: 0 for status in model.STATUSES},
+        "tasks": 0,
+        "oldest_ready_seconds": None,
+        "failed_24h": 0,
+        "dead_24h": 0,
+    }
+
+
+def status(args: argparse.Namespace, config: Config) -> int:
+    with open_session(config) as session:
+        rows = session.store.summary(session.conn)
+        running = session.store.running(session.conn, args.limit)
+        dialect = session.driver.name
+    processos, total = _summaries(rows)
+    if args.json:
+        write_json(
+            {
+                "queue": config.queue_table,
+                "dialect": dialect,
+                "processos": processos,
+                "total": total,
+                "running": running,
+            }
+        )
+        return EXIT_OK
+    statuses = list(total["counts"])
+    headers = ["processo", *statuses, "tasks", "oldest_ready", "failed_24h", "dead_24h"]
+    lines = [
+        [
+            entry.get("processo", "TOTAL"),
+            *(entry["counts"].get(s, 0) for s in statuses),
+            entry["tasks"],
+            duration(entry["oldest_ready_seconds"]),
+            entry["failed_24h"],
+            entry["dead_24h"],
+        ]
+        for entry in [*processos, dict(total, processo="TOTAL")]
+    ]
+    write(f"queue {config.queue_table} ({dialect})\n\n{table(headers, lines)}")
+    write(
+        f"\nrunning: {len(running)}"
+        + (f" (first {args.limit})" if len(running) >= args.limit else "")
+    )
+    if running:
+        write(
+            table(
+                ["id", "task", "processo", "tentativa", "data_hora", "age"],
+                [
+                    [
+                        r["id"],
+                        r["id_inicial"] or r["id"],
+                        r["processo"],
+                        r["tentativa"],
+                        r["data_hora"],
+                        duration(r["age_seconds"]),
+                    ]
+                    for r in running
+                ],
+            )
+        )
+    return EXIT_OK
+
+
+# -- tasks -------------------------------------------------------------------------------
+
+
+def parse_time(text: str) -> datetime.datetime:
+    """``30m``, ``2h``, ``1d`` (that long ago) or an ISO 8601 date/time (UTC unless it says
+    otherwise), as an aware datetime; argparse's ``type``."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    relative = _RELATIVE.match(text.strip())
+    if relative:
+        amount, unit = relative.groups()
+        return now - datetime.timedelta(seconds=float(amount) * _UNIT_SECONDS[unit])
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use 30m, 2h, 1d or an ISO date/time such as 2024-05-01T12:00"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment
+
+
+def _statuses(values: Sequence[str] | None) -> list[str]:
+    """``--status a,b --status c``: the statuses, in order, once each."""
+    found: list[str] = []
+    for value in values or ():
+        for part in value.split(","):
+            if part.strip() and part.strip() not in found:
+                found.append(part.strip())
+    return found
+
+
+def _task_columns(row: dict[str, Any]) -> list[Any]:
+    return [
+        row["id"],
+        row["id_inicial"] or row["id"],
+        row["processo"],
+        row["status"],
+        row["tentativa"],
+        row["dead"],
+        row["data_hora"],
+        row["chave_externa"],
+        cell(row["mensagem"], MESSAGE_WIDTH) if row["mensagem"] else None,
+    ]
+
+
+_TASK_HEADERS = [
+    "id",
+    "task",
+    "processo",
+    "status",
+    "tentativa",
+    "dead",
+    "data_hora",
+    "chave_externa",
+    "mensagem",
+]
+
+
+def tasks(args: argparse.Namespace, config: Config) -> int:
+    filters = TaskFilter(
+        statuses=_statuses(args.status),
+        processo=args.processo,
+        chave_externa=args.chave_externa,
+        since=args.since,
+        until=args.until,
+        all_attempts=args.all_attempts,
+    )
+    offset = (args.page - 1) * args.limit
+    with open_session(config) as session:
+        # One row more than the page says whether another page follows.
+        rows = session.store.list_tasks(session.conn, filters, args.limit + 1, offset)
+    has_more = len(rows) > args.limit
+    rows = rows[: args.limit]
+    if args.json:
+        write_json({"page": args.page, "limit": args.limit, "has_more": has_more, "tasks": rows})
+        return EXIT_OK
+    if not rows:
+        write("no tasks" + (f" on page {args.page}" if args.page > 1 else ""))
+        return EXIT_OK
+    write(table(_TASK_HEADERS, [_task_columns(r) for r in rows]))
+    more = f"; next: --page {args.page + 1}" if has_more else ""
+    write(f"\npage {args.page}, {len(rows)} task(s), {args.limit} per page{more}")
+    return EXIT_OK
+
+
+# -- show --------------------------------------------------------------------------------
+
+
+def split_chain(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A task's attempts (from its first, by id) and its dead letter's attempts."""
+    first = rows[0]["id"]
+    attempts = [r for r in rows if r["id"] == first or r["id_inicial"] == first]
+    dead_letter = [r for r in rows if r not in attempts]
+    return attempts, dead_letter
+
+
+_ATTEMPT_HEADERS = [
+    "id",
+    "tentativa",
+    "status",
+    "data_hora",
+    "proxima_tentativa",
+    "reenfileirado",
+    "estouro_tentativas",
+    "mensagem",
+]
+
+
+def _attempt_columns(row: dict[str, Any]) -> list[Any]:
+    return [
+        row["id"],
+        row["tentativa"],
+        row["status"],
+        row["data_hora"],
+        row["proxima_tentativa"],
+        row["reenfileirado"],
+        row["estouro_tentativas"],
+        row["mensagem"],
+    ]
+
+
+def show(args: argparse.Namespace, config: Config) -> int:
+    with open_session(config) as session:
+        rows = session.store.task_chain(session.conn, args.id)
+    if not rows:
+        raise NothingToDo(f"task {args.id} not found in {config.queue_table}")
+    attempts, dead_letter = split_chain(rows)
+    first, latest = attempts[0], attempts[-1]
+    if args.json:
+        write_json(
+            {
+                "task": first["id"],
+                "status": latest["status"],
+                "attempts": attempts,
+                "dead_letter": dead_letter,
+            }
+        )
+        return EXIT_OK
+    facts = [f"processo {cell(first['processo'])}", f"chave_externa {cell(first['chave_externa'])}"]
+    if first["dead"]:
+        facts.append(f"dead letter of task {cell(first['live_id'])}")
+    write(
+        f"task {first['id']} ({', '.join(facts)}): {latest['status']}, {len(attempts)} attempt(s)"
+    )
+    write(table(_ATTEMPT_HEADERS, [_attempt_columns(r) for r in attempts]))
+    if dead_letter:
+        write(f"\ndead letter: task {dead_letter[0]['id']}, {dead_letter[-1]['status']}")
+        write(table(_ATTEMPT_HEADERS, [_attempt_columns(r) for r in dead_letter]))
+    write(f"\npayload: {cell(first.get('payload'), PAYLOAD_WIDTH)}")
+    return EXIT_OK

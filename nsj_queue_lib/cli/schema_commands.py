@@ -1,0 +1,42 @@
+"""``ddl`` and ``upgrade``: what ``db_gen`` prints, or applies with ``--apply``."""
+
+from __future__ import annotations
+
+import argparse
+
+from nsj_queue_lib.cli.config import Config
+from nsj_queue_lib.cli.errors import EXIT_OK, UsageError
+from nsj_queue_lib.cli.output import write
+from nsj_queue_lib.cli.session import open_session
+from nsj_queue_lib.db_gen import render
+from nsj_queue_lib.exceptions import InvalidIdentifierError
+
+
+def _script(config: Config, upgrade: bool) -> str:
+    schema, name = config.schema_and_name()
+    try:
+        return render(schema, name, config.dialect, upgrade=upgrade)
+    except InvalidIdentifierError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def ddl(args: argparse.Namespace, config: Config) -> int:
+    return _run(args, config, upgrade=False)
+
+
+def upgrade(args: argparse.Namespace, config: Config) -> int:
+    return _run(args, config, upgrade=True)
+
+
+def _run(args: argparse.Namespace, config: Config, upgrade: bool) -> int:
+    script = _script(config, upgrade)
+    if not args.apply:
+        write(script)
+        return EXIT_OK
+    with open_session(config, autocommit=False) as session:
+        statements = session.driver.run_script(session.conn, script)
+        session.conn.commit()
+        atomic = session.driver.capabilities.transactional_ddl
+    how = "in one transaction" if atomic else f"{statements} statements, each committed on its own"
+    write(f"{'upgraded' if upgrade else 'created'} {config.queue_table} ({how})")
+    return EXIT_OK

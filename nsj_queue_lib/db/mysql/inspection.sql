@@ -1,0 +1,72 @@
+-- Named queries of the nsjq command on MySQL / MariaDB (and SingleStore),
+-- db/mysql/inspection.py. {queue_table} is a validated identifier; every value
+-- is a bound parameter. {attempt_columns} is an attempt's select list
+-- (db/inspection.py), table alias t, times as epoch seconds (UNIX_TIMESTAMP
+-- of a TIMESTAMP column is its instant, whatever the session's time zone).
+-- A task's latest attempt is the one not requeued: reenfileirado marks every
+-- attempt that a later one follows. An operation of several statements lists
+-- them as "-- step: <name>" sections, run in order in one transaction.
+
+-- name: summary
+-- Counts per processo and status, by the database's clock. Reads the whole
+-- table once: its cost grows with the table, so purge keeps it small.
+SELECT t.processo,
+       t.status,
+       SUM(NOT COALESCE(t.reenfileirado, false)) AS tasks,
+       TIMESTAMPDIFF(MICROSECOND, MIN(CASE
+           WHEN t.status = 'pendente' AND t.data_hora <= NOW(6) THEN t.data_hora
+       END), NOW(6)) / 1000000 AS oldest_ready_seconds,
+       SUM(t.status IN ('falha', 'falha_processando')
+           AND t.data_hora >= NOW(6) - INTERVAL %(recent_seconds)s SECOND) AS failed_24h,
+       SUM(t.dead AND t.id_inicial IS NULL
+           AND t.data_hora_inicial >= NOW(6) - INTERVAL %(recent_seconds)s SECOND) AS dead_24h
+FROM {queue_table} AS t
+GROUP BY t.processo, t.status
+ORDER BY t.processo, t.status
+
+-- name: list_tasks
+-- Each attempt's age: since its data_hora, by the database's clock.
+SELECT {attempt_columns},
+       TIMESTAMPDIFF(MICROSECOND, t.data_hora, NOW(6)) / 1000000 AS age_seconds
+FROM {queue_table} AS t
+WHERE {task_filter}
+ORDER BY t.id DESC
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: task_chain
+-- A task's attempts all carry its first attempt's id (id_inicial), its dead
+-- letter's attempts that id as live_id; all of them come after the first.
+SELECT {attempt_columns_with_payload}
+FROM {queue_table} AS t
+JOIN (SELECT COALESCE(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s) AS task
+  ON t.id >= task.first_id
+ AND (t.id = task.first_id OR t.id_inicial = task.first_id
+      OR (t.dead AND t.live_id = task.first_id))
+ORDER BY t.id
+
+-- name: retry_task
+-- The latest attempt of the task, when it ran out of attempts, is marked as
+-- requeued (proxima_tentativa: now) and followed by a new 'pendente' attempt
+-- due at that instant, built like fail_and_retry's next attempt (queries.sql).
+-- Conditional on the latest attempt still being exhausted and not requeued, so
+-- two concurrent retries add one attempt: the store skips the insert when mark
+-- changed no row.
+-- step: latest
+SELECT t.id
+FROM {queue_table} AS t
+JOIN (SELECT COALESCE(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s) AS task
+  ON t.id >= task.first_id AND (t.id = task.first_id OR t.id_inicial = task.first_id)
+ORDER BY t.id DESC
+LIMIT 1;
+-- step: mark
+UPDATE {queue_table}
+SET reenfileirado = true, proxima_tentativa = NOW(6)
+WHERE id = %(id)s
+  AND estouro_tentativas
+  AND NOT COALESCE(reenfileirado, false)
+  AND status IN ('falha', 'falha_processando');
+-- step: insert
+INSERT INTO {queue_table} ({next_attempt_columns})
+SELECT {next_attempt_values}
+FROM {queue_table} AS f
+WHERE f.id = %(id)s

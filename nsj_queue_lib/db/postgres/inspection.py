@@ -1,0 +1,36 @@
+"""What the ``nsjq`` command reads of a queue on PostgreSQL (``InspectionStore``).
+
+Queries in ``inspection.sql``; psycopg 3 or psycopg2 connections. Driver errors
+leave as ``DatabaseError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nsj_queue_lib.db.inspection import InspectionQueries, query_values, task_filter
+from nsj_queue_lib.db.postgres.store import _rows_as_dicts, wrap_driver_errors
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.identifiers import check_table_name
+
+# timestamptz values arrive as aware datetimes: exact instants.
+_TIME = "t.{c}"
+_FILTER = task_filter("t.status = ANY(%(statuses)s::varchar[])", "to_timestamp({p})")
+
+
+class PostgresInspectionStore(InspectionQueries):
+    def __init__(self, queue_table: str):
+        self.queue_table = check_table_name(queue_table, "queue table")
+        values = query_values(queue_table, _TIME, _FILTER)
+        self.sql = render_queries("postgres", values, "inspection.sql")
+
+    def _fetch(self, conn: Any, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            cur.execute(self.sql[name], params)
+            return _rows_as_dicts(cur)
+
+    def retry_task(self, conn: Any, task_id: int) -> int | None:
+        with wrap_driver_errors("retry_task"), conn.cursor() as cur:
+            cur.execute(self.sql["retry_task"], {"id": task_id})
+            row = cur.fetchone()
+        return None if row is None else int(row[0])

@@ -1,0 +1,77 @@
+-- Named queries of the nsjq command on PostgreSQL (db/postgres/inspection.py).
+-- {queue_table} is a validated identifier; every value is a bound parameter.
+-- {attempt_columns} is an attempt's select list (db/inspection.py), table alias t.
+-- A task's latest attempt is the one not requeued: reenfileirado marks every
+-- attempt that a later one follows.
+
+-- name: summary
+-- Counts per processo and status, by the database's clock. Reads the whole
+-- table once: its cost grows with the table, so purge keeps it small.
+SELECT t.processo,
+       t.status,
+       count(*) FILTER (WHERE NOT coalesce(t.reenfileirado, false)) AS tasks,
+       extract(epoch FROM clock_timestamp() - min(t.data_hora) FILTER (
+           WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp()
+       ))::float8 AS oldest_ready_seconds,
+       count(*) FILTER (
+           WHERE t.status IN ('falha', 'falha_processando')
+             AND t.data_hora >= clock_timestamp() - make_interval(secs => %(recent_seconds)s)
+       ) AS failed_24h,
+       count(*) FILTER (
+           WHERE t.dead AND t.id_inicial IS NULL
+             AND t.data_hora_inicial >= clock_timestamp() - make_interval(secs => %(recent_seconds)s)
+       ) AS dead_24h
+FROM {queue_table} AS t
+GROUP BY t.processo, t.status
+ORDER BY t.processo, t.status
+
+-- name: list_tasks
+-- Each attempt's age: since its data_hora, by the database's clock.
+SELECT {attempt_columns},
+       extract(epoch FROM clock_timestamp() - t.data_hora)::float8 AS age_seconds
+FROM {queue_table} AS t
+WHERE {task_filter}
+ORDER BY t.id DESC
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: task_chain
+-- A task's attempts all carry its first attempt's id (id_inicial), its dead
+-- letter's attempts that id as live_id; all of them come after the first.
+WITH task AS (
+    SELECT coalesce(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s
+)
+SELECT {attempt_columns_with_payload}
+FROM {queue_table} AS t, task
+WHERE t.id >= task.first_id
+  AND (t.id = task.first_id OR t.id_inicial = task.first_id
+       OR (t.dead AND t.live_id = task.first_id))
+ORDER BY t.id
+
+-- name: retry_task
+-- The latest attempt of the task, when it ran out of attempts, is marked as
+-- requeued (proxima_tentativa: now) and followed by a new 'pendente' attempt
+-- due at that instant, built like fail_and_retry's next attempt (queries.sql).
+-- Conditional on the latest attempt still being exhausted and not requeued, so
+-- two concurrent retries add one attempt.
+WITH task AS (
+    SELECT coalesce(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s
+), latest AS (
+    SELECT t.id
+    FROM {queue_table} AS t, task
+    WHERE t.id >= task.first_id AND (t.id = task.first_id OR t.id_inicial = task.first_id)
+    ORDER BY t.id DESC
+    LIMIT 1
+), failed AS (
+    UPDATE {queue_table} AS f
+    SET reenfileirado = true, proxima_tentativa = clock_timestamp()
+    FROM latest
+    WHERE f.id = latest.id
+      AND f.estouro_tentativas
+      AND NOT coalesce(f.reenfileirado, false)
+      AND f.status IN ('falha', 'falha_processando')
+    RETURNING f.*
+)
+INSERT INTO {queue_table} ({next_attempt_columns})
+SELECT {next_attempt_values}
+FROM failed AS f
+RETURNING id
