@@ -47,6 +47,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from nsj_queue_lib import ConfigError, QueueClient, Settings
+from nsj_queue_lib.cli import main as nsjq
 from nsj_queue_lib.db_gen import render
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -489,6 +490,23 @@ def run_demo() -> None:
             f"demo: tasks settled {settled_after:.1f} s after the worker started; total {elapsed(start)}"
             + (f"; queue {queue_table} kept (DEMO_KEEP)" if keep else "")
         )
+        show_status(db, queue_table)
+
+
+def show_status(db: dict[str, str], queue_table: str) -> None:
+    """What ``nsjq status`` says of the demo's queue (with the worker's DB_* variables)."""
+    log()
+    log(f"$ QUEUE_TABLE={queue_table} nsjq status")
+    sys.stdout.flush()
+    dsn = make_conninfo(
+        host=db["DB_HOST"],
+        port=db["DB_PORT"],
+        dbname=db["DB_BASE"],
+        user=db["DB_USER"],
+        password=db["DB_PASS"] or None,
+    )
+    if nsjq(["--dsn", dsn, "--table", queue_table, "status"]) != 0:
+        raise DemoFailed("nsjq status failed (its message is above)")
 
 
 def main() -> int:

@@ -100,6 +100,10 @@ def test_demo_runs_end_to_end(pg_dsn, pg_admin):
     assert took < 60, f"the demo took {took:.1f} s"
     assert "demo: the worker exited with code 0" in out
     assert "demo: OK" in out
+    # It ends with what `nsjq status` says of the queue: nothing left to run.
+    status = out[out.index("nsjq status") :].splitlines()
+    assert status[3].split()[:2] == ["PROCESSO", "PENDENTE"], status
+    assert status[-1] == "running: 0"
 
     header = next(line for line in out.splitlines() if line.startswith("id |"))
     for column in ("id", "tentativa", "status", "dead", "mensagem", "prioridade", "data_hora"):
