@@ -61,8 +61,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [len(h) for h in headers]
     for row in texts:
         widths = [max(w, len(t)) for w, t in zip(widths, row, strict=True)]
+    # A column of numbers (some may be empty) is right-aligned.
     right = [
-        bool(rows) and all(_is_number(row[i]) or row[i] is None for row in rows)
+        any(_is_number(row[i]) for row in rows)
+        and all(_is_number(row[i]) or row[i] is None for row in rows)
         for i in range(len(headers))
     ]
 

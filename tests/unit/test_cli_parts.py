@@ -110,11 +110,11 @@ def test_a_bad_dsn_is_refused_without_repeating_its_password(dsn):
 
 
 def test_table_aligns_columns_and_right_aligns_numbers():
-    text = table(["name", "count", "when"], [["a", 5, None], ["longer", 12345, True]])
-    assert text.splitlines() == [
-        "NAME    COUNT  WHEN",
-        "a           5  -",
-        "longer  12345  yes",
+    rows = [["a", 5, None, None], ["longer", 12345, True, None]]
+    assert table(["name", "count", "when", "empty"], rows).splitlines() == [
+        "NAME    COUNT  WHEN  EMPTY",
+        "a           5  -     -",
+        "longer  12345  yes   -",
     ]
     moment = datetime.datetime(
         2024, 5, 1, 9, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=-3))
