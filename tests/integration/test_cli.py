@@ -421,3 +421,34 @@ def test_python_dash_m_runs_the_command(pg_queue, pg_dsn):
     assert done.returncode == 1 and "not found" in done.stderr
     done = _command("--table", "bad name", "status")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_two_concurrent_retries_add_one_attempt(queue):
+    import threading
+
+    t = populate(queue)
+    driver = _driver(queue)
+    store = driver.inspection_store()
+    first, second = driver.connect(autocommit=False), driver.connect(autocommit=False)
+    try:
+        assert store.retry_task(first, t["broken_2"]) is not None  # not committed yet
+        results: list[int | None] = []
+        racer = threading.Thread(
+            target=lambda: results.append(store.retry_task(second, t["broken"]))
+        )
+        racer.start()
+        racer.join(0.5)
+        assert racer.is_alive()  # waits for the first retry's row lock
+        first.commit()
+        racer.join(10)
+        second.commit()
+        assert results == [None]
+    finally:
+        close_quietly(first)
+        close_quietly(second)
+    look = driver.connect()
+    try:
+        attempts = [r for r in store.task_chain(look, t["broken"]) if not r["dead"]]
+    finally:
+        close_quietly(look)
+    assert [a["tentativa"] for a in attempts] == [1, 2, 3]
