@@ -71,7 +71,15 @@ class _Supervised(threading.Thread):
 class WorkerRuntime:
     def __init__(self, settings: Settings, handler: TaskHandler, driver: Driver | None = None):
         self.driver = driver or make_driver(settings)
-        problems = self.driver.check_settings()
+        problems = {
+            variable: "is required"
+            for variable, value in (
+                ("QUEUE_NAME", settings.queue_name),
+                ("QUEUE_TABLE", settings.queue_table),
+            )
+            if not value
+        }
+        problems.update(self.driver.check_settings())
         if problems:
             raise ConfigError(problems)
         self.settings = settings
