@@ -49,22 +49,20 @@ def test_the_distribution_declares_typing_extras_and_the_core_dependencies():
     assert "py.typed" in package_data
 
 
-def test_worker_webhook_help_needs_no_configuration():
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    shown = subprocess.run(
-        [sys.executable, "-m", "nsj_queue_lib.worker_webhook", "--help"],
-        env=env,
+def webhook_worker(*args: str) -> subprocess.CompletedProcess:
+    """``python -m nsj_queue_lib.worker_webhook`` with ``args`` and no configuration at all."""
+    return subprocess.run(
+        [sys.executable, "-m", "nsj_queue_lib.worker_webhook", *args],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_worker_webhook_help_needs_no_configuration():
+    shown = webhook_worker("--help")
     assert shown.returncode == 0, shown.stderr
     assert "QUEUE_SUBSCRIBER_TABLE" in shown.stdout and "Exit codes" in shown.stdout
-    wrong = subprocess.run(
-        [sys.executable, "-m", "nsj_queue_lib.worker_webhook", "--no-such-option"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    wrong = webhook_worker("--no-such-option")
     assert wrong.returncode == 2 and "unrecognized arguments" in wrong.stderr
