@@ -56,13 +56,9 @@ EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_DIED = 3
 SUPERVISE_INTERVAL_SECONDS = 0.5
-ACTIVITY_INTERVAL_SECONDS = 60.0
+ACTIVITY_INTERVAL_SECONDS = 60.0  # one INFO line per interval while the worker is busy
 # Errors at start that waiting would never cure: the worker exits with EXIT_CONFIG_ERROR.
-_START_REFUSALS = (
-    QueueTableMissingError,
-    ClaimRoutineError,
-    DatabaseAccessError,
-)  # one INFO line per interval while the worker is busy
+_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError)
 
 
 class _Supervised(threading.Thread):
