@@ -37,15 +37,16 @@ _CONNECT_OPTIONS: dict[str, Any] = {
 
 # A refused login that waiting would never cure, by the server's message: libpq
 # gives no SQLSTATE for a failed connection (28000, 28P01, 3D000, 42501), only
-# its text, in the server's lc_messages (English by default).
+# its text, in the server's lc_messages (English by default). "too many
+# connections for role ..." (53300) is an outage and matches none of these.
 _ACCESS_REFUSED = (
-    ("password authentication failed", "DB_USER, DB_PASS"),
-    ("authentication failed for user", "DB_USER, DB_PASS"),
-    ("no password supplied", "DB_PASS"),
-    ("no pg_hba.conf entry", "DB_USER, DB_BASE, the server's pg_hba.conf"),
-    ('role "', "DB_USER"),  # role "x" does not exist / is not permitted to log in
-    ('database "', "DB_BASE"),  # database "x" does not exist
-    ("permission denied for database", "DB_USER, DB_BASE"),
+    (re.compile(r"password authentication failed"), "DB_USER, DB_PASS"),
+    (re.compile(r"\w+ authentication failed for user"), "DB_USER, DB_PASS"),
+    (re.compile(r"no password supplied"), "DB_PASS"),
+    (re.compile(r"no pg_hba\.conf entry"), "DB_USER, DB_BASE, the server's pg_hba.conf"),
+    (re.compile(r'role ".*" (does not exist|is not permitted to log in)'), "DB_USER"),
+    (re.compile(r'database ".*" does not exist'), "DB_BASE"),
+    (re.compile(r"permission denied for database"), "DB_USER, DB_BASE"),
 )
 POOL_NAME_PREFIX = "nsj_queue_lib:"
 # The bodies of the functions of the table's enabled triggers, where db_gen's
@@ -61,8 +62,8 @@ def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
     """The configuration error a failed connection reveals, or None for an outage."""
     text = str(exc).strip()
     reason = text.rsplit("FATAL:", 1)[-1].strip() if "FATAL:" in text else text
-    for marker, check in _ACCESS_REFUSED:
-        if marker in reason:
+    for pattern, check in _ACCESS_REFUSED:
+        if pattern.search(reason):
             return DatabaseAccessError(
                 f"connecting to PostgreSQL refused: {reason} (check {check})"
             )
@@ -71,11 +72,12 @@ def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
 
 class _QuietPool(logging.Filter):
     """psycopg_pool logs every failed connection of its own (logger ``psycopg.pool``); the
-    worker already says once per outage that the database is unreachable."""
+    worker already says once per outage that the database is unreachable. Drops the
+    lines of the worker's pools (named, and their threads named, ``nsj_queue_lib:...``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        ours = (record.threadName or "").startswith((POOL_NAME_PREFIX, "nsj-")) or (
-            POOL_NAME_PREFIX in record.getMessage()
+        ours = (record.threadName or "").startswith(POOL_NAME_PREFIX) or (
+            f"'{POOL_NAME_PREFIX}" in record.getMessage()
         )
         return not ours
 
