@@ -1,7 +1,10 @@
 """nsj_queue_lib: a job queue in a database table.
 
 Public names are loaded lazily, so importing the package stays cheap and never
-touches the environment, the network or a database.
+touches the environment, the network or a database. ``__version__`` is the
+installed distribution's version (``pyproject.toml`` is its one source), read
+on first use; "0+unknown" when the package runs from a tree that was never
+installed.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use
+    __version__: str
     from nsj_queue_lib.exceptions import ConfigError
     from nsj_queue_lib.queue_client import QueueClient
     from nsj_queue_lib.settings import Settings
@@ -40,7 +44,24 @@ _LOCATIONS = {
 }
 
 
+DISTRIBUTION = "nsj-queue-lib"
+UNKNOWN_VERSION = "0+unknown"
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return UNKNOWN_VERSION
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        version = _version()
+        globals()["__version__"] = version
+        return version
     module = _LOCATIONS.get(name)
     if module is None:
         raise AttributeError(f"module 'nsj_queue_lib' has no attribute {name!r}")
@@ -50,4 +71,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | {"__version__"})

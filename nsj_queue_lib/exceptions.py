@@ -43,3 +43,12 @@ class ClaimRoutineError(QueueLibError):
 
     A schema to upgrade, not an outage: the worker stops at start and says so.
     """
+
+
+class HandlerTransactionError(QueueLibError):
+    """A handler ended the task's transaction (committed or rolled back ``bd_conn``)."""
+
+
+class DatabaseAccessError(DatabaseError):
+    """The database refused the worker's user or password, or does not know its database:
+    configuration, not an outage. The worker stops at start instead of retrying."""

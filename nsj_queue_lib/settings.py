@@ -22,6 +22,8 @@ DRIVERS = ("POSTGRES", "MYSQL", "SINGLE_STORE")
 DEFAULT_PORTS = {"POSTGRES": 5432, "MYSQL": 3306, "SINGLE_STORE": 3306}
 EVERY_FIVE_MINUTES = tuple(range(0, 60, 5))
 
+LOG_FORMATS = ("text", "json")
+
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
 
@@ -73,6 +75,7 @@ class Settings:
 
     # Logging.
     log_debug: bool = False
+    log_format: str = "text"  # or "json": one JSON object per line (when the library configures)
     env: str = "DEV"
     grafana_url: str | None = None
 
@@ -88,6 +91,12 @@ class Settings:
     queue_server_token: str | None = dataclasses.field(default=None, repr=False)
     queue_server_bind: str | None = None  # where the server listens; loopback only without a token
 
+    def __post_init__(self) -> None:
+        """Settings built in code are checked as ``from_env`` checks the environment."""
+        problems = check_values(dataclasses.asdict(self))
+        if problems:
+            raise ConfigError(problems)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from an environment mapping; raise ConfigError listing every problem."""
@@ -101,8 +110,12 @@ class Settings:
             **_server_values(reader),
             **_logging_values(reader),
         }
-        if reader.problems:
-            raise ConfigError(reader.problems)
+        # Forms were read above; ranges and names are checked once, here and for code alike.
+        problems = dict(reader.problems)
+        for variable, why in check_values(values).items():
+            problems.setdefault(reader.used.get(variable, variable), why)
+        if problems:
+            raise ConfigError(problems)
         return cls(**values)
 
     def with_changes(self, **changes: Any) -> Settings:
@@ -129,12 +142,15 @@ class _Reader:
     def __init__(self, environ: Mapping[str, str]):
         self._environ = environ
         self.problems: dict[str, str] = {}
+        self.used: dict[str, str] = {}  # variable -> the alias that was set instead
 
     def _raw(self, name: str, aliases: tuple[str, ...] = ()) -> tuple[str, str | None]:
         """(the variable that was set, its stripped value); empty values count as unset."""
         for candidate in (name, *aliases):
             value = self._environ.get(candidate)
             if value is not None and value.strip() != "":
+                if candidate != name:
+                    self.used[name] = candidate
                 return candidate, value.strip()
         return name, None
 
@@ -188,35 +204,17 @@ class _Reader:
         self._fail(used, f"must be true or false, got {value!r}")
         return default
 
-    def integer(
-        self,
-        name: str,
-        default: int,
-        minimum: int | None = None,
-        maximum: int | None = None,
-        aliases: tuple[str, ...] = (),
-    ) -> int:
+    def integer(self, name: str, default: int, aliases: tuple[str, ...] = ()) -> int:
         used, value = self._raw(name, aliases)
         if value is None:
             return default
         try:
-            number = int(value)
+            return int(value)
         except ValueError:
             self._fail(used, f"must be an integer, got {value!r}")
             return default
-        if minimum is not None and number < minimum:
-            self._fail(used, f"must be >= {minimum}, got {number}")
-        elif maximum is not None and number > maximum:
-            self._fail(used, f"must be <= {maximum}, got {number}")
-        return number
 
-    def number(
-        self,
-        name: str,
-        default: float | None,
-        minimum: float | None = None,
-        positive: bool = False,
-    ) -> float | None:
+    def number(self, name: str, default: float | None) -> float | None:
         used, value = self._raw(name)
         if value is None:
             return default
@@ -225,12 +223,6 @@ class _Reader:
         except ValueError:
             self._fail(used, f"must be a number, got {value!r}")
             return default
-        if number != number or number in (float("inf"), float("-inf")):
-            self._fail(used, f"must be a finite number, got {value!r}")
-        elif positive and number <= 0:
-            self._fail(used, f"must be > 0, got {value!r}")
-        elif minimum is not None and number < minimum:
-            self._fail(used, f"must be >= {minimum:g}, got {value!r}")
         return number
 
     def minutes(self, name: str, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -253,8 +245,6 @@ def _database_values(reader: _Reader, driver: str | None) -> dict[str, Any]:
         db_port=reader.integer(
             "DB_PORT",
             DEFAULT_PORTS.get(driver or "POSTGRES", 5432),
-            minimum=1,
-            maximum=65535,
             aliases=("DATABASE_PORT",),
         ),
         db_name=reader.required("DB_BASE", aliases=("DATABASE_NAME",)),
@@ -268,13 +258,13 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_name=reader.checked("QUEUE_NAME", check_identifier, required=True),
         queue_table=reader.checked("QUEUE_TABLE", check_table_name, required=True),
         queue_subscriber_table=reader.checked("QUEUE_SUBSCRIBER_TABLE", check_table_name),
-        queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100, minimum=1),
-        queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0, positive=True),
-        queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1, minimum=1),
-        queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0, minimum=0.0),
-        queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5, positive=True),
+        queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100),
+        queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0),
+        queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1),
+        queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0),
+        queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
-        default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0, positive=True),
+        default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),
     )
 
 
@@ -283,18 +273,12 @@ def _services_values(reader: _Reader) -> dict[str, Any]:
         queue_minute_retry_thread=reader.minutes("QUEUE_MINUTE_RETRY_THREAD", EVERY_FIVE_MINUTES),
         queue_minute_purge_thread=reader.minutes("QUEUE_MINUTE_PURGE_THREAD", (0,)),
         queue_minute_notify_thread=reader.minutes("QUEUE_MINUTE_NOTIFY_THREAD", EVERY_FIVE_MINUTES),
-        queue_retry_thread_interval=reader.number(
-            "QUEUE_RETRY_THREAD_INTERVAL", None, positive=True
-        ),
-        queue_purge_thread_interval=reader.number(
-            "QUEUE_PURGE_THREAD_INTERVAL", None, positive=True
-        ),
-        queue_notify_thread_interval=reader.number(
-            "QUEUE_NOTIFY_THREAD_INTERVAL", None, positive=True
-        ),
-        queue_purge_max_age=reader.integer("QUEUE_PURGE_MAX_AGE", 60, minimum=0),
-        queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000, minimum=1),
-        queue_wait_notify_interval=reader.number("QUEUE_WAIT_NOTIFY_INTERVAL", 30.0, positive=True),
+        queue_retry_thread_interval=reader.number("QUEUE_RETRY_THREAD_INTERVAL", None),
+        queue_purge_thread_interval=reader.number("QUEUE_PURGE_THREAD_INTERVAL", None),
+        queue_notify_thread_interval=reader.number("QUEUE_NOTIFY_THREAD_INTERVAL", None),
+        queue_purge_max_age=reader.integer("QUEUE_PURGE_MAX_AGE", 60),
+        queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000),
+        queue_wait_notify_interval=reader.number("QUEUE_WAIT_NOTIFY_INTERVAL", 30.0),
     )
 
 
@@ -302,14 +286,12 @@ def _server_values(reader: _Reader) -> dict[str, Any]:
     return dict(
         client_server_mode=reader.boolean("CLIENT_SERVER_MODE", False),
         server_host=reader.text("SERVER_HOST", "127.0.0.1"),
-        notify_service_port=reader.integer("NOTIFY_SERVICE_PORT", 8770, minimum=1, maximum=65535),
-        lock_service_port=reader.integer("LOCK_SERVICE_PORT", 8970, minimum=1, maximum=65535),
-        timeout_socket_message=reader.number("TIMEOUT_SOCKET_MESSAGE", 5.0, positive=True),
-        max_client_threads=reader.integer("MAX_CLIENT_THREADS", 50, minimum=1),
-        check_tasks_interval=reader.number("CHECK_TASKS_INTERVAL", 15.0, positive=True),
-        lock_service_wait_conn_interval=reader.number(
-            "LOCK_SERVICE_WAIT_CONN_INTERVAL", 30.0, positive=True
-        ),
+        notify_service_port=reader.integer("NOTIFY_SERVICE_PORT", 8770),
+        lock_service_port=reader.integer("LOCK_SERVICE_PORT", 8970),
+        timeout_socket_message=reader.number("TIMEOUT_SOCKET_MESSAGE", 5.0),
+        max_client_threads=reader.integer("MAX_CLIENT_THREADS", 50),
+        check_tasks_interval=reader.number("CHECK_TASKS_INTERVAL", 15.0),
+        lock_service_wait_conn_interval=reader.number("LOCK_SERVICE_WAIT_CONN_INTERVAL", 30.0),
         queue_server_token=reader.text("QUEUE_SERVER_TOKEN", None),
         queue_server_bind=reader.text("QUEUE_SERVER_BIND", None),
     )
@@ -318,6 +300,95 @@ def _server_values(reader: _Reader) -> dict[str, Any]:
 def _logging_values(reader: _Reader) -> dict[str, Any]:
     return dict(
         log_debug=reader.boolean("LOG_DEBUG", False),
+        log_format=(reader.text("LOG_FORMAT", "text") or "text").lower(),
         env=(reader.text("ENV", "DEV") or "DEV").upper(),
         grafana_url=reader.text("GRAFANA_URL", None),
     )
+
+
+# What every value must be, for settings read from the environment or built in
+# code: field -> (variable, minimum, maximum, strictly positive). Integers are
+# the fields whose default is an int.
+_BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
+    "db_port": ("DB_PORT", 1, 65535, False),
+    "queue_max_retry": ("QUEUE_MAX_RETRY", 1, None, False),
+    "queue_base_interval_retry": ("QUEUE_BASE_INTERVAL_RETRY", None, None, True),
+    "queue_concurrency": ("QUEUE_CONCURRENCY", 1, None, False),
+    "queue_grace_period": ("QUEUE_GRACE_PERIOD", 0, None, False),
+    "queue_poll_interval": ("QUEUE_POLL_INTERVAL", None, None, True),
+    "default_webhook_timeout": ("DEFAULT_WEBHOOK_TIMEOUT", None, None, True),
+    "queue_retry_thread_interval": ("QUEUE_RETRY_THREAD_INTERVAL", None, None, True),
+    "queue_purge_thread_interval": ("QUEUE_PURGE_THREAD_INTERVAL", None, None, True),
+    "queue_notify_thread_interval": ("QUEUE_NOTIFY_THREAD_INTERVAL", None, None, True),
+    "queue_purge_max_age": ("QUEUE_PURGE_MAX_AGE", 0, None, False),
+    "queue_purge_limit": ("QUEUE_PURGE_LIMIT", 1, None, False),
+    "queue_wait_notify_interval": ("QUEUE_WAIT_NOTIFY_INTERVAL", None, None, True),
+    "notify_service_port": ("NOTIFY_SERVICE_PORT", 1, 65535, False),
+    "lock_service_port": ("LOCK_SERVICE_PORT", 1, 65535, False),
+    "timeout_socket_message": ("TIMEOUT_SOCKET_MESSAGE", None, None, True),
+    "max_client_threads": ("MAX_CLIENT_THREADS", 1, None, False),
+    "check_tasks_interval": ("CHECK_TASKS_INTERVAL", None, None, True),
+    "lock_service_wait_conn_interval": ("LOCK_SERVICE_WAIT_CONN_INTERVAL", None, None, True),
+}
+_INTEGERS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, int)}
+_REQUIRED = {"db_host": "DB_HOST", "db_name": "DB_BASE", "db_user": "DB_USER"}
+_NAMES = {
+    "queue_name": ("QUEUE_NAME", check_identifier),
+    "queue_table": ("QUEUE_TABLE", check_table_name),
+    "queue_subscriber_table": ("QUEUE_SUBSCRIBER_TABLE", check_table_name),
+}
+_MINUTES = {
+    "queue_minute_retry_thread": "QUEUE_MINUTE_RETRY_THREAD",
+    "queue_minute_purge_thread": "QUEUE_MINUTE_PURGE_THREAD",
+    "queue_minute_notify_thread": "QUEUE_MINUTE_NOTIFY_THREAD",
+}
+
+
+def check_values(values: Mapping[str, Any]) -> dict[str, str]:
+    """{variable: why} for every field of ``values`` outside what its variable allows.
+
+    QUEUE_NAME and QUEUE_TABLE may be empty here (settings for a client of the
+    socket server need no queue); ``from_env`` and the worker require them.
+    """
+    problems: dict[str, str] = {}
+    for field, variable in _REQUIRED.items():
+        if field in values and not (isinstance(values[field], str) and values[field].strip()):
+            problems[variable] = "is required"
+    if "db_driver" in values and str(values["db_driver"]).upper() not in DRIVERS:
+        problems["DB_DRIVER"] = f"must be one of {', '.join(DRIVERS)}, got {values['db_driver']!r}"
+    if "log_format" in values and values["log_format"] not in LOG_FORMATS:
+        problems["LOG_FORMAT"] = (
+            f"must be one of {', '.join(LOG_FORMATS)}, got {values['log_format']!r}"
+        )
+    for field, (variable, check) in _NAMES.items():
+        if values.get(field):
+            try:
+                check(values[field], variable)
+            except InvalidIdentifierError as exc:
+                problems[variable] = str(exc)
+    for field, variable in _MINUTES.items():
+        minutes = values.get(field, ())
+        if not all(isinstance(m, int) and 0 <= m <= 59 for m in minutes):
+            problems[variable] = f"must be minutes 0-59, got {minutes!r}"
+    for field, bounds in _BOUNDS.items():
+        if values.get(field) is not None:
+            why = _out_of_bounds(values[field], field in _INTEGERS, *bounds[1:])
+            if why:
+                problems[bounds[0]] = why
+    return problems
+
+
+def _out_of_bounds(
+    value: Any, integer: bool, minimum: float | None, maximum: float | None, positive: bool
+) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return f"must be {'an integer' if integer else 'a number'}, got {value!r}"
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"must be a finite number, got {value!r}"
+    if positive and value <= 0:
+        return f"must be > 0, got {value!r}"
+    if minimum is not None and value < minimum:
+        return f"must be >= {minimum:g}, got {value!r}"
+    if maximum is not None and value > maximum:
+        return f"must be <= {maximum:g}, got {value!r}"
+    return None

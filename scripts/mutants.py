@@ -106,6 +106,8 @@ GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
 CONTRACT = "tests/contract/test_contract.py"
 RUNTIME = "tests/integration/test_runtime_execution.py"
 SERVICES = "tests/integration/test_runtime_services.py"
+LOGS = "tests/integration/test_runtime_logs.py"
+OPERATE = "tests/contract/test_operate.py"
 STORE_CLAIM = "tests/integration/store/test_store_claim.py"
 STORE_CLIENT = "tests/integration/store/test_store_client.py"
 STORE_MAINTENANCE = "tests/integration/store/test_store_maintenance.py"
@@ -577,6 +579,82 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/integration/test_server_security.py::test_missing_and_wrong_tokens_are_refused",),
         ("server",),
         "a wrong token is accepted",
+    ),
+    # -- issue 20, part 4: logs -- each log fix undone -------------------------------------
+    Mutant(
+        "failure-logs-its-traceback",
+        EXECUTOR,
+        "exc_info=error,",
+        "exc_info=isinstance(error, Exception) and self.settings.log_debug,",
+        (f"{LOGS}::test_a_failed_attempt_logs_its_traceback_once_and_its_next_attempt",),
+        ("postgres",),
+        "a failed attempt's traceback is lost (NoneType: None with LOG_DEBUG)",
+    ),
+    Mutant(
+        "logging-left-to-the-application",
+        "nsj_queue_lib/log.py",
+        "    if not configured_by_us and application_configured_logging():\n",
+        "    if False:\n",
+        ("tests/unit/test_log.py::test_an_application_that_configured_logging_keeps_it",),
+        ("postgres",),
+        "the library adds its own handler to an application that configured logging",
+    ),
+    Mutant(
+        "refused-login-stops-the-worker",
+        WORKER_RUNTIME,
+        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError)",
+        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError)",
+        (f"{OPERATE}::test_a_refused_login_stops_the_worker_process_at_start_with_exit_code_2",),
+        ("postgres", "mysql"),
+        "a worker whose login is refused retries forever",
+    ),
+    Mutant(
+        "handler-ending-the-transaction-is-told",
+        EXECUTOR,
+        "                if not self.store.in_transaction(conn):\n",
+        "                if False:\n",
+        (f"{OPERATE}::test_a_handler_that_ends_the_tasks_transaction_is_told_so",),
+        ("postgres", "mysql"),
+        "a handler that commits bd_conn gets COMMIT AND CHAIN errors (PostgreSQL) or silence",
+    ),
+    Mutant(
+        "queue-name-checked-against-the-trigger",
+        WORKER_RUNTIME,
+        "                self._check_wake_ups(conn)\n",
+        "",
+        (
+            f"{LOGS}::test_a_queue_name_the_trigger_does_not_notify_is_warned_at_start",
+            f"{LOGS}::test_a_table_without_its_trigger_is_warned_at_start",
+        ),
+        ("postgres",),
+        "a QUEUE_NAME the trigger does not notify starts silently",
+    ),
+    Mutant(
+        "pool-lines-silenced",
+        PG_DRIVER,
+        "            pool_logger.addFilter(_POOL_FILTER)\n",
+        "            pass\n",
+        ("tests/unit/test_log.py::test_psycopg_pool_lines_about_the_workers_pool_are_silenced",),
+        ("postgres",),
+        "psycopg_pool repeats every failed connection of the worker's pool",
+    ),
+    Mutant(
+        "activity-line-while-busy",
+        WORKER_RUNTIME,
+        "        if done or failed or rescued or running:\n",
+        "        if False:\n",
+        (f"{LOGS}::test_one_info_line_per_interval_while_busy_none_while_idle",),
+        ("postgres",),
+        "a busy worker says nothing of its activity",
+    ),
+    Mutant(
+        "activity-line-silent-while-idle",
+        WORKER_RUNTIME,
+        "        if done or failed or rescued or running:\n",
+        "        if True:\n",
+        (f"{LOGS}::test_one_info_line_per_interval_while_busy_none_while_idle",),
+        ("postgres",),
+        "an idle worker logs a line every minute",
     ),
 )
 

@@ -220,6 +220,11 @@ class Driver(abc.ABC):
     def channel(self) -> str:
         return notify_channel(self.settings.queue_name)
 
+    def check_wake_ups(self, conn: Any) -> str | None:
+        """At start, after ``bind``: why new tasks would not wake this worker at once (a
+        warning to log), or None. Default: nothing to check (polling)."""
+        return None
+
     def listener(self) -> Listener:
         """What the dispatcher waits on: the socket server in client/server mode, else the
         database's own mechanism."""

@@ -77,6 +77,11 @@ class WorkerStore(Protocol):
 
     def rollback(self, conn: Any) -> None: ...
 
+    def in_transaction(self, conn: Any) -> bool:
+        """Whether ``conn`` has a transaction open (a handler that committed or rolled back
+        ``bd_conn`` ended the task's own)."""
+        ...
+
     def claim_uncommitted(self, conn: Any) -> TaskRecord | None:
         """Claim one task without a database lock, leaving the claim's transaction open;
         the caller takes the liveness lock elsewhere, then ``commit_and_begin``."""

@@ -18,6 +18,7 @@ retry service rescues: it is never lost.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import ConnectionPool, close_quietly
 from nsj_queue_lib.db.queue_store import WorkerStore
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
@@ -40,6 +41,10 @@ TaskHandler = Callable[[dict[str, Any], Any], "str | None"]
 SessionTerminator = Callable[[Any, Any], None]
 DEFAULT_SUCCESS_MESSAGE = "Concluído com sucesso"
 RELEASED_MESSAGE = "worker stopped before the task finished; released for a new attempt"
+HANDLER_ENDED_TRANSACTION = (
+    "the handler committed or rolled back bd_conn; the worker commits the task's transaction "
+    "itself (return to succeed, raise to roll back), so this attempt counts as failed"
+)
 
 
 @dataclasses.dataclass
@@ -108,6 +113,8 @@ class TaskExecutor:
         self._tokens = 0
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
+        self._done = 0  # attempts that succeeded, since the start
+        self._failed = 0  # attempts that failed, since the start
         self._threads = [
             threading.Thread(target=self._thread_main, name=f"nsj-executor-{i}", daemon=True)
             for i in range(settings.queue_concurrency)
@@ -147,6 +154,11 @@ class TaskExecutor:
     def running_tasks(self) -> list[RunningTask]:
         with self._cond:
             return list(self._running.values())
+
+    def totals(self) -> tuple[int, int]:
+        """(attempts that succeeded, attempts that failed) since the start."""
+        with self._cond:
+            return self._done, self._failed
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no task runs; False if some still run after ``timeout``."""
@@ -226,11 +238,23 @@ class TaskExecutor:
                 self.settings.queue_name,
                 task.id,
             )
+        if task.tentativa > 1:
+            logger.info(
+                "queue=%s task=%s: attempt %s of %s, retrying task %s after %r",
+                self.settings.queue_name,
+                task.id,
+                task.tentativa,
+                self.settings.queue_max_retry,
+                task.row.get("id_inicial"),
+                task.row.get("mensagem_anterior"),
+            )
         with self._cond:
             self._running[task.id] = RunningTask(task, conn)
         try:
             try:
                 result = self.handler(task.row, conn)
+                if not self.store.in_transaction(conn):
+                    raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
                 if not isinstance(exc, Exception):
                     logger.warning(
@@ -249,6 +273,8 @@ class TaskExecutor:
                         conn, task, mensagem, self._claim_next()
                     )
                     logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
+                    with self._cond:
+                        self._done += 1
                     return conn, next_claim
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
@@ -269,15 +295,9 @@ class TaskExecutor:
 
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
-        logger.warning(
-            "queue=%s task=%s tentativa=%s: failed: %s: %s",
-            self.settings.queue_name,
-            task.id,
-            task.tentativa,
-            type(error).__name__,
-            error,
-            exc_info=isinstance(error, Exception) and self.settings.log_debug,
-        )
+        self._log_failure(task, error)
+        with self._cond:
+            self._failed += 1
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
@@ -308,6 +328,31 @@ class TaskExecutor:
                 exc,
             )
         return False
+
+    def _log_failure(self, task: TaskRecord, error: BaseException) -> None:
+        """One line per failed attempt, with its traceback and what comes next."""
+        s = self.settings
+        decision = decide(task.tentativa, task.dead, s.queue_max_retry, s.queue_base_interval_retry)
+        if decision.outcome is Outcome.RETRY:
+            due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
+                seconds=decision.delay_seconds
+            )
+            then = f"next attempt at {due:%Y-%m-%d %H:%M:%S} UTC (in {decision.delay_seconds:g} s)"
+        elif decision.outcome is Outcome.BURY:
+            then = "no attempts left: its dead-letter task follows"
+        else:
+            then = "no attempts left: nothing follows (a dead-letter task)"
+        logger.warning(
+            "queue=%s task=%s: attempt %s of %s failed: %s: %s; %s",
+            s.queue_name,
+            task.id,
+            task.tentativa,
+            s.queue_max_retry,
+            type(error).__name__,
+            error,
+            then,
+            exc_info=error,  # the exception's own traceback: this runs outside its except block
+        )
 
     def _discard(self, conn: Any, replace: bool = True) -> Any:
         """Close a broken connection, give it back (the pool drops it) and take another, or None."""

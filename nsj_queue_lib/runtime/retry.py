@@ -32,6 +32,7 @@ class RetryService(PeriodicService):
         super().__init__(*args, **kwargs)
         # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
         self.lock_client = lock_client
+        self.rescued_total = 0  # attempts this worker rescued since the start
 
     def work(self, conn: Any) -> int:
         conn.commit()
@@ -67,6 +68,7 @@ class RetryService(PeriodicService):
                 )
             conn.commit()
             rescued += len(orphans)
+            self.rescued_total += len(orphans)
             if not batch_full:
                 break
         return rescued

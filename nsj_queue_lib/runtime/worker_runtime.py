@@ -18,11 +18,17 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.db.driver import Driver, close_quietly, make_driver
-from nsj_queue_lib.exceptions import ClaimRoutineError, ConfigError, QueueTableMissingError
+from nsj_queue_lib.exceptions import (
+    ClaimRoutineError,
+    ConfigError,
+    DatabaseAccessError,
+    QueueTableMissingError,
+)
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
@@ -50,6 +56,9 @@ EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_DIED = 3
 SUPERVISE_INTERVAL_SECONDS = 0.5
+ACTIVITY_INTERVAL_SECONDS = 60.0  # one INFO line per interval while the worker is busy
+# Errors at start that waiting would never cure: the worker exits with EXIT_CONFIG_ERROR.
+_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError)
 
 
 class _Supervised(threading.Thread):
@@ -71,7 +80,15 @@ class _Supervised(threading.Thread):
 class WorkerRuntime:
     def __init__(self, settings: Settings, handler: TaskHandler, driver: Driver | None = None):
         self.driver = driver or make_driver(settings)
-        problems = self.driver.check_settings()
+        problems = {
+            variable: "is required"
+            for variable, value in (
+                ("QUEUE_NAME", settings.queue_name),
+                ("QUEUE_TABLE", settings.queue_table),
+            )
+            if not value
+        }
+        problems.update(self.driver.check_settings())
         if problems:
             raise ConfigError(problems)
         self.settings = settings
@@ -183,8 +200,10 @@ class WorkerRuntime:
     def _bind(self) -> bool:
         """Check the queue on the first connection that succeeds; False when stopped first.
 
-        Raises ``QueueTableMissingError`` or ``ClaimRoutineError``: waiting
-        would never help those.
+        Raises ``QueueTableMissingError``, ``ClaimRoutineError`` or
+        ``DatabaseAccessError`` (user, password or database refused): waiting
+        would never help those. Other connection errors are outages: retried
+        with back-off.
         """
         if self.lock_client is not None and not self.lock_client.reconnect(stop=self.stop_event):
             return False  # stopped before the lock server answered
@@ -195,9 +214,10 @@ class WorkerRuntime:
                 conn = self._connect()
                 number = self.store.bind(conn)
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
+                self._check_wake_ups(conn)
                 return True
             except Exception as exc:
-                if isinstance(exc, (QueueTableMissingError, ClaimRoutineError)):
+                if isinstance(exc, _START_REFUSALS):
                     raise
                 if not self.driver.is_driver_error(exc):
                     raise
@@ -212,6 +232,15 @@ class WorkerRuntime:
             finally:
                 close_quietly(conn)
         return False
+
+    def _check_wake_ups(self, conn: Any) -> None:
+        try:
+            warning = self.driver.check_wake_ups(conn)
+        except Exception as exc:  # noqa: BLE001 - only a diagnosis: the worker starts anyway
+            logger.debug("queue=%s: wake-ups not checked: %s", self.settings.queue_name, exc)
+            return
+        if warning:
+            logger.warning("queue=%s: %s", self.settings.queue_name, warning)
 
     def _start_error(self, exc: BaseException) -> int:
         if isinstance(exc, QueueTableMissingError):
@@ -241,7 +270,7 @@ class WorkerRuntime:
         try:
             if not self._bind():
                 return self._shut_down([], EXIT_OK)
-        except (QueueTableMissingError, ClaimRoutineError) as exc:
+        except _START_REFUSALS as exc:
             return self._shut_down([], self._start_error(exc))
         self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
@@ -252,9 +281,36 @@ class WorkerRuntime:
         code = self._supervise(threads)
         return self._shut_down(threads, code)
 
+    def _activity(self) -> tuple[int, int, int]:
+        """(done, failed, rescued) since the start."""
+        rescued = sum(getattr(svc, "rescued_total", 0) for svc in self.services)
+        return (*self.executor.totals(), rescued)
+
+    def _report_activity(self, since: tuple[int, int, int]) -> tuple[int, int, int]:
+        """Log what happened since ``since`` unless the worker was idle; the new totals."""
+        now = self._activity()
+        done, failed, rescued = (a - b for a, b in zip(now, since, strict=True))
+        running = len(self.executor.running_tasks())
+        if done or failed or rescued or running:
+            logger.info(
+                "queue=%s: last %g s: done=%d failed=%d rescued=%d running=%d",
+                self.settings.queue_name,
+                ACTIVITY_INTERVAL_SECONDS,
+                done,
+                failed,
+                rescued,
+                running,
+            )
+        return now
+
     def _supervise(self, threads: list[_Supervised]) -> int:
         """Wait for the stop; EXIT_THREAD_DIED when a thread ends while the worker runs."""
+        activity = self._activity()
+        next_report = time.monotonic() + ACTIVITY_INTERVAL_SECONDS
         while not self.stop_event.is_set():
+            if time.monotonic() >= next_report:
+                activity = self._report_activity(activity)
+                next_report += ACTIVITY_INTERVAL_SECONDS
             dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()
             if dead:
                 names = ", ".join(t.name for t in dead)

@@ -28,7 +28,6 @@ from tests.helpers.processes import (
     listening_backends,
     ready_tasks,
     settings_for,
-    start_function_worker,
     statuses,
     wait_for,
 )
@@ -40,24 +39,6 @@ def side(pg_queue, pg_admin):
     create_side_tables(pg_admin, pg_queue.table)
     yield f"{pg_queue.table}_exec"
     drop_side_tables(pg_admin, pg_queue.table)
-
-
-@pytest.fixture
-def start_worker(pg_queue, pg_dsn, pg_autocommit):
-    """start_worker(execute, execute_dead=None, wait_listening=True, **settings) -> InProcessWorker."""
-    started: list[InProcessWorker] = []
-
-    def start(execute, execute_dead=None, wait_listening=True, **changes):
-        worker = start_function_worker(
-            pg_dsn, pg_queue, pg_autocommit, execute, execute_dead, wait_listening, **changes
-        )
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        if worker.alive():
-            worker.stop()
 
 
 @pytest.fixture
@@ -82,14 +63,9 @@ def run_ok_and_fail(start_worker, pg_queue, pg_dsn, pg_autocommit):
 
 @pytest.fixture
 def library_log(caplog):
-    """``caplog`` with the library's records: once a worker set up its logging, the
-    ``nsj_queue_lib`` logger no longer propagates to the root logger caplog listens on."""
-    logger = logging.getLogger("nsj_queue_lib")
-    logger.addHandler(caplog.handler)
-    try:
-        yield caplog
-    finally:
-        logger.removeHandler(caplog.handler)
+    """``caplog`` at WARNING for the library's records (they propagate like any library's)."""
+    caplog.set_level(logging.WARNING, logger="nsj_queue_lib")
+    return caplog
 
 
 def held_advisory_locks(conn, queue) -> int:

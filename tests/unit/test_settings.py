@@ -409,3 +409,74 @@ def test_asynchronous_commits_are_postgresql_only():
     assert Settings.from_env(
         env(DB_DRIVER="MYSQL", QUEUE_SYNCHRONOUS_COMMIT="on")
     ).queue_synchronous_commit
+
+
+# -- settings built in code: the same checks -------------------------------------------
+
+IN_CODE = dict(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
+
+
+@pytest.mark.parametrize(
+    "field, value, variable",
+    [
+        ("db_host", "", "DB_HOST"),
+        ("db_user", "  ", "DB_USER"),
+        ("db_port", 70000, "DB_PORT"),
+        ("db_port", "5432", "DB_PORT"),
+        ("db_driver", "ORACLE", "DB_DRIVER"),
+        ("queue_name", "fila teste", "QUEUE_NAME"),
+        ("queue_table", "fila; drop table x", "QUEUE_TABLE"),
+        ("queue_subscriber_table", "a.b.c", "QUEUE_SUBSCRIBER_TABLE"),
+        ("queue_max_retry", 0, "QUEUE_MAX_RETRY"),
+        ("queue_base_interval_retry", -1, "QUEUE_BASE_INTERVAL_RETRY"),
+        ("queue_base_interval_retry", float("nan"), "QUEUE_BASE_INTERVAL_RETRY"),
+        ("queue_concurrency", 0, "QUEUE_CONCURRENCY"),
+        ("queue_concurrency", 1.5, "QUEUE_CONCURRENCY"),
+        ("queue_concurrency", True, "QUEUE_CONCURRENCY"),
+        ("queue_grace_period", -1, "QUEUE_GRACE_PERIOD"),
+        ("queue_poll_interval", 0, "QUEUE_POLL_INTERVAL"),
+        ("queue_minute_retry_thread", (0, 61), "QUEUE_MINUTE_RETRY_THREAD"),
+        ("queue_retry_thread_interval", -1.0, "QUEUE_RETRY_THREAD_INTERVAL"),
+        ("queue_purge_limit", 0, "QUEUE_PURGE_LIMIT"),
+        ("notify_service_port", 0, "NOTIFY_SERVICE_PORT"),
+        ("timeout_socket_message", float("inf"), "TIMEOUT_SOCKET_MESSAGE"),
+        ("log_format", "xml", "LOG_FORMAT"),
+    ],
+)
+def test_settings_built_in_code_are_checked_like_the_environment(field, value, variable):
+    with pytest.raises(ConfigError) as info:
+        Settings(**{**IN_CODE, field: value})
+    assert set(info.value.problems) == {variable}
+    valid = Settings(**IN_CODE)
+    with pytest.raises(ConfigError) as changed:
+        valid.with_changes(**{field: value})
+    assert changed.value.problems == info.value.problems
+
+
+@pytest.mark.parametrize(
+    "field, value, variable, text",
+    [
+        ("queue_concurrency", 0, "QUEUE_CONCURRENCY", "0"),
+        ("queue_max_retry", 0, "QUEUE_MAX_RETRY", "0"),
+        ("db_port", 70000, "DB_PORT", "70000"),
+        ("queue_purge_max_age", -1, "QUEUE_PURGE_MAX_AGE", "-1"),
+        ("db_driver", "ORACLE", "DB_DRIVER", "ORACLE"),
+        ("queue_table", "fila; drop table x", "QUEUE_TABLE", "fila; drop table x"),
+    ],
+)
+def test_code_and_environment_give_the_same_message(field, value, variable, text):
+    with pytest.raises(ConfigError) as in_code:
+        Settings(**{**IN_CODE, field: value})
+    assert in_code.value.problems == config_error(env(**{variable: text})).problems
+
+
+def test_every_problem_of_settings_built_in_code_at_once():
+    with pytest.raises(ConfigError) as info:
+        Settings(**{**IN_CODE, "queue_concurrency": 0, "db_port": 0, "queue_table": "x y"})
+    assert set(info.value.problems) == {"QUEUE_CONCURRENCY", "DB_PORT", "QUEUE_TABLE"}
+
+
+def test_log_format():
+    assert Settings.from_env(env()).log_format == "text"
+    assert Settings.from_env(env(LOG_FORMAT="JSON")).log_format == "json"
+    assert "LOG_FORMAT" in config_error(env(LOG_FORMAT="yaml")).problems

@@ -40,3 +40,13 @@ def test_singlestore_needs_the_socket_server():
     with pytest.raises(ConfigError) as info:
         WorkerRuntime(settings(db_driver="SINGLE_STORE", db_port=3306), noop)
     assert set(info.value.problems) == {"CLIENT_SERVER_MODE"}
+
+
+@pytest.mark.parametrize(
+    "field, variable", [("queue_name", "QUEUE_NAME"), ("queue_table", "QUEUE_TABLE")]
+)
+def test_a_worker_needs_a_queue(field, variable):
+    """Settings built in code may leave the queue out (a socket server client); a worker may not."""
+    with pytest.raises(ConfigError) as info:
+        WorkerRuntime(settings(**{field: ""}), noop)
+    assert info.value.problems == {variable: "is required"}

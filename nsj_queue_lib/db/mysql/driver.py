@@ -20,7 +20,7 @@ from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.notify.polling import PollingListener
 
@@ -38,6 +38,12 @@ SESSION_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 # before the row it takes, until its commit in the same round trip; it never
 # waits on a lock itself.
 EXECUTOR_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+# A refused login that waiting would never cure: error number -> what to check.
+ACCESS_REFUSED = {
+    1044: "DB_USER, DB_BASE",  # ER_DBACCESS_DENIED_ERROR
+    1045: "DB_USER, DB_PASS",  # ER_ACCESS_DENIED_ERROR
+    1049: "DB_BASE",  # ER_BAD_DB_ERROR
+}
 
 
 def configure_session(conn: Any, executor: bool) -> None:
@@ -85,6 +91,13 @@ class MysqlFamilyDriver(Driver):
         try:
             conn = self._raw_connect(autocommit)
         except pymysql.err.Error as exc:
+            code, *text = exc.args or (None,)
+            if code in ACCESS_REFUSED:
+                reason = text[0] if text else str(exc)
+                raise DatabaseAccessError(
+                    f"connecting to {self.database_name} refused: {reason} "
+                    f"(check {ACCESS_REFUSED[code]})"
+                ) from exc
             raise DatabaseError(f"connecting to {self.database_name} failed: {exc}") from exc
         self.configure(conn, executor)
         return conn

@@ -49,6 +49,8 @@ from nsj_queue_lib.identifiers import split_table_name
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
 
+SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_STATUS)
+
 
 class MysqlFamilyStore:
     dialect: ClassVar[str] = "mysql"
@@ -218,6 +220,10 @@ class MysqlFamilyStore:
     def rollback(self, conn: Any) -> None:
         with wrap_driver_errors("rollback"):
             conn.rollback()
+
+    def in_transaction(self, conn: Any) -> bool:
+        # The server reports it in every reply's status flags.
+        return bool(conn.server_status & SERVER_STATUS_IN_TRANS)
 
     def commit_and_begin(self, conn: Any) -> None:
         """Commit and open the next transaction in one statement."""

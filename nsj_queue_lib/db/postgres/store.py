@@ -393,6 +393,9 @@ class PostgresQueueStore:
         with wrap_driver_errors("rollback"):
             conn.execute("ROLLBACK")
 
+    def in_transaction(self, conn) -> bool:
+        return bool(conn.info.transaction_status != pq.TransactionStatus.IDLE)
+
     def unlock_task(self, conn, task_id: int) -> None:
         params = {"queue_key": self._queue_key, "task_key": self._task_key(task_id)}
         with wrap_driver_errors("unlock_task"):
