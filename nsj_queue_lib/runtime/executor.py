@@ -239,15 +239,7 @@ class TaskExecutor:
                 task.id,
             )
         if task.tentativa > 1:
-            logger.info(
-                "queue=%s task=%s: attempt %s of %s, retrying task %s after %r",
-                self.settings.queue_name,
-                task.id,
-                task.tentativa,
-                self.settings.queue_max_retry,
-                task.row.get("id_inicial"),
-                task.row.get("mensagem_anterior"),
-            )
+            self._log_retry(task)
         with self._cond:
             self._running[task.id] = RunningTask(task, conn)
         try:
@@ -328,6 +320,17 @@ class TaskExecutor:
                 exc,
             )
         return False
+
+    def _log_retry(self, task: TaskRecord) -> None:
+        logger.info(
+            "queue=%s task=%s: attempt %s of %s, retrying task %s after %r",
+            self.settings.queue_name,
+            task.id,
+            task.tentativa,
+            self.settings.queue_max_retry,
+            task.row.get("id_inicial"),
+            task.row.get("mensagem_anterior"),
+        )
 
     def _log_failure(self, task: TaskRecord, error: BaseException) -> None:
         """One line per failed attempt, with its traceback and what comes next."""
