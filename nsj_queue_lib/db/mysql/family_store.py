@@ -230,6 +230,13 @@ class MysqlFamilyStore:
         with wrap_driver_errors("commit"), conn.cursor() as cur:
             cur.execute("COMMIT AND CHAIN")
 
+    def _first_payloads(self, cur: Any, row: dict[str, Any]) -> dict[int, str | None]:
+        """A claimed later attempt's payload, which only its first attempt keeps."""
+        if row["payload"] is not None or row["id_inicial"] is None:
+            return {}
+        cur.execute(self.sql["claim_tasks"]["first_payloads"], {"ids": [row["id_inicial"]]})
+        return dict(cur.fetchall())
+
     # -- settling a task --
 
     def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool:

@@ -272,12 +272,6 @@ class MysqlQueueStore(MysqlFamilyStore):
         with wrap_driver_errors("claim"):
             return retry_on_lock_errors("claim", attempt, conn.rollback)
 
-    def _first_payloads(self, cur: Any, row: dict[str, Any]) -> dict[int, str | None]:
-        if row["payload"] is not None or row["id_inicial"] is None:
-            return {}
-        cur.execute(self.sql["claim_tasks"]["first_payloads"], {"ids": [row["id_inicial"]]})
-        return dict(cur.fetchall())
-
     # -- maintenance locks and orphans --
 
     def try_service_lock(self, conn: Any, key: int) -> bool:

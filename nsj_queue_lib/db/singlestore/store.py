@@ -52,19 +52,13 @@ class SingleStoreQueueStore(MysqlFamilyStore):
                 cur.execute(steps["candidates"], {"limit": CLAIM_CANDIDATES})
                 for row in rows_as_dicts(cur):
                     if cur.execute(steps["mark"], {"id": row["id"]}) == 1:
-                        return TaskRecord.from_row(claimed_row(row, self._payloads(cur, row)))
+                        return TaskRecord.from_row(claimed_row(row, self._first_payloads(cur, row)))
                     # else another worker won it first
             conn.rollback()
             return None
 
         with wrap_driver_errors("claim"):
             return retry_on_lock_errors("claim", attempt, conn.rollback)
-
-    def _payloads(self, cur: Any, row: dict[str, Any]) -> dict[int, str | None]:
-        if row["payload"] is not None or row["id_inicial"] is None:
-            return {}
-        cur.execute(self.sql["claim_tasks"]["first_payloads"], {"ids": [row["id_inicial"]]})
-        return dict(cur.fetchall())
 
     def commit_and_begin(self, conn: Any) -> None:
         with wrap_driver_errors("commit"):
