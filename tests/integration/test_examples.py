@@ -32,8 +32,10 @@ EXAMPLE_FILES = sorted(EXAMPLES.glob("*.py"))
 DEMO_TIMEOUT = 120
 
 
-def run_example(name: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return run_python(str(EXAMPLES / name), env=env, timeout=timeout)
+def run_example(
+    name: str, env: dict[str, str], timeout: float = 60, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    return run_python(str(EXAMPLES / name), *args, env=env, timeout=timeout)
 
 
 # -- every example compiles and imports without side effects ---------------------
@@ -278,3 +280,34 @@ def test_worker_simple_failures_roll_back_and_reach_the_dead_letter(
             stop_script(worker)
     finally:
         pg_autocommit.execute(f"DROP TABLE IF EXISTS {result_table}")
+
+
+# -- the README's quick start, as written ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_quickstart_enqueues_runs_and_shows_in_nsjq_status(pg_dsn, pg_queue, pg_autocommit):
+    # The steps of the README's quick start (tests/unit/test_readme.py checks
+    # that the README shows this file and these commands).
+    env = clean_env(**db_env(pg_dsn), QUEUE_NAME=pg_queue.name, QUEUE_TABLE=pg_queue.table)
+    enqueued = run_example("quickstart.py", env, timeout=30, args=("enqueue",))
+    assert enqueued.returncode == 0, enqueued.stderr
+    task_id = int(re.fullmatch(r"enqueued task (\d+)", enqueued.stdout.strip()).group(1))
+
+    with script_process(EXAMPLES / "quickstart.py", env) as worker:
+
+        def settled() -> bool:
+            assert worker.poll() is None, f"the worker exited early:\n{worker.stdout.read()}"
+            row = pg_autocommit.execute(
+                f"SELECT status, mensagem FROM {pg_queue.table} WHERE id = %s", (task_id,)
+            ).fetchone()
+            return row == ("sucesso", "hello, world")
+
+        _wait_for(settled, 30, f"task {task_id} to succeed")
+        stop_script(worker)
+        assert "worker starting" in worker.stdout.read()
+
+    status = run_python("-m", "nsj_queue_lib", "status", env=env, timeout=30)
+    assert status.returncode == 0, status.stderr
+    greet = next(line.split() for line in status.stdout.splitlines() if line.startswith("greet"))
+    assert greet[:7] == ["greet", "0", "0", "0", "0", "0", "1"], status.stdout
