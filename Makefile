@@ -6,6 +6,7 @@
 #     make test      # the test suite (embedded PostgreSQL when TEST_PG_DSN is unset)
 #     make check     # lint, format check and type check (what CI runs first)
 #     make demo      # enqueue a few tasks and watch a worker settle them
+#     make docs      # build the documentation site into site/ (warnings fail it)
 #
 # `make help` (the default target) lists every target; a target documents
 # itself with a `## text` comment on its rule line.
@@ -18,6 +19,8 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 # The venv is (re)installed when this stamp is older than pyproject.toml.
 STAMP       := $(VENV)/.installed-test
+# The docs extra (mkdocs and its plugins) is installed on top, by `make docs` only.
+DOCS_STAMP  := $(VENV)/.installed-docs
 PYTEST_ARGS ?=
 # Set to 1 to treat "pytest collected no tests" (exit 5) as success.
 ALLOW_NO_TESTS ?= 0
@@ -31,7 +34,7 @@ DDL_DIALECTS ?= postgres mysql singlestore
 
 COMPOSE ?= docker compose
 
-.PHONY: help venv test mutants demo bench verify-ddl ddl env clean distclean lint format typecheck check \
+.PHONY: help venv test docs mutants demo bench verify-ddl ddl env clean distclean lint format typecheck check \
         compose-build compose-up compose-down compose-test compose-logs compose-config
 
 help: ## List the targets (this text)
@@ -40,7 +43,7 @@ help: ## List the targets (this text)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
 	@echo "Variables: PYTEST_ARGS='-k name -x' (make test), VENV=$(VENV), PYTHON=$(PYTHON),"
-	@echo "           TEST_PG_DSN / TEST_MYSQL_DSN / CI=true (see README, 'Running the tests')."
+	@echo "           TEST_PG_DSN / TEST_MYSQL_DSN / CI=true (see docs/development/testing.md)."
 
 $(STAMP): pyproject.toml
 	@if ! $(PY) -c 'import sys' >/dev/null 2>&1; then \
@@ -60,6 +63,16 @@ test: $(STAMP) ## Run the test suite (pass options with PYTEST_ARGS='...')
 		echo ">> pytest collected no tests (exit 5), accepted because ALLOW_NO_TESTS=1"; rc=0; \
 	fi; \
 	exit $$rc
+
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	@echo ">> installing the docs extra into $(VENV)"
+	$(PY) -m pip install --quiet -e '.[docs]'
+	@touch "$@"
+
+# --strict (also set in mkdocs.yml): any warning, such as a broken link or
+# anchor, fails the build. The API reference is read from the code (mkdocstrings).
+docs: $(DOCS_STAMP) ## Build the documentation site into site/ (mkdocs build --strict)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Not part of CI (minutes on 2 cores); needs TEST_PG_DSN and TEST_MYSQL_DSN as for `make test`.
 mutants: $(STAMP) ## Plant one-line bugs one at a time and check the tests catch each (scripts/mutants.py)
@@ -100,7 +113,7 @@ env: ## Create .env from .env.dist (never overwrites an existing .env)
 	else cp .env.dist .env && echo "created .env from .env.dist"; fi
 
 clean: ## Remove caches, build output and demo data (keeps .venv)
-	rm -rf build dist .pytest_cache .demo *.egg-info
+	rm -rf build dist site .pytest_cache .demo *.egg-info
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean ## clean, and remove the virtual environment too
