@@ -7,7 +7,7 @@ made runnable by calling ``run()``::
     QUEUE_NAME=fila_teste QUEUE_TABLE=public.fila_teste \\
     python examples/worker_fila_teste.py
 
-Settings come from the environment (see the README, "Environment variables").
+Settings come from the environment (see docs/reference/environment.md).
 ``examples/worker_simple.py`` is a fuller example that writes its results to a
 table in the task's transaction and can simulate failures.
 """

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from nsj_queue_lib.worker_pub_sub_base import WorkerPubSubBase
 
 USAGE_EPILOG = """\
-Configured by environment variables (see the README's "Environment variables"):
+Configured by environment variables (see docs/reference/environment.md):
   DB_HOST, DB_BASE, DB_USER, DB_PASS, DB_PORT, DB_DRIVER   the database
   QUEUE_NAME, QUEUE_TABLE, QUEUE_SUBSCRIBER_TABLE          the pub/sub queue
   DEFAULT_WEBHOOK_TIMEOUT                                  seconds per call (20)

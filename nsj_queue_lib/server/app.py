@@ -27,7 +27,7 @@ EXIT_CONFIG_ERROR = 2
 USAGE = """usage: python -m nsj_queue_lib.server [halt]
 
 Runs the nsj_queue_lib lock/notify socket server with settings from the
-environment (see the README, "Socket server (client/server mode)").
+environment (see docs/how-to/socket-server.md).
   halt   ask the server at SERVER_HOST:LOCK_SERVICE_PORT to stop (needs QUEUE_SERVER_TOKEN)
 """
 

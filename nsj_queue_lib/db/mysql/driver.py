@@ -33,8 +33,8 @@ SESSION_TIME_ZONE = "SET time_zone = '+00:00'"
 SESSION_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 # The executors' sessions, whose transactions hold the claim and the
 # handlers' work, run in REPEATABLE READ: MySQL's own default, what handlers
-# got from nsj-queue-lib 1.2.2, and the cheaper claim on MariaDB (see the
-# README's benchmarks). The claim's locking read then also locks the gap
+# got from nsj-queue-lib 1.2.2, and the cheaper claim on MariaDB (see
+# docs/benchmarks.md). The claim's locking read then also locks the gap
 # before the row it takes, until its commit in the same round trip; it never
 # waits on a lock itself.
 EXECUTOR_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"

@@ -144,7 +144,7 @@ class PostgresQueueStore:
         """Many tasks with COPY (psycopg 3): ids reserved first, then one stream of rows.
 
         COPY skips the per-row parameter handling of ``unnest``, which big
-        batches pay for (README, Benchmarks).
+        batches pay for (docs/benchmarks.md).
         """
         with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
             cur.execute(self.sql["reserve_ids"], {"table": self.queue_table, "count": len(rows)})

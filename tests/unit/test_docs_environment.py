@@ -1,0 +1,131 @@
+"""docs/reference/environment.md lists every variable Settings.from_env reads, with its real default.
+
+The list of variables is not kept by hand: ``Settings.from_env`` runs on a
+mapping that records every name it asks for (aliases included). So a variable
+added to ``nsj_queue_lib/settings.py`` fails here until the reference page has
+a row for it, and a row whose variable the settings no longer read fails too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "docs" / "reference" / "environment.md"
+# Rows after this heading are variables of other programs (demo, tests, benchmarks).
+OTHER_PROGRAMS = "**Read by other commands**"
+
+MINIMAL = {
+    "DB_HOST": "db.example",
+    "DB_BASE": "erp",
+    "DB_USER": "app",
+    "QUEUE_NAME": "fila_teste",
+    "QUEUE_TABLE": "public.fila_teste",
+}
+
+
+class RecordingEnviron(Mapping[str, str]):
+    """An environment that remembers every variable looked up in it."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self.asked: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.asked.add(key)
+        return self._values[key]
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.asked.add(key)
+        return self._values.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+def variables_read_by_settings() -> set[str]:
+    """What from_env asks for, given everything and given nothing (aliases of required ones)."""
+    asked: set[str] = set()
+    for values in (MINIMAL, {}):
+        environ = RecordingEnviron(values)
+        try:
+            Settings.from_env(environ)
+        except ConfigError:
+            pass  # the empty environment: every required variable (and its alias) was asked for
+        asked |= environ.asked
+    return asked
+
+
+def reference_rows() -> tuple[dict[str, str], set[str]]:
+    """({variable: its default cell} of the settings tables, {variables of other programs})."""
+    text = REFERENCE.read_text(encoding="utf-8")
+    settings_part, _, other_part = text.partition(OTHER_PROGRAMS)
+    defaults: dict[str, str] = {}
+    for line in settings_part.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 3:
+            for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0]):
+                defaults[name] = cells[1]
+    others = {
+        name
+        for line in other_part.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", line.split("|")[1])
+    }
+    return defaults, others
+
+
+def test_the_recorder_sees_what_settings_read():
+    # Guards the guard: a recorder that saw nothing would make the next test pass vacuously.
+    read = variables_read_by_settings()
+    assert {"DB_HOST", "DATABASE_HOST", "QUEUE_CONCURRENCY", "QUEUE_SERVER_BIND"} <= read
+
+
+def test_every_variable_of_the_settings_is_in_the_reference():
+    documented, _ = reference_rows()
+    missing = sorted(variables_read_by_settings() - set(documented))
+    assert not missing, f"add these to {REFERENCE.relative_to(ROOT)}: {missing}"
+
+
+def test_every_variable_of_the_reference_is_read_by_the_settings():
+    documented, others = reference_rows()
+    stale = sorted(set(documented) - variables_read_by_settings())
+    assert not stale, f"{REFERENCE.relative_to(ROOT)} documents variables nobody reads: {stale}"
+    assert others, f"the {OTHER_PROGRAMS} table of {REFERENCE.name} was not found"
+
+
+def _documented_default(cell: str) -> str | None:
+    """The value to set for a default cell such as `100`, `0.5`, `text`, `true`; None for prose."""
+    value = cell.strip("`")
+    if re.fullmatch(r"[A-Za-z0-9_.]+", value) and value not in ("required", "unset", "empty"):
+        return value
+    return None
+
+
+def _checked_defaults() -> list[tuple[str, str]]:
+    documented, _ = reference_rows()
+    pairs = [(name, _documented_default(cell)) for name, cell in documented.items()]
+    return [(name, value) for name, value in pairs if value is not None]
+
+
+def test_the_reference_gives_defaults_to_check():
+    names = {name for name, _ in _checked_defaults()}
+    assert {"QUEUE_MAX_RETRY", "QUEUE_POLL_INTERVAL", "LOG_FORMAT", "SERVER_HOST"} <= names
+
+
+@pytest.mark.parametrize(("variable", "value"), _checked_defaults())
+def test_a_documented_default_is_the_real_default(variable, value):
+    # Setting a variable to its documented default must change nothing.
+    assert Settings.from_env({**MINIMAL, variable: value}) == Settings.from_env(MINIMAL), (
+        f"{REFERENCE.name} says {variable} defaults to {value!r}"
+    )
