@@ -22,14 +22,6 @@ REFERENCE = ROOT / "docs" / "reference" / "environment.md"
 # Rows after this heading are variables of other programs (demo, tests, benchmarks).
 OTHER_PROGRAMS = "**Read by other commands**"
 
-MINIMAL = {
-    "DB_HOST": "db.example",
-    "DB_BASE": "erp",
-    "DB_USER": "app",
-    "QUEUE_NAME": "fila_teste",
-    "QUEUE_TABLE": "public.fila_teste",
-}
-
 
 class RecordingEnviron(Mapping[str, str]):
     """An environment that remembers every variable looked up in it."""
@@ -53,19 +45,6 @@ class RecordingEnviron(Mapping[str, str]):
         return len(self._values)
 
 
-def variables_read_by_settings() -> set[str]:
-    """What from_env asks for, given everything and given nothing (aliases of required ones)."""
-    asked: set[str] = set()
-    for values in (MINIMAL, {}):
-        environ = RecordingEnviron(values)
-        try:
-            Settings.from_env(environ)
-        except ConfigError:
-            pass  # the empty environment: every required variable (and its alias) was asked for
-        asked |= environ.asked
-    return asked
-
-
 def reference_rows() -> tuple[dict[str, str], set[str]]:
     """({variable: its default cell} of the settings tables, {variables of other programs})."""
     text = REFERENCE.read_text(encoding="utf-8")
@@ -83,6 +62,34 @@ def reference_rows() -> tuple[dict[str, str], set[str]]:
         for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", line.split("|")[1])
     }
     return defaults, others
+
+
+def required_environment() -> dict[str, str]:
+    """The variables the reference calls required (the first name of each row), each set."""
+    text = REFERENCE.read_text(encoding="utf-8").partition(OTHER_PROGRAMS)[0]
+    rows = re.findall(r"^\| `([A-Z][A-Z0-9_]*)`[^|]*\| required \|", text, flags=re.M)
+    return {name: "x" for name in rows}
+
+
+MINIMAL = required_environment()
+
+
+def variables_read_by_settings() -> set[str]:
+    """What from_env asks for, given everything and given nothing (aliases of required ones)."""
+    asked: set[str] = set()
+    for values in (MINIMAL, {}):
+        environ = RecordingEnviron(values)
+        try:
+            Settings.from_env(environ)
+        except ConfigError:
+            pass  # the empty environment: every required variable (and its alias) was asked for
+        asked |= environ.asked
+    return asked
+
+
+def test_the_required_variables_of_the_reference_are_enough():
+    assert sorted(MINIMAL) == ["DB_BASE", "DB_HOST", "DB_USER", "QUEUE_NAME", "QUEUE_TABLE"]
+    Settings.from_env(MINIMAL)  # nothing else is required
 
 
 def test_the_recorder_sees_what_settings_read():
