@@ -378,8 +378,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "retry-delay-grows-with-tentativa",
         "nsj_queue_lib/retry_policy.py",
-        "return Decision(Outcome.RETRY, tentativa * base_interval_minutes * 60.0)",
-        "return Decision(Outcome.RETRY, base_interval_minutes * 60.0)",
+        "            delay = tentativa * self.base_s\n",
+        "            delay = self.base_s\n",
         (f"{RUNTIME}::test_failures_retry_with_back_off_then_dead_letter",),
         ("postgres",),
         "every retry waits one base interval",
@@ -405,8 +405,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "dead-letter-after-the-last-attempt",
         "nsj_queue_lib/retry_policy.py",
-        "    if tentativa < max_retry:\n",
-        "    if tentativa <= max_retry:\n",
+        "        if tentativa >= self.max_retry:\n",
+        "        if tentativa > self.max_retry:\n",
         _contract("test_dead_letter_after_queue_max_retry", "postgres", "mysql"),
         ("postgres", "mysql"),
         "one attempt more than QUEUE_MAX_RETRY",
