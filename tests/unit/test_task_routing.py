@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from nsj_queue_lib import PermanentError, Task, WorkerBase, WorkerPubSubBase
 from nsj_queue_lib.task import TaskOptions
+from nsj_queue_lib.worker_base import EXIT_CONFIG_ERROR
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 CONN = object()
 
@@ -183,3 +191,44 @@ def test_async_handlers_are_refused_until_the_runtime_supports_them():
         @Task("x")
         async def handler(self, payload, tarefa, bd_conn):
             return "h"
+
+
+# -- options that only turn out wrong against the settings ---------------------------------
+
+CLASHING_WORKER = """
+from nsj_queue_lib import Task, WorkerBase
+
+class Clash(WorkerBase):
+    @Task("p", retry_max_s=30)
+    def p(self, payload, tarefa, bd_conn):
+        return "never runs"
+
+Clash().run()
+"""
+
+
+def test_a_worker_whose_options_clash_with_the_settings_exits_with_code_2_naming_them():
+    # retry_max_s=30 with no retry_base_s: the base is QUEUE_BASE_INTERVAL_RETRY, 1 minute.
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "DB_HOST": "127.0.0.1",
+        "DB_BASE": "test",
+        "DB_USER": "nobody",
+        "QUEUE_NAME": "fila",
+        "QUEUE_TABLE": "fila",
+        "QUEUE_BASE_INTERVAL_RETRY": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CLASHING_WORKER],
+        env=env,
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == EXIT_CONFIG_ERROR, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        "nsj_queue_lib: configuration error: @Task('p') retry_max_s must be >= the retry base "
+        "(60 s from QUEUE_BASE_INTERVAL_RETRY), got 30"
+    )

@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from nsj_queue_lib import webhook
-from nsj_queue_lib import PermanentError
+from nsj_queue_lib import PermanentError, webhook
 from nsj_queue_lib.retry_policy import MAX_RETRY_AFTER_S, classify
 from nsj_queue_lib.webhook import (
     PermanentWebhookError,
