@@ -82,10 +82,10 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         """
         if tarefa.get("dead"):
             return self.execute_dead(_payload_text(tarefa), tarefa, bd_conn)
-        if tarefa.get("pub_sub"):
-            if tarefa.get("publication_id") is None:
-                return self.publish(tarefa, bd_conn)
+        if tarefa.get("publication_id") is not None:  # a delivery (its pub_sub is false)
             return self.execute(_payload_text(tarefa), tarefa, bd_conn)
+        if tarefa.get("pub_sub"):
+            return self.publish(tarefa, bd_conn)
         method_name = self._task_registry.methods.get(tarefa.get("processo") or "")
         if method_name is None:
             return self.execute(_payload_text(tarefa), tarefa, bd_conn)

@@ -117,7 +117,6 @@ def test_pub_sub_publications_and_deliveries_are_not_routed_by_processo():
         worker.handle_task(
             tarefa(
                 "evento",
-                pub_sub=True,
                 publication_id=1,
                 payload='{"publication": "x", "subscription": {"id": "s"}}',
             ),
