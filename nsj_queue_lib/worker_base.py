@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import random
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -66,6 +67,14 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         return message
 
     # -- runtime --
+
+    @classmethod
+    def retry_policies(cls, settings: Settings, rng: random.Random | None = None) -> RetryPolicies:
+        """The queue's default policy (from ``settings``) and this class's ``@Task`` ones.
+
+        Raises ``ConfigError`` for options that clash with the settings.
+        """
+        return RetryPolicies.build(settings, cls._task_registry.options.values(), rng)
 
     @classmethod
     def task_options(cls, processo: str) -> TaskOptions:
@@ -135,7 +144,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
         try:
-            policies = RetryPolicies.build(self._settings, self._task_registry.options.values())
+            policies = self.retry_policies(self._settings)
             self._runtime = WorkerRuntime(self._settings, self.handle_task, policies=policies)
         except ConfigError as exc:
             for name, why in exc.problems.items():
