@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +191,23 @@ def test_a_handler_that_enqueues_forever_is_stopped():
 def test_the_in_memory_connection_runs_no_sql():
     with pytest.raises(TypeError, match="runs no SQL"):
         InMemoryQueue().connection().cursor()
+
+
+def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
+    path = Path(__file__).resolve().parents[2] / "examples" / "worker_tasks.py"
+    spec = importlib.util.spec_from_file_location("example_worker_tasks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.demo_in_memory()
+    outcome = {
+        (r["processo"], r["dead"], r["tentativa"], r["status"]) for r in rows if r["id"] <= 5
+    }
+    assert outcome == {
+        ("nota_emitida", False, 1, "sucesso"),
+        ("nota_emitida", False, 1, "falha"),
+        ("pix_pago", False, 1, "sucesso"),
+        ("relatorio", False, 1, "sucesso"),
+    }
+    offline = [r for r in rows if r["processo"] == "nota_emitida" and "ERP" in r["mensagem"]]
+    assert [r["tentativa"] for r in offline] == [1, 2, 3, 4, 5]
+    assert [r["status"] for r in rows if r["dead"]] == ["sucesso", "sucesso"]
