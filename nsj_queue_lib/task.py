@@ -106,10 +106,16 @@ class Task:
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
+        # Called like execute, these would "succeed" with a coroutine or generator object.
         if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(
                 f"@Task({self.options.processo!r}) on {func.__qualname__}: "
                 "async handlers are not supported yet"
+            )
+        if inspect.isgeneratorfunction(func):
+            raise TypeError(
+                f"@Task({self.options.processo!r}) on {func.__qualname__}: "
+                "generator handlers (pipelines) are not supported yet"
             )
         if not callable(func):
             raise TypeError(f"@Task({self.options.processo!r}) decorates a method")

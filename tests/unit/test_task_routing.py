@@ -231,3 +231,11 @@ def test_a_worker_whose_options_clash_with_the_settings_exits_with_code_2_naming
         "nsj_queue_lib: configuration error: @Task('p') retry_max_s must be >= the retry base "
         "(60 s from QUEUE_BASE_INTERVAL_RETRY), got 30"
     )
+
+
+def test_generator_handlers_are_refused_until_the_runtime_supports_them():
+    with pytest.raises(TypeError, match="generator handlers"):
+
+        @Task("x")
+        def handler(self, payload, tarefa, bd_conn):
+            yield "step"
