@@ -61,13 +61,20 @@ _NUMBERS = {
 }
 
 
-def _problem(options: TaskOptions) -> tuple[str, str] | None:
-    """The first bad option of ``options`` and what is wrong with it, or None."""
-    processo = options.processo
+def _processo_problem(processo: Any) -> str | None:
     if not isinstance(processo, str) or not processo.strip():
-        return "processo", f"must be a non-empty string, got {processo!r}"
+        return f"must be a non-empty string, got {processo!r}"
     if len(processo) > TEXT_LIMITS["processo"]:
-        return "processo", f"must be at most {TEXT_LIMITS['processo']} characters"
+        return f"must be at most {TEXT_LIMITS['processo']} characters"
+    return None
+
+
+def _problem(options: TaskOptions) -> tuple[str, str] | None:
+    """The first bad option of ``options`` and what is wrong with it, or None.
+
+    The processo itself is checked by ``Task``: the options of a processo read
+    from a row (``TaskRegistry.options_for``) are built whatever its text.
+    """
     for option, (integer, minimum, positive) in _NUMBERS.items():
         value = getattr(options, option)
         why = None if value is None else _out_of_bounds(value, integer, minimum, None, positive)
@@ -101,6 +108,9 @@ class Task:
         retry_max_s: float | None = None,
         timeout_s: float | None = None,
     ) -> None:
+        why = _processo_problem(processo)
+        if why is not None:
+            raise ValueError(f"@Task({processo!r}): processo {why}")
         self.options = TaskOptions(
             processo, max_retry, retry_backoff, retry_base_s, retry_max_s, timeout_s
         )

@@ -77,6 +77,7 @@ def test_task_options_are_the_declared_ones_or_all_defaults():
         "pix_pago", retry_backoff="exponential", retry_base_s=1, retry_max_s=60
     )
     assert Billing.task_options("outro") == TaskOptions("outro")
+    assert Billing.task_options("") == TaskOptions("")  # a hand-written row's processo
     assert Billing.task_options("outro").timeout_s is None
 
 
