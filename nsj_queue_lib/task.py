@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from nsj_queue_lib.model import TEXT_LIMITS
 from nsj_queue_lib.settings import _out_of_bounds
@@ -30,6 +30,7 @@ _MARK = "_nsj_task_options"
 LINEAR = "linear"
 EXPONENTIAL = "exponential"
 BACKOFFS = (LINEAR, EXPONENTIAL)
+Backoff = Literal["linear", "exponential"]
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 
@@ -40,7 +41,7 @@ class TaskOptions:
 
     processo: str
     max_retry: int | None = None
-    retry_backoff: str | None = None  # "linear" (the default) or "exponential"
+    retry_backoff: Backoff | None = None  # None: "linear"
     retry_base_s: float | None = None
     retry_max_s: float | None = None
     timeout_s: float | None = None
@@ -103,7 +104,7 @@ class Task:
         processo: str,
         *,
         max_retry: int | None = None,
-        retry_backoff: str | None = None,
+        retry_backoff: Backoff | None = None,
         retry_base_s: float | None = None,
         retry_max_s: float | None = None,
         timeout_s: float | None = None,
