@@ -58,7 +58,8 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
     def execute_dead(
         self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
     ) -> str | None:
-        """Handle a task whose attempts ran out. Default: log it."""
+        """Handle a dead letter: a task whose attempts ran out, or that failed permanently.
+        Default: log it."""
         message = (
             f"Task {tarefa.get('live_id')} ran out of attempts without success; "
             "manual intervention is needed."
