@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use
     __version__: str
-    from nsj_queue_lib.exceptions import ConfigError
+    from nsj_queue_lib.exceptions import ConfigError, PermanentError
     from nsj_queue_lib.queue_client import QueueClient
     from nsj_queue_lib.settings import Settings
+    from nsj_queue_lib.task import Task
     from nsj_queue_lib.worker_base import WorkerBase
     from nsj_queue_lib.worker_pub_sub_base import DeadSubscriber, Subscriber, WorkerPubSubBase
     from nsj_queue_lib.worker_webhook import WorkerWebhook
@@ -30,6 +31,8 @@ __all__ = [
     "WorkerWebhook",
     "Settings",
     "ConfigError",
+    "Task",
+    "PermanentError",
 ]
 
 _LOCATIONS = {
@@ -41,6 +44,8 @@ _LOCATIONS = {
     "WorkerWebhook": "nsj_queue_lib.worker_webhook",
     "Settings": "nsj_queue_lib.settings",
     "ConfigError": "nsj_queue_lib.exceptions",
+    "Task": "nsj_queue_lib.task",
+    "PermanentError": "nsj_queue_lib.exceptions",
 }
 
 

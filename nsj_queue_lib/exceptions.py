@@ -52,3 +52,12 @@ class HandlerTransactionError(QueueLibError):
 class DatabaseAccessError(DatabaseError):
     """The database refused the worker's user or password, or does not know its database:
     configuration, not an outage. The worker stops at start instead of retrying."""
+
+
+class PermanentError(QueueLibError):
+    """Raised by a handler: this task can never succeed, so it is not retried.
+
+    The attempt becomes 'falha' with ``estouro_tentativas`` set and its
+    dead-letter task (handled by ``execute_dead``) follows at once, whatever
+    attempts remain. A dead-letter task that raises it ends there.
+    """

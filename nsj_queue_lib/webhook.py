@@ -3,12 +3,20 @@
 Only ``http``/``https`` URLs and the methods GET, POST, PUT and DELETE are
 called; anything else fails before a request is made. Redirects are not
 followed. A 2xx answer is success; any other status, a timeout or a network
-error raises ``WebhookError`` (the task fails and is retried). The response
-body is read up to ``MAX_BODY_BYTES``. Header values never reach the logs.
+error raises ``WebhookError`` (the task fails and is retried). Failures that
+no retry can cure raise ``PermanentWebhookError`` (the dead letter follows at
+once): a subscription that cannot be called as stored (its URL, method or
+headers; the delivery carries a copy of the subscriber row, so fixing the row
+does not fix the delivery) and a 4xx answer other than 408 and 429. A 429 or
+503 with a ``Retry-After`` header (seconds or an HTTP date) sets the earliest
+next attempt (at most ``MAX_RETRY_AFTER_S`` away). The response body is read
+up to ``MAX_BODY_BYTES``. Header values never reach the logs.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import socket
 import threading
@@ -21,7 +29,9 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from nsj_queue_lib.exceptions import PermanentError
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.retry_policy import MAX_RETRY_AFTER_S
 
 logger = get_logger("webhook")
 
@@ -32,8 +42,41 @@ MAX_BODY_BYTES = 64 * 1024
 BODY_EXCERPT_CHARS = 200
 
 
+# Client errors a later attempt can cure: a timeout on the server's side, a rate limit.
+RETRYABLE_4XX = (408, 429)
+RETRY_AFTER_STATUSES = (429, 503)
+
+
 class WebhookError(Exception):
-    """The webhook call failed or was refused; the delivery is retried."""
+    """The webhook call failed or was refused; the delivery is retried.
+
+    ``retry_after_s``: the earliest next attempt the server asked for, or None.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class PermanentWebhookError(WebhookError, PermanentError):
+    """A delivery that can never succeed as stored: not retried, dead-lettered at once."""
+
+
+def parse_retry_after(value: str | None, now: datetime.datetime) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or an HTTP date), at most
+    ``MAX_RETRY_AFTER_S``; None when absent or unreadable, 0 for a date in the past."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is always GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return min(max((when - now).total_seconds(), 0.0), MAX_RETRY_AFTER_S)
 
 
 def redact_url(url: str) -> str:
@@ -55,22 +98,22 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
     """(method, url, headers) of a subscription, or WebhookError before any request."""
     url = subscription.get("url")
     if not isinstance(url, str) or not url.strip():
-        raise WebhookError(f"subscriber {subscription.get('id')!r} has no url")
+        raise PermanentWebhookError(f"subscriber {subscription.get('id')!r} has no url")
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in ALLOWED_SCHEMES or not parts.hostname:
-        raise WebhookError(
+        raise PermanentWebhookError(
             f"subscriber {subscription.get('id')!r}: only http and https URLs are called, got scheme "
             f"{parts.scheme or '(none)'!r}"
         )
     try:
         _ = parts.port  # urllib parses the port lazily: reading it validates it
     except ValueError:
-        raise WebhookError(
+        raise PermanentWebhookError(
             f"subscriber {subscription.get('id')!r}: the url has an invalid port"
         ) from None
     method = (subscription.get("http_method") or "POST").strip().upper()
     if method not in ALLOWED_METHODS:
-        raise WebhookError(
+        raise PermanentWebhookError(
             f"subscriber {subscription.get('id')!r}: unsupported HTTP method {method!r} "
             f"(supported: {', '.join(ALLOWED_METHODS)})"
         )
@@ -79,11 +122,13 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
         try:
             headers = json.loads(headers)
         except ValueError:
-            raise WebhookError(
+            raise PermanentWebhookError(
                 f"subscriber {subscription.get('id')!r}: headers are not valid JSON"
             ) from None
     if not isinstance(headers, dict) or not all(isinstance(k, str) for k in headers):
-        raise WebhookError(f"subscriber {subscription.get('id')!r}: headers must be a JSON object")
+        raise PermanentWebhookError(
+            f"subscriber {subscription.get('id')!r}: headers must be a JSON object"
+        )
     cleaned = {k: v if isinstance(v, str) else json.dumps(v) for k, v in headers.items()}
     for name, value in cleaned.items():
         try:
@@ -91,7 +136,7 @@ def check_request(subscription: dict[str, Any]) -> tuple[str, str, dict[str, str
             value.encode("latin-1")
         except UnicodeEncodeError:
             # The value itself is never echoed: it may be a secret.
-            raise WebhookError(
+            raise PermanentWebhookError(
                 f"subscriber {subscription.get('id')!r}: header {name.encode('ascii', 'replace').decode()!r} "
                 "cannot be sent in HTTP (non-latin-1 characters)"
             ) from None
@@ -246,7 +291,7 @@ class WebhookCaller:
         if excerpt:
             summary += f": {excerpt}"
         if not 200 <= response.status_code < 300:
-            raise WebhookError(summary)
+            raise _failure(response, summary)
         return summary
 
     def _read_excerpt(self, response: requests.Response, started: float) -> str:
@@ -264,3 +309,15 @@ class WebhookCaller:
         )
         text = " ".join(text.split())
         return text[:BODY_EXCERPT_CHARS]
+
+
+def _failure(response: requests.Response, summary: str) -> WebhookError:
+    """The error of a non-2xx answer: permanent for most 4xx, with the server's Retry-After."""
+    status = response.status_code
+    if 400 <= status < 500 and status not in RETRYABLE_4XX:
+        return PermanentWebhookError(summary)
+    retry_after = None
+    if status in RETRY_AFTER_STATUSES:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        retry_after = parse_retry_after(response.headers.get("Retry-After"), now)
+    return WebhookError(summary, retry_after_s=retry_after)

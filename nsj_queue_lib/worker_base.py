@@ -4,6 +4,9 @@
 ``bd_conn``; the task's 'sucesso' commits with whatever it wrote. If it
 raises, all of it is rolled back and the attempt is retried later, and after
 QUEUE_MAX_RETRY attempts a dead-letter task is handled by ``execute_dead``.
+Methods decorated ``@Task("processo", ...)`` (``nsj_queue_lib.task``) take the
+tasks of their processo, with that processo's retry policy; ``execute`` takes
+the rest. A processo with neither fails with a ``PermanentError``.
 """
 
 from __future__ import annotations
@@ -11,12 +14,16 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import random
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from nsj_queue_lib.dbapi import DBConnection
-from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.exceptions import ConfigError, PermanentError
+from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.task import TaskOptions, TaskRegistry, no_handler_message
 
 if TYPE_CHECKING:
     from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
@@ -25,21 +32,34 @@ EXIT_CONFIG_ERROR = 2
 logger = logging.getLogger("nsj_queue_lib.worker")
 
 
-class WorkerBase(abc.ABC):
+class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add abstract methods
+    _task_registry: ClassVar[TaskRegistry] = TaskRegistry()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._task_registry = TaskRegistry.of(cls)
+
     def __init__(self, settings: Settings | None = None) -> None:
         self._settings = settings
         self._runtime: WorkerRuntime | None = None
 
     # -- to implement --
 
-    @abc.abstractmethod
     def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
-        """Do the task's work on ``bd_conn`` (do not commit); return the message to store."""
+        """Do the task's work on ``bd_conn`` (do not commit); return the message to store.
+
+        Called for every processo without a ``@Task`` method. Not overridden:
+        such a task fails permanently (its dead letter follows at once).
+        """
+        raise PermanentError(
+            no_handler_message(type(self), tarefa.get("processo"), self._task_registry.known())
+        )
 
     def execute_dead(
         self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
     ) -> str | None:
-        """Handle a task whose attempts ran out. Default: log it."""
+        """Handle a dead letter: a task whose attempts ran out, or that failed permanently.
+        Default: log it."""
         message = (
             f"Task {tarefa.get('live_id')} ran out of attempts without success; "
             "manual intervention is needed."
@@ -49,13 +69,38 @@ class WorkerBase(abc.ABC):
 
     # -- runtime --
 
+    @classmethod
+    def retry_policies(cls, settings: Settings, rng: random.Random | None = None) -> RetryPolicies:
+        """The queue's default policy (from ``settings``) and this class's ``@Task`` ones.
+
+        Raises ``ConfigError`` for options that clash with the settings.
+        """
+        return RetryPolicies.build(settings, cls._task_registry.options.values(), rng)
+
+    @classmethod
+    def task_options(cls, processo: str) -> TaskOptions:
+        """The options ``@Task`` declared for ``processo`` (``None`` fields: the queue's
+        defaults); all ``None`` for a processo without a ``@Task`` method."""
+        return cls._task_registry.options_for(processo)
+
     def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
-        """Route a claimed task to the right method (called by the runtime)."""
+        """Route a claimed task to the right method (called by the runtime).
+
+        Dead letters go to ``execute_dead``, publications are fanned out, and
+        pub/sub deliveries go to ``execute`` (``WorkerPubSubBase`` routes them
+        by subscriber); the rest by processo: its ``@Task`` method, else ``execute``.
+        """
         if tarefa.get("dead"):
             return self.execute_dead(_payload_text(tarefa), tarefa, bd_conn)
-        if tarefa.get("pub_sub") and tarefa.get("publication_id") is None:
+        if tarefa.get("publication_id") is not None:  # a delivery (its pub_sub is false)
+            return self.execute(_payload_text(tarefa), tarefa, bd_conn)
+        if tarefa.get("pub_sub"):
             return self.publish(tarefa, bd_conn)
-        return self.execute(_payload_text(tarefa), tarefa, bd_conn)
+        method_name = self._task_registry.methods.get(tarefa.get("processo") or "")
+        if method_name is None:
+            return self.execute(_payload_text(tarefa), tarefa, bd_conn)
+        handler: Callable[..., str | None] = getattr(self, method_name)
+        return handler(_payload_text(tarefa), tarefa, bd_conn)
 
     def publish(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str:
         """A pub/sub publication: fan out to the subscribers."""
@@ -100,7 +145,8 @@ class WorkerBase(abc.ABC):
         from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
         try:
-            self._runtime = WorkerRuntime(self._settings, self.handle_task)
+            policies = self.retry_policies(self._settings)
+            self._runtime = WorkerRuntime(self._settings, self.handle_task, policies=policies)
         except ConfigError as exc:
             for name, why in exc.problems.items():
                 print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)

@@ -23,9 +23,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from nsj_queue_lib.dbapi import DBConnection
+from nsj_queue_lib.exceptions import PermanentError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.pubsub import PubSubError, parse_envelope
 from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.task import no_handler_message
 from nsj_queue_lib.worker_base import WorkerBase
 
 if TYPE_CHECKING:
@@ -94,8 +96,12 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
     def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
         envelope = parse_envelope(payload)
         if envelope is None:
-            raise PubSubError(
-                f"task {tarefa.get('id')} is not a pub/sub delivery (payload has no envelope)"
+            # Neither a delivery nor a processo with a @Task method: it can never succeed here.
+            raise PermanentError(
+                f"task {tarefa.get('id')} is not a pub/sub delivery (payload has no envelope); "
+                + no_handler_message(
+                    type(self), tarefa.get("processo"), self._task_registry.known()
+                )
             )
         subscription = envelope["subscription"]
         subscriber_id = str(subscription["id"])

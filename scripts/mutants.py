@@ -104,6 +104,7 @@ GUARDS_MY = "tests/integration/test_guards_mysql.py"
 GUARDS_SERVER = "tests/integration/test_guards_server.py"
 GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
 CONTRACT = "tests/contract/test_contract.py"
+POLICIES = "tests/contract/test_task_policies.py"
 RUNTIME = "tests/integration/test_runtime_execution.py"
 SERVICES = "tests/integration/test_runtime_services.py"
 LOGS = "tests/integration/test_runtime_logs.py"
@@ -130,6 +131,10 @@ PROCEDURE, WITHOUT_LOCKS = "[claim procedure]", "[claim without locks]"
 
 def _contract(test: str, *backends: str) -> tuple[str, ...]:
     return tuple(f"{CONTRACT}::{test}[{backend}]" for backend in backends)
+
+
+def _policies(test: str, *backends: str) -> tuple[str, ...]:
+    return tuple(f"{POLICIES}::{test}[{backend}]" for backend in backends)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -378,8 +383,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "retry-delay-grows-with-tentativa",
         "nsj_queue_lib/retry_policy.py",
-        "return Decision(Outcome.RETRY, tentativa * base_interval_minutes * 60.0)",
-        "return Decision(Outcome.RETRY, base_interval_minutes * 60.0)",
+        "            delay = tentativa * self.base_s\n",
+        "            delay = self.base_s\n",
         (f"{RUNTIME}::test_failures_retry_with_back_off_then_dead_letter",),
         ("postgres",),
         "every retry waits one base interval",
@@ -405,8 +410,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "dead-letter-after-the-last-attempt",
         "nsj_queue_lib/retry_policy.py",
-        "    if tentativa < max_retry:\n",
-        "    if tentativa <= max_retry:\n",
+        "        if tentativa >= self.max_retry:\n",
+        "        if tentativa > self.max_retry:\n",
         _contract("test_dead_letter_after_queue_max_retry", "postgres", "mysql"),
         ("postgres", "mysql"),
         "one attempt more than QUEUE_MAX_RETRY",
@@ -655,6 +660,62 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{LOGS}::test_one_info_line_per_interval_while_busy_none_while_idle",),
         ("postgres",),
         "an idle worker logs a line every minute",
+    ),
+    # -- handlers per processo, retry policies, permanent errors --------------------------
+    Mutant(
+        "route-by-processo",
+        "nsj_queue_lib/worker_base.py",
+        '        method_name = self._task_registry.methods.get(tarefa.get("processo") or "")\n',
+        "        method_name = None\n",
+        _policies("test_tasks_are_routed_by_processo_each_with_its_own_max_retry", "postgres"),
+        ("postgres",),
+        "every task goes to execute, @Task methods are never called",
+    ),
+    Mutant(
+        "permanent-error-skips-retries",
+        "nsj_queue_lib/retry_policy.py",
+        "        if failure.permanent:\n",
+        "        if failure.permanent and False:\n",
+        _policies(
+            "test_a_permanent_error_is_not_retried_and_its_dead_letter_follows_at_once",
+            "postgres",
+            "mysql",
+        ),
+        ("postgres", "mysql"),
+        "a PermanentError is retried like any error",
+    ),
+    Mutant(
+        "exponential-full-jitter",
+        "nsj_queue_lib/retry_policy.py",
+        "        return rng.uniform(0.0, min(cap, self.base_s * 2.0**exponent))\n",
+        "        return min(cap, self.base_s * 2.0**exponent)\n",
+        _policies("test_exponential_backoff_draws_each_delay_between_zero_and_its_cap", "postgres"),
+        ("postgres",),
+        "exponential retries of tasks that failed together come back together",
+    ),
+    Mutant(
+        "retry-after-is-the-earliest-attempt",
+        "nsj_queue_lib/retry_policy.py",
+        "            delay = max(delay, failure.retry_after_s)\n",
+        "            delay = min(delay, failure.retry_after_s)\n",
+        _policies(
+            "test_webhook_4xx_is_permanent_408_is_retried_and_429_retry_after_is_honoured",
+            "postgres",
+        ),
+        ("postgres",),
+        "a 429's Retry-After is ignored",
+    ),
+    Mutant(
+        "webhook-4xx-permanent",
+        "nsj_queue_lib/webhook.py",
+        "    if 400 <= status < 500 and status not in RETRYABLE_4XX:\n",
+        "    if 400 <= status < 500 and status in RETRYABLE_4XX:\n",
+        _policies(
+            "test_webhook_4xx_is_permanent_408_is_retried_and_429_retry_after_is_honoured",
+            "mysql",
+        ),
+        ("mysql",),
+        "a 404 is retried for days and a 408 is dead-lettered at once",
     ),
 )
 

@@ -281,6 +281,10 @@ def make_driver(settings: Settings) -> Driver:
 
 def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
     """The store for a caller's DB-API connection, chosen by the driver that made it."""
+    own_store = getattr(conn, "_nsj_client_store", None)  # nsj_queue_lib.testing's connection
+    if own_store is not None:
+        store: ClientStore = own_store(queue_table, subscriber_table)
+        return store
     root = (type(conn).__module__ or "").split(".")[0]
     dialect = _CONNECTION_DIALECTS.get(root)
     if dialect is None:

@@ -30,7 +30,7 @@ from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
-from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
+from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, bounded, failure_message
 from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.settings import Settings
 
@@ -57,27 +57,23 @@ class RunningTask:
 def record_failure(
     store: WorkerStore,
     conn: Any,
-    settings: Settings,
+    policies: RetryPolicies,
     task: TaskRecord,
     error: BaseException | str,
     status: str = model.FALHA,
     delay_seconds: float | None = None,
+    decision: Decision | None = None,
 ) -> int | None:
     """Settle a failed 'processando' attempt inside the current transaction.
 
     Returns the id of the row enqueued after it (next attempt or dead letter),
     or None. Conditional on the row still being 'processando', so two workers
-    can never both settle one attempt.
+    can never both settle one attempt. ``decision``: the one already logged.
     """
-    decision = decide(
-        task.tentativa,
-        task.dead,
-        settings.queue_max_retry,
-        settings.queue_base_interval_retry,
-    )
-    mensagem = failure_message(
-        error, decision.outcome, settings.queue_max_retry, model.MENSAGEM_LIMIT
-    )
+    if decision is None:
+        decision = policies.decide(task, error)
+    max_retry = policies.for_processo(task.row.get("processo")).max_retry
+    mensagem = failure_message(error, decision, max_retry, model.MENSAGEM_LIMIT)
     if decision.outcome is Outcome.RETRY:
         delay = decision.delay_seconds if delay_seconds is None else delay_seconds
         return store.fail_and_retry(conn, task.id, status, mensagem, delay)
@@ -99,8 +95,10 @@ class TaskExecutor:
         stop: threading.Event,
         liveness: Liveness,
         terminate_session: SessionTerminator,
+        policies: RetryPolicies | None = None,
     ):
         self.settings = settings
+        self.policies = policies if policies is not None else RetryPolicies.build(settings)
         self.store = store
         self.pool = pool
         self.handler = handler
@@ -287,13 +285,14 @@ class TaskExecutor:
 
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
-        self._log_failure(task, error)
+        decision = self.policies.decide(task, error)
+        self._log_failure(task, error, decision)
         with self._cond:
             self._failed += 1
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
-            record_failure(self.store, conn, self.settings, task, error)
+            record_failure(self.store, conn, self.policies, task, error, decision=decision)
             self.liveness.unlock_in_transaction(conn, task)
             self.store.commit(conn)
             return True
@@ -309,7 +308,7 @@ class TaskExecutor:
         try:
             with self.pool.connection() as fresh:
                 self.store.begin(fresh)
-                record_failure(self.store, fresh, self.settings, task, error)
+                record_failure(self.store, fresh, self.policies, task, error, decision=decision)
                 self.store.commit(fresh)
         except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
             logger.warning(
@@ -327,16 +326,19 @@ class TaskExecutor:
             self.settings.queue_name,
             task.id,
             task.tentativa,
-            self.settings.queue_max_retry,
+            self.policies.for_processo(task.row.get("processo")).max_retry,
             task.row.get("id_inicial"),
             task.row.get("mensagem_anterior"),
         )
 
-    def _log_failure(self, task: TaskRecord, error: BaseException) -> None:
+    def _log_failure(self, task: TaskRecord, error: BaseException, decision: Decision) -> None:
         """One line per failed attempt, with its traceback and what comes next."""
         s = self.settings
-        decision = decide(task.tentativa, task.dead, s.queue_max_retry, s.queue_base_interval_retry)
-        if decision.outcome is Outcome.RETRY:
+        if decision.permanent:
+            then = "a permanent error: not retried" + (
+                "; its dead-letter task follows" if decision.outcome is Outcome.BURY else ""
+            )
+        elif decision.outcome is Outcome.RETRY:
             due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
                 seconds=decision.delay_seconds
             )
@@ -350,7 +352,7 @@ class TaskExecutor:
             s.queue_name,
             task.id,
             task.tentativa,
-            s.queue_max_retry,
+            self.policies.for_processo(task.row.get("processo")).max_retry,
             type(error).__name__,
             error,
             then,
@@ -409,7 +411,7 @@ class TaskExecutor:
                         record_failure(
                             self.store,
                             admin,
-                            self.settings,
+                            self.policies,
                             item.task,
                             RELEASED_MESSAGE,
                             status=model.FALHA_PROCESSANDO,

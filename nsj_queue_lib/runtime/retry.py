@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from nsj_queue_lib import model
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.executor import record_failure
 from nsj_queue_lib.runtime.liveness import task_lock_name
 from nsj_queue_lib.runtime.service import PeriodicService
@@ -28,8 +29,15 @@ ORPHAN_MESSAGE = "the worker running this attempt died or lost its database conn
 class RetryService(PeriodicService):
     name = "retry"
 
-    def __init__(self, *args: Any, lock_client: LockClient | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        lock_client: LockClient | None = None,
+        policies: RetryPolicies | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
+        self.policies = policies if policies is not None else RetryPolicies.build(self.settings)
         # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
         self.lock_client = lock_client
         self.rescued_total = 0  # attempts this worker rescued since the start
@@ -55,7 +63,7 @@ class RetryService(PeriodicService):
                 record_failure(
                     self.store,
                     conn,
-                    self.settings,
+                    self.policies,
                     task,
                     ORPHAN_MESSAGE,
                     status=model.FALHA_PROCESSANDO,

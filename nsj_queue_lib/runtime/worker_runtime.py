@@ -30,6 +30,7 @@ from nsj_queue_lib.exceptions import (
     QueueTableMissingError,
 )
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
 from nsj_queue_lib.runtime.liveness import DatabaseLiveness, Liveness, ServerLiveness
@@ -78,7 +79,13 @@ class _Supervised(threading.Thread):
 
 
 class WorkerRuntime:
-    def __init__(self, settings: Settings, handler: TaskHandler, driver: Driver | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        handler: TaskHandler,
+        driver: Driver | None = None,
+        policies: RetryPolicies | None = None,
+    ):
         self.driver = driver or make_driver(settings)
         problems = {
             variable: "is required"
@@ -92,6 +99,7 @@ class WorkerRuntime:
         if problems:
             raise ConfigError(problems)
         self.settings = settings
+        self.policies = policies if policies is not None else RetryPolicies.build(settings)
         self.stop_event = threading.Event()
         self.store = self.driver.store()
         self.pool = self.driver.make_pool(settings.queue_concurrency)
@@ -111,6 +119,7 @@ class WorkerRuntime:
             self.stop_event,
             self._liveness(),
             self.driver.terminate_session,
+            self.policies,
         )
         self.dispatcher = Dispatcher(
             settings,
@@ -167,6 +176,7 @@ class WorkerRuntime:
                 s.queue_minute_retry_thread,
                 s.queue_retry_thread_interval,
                 lock_client=self.lock_client,
+                policies=self.policies,
             ),
             build(RenotifyService, s.queue_minute_notify_thread, s.queue_notify_thread_interval),
             build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),

@@ -36,7 +36,7 @@ def bound_store(driver: Driver) -> Any:
 
 
 def make_service(
-    cls: type[PeriodicService], settings: Any, lock_client: Any = None
+    cls: type[PeriodicService], settings: Any, lock_client: Any = None, policies: Any = None
 ) -> PeriodicService:
     driver = make_driver(settings)
     store = bound_store(driver)
@@ -46,7 +46,9 @@ def make_service(
         lock = ServerServiceLock(store, lock_client, cls.name, stop)
     else:
         lock = DatabaseServiceLock(store, service_lock_key(settings.queue_table, cls.name))
-    extra: dict[str, Any] = {"lock_client": lock_client} if issubclass(cls, RetryService) else {}
+    extra: dict[str, Any] = {}
+    if issubclass(cls, RetryService):
+        extra = {"lock_client": lock_client, "policies": policies}
     return cls(
         settings,
         store,

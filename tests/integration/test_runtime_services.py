@@ -13,6 +13,7 @@ import threading
 import psycopg
 import pytest
 
+from nsj_queue_lib import Task, WorkerBase
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
@@ -140,6 +141,27 @@ def test_retry_service_dead_letters_an_orphan_on_its_last_attempt(pg_queue, pg_d
     assert rows[last]["status"] == "falha_processando" and rows[last]["estouro_tentativas"] is True
     [dead] = [r for r in rows.values() if r["dead"]]
     assert (dead["live_id"], dead["status"], dead["payload"]) == (first, "pendente", "original")
+
+
+def test_retry_service_applies_each_processos_retry_policy(pg_queue, pg_dsn, pg_autocommit):
+    class Worker(WorkerBase):
+        @Task("uma_vez", max_retry=1)
+        def once(self, payload, tarefa, bd_conn):
+            return "never runs here"
+
+    once = insert_row(pg_autocommit, pg_queue.table, "processando", processo="uma_vez")
+    other = insert_row(pg_autocommit, pg_queue.table, "processando")
+    settings = settings_for(pg_dsn, pg_queue.table, queue_max_retry=5)
+    service = services.make_service(
+        RetryService, settings, policies=Worker.retry_policies(settings)
+    )
+    assert service.run_once() == 2
+    rows = {r["id"]: r for r in fetch_rows(pg_autocommit, pg_queue.table)}
+    # uma_vez has one attempt: its rescued orphan goes to the dead letter at once.
+    assert rows[once]["estouro_tentativas"] is True and rows[once]["proxima_tentativa"] is None
+    assert [r["live_id"] for r in rows.values() if r["dead"]] == [once]
+    # The other processo keeps the queue's five attempts: retried.
+    assert rows[other]["reenfileirado"] is True and rows[other]["estouro_tentativas"] is False
 
 
 # -- renotify service ----------------------------------------------------------------------

@@ -16,14 +16,17 @@ import pymysql
 from nsj_queue_lib import (
     ConfigError,
     DeadSubscriber,
+    PermanentError,
     QueueClient,
     Settings,
     Subscriber,
+    Task,
     WorkerBase,
     WorkerPubSubBase,
     WorkerWebhook,
 )
 from nsj_queue_lib.dbapi import DBConnection
+from nsj_queue_lib.task import TaskOptions
 
 
 def enqueue_on_each_driver() -> list[int]:
@@ -81,6 +84,24 @@ class PlainWorker(WorkerBase):
         self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
     ) -> str | None:
         return None
+
+
+class RoutingWorker(WorkerBase):
+    @Task("nota_emitida", max_retry=5, retry_backoff="exponential", retry_base_s=2.0)
+    def on_nota(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str:
+        if not payload:
+            raise PermanentError("empty payload")
+        return "ok"
+
+    @Task("boleto_pago", retry_max_s=600, timeout_s=30)
+    @Task("pix_pago")
+    def on_payment(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
+        return None
+
+
+def declared_timeout() -> float | None:
+    options: TaskOptions = RoutingWorker.task_options("boleto_pago")
+    return options.timeout_s
 
 
 Row = dict[str, Any]  # a delivery's envelope, its subscription, the task row

@@ -12,7 +12,13 @@ import json
 
 import pytest
 
-from nsj_queue_lib import DeadSubscriber, Subscriber, WorkerPubSubBase, WorkerWebhook
+from nsj_queue_lib import (
+    DeadSubscriber,
+    PermanentError,
+    Subscriber,
+    WorkerPubSubBase,
+    WorkerWebhook,
+)
 from nsj_queue_lib.payload import payload_hash
 from nsj_queue_lib.pubsub import (
     NO_SUBSCRIBERS_MESSAGE,
@@ -260,9 +266,11 @@ def test_another_class_subscriber_without_url_fails_clearly():
     assert str(info.value) == "subscriber 'b' has no @Subscriber method in Alpha and no url"
 
 
-def test_a_payload_that_is_not_an_envelope_fails():
-    with pytest.raises(PubSubError, match="task 5 is not a pub/sub delivery"):
+def test_a_payload_that_is_not_an_envelope_fails_permanently():
+    # No @Task method took it and it is no delivery: no retry can help.
+    with pytest.raises(PermanentError, match="task 5 is not a pub/sub delivery") as info:
         Alpha(None).execute('{"pedido": 1}', TAREFA, None)
+    assert "processos it handles: none" in str(info.value)
 
 
 def test_a_numeric_subscriber_id_finds_its_method():

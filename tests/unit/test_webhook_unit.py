@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import logging
 import threading
@@ -14,8 +16,16 @@ import time
 
 import pytest
 
-from nsj_queue_lib import webhook
-from nsj_queue_lib.webhook import WebhookCaller, WebhookError, check_request, redact_url
+from nsj_queue_lib import PermanentError, webhook
+from nsj_queue_lib.retry_policy import MAX_RETRY_AFTER_S, classify
+from nsj_queue_lib.webhook import (
+    PermanentWebhookError,
+    WebhookCaller,
+    WebhookError,
+    check_request,
+    parse_retry_after,
+    redact_url,
+)
 from tests.helpers.http_server import RecordingServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -269,8 +279,8 @@ def test_a_network_error_is_a_webhook_error_without_the_query_string():
         (None, "POST"),
     ],
 )
-def test_refused_requests_are_never_sent(server, url, http_method):
-    with pytest.raises(WebhookError):
+def test_refused_requests_are_never_sent_and_are_permanent(server, url, http_method):
+    with pytest.raises(PermanentWebhookError):
         WebhookCaller(1).deliver(envelope(url and url.format(port=server.port), http_method))
     time.sleep(0.05)
     assert server.snapshot() == []
@@ -372,3 +382,77 @@ def test_check_request_sends_non_text_header_values_as_json():
         {"id": "s", "url": "http://example.test/", "headers": {"X-On": True}}
     )
     assert headers == {"X-On": "true"}
+
+
+# -- which failures are permanent, and Retry-After ---------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 405, 409, 410, 413, 422, 451, 499])
+def test_a_4xx_answer_is_permanent(server, status):
+    server.route("/hook", statuses=[status], body=b"refused")
+    with pytest.raises(PermanentWebhookError, match=f"HTTP {status}") as info:
+        WebhookCaller(2).deliver(envelope(server.url("/hook")))
+    assert isinstance(info.value, PermanentError) and classify(info.value).permanent
+
+
+@pytest.mark.parametrize("status", [300, 301, 408, 429, 500, 502, 503, 504])
+def test_408_429_5xx_and_redirects_are_retried(server, status):
+    server.route("/hook", statuses=[status], body=b"later")
+    with pytest.raises(WebhookError, match=f"HTTP {status}") as info:
+        WebhookCaller(2).deliver(envelope(server.url("/hook")))
+    assert not isinstance(info.value, PermanentError)
+    assert info.value.retry_after_s is None  # no Retry-After header
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_seconds_on_429_and_503_is_carried_by_the_error(server, status):
+    server.route("/hook", statuses=[status], headers={"Retry-After": "120"})
+    with pytest.raises(WebhookError) as info:
+        WebhookCaller(2).deliver(envelope(server.url("/hook")))
+    assert info.value.retry_after_s == 120.0
+    assert classify(info.value).retry_after_s == 120.0
+
+
+def test_retry_after_as_an_http_date_is_read_against_the_clock(server):
+    when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=90)
+    server.route(
+        "/hook",
+        statuses=[429],
+        headers={"Retry-After": email.utils.format_datetime(when, usegmt=True)},
+    )
+    with pytest.raises(WebhookError) as info:
+        WebhookCaller(2).deliver(envelope(server.url("/hook")))
+    assert 80 <= info.value.retry_after_s <= 90
+
+
+@pytest.mark.parametrize("status", [500, 408, 400])
+def test_retry_after_on_other_statuses_is_ignored(server, status):
+    server.route("/hook", statuses=[status], headers={"Retry-After": "120"})
+    with pytest.raises(WebhookError) as info:
+        WebhookCaller(2).deliver(envelope(server.url("/hook")))
+    assert info.value.retry_after_s is None
+
+
+NOW = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("0", 0.0),
+        (" 30 ", 30.0),
+        ("86401", MAX_RETRY_AFTER_S),
+        ("99999999999999999999", MAX_RETRY_AFTER_S),
+        ("Fri, 02 Jan 2026 03:05:05 GMT", 60.0),
+        ("Fri, 02 Jan 2026 03:00:00 GMT", 0.0),  # in the past: retry as the policy says
+        ("Sat, 02 Jan 2027 03:04:05 GMT", MAX_RETRY_AFTER_S),
+        (None, None),
+        ("", None),
+        ("-5", None),
+        ("1.5", None),
+        ("soon", None),
+        ("\u00b2", None),
+    ],
+)
+def test_parse_retry_after(value, expected):
+    assert parse_retry_after(value, NOW) == expected

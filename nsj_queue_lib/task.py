@@ -1,0 +1,183 @@
+"""``@Task``: one method per ``processo``, with that processo's options.
+
+```python
+class Billing(WorkerBase):
+    @Task("nota_emitida", max_retry=5, retry_backoff="exponential", retry_base_s=2)
+    def on_nota(self, payload: str, tarefa: dict, bd_conn) -> str: ...
+
+    def execute(self, payload, tarefa, bd_conn): ...  # every other processo
+```
+
+Options are checked when the decorator runs (``ValueError`` naming the
+processo and the option; an unknown option is a ``TypeError``), and the
+registry when the class is defined. Registries belong to the class that
+declares the methods and its subclasses; a subclass's declaration of a
+processo wins over its bases'. ``None`` in an option means the queue's
+default (``QUEUE_MAX_RETRY``, ``QUEUE_BASE_INTERVAL_RETRY``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar
+
+from nsj_queue_lib.model import TEXT_LIMITS
+from nsj_queue_lib.settings import _out_of_bounds
+
+_MARK = "_nsj_task_options"
+LINEAR = "linear"
+EXPONENTIAL = "exponential"
+BACKOFFS = (LINEAR, EXPONENTIAL)
+Backoff = Literal["linear", "exponential"]
+
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """A processo's declared options; ``None``: the queue's default."""
+
+    processo: str
+    max_retry: int | None = None
+    retry_backoff: Backoff | None = None  # None: "linear"
+    retry_base_s: float | None = None
+    retry_max_s: float | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        problem = _problem(self)
+        if problem is not None:
+            option, why = problem
+            raise ValueError(f"@Task({self.processo!r}): {option} {why}")
+
+
+# option -> (integer, minimum, strictly positive)
+_NUMBERS = {
+    "max_retry": (True, 1, False),
+    "retry_base_s": (False, None, True),
+    "retry_max_s": (False, None, True),
+    "timeout_s": (False, None, True),
+}
+
+
+def _processo_problem(processo: Any) -> str | None:
+    if not isinstance(processo, str) or not processo.strip():
+        return f"must be a non-empty string, got {processo!r}"
+    if len(processo) > TEXT_LIMITS["processo"]:
+        return f"must be at most {TEXT_LIMITS['processo']} characters"
+    return None
+
+
+def _problem(options: TaskOptions) -> tuple[str, str] | None:
+    """The first bad option of ``options`` and what is wrong with it, or None.
+
+    The processo itself is checked by ``Task``: the options of a processo read
+    from a row (``TaskRegistry.options_for``) are built whatever its text.
+    """
+    for option, (integer, minimum, positive) in _NUMBERS.items():
+        value = getattr(options, option)
+        why = None if value is None else _out_of_bounds(value, integer, minimum, None, positive)
+        if why:
+            return option, why
+    if options.retry_backoff is not None and options.retry_backoff not in BACKOFFS:
+        return (
+            "retry_backoff",
+            f"must be one of {', '.join(BACKOFFS)}, got {options.retry_backoff!r}",
+        )
+    base, cap = options.retry_base_s, options.retry_max_s
+    if base is not None and cap is not None and cap < base:
+        return "retry_max_s", f"must be >= retry_base_s ({base:g}), got {cap:g}"
+    return None
+
+
+class Task:
+    """``@Task("processo", ...)``: the method handles the tasks of that ``processo``.
+
+    The method is called as ``execute`` is: ``(self, payload, tarefa, bd_conn)``
+    in the task's transaction. One method may carry several ``@Task``.
+    """
+
+    def __init__(
+        self,
+        processo: str,
+        *,
+        max_retry: int | None = None,
+        retry_backoff: Backoff | None = None,
+        retry_base_s: float | None = None,
+        retry_max_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        why = _processo_problem(processo)
+        if why is not None:
+            raise ValueError(f"@Task({processo!r}): processo {why}")
+        self.options = TaskOptions(
+            processo, max_retry, retry_backoff, retry_base_s, retry_max_s, timeout_s
+        )
+
+    def __call__(self, func: HandlerT) -> HandlerT:
+        # Called like execute, these would "succeed" with a coroutine or generator object.
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(
+                f"@Task({self.options.processo!r}) on {func.__qualname__}: "
+                "async handlers are not supported yet"
+            )
+        if inspect.isgeneratorfunction(func):
+            raise TypeError(
+                f"@Task({self.options.processo!r}) on {func.__qualname__}: "
+                "generator handlers (pipelines) are not supported yet"
+            )
+        if not callable(func):
+            raise TypeError(f"@Task({self.options.processo!r}) decorates a method")
+        marks = getattr(func, _MARK, ())
+        if any(m.processo == self.options.processo for m in marks):
+            raise ValueError(f"@Task({self.options.processo!r}) is on {func.__qualname__} twice")
+        setattr(func, _MARK, (*marks, self.options))
+        return func
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRegistry:
+    """A worker class's ``@Task`` methods: processo -> (method name, options)."""
+
+    methods: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    options: Mapping[str, TaskOptions] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, klass: type) -> TaskRegistry:
+        """Collected over ``klass``'s MRO: the nearest declaration of a processo wins.
+
+        Two methods of one class declaring the same processo is an error.
+        """
+        methods: dict[str, str] = {}
+        options: dict[str, TaskOptions] = {}
+        for base in reversed(klass.__mro__):
+            declared: dict[str, str] = {}
+            for name, value in vars(base).items():
+                for mark in getattr(value, _MARK, ()):
+                    if mark.processo in declared:
+                        raise ValueError(
+                            f"{base.__qualname__}: processo {mark.processo!r} has two "
+                            f"@Task methods, {declared[mark.processo]} and {name}"
+                        )
+                    declared[mark.processo] = name
+                    options[mark.processo] = mark
+            methods.update(declared)
+        return cls(methods, options)
+
+    def known(self) -> list[str]:
+        return sorted(self.methods)
+
+    def options_for(self, processo: str) -> TaskOptions:
+        """The declared options of ``processo``; all defaults when none were declared."""
+        found = self.options.get(processo)
+        return found if found is not None else TaskOptions(processo)
+
+
+def no_handler_message(worker_class: type, processo: Any, known: list[str]) -> str:
+    names = ", ".join(repr(p) for p in known) or "none"
+    return (
+        f"no handler for processo {processo!r}: {worker_class.__name__} has no @Task method "
+        f"for it and no execute(); processos it handles: {names}"
+    )

@@ -1,0 +1,188 @@
+"""``InMemoryQueue``: run a worker's handlers against a queue in memory, in one thread.
+
+Routing (``handle_task``: ``@Task`` methods, ``execute``, ``execute_dead``,
+``@Subscriber``), the retry policies, ``PermanentError``, the pub/sub fan-out
+and the failure bookkeeping are the library's own code; only the storage and
+the clock are replaced. See docs/in-memory-queue.md.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+from typing import TYPE_CHECKING, Any, cast
+
+from nsj_queue_lib import model
+from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.pubsub import publish
+from nsj_queue_lib.retry_policy import RetryPolicies, bounded
+from nsj_queue_lib.runtime.executor import DEFAULT_SUCCESS_MESSAGE, record_failure
+from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.testing.store import UTC, MemoryConnection, MemoryStore, Row
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.queue_store import QueueStore, WorkerStore
+    from nsj_queue_lib.worker_base import WorkerBase
+
+DEFAULT_MAX_ATTEMPTS = 10_000  # a run() bound: handlers that enqueue forever end with an error
+
+
+class InMemoryQueue:
+    """A queue without a database for application tests.
+
+    ``max_retry`` and ``base_interval_retry`` (minutes) play QUEUE_MAX_RETRY and
+    QUEUE_BASE_INTERVAL_RETRY; ``rng`` draws the exponential back-off's jitter
+    (seed it for repeatable delays); ``now`` starts the clock (default: the
+    current time), which moves only by ``advance`` and ``run``.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_retry: int = 100,
+        base_interval_retry: float = 5.0,
+        rng: random.Random | None = None,
+        now: datetime.datetime | None = None,
+    ) -> None:
+        self.settings = Settings(
+            db_host="in-memory",
+            db_name="in-memory",
+            db_user="in-memory",
+            queue_name="in_memory",
+            queue_table="in_memory",
+            queue_max_retry=max_retry,
+            queue_base_interval_retry=base_interval_retry,
+        )
+        self.rng = rng if rng is not None else random.Random()
+        start = now or datetime.datetime.now(UTC)
+        self.store = MemoryStore(start if start.tzinfo else start.replace(tzinfo=UTC))
+
+    # -- enqueue and subscribe --
+
+    def connection(self) -> MemoryConnection:
+        """A connection to build ``QueueClient(conn, "any.table")`` on: its tasks land here."""
+        return MemoryConnection(self.store)
+
+    def add_subscriber(
+        self,
+        subscriber_id: str,
+        processo: str,
+        *,
+        url: str | None = None,
+        http_method: str | None = "POST",
+        headers: dict[str, Any] | None = None,
+        tenant: int | None = None,
+        grupo_empresarial: str | None = None,
+        ativo: bool = True,
+    ) -> None:
+        self.store.subscribers.append(
+            dict(
+                id=subscriber_id,
+                processo=processo,
+                url=url,
+                http_method=http_method,
+                headers=headers,
+                tenant=tenant,
+                grupo_empresarial=grupo_empresarial,
+                ativo=ativo,
+                created_at=self.now,
+            )
+        )
+
+    # -- the clock --
+
+    @property
+    def now(self) -> datetime.datetime:
+        return self.store.now
+
+    def advance(self, seconds: float) -> None:
+        self.store.now += datetime.timedelta(seconds=seconds)
+
+    # -- running --
+
+    def run(
+        self,
+        worker: WorkerBase,
+        bd_conn: Any = None,
+        *,
+        advance_time: bool = True,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> int:
+        """Run ready tasks with ``worker`` until none is left; the number of attempts run.
+
+        With ``advance_time`` (the default) the clock jumps to each scheduled
+        retry, so retries and dead letters run too; without it, only what is
+        due now runs. ``bd_conn``: what handlers receive (default: a
+        ``MemoryConnection``, on which a ``QueueClient`` enqueues here).
+        """
+        policies = worker.retry_policies(self.settings, self.rng)
+        attempts = 0
+        while True:
+            row = self._next_ready()
+            if row is None:
+                due = self._next_due() if advance_time else None
+                if due is None:
+                    return attempts
+                self.store.now = max(self.now, due)
+                continue
+            if attempts >= max_attempts:
+                raise RuntimeError(
+                    f"InMemoryQueue.run: more than {max_attempts} attempts; "
+                    "does a handler enqueue tasks forever?"
+                )
+            self._run_one(worker, row, policies, bd_conn)
+            attempts += 1
+
+    def _ready(self) -> list[Row]:
+        waiting = (model.PENDENTE, model.AGENDADA)
+        return [r for r in self.store.rows.values() if r["status"] in waiting]
+
+    def _next_ready(self) -> Row | None:
+        ready = [r for r in self._ready() if r["data_hora"] <= self.now]
+        if not ready:
+            return None
+        return min(ready, key=lambda r: (-r["prioridade"], r["data_hora"], r["id"]))
+
+    def _next_due(self) -> datetime.datetime | None:
+        return min((r["data_hora"] for r in self._ready()), default=None)
+
+    def _run_one(self, worker: WorkerBase, row: Row, policies: RetryPolicies, bd_conn: Any) -> None:
+        row["status"] = model.PROCESSANDO
+        task = TaskRecord.from_row(self.store.resolved(row))
+        staged: list[Row] = []
+        conn = bd_conn if bd_conn is not None else MemoryConnection(self.store, staged)
+        try:
+            if task.row["pub_sub"] and task.row["publication_id"] is None and not task.dead:
+                # As WorkerBase.publish, on this store (the fan-out reads and inserts only).
+                result: str | None = publish(cast("QueueStore", self.store), conn, task.row)
+            else:
+                result = worker.handle_task(task.row, conn)
+        except BaseException as exc:  # noqa: BLE001 - as the executor: any error fails the task
+            # record_failure calls only the fail_* methods, which MemoryStore has.
+            record_failure(cast("WorkerStore", self.store), None, policies, task, exc)
+            return
+        self.store.keep(staged)
+        message = DEFAULT_SUCCESS_MESSAGE if result is None else str(result)
+        row.update(status=model.SUCESSO, mensagem=bounded(message, model.MENSAGEM_LIMIT))
+
+    # -- looking --
+
+    def tasks(self, **columns: Any) -> list[Row]:
+        """Every attempt (dead letters included) whose columns equal ``columns``, by id;
+        copies, later attempts with their first attempt's payload."""
+        return [
+            self.store.resolved(r)
+            for r in sorted(self.store.rows.values(), key=lambda r: r["id"])
+            if all(r.get(k) == v for k, v in columns.items())
+        ]
+
+    def task(self, task_id: int) -> Row:
+        """The attempt ``task_id`` (a copy); ``KeyError`` when there is none."""
+        return self.store.resolved(self.store.rows[task_id])
+
+    def statuses(self) -> dict[str, int]:
+        """{status: attempts in it}."""
+        counts: dict[str, int] = {}
+        for row in self.store.rows.values():
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        return counts
