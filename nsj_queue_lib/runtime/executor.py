@@ -30,6 +30,8 @@ from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.observability import observer as outcomes
+from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
 from nsj_queue_lib.retry_policy import Outcome, bounded, decide, failure_message
 from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.settings import Settings
@@ -99,8 +101,10 @@ class TaskExecutor:
         stop: threading.Event,
         liveness: Liveness,
         terminate_session: SessionTerminator,
+        observer: Observer = NULL_OBSERVER,
     ):
         self.settings = settings
+        self.observer = observer
         self.store = store
         self.pool = pool
         self.handler = handler
@@ -154,6 +158,11 @@ class TaskExecutor:
     def running_tasks(self) -> list[RunningTask]:
         with self._cond:
             return list(self._running.values())
+
+    def busy_threads(self) -> int:
+        """Executor threads claiming or running tasks (not waiting for a wake-up)."""
+        with self._cond:
+            return sum(1 for t in self._threads if t.is_alive()) - self._idle_threads
 
     def totals(self) -> tuple[int, int]:
         """(attempts that succeeded, attempts that failed) since the start."""
@@ -267,6 +276,7 @@ class TaskExecutor:
                     logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
                     with self._cond:
                         self._done += 1
+                    self.observer.task_finished(task, outcomes.SUCESSO)
                     return conn, next_claim
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
@@ -287,9 +297,12 @@ class TaskExecutor:
 
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
-        self._log_failure(task, error)
+        outcome = self._log_failure(task, error)
         with self._cond:
             self._failed += 1
+        self.observer.task_finished(
+            task, outcomes.FALHA if outcome is Outcome.RETRY else outcomes.DEAD
+        )
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
@@ -332,8 +345,8 @@ class TaskExecutor:
             task.row.get("mensagem_anterior"),
         )
 
-    def _log_failure(self, task: TaskRecord, error: BaseException) -> None:
-        """One line per failed attempt, with its traceback and what comes next."""
+    def _log_failure(self, task: TaskRecord, error: BaseException) -> Outcome:
+        """One line per failed attempt, with its traceback and what comes next; what comes next."""
         s = self.settings
         decision = decide(task.tentativa, task.dead, s.queue_max_retry, s.queue_base_interval_retry)
         if decision.outcome is Outcome.RETRY:
@@ -356,6 +369,7 @@ class TaskExecutor:
             then,
             exc_info=error,  # the exception's own traceback: this runs outside its except block
         )
+        return decision.outcome
 
     def _discard(self, conn: Any, replace: bool = True) -> Any:
         """Close a broken connection, give it back (the pool drops it) and take another, or None."""
