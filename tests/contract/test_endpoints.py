@@ -32,7 +32,9 @@ OK, FAIL_ONCE, DEAD = 40, 10, 5  # tasks of each kind
 
 def enqueue_mix(backend) -> None:
     tasks = [dict(payload=json.dumps({"sleep": 0.05})) for _ in range(OK)]
-    tasks += [dict(payload=json.dumps({"fail_on": [1]}), processo="twice") for _ in range(FAIL_ONCE)]
+    tasks += [
+        dict(payload=json.dumps({"fail_on": [1]}), processo="twice") for _ in range(FAIL_ONCE)
+    ]
     tasks += [dict(payload=json.dumps({"fail_on": [1, 2]}), processo="never") for _ in range(DEAD)]
     backend.enqueue(tasks)
 
@@ -90,7 +92,9 @@ def test_two_workers_metrics_match_the_table_after_a_drain(backend):
         for outcome in expected
     }
     assert counted == expected
-    assert sum(total(found, FINISHED, processo="never", outcome="dead") for found in scraped) == DEAD
+    assert (
+        sum(total(found, FINISHED, processo="never", outcome="dead") for found in scraped) == DEAD
+    )
     assert len(seen_depth) == 1, seen_depth
     for found in scraped:
         assert total(found, "nsjq_running_tasks") == 0
