@@ -112,3 +112,23 @@ def test_two_workers_metrics_match_the_table_after_a_drain(backend):
     assert [proc.wait(15) for proc in procs] == [0, 0]
     assert time.monotonic() - started < 5
     assert get(ports[0], "/healthz")[0] is None  # the server closed with the worker
+
+
+@pytest.mark.parametrize("backend", DIRECT, indirect=True)
+def test_a_rescued_attempt_is_counted_by_the_worker_that_rescued_it(backend):
+    victim = backend.start_process("victim")
+    [task_id] = backend.enqueue(
+        [dict(payload=json.dumps({"sleep": 60, "sleep_on": [1], "started": True}), processo="p")]
+    )
+    wait_for(lambda: backend.started_ids() == [task_id], 15, "the victim to start the task")
+    victim.kill9()
+    port = free_port()
+    rescuer = backend.run(
+        backend.contract_worker(queue_retry_thread_interval=0.2, queue_metrics_port=port)
+    )
+    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 15, "the rescue and the retry")
+    found = samples(port)
+    assert total(found, FINISHED, processo="p", outcome="rescued") == 1
+    assert total(found, FINISHED, processo="p", outcome="sucesso") == 1
+    assert total(found, FINISHED) == 2
+    assert rescuer.stop() == 0
