@@ -60,50 +60,47 @@ class PrometheusObserver(Observer):
         for collector in (ProcessCollector, PlatformCollector):
             collector(registry=self.registry)
         self.registry.register(GC_COLLECTOR)
-        r, q = self.registry, ("queue",)
         self.finished = Counter(
             "nsjq_tasks_finished",
             "Attempts finished by this worker, by processo and outcome",
-            (*q, "processo", "outcome"),
-            registry=r,
+            ("queue", "processo", "outcome"),
+            registry=self.registry,
         )
-        self.queue_wait = Histogram(
+        self.queue_wait = self._histogram(
             "nsjq_queue_wait_seconds",
             "From a task's due time (data_hora) to its claim",
-            (*q, "processo"),
-            buckets=WAIT_BUCKETS,
-            registry=r,
+            WAIT_BUCKETS,
+            "processo",
         )
-        self.handler = Histogram(
+        self.handler = self._histogram(
             "nsjq_handler_duration_seconds",
             "Handler run time, whether it returned or raised",
-            (*q, "processo"),
-            buckets=HANDLER_BUCKETS,
-            registry=r,
+            HANDLER_BUCKETS,
+            "processo",
         )
-        self.claim = Histogram(
+        self.claim = self._histogram(
             "nsjq_claim_duration_seconds",
             "Round trip of one claim (result: task or empty)",
-            (*q, "result"),
-            buckets=ROUND_TRIP_BUCKETS,
-            registry=r,
+            ROUND_TRIP_BUCKETS,
+            "result",
         )
-        self.completion = Histogram(
+        self.completion = self._histogram(
             "nsjq_completion_duration_seconds",
             "Round trip of one success: its commit (with the next claim where they travel together)",
-            q,
-            buckets=ROUND_TRIP_BUCKETS,
-            registry=r,
+            ROUND_TRIP_BUCKETS,
         )
-        self.notify_to_claim = Histogram(
+        self.notify_to_claim = self._histogram(
             "nsjq_notification_to_claim_seconds",
             "From a notification of a ready task to this worker's next claim",
-            q,
-            buckets=NOTIFY_BUCKETS,
-            registry=r,
+            NOTIFY_BUCKETS,
         )
         self._notified_at: float | None = None
         self._lock = threading.Lock()
+
+    def _histogram(
+        self, name: str, text: str, buckets: tuple[float, ...], *labels: str
+    ) -> Histogram:
+        return Histogram(name, text, ("queue", *labels), buckets=buckets, registry=self.registry)
 
     # -- Observer --
 
