@@ -94,6 +94,11 @@ class PrometheusObserver(Observer):
             "From a notification of a ready task to this worker's next claim",
             NOTIFY_BUCKETS,
         )
+        # The children without a per-task label, bound once (a labels() call per task costs).
+        self._claimed = self.claim.labels(queue, "task")
+        self._empty = self.claim.labels(queue, "empty")
+        self._completed = self.completion.labels(queue)
+        self._notify_to_claim = self.notify_to_claim.labels(queue)
         self._notified_at: float | None = None
         self._lock = threading.Lock()
 
@@ -112,16 +117,16 @@ class PrometheusObserver(Observer):
         with self._lock:
             notified, self._notified_at = self._notified_at, None
         if notified is not None:
-            self.notify_to_claim.labels(self.queue).observe(time.monotonic() - notified)
+            self._notify_to_claim.observe(time.monotonic() - notified)
 
     def claim_round_trip(self, seconds: float, claimed: bool) -> None:
-        self.claim.labels(self.queue, "task" if claimed else "empty").observe(seconds)
+        (self._claimed if claimed else self._empty).observe(seconds)
         if not claimed:
             with self._lock:
                 self._notified_at = None  # the notified task went to another worker
 
     def completion_round_trip(self, seconds: float) -> None:
-        self.completion.labels(self.queue).observe(seconds)
+        self._completed.observe(seconds)
 
     def handler_ran(self, processo: str, seconds: float) -> None:
         self.handler.labels(self.queue, processo).observe(seconds)

@@ -191,11 +191,11 @@ def test_queue_wait_and_notification_to_claim():
     due = datetime.datetime.now(UTC) - datetime.timedelta(seconds=3)
     observer.task_claimed(task(data_hora=due))
     assert 3 <= value(observer, "nsjq_queue_wait_seconds_sum", processo="p") < 10
-    assert value(observer, "nsjq_notification_to_claim_seconds_count") is None  # none pending
+    assert value(observer, "nsjq_notification_to_claim_seconds_count") == 0  # none pending
     observer.notified()
     observer.claim_round_trip(0.001, claimed=False)  # another worker took the notified task
     observer.task_claimed(task())
-    assert value(observer, "nsjq_notification_to_claim_seconds_count") is None
+    assert value(observer, "nsjq_notification_to_claim_seconds_count") == 0
     observer.notified()
     observer.notified()  # the first one counts
     observer.task_claimed(task())
