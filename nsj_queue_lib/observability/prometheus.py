@@ -99,6 +99,8 @@ class PrometheusObserver(Observer):
         self._empty = self.claim.labels(queue, "empty")
         self._completed = self.completion.labels(queue)
         self._notify_to_claim = self.notify_to_claim.labels(queue)
+        # Children by label values, looked up without labels()' validation and lock.
+        self._children: dict[tuple[Any, ...], Any] = {}
         self._notified_at: float | None = None
         self._lock = threading.Lock()
 
@@ -107,13 +109,20 @@ class PrometheusObserver(Observer):
     ) -> Histogram:
         return Histogram(name, text, ("queue", *labels), buckets=buckets, registry=self.registry)
 
+    def _child(self, metric: Counter | Histogram, *values: str) -> Any:
+        key = (id(metric), *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children.setdefault(key, metric.labels(self.queue, *values))
+        return child
+
     # -- Observer --
 
     def task_claimed(self, task: TaskRecord) -> None:
         processo = str(task.row.get("processo") or "")
         waited = seconds_waited(task.row.get("data_hora"), datetime.datetime.now(_UTC))
         if waited is not None:
-            self.queue_wait.labels(self.queue, processo).observe(waited)
+            self._child(self.queue_wait, processo).observe(waited)
         with self._lock:
             notified, self._notified_at = self._notified_at, None
         if notified is not None:
@@ -129,10 +138,10 @@ class PrometheusObserver(Observer):
         self._completed.observe(seconds)
 
     def handler_ran(self, processo: str, seconds: float) -> None:
-        self.handler.labels(self.queue, processo).observe(seconds)
+        self._child(self.handler, processo).observe(seconds)
 
     def task_finished(self, task: TaskRecord, outcome: str) -> None:
-        self.finished.labels(self.queue, str(task.row.get("processo") or ""), outcome).inc()
+        self._child(self.finished, str(task.row.get("processo") or ""), outcome).inc()
 
     def notified(self) -> None:
         with self._lock:
