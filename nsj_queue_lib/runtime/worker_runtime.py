@@ -137,12 +137,6 @@ class WorkerRuntime:
         )
         self.services = self._services()
         self.exit_message: str | None = None
-        if self.endpoints is not None:
-            self.endpoints.watch(
-                lambda: len(self.executor.running_tasks()),
-                self.executor.busy_threads,
-                self.pool.get_stats,
-            )
 
     def _connect(self) -> Any:
         return self.driver.connect(autocommit=True)
@@ -208,6 +202,16 @@ class WorkerRuntime:
             self.driver.inspection_store(),
             lambda: self.driver.connect(autocommit=False),
             self._service_lock("depth"),
+        )
+
+    def _observe(self, threads: list[_Supervised]) -> None:
+        """/healthz watches the started threads; the gauges read the executors and the open pool."""
+        assert self.endpoints is not None
+        self.endpoints.supervise(threads, self.executor.dead_threads)
+        self.endpoints.watch(
+            lambda: len(self.executor.running_tasks()),
+            self.executor.busy_threads,
+            self.pool.get_stats,
         )
 
     def stop(self) -> None:
@@ -317,10 +321,11 @@ class WorkerRuntime:
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
-            self.endpoints.supervise(threads, self.executor.dead_threads)
         self.executor.start()
         for thread in threads:
             thread.start()
+        if self.endpoints is not None:
+            self._observe(threads)
         code = self._supervise(threads)
         return self._shut_down(threads, code)
 
