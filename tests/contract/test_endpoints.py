@@ -1,4 +1,5 @@
-"""The endpoints of worker processes (QUEUE_METRICS_PORT), on PostgreSQL and MariaDB.
+"""The endpoints of worker processes (QUEUE_METRICS_PORT), on PostgreSQL and MariaDB (and, for
+the drain, PostgreSQL through the socket server, whose lock elects the depth sampler).
 
 Two workers drain a queue of tasks that succeed, fail once, or run out of
 attempts; ``/metrics`` is scraped while they drain, and afterwards the
@@ -54,7 +55,11 @@ def table_outcomes(backend) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("backend", DIRECT, indirect=True)
+@pytest.mark.parametrize(
+    "backend",
+    [*DIRECT, pytest.param("postgres-via-server", id="postgres-via-server")],
+    indirect=True,
+)
 def test_two_workers_metrics_match_the_table_after_a_drain(backend):
     ports = [free_port(), free_port()]
     procs = [
