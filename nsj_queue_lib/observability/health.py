@@ -2,7 +2,8 @@
 
 - Liveness (``/healthz``) never touches the database: the worker's supervised
   threads (dispatcher, services, executors, depth sampler) are alive. A worker
-  still waiting for its database at start, or stopping, is alive.
+  still waiting for its database at start, or stopping, is alive, unless it
+  stops because one of those threads died of an error.
 - Readiness (``/readyz``): the worker is not stopping, the dispatcher's
   connection (LISTEN, polling or the socket server, with its database
   connection) is up, and its loop completed a round trip less than
@@ -47,12 +48,20 @@ class Health:
         self._more_dead = more_dead
 
     def liveness(self) -> Verdict:
-        if self._stop.is_set():
-            return Verdict(True, {"status": "stopping"})
-        dead = [t.name for t in self._threads if not t.is_alive()]
-        dead += [t.name for t in self._more_dead()]
+        stopping = self._stop.is_set()
+        # Threads end when the worker stops; one that died of an error (``error``, set by the
+        # runtime's supervised threads) stays a failure while the worker stops because of it.
+        dead = [
+            t.name
+            for t in self._threads
+            if not t.is_alive() and (not stopping or getattr(t, "error", None) is not None)
+        ]
+        if not stopping:
+            dead += [t.name for t in self._more_dead()]
         if dead:
             return Verdict(False, {"status": "unhealthy", "dead_threads": dead})
+        if stopping:
+            return Verdict(True, {"status": "stopping"})
         return Verdict(True, {"status": "ok" if self._threads else "starting"})
 
     def readiness(self) -> Verdict:
