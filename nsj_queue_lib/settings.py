@@ -73,6 +73,10 @@ class Settings:
 
     default_webhook_timeout: float = 20.0
 
+    # Metrics and health endpoints (docs/metrics.md): off while the port is unset.
+    queue_metrics_port: int | None = None
+    queue_metrics_depth_interval: float = 15.0  # seconds between queue-depth samples
+
     # Logging.
     log_debug: bool = False
     log_format: str = "text"  # or "json": one JSON object per line (when the library configures)
@@ -109,6 +113,7 @@ class Settings:
             **_services_values(reader),
             **_server_values(reader),
             **_logging_values(reader),
+            **_metrics_values(reader),
         }
         # Forms were read above; ranges and names are checked once, here and for code alike.
         problems = dict(reader.problems)
@@ -214,6 +219,10 @@ class _Reader:
             self._fail(used, f"must be an integer, got {value!r}")
             return default
 
+    def optional_integer(self, name: str) -> int | None:
+        _, value = self._raw(name)
+        return None if value is None else self.integer(name, 0)
+
     def number(self, name: str, default: float | None) -> float | None:
         used, value = self._raw(name)
         if value is None:
@@ -306,6 +315,13 @@ def _logging_values(reader: _Reader) -> dict[str, Any]:
     )
 
 
+def _metrics_values(reader: _Reader) -> dict[str, Any]:
+    return dict(
+        queue_metrics_port=reader.optional_integer("QUEUE_METRICS_PORT"),
+        queue_metrics_depth_interval=reader.number("QUEUE_METRICS_DEPTH_INTERVAL", 15.0),
+    )
+
+
 # What every value must be, for settings read from the environment or built in
 # code: field -> (variable, minimum, maximum, strictly positive). Integers are
 # the fields whose default is an int.
@@ -329,8 +345,12 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "max_client_threads": ("MAX_CLIENT_THREADS", 1, None, False),
     "check_tasks_interval": ("CHECK_TASKS_INTERVAL", None, None, True),
     "lock_service_wait_conn_interval": ("LOCK_SERVICE_WAIT_CONN_INTERVAL", None, None, True),
+    "queue_metrics_port": ("QUEUE_METRICS_PORT", 1, 65535, False),
+    "queue_metrics_depth_interval": ("QUEUE_METRICS_DEPTH_INTERVAL", None, None, True),
 }
-_INTEGERS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, int)}
+_INTEGERS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, int)} | {
+    "queue_metrics_port"  # optional (None: off), an integer when set
+}
 _REQUIRED = {"db_host": "DB_HOST", "db_name": "DB_BASE", "db_user": "DB_USER"}
 _NAMES = {
     "queue_name": ("QUEUE_NAME", check_identifier),

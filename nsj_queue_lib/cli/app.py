@@ -10,6 +10,7 @@ from importlib import metadata
 from typing import NoReturn
 
 from nsj_queue_lib.cli import config as cli_config
+from nsj_queue_lib.cli import health_command
 from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
 from nsj_queue_lib.cli.operate_commands import retry
@@ -145,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--dialect", choices=DIALECT_NAMES, help="instead of DB_DRIVER (printing)")
         sub.add_argument("--apply", action="store_true", help="run it on the database")
+
+    what = "whether the worker on this host is ready (/readyz; --live: /healthz), for exec probes"
+    sub = commands.add_parser("health", help=what, description=what)
+    sub.set_defaults(standalone=health_command.health)
+    health_command.add_arguments(sub)
     return parser
 
 
@@ -167,7 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise UsageError("a command is required: status, tasks, show, retry, ddl or upgrade")
+            raise UsageError(
+                "a command is required: status, tasks, show, retry, ddl, upgrade or health"
+            )
+        standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
+        if standalone is not None:  # reads no database nor queue settings
+            return standalone(args)
         run: Command = args.run
         return run(args, _config(args))
     except SystemExit as exc:  # --help and --version

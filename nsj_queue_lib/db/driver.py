@@ -89,6 +89,11 @@ class ConnectionPool(Protocol):
 
     def close(self, timeout: float = 5.0) -> None: ...
 
+    def get_stats(self) -> dict[str, int]:
+        """At least ``pool_max``, ``pool_size`` (connections open) and ``pool_available``
+        (idle among them), as psycopg_pool gives them."""
+        ...
+
 
 class TaskSource(Protocol):
     """The socket server's view of a queue: are tasks ready, and what did NOTIFY say."""

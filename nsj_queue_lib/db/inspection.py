@@ -131,6 +131,15 @@ def summary_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def depth_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``depth``: the count as an int, the oldest ready task's age in seconds."""
+    return dict(
+        row,
+        tasks=int(row["tasks"]),
+        oldest_ready_seconds=_seconds(row["oldest_ready_seconds"]),
+    )
+
+
 def listed_row(row: dict[str, Any]) -> dict[str, Any]:
     """A row of ``list_tasks``: an attempt and its age in seconds (since its data_hora)."""
     return dict(attempt_row(row), age_seconds=_seconds(row["age_seconds"]))
@@ -190,6 +199,9 @@ class InspectionQueries(abc.ABC):
     def summary(self, conn: Any) -> list[dict[str, Any]]:
         rows = self._fetch(conn, "summary", {"recent_seconds": RECENT_SECONDS})
         return [summary_row(r) for r in rows]
+
+    def depth(self, conn: Any) -> list[dict[str, Any]]:
+        return [depth_row(r) for r in self._fetch(conn, "depth", {})]
 
     def running(self, conn: Any, limit: int) -> list[dict[str, Any]]:
         return self.list_tasks(conn, TaskFilter(statuses=(model.PROCESSANDO,)), limit, 0)

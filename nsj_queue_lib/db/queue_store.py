@@ -164,6 +164,12 @@ class InspectionStore(Protocol):
         letters enqueued in the last 24 h)."""
         ...
 
+    def depth(self, conn: Any) -> list[Row]:
+        """One row per (processo, status) of the tasks with work ahead ('pendente',
+        'agendada', 'processando'): ``tasks`` (attempts in that status) and, for
+        'pendente', ``oldest_ready_seconds`` (else None). Reads only those rows."""
+        ...
+
     def running(self, conn: Any, limit: int) -> list[Row]:
         """'processando' attempts as ``list_tasks`` gives them (the most recent first)."""
         ...

@@ -30,6 +30,8 @@ from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.observability import observer as outcomes
+from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
 from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, bounded, failure_message
 from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.settings import Settings
@@ -96,9 +98,11 @@ class TaskExecutor:
         liveness: Liveness,
         terminate_session: SessionTerminator,
         policies: RetryPolicies | None = None,
+        observer: Observer = NULL_OBSERVER,
     ):
         self.settings = settings
         self.policies = policies if policies is not None else RetryPolicies.build(settings)
+        self.observer = observer
         self.store = store
         self.pool = pool
         self.handler = handler
@@ -152,6 +156,11 @@ class TaskExecutor:
     def running_tasks(self) -> list[RunningTask]:
         with self._cond:
             return list(self._running.values())
+
+    def busy_threads(self) -> int:
+        """Executor threads claiming or running tasks (not waiting for a wake-up)."""
+        with self._cond:
+            return sum(1 for t in self._threads if t.is_alive()) - self._idle_threads
 
     def totals(self) -> tuple[int, int]:
         """(attempts that succeeded, attempts that failed) since the start."""
@@ -265,6 +274,7 @@ class TaskExecutor:
                     logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
                     with self._cond:
                         self._done += 1
+                    self.observer.task_finished(task, outcomes.SUCESSO)
                     return conn, next_claim
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
@@ -287,8 +297,12 @@ class TaskExecutor:
         """Record a failed attempt; False when ``conn`` turned out broken."""
         decision = self.policies.decide(task, error)
         self._log_failure(task, error, decision)
+        outcome = decision.outcome
         with self._cond:
             self._failed += 1
+        self.observer.task_finished(
+            task, outcomes.FALHA if outcome is Outcome.RETRY else outcomes.DEAD
+        )
         try:
             self.store.rollback(conn)
             self.store.begin(conn)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from nsj_queue_lib import model
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.observability.observer import NULL_OBSERVER, RESCUED, Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.executor import record_failure
 from nsj_queue_lib.runtime.liveness import task_lock_name
@@ -34,10 +35,12 @@ class RetryService(PeriodicService):
         *args: Any,
         lock_client: LockClient | None = None,
         policies: RetryPolicies | None = None,
+        observer: Observer = NULL_OBSERVER,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.policies = policies if policies is not None else RetryPolicies.build(self.settings)
+        self.observer = observer
         # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
         self.lock_client = lock_client
         self.rescued_total = 0  # attempts this worker rescued since the start
@@ -75,6 +78,8 @@ class RetryService(PeriodicService):
                     task.tentativa,
                 )
             conn.commit()
+            for task in orphans:
+                self.observer.task_finished(task, RESCUED)
             rescued += len(orphans)
             self.rescued_total += len(orphans)
             if not batch_full:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nsj_queue_lib.db.driver import Driver, close_quietly, make_driver
+from nsj_queue_lib.db.driver import Driver, Listener, close_quietly, make_driver
 from nsj_queue_lib.exceptions import (
     ClaimRoutineError,
     ConfigError,
@@ -30,6 +30,8 @@ from nsj_queue_lib.exceptions import (
     QueueTableMissingError,
 )
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.observability.endpoint_server import EndpointServerError
+from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
@@ -50,6 +52,8 @@ from nsj_queue_lib.settings import Settings
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
     from nsj_queue_lib.db.queue_store import LockingQueueStore
+    from nsj_queue_lib.observability.depth import DepthSampler
+    from nsj_queue_lib.observability.endpoints import Endpoints
 
 logger = get_logger("runtime")
 
@@ -101,6 +105,13 @@ class WorkerRuntime:
         self.settings = settings
         self.policies = policies if policies is not None else RetryPolicies.build(settings)
         self.stop_event = threading.Event()
+        self.endpoints: Endpoints | None = None
+        if settings.queue_metrics_port is not None:
+            from nsj_queue_lib.observability.endpoints import Endpoints
+
+            self.endpoints = Endpoints(settings, self.stop_event)  # ConfigError: no client
+            handler = self.endpoints.handler(handler)
+        self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
         self.pool = self.driver.make_pool(settings.queue_concurrency)
         self.lock_client: LockClient | None = None
@@ -119,14 +130,15 @@ class WorkerRuntime:
             self.stop_event,
             self._liveness(),
             self.driver.terminate_session,
-            self.policies,
+            policies=self.policies,
+            observer=self.observer,
         )
         self.dispatcher = Dispatcher(
             settings,
             self.store,
             self.executor,
             self._connect,
-            self.driver.listener(),
+            self._listener(),
             self.driver.is_driver_error,
             self.stop_event,
             on_halt=self.stop,
@@ -139,9 +151,20 @@ class WorkerRuntime:
         return self.driver.connect(autocommit=True)
 
     def _liveness(self) -> Liveness:
+        liveness: Liveness
         if self.lock_client is not None:
-            return ServerLiveness(self.store, self.lock_client, self.stop_event)
-        return DatabaseLiveness(self._locking_store())
+            liveness = ServerLiveness(self.store, self.lock_client, self.stop_event)
+        else:
+            liveness = DatabaseLiveness(self._locking_store())
+        return self.endpoints.liveness(liveness) if self.endpoints else liveness
+
+    def _listener(self) -> Listener:
+        listener = self.driver.listener()
+        if self.endpoints is None:
+            return listener
+        # Where wake-ups are polls, none of them is a notification.
+        notified = self.settings.client_server_mode or self.driver.capabilities.listen_notify
+        return self.endpoints.listener(listener, notified)
 
     def _locking_store(self) -> LockingQueueStore:
         # check_settings() guarantees session locks outside CLIENT_SERVER_MODE.
@@ -177,10 +200,29 @@ class WorkerRuntime:
                 s.queue_retry_thread_interval,
                 lock_client=self.lock_client,
                 policies=self.policies,
+                observer=self.observer,
             ),
             build(RenotifyService, s.queue_minute_notify_thread, s.queue_notify_thread_interval),
             build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),
         ]
+
+    def _depth_sampler(self) -> DepthSampler:
+        assert self.endpoints is not None
+        return self.endpoints.depth_sampler(
+            self.driver.inspection_store(),
+            lambda: self.driver.connect(autocommit=False),
+            self._service_lock("depth"),
+        )
+
+    def _observe(self, threads: list[_Supervised]) -> None:
+        """/healthz watches the started threads; the gauges read the executors and the open pool."""
+        assert self.endpoints is not None
+        self.endpoints.supervise(threads, self.executor.dead_threads)
+        self.endpoints.watch(
+            lambda: len(self.executor.running_tasks()),
+            self.executor.busy_threads,
+            self.pool.get_stats,
+        )
 
     def stop(self) -> None:
         """Ask the worker to stop (thread-safe, idempotent)."""
@@ -278,16 +320,22 @@ class WorkerRuntime:
             s.queue_concurrency,
         )
         try:
+            if self.endpoints is not None:
+                self.endpoints.start()  # /healthz answers while the database is awaited
             if not self._bind():
                 return self._shut_down([], EXIT_OK)
-        except _START_REFUSALS as exc:
+        except (*_START_REFUSALS, EndpointServerError) as exc:
             return self._shut_down([], self._start_error(exc))
         self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
+        if self.endpoints is not None:
+            threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
         self.executor.start()
         for thread in threads:
             thread.start()
+        if self.endpoints is not None:
+            self._observe(threads)
         code = self._supervise(threads)
         return self._shut_down(threads, code)
 
@@ -357,6 +405,8 @@ class WorkerRuntime:
             pass
         if self.lock_client is not None:
             self.lock_client.close()
+        if self.endpoints is not None:
+            self.endpoints.close()
         logger.info("queue=%s: worker stopped (exit code %d)", s.queue_name, code)
         return code
 

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.helpers import databases
+from tests.helpers.endpoints import free_port, get_json
 from tests.helpers.processes import (
     ThrowawayPostgres,
     Workers,
@@ -184,3 +185,21 @@ def test_busy_workers_survive_a_database_crash(private_pg, queue, workers):
     )
     check_exactly_once(private_pg.dsn, queue.table, 300)
     stop_all(procs)
+
+
+def test_readyz_follows_the_database_and_healthz_does_not(private_pg, queue, workers):
+    """/readyz is 503 while the database is down and 200 again once the worker reconnected;
+    /healthz stays 200 throughout: a database outage is no reason to restart a worker."""
+    port = free_port()
+    env = worker_env(private_pg.dsn, queue.table, QUEUE_METRICS_PORT=port)
+    proc = workers.start(WORKER, env)
+    wait_for(lambda: get_json(port, "/readyz")[0] == 200, 15, "/readyz to be 200")
+    private_pg.stop("fast")
+    status, answer = wait_for(
+        lambda: (found := get_json(port, "/readyz"))[0] == 503 and found, 10, "/readyz to be 503"
+    )
+    assert "not connected" in answer["reason"], answer
+    assert get_json(port, "/healthz") == (200, {"status": "ok"})
+    private_pg.start()
+    wait_for(lambda: get_json(port, "/readyz")[0] == 200, 20, "/readyz to be 200 again")
+    stop_all([proc])

@@ -51,11 +51,15 @@ DEFAULTS = {
     "queue_purge_thread_interval": None,
     "queue_notify_thread_interval": None,
     "queue_server_token": None,
+    "queue_metrics_port": None,
+    "queue_metrics_depth_interval": 15,
 }
 
 # variable -> (value to set, field, expected value): every variable is read.
 EXPLICIT = {
     "DB_HOST": ("pg.internal", "db_host", "pg.internal"),
+    "QUEUE_METRICS_PORT": ("9100", "queue_metrics_port", 9100),
+    "QUEUE_METRICS_DEPTH_INTERVAL": ("2.5", "queue_metrics_depth_interval", 2.5),
     "DB_PORT": ("6543", "db_port", 6543),
     "DB_BASE": ("other", "db_name", "other"),
     "DB_USER": ("someone", "db_user", "someone"),
@@ -308,6 +312,11 @@ def test_concurrency_must_be_an_integer_of_at_least_one(value):
     assert "QUEUE_CONCURRENCY" in config_error(env(QUEUE_CONCURRENCY=value)).problems
 
 
+@pytest.mark.parametrize("value", ["0", "65536", "-1", "http", "91.5"])
+def test_a_bad_metrics_port_is_named(value):
+    assert "QUEUE_METRICS_PORT" in config_error(env(QUEUE_METRICS_PORT=value)).problems
+
+
 def test_concurrency_accepts_one_and_more():
     assert Settings.from_env(env(QUEUE_CONCURRENCY="1")).queue_concurrency == 1
     assert Settings.from_env(env(QUEUE_CONCURRENCY=" 32 ")).queue_concurrency == 32
@@ -441,6 +450,10 @@ IN_CODE = dict(db_host="h", db_name="d", db_user="u", queue_name="q", queue_tabl
         ("notify_service_port", 0, "NOTIFY_SERVICE_PORT"),
         ("timeout_socket_message", float("inf"), "TIMEOUT_SOCKET_MESSAGE"),
         ("log_format", "xml", "LOG_FORMAT"),
+        ("queue_metrics_port", 0, "QUEUE_METRICS_PORT"),
+        ("queue_metrics_port", 9100.5, "QUEUE_METRICS_PORT"),
+        ("queue_metrics_port", "9100", "QUEUE_METRICS_PORT"),
+        ("queue_metrics_depth_interval", 0, "QUEUE_METRICS_DEPTH_INTERVAL"),
     ],
 )
 def test_settings_built_in_code_are_checked_like_the_environment(field, value, variable):

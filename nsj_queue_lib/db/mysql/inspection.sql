@@ -24,6 +24,20 @@ FROM {queue_table} AS t
 GROUP BY t.processo, t.status
 ORDER BY t.processo, t.status
 
+-- name: depth
+-- Tasks with work ahead, per processo and status (the workers' queue-depth
+-- metric): status leads the index it reads (indexes.sql), so the cost follows
+-- the backlog, not the table's history.
+SELECT t.processo,
+       t.status,
+       COUNT(*) AS tasks,
+       TIMESTAMPDIFF(MICROSECOND, MIN(CASE
+           WHEN t.status = 'pendente' AND t.data_hora <= NOW(6) THEN t.data_hora
+       END), NOW(6)) / 1000000 AS oldest_ready_seconds
+FROM {queue_table} AS t
+WHERE t.status IN ('pendente', 'agendada', 'processando')
+GROUP BY t.processo, t.status
+
 -- name: list_tasks
 -- Each attempt's age: since its data_hora, by the database's clock.
 SELECT {attempt_columns},

@@ -24,6 +24,9 @@ class SimplePool:
         self._slots = threading.BoundedSemaphore(max_size)
         self._timeout = timeout
         self._closed = False
+        self._max_size = max_size
+        self._lent = 0  # connections given out and not yet back
+        self._count_lock = threading.Lock()
 
     def open(self, wait: bool = False) -> None:
         self._closed = False
@@ -36,14 +39,18 @@ class SimplePool:
                 try:
                     conn = self._idle.get_nowait()
                 except queue.Empty:
-                    return self._factory()
+                    conn = self._factory()
                 if getattr(conn, "open", True):
+                    with self._count_lock:
+                        self._lent += 1
                     return conn
         except BaseException:
             self._slots.release()
             raise
 
     def putconn(self, conn: Any) -> None:
+        with self._count_lock:
+            self._lent -= 1
         try:
             if not self._closed and getattr(conn, "open", False):
                 try:
@@ -79,6 +86,13 @@ class SimplePool:
                 close_quietly(conn)
         for conn in alive:
             self._idle.put(conn)
+
+    def get_stats(self) -> dict[str, int]:
+        """psycopg_pool's names: ``pool_size`` counts lent and idle connections."""
+        with self._count_lock:
+            lent = self._lent
+        idle = self._idle.qsize()
+        return {"pool_max": self._max_size, "pool_size": lent + idle, "pool_available": idle}
 
     def close(self, timeout: float = 5.0) -> None:
         self._closed = True

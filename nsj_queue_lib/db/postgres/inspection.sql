@@ -25,6 +25,25 @@ FROM {queue_table} AS t
 GROUP BY t.processo, t.status
 ORDER BY t.processo, t.status
 
+-- name: depth
+-- Tasks with work ahead, per processo and status (the workers' queue-depth
+-- metric). Each branch has a partial index's own condition (indexes.sql), so
+-- the cost follows the backlog, not the table's history.
+SELECT t.processo,
+       t.status,
+       count(*) AS tasks,
+       extract(epoch FROM clock_timestamp() - min(t.data_hora) FILTER (
+           WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp()
+       ))::float8 AS oldest_ready_seconds
+FROM {queue_table} AS t
+WHERE t.status IN ('pendente', 'agendada')
+GROUP BY t.processo, t.status
+UNION ALL
+SELECT t.processo, t.status, count(*) AS tasks, NULL::float8 AS oldest_ready_seconds
+FROM {queue_table} AS t
+WHERE t.status = 'processando'
+GROUP BY t.processo, t.status
+
 -- name: list_tasks
 -- Each attempt's age: since its data_hora, by the database's clock.
 SELECT {attempt_columns},

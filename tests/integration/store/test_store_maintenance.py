@@ -83,3 +83,24 @@ def test_service_lock_is_held_by_one_connection(backend, store, worker):
     assert store.try_service_lock(worker, key) is False
     backend.terminate(other)  # a session's locks end with it
     assert store.try_service_lock(worker, key) is True
+
+
+def test_depth_counts_the_tasks_with_work_ahead_per_processo_and_status(backend, worker):
+    inspection = backend.driver.new_inspection_store(backend.table)
+    assert inspection.depth(worker) == []
+    ready = backend.enqueue(
+        *[dict(processo="a", data_hora=ago(30)), dict(processo="a", data_hora=ago(5))]
+    )
+    backend.enqueue(dict(processo="a", data_hora=ago(-600)))  # 'pendente', due later
+    running, waiting, done = backend.enqueue(*[dict(processo="b")] * 3)
+    backend.set_status("processando", running)
+    backend.set_status("agendada", waiting)
+    backend.set_status("sucesso", done)
+    rows = {(r["processo"], r["status"]): r for r in inspection.depth(worker)}
+    assert {key: r["tasks"] for key, r in rows.items()} == {
+        ("a", "pendente"): len(ready) + 1,  # a pendente task due later counts, it is not ready
+        ("b", "processando"): 1,
+        ("b", "agendada"): 1,
+    }
+    assert 29 <= rows[("a", "pendente")]["oldest_ready_seconds"] < 60
+    assert rows[("b", "agendada")]["oldest_ready_seconds"] is None

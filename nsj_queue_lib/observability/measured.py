@@ -1,0 +1,131 @@
+"""The runtime's parts, measured: a liveness (claims, completions), a listener, a handler.
+
+Each wrapper has the surface of what it wraps and reports to an ``Observer``;
+the runtime wraps its parts only when metrics are on, so a worker without
+``QUEUE_METRICS_PORT`` runs exactly the code it ran before. ``Contact``
+records what ``/readyz`` needs: whether the dispatcher's connection is up and
+when its loop last completed a round trip with the database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.notify import HALT_PAYLOAD, SCHEDULED_PAYLOAD
+from nsj_queue_lib.observability.observer import Observer
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.driver import Listener
+    from nsj_queue_lib.runtime.liveness import Liveness
+
+TaskHandler = Callable[[dict[str, Any], Any], "str | None"]
+
+
+class MeasuredLiveness:
+    """A ``Liveness`` whose claims and completions are timed and reported."""
+
+    def __init__(self, inner: Liveness, observer: Observer):
+        self.inner = inner
+        self.observer = observer
+
+    def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        if not claim_next:
+            return self.inner.claim(conn, claim_next)
+        started = time.perf_counter()
+        claim = self.inner.claim(conn, claim_next)
+        self.observer.claim_round_trip(time.perf_counter() - started, claim is not None)
+        if claim is not None:
+            self.observer.task_claimed(claim.task)
+        return claim
+
+    def complete_and_claim(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        started = time.perf_counter()
+        claim = self.inner.complete_and_claim(conn, task, mensagem, claim_next)
+        self.observer.completion_round_trip(time.perf_counter() - started)
+        if claim is not None:
+            self.observer.task_claimed(claim.task)
+        return claim
+
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
+        self.inner.unlock_in_transaction(conn, task)
+
+    def after_settled(self, task: TaskRecord) -> None:
+        self.inner.after_settled(task)
+
+
+class Contact:
+    """The dispatcher's connection as ``/readyz`` sees it (thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.connected = False
+        self.last_ok: float | None = None  # clock time of the last round trip that succeeded
+
+    def opened(self) -> None:
+        with self._lock:
+            self.connected = True
+            self.last_ok = self._clock()
+
+    def closed(self) -> None:
+        with self._lock:
+            self.connected = False
+
+    def ok(self) -> None:
+        with self._lock:
+            self.last_ok = self._clock()
+
+    def seconds_since_ok(self) -> float | None:
+        with self._lock:
+            return None if self.last_ok is None else self._clock() - self.last_ok
+
+
+class MeasuredListener:
+    """A ``Listener`` that keeps ``Contact`` up to date and reports notifications.
+
+    The dispatcher queries the database (the next due time) right before every
+    wait, and closes its listener when that or the wait fails: a wait that
+    starts or returns is a round trip that succeeded. ``notifications`` is
+    False where wake-ups are polls, not notifications.
+    """
+
+    def __init__(self, inner: Listener, contact: Contact, observer: Observer, notifications: bool):
+        self.inner = inner
+        self.contact = contact
+        self.observer = observer
+        self.notifications = notifications
+
+    def open(self) -> None:
+        self.inner.open()
+        self.contact.opened()
+
+    def close(self) -> None:
+        self.contact.closed()
+        self.inner.close()
+
+    def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
+        self.contact.ok()
+        payloads = self.inner.wait(timeout, interrupt_fd)
+        self.contact.ok()
+        if self.notifications and any(p not in (HALT_PAYLOAD, SCHEDULED_PAYLOAD) for p in payloads):
+            self.observer.notified()
+        return payloads
+
+
+def timed_handler(handler: TaskHandler, observer: Observer) -> TaskHandler:
+    """``handler``, its duration reported by ``processo`` whether it returns or raises."""
+
+    def run(row: dict[str, Any], conn: Any) -> str | None:
+        started = time.perf_counter()
+        try:
+            return handler(row, conn)
+        finally:
+            observer.handler_ran(str(row.get("processo") or ""), time.perf_counter() - started)
+
+    return run
