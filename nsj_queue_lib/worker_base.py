@@ -26,6 +26,11 @@ logger = logging.getLogger("nsj_queue_lib.worker")
 
 
 class WorkerBase(abc.ABC):
+    # Class-level defaults: a subclass whose __init__ does not call
+    # super().__init__() (1.2.2 had no base __init__) still works.
+    _settings: Settings | None = None
+    _runtime: WorkerRuntime | None = None
+
     def __init__(self, settings: Settings | None = None) -> None:
         self._settings = settings
         self._runtime: WorkerRuntime | None = None

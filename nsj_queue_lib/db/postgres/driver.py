@@ -21,9 +21,11 @@ from nsj_queue_lib.db.driver import (
     TaskSource,
 )
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
+from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 from nsj_queue_lib.db.postgres.listener import PostgresListener
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
+from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 
@@ -74,6 +76,10 @@ def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
     return None
 
 
+class HandlerConnection(LegacyConnAttribute, psycopg.Connection[Any]):
+    """The executors' connections: ``bd_conn.conn`` works as it did in 1.2.2 (dbapi.py)."""
+
+
 class _QuietPool(logging.Filter):
     """psycopg_pool logs every failed connection of its own (logger ``psycopg.pool``); the
     worker already says once per outage that the database is unreachable. Drops the
@@ -103,6 +109,16 @@ class PostgresDriver(Driver):
         asynchronous_commit=True,
         transactional_ddl=True,
     )
+
+    legacy_keys_known = True
+
+    def legacy_keys(self, store: Any, conn: Any) -> PostgresLegacyKeys | None:
+        mode = self.settings.queue_compat_1_2_2
+        if self.settings.client_server_mode or mode == "OFF":
+            return None
+        if mode == "AUTO" and not came_from_1_2_2(conn, self.settings.queue_table):
+            return None
+        return PostgresLegacyKeys(store)
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> PostgresQueueStore:
@@ -173,6 +189,7 @@ class PostgresDriver(Driver):
             min_size=size,
             max_size=size + 1,
             kwargs={"autocommit": True, **_CONNECT_OPTIONS},
+            connection_class=HandlerConnection,
             configure=self._configure_executor,
             name=f"{POOL_NAME_PREFIX}{self.settings.queue_name}",
             timeout=CONNECT_TIMEOUT_SECONDS * 2,

@@ -268,7 +268,13 @@ class PostgresQueueStore:
         found = None if row is None else row[0]
         check_claim_routine_version(self.claim_function, found, claim_function_version())
 
-    def _task_key(self, task_id: int) -> int:
+    @property
+    def queue_key(self) -> int:
+        """The first key of this queue's task liveness locks (after ``bind``)."""
+        return self._queue_key
+
+    def task_key(self, task_id: int) -> int:
+        """The second key of a task's liveness lock."""
         return task_id % TASK_KEY_MODULUS
 
     # Executor connections are autocommit: transactions are opened and closed
@@ -301,7 +307,7 @@ class PostgresQueueStore:
             task_id,
             mensagem,
             self._queue_key,
-            self._task_key(task_id),
+            self.task_key(task_id),
             1 if claim_next else 0,
         )
         # AND CHAIN: the next task's transaction opens in the same statement.
@@ -397,7 +403,7 @@ class PostgresQueueStore:
         return bool(conn.info.transaction_status != pq.TransactionStatus.IDLE)
 
     def unlock_task(self, conn, task_id: int) -> None:
-        params = {"queue_key": self._queue_key, "task_key": self._task_key(task_id)}
+        params = {"queue_key": self._queue_key, "task_key": self.task_key(task_id)}
         with wrap_driver_errors("unlock_task"):
             conn.execute(self.sql["unlock_task"], params)
 
