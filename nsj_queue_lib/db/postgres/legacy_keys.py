@@ -14,9 +14,11 @@ the rows whose 1.2.2 key is held (docs/upgrading.md):
   thread overwrites a row it finds 'processando' without checking its status,
   so it must not get the key while the outcome is still uncommitted.
 
-1.2.2's maintenance threads lock the keys 1, 2 and 3 (retry, purge, notify),
-which are also the ids of a table's first three tasks: those three tasks get
-no 1.2.2 key, so that nothing of this library ever takes those locks.
+1.2.2's maintenance threads lock the keys 1, 2 and 3 (retry, purge,
+notify), which are also the keys of a table's first three tasks. 1.2.2's
+own workers take them for those tasks, and so does compatibility mode: a task
+left without its key would be rescued by 1.2.2's retry thread while it runs.
+No service of this library ever takes them (runtime/service.py).
 
 The claim routine and the table are untouched: a queue in compatibility mode
 has the same DDL as any other.
@@ -33,10 +35,6 @@ from nsj_queue_lib.model import Claim, TaskRecord
 
 logger = get_logger("compat")
 
-# 1.2.2's LockClient: retry, purge and notify threads.
-MAINTENANCE_KEYS = (1, 2, 3)
-FIRST_TASK_KEY = max(MAINTENANCE_KEYS) + 1
-
 # An index only 1.2.2's db_gen creates (this library's never does, and
 # --upgrade keeps it): the mark of a table that came from 1.2.2.
 LEGACY_INDEX_SUFFIX = "_status_tentativa_data_hora"
@@ -51,19 +49,13 @@ SELECT EXISTS (
 """
 # Both keys of a task just claimed (its claim not committed yet).
 _HOLD_CLAIMED = """
-SELECT pg_try_advisory_lock(%(queue_key)s, %(task_key)s),
-       CASE WHEN %(id)s < %(first)s THEN true ELSE pg_try_advisory_lock(%(id)s::bigint) END
+SELECT pg_try_advisory_lock(%(queue_key)s, %(task_key)s), pg_try_advisory_lock(%(id)s::bigint)
 """
 _UNLOCK_BOTH = """
-SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s),
-       CASE WHEN %(id)s < %(first)s THEN true ELSE pg_advisory_unlock(%(id)s::bigint) END
+SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s), pg_advisory_unlock(%(id)s::bigint)
 """
 # The 1.2.2 keys of a batch of rows; the ids whose key this session now holds.
-# CASE: SQL does not promise to evaluate AND/OR operands in order.
-_HOLD_MANY = """
-SELECT id FROM unnest(%(ids)s::bigint[]) AS id
-WHERE CASE WHEN id >= %(first)s THEN pg_try_advisory_lock(id) ELSE false END
-"""
+_HOLD_MANY = "SELECT id FROM unnest(%(ids)s::bigint[]) AS id WHERE pg_try_advisory_lock(id)"
 _UNLOCK_MANY = "SELECT pg_advisory_unlock(id) FROM unnest(%(ids)s::bigint[]) AS id"
 
 
@@ -87,7 +79,6 @@ class PostgresLegacyKeys:
             "queue_key": self.store.queue_key,
             "task_key": self.store.task_key(task_id),
             "id": task_id,
-            "first": FIRST_TASK_KEY,
         }
 
     def claim(self, conn: Any) -> Claim | None:
@@ -130,19 +121,14 @@ class PostgresLegacyKeys:
             conn.execute(_UNLOCK_BOTH, self._params(task_id))
 
     def hold(self, conn: Any, ids: Sequence[int]) -> set[int]:
-        """Take the 1.2.2 keys of ``ids``; the ids held now (a key held elsewhere is missing).
-
-        The first three ids always count as held (their keys are 1.2.2's maintenance locks).
-        """
+        """Take the 1.2.2 keys of ``ids``; the ids held now (a key held elsewhere is missing)."""
         if not ids:
             return set()
         with wrap_driver_errors("compat_hold"):
-            rows = conn.execute(_HOLD_MANY, {"ids": list(ids), "first": FIRST_TASK_KEY})
-            taken = {int(row[0]) for row in rows}
-        return taken | {i for i in ids if i < FIRST_TASK_KEY}
+            rows = conn.execute(_HOLD_MANY, {"ids": list(ids)})
+            return {int(row[0]) for row in rows}
 
     def release(self, conn: Any, ids: Sequence[int]) -> None:
-        taken = [i for i in ids if i >= FIRST_TASK_KEY]
-        if taken:
+        if ids:
             with wrap_driver_errors("compat_release"):
-                conn.execute(_UNLOCK_MANY, {"ids": taken})
+                conn.execute(_UNLOCK_MANY, {"ids": list(ids)})
