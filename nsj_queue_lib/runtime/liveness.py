@@ -70,7 +70,9 @@ class LegacyKeys(Protocol):
 
     def claim(self, conn: Any) -> Claim | None: ...
 
-    def complete(self, conn: Any, task_id: int, mensagem: str) -> None: ...
+    def complete_and_claim(
+        self, conn: Any, done_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None: ...
 
     def unlock(self, conn: Any, task_id: int) -> None: ...
 
@@ -101,9 +103,9 @@ class DatabaseLiveness:
 class CompatLiveness:
     """Database liveness locks plus 1.2.2's key of each task (QUEUE_COMPAT_1_2_2).
 
-    Costs more round trips than ``DatabaseLiveness`` (README, Benchmarks): the
-    1.2.2 key can only go after the commit, so completion and the next claim
-    no longer share one.
+    Two round trips per task instead of one (docs/upgrading.md gives the cost):
+    the 1.2.2 key of the claimed task is taken after the claim function ran and
+    before the commit.
     """
 
     def __init__(self, keys: LegacyKeys):
@@ -115,8 +117,7 @@ class CompatLiveness:
     def complete_and_claim(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
-        self.keys.complete(conn, task.id, mensagem)
-        return self.claim(conn, claim_next)
+        return self.keys.complete_and_claim(conn, task.id, mensagem, claim_next)
 
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
         pass  # both keys go after the commit, in after_settled

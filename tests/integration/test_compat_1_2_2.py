@@ -77,19 +77,32 @@ def test_compat_mode_is_on_for_tables_1_2_2_made_unless_set(
         assert (driver.legacy_keys(store, conn) is not None) is on
 
 
+def advisory_locks_of(conn) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+    ).fetchone()[0]
+
+
 def test_a_worker_in_compat_mode_holds_both_keys_of_its_task(pg_dsn, pg_queue, legacy_side):
-    [task] = enqueue(pg_dsn, pg_queue.table, [dict(payload="a")])
+    first, second = enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
     driver = make_driver(settings_for(pg_dsn, pg_queue.table))
     with driver.connect(executor=True) as conn:
         liveness = CompatLiveness(compat_keys(pg_dsn, pg_queue.table, conn))
         claim = liveness.claim(conn)
-        assert claim is not None and claim.task.id == task and claim.liveness_locked
+        assert claim is not None and claim.task.id == first and claim.liveness_locked
         # The claim committed with the 1.2.2 key held: 1.2.2 can neither run nor rescue it.
-        assert statuses(legacy_side, pg_queue.table) == {"processando": 1}
-        assert holds_1_2_2_key(legacy_side, task)
+        assert statuses(legacy_side, pg_queue.table) == {"processando": 1, "pendente": 1}
+        assert holds_1_2_2_key(legacy_side, first)
+        claim = liveness.complete_and_claim(conn, claim.task, "ok", claim_next=True)
+        assert claim is not None and claim.task.id == second
+        assert statuses(legacy_side, pg_queue.table) == {"sucesso": 1, "processando": 1}
+        assert holds_1_2_2_key(legacy_side, second)
         assert liveness.complete_and_claim(conn, claim.task, "ok", claim_next=True) is None
-        assert statuses(legacy_side, pg_queue.table) == {"sucesso": 1}
-        assert not holds_1_2_2_key(legacy_side, task)
+        assert statuses(legacy_side, pg_queue.table) == {"sucesso": 2}
+        # Every key went once the work committed (the first's in the second's round trip).
+        assert not holds_1_2_2_key(legacy_side, first)
+        assert not holds_1_2_2_key(legacy_side, second)
+        assert advisory_locks_of(conn) == 0
 
 
 def test_a_task_whose_1_2_2_key_is_held_is_left_to_that_worker(pg_dsn, pg_queue, legacy_side):
@@ -100,10 +113,7 @@ def test_a_task_whose_1_2_2_key_is_held_is_left_to_that_worker(pg_dsn, pg_queue,
         keys = compat_keys(pg_dsn, pg_queue.table, conn)
         assert keys.claim(conn) is None
         assert statuses(legacy_side, pg_queue.table) == {"pendente": 1}
-        held = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
-        ).fetchone()[0]
-        assert held == 0  # the claim's own key went with it
+        assert advisory_locks_of(conn) == 0  # the claim's own key went with it
         legacy_side.execute("SELECT pg_advisory_unlock(%s::bigint)", (task,))
         claim = keys.claim(conn)
         assert claim is not None and claim.task.id == task

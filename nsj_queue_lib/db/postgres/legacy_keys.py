@@ -9,10 +9,11 @@ the rows whose 1.2.2 key is held (docs/upgrading.md):
 
 - the claim takes both keys before it commits; when a 1.2.2 worker holds the
   task's key already (it may have read the row as 'pendente' and will run it),
-  the claim rolls back and the task is left to it;
+  the claim is undone in its own transaction and the task is left to it;
 - the 1.2.2 key goes only after the task's outcome committed: 1.2.2's retry
   thread overwrites a row it finds 'processando' without checking its status,
-  so it must not get the key while the outcome is still uncommitted.
+  so it must not get the key while the outcome is still uncommitted. After a
+  success it goes in the executor's next round trip (no extra one).
 
 1.2.2's maintenance threads lock the keys 1, 2 and 3 (retry, purge,
 notify), which are also the keys of a table's first three tasks. 1.2.2's
@@ -26,10 +27,12 @@ has the same DDL as any other.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -47,9 +50,24 @@ SELECT EXISTS (
                       || %(suffix)s
 )
 """
-# Both keys of a task just claimed (its claim not committed yet).
-_HOLD_CLAIMED = """
-SELECT pg_try_advisory_lock(%(queue_key)s, %(task_key)s), pg_try_advisory_lock(%(id)s::bigint)
+# After the claim function claimed a task ($1; our key taken, not committed
+# yet): take its 1.2.2 key, or, when a 1.2.2 worker holds it, undo the claim in
+# this same transaction (the row stays 'pendente' for that worker, our key $2,
+# $3 goes). Also releases $4, the 1.2.2 key of a task an earlier round trip
+# committed. Prepared once per connection and sent with the commit (wire.py).
+# Each CTE runs once; a plain one only when the main query reads it.
+_HOLD_OR_UNDO = """
+WITH legacy AS MATERIALIZED (SELECT pg_try_advisory_lock($1::bigint) AS held),
+released AS MATERIALIZED (
+    SELECT CASE WHEN $4::bigint IS NULL THEN NULL ELSE pg_advisory_unlock($4::bigint) END AS r
+),
+undone AS (
+    UPDATE {table} SET status = 'pendente'
+    WHERE id = $1::bigint AND NOT (SELECT held FROM legacy)
+    RETURNING pg_advisory_unlock($2::integer, $3::integer)
+)
+SELECT (SELECT held FROM legacy) AS held, (SELECT count(*) FROM undone) AS undone,
+       (SELECT r FROM released) AS released
 """
 _UNLOCK_BOTH = """
 SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s), pg_advisory_unlock(%(id)s::bigint)
@@ -69,10 +87,21 @@ def came_from_1_2_2(conn: Any, queue_table: str) -> bool:
 
 
 class PostgresLegacyKeys:
-    """A worker's claims, completions and rescues with 1.2.2's keys held too."""
+    """A worker's claims, completions and rescues with 1.2.2's keys held too.
+
+    A task that succeeded keeps its 1.2.2 key until the executor's next round
+    trip (the next claim's, or the commit when nothing was claimed): after its
+    commit, at no extra round trip. A 'sucesso' row's key is harmless, since
+    1.2.2 looks only at 'pendente' and 'processando' rows.
+    """
 
     def __init__(self, store: PostgresQueueStore):
         self.store = store
+        self._hold_or_undo = PreparedRoundTrip(
+            _HOLD_OR_UNDO.format(table=store.queue_table), ("held", "undone", "released")
+        )
+        # Per executor connection: the 1.2.2 key of a task already committed.
+        self._release_later: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     def _params(self, task_id: int) -> dict[str, Any]:
         return {
@@ -82,38 +111,65 @@ class PostgresLegacyKeys:
         }
 
     def claim(self, conn: Any) -> Claim | None:
-        """Claim the next ready task with both keys held; None when none is ready, or when a
-        1.2.2 worker holds the task's key (it is left to that worker)."""
-        task = self.store.claim_uncommitted(conn)
-        if task is None:
-            return None
-        try:
-            with wrap_driver_errors("claim"):
-                ours, legacy = conn.execute(_HOLD_CLAIMED, self._params(task.id)).fetchone()
-            if legacy:
-                self.store.commit_and_begin(conn)
-                return Claim(task, bool(ours))
-        except BaseException:
-            self._undo_claim(conn, task)
-            raise
-        self._undo_claim(conn, task)
-        logger.debug("task=%s: a nsj-queue-lib 1.2.2 worker holds it; left to it", task.id)
-        return None
+        return self.complete_and_claim(conn, None, None, claim_next=True)
 
-    def _undo_claim(self, conn: Any, task: TaskRecord) -> None:
-        """Roll the claim back (the row is 'pendente' again), then drop whichever key it took."""
+    def complete_and_claim(
+        self, conn: Any, done_id: int | None, mensagem: str | None, claim_next: bool
+    ) -> Claim | None:
+        """``done_id`` becomes 'sucesso' and the next task is claimed with both keys, then all
+        of it commits: two round trips. None when no task is ready, or when a 1.2.2 worker
+        holds the next task's key (the task is left to that worker)."""
+        rows = self.store.claim_call(
+            conn, done_id, mensagem, 1 if claim_next else 0, None, begin=done_id is None
+        )
+        claimed = rows[0] if rows else None
+        earlier = self._release_later.pop(conn, None)
         try:
-            self.store.rollback(conn)
-            self.unlock(conn, task.id)
+            if claimed is None:
+                self._commit_and_release(conn, [i for i in (earlier, done_id) if i is not None])
+                return None
+            held = self._hold_and_commit(conn, int(claimed["id"]), earlier)
+        except BaseException:
+            self._release_quietly(conn, None if claimed is None else int(claimed["id"]), earlier)
+            raise
+        if done_id is not None:
+            self._release_later[conn] = done_id
+        if not held:
+            self.store.rollback(conn)  # the empty transaction chained for the task
+            logger.debug(
+                "task=%s: a nsj-queue-lib 1.2.2 worker holds it; left to it", claimed["id"]
+            )
+            return None
+        locked = bool(claimed.pop("liveness_locked"))
+        return Claim(TaskRecord.from_row(claimed), locked)
+
+    def _hold_and_commit(self, conn: Any, task_id: int, earlier: int | None) -> bool:
+        """Hold (or undo) the claimed task's 1.2.2 key, release ``earlier``'s, commit and
+        open the task's transaction: one round trip. Whether the key is held."""
+        params = (task_id, self.store.queue_key, self.store.task_key(task_id), earlier)
+        with wrap_driver_errors("claim"):
+            try:
+                [row] = self._hold_or_undo.run(conn, params, b"COMMIT AND CHAIN")
+            except RoundTripError as exc:
+                raise exc.error from None
+        return bool(row["held"])
+
+    def _commit_and_release(self, conn: Any, ids: list[int]) -> None:
+        self.store.commit(conn)
+        self.release(conn, ids)
+
+    def _release_quietly(self, conn: Any, task_id: int | None, earlier: int | None) -> None:
+        """After a failed round trip: roll back, then drop the keys of the claimed task and
+        the earlier task's 1.2.2 key (advisory unlocks are not transactional)."""
+        try:
+            if self.store.in_transaction(conn):
+                self.store.rollback(conn)
+            if task_id is not None:
+                self.unlock(conn, task_id)
+            if earlier is not None:
+                self.release(conn, [earlier])
         except Exception:  # noqa: BLE001 - a broken connection released its locks already
             pass
-
-    def complete(self, conn: Any, task_id: int, mensagem: str) -> None:
-        """'sucesso' and commit, then both keys go: one round trip."""
-        with wrap_driver_errors("complete_task"), conn.pipeline():
-            conn.execute(self.store.sql["complete_task"], {"id": task_id, "mensagem": mensagem})
-            conn.execute("COMMIT")
-            conn.execute(_UNLOCK_BOTH, self._params(task_id))
 
     def unlock(self, conn: Any, task_id: int) -> None:
         """Both keys of a task whose outcome committed (or that was never claimed)."""

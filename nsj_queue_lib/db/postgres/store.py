@@ -285,13 +285,7 @@ class PostgresQueueStore:
     def claim(self, conn) -> Claim | None:
         """Claim the next ready task in a transaction of its own, its liveness lock taken;
         on return the task's transaction is open, or ``conn`` idle when none was ready."""
-        params = (None, None, self._queue_key, 0, 1)
-        with wrap_driver_errors("claim"):
-            try:
-                rows = self._claim_call.run(conn, params, b"COMMIT AND CHAIN", begin=True)
-            except RoundTripError as exc:
-                self._unlock_uncommitted_claim(conn, exc.rows)
-                raise exc.error from None
+        rows = self.claim_call(conn, None, None, 1, b"COMMIT AND CHAIN", begin=True)
         return self._claimed(conn, rows)
 
     def complete_and_claim(
@@ -303,22 +297,32 @@ class PostgresQueueStore:
         task's transaction, so if that commit fails the claim is undone with it
         (its row stays 'pendente'; the lock it took is released here).
         """
-        params = (
-            task_id,
-            mensagem,
-            self._queue_key,
-            self.task_key(task_id),
-            1 if claim_next else 0,
-        )
         # AND CHAIN: the next task's transaction opens in the same statement.
         commit = b"COMMIT AND CHAIN" if claim_next else b"COMMIT"
-        with wrap_driver_errors("complete_task"):
+        rows = self.claim_call(conn, task_id, mensagem, 1 if claim_next else 0, commit)
+        return self._claimed(conn, rows) if claim_next else None
+
+    def claim_call(
+        self,
+        conn,
+        done_id: int | None,
+        mensagem: str | None,
+        claim_limit: int,
+        commit: bytes | None,
+        begin: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The claim function in one round trip: ``done_id`` becomes 'sucesso' (its lock
+        released), up to ``claim_limit`` tasks are claimed (their locks taken), then
+        ``commit`` (None: the transaction stays open). On failure the transaction is
+        rolled back and the claimed rows' locks released."""
+        done_key = 0 if done_id is None else self.task_key(done_id)
+        params = (done_id, mensagem, self._queue_key, done_key, claim_limit)
+        with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
-                rows = self._claim_call.run(conn, params, commit)
+                return self._claim_call.run(conn, params, commit, begin=begin)
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
-        return self._claimed(conn, rows) if claim_next else None
 
     def _claimed(self, conn, rows: list[dict[str, Any]]) -> Claim | None:
         if not rows:
