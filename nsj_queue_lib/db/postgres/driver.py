@@ -28,6 +28,9 @@ from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("driver")
 
 _CONNECT_OPTIONS: dict[str, Any] = {
     "connect_timeout": CONNECT_TIMEOUT_SECONDS,
@@ -113,10 +116,20 @@ class PostgresDriver(Driver):
     legacy_keys_known = True
 
     def legacy_keys(self, store: Any, conn: Any) -> PostgresLegacyKeys | None:
-        mode = self.settings.queue_compat_1_2_2
-        if self.settings.client_server_mode or mode == "OFF":
+        s = self.settings
+        if s.queue_compat_1_2_2 == "OFF":
             return None
-        if mode == "AUTO" and not came_from_1_2_2(conn, self.settings.queue_table):
+        if s.queue_compat_1_2_2 == "AUTO" and not came_from_1_2_2(conn, s.queue_table):
+            return None
+        if s.client_server_mode:
+            # 1.2.2's locks live in its own server's memory: nothing to hold here.
+            logger.warning(
+                "queue=%s: table %s came from nsj-queue-lib 1.2.2, whose workers in "
+                "CLIENT_SERVER_MODE lock tasks in their own server: run none of them next to "
+                "this worker (docs/upgrading.md, client/server mode)",
+                s.queue_name,
+                s.queue_table,
+            )
             return None
         return PostgresLegacyKeys(store)
 
