@@ -16,14 +16,17 @@ when its chain holds exactly one 'falha_processando' attempt.
 from __future__ import annotations
 
 import json
+import socket
 import time
+from pathlib import Path
 
 import pytest
 
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import connect_pg
-from tests.helpers.legacy import legacy_client, legacy_worker_env
+from tests.helpers.legacy import VENV, legacy_client, legacy_worker_env
 from tests.helpers.processes import enqueue, wait_for, worker_env, workers_of
+from tests.helpers.server_process import ServerProcess, free_port, pg_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +55,13 @@ def fleet(legacy_queue, pg_admin, pg_dsn, legacy_python, workers, tmp_path):
 
     class Fleet:
         queue = legacy_queue
+        processes = workers
 
-        def legacy(self, name: str):
-            env = legacy_worker_env(pg_dsn, legacy_queue, TEST_SIDE=name, **side_tables)
-            return workers.start(WORKER, env, name, python=legacy_python, cwd=tmp_path)
+        def legacy(self, name: str, script: str | Path = WORKER, **extra: str):
+            env = legacy_worker_env(pg_dsn, legacy_queue, TEST_SIDE=name, **side_tables, **extra)
+            return workers.start(script, env, name, python=legacy_python, cwd=tmp_path)
 
-        def ours(self, name: str, **overrides):
+        def ours(self, name: str, ready: str = COMPAT_LINE, **overrides):
             short = dict(
                 QUEUE_RETRY_THREAD_INTERVAL=1,
                 QUEUE_NOTIFY_THREAD_INTERVAL=1,
@@ -73,7 +77,7 @@ def fleet(legacy_queue, pg_admin, pg_dsn, legacy_python, workers, tmp_path):
                 **{**short, **overrides},
             )
             worker = workers.start(WORKER, env, name)
-            wait_for(lambda: COMPAT_LINE in worker.output(), 15, f"{name} in compatibility mode")
+            wait_for(lambda: ready in worker.output(), 15, f"{name} to start ({ready!r})")
             return worker
 
     try:
@@ -193,3 +197,61 @@ def test_1_2_2_rescues_once_the_task_of_a_killed_worker_of_ours(fleet, pg_dsn, p
     assert chains[task] == [(1, "falha_processando", 0), (2, "sucesso", 1)], chains
     assert chains[other] == [(1, "sucesso", 1)], chains  # 1.2.2's retry left it running
     assert legacy.alive() and survivor.alive()
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def test_client_server_roll_old_fleet_out_then_ours_in_on_a_second_server(
+    fleet, pg_dsn, pg_autocommit, legacy_python, tmp_path
+):
+    """docs/upgrading.md, client/server mode: 1.2.2's server and ours side by side on other
+    ports; the 1.2.2 workers stop, then ours start (the fleets never overlap)."""
+    queue = fleet.queue
+    old = dict(NOTIFY_SERVICE_PORT=str(free_port()), LOCK_SERVICE_PORT=str(free_port()))
+    [server_main] = VENV.glob("lib/python*/site-packages/nsj_queue_lib/server/server_main.py")
+    old_server = fleet.legacy("legacy-server", server_main, CHECK_TASKS_INTERVAL="1", **old)
+    wait_for(lambda: _accepts(int(old["NOTIFY_SERVICE_PORT"])), 15, "1.2.2's server")
+    fleet.legacy("legacy", CLIENT_SERVER_MODE="true", SERVER_HOST="127.0.0.1", **old)
+    t1 = dict(origem="o", destino="d", processo="p", chave_externa="t1", payload='{"sleep": 600}')
+    legacy_client(legacy_python, tmp_path, pg_dsn, queue, [t1])
+    [(first,)] = pg_autocommit.execute(f"SELECT id FROM {queue.table}").fetchall()
+    wait_for(lambda: _started_by(pg_autocommit, queue, first, "legacy"), 15, "1.2.2 to start t1")
+
+    # 1. db_gen --upgrade while the 1.2.2 fleet runs; 2. our server on other ports.
+    with connect_pg(pg_dsn, "psycopg") as conn:
+        conn.execute("SET lock_timeout = '5s'")
+        conn.execute(render("public", queue.name, upgrade=True))
+        conn.commit()
+    server = ServerProcess(
+        tmp_path / "server",
+        env={**pg_env(pg_dsn), "QUEUE_NAME": queue.name, "QUEUE_TABLE": queue.table},
+        token=None,
+    ).start()
+    try:
+        [later] = enqueue(pg_dsn, queue.table, [_task("t2", 0)])  # waits: 1.2.2 is busy
+        # 3. the 1.2.2 workers stop (t1 is left 'processando'); 4. ours start.
+        for worker in fleet.processes.started:
+            if worker.name == "legacy":
+                worker.kill9()
+        fleet.ours(
+            "ours",
+            ready="retry service scheduled",
+            CLIENT_SERVER_MODE="true",
+            SERVER_HOST="127.0.0.1",
+            NOTIFY_SERVICE_PORT=server.notify_port,
+            LOCK_SERVICE_PORT=server.lock_port,
+            TIMEOUT_SOCKET_MESSAGE=1,
+        )
+        wait_for(lambda: _settled(pg_autocommit, queue, [first, later]), 30, "t1 and t2 done")
+    finally:
+        server.cleanup()
+    chains = _chains(pg_autocommit, queue, [first, later])
+    assert chains[first] == [(1, "falha_processando", 0), (2, "sucesso", 1)], chains
+    assert chains[later] == [(1, "sucesso", 1)], chains
+    assert old_server.alive()  # 5. stopped last, once no 1.2.2 worker needs it
