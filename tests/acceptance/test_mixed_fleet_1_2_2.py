@@ -239,7 +239,7 @@ def test_client_server_roll_old_fleet_out_then_ours_in_on_a_second_server(
         for worker in fleet.processes.started:
             if worker.name == "legacy":
                 worker.kill9()
-        fleet.ours(
+        ours = fleet.ours(
             "ours",
             ready="retry service scheduled",
             CLIENT_SERVER_MODE="true",
@@ -255,3 +255,4 @@ def test_client_server_roll_old_fleet_out_then_ours_in_on_a_second_server(
     assert chains[first] == [(1, "falha_processando", 0), (2, "sucesso", 1)], chains
     assert chains[later] == [(1, "sucesso", 1)], chains
     assert old_server.alive()  # 5. stopped last, once no 1.2.2 worker needs it
+    assert "whose workers in CLIENT_SERVER_MODE lock tasks in their own server" in ours.output()

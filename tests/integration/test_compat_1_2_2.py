@@ -60,6 +60,7 @@ def compat_keys(pg_dsn, table, executor_conn) -> PostgresLegacyKeys:
     [
         ("AUTO", True, True),
         ("AUTO", False, False),
+        ("AUTO", "index dropped", False),  # docs/upgrading.md, step 4
         ("ON", False, True),
         ("OFF", True, False),
     ],
@@ -70,6 +71,8 @@ def test_compat_mode_is_on_for_tables_1_2_2_made_unless_set(
     queue = legacy_queue if from_1_2_2 else pg_queue
     if from_1_2_2:
         pg_admin.execute(render("public", queue.name, upgrade=True))
+    if from_1_2_2 == "index dropped":
+        pg_admin.execute(f"DROP INDEX public.idx_{queue.name}_status_tentativa_data_hora")
     driver = make_driver(settings_for(pg_dsn, queue.table, queue_compat_1_2_2=mode))
     store = driver.store()
     with driver.connect() as conn:
