@@ -122,6 +122,20 @@ def test_a_task_whose_1_2_2_key_is_held_is_left_to_that_worker(pg_dsn, pg_queue,
         assert claim is not None and claim.task.id == task
 
 
+def test_completing_a_task_while_1_2_2_holds_the_next_one(pg_dsn, pg_queue, legacy_side):
+    first, second = enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
+    driver = make_driver(settings_for(pg_dsn, pg_queue.table))
+    with driver.connect(executor=True) as conn:
+        liveness = CompatLiveness(compat_keys(pg_dsn, pg_queue.table, conn))
+        claim = liveness.claim(conn)
+        assert claim is not None and claim.task.id == first
+        legacy_side.execute("SELECT pg_advisory_lock(%s::bigint)", (second,))
+        assert liveness.complete_and_claim(conn, claim.task, "ok", claim_next=True) is None
+        rows = dict(legacy_side.execute(f"SELECT id, status FROM {pg_queue.table}").fetchall())
+        assert rows == {first: "sucesso", second: "pendente"}  # done committed, next left
+        assert advisory_locks_of(conn) == 0
+
+
 def test_compat_retry_service_leaves_1_2_2_running_tasks_and_rescues_the_rest(
     pg_dsn, pg_queue, pg_autocommit, legacy_side
 ):

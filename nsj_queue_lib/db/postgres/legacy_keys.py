@@ -132,14 +132,15 @@ class PostgresLegacyKeys:
         except BaseException:
             self._release_quietly(conn, None if claimed is None else int(claimed["id"]), earlier)
             raise
-        if done_id is not None:
-            self._release_later[conn] = done_id
         if not held:
             self.store.rollback(conn)  # the empty transaction chained for the task
+            self.release(conn, [] if done_id is None else [done_id])
             logger.debug(
                 "task=%s: a nsj-queue-lib 1.2.2 worker holds it; left to it", claimed["id"]
             )
             return None
+        if done_id is not None:
+            self._release_later[conn] = done_id
         locked = bool(claimed.pop("liveness_locked"))
         return Claim(TaskRecord.from_row(claimed), locked)
 
