@@ -295,8 +295,10 @@ def make_driver(settings: Settings) -> Driver:
 
 def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
     """The store for a caller's DB-API connection, chosen by the driver that made it."""
-    root = (type(conn).__module__ or "").split(".")[0]
-    dialect = _CONNECTION_DIALECTS.get(root)
+    # Along the class's bases: the worker hands handlers subclasses of the drivers'
+    # connections (HandlerConnection), and a handler may enqueue on its bd_conn.
+    roots = ((klass.__module__ or "").split(".")[0] for klass in type(conn).__mro__)
+    dialect = next((_CONNECTION_DIALECTS[r] for r in roots if r in _CONNECTION_DIALECTS), None)
     if dialect is None:
         raise TypeError(
             f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "

@@ -223,3 +223,23 @@ def test_dbadapter3_of_bd_conn_conn_writes_in_the_tasks_transaction(
         assert ("handler failed" in row[0]) if fails else row[0] == "written"
     finally:
         pg_admin.execute(f"DROP TABLE {effects}")
+
+
+def test_a_handler_enqueues_on_its_bd_conn(pg_dsn, pg_queue, pg_autocommit):
+    """bd_conn is a subclass of the driver's connection (for bd_conn.conn): QueueClient
+    still knows it, and the follow-up tasks commit with the handler's task."""
+    from nsj_queue_lib import QueueClient
+
+    def execute(payload, tarefa, bd_conn):
+        if payload == "first":
+            follow_up = dict(origem="o", destino="d", processo="p", chave_externa=None)
+            client = QueueClient(bd_conn, pg_queue.table)
+            client.insert_tasks([dict(follow_up, payload="next")] * 150)
+        return None
+
+    worker = start_function_worker(pg_dsn, pg_queue, pg_autocommit, execute)
+    try:
+        enqueue(pg_dsn, pg_queue.table, [dict(payload="first")])
+        wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 151}, 30, "all")
+    finally:
+        worker.stop()

@@ -133,7 +133,7 @@ class PostgresQueueStore:
         if not rows:
             return []
         columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
-        if type(conn).__module__.split(".")[0] == "psycopg" and len(rows) >= COPY_THRESHOLD:
+        if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
         arrays = {name: [row[name] for row in rows] for name in columns}
         with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
