@@ -99,6 +99,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         """Settings built in code are checked as ``from_env`` checks the environment."""
+        if isinstance(self.queue_compat_1_2_2, str):  # "on" as the variable takes it
+            object.__setattr__(self, "queue_compat_1_2_2", self.queue_compat_1_2_2.upper())
         problems = check_values(dataclasses.asdict(self))
         if problems:
             raise ConfigError(problems)

@@ -94,3 +94,15 @@ def test_a_subclass_without_super_init_reads_its_settings_at_run(monkeypatch):
         warnings.simplefilter("error")
         # Settings come from the environment at run: a missing DB_HOST is a config error.
         assert NoSuperWorker().run_until_stopped(install_signal_handlers=False) == 2
+
+
+def test_queue_compat_1_2_2_takes_auto_on_off_in_any_case():
+    assert (
+        Settings.from_env(
+            {"DB_HOST": "h", "DB_BASE": "d", "DB_USER": "u", "QUEUE_NAME": "q", "QUEUE_TABLE": "q"}
+        ).queue_compat_1_2_2
+        == "AUTO"
+    )
+    assert SETTINGS.with_changes(queue_compat_1_2_2="off").queue_compat_1_2_2 == "OFF"
+    with pytest.raises(Exception, match="QUEUE_COMPAT_1_2_2"):
+        SETTINGS.with_changes(queue_compat_1_2_2="sometimes")
