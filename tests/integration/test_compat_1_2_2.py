@@ -21,6 +21,7 @@ from nsj_queue_lib.runtime.retry import RetryService
 from nsj_queue_lib.runtime.service import LEGACY_MAINTENANCE_KEYS, service_lock_key
 from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 from tests.helpers import services
+from tests.helpers.databases import unique_queue_name
 from tests.helpers.processes import (
     enqueue,
     settings_for,
@@ -243,3 +244,43 @@ def test_a_handler_enqueues_on_its_bd_conn(pg_dsn, pg_queue, pg_autocommit):
         wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 151}, 30, "all")
     finally:
         worker.stop()
+
+
+@pytest.mark.mysql
+def test_dbadapter3_of_bd_conn_conn_on_mysql(mysql_kwargs, mysql_admin):
+    """On MySQL/MariaDB too, a worker connection's ``.conn`` is itself: DBAdapter3 writes in
+    the transaction the worker opened, and goes with its rollback."""
+    from nsj_sql_utils_lib.dbadapter3 import DBAdapter3
+
+    from nsj_queue_lib.settings import Settings
+
+    table = f"{unique_queue_name('e_')}"
+    with mysql_admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (task_id bigint)")
+    settings = Settings(
+        db_host=mysql_kwargs["host"],
+        db_port=mysql_kwargs["port"],
+        db_name=mysql_kwargs["database"],
+        db_user=mysql_kwargs["user"],
+        db_pass=mysql_kwargs["password"],
+        db_driver="MYSQL",
+        queue_name="q",
+        queue_table="q",
+    )
+    conn = make_driver(settings).connect(executor=True)
+    try:
+        for task_id, end in ((1, "ROLLBACK"), (2, "COMMIT")):
+            with conn.cursor() as cur:
+                cur.execute("BEGIN")
+            with pytest.warns(DeprecationWarning):
+                db = DBAdapter3(conn.conn)
+            db.execute(f"INSERT INTO {table} (task_id) VALUES (%(id)s)", id=task_id)
+            with conn.cursor() as cur:
+                cur.execute(end)
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"SELECT task_id FROM {table}")
+            assert cur.fetchall() == ((2,),)
+    finally:
+        conn.close()
+        with mysql_admin.cursor() as cur:
+            cur.execute(f"DROP TABLE {table}")
