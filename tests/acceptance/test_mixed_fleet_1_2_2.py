@@ -186,6 +186,10 @@ def test_1_2_2_rescues_once_the_task_of_a_killed_worker_of_ours(fleet, pg_dsn, p
     wait_for(lambda: _started_by(pg_autocommit, queue, other, "ours-b"), 15, "ours to start w")
     legacy = fleet.legacy("legacy")
     wait_for(lambda: _listening(pg_autocommit, queue), 20, "the 1.2.2 worker to listen")
+    # Ours are busy: 1.2.2's worker claims and runs a task on the upgraded table.
+    [free] = enqueue(pg_dsn, queue.table, [_task("l", 0)])
+    wait_for(lambda: _settled(pg_autocommit, queue, [free]), 15, "1.2.2 to run l")
+    assert _started_by(pg_autocommit, queue, free, "legacy")
     victim.kill9()
     wait_for(lambda: _settled(pg_autocommit, queue, [task, other]), 40, "v rescued, w done")
 
@@ -193,9 +197,10 @@ def test_1_2_2_rescues_once_the_task_of_a_killed_worker_of_ours(fleet, pg_dsn, p
         f"SELECT mensagem FROM {queue.table} WHERE id = %s", (task,)
     ).fetchall()
     assert message.startswith("Falha desconhecida de processamento"), message  # 1.2.2's words
-    chains = _chains(pg_autocommit, queue, [task, other])
+    chains = _chains(pg_autocommit, queue, [task, other, free])
     assert chains[task] == [(1, "falha_processando", 0), (2, "sucesso", 1)], chains
     assert chains[other] == [(1, "sucesso", 1)], chains  # 1.2.2's retry left it running
+    assert chains[free] == [(1, "sucesso", 1)], chains
     assert legacy.alive() and survivor.alive()
 
 
