@@ -16,3 +16,26 @@ class DBConnection(Protocol):
     def commit(self) -> None: ...
 
     def rollback(self) -> None: ...
+
+
+CONN_ATTRIBUTE_MESSAGE = (
+    "bd_conn.conn: bd_conn is the database connection itself since nsj-queue-lib 2 "
+    "(1.2.2 passed a nsj_sql_utils_lib DBConnection); write DBAdapter3(bd_conn) "
+    "instead of DBAdapter3(bd_conn.conn)"
+)
+
+
+class LegacyConnAttribute:
+    """Mixed into the connections handlers get: ``bd_conn.conn`` is ``bd_conn``.
+
+    nsj-queue-lib 1.2.2 handed handlers a ``nsj_sql_utils_lib`` ``DBConnection``,
+    and handlers wrote ``DBAdapter3(bd_conn.conn)``; that line keeps working, in
+    the task's transaction, with a ``DeprecationWarning`` naming the one-line change.
+    """
+
+    @property
+    def conn(self) -> Any:
+        import warnings
+
+        warnings.warn(CONN_ATTRIBUTE_MESSAGE, DeprecationWarning, stacklevel=2)
+        return self

@@ -23,6 +23,8 @@ DEFAULT_PORTS = {"POSTGRES": 5432, "MYSQL": 3306, "SINGLE_STORE": 3306}
 EVERY_FIVE_MINUTES = tuple(range(0, 60, 5))
 
 LOG_FORMATS = ("text", "json")
+# QUEUE_COMPAT_1_2_2: hold nsj-queue-lib 1.2.2's task keys too (docs/upgrading.md).
+COMPAT_MODES = ("AUTO", "ON", "OFF")
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -70,6 +72,10 @@ class Settings:
     # finished tasks, their handlers' writes with them, and those tasks run
     # again; nothing is lost from the queue and nothing is half-committed.
     queue_synchronous_commit: bool = True
+    # While nsj-queue-lib 1.2.2 workers may serve the same queue (PostgreSQL,
+    # CLIENT_SERVER_MODE=false): "AUTO" (on for a table 1.2.2's db_gen made),
+    # "ON" or "OFF". See docs/upgrading.md.
+    queue_compat_1_2_2: str = "AUTO"
 
     default_webhook_timeout: float = 20.0
 
@@ -97,6 +103,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         """Settings built in code are checked as ``from_env`` checks the environment."""
+        if isinstance(self.queue_compat_1_2_2, str):  # "on" as the variable takes it
+            object.__setattr__(self, "queue_compat_1_2_2", self.queue_compat_1_2_2.upper())
         problems = check_values(dataclasses.asdict(self))
         if problems:
             raise ConfigError(problems)
@@ -273,6 +281,7 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0),
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
+        queue_compat_1_2_2=reader.choice("QUEUE_COMPAT_1_2_2", COMPAT_MODES, "AUTO"),
         default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),
     )
 
@@ -376,6 +385,9 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
             problems[variable] = "is required"
     if "db_driver" in values and str(values["db_driver"]).upper() not in DRIVERS:
         problems["DB_DRIVER"] = f"must be one of {', '.join(DRIVERS)}, got {values['db_driver']!r}"
+    compat = values.get("queue_compat_1_2_2", "AUTO")
+    if compat not in COMPAT_MODES:
+        problems["QUEUE_COMPAT_1_2_2"] = f"must be one of {', '.join(COMPAT_MODES)}, got {compat!r}"
     if "log_format" in values and values["log_format"] not in LOG_FORMATS:
         problems["LOG_FORMAT"] = (
             f"must be one of {', '.join(LOG_FORMATS)}, got {values['log_format']!r}"
@@ -412,3 +424,11 @@ def _out_of_bounds(
     if maximum is not None and value > maximum:
         return f"must be <= {maximum:g}, got {value!r}"
     return None
+
+
+def __getattr__(name: str) -> Any:
+    """1.2.2's module-level names (``logger``, ``QUEUE_TABLE``, ...), computed on import of
+    the name with a ``DeprecationWarning`` (legacy_settings.py)."""
+    from nsj_queue_lib.legacy_settings import legacy_setting
+
+    return legacy_setting(name)

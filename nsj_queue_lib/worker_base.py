@@ -34,6 +34,10 @@ logger = logging.getLogger("nsj_queue_lib.worker")
 
 class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add abstract methods
     _task_registry: ClassVar[TaskRegistry] = TaskRegistry()
+    # Class-level defaults: a subclass whose __init__ does not call
+    # super().__init__() (1.2.2 had no base __init__) still works.
+    _settings: Settings | None = None
+    _runtime: WorkerRuntime | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -70,6 +70,24 @@ class DeadSubscriber(_SubscriberMark):
     attribute = _DEAD_MARK
 
 
+ClassT = TypeVar("ClassT", bound=type)
+
+
+class SubscriberWebhook:
+    """``@SubscriberWebhook("id")`` on a worker class, as nsj-queue-lib 1.2.2 code has it.
+
+    Kept so that such code imports and runs unchanged; it changes nothing: a
+    subscriber without a ``@Subscriber`` method whose row has a ``url`` is
+    delivered by webhook anyway.
+    """
+
+    def __init__(self, subscriber_id: str) -> None:
+        self.subscriber_id = subscriber_id
+
+    def __call__(self, cls: ClassT) -> ClassT:
+        return cls
+
+
 def _collect(cls: type, attribute: str) -> dict[str, str]:
     """{subscriber id: method name} over the class's MRO, nearest definition first."""
     found: dict[str, str] = {}
@@ -83,6 +101,7 @@ def _collect(cls: type, attribute: str) -> dict[str, str]:
 class WorkerPubSubBase(WorkerBase, abc.ABC):
     _subscriber_methods: dict[str, str] = {}
     _dead_subscriber_methods: dict[str, str] = {}
+    _webhook: WebhookCaller | None = None  # also without super().__init__()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

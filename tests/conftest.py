@@ -29,7 +29,11 @@ if str(ROOT) not in sys.path:  # makes ``tests.helpers`` importable in any impor
 from tests.helpers import databases  # noqa: E402 - needs the sys.path entry above
 
 # Fixtures that live beside their helpers, available to every test module.
-pytest_plugins = ["tests.helpers.mysql_queue", "tests.helpers.server_process"]
+pytest_plugins = [
+    "tests.helpers.mysql_queue",
+    "tests.helpers.server_process",
+    "tests.helpers.legacy",
+]
 
 
 def _unavailable(reason: str) -> None:

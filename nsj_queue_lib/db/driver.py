@@ -24,6 +24,7 @@ from nsj_queue_lib.exceptions import DatabaseError
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.queue_store import ClientStore, InspectionStore, QueueStore
+    from nsj_queue_lib.runtime.liveness import LegacyKeys
     from nsj_queue_lib.settings import Settings
 
 DRIVER_NAMES = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
@@ -131,12 +132,25 @@ class Driver(abc.ABC):
                 f"must be true with DB_DRIVER={s.db_driver}: the database has no session locks "
                 "nor LISTEN, the socket server provides them (python -m nsj_queue_lib.server)"
             )
+        if s.queue_compat_1_2_2 == "ON" and (s.client_server_mode or not self.legacy_keys_known):
+            problems["QUEUE_COMPAT_1_2_2"] = (
+                "can be ON with DB_DRIVER=POSTGRES and CLIENT_SERVER_MODE=false only "
+                "(docs/upgrading.md says how to roll other set-ups)"
+            )
         if not s.queue_synchronous_commit and not self.capabilities.asynchronous_commit:
             problems["QUEUE_SYNCHRONOUS_COMMIT"] = (
                 "can be false on PostgreSQL only (on MySQL the equivalent, "
                 "innodb_flush_log_at_trx_commit, is a server setting)"
             )
         return problems
+
+    # Whether this database knows nsj-queue-lib 1.2.2's task keys (legacy_keys).
+    legacy_keys_known: ClassVar[bool] = False
+
+    def legacy_keys(self, store: QueueStore, conn: Any) -> LegacyKeys | None:
+        """After ``store.bind(conn)``: how to hold 1.2.2's task keys too, or None when
+        QUEUE_COMPAT_1_2_2 is off for this queue (the default: no 1.2.2 worker here)."""
+        return None
 
     # -- connections --
 
@@ -290,8 +304,10 @@ def client_store(conn: object, queue_table: str, subscriber_table: str | None) -
     if own_store is not None:
         store: ClientStore = own_store(queue_table, subscriber_table)
         return store
-    root = (type(conn).__module__ or "").split(".")[0]
-    dialect = _CONNECTION_DIALECTS.get(root)
+    # Along the class's bases: the worker hands handlers subclasses of the drivers'
+    # connections (HandlerConnection), and a handler may enqueue on its bd_conn.
+    roots = ((klass.__module__ or "").split(".")[0] for klass in type(conn).__mro__)
+    dialect = next((_CONNECTION_DIALECTS[r] for r in roots if r in _CONNECTION_DIALECTS), None)
     if dialect is None:
         raise TypeError(
             f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "

@@ -55,8 +55,8 @@ class MeasuredLiveness:
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
         self.inner.unlock_in_transaction(conn, task)
 
-    def after_settled(self, task: TaskRecord) -> None:
-        self.inner.after_settled(task)
+    def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
+        self.inner.after_settled(task, conn)
 
 
 class Contact:

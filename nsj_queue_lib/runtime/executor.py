@@ -285,7 +285,7 @@ class TaskExecutor:
                 self._running.pop(task.id, None)
                 self._finished.notify_all()
         healthy = self._fail(task, conn, error)
-        self.liveness.after_settled(task)
+        self.liveness.after_settled(task, conn if healthy else None)
         if not healthy:
             replacement = self._discard(conn)
             if replacement is None:

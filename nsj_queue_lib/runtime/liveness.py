@@ -6,6 +6,9 @@ its own code is the same in both modes.
 - ``DatabaseLiveness``: the claim takes a session lock (advisory or named)
   on the executor's connection before the claim commits; completion, unlock,
   commit and the next claim travel in one round trip.
+- ``CompatLiveness`` (QUEUE_COMPAT_1_2_2, PostgreSQL): as the database one,
+  with nsj-queue-lib 1.2.2's key of each task held too, from before the claim
+  commits until after the task's outcome committed (db/postgres/legacy_keys.py).
 - ``ServerLiveness`` (CLIENT_SERVER_MODE): the claim's transaction stays open
   while the socket server's lock is taken, then commits: a claimed task is
   never visible without its lock. If the server connection drops, every lock
@@ -17,7 +20,7 @@ its own code is the same in both modes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nsj_queue_lib.client.channel import ServerConnectionError
@@ -57,7 +60,25 @@ class Liveness(Protocol):
 
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None: ...
 
-    def after_settled(self, task: TaskRecord) -> None: ...
+    def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
+        """The task's outcome committed (on ``conn``, when it is still usable)."""
+        ...
+
+
+class LegacyKeys(Protocol):
+    """A database's way of holding nsj-queue-lib 1.2.2's task keys next to ours."""
+
+    def claim(self, conn: Any) -> Claim | None: ...
+
+    def complete_and_claim(
+        self, conn: Any, done_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None: ...
+
+    def unlock(self, conn: Any, task_id: int) -> None: ...
+
+    def hold(self, conn: Any, ids: Sequence[int]) -> set[int]: ...
+
+    def release(self, conn: Any, ids: Sequence[int]) -> None: ...
 
 
 class DatabaseLiveness:
@@ -75,8 +96,39 @@ class DatabaseLiveness:
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
         self.store.unlock_task(conn, task.id)
 
-    def after_settled(self, task: TaskRecord) -> None:
+    def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
         pass
+
+
+class CompatLiveness:
+    """Database liveness locks plus 1.2.2's key of each task (QUEUE_COMPAT_1_2_2).
+
+    Two round trips per task instead of one (docs/upgrading.md gives the cost):
+    the 1.2.2 key of the claimed task is taken after the claim function ran and
+    before the commit.
+    """
+
+    def __init__(self, keys: LegacyKeys):
+        self.keys = keys
+
+    def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        return self.keys.claim(conn) if claim_next else None
+
+    def complete_and_claim(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        return self.keys.complete_and_claim(conn, task.id, mensagem, claim_next)
+
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
+        pass  # both keys go after the commit, in after_settled
+
+    def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
+        if conn is None:
+            return  # the connection broke: its locks went with it
+        try:
+            self.keys.unlock(conn, task.id)
+        except Exception as exc:  # noqa: BLE001 - a broken connection released them anyway
+            logger.info("task=%s: releasing its keys failed (%s)", task.id, exc)
 
 
 class ServerLiveness:
@@ -138,7 +190,7 @@ class ServerLiveness:
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
         pass  # the server lock goes after the commit, in after_settled
 
-    def after_settled(self, task: TaskRecord) -> None:
+    def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
         try:
             self._call(lambda: self.locks.unlock(self._name(task.id)))
         except Exception as exc:  # noqa: BLE001 - a lost connection released it anyway

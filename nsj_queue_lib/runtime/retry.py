@@ -3,6 +3,12 @@
 A 'processando' row with no liveness lock and no row lock has no live worker
 (killed, out of memory, lost its connection). It is settled as
 'falha_processando' and retried like any failure, or dead-lettered.
+
+In compatibility mode (QUEUE_COMPAT_1_2_2) a row is an orphan only if its
+nsj-queue-lib 1.2.2 key is free too: this service takes that key before
+settling the row and keeps it until the settlement committed, so a 1.2.2
+worker's running task is left alone and 1.2.2's retry thread cannot rescue
+the same row at the same time.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, RESCUED, Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.executor import record_failure
-from nsj_queue_lib.runtime.liveness import task_lock_name
+from nsj_queue_lib.runtime.liveness import LegacyKeys, task_lock_name
 from nsj_queue_lib.runtime.service import PeriodicService
 
 if TYPE_CHECKING:
@@ -44,6 +50,7 @@ class RetryService(PeriodicService):
         # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
         self.lock_client = lock_client
         self.rescued_total = 0  # attempts this worker rescued since the start
+        self.legacy_keys: LegacyKeys | None = None  # set at start in compatibility mode
 
     def work(self, conn: Any) -> int:
         conn.commit()
@@ -54,9 +61,12 @@ class RetryService(PeriodicService):
                 return 0
         rescued = 0
         while not self.stop.is_set():
+            held: list[int] = []
             if self.lock_client is None:
-                orphans = self.store.find_orphans(conn, BATCH, check_session_locks=True)
-                batch_full = len(orphans) == BATCH
+                found = self.store.find_orphans(conn, BATCH, check_session_locks=True)
+                orphans, held = self._free_of_1_2_2(conn, found)
+                # A batch of 1.2.2's running tasks only would come back unchanged.
+                batch_full = len(found) == BATCH and bool(orphans)
             else:
                 candidates = self.store.find_orphans(conn, BATCH, check_session_locks=False)
                 free = self._free_on_server(candidates)
@@ -80,11 +90,27 @@ class RetryService(PeriodicService):
             conn.commit()
             for task in orphans:
                 self.observer.task_finished(task, RESCUED)
+            if held:
+                self._release_1_2_2(conn, held)
             rescued += len(orphans)
             self.rescued_total += len(orphans)
             if not batch_full:
                 break
         return rescued
+
+    def _free_of_1_2_2(
+        self, conn: Any, found: list[TaskRecord]
+    ) -> tuple[list[TaskRecord], list[int]]:
+        """(the rows no 1.2.2 worker runs, the 1.2.2 keys taken for them)."""
+        if self.legacy_keys is None:
+            return found, []
+        held = self.legacy_keys.hold(conn, [t.id for t in found])
+        return [t for t in found if t.id in held], sorted(held)
+
+    def _release_1_2_2(self, conn: Any, held: list[int]) -> None:
+        assert self.legacy_keys is not None
+        self.legacy_keys.release(conn, held)
+        conn.commit()
 
     def _free_on_server(self, candidates: list[TaskRecord]) -> list[TaskRecord]:
         """The candidates whose liveness lock nobody holds on the socket server."""

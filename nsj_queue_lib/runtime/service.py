@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 logger = get_logger("service")
 
+# The one-bigint advisory locks of nsj-queue-lib 1.2.2's retry, purge and notify threads.
+LEGACY_MAINTENANCE_KEYS = (1, 2, 3)
+
 
 def service_lock_key(queue_table: str, service: str) -> int:
     """A signed 64-bit key for (queue, service).
@@ -37,7 +40,9 @@ def service_lock_key(queue_table: str, service: str) -> int:
     digest = hashlib.blake2b(
         f"nsj_queue_lib:{queue_table}:{service}".encode(), digest_size=8
     ).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    key = int.from_bytes(digest, "big", signed=True)
+    # 1, 2 and 3 are nsj-queue-lib 1.2.2's maintenance locks (and its first tasks' keys).
+    return key + len(LEGACY_MAINTENANCE_KEYS) if key in LEGACY_MAINTENANCE_KEYS else key
 
 
 class ServiceLock(Protocol):

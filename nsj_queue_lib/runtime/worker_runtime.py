@@ -35,7 +35,12 @@ from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
-from nsj_queue_lib.runtime.liveness import DatabaseLiveness, Liveness, ServerLiveness
+from nsj_queue_lib.runtime.liveness import (
+    CompatLiveness,
+    DatabaseLiveness,
+    Liveness,
+    ServerLiveness,
+)
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
@@ -266,6 +271,7 @@ class WorkerRuntime:
                 conn = self._connect()
                 number = self.store.bind(conn)
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
+                self._hold_1_2_2_keys(conn)
                 self._check_wake_ups(conn)
                 return True
             except Exception as exc:
@@ -284,6 +290,22 @@ class WorkerRuntime:
             finally:
                 close_quietly(conn)
         return False
+
+    def _hold_1_2_2_keys(self, conn: Any) -> None:
+        """QUEUE_COMPAT_1_2_2: tasks hold nsj-queue-lib 1.2.2's keys too (before any thread
+        starts), and the retry service leaves 1.2.2's running tasks alone."""
+        keys = self.driver.legacy_keys(self.store, conn)
+        if keys is None:
+            return
+        self.executor.liveness = CompatLiveness(keys)
+        for service in self.services:
+            if isinstance(service, RetryService):
+                service.legacy_keys = keys
+        logger.info(
+            "queue=%s: compatible with nsj-queue-lib 1.2.2 workers (QUEUE_COMPAT_1_2_2=%s)",
+            self.settings.queue_name,
+            self.settings.queue_compat_1_2_2,
+        )
 
     def _check_wake_ups(self, conn: Any) -> None:
         try:

@@ -276,7 +276,14 @@ def statuses(conn, table: str) -> dict[str, int]:
 class WorkerProcess:
     """``python <script>`` with its stderr in a temporary file."""
 
-    def __init__(self, script: str | Path, env: Mapping[str, str], name: str = "worker"):
+    def __init__(
+        self,
+        script: str | Path,
+        env: Mapping[str, str],
+        name: str = "worker",
+        python: str | Path = sys.executable,
+        cwd: str | Path = ROOT,
+    ):
         self.script = Path(script)
         if not self.script.is_absolute():
             self.script = WORKERS_DIR / self.script
@@ -284,9 +291,9 @@ class WorkerProcess:
         self._log = tempfile.NamedTemporaryFile(prefix=f"nsjq-{name}-", suffix=".log", delete=False)
         self.log_path = Path(self._log.name)
         self.proc = subprocess.Popen(
-            [sys.executable, str(self.script)],
+            [str(python), str(self.script)],
             env=dict(env),
-            cwd=str(ROOT),
+            cwd=str(cwd),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -348,9 +355,10 @@ class Workers:
         self.started: list[WorkerProcess] = []
 
     def start(
-        self, script: str | Path, env: Mapping[str, str], name: str | None = None
+        self, script: str | Path, env: Mapping[str, str], name: str | None = None, **how: Any
     ) -> WorkerProcess:
-        worker = WorkerProcess(script, env, name or f"worker{len(self.started) + 1}")
+        """``how``: ``python`` (another interpreter) and ``cwd``, as ``WorkerProcess`` takes."""
+        worker = WorkerProcess(script, env, name or f"worker{len(self.started) + 1}", **how)
         self.started.append(worker)
         return worker
 

@@ -57,7 +57,8 @@ def test_mysql_refusals_by_error_number(monkeypatch, code, refused):
     def connect(**kwargs):
         raise pymysql.err.OperationalError(code, "the server's words")
 
-    monkeypatch.setattr(pymysql, "connect", connect)
+    # Every worker connection is built as the driver's HandlerConnection (a pymysql Connection).
+    monkeypatch.setattr("nsj_queue_lib.db.mysql.driver.HandlerConnection", connect)
     settings = Settings(
         db_driver="MYSQL", db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pymysql
+import pymysql.connections
 
 from nsj_queue_lib.db.driver import (
     CONNECT_TIMEOUT_SECONDS,
@@ -20,6 +21,7 @@ from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
+from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.notify.polling import PollingListener
@@ -53,6 +55,10 @@ def configure_session(conn: Any, executor: bool) -> None:
         cur.execute(EXECUTOR_ISOLATION if executor else SESSION_ISOLATION)
 
 
+class HandlerConnection(LegacyConnAttribute, pymysql.connections.Connection):
+    """Every worker connection: ``bd_conn.conn`` works in handlers as in 1.2.2 (dbapi.py)."""
+
+
 class MysqlFamilyDriver(Driver):
     """PyMySQL connections and polling, shared by MySQL/MariaDB and SingleStore."""
 
@@ -60,7 +66,7 @@ class MysqlFamilyDriver(Driver):
 
     def _raw_connect(self, autocommit: bool, **options: Any) -> Any:
         s = self.settings
-        return pymysql.connect(
+        return HandlerConnection(
             host=s.db_host,
             port=s.db_port,
             user=s.db_user,

@@ -21,11 +21,16 @@ from nsj_queue_lib.db.driver import (
     TaskSource,
 )
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
+from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 from nsj_queue_lib.db.postgres.listener import PostgresListener
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
+from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("driver")
 
 _CONNECT_OPTIONS: dict[str, Any] = {
     "connect_timeout": CONNECT_TIMEOUT_SECONDS,
@@ -74,6 +79,10 @@ def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
     return None
 
 
+class HandlerConnection(LegacyConnAttribute, psycopg.Connection[Any]):
+    """The executors' connections: ``bd_conn.conn`` works as it did in 1.2.2 (dbapi.py)."""
+
+
 class _QuietPool(logging.Filter):
     """psycopg_pool logs every failed connection of its own (logger ``psycopg.pool``); the
     worker already says once per outage that the database is unreachable. Drops the
@@ -103,6 +112,26 @@ class PostgresDriver(Driver):
         asynchronous_commit=True,
         transactional_ddl=True,
     )
+
+    legacy_keys_known = True
+
+    def legacy_keys(self, store: Any, conn: Any) -> PostgresLegacyKeys | None:
+        s = self.settings
+        if s.queue_compat_1_2_2 == "OFF":
+            return None
+        if s.queue_compat_1_2_2 == "AUTO" and not came_from_1_2_2(conn, s.queue_table):
+            return None
+        if s.client_server_mode:
+            # 1.2.2's locks live in its own server's memory: nothing to hold here.
+            logger.warning(
+                "queue=%s: table %s came from nsj-queue-lib 1.2.2, whose workers in "
+                "CLIENT_SERVER_MODE lock tasks in their own server: run none of them next to "
+                "this worker (docs/upgrading.md, client/server mode)",
+                s.queue_name,
+                s.queue_table,
+            )
+            return None
+        return PostgresLegacyKeys(store)
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> PostgresQueueStore:
@@ -173,6 +202,7 @@ class PostgresDriver(Driver):
             min_size=size,
             max_size=size + 1,
             kwargs={"autocommit": True, **_CONNECT_OPTIONS},
+            connection_class=HandlerConnection,
             configure=self._configure_executor,
             name=f"{POOL_NAME_PREFIX}{self.settings.queue_name}",
             timeout=CONNECT_TIMEOUT_SECONDS * 2,

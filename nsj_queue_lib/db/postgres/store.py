@@ -133,7 +133,7 @@ class PostgresQueueStore:
         if not rows:
             return []
         columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
-        if type(conn).__module__.split(".")[0] == "psycopg" and len(rows) >= COPY_THRESHOLD:
+        if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
         arrays = {name: [row[name] for row in rows] for name in columns}
         with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
@@ -268,7 +268,13 @@ class PostgresQueueStore:
         found = None if row is None else row[0]
         check_claim_routine_version(self.claim_function, found, claim_function_version())
 
-    def _task_key(self, task_id: int) -> int:
+    @property
+    def queue_key(self) -> int:
+        """The first key of this queue's task liveness locks (after ``bind``)."""
+        return self._queue_key
+
+    def task_key(self, task_id: int) -> int:
+        """The second key of a task's liveness lock."""
         return task_id % TASK_KEY_MODULUS
 
     # Executor connections are autocommit: transactions are opened and closed
@@ -279,13 +285,7 @@ class PostgresQueueStore:
     def claim(self, conn) -> Claim | None:
         """Claim the next ready task in a transaction of its own, its liveness lock taken;
         on return the task's transaction is open, or ``conn`` idle when none was ready."""
-        params = (None, None, self._queue_key, 0, 1)
-        with wrap_driver_errors("claim"):
-            try:
-                rows = self._claim_call.run(conn, params, b"COMMIT AND CHAIN", begin=True)
-            except RoundTripError as exc:
-                self._unlock_uncommitted_claim(conn, exc.rows)
-                raise exc.error from None
+        rows = self.claim_call(conn, None, None, 1, b"COMMIT AND CHAIN", begin=True)
         return self._claimed(conn, rows)
 
     def complete_and_claim(
@@ -297,22 +297,32 @@ class PostgresQueueStore:
         task's transaction, so if that commit fails the claim is undone with it
         (its row stays 'pendente'; the lock it took is released here).
         """
-        params = (
-            task_id,
-            mensagem,
-            self._queue_key,
-            self._task_key(task_id),
-            1 if claim_next else 0,
-        )
         # AND CHAIN: the next task's transaction opens in the same statement.
         commit = b"COMMIT AND CHAIN" if claim_next else b"COMMIT"
-        with wrap_driver_errors("complete_task"):
+        rows = self.claim_call(conn, task_id, mensagem, 1 if claim_next else 0, commit)
+        return self._claimed(conn, rows) if claim_next else None
+
+    def claim_call(
+        self,
+        conn,
+        done_id: int | None,
+        mensagem: str | None,
+        claim_limit: int,
+        commit: bytes | None,
+        begin: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The claim function in one round trip: ``done_id`` becomes 'sucesso' (its lock
+        released), up to ``claim_limit`` tasks are claimed (their locks taken), then
+        ``commit`` (None: the transaction stays open). On failure the transaction is
+        rolled back and the claimed rows' locks released."""
+        done_key = 0 if done_id is None else self.task_key(done_id)
+        params = (done_id, mensagem, self._queue_key, done_key, claim_limit)
+        with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
-                rows = self._claim_call.run(conn, params, commit)
+                return self._claim_call.run(conn, params, commit, begin=begin)
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
-        return self._claimed(conn, rows) if claim_next else None
 
     def _claimed(self, conn, rows: list[dict[str, Any]]) -> Claim | None:
         if not rows:
@@ -397,7 +407,7 @@ class PostgresQueueStore:
         return bool(conn.info.transaction_status != pq.TransactionStatus.IDLE)
 
     def unlock_task(self, conn, task_id: int) -> None:
-        params = {"queue_key": self._queue_key, "task_key": self._task_key(task_id)}
+        params = {"queue_key": self._queue_key, "task_key": self.task_key(task_id)}
         with wrap_driver_errors("unlock_task"):
             conn.execute(self.sql["unlock_task"], params)
 

@@ -101,7 +101,11 @@ class PreparedRoundTrip:
         self._states.pop(conn, None)
 
     def run(
-        self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes, begin: bool = False
+        self,
+        conn: psycopg.Connection,
+        params: Sequence[Any],
+        commit: bytes | None,
+        begin: bool = False,
     ) -> list[dict[str, Any]]:
         """Execute the statement then ``commit`` (a transaction control statement) in one round
         trip; with ``begin``, in a transaction the same round trip opens.
@@ -132,13 +136,14 @@ class PreparedRoundTrip:
             if fresh:
                 pgconn.send_prepare(state.name, self._sql_bytes)
             pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
-            pgconn.send_query_params(commit, None)
+            if commit is not None:  # None: the transaction stays open
+                pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
             _flush(pgconn)
             began = _next_results(pgconn) if begin else None
             prepared = _next_results(pgconn) if fresh else None
             statement = _next_results(pgconn)
-            committed = _next_results(pgconn)
+            committed = _next_results(pgconn) if commit is not None else None
             _next_results(pgconn)  # the sync
         finally:
             _leave_pipeline(conn)
@@ -157,7 +162,7 @@ class PreparedRoundTrip:
                 self.forget(conn)
             raise RoundTripError(error, [])
         rows = self._rows(state, result)
-        if _status(committed) != _COMMAND_OK:
+        if commit is not None and _status(committed) != _COMMAND_OK:
             raise RoundTripError(_error(committed, conn), rows)
         return rows
 
