@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use
     __version__: str
-    from nsj_queue_lib.exceptions import ConfigError
+    from nsj_queue_lib.context import TaskContext, current_task
+    from nsj_queue_lib.exceptions import ConfigError, TaskCancelled
     from nsj_queue_lib.queue_client import QueueClient
     from nsj_queue_lib.settings import Settings
     from nsj_queue_lib.worker_base import WorkerBase
@@ -30,6 +31,9 @@ __all__ = [
     "WorkerWebhook",
     "Settings",
     "ConfigError",
+    "current_task",
+    "TaskContext",
+    "TaskCancelled",
 ]
 
 _LOCATIONS = {
@@ -41,6 +45,9 @@ _LOCATIONS = {
     "WorkerWebhook": "nsj_queue_lib.worker_webhook",
     "Settings": "nsj_queue_lib.settings",
     "ConfigError": "nsj_queue_lib.exceptions",
+    "current_task": "nsj_queue_lib.context",
+    "TaskContext": "nsj_queue_lib.context",
+    "TaskCancelled": "nsj_queue_lib.exceptions",
 }
 
 

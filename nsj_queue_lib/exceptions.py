@@ -52,3 +52,16 @@ class HandlerTransactionError(QueueLibError):
 class DatabaseAccessError(DatabaseError):
     """The database refused the worker's user or password, or does not know its database:
     configuration, not an outage. The worker stops at start instead of retrying."""
+
+
+class TaskCancelled(QueueLibError):
+    """Raised by ``current_task().check_cancelled()`` once the running task was asked to stop.
+
+    A handler that lets it propagate ends its task 'cancelada' (its writes rolled back, no
+    retry, no dead letter); when the stop came from the task's timeout, the attempt fails
+    with a ``mensagem`` starting ``timeout`` and is retried instead.
+    """
+
+
+class NoCurrentTaskError(QueueLibError, LookupError):
+    """``current_task()`` was called outside a handler run by a worker."""

@@ -46,6 +46,7 @@ class DdlNames:
             "idx_running": f"idx_{q}_running",
             "idx_data_hora": f"idx_{q}_data_hora",
             "idx_chain": f"idx_{q}_chain",
+            "idx_attempts": f"idx_{q}_attempts",
             "idx_equivalent": f"idx_{q}_equivalent",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",

@@ -143,8 +143,9 @@ class Driver(abc.ABC):
         """
 
     @abc.abstractmethod
-    def make_pool(self, size: int) -> ConnectionPool:
-        """The executors' pool: ``size`` connections plus one for recording failures."""
+    def make_pool(self, size: int, spare: int = 1) -> ConnectionPool:
+        """The executors' pool: ``size`` connections plus ``spare`` opened on demand (recording
+        failures, writing progress, replacing the connections of abandoned handlers)."""
 
     @abc.abstractmethod
     def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
@@ -279,8 +280,8 @@ def make_driver(settings: Settings) -> Driver:
     return _driver_class(driver_module_name(settings.db_driver))(settings)
 
 
-def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
-    """The store for a caller's DB-API connection, chosen by the driver that made it."""
+def _connection_driver(conn: object) -> type[Driver]:
+    """The driver class of a caller's DB-API connection, by the package that made it."""
     root = (type(conn).__module__ or "").split(".")[0]
     dialect = _CONNECTION_DIALECTS.get(root)
     if dialect is None:
@@ -288,7 +289,17 @@ def client_store(conn: object, queue_table: str, subscriber_table: str | None) -
             f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
             "expected a psycopg 3, psycopg2 or PyMySQL connection"
         )
-    return _driver_class(dialect).new_store(queue_table, subscriber_table)
+    return _driver_class(dialect)
+
+
+def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
+    """The store for a caller's DB-API connection, chosen by the driver that made it."""
+    return _connection_driver(conn).new_store(queue_table, subscriber_table)
+
+
+def client_inspection_store(conn: object, queue_table: str) -> InspectionStore:
+    """The inspection store (``nsjq``'s operations) for a caller's DB-API connection."""
+    return _connection_driver(conn).new_inspection_store(queue_table)
 
 
 def close_quietly(conn: Any) -> None:

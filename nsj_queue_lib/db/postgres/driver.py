@@ -159,7 +159,7 @@ class PostgresDriver(Driver):
                 self._configure_executor(conn)
         return conn
 
-    def make_pool(self, size: int) -> ConnectionPool:
+    def make_pool(self, size: int, spare: int = 1) -> ConnectionPool:
         from psycopg_pool import ConnectionPool as PsycopgPool
 
         pool_logger = logging.getLogger("psycopg.pool")
@@ -171,7 +171,7 @@ class PostgresDriver(Driver):
         pool: ConnectionPool = PsycopgPool(
             self.settings.postgres_conninfo(),
             min_size=size,
-            max_size=size + 1,
+            max_size=size + spare,
             kwargs={"autocommit": True, **_CONNECT_OPTIONS},
             configure=self._configure_executor,
             name=f"{POOL_NAME_PREFIX}{self.settings.queue_name}",
