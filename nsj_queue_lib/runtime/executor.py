@@ -158,8 +158,9 @@ class TaskExecutor:
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
         self._stuck: list[threading.Thread] = []  # threads whose task was abandoned
-        # Called before a task's completion (the last progress is written then).
-        self.before_completion: Callable[[TaskContext], None] = lambda context: None
+        # Called when a handler is done, before its task is settled (the last progress
+        # reported is written then).
+        self.after_handler: Callable[[TaskContext], None] = lambda context: None
         self._done = 0  # attempts that succeeded, since the start
         self._failed = 0  # attempts that failed, since the start
         self._threads = [
@@ -335,9 +336,10 @@ class TaskExecutor:
             self._running[task.id] = item
         try:
             outcome = self._call_handler(item)
+            if outcome is not None:
+                self.after_handler(item.context)
             if isinstance(outcome, str):
                 try:
-                    self.before_completion(item.context)
                     next_claim = self.liveness.complete_and_claim(
                         conn, task, outcome, self._claim_next()
                     )

@@ -86,12 +86,13 @@ def test_waiting_tasks_are_cancelled_and_never_run(backend):
 def test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile(backend):
     """Cooperative cancel of a running task within 2 s; progress visible from another session
     while it runs (and kept after); a retry waiting for its time is cancelled too."""
-    cancel_seen = []
+    cancel_seen, ran = [], []
 
     def execute(payload, tarefa, bd_conn):
         write_exec(backend, bd_conn, tarefa)  # must roll back
         if payload == "fails":
             raise RuntimeError("first attempt fails")
+        ran.append(time.monotonic())
         task = current_task()
         assert task.id == tarefa["id"]
         for step in range(1, 1200):
@@ -118,6 +119,9 @@ def test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile(backe
     assert cancel(backend, runs) == "processando"
     wait_for(lambda: backend.row(runs)["status"] == "cancelada", 5, "the cancel to stop it")
     assert cancel_seen and cancel_seen[0] - asked < 2.0
+    # Reported 50 times a second; written a few times a second at most, never more.
+    writes = worker.runtime.lifecycle.progress.writes
+    assert 1 <= writes <= 4 * (cancel_seen[0] - ran[0]) + 2, writes
     assert backend.statuses() == {"falha": 1, "cancelada": 2}  # no retry, no dead letter
     assert backend.exec_rows() == []  # the cancelled handler's writes rolled back
     final = view(backend, runs)
