@@ -17,6 +17,7 @@ retry service rescues: it is never lost.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import threading
@@ -41,6 +42,7 @@ TaskHandler = Callable[[dict[str, Any], Any], "str | None"]
 # Ends another connection's server session (the driver's terminate_session).
 SessionTerminator = Callable[[Any, Any], None]
 DEFAULT_SUCCESS_MESSAGE = "Concluído com sucesso"
+EARLY_STOPS_KEPT = 1024  # stop requests remembered for attempts not running here
 RELEASED_MESSAGE = "worker stopped before the task finished; released for a new attempt"
 CANCELLED_WHILE_RUNNING = "cancelled while running (QueueClient.cancel_task)"
 HANDLER_ENDED_TRANSACTION = (
@@ -158,6 +160,9 @@ class TaskExecutor:
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
         self._stuck: list[threading.Thread] = []  # threads whose task was abandoned
+        # Stop requests for attempts not running here (yet): a cancel notified between a
+        # claim's commit and the task's start is applied when it starts.
+        self._early_stops: collections.OrderedDict[int, str] = collections.OrderedDict()
         # Called when a handler is done, before its task is settled (the last progress
         # reported is written then).
         self.after_handler: Callable[[TaskContext], None] = lambda context: None
@@ -231,7 +236,12 @@ class TaskExecutor:
         """Ask the running attempt ``task_id`` to stop; False when it does not run here."""
         with self._cond:
             item = self._running.get(task_id)
-        return item is not None and item.context.request_stop(reason)
+            if item is None:
+                self._early_stops[task_id] = reason
+                while len(self._early_stops) > EARLY_STOPS_KEPT:
+                    self._early_stops.popitem(last=False)
+                return False
+        return item.context.request_stop(reason)
 
     def abandon(self, task_id: int) -> RunningTask | None:
         """Give up a task whose handler does not return: its thread is replaced by a new one
@@ -334,6 +344,9 @@ class TaskExecutor:
         item = RunningTask(task, conn)
         with self._cond:
             self._running[task.id] = item
+            early = self._early_stops.pop(task.id, None)
+        if early is not None:
+            item.context.request_stop(early)
         try:
             outcome = self._call_handler(item)
             if outcome is not None:
