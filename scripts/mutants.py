@@ -697,6 +697,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "a MySQL worker never learns that its running task was cancelled",
     ),
     Mutant(
+        "server-pushes-cancels",
+        "nsj_queue_lib/server/check_tasks.py",
+        "                announced = self._announce_cancels(source, announced)\n",
+        "                pass\n",
+        (
+            f"{LIFECYCLE}::test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile"
+            "[singlestore-via-server]",
+        ),
+        ("mysql", "server"),
+        "in client/server mode on MySQL a worker learns of a cancel only from its 5 s poll",
+    ),
+    Mutant(
         "timeout-gives-the-handler-up",
         "nsj_queue_lib/runtime/timeouts.py",
         "                given_up = self.executor.abandon(item.task.id)\n",

@@ -104,6 +104,15 @@ def check_claim_routine_version(routine: str, found: str | None, expected: str) 
     )
 
 
+def missing_columns_error(queue_table: str, cause: BaseException) -> ClaimRoutineError:
+    """A queue table without the columns this version writes: a schema to upgrade."""
+    return ClaimRoutineError(
+        f"the queue table {queue_table} lacks columns this worker needs ({cause}). "
+        f"Bring the queue up to date with {UPGRADE_HINT} (run its output once), then start "
+        "the worker again"
+    )
+
+
 class Dialect(abc.ABC):
     name: str
 

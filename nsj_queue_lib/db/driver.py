@@ -101,6 +101,11 @@ class TaskSource(Protocol):
 
     def has_ready_tasks(self) -> bool: ...
 
+    def cancel_requests(self) -> list[int]:
+        """Running attempts with a cancel request, where no notification announces them (the
+        server pushes them); empty where the database notifies (the server relays that)."""
+        ...
+
     def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
         """Block until a notification, ``interrupt_fd`` readable, or the timeout; the payloads."""
         ...

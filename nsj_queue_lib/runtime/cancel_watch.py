@@ -3,11 +3,14 @@
 ``QueueClient.cancel_task`` records the request on the running attempt's row.
 On PostgreSQL it also sends ``cancel:<id>`` on the queue's channel in the same
 transaction; the dispatcher receives it (from LISTEN, or relayed by the socket
-server in client/server mode) and hands the ids to ``notified``. Elsewhere,
-and as a safety net for a notification lost with a connection, ``poll`` asks
-the database which of this worker's running attempts have a request: one
-query per worker, every CANCEL_POLL_SECONDS where no notification comes
-(every CANCEL_SAFETY_POLL_SECONDS where one does), and none while idle.
+server in client/server mode) and hands the ids to ``notified``. In
+client/server mode on the other databases, the socket server finds the
+requests (one query a second for all its workers) and pushes the same
+``cancel:<id>``. Without either (MySQL on its own), and as a safety net for a
+notification lost with a connection, ``poll`` asks the database which of this
+worker's running attempts have a request: one query per worker, every
+CANCEL_POLL_SECONDS where nothing is pushed (every CANCEL_SAFETY_POLL_SECONDS
+where it is), and none while idle.
 """
 
 from __future__ import annotations
@@ -33,15 +36,13 @@ class CancelWatcher:
         pool: ConnectionPool,
         executor: TaskExecutor,
         queue_name: str,
-        notified_by_database: bool,
+        notified: bool,
     ):
         self.store = store
         self.pool = pool
         self.executor = executor
         self.queue_name = queue_name
-        self.poll_seconds = (
-            CANCEL_SAFETY_POLL_SECONDS if notified_by_database else CANCEL_POLL_SECONDS
-        )
+        self.poll_seconds = CANCEL_SAFETY_POLL_SECONDS if notified else CANCEL_POLL_SECONDS
 
     def notified(self, task_ids: Iterable[int]) -> None:
         """Cancel requests announced by notification (ids of attempts of any worker)."""

@@ -146,7 +146,8 @@ class WorkerRuntime:
                 self.pool,
                 self.executor,
                 s.queue_name,
-                notified_by_database=self.driver.capabilities.listen_notify,
+                # By LISTEN, or pushed by the socket server (on every database).
+                notified=self.driver.capabilities.listen_notify or s.client_server_mode,
             ),
             TimeoutEnforcer(
                 s, self.store, self.executor, self._connect, self.driver.terminate_session

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
-from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.dialect import check_store_tables, missing_columns_error
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
@@ -43,13 +43,14 @@ from nsj_queue_lib.db.mysql.rows import (
     split_steps,
 )
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import QueueTableMissingError
+from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
 
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
 
 SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_STATUS)
+ER_BAD_FIELD_ERROR = 1054  # unknown column
 
 
 class MysqlFamilyStore:
@@ -261,6 +262,13 @@ class MysqlFamilyStore:
             found = cur.fetchone()[0]
         if not found:
             raise QueueTableMissingError(f"table {self.queue_table} does not exist")
+        try:
+            self._run(conn, "lifecycle_columns")
+        except DatabaseError as exc:
+            cause = exc.__cause__
+            if cause is not None and error_code(cause) == ER_BAD_FIELD_ERROR:
+                raise missing_columns_error(self.queue_table, cause) from cause
+            raise
         self._queue_number = stable_queue_number(qualified_table(self.queue_table, conn))
         return self._queue_number
 

@@ -337,3 +337,7 @@ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'processando' AND cancel_requeste
 UPDATE {queue_table}
 SET progress_done = %(done)s, progress_total = %(total)s, progress_message = %(message)s
 WHERE id = %(id)s AND status = 'processando'
+
+-- name: lifecycle_columns
+-- Checked at start: a table from before db_gen --upgrade lacks them.
+SELECT {lifecycle_columns} FROM {queue_table} WHERE 1 = 0

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg import pq
 
 from nsj_queue_lib import model
@@ -22,6 +23,7 @@ from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     check_store_tables,
     claim_routine_name,
+    missing_columns_error,
     notify_channel,
 )
 from nsj_queue_lib.db.postgres.dialect import claim_function_version
@@ -285,6 +287,7 @@ class PostgresQueueStore:
         """The table's oid (which names its locks), once its claim function is known good."""
         self._queue_oid = self._table_oid(conn)
         self._check_claim_function(conn)
+        self._check_lifecycle_columns(conn)
         self._queue_key = queue_lock_key(self._queue_oid)
         return self._queue_oid
 
@@ -295,8 +298,6 @@ class PostgresQueueStore:
                     conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0]
                 )
         except DatabaseError as exc:
-            import psycopg.errors
-
             missing = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
             if isinstance(exc.__cause__, missing):
                 raise QueueTableMissingError(
@@ -317,6 +318,15 @@ class PostgresQueueStore:
             ).fetchone()
         found = None if row is None else row[0]
         check_claim_routine_version(self.claim_function, found, claim_function_version())
+
+    def _check_lifecycle_columns(self, conn) -> None:
+        try:
+            with wrap_driver_errors("lifecycle_columns"):
+                conn.execute(self.sql["lifecycle_columns"])
+        except DatabaseError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UndefinedColumn):
+                raise missing_columns_error(self.queue_table, exc.__cause__) from exc.__cause__
+            raise
 
     def _task_key(self, task_id: int) -> int:
         return task_id % TASK_KEY_MODULUS

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from nsj_queue_lib.exceptions import ClaimRoutineError
 from nsj_queue_lib.model import PROCESSANDO
 from nsj_queue_lib.runtime.executor import settle_failure
 from tests.integration.store.backends import CLIENT_PATHS, EVERY_STORE, on
@@ -104,3 +105,11 @@ def test_retry_task_refuses_what_did_not_run_out_of_attempts(backend):
     with pytest.raises(TypeError):
         backend.client(conn).get_task("1")  # type: ignore[arg-type]
     assert backend.count() == 1
+
+
+@on(*EVERY_STORE)
+def test_bind_refuses_a_table_without_the_life_cycle_columns(backend, worker):
+    backend.execute(f"ALTER TABLE {backend.table} DROP COLUMN progress_message")
+    with pytest.raises(ClaimRoutineError, match="lacks columns") as info:
+        backend.new_store().bind(worker)
+    assert "--upgrade" in str(info.value)
