@@ -15,10 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from nsj_queue_lib.cancel_notice import cancelled_ids
 from nsj_queue_lib.db.driver import Listener, close_quietly
 from nsj_queue_lib.db.queue_store import MaintenanceStore
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.notify import HALT_PAYLOAD, SCHEDULED_PAYLOAD, cancelled_ids
+from nsj_queue_lib.notify import HALT_PAYLOAD, SCHEDULED_PAYLOAD
 from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.waker import Waker
 from nsj_queue_lib.settings import Settings

@@ -21,8 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.driver import TaskSource
-from nsj_queue_lib.notify import cancel_payload
 
 INITIAL_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0

@@ -11,9 +11,9 @@ import threading
 import pytest
 
 import nsj_queue_lib
+from nsj_queue_lib.cancel_notice import cancel_payload, cancelled_ids
 from nsj_queue_lib.context import CANCEL_REQUESTED, TIMED_OUT, TaskContext, current_task, running
 from nsj_queue_lib.exceptions import ConfigError, NoCurrentTaskError, TaskCancelled
-from nsj_queue_lib.notify import cancel_payload, cancelled_ids
 from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, timeout_message
 from nsj_queue_lib.settings import Settings

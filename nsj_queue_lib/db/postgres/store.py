@@ -18,6 +18,7 @@ import psycopg.errors
 from psycopg import pq
 
 from nsj_queue_lib import model
+from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
@@ -32,7 +33,6 @@ from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
-from nsj_queue_lib.notify import cancel_payload
 
 # The claim function's rows in the claim's shape (see _CLAIM_NAMES).
 _CALL_COLUMNS = ", ".join(
