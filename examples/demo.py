@@ -16,7 +16,13 @@ The tasks, all enqueued in one transaction before the worker starts:
 - ``falha-2x``: fails on attempts 1 and 2 and succeeds on attempt 3;
 - ``agendada-3s``: must not run before 3 seconds from now;
 - ``sempre-falha``: fails all QUEUE_MAX_RETRY=3 attempts, then its dead letter
-  is handled by ``execute_dead``.
+  is handled by ``execute_dead``;
+- ``longa``: 50 steps of 0.2 s (prioridade 10: it runs after the others that
+  are ready), reporting its progress, which the demo prints as it reads it
+  with ``QueueClient.get_task``; after a few steps the demo cancels it
+  (``cancel_task``), the handler sees it and the task ends ``cancelada``;
+- ``cancelada-antes``: due in a minute, cancelled right after the enqueue: it
+  never runs.
 
 The worker is ``examples/worker_simple.py`` run as a separate process, with
 short retry delays (QUEUE_BASE_INTERVAL_RETRY=0.02 minutes, so attempt N waits
@@ -31,6 +37,7 @@ Exit code 0 when everything happened as described; 1 with a message otherwise
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import secrets
 import shutil
@@ -67,6 +74,7 @@ WORKER_SETTINGS = {
     "QUEUE_CONCURRENCY": "1",  # one task at a time, so the order of execution is visible
 }
 ACTIVE = ("pendente", "agendada", "processando")
+CANCEL_AFTER_STEPS = 5
 POLL_SECONDS = 0.2
 STOP_TIMEOUT_SECONDS = 20.0
 MESSAGE_WIDTH = 90
@@ -197,7 +205,46 @@ def enqueue(conn: psycopg.Connection, queue_table: str) -> dict[str, int]:
         ids["prioritaria"] = client.insert_task(
             chave_externa="prioritaria", payload={"pedido": 4}, prioridade=90, **common
         )
+        ids["longa"] = client.insert_task(
+            chave_externa="longa", payload={"passos": 50}, prioridade=10, **common
+        )
+        ids["cancelada-antes"] = client.insert_task(
+            chave_externa="cancelada-antes",
+            payload={"pedido": 5},
+            data_hora=in_3s + datetime.timedelta(minutes=1),
+            **common,
+        )
+    with conn.transaction():
+        status = client.cancel_task(ids["cancelada-antes"])
+    log(f"  demo   | cancel_task({ids['cancelada-antes']}) (cancelada-antes) -> {status}")
     return ids
+
+
+class CancelAfterProgress:
+    """Prints the progress of ``longa`` while it runs; cancels it after CANCEL_AFTER_STEPS."""
+
+    def __init__(self, queue_table: str, task_id: int):
+        self.queue_table = queue_table
+        self.task_id = task_id
+        self.last: tuple | None = None
+        self.cancelled = False
+
+    def __call__(self, conn: psycopg.Connection) -> None:
+        client = QueueClient(conn, self.queue_table)
+        task = client.get_task(self.task_id)
+        progress = task and task["progress"]
+        if not progress or self.cancelled:
+            return
+        seen = (progress["done"], progress["total"])
+        if seen != self.last:
+            bar = "#" * (20 * progress["done"] // progress["total"])
+            log(f"  demo   | longa: [{bar:<20}] {progress['message']}")
+            self.last = seen
+        if progress["done"] >= CANCEL_AFTER_STEPS:
+            with conn.transaction():
+                status = client.cancel_task(self.task_id)
+            log(f"  demo   | cancel_task({self.task_id}) (longa) -> {status}")
+            self.cancelled = True
 
 
 # -- the worker process ----------------------------------------------------------
@@ -259,10 +306,13 @@ def dead_letter_handled(conn: psycopg.Connection, queue_table: str) -> bool:
     )
 
 
-def wait_until_settled(conn, queue_table: str, worker: subprocess.Popen, timeout: float) -> None:
+def wait_until_settled(
+    conn, queue_table: str, worker: subprocess.Popen, timeout: float, watch
+) -> None:
     deadline = time.monotonic() + timeout
     last = None
     while True:
+        watch(conn)
         counts = status_counts(conn, queue_table)
         summary = ", ".join(f"{status}={counts[status]}" for status in sorted(counts))
         if summary != last:
@@ -363,6 +413,8 @@ def check_outcome(conn, queue_table: str, result_table: str, ids: dict[str, int]
         "agendada-3s": [(1, "sucesso", False)],
         "falha-2x": [(1, "falha", False), (2, "falha", False), (3, "sucesso", False)],
         "sempre-falha": [(1, "falha", False), (2, "falha", False), (3, "falha", True)],
+        "longa": [(1, "cancelada", False)],
+        "cancelada-antes": [(1, "cancelada", False)],
     }
     for chave, want in expected.items():
         got = [(t, s, bool(e)) for t, s, e in attempts[chave]]
@@ -384,7 +436,8 @@ def check_outcome(conn, queue_table: str, result_table: str, ids: dict[str, int]
     ).fetchall()
     written = sorted((chave, bool(dead)) for chave, dead, _ in results)
     want_written = sorted(
-        [(c, False) for c in expected if c != "sempre-falha"] + [("sempre-falha", True)]
+        [(c, False) for c in expected if c not in ("sempre-falha", "longa", "cancelada-antes")]
+        + [("sempre-falha", True)]
     )
     if written != want_written:
         problems.append(
@@ -460,7 +513,8 @@ def run_demo() -> None:
         worker, relay_thread = start_worker(env)
         stack.callback(kill_if_running, worker)
         settle_start = time.monotonic()
-        wait_until_settled(conn, queue_table, worker, timeout)
+        watch = CancelAfterProgress(queue_table, ids["longa"])
+        wait_until_settled(conn, queue_table, worker, timeout, watch)
         settled_after = time.monotonic() - settle_start
 
         log("demo: every task is settled; sending SIGTERM to the worker")
@@ -484,7 +538,11 @@ def run_demo() -> None:
             f"      sempre-falha failed {MAX_RETRY} times and its dead letter was handled by execute_dead;"
         )
         log(
-            "      the failed attempts left no row in the result table (their writes were rolled back)."
+            "      the failed attempts left no row in the result table (their writes were rolled back);"
+        )
+        log(
+            f"      longa reported its progress and stopped when cancelled after {CANCEL_AFTER_STEPS} "
+            "steps; cancelada-antes never ran."
         )
         log(
             f"demo: tasks settled {settled_after:.1f} s after the worker started; total {elapsed(start)}"

@@ -21,6 +21,10 @@ database:
   process runs the attempt. A failing attempt inserts its result row *before*
   raising: the row is rolled back with the rest of the attempt, so the result
   table ends with exactly one row per task that succeeded.
+- ``{"passos": 20}`` works in 20 steps of 0.2 s, reporting its progress
+  (``current_task().report_progress``) and stopping when it is cancelled
+  (``current_task().check_cancelled()`` raises ``TaskCancelled``: the task
+  ends 'cancelada' and its result row is rolled back).
 - ``execute_dead`` handles a task that used up its ``QUEUE_MAX_RETRY`` attempts:
   it records the dead letter in the same result table (``dead = true``).
 """
@@ -33,11 +37,12 @@ import sys
 import time
 from typing import Any
 
-from nsj_queue_lib import ConfigError, Settings, WorkerBase
+from nsj_queue_lib import ConfigError, Settings, WorkerBase, current_task
 from nsj_queue_lib.identifiers import check_table_name
 
 RESULT_TABLE_VARIABLE = "EXAMPLE_RESULT_TABLE"
 STARTUP_DB_WAIT_SECONDS = 30.0
+STEP_SECONDS = 0.2  # one step of a {"passos": N} task
 
 
 class SimulatedFailure(Exception):
@@ -144,6 +149,12 @@ class WorkerSimple(WorkerBase):
         falhas = int(dados.get("falhas") or 0)
         if tentativa <= falhas:
             raise SimulatedFailure(f"simulated failure {tentativa} of {falhas}")
+        passos = int(dados.get("passos") or 0)
+        task = current_task()
+        for passo in range(1, passos + 1):
+            task.check_cancelled()  # raises TaskCancelled once the task is cancelled
+            time.sleep(STEP_SECONDS)
+            task.report_progress(passo, passos, f"step {passo} of {passos}")
         return f"{mensagem}; result #{result_id} written in the same transaction"
 
     def execute_dead(self, payload: str, tarefa: dict[str, Any], bd_conn) -> str:

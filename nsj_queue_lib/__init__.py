@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names load on first use
     __version__: str
-    from nsj_queue_lib.exceptions import ConfigError, PermanentError
+    from nsj_queue_lib.context import TaskContext, current_task
+    from nsj_queue_lib.exceptions import ConfigError, PermanentError, TaskCancelled
     from nsj_queue_lib.queue_client import QueueClient
     from nsj_queue_lib.settings import Settings
     from nsj_queue_lib.task import Task
@@ -33,6 +34,9 @@ __all__ = [
     "ConfigError",
     "Task",
     "PermanentError",
+    "current_task",
+    "TaskContext",
+    "TaskCancelled",
 ]
 
 _LOCATIONS = {
@@ -46,6 +50,9 @@ _LOCATIONS = {
     "ConfigError": "nsj_queue_lib.exceptions",
     "Task": "nsj_queue_lib.task",
     "PermanentError": "nsj_queue_lib.exceptions",
+    "current_task": "nsj_queue_lib.context",
+    "TaskContext": "nsj_queue_lib.context",
+    "TaskCancelled": "nsj_queue_lib.exceptions",
 }
 
 

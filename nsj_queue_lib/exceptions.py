@@ -61,3 +61,16 @@ class PermanentError(QueueLibError):
     dead-letter task (handled by ``execute_dead``) follows at once, whatever
     attempts remain. A dead-letter task that raises it ends there.
     """
+
+
+class TaskCancelled(QueueLibError):
+    """Raised by ``current_task().check_cancelled()`` once the running task was asked to stop.
+
+    A handler that lets it propagate ends its task 'cancelada' (its writes rolled back, no
+    retry, no dead letter); when the stop came from the task's timeout, the attempt fails
+    with a ``mensagem`` starting ``timeout`` and is retried instead.
+    """
+
+
+class NoCurrentTaskError(QueueLibError, LookupError):
+    """``current_task()`` was called outside a handler run by a worker."""

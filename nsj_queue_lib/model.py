@@ -11,8 +11,10 @@ PROCESSANDO = "processando"
 FALHA = "falha"
 FALHA_PROCESSANDO = "falha_processando"
 SUCESSO = "sucesso"
+# Terminal: cancelled before it ran, or its handler stopped on a cancel request.
+CANCELADA = "cancelada"
 
-STATUSES = (PENDENTE, AGENDADA, PROCESSANDO, FALHA, FALHA_PROCESSANDO, SUCESSO)
+STATUSES = (PENDENTE, AGENDADA, PROCESSANDO, FALHA, FALHA_PROCESSANDO, SUCESSO, CANCELADA)
 # Rows in these statuses still have work ahead of them: purge never deletes them.
 ACTIVE_STATUSES = (PENDENTE, AGENDADA, PROCESSANDO)
 
@@ -46,6 +48,10 @@ QUEUE_COLUMNS = (
     "live_id",
     "prioridade",
 )
+
+# Columns of a task's life cycle (docs/lifecycle.md), kept out of QUEUE_COLUMNS: the
+# claim routines return QUEUE_COLUMNS, and 1.2.2's statements never name these.
+LIFECYCLE_COLUMNS = ("cancel_requested", "progress_done", "progress_total", "progress_message")
 
 SUBSCRIBER_COLUMNS = (
     "id",

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.driver import client_store
+from nsj_queue_lib.db.driver import client_inspection_store, client_store
 from nsj_queue_lib.dbapi import DBConnection
+from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.payload import payload_hash, serialize_payload
 
@@ -157,6 +158,94 @@ class QueueClient:
             and row["tenant"] == tenant
             and (row["grupo_empresarial"] or None) == (grupo_empresarial or None)
         ]
+
+    # -- a task's life cycle (docs/lifecycle.md) --
+
+    def get_task(self, task_id: int) -> dict[str, Any] | None:
+        """The task ``task_id`` (any attempt's id) as a user sees it, or None when unknown.
+
+        ``id_inicial``, ``id`` (its latest attempt), that attempt's ``status``,
+        ``tentativa`` and ``mensagem``, ``cancel_requested`` and ``progress``
+        (``{"done", "total", "message"}``, or None when the attempt reported none).
+        """
+        row = self._store.task_view(self._conn, _task_id(task_id))
+        return None if row is None else task_view(row)
+
+    def cancel_task(self, task_id: int) -> str:
+        """Cancel the task ``task_id`` (any attempt's id); returns its status after the call.
+
+        A waiting task ('pendente', 'agendada') becomes 'cancelada' and never runs;
+        a running one is asked to stop ('processando' is returned; its worker sees
+        the request within 2 s of the commit); a finished task is left as it is.
+        In the caller's transaction. ``NotFoundError`` for an unknown id.
+        """
+        task_id = _task_id(task_id)
+        for _ in range(CANCEL_ATTEMPTS):
+            latest = self._store.task_view(self._conn, task_id, lock=True)
+            if latest is None:
+                raise NotFoundError(f"task {task_id} not found in {self.queue_table}")
+            if latest["status"] not in model.ACTIVE_STATUSES:
+                if latest["reenfileirado"]:
+                    continue  # its next attempt was being inserted: look again
+                return str(latest["status"])
+            status = self._store.cancel_attempt(self._conn, latest["id"], CANCELLED_MESSAGE)
+            if status == model.PROCESSANDO:
+                self._store.notify_cancel(self._conn, latest["id"])
+            if status is not None:
+                return status
+            # The attempt settled meanwhile (ran, failed, was claimed): look again.
+        raise RuntimeError(f"task {task_id} kept changing; cancel it again")
+
+    def retry_task(self, task_id: int) -> int:
+        """A new 'pendente' attempt, due now, for a task that ran out of attempts (or a dead
+        letter that did); returns its id. In the caller's transaction.
+
+        ``NotFoundError`` for an unknown id; ``ValueError`` when the task's latest
+        attempt is not an exhausted failure (nothing is written).
+        """
+        task_id = _task_id(task_id)
+        latest = self._store.task_view(self._conn, task_id, lock=True)
+        if latest is None:
+            raise NotFoundError(f"task {task_id} not found in {self.queue_table}")
+        new_id = client_inspection_store(self._conn, self.queue_table).retry_task(
+            self._conn, task_id
+        )
+        if new_id is None:
+            raise ValueError(
+                f"task {latest['id_inicial']} is {latest['status']} (attempt {latest['id']}): "
+                "only a task that ran out of attempts can be retried"
+            )
+        return new_id
+
+
+CANCEL_ATTEMPTS = 5
+CANCELLED_MESSAGE = "cancelled before it ran (QueueClient.cancel_task)"
+
+
+def _task_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"task_id must be an int, got {type(value).__name__}")
+    return value
+
+
+def task_view(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``get_task``'s answer from a store's ``task_view`` row."""
+    progress = None
+    if row["progress_done"] is not None:
+        progress = {
+            "done": int(row["progress_done"]),
+            "total": None if row["progress_total"] is None else int(row["progress_total"]),
+            "message": row["progress_message"],
+        }
+    return {
+        "id_inicial": int(row["id_inicial"]),
+        "id": int(row["id"]),
+        "status": row["status"],
+        "tentativa": row["tentativa"],
+        "mensagem": row["mensagem"],
+        "cancel_requested": bool(row["cancel_requested"]),
+        "progress": progress,
+    }
 
 
 def _task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:

@@ -66,6 +66,10 @@ class Settings:
     queue_concurrency: int = 1
     queue_grace_period: float = 30.0  # seconds in-flight tasks get at shutdown
     queue_poll_interval: float = 0.5  # seconds between polls where there is no LISTEN
+    # Seconds an attempt may run before it is asked to stop and, QUEUE_TASK_TIMEOUT_GRACE
+    # seconds later, given up and retried (docs/lifecycle.md); None: no timeout.
+    queue_task_timeout: float | None = None
+    queue_task_timeout_grace: float = 5.0
     # PostgreSQL only. False: the worker's task transactions commit without
     # waiting for the WAL flush (synchronous_commit = off on its connections).
     # A database crash may then forget the last fraction of a second of
@@ -280,6 +284,8 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1),
         queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0),
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
+        queue_task_timeout=reader.number("QUEUE_TASK_TIMEOUT", None),
+        queue_task_timeout_grace=reader.number("QUEUE_TASK_TIMEOUT_GRACE", 5.0),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
         queue_compat_1_2_2=reader.choice("QUEUE_COMPAT_1_2_2", COMPAT_MODES, "AUTO"),
         default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),
@@ -341,6 +347,8 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "queue_concurrency": ("QUEUE_CONCURRENCY", 1, None, False),
     "queue_grace_period": ("QUEUE_GRACE_PERIOD", 0, None, False),
     "queue_poll_interval": ("QUEUE_POLL_INTERVAL", None, None, True),
+    "queue_task_timeout": ("QUEUE_TASK_TIMEOUT", None, None, True),
+    "queue_task_timeout_grace": ("QUEUE_TASK_TIMEOUT_GRACE", 0, None, False),
     "default_webhook_timeout": ("DEFAULT_WEBHOOK_TIMEOUT", None, None, True),
     "queue_retry_thread_interval": ("QUEUE_RETRY_THREAD_INTERVAL", None, None, True),
     "queue_purge_thread_interval": ("QUEUE_PURGE_THREAD_INTERVAL", None, None, True),

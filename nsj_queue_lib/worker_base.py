@@ -87,6 +87,15 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         defaults); all ``None`` for a processo without a ``@Task`` method."""
         return cls._task_registry.options_for(processo)
 
+    @classmethod
+    def task_timeouts(cls) -> dict[str, float]:
+        """``@Task(timeout_s=)`` by processo; the others use ``QUEUE_TASK_TIMEOUT``."""
+        return {
+            processo: options.timeout_s
+            for processo, options in cls._task_registry.options.items()
+            if options.timeout_s is not None
+        }
+
     def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
         """Route a claimed task to the right method (called by the runtime).
 
@@ -150,7 +159,12 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
         try:
             policies = self.retry_policies(self._settings)
-            self._runtime = WorkerRuntime(self._settings, self.handle_task, policies=policies)
+            self._runtime = WorkerRuntime(
+                self._settings,
+                self.handle_task,
+                policies=policies,
+                task_timeouts=self.task_timeouts(),
+            )
         except ConfigError as exc:
             for name, why in exc.problems.items():
                 print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)

@@ -113,6 +113,8 @@ STORE_CLAIM = "tests/integration/store/test_store_claim.py"
 STORE_CLIENT = "tests/integration/store/test_store_client.py"
 STORE_MAINTENANCE = "tests/integration/store/test_store_maintenance.py"
 STORE_SETTLE = "tests/integration/store/test_store_settle.py"
+STORE_LIFECYCLE = "tests/integration/store/test_store_lifecycle.py"
+LIFECYCLE = "tests/contract/test_lifecycle.py"
 
 PG_SKIP_TEST = f"{GUARDS_PG}::test_a_claim_passes_a_ready_row_another_session_holds_without_waiting"
 BIND_MISSING = f"{STORE_CLAIM}::test_bind_refuses_a_missing_claim_routine"
@@ -616,8 +618,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "handler-ending-the-transaction-is-told",
         EXECUTOR,
-        "                if not self.store.in_transaction(conn):\n",
-        "                if False:\n",
+        "            if not self.store.in_transaction(conn):\n",
+        "            if False:\n",
         (f"{OPERATE}::test_a_handler_that_ends_the_tasks_transaction_is_told_so",),
         ("postgres", "mysql"),
         "a handler that commits bd_conn gets COMMIT AND CHAIN errors (PostgreSQL) or silence",
@@ -716,6 +718,79 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         ("mysql",),
         "a 404 is retried for days and a 408 is dead-lettered at once",
+    ),
+    # -- issue 17: a task's life cycle ----------------------------------------------------
+    Mutant(
+        "cancel-request-survives-the-rescue",
+        EXECUTOR,
+        "    if store.cancel_if_requested(conn, task.id, CANCELLED_WHILE_RUNNING):\n",
+        "    if False:\n",
+        (
+            f"{LIFECYCLE}::test_a_cancel_request_survives_a_kill_9_and_the_rescue[postgres]",
+            f"{STORE_LIFECYCLE}::"
+            "test_progress_cancel_requests_and_the_settling_of_a_cancelled_attempt[postgres]",
+        ),
+        ("postgres",),
+        "a rescued or failed attempt whose cancel was requested is retried",
+    ),
+    Mutant(
+        "pg-cancel-is-notified",
+        "nsj_queue_lib/queue_client.py",
+        "            if status == model.PROCESSANDO:\n",
+        "            if False:\n",
+        (
+            f"{LIFECYCLE}::"
+            "test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile[postgres]",
+        ),
+        ("postgres",),
+        "a running task learns of its cancel only from the 5 s safety poll",
+    ),
+    Mutant(
+        "mysql-cancel-poll",
+        "nsj_queue_lib/runtime/cancel_watch.py",
+        "        for task_id in requested:\n",
+        "        for task_id in ():\n",
+        (
+            f"{LIFECYCLE}::"
+            "test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile[mysql]",
+        ),
+        ("mysql",),
+        "a MySQL worker never learns that its running task was cancelled",
+    ),
+    Mutant(
+        "server-pushes-cancels",
+        "nsj_queue_lib/server/check_tasks.py",
+        "                announced = self._announce_cancels(source, announced)\n",
+        "                pass\n",
+        (
+            f"{LIFECYCLE}::test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile"
+            "[singlestore-via-server]",
+        ),
+        ("mysql", "server"),
+        "in client/server mode on MySQL a worker learns of a cancel only from its 5 s poll",
+    ),
+    Mutant(
+        "timeout-gives-the-handler-up",
+        "nsj_queue_lib/runtime/timeouts.py",
+        "                given_up = self.executor.abandon(item.task.id)\n",
+        "                given_up = None\n",
+        (
+            f"{LIFECYCLE}::test_a_hung_handler_is_timed_out_and_retried_while_the_others_drain[postgres]",
+        ),
+        ("postgres",),
+        "a handler stuck past its timeout holds its executor forever",
+    ),
+    Mutant(
+        "progress-written-outside-the-handler",
+        "nsj_queue_lib/runtime/lifecycle.py",
+        "                self.progress.flush(item.context for item in self.executor.running_tasks())\n",
+        "                pass\n",
+        (
+            f"{LIFECYCLE}::"
+            "test_a_running_task_sees_its_cancel_and_its_progress_is_seen_meanwhile[postgres]",
+        ),
+        ("postgres",),
+        "progress is not visible while the task runs",
     ),
 )
 

@@ -31,7 +31,13 @@ CREATE TABLE public.fila_teste (
     subscriber_id varchar(100),
     dead boolean NOT NULL DEFAULT false,
     live_id bigint,
-    prioridade integer DEFAULT 50
+    prioridade integer DEFAULT 50,
+    -- Life cycle (docs/lifecycle.md): nullable or defaulted, so that statements
+    -- that never name them (1.2.2's workers) keep working.
+    cancel_requested boolean NOT NULL DEFAULT false,
+    progress_done bigint,
+    progress_total bigint,
+    progress_message varchar(500)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- MySQL has no partial indexes: status leads every index the workers use,

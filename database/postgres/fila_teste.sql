@@ -27,7 +27,13 @@ CREATE TABLE public.fila_teste (
     subscriber_id varchar(100),
     dead boolean DEFAULT false NOT NULL,
     live_id bigint,
-    prioridade integer DEFAULT 50
+    prioridade integer DEFAULT 50,
+    -- Life cycle (docs/lifecycle.md): nullable or defaulted, so that statements
+    -- that never name them (1.2.2's workers) keep working.
+    cancel_requested boolean DEFAULT false NOT NULL,
+    progress_done bigint,
+    progress_total bigint,
+    progress_message varchar(500)
 );
 
 -- The claim: ready rows in claim order (higher priority first, then older).
@@ -46,6 +52,8 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_h
 -- payload. Only later attempts have id_inicial, so first attempts (nearly
 -- every row) never enter this index.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- A task's latest attempt (QueueClient.get_task, cancel_task): later attempts only.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 

@@ -13,7 +13,7 @@ from nsj_queue_lib.cli import config as cli_config
 from nsj_queue_lib.cli import health_command
 from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
-from nsj_queue_lib.cli.operate_commands import retry
+from nsj_queue_lib.cli.operate_commands import cancel, retry
 from nsj_queue_lib.cli.schema_commands import ddl, upgrade
 from nsj_queue_lib.db.dialect import DIALECT_NAMES
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError
@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
 
+    sub = _add(
+        commands,
+        "cancel",
+        cancel,
+        "cancel a task: a waiting one becomes cancelada, a running one is asked to stop",
+    )
+    sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
+
     for name, run, what in (
         ("ddl", ddl, "the DDL that creates the queue"),
         ("upgrade", upgrade, "idempotent DDL that brings an older queue to this version"),
@@ -174,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                "a command is required: status, tasks, show, retry, ddl, upgrade or health"
+                "a command is required: status, tasks, show, retry, cancel, ddl, upgrade or health"
             )
         standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
         if standalone is not None:  # reads no database nor queue settings

@@ -1,8 +1,4 @@
-"""The commands that change a queue: ``retry ID``.
-
-``cancel`` waits for the cancellation of a task (a ``cancelada`` status and a
-flag a running handler sees), which the queue does not have yet.
-"""
+"""The commands that change a queue: ``retry ID`` and ``cancel ID``."""
 
 from __future__ import annotations
 
@@ -14,6 +10,8 @@ from nsj_queue_lib.cli.inspect_commands import split_chain
 from nsj_queue_lib.cli.output import write, write_json
 from nsj_queue_lib.cli.session import open_session
 from nsj_queue_lib.db.inspection import FAILED_STATUSES
+from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.queue_client import QueueClient
 
 
 def retry(args: argparse.Namespace, config: Config) -> int:
@@ -48,4 +46,30 @@ def retry(args: argparse.Namespace, config: Config) -> int:
             f"task {attempts[0]['id']}: new attempt {new_id} (tentativa {latest['tentativa'] + 1}), "
             "pendente now"
         )
+    return EXIT_OK
+
+
+def cancel(args: argparse.Namespace, config: Config) -> int:
+    """Cancel a task (QueueClient.cancel_task, one transaction): a waiting task becomes
+    'cancelada'; a running one is asked to stop; a finished one is left as it is."""
+    with open_session(config, autocommit=False) as session:
+        client = QueueClient(session.conn, config.queue_table)
+        try:
+            status = client.cancel_task(args.id)
+        except NotFoundError as exc:
+            raise NothingToDo(str(exc)) from None
+        task = client.get_task(args.id)
+        session.conn.commit()
+    assert task is not None  # it was found just before, in the same transaction
+    if args.json:
+        write_json({"task": task["id_inicial"], "attempt": task["id"], "status": status})
+    elif status == "processando":
+        write(
+            f"task {task['id_inicial']}: cancel requested; its worker stops it if the handler "
+            "checks current_task() (status processando)"
+        )
+    elif status == "cancelada":
+        write(f"task {task['id_inicial']}: cancelada")
+    else:
+        write(f"task {task['id_inicial']}: already finished ({status}), nothing changed")
     return EXIT_OK

@@ -13,6 +13,18 @@ TASK_COLUMNS_RESOLVED = ", ".join(
     _RESOLVED_PAYLOAD if c == "payload" else f"t.{c}" for c in model.QUEUE_COLUMNS
 )
 SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
+# A task as its user sees it (its latest attempt ``t``): QueueClient.get_task.
+TASK_VIEW_COLUMNS = ", ".join(
+    [
+        "t.id",
+        "COALESCE(t.id_inicial, t.id) AS id_inicial",
+        "t.status",
+        "t.tentativa",
+        "t.mensagem",
+        "t.reenfileirado",
+        *(f"t.{c}" for c in model.LIFECYCLE_COLUMNS),
+    ]
+)
 # What an insert sends of a task (the client's checked row), besides its time
 # and priority, whose defaults each dialect writes its own way.
 TASK_INSERT_FIELDS = (
@@ -37,4 +49,6 @@ def query_values(queue_table: str, subscriber_table: str | None) -> dict[str, st
         "task_columns": TASK_COLUMNS,
         "task_columns_resolved": TASK_COLUMNS_RESOLVED,
         "subscriber_columns": SUBSCRIBER_COLUMNS,
+        "task_view_columns": TASK_VIEW_COLUMNS,
+        "lifecycle_columns": ", ".join(model.LIFECYCLE_COLUMNS),
     }

@@ -46,6 +46,7 @@ class DdlNames:
             "idx_running": f"idx_{q}_running",
             "idx_data_hora": f"idx_{q}_data_hora",
             "idx_chain": f"idx_{q}_chain",
+            "idx_attempts": f"idx_{q}_attempts",
             "idx_equivalent": f"idx_{q}_equivalent",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",
@@ -98,6 +99,15 @@ def check_claim_routine_version(routine: str, found: str | None, expected: str) 
     state = "is missing" if found is None else f"is from another version ({found!r})"
     raise ClaimRoutineError(
         f"the queue's claim routine {routine} {state}; this worker needs {expected!r}. "
+        f"Bring the queue up to date with {UPGRADE_HINT} (run its output once), then start "
+        "the worker again"
+    )
+
+
+def missing_columns_error(queue_table: str, cause: BaseException) -> ClaimRoutineError:
+    """A queue table without the columns this version writes: a schema to upgrade."""
+    return ClaimRoutineError(
+        f"the queue table {queue_table} lacks columns this worker needs ({cause}). "
         f"Bring the queue up to date with {UPGRADE_HINT} (run its output once), then start "
         "the worker again"
     )

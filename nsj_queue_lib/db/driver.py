@@ -107,6 +107,11 @@ class TaskSource(Protocol):
 
     def has_ready_tasks(self) -> bool: ...
 
+    def cancel_requests(self) -> list[int]:
+        """Running attempts with a cancel request, where no notification announces them (the
+        server pushes them); empty where the database notifies (the server relays that)."""
+        ...
+
     def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
         """Block until a notification, ``interrupt_fd`` readable, or the timeout; the payloads."""
         ...
@@ -162,8 +167,9 @@ class Driver(abc.ABC):
         """
 
     @abc.abstractmethod
-    def make_pool(self, size: int) -> ConnectionPool:
-        """The executors' pool: ``size`` connections plus one for recording failures."""
+    def make_pool(self, size: int, spare: int = 1) -> ConnectionPool:
+        """The executors' pool: ``size`` connections plus ``spare`` opened on demand (recording
+        failures, writing progress, replacing the connections of abandoned handlers)."""
 
     @abc.abstractmethod
     def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
@@ -298,12 +304,8 @@ def make_driver(settings: Settings) -> Driver:
     return _driver_class(driver_module_name(settings.db_driver))(settings)
 
 
-def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
-    """The store for a caller's DB-API connection, chosen by the driver that made it."""
-    own_store = getattr(conn, "_nsj_client_store", None)  # nsj_queue_lib.testing's connection
-    if own_store is not None:
-        store: ClientStore = own_store(queue_table, subscriber_table)
-        return store
+def _connection_driver(conn: object) -> type[Driver]:
+    """The driver class of a caller's DB-API connection, by the package that made it."""
     # Along the class's bases: the worker hands handlers subclasses of the drivers'
     # connections (HandlerConnection), and a handler may enqueue on its bd_conn.
     roots = ((klass.__module__ or "").split(".")[0] for klass in type(conn).__mro__)
@@ -313,7 +315,21 @@ def client_store(conn: object, queue_table: str, subscriber_table: str | None) -
             f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
             "expected a psycopg 3, psycopg2 or PyMySQL connection"
         )
-    return _driver_class(dialect).new_store(queue_table, subscriber_table)
+    return _driver_class(dialect)
+
+
+def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:
+    """The store for a caller's DB-API connection, chosen by the driver that made it."""
+    own_store = getattr(conn, "_nsj_client_store", None)  # nsj_queue_lib.testing's connection
+    if own_store is not None:
+        store: ClientStore = own_store(queue_table, subscriber_table)
+        return store
+    return _connection_driver(conn).new_store(queue_table, subscriber_table)
+
+
+def client_inspection_store(conn: object, queue_table: str) -> InspectionStore:
+    """The inspection store (``nsjq``'s operations) for a caller's DB-API connection."""
+    return _connection_driver(conn).new_inspection_store(queue_table)
 
 
 def close_quietly(conn: Any) -> None:

@@ -52,6 +52,21 @@ class ClientStore(Protocol):
         self, conn: Any, processo: str, tenant: int | None, grupo_empresarial: str | None
     ) -> list[Row]: ...
 
+    def task_view(self, conn: Any, task_id: int, lock: bool = False) -> Row | None:
+        """The latest attempt of the task ``task_id`` (any attempt's id) belongs to: ``id``,
+        ``id_inicial``, ``status``, ``tentativa``, ``mensagem``, ``reenfileirado`` and the
+        life-cycle columns; with ``lock``, as locking reads see it."""
+        ...
+
+    def cancel_attempt(self, conn: Any, attempt_id: int, mensagem: str) -> str | None:
+        """A waiting attempt becomes 'cancelada', a running one gets its cancel request; the
+        status after, or None when the attempt was no longer waiting or running."""
+        ...
+
+    def notify_cancel(self, conn: Any, attempt_id: int) -> None:
+        """Announce a cancel request at commit where the database can (PostgreSQL)."""
+        ...
+
     def insert_deliveries(
         self,
         conn: Any,
@@ -102,6 +117,24 @@ class WorkerStore(Protocol):
     def fail_final(self, conn: Any, task_id: int, status: str, mensagem: str) -> bool: ...
 
     def release(self, conn: Any, task_id: int) -> bool: ...
+
+    def cancel_running(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        """A running attempt whose handler stopped on a cancel becomes 'cancelada'."""
+        ...
+
+    def cancel_if_requested(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        """Lock a running attempt's row; when its cancel was requested, 'cancelada' (True)."""
+        ...
+
+    def cancel_requests(self, conn: Any, task_ids: Sequence[int]) -> list[int]:
+        """Which of these running attempts have a cancel request."""
+        ...
+
+    def report_progress(
+        self, conn: Any, task_id: int, done: int, total: int | None, message: str | None
+    ) -> bool:
+        """A running attempt's progress, outside its handler's transaction."""
+        ...
 
 
 class SessionLockStore(WorkerStore, Protocol):

@@ -79,6 +79,16 @@ _READY_TASKS = (
 )
 
 
+# Running attempts with a cancel request (the socket server's check where there is no
+# NOTIFY); bounded, as the server reads it every second.
+_CANCEL_REQUESTS = "SELECT id FROM {table} WHERE status = 'processando' AND cancel_requested ORDER BY id LIMIT 1000"
+
+
+def cancel_requests_sql(table: str) -> str:
+    """Running attempts with a cancel request; ``table`` checked by the caller."""
+    return _CANCEL_REQUESTS.format(table=table)
+
+
 def ready_tasks_sql(table: str, now: str) -> str:
     """Whether a 'pendente' task or a scheduled retry is due; ``table`` checked by the caller,
     ``now`` the dialect's current-time expression."""

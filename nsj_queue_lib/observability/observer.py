@@ -14,6 +14,7 @@ from nsj_queue_lib.model import TaskRecord
 SUCESSO = "sucesso"  # the handler returned and its transaction committed
 FALHA = "falha"  # the attempt failed; another attempt follows
 DEAD = "dead"  # the attempt failed and no attempt is left: the dead letter follows
+CANCELADA = "cancelada"  # the handler stopped on a cancel request (TaskCancelled)
 RESCUED = "rescued"  # the attempt's worker vanished; the retry service settled it
 
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from nsj_queue_lib.cancel_notice import cancelled_ids
 from nsj_queue_lib.db.driver import Listener, close_quietly
 from nsj_queue_lib.db.queue_store import MaintenanceStore
 from nsj_queue_lib.log import get_logger
@@ -45,6 +46,7 @@ class Dispatcher:
         stop: threading.Event,
         on_halt: Callable[[], None],
         on_reconnect: Callable[[], None] = lambda: None,
+        on_cancel: Callable[[list[int]], None] = lambda task_ids: None,
     ):
         self.settings = settings
         self.store = store
@@ -55,6 +57,7 @@ class Dispatcher:
         self._stop = stop
         self._on_halt = on_halt
         self._on_reconnect = on_reconnect
+        self._on_cancel = on_cancel  # "cancel:<id>" notifications (runtime/cancel_watch.py)
         self._waker = Waker()
         self._control: Any = None
         self.notifications = 0
@@ -122,12 +125,15 @@ class Dispatcher:
             if self._stop.is_set():  # stop sets the flag before waking: nothing is missed
                 return
             payloads = self._listener.wait(timeout, self._waker.fileno())
-            if HALT_PAYLOAD in payloads:
+            cancelled, wake_ups = cancelled_ids(payloads)
+            if cancelled:
+                self._on_cancel(cancelled)
+            if HALT_PAYLOAD in wake_ups:
                 logger.info("queue=%s: HALT received; stopping", self.settings.queue_name)
                 self._on_halt()
                 return
             self.notifications += len(payloads)
-            if any(p != SCHEDULED_PAYLOAD for p in payloads):
+            if any(p != SCHEDULED_PAYLOAD for p in wake_ups):
                 self.executor.wake(1)
             # A 'scheduled' notification only moves the next wake-up, computed
             # again at the top of the loop.

@@ -17,6 +17,7 @@ retry service rescues: it is never lost.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import threading
@@ -25,9 +26,10 @@ from collections.abc import Callable
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.context import TIMED_OUT, TaskContext, running
 from nsj_queue_lib.db.driver import ConnectionPool, close_quietly
 from nsj_queue_lib.db.queue_store import WorkerStore
-from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
+from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError, TaskCancelled
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
@@ -42,11 +44,17 @@ TaskHandler = Callable[[dict[str, Any], Any], "str | None"]
 # Ends another connection's server session (the driver's terminate_session).
 SessionTerminator = Callable[[Any, Any], None]
 DEFAULT_SUCCESS_MESSAGE = "Concluído com sucesso"
+EARLY_STOPS_KEPT = 1024  # stop requests remembered for attempts not running here
 RELEASED_MESSAGE = "worker stopped before the task finished; released for a new attempt"
+CANCELLED_WHILE_RUNNING = "cancelled while running (QueueClient.cancel_task)"
 HANDLER_ENDED_TRANSACTION = (
     "the handler committed or rolled back bd_conn; the worker commits the task's transaction "
     "itself (return to succeed, raise to roll back), so this attempt counts as failed"
 )
+
+
+# A running task's state (RunningTask.state), changed under the executor's lock.
+RUNNING, FINISHING, ABANDONED = "running", "finishing", "abandoned"
 
 
 @dataclasses.dataclass
@@ -54,6 +62,45 @@ class RunningTask:
     task: TaskRecord
     conn: Any
     started: float = dataclasses.field(default_factory=time.monotonic)
+    context: TaskContext = dataclasses.field(init=False)
+    # RUNNING until the handler is done: then FINISHING, or ABANDONED when the timeout
+    # gave the task up (runtime/timeouts.py): its thread must not touch it any more.
+    state: str = RUNNING
+    thread_id: int | None = dataclasses.field(default_factory=threading.get_ident)
+    timeout_message: str | None = None  # set when its timeout expired
+
+    def __post_init__(self) -> None:
+        self.context = TaskContext(self.task.id, self.task.row.get("id_inicial"))
+
+
+class TaskTimeout(Exception):
+    """The attempt ran past its timeout; its ``mensagem`` is the text, starting "timeout"."""
+
+
+def settle_failure(
+    store: WorkerStore,
+    conn: Any,
+    policies: RetryPolicies,
+    task: TaskRecord,
+    error: BaseException | str,
+    status: str = model.FALHA,
+    delay_seconds: float | None = None,
+    decision: Decision | None = None,
+) -> int | None:
+    """``record_failure``, unless the attempt's cancel was requested: then it ends 'cancelada'
+    (whether its handler stopped, failed or died after the request, it never runs again).
+
+    ``TaskCancelled`` (the handler stopped on a cancel request, or raised it on its own)
+    ends 'cancelada' too; a ``TaskTimeout`` is a failure whose mensagem is its text.
+    """
+    if isinstance(error, TaskCancelled):
+        store.cancel_running(conn, task.id, CANCELLED_WHILE_RUNNING)
+        return None
+    if store.cancel_if_requested(conn, task.id, CANCELLED_WHILE_RUNNING):
+        return None
+    if isinstance(error, TaskTimeout):
+        error = str(error)
+    return record_failure(store, conn, policies, task, error, status, delay_seconds, decision)
 
 
 def record_failure(
@@ -115,6 +162,13 @@ class TaskExecutor:
         self._tokens = 0
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
+        self._stuck: list[threading.Thread] = []  # threads whose task was abandoned
+        # Stop requests for attempts not running here (yet): a cancel notified between a
+        # claim's commit and the task's start is applied when it starts.
+        self._early_stops: collections.OrderedDict[int, str] = collections.OrderedDict()
+        # Called when a handler is done, before its task is settled (the last progress
+        # reported is written then).
+        self.after_handler: Callable[[TaskContext], None] = lambda context: None
         self._done = 0  # attempts that succeeded, since the start
         self._failed = 0  # attempts that failed, since the start
         self._threads = [
@@ -184,6 +238,54 @@ class TaskExecutor:
             return []
         return [thread for thread in self._threads if thread.ident and not thread.is_alive()]
 
+    # -- tasks given up after their timeout (runtime/timeouts.py) --
+
+    def request_stop(self, task_id: int, reason: str) -> bool:
+        """Ask the running attempt ``task_id`` to stop; False when it does not run here."""
+        with self._cond:
+            item = self._running.get(task_id)
+            if item is None:
+                self._early_stops[task_id] = reason
+                while len(self._early_stops) > EARLY_STOPS_KEPT:
+                    self._early_stops.popitem(last=False)
+                return False
+        return item.context.request_stop(reason)
+
+    def abandon(self, task_id: int) -> RunningTask | None:
+        """Give up a task whose handler does not return: its thread is replaced by a new one
+        and whatever the handler does from now on changes nothing. The caller ends the
+        task's session and settles the attempt. None when the handler finished meanwhile."""
+        with self._finished:
+            item = self._running.get(task_id)
+            if item is None or item.state != RUNNING:
+                return None
+            item.state = ABANDONED
+            del self._running[task_id]
+            self._failed += 1
+            self._finished.notify_all()
+            current = [t for t in self._threads if t.ident == item.thread_id]
+            replacement = threading.Thread(
+                target=self._thread_main,
+                name=f"nsj-executor-{len(self._threads) + len(self._stuck)}",
+                daemon=True,
+            )
+            self._threads = [t for t in self._threads if t not in current] + [replacement]
+            self._stuck.extend(current)
+        replacement.start()
+        self.wake(1)
+        return item
+
+    def stuck_threads(self) -> int:
+        """Threads still running a handler that was given up."""
+        with self._cond:
+            self._stuck = [t for t in self._stuck if t.is_alive()]
+            return len(self._stuck)
+
+    def _retired(self) -> bool:
+        """Whether this thread's task was given up (it was replaced: it ends)."""
+        with self._cond:
+            return threading.current_thread() in self._stuck
+
     def join(self, timeout: float) -> None:
         """Wait for the threads that started (none did when the worker was refused at start)."""
         deadline = time.monotonic() + timeout
@@ -194,7 +296,7 @@ class TaskExecutor:
     # -- the thread --
 
     def _thread_main(self) -> None:
-        while self._take_token():
+        while not self._retired() and self._take_token():
             try:
                 self._drain()
             except BaseException:  # an executor thread must never die silently
@@ -247,29 +349,20 @@ class TaskExecutor:
             )
         if task.tentativa > 1:
             self._log_retry(task)
+        item = RunningTask(task, conn)
         with self._cond:
-            self._running[task.id] = RunningTask(task, conn)
+            self._running[task.id] = item
+            early = self._early_stops.pop(task.id, None)
+        if early is not None:
+            item.context.request_stop(early)
         try:
-            try:
-                result = self.handler(task.row, conn)
-                if not self.store.in_transaction(conn):
-                    raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
-            except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
-                if not isinstance(exc, Exception):
-                    logger.warning(
-                        "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
-                        self.settings.queue_name,
-                        task.id,
-                        type(exc).__name__,
-                    )
-                error: BaseException = exc
-            else:
-                mensagem = bounded(
-                    DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
-                )
+            outcome = self._call_handler(item)
+            if outcome is not None:
+                self.after_handler(item.context)
+            if isinstance(outcome, str):
                 try:
                     next_claim = self.liveness.complete_and_claim(
-                        conn, task, mensagem, self._claim_next()
+                        conn, task, outcome, self._claim_next()
                     )
                     logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
                     with self._cond:
@@ -279,12 +372,15 @@ class TaskExecutor:
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
                     # connection): nothing was committed, so the attempt failed.
-                    error = exc.__cause__ or exc
+                    outcome = exc.__cause__ or exc
         finally:
             with self._finished:
                 self._running.pop(task.id, None)
                 self._finished.notify_all()
-        healthy = self._fail(task, conn, error)
+        if outcome is None:  # abandoned after its timeout: settled elsewhere, conn ended
+            self._discard(conn, replace=False)
+            return None, None
+        healthy = self._fail(task, conn, outcome)
         self.liveness.after_settled(task, conn if healthy else None)
         if not healthy:
             replacement = self._discard(conn)
@@ -293,20 +389,56 @@ class TaskExecutor:
             conn = replacement
         return conn, self.liveness.claim(conn, self._claim_next())
 
+    def _call_handler(self, item: RunningTask) -> str | BaseException | None:
+        """Run the handler: the ``mensagem`` of a success, the error of a failure, or None when
+        the task was abandoned meanwhile (its timeout gave it up: nothing more to do)."""
+        task, conn = item.task, item.conn
+        try:
+            with running(item.context):
+                result = self.handler(task.row, conn)
+            if not self.store.in_transaction(conn):
+                raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
+            outcome: str | BaseException = bounded(
+                DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
+            )
+        except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
+            if not isinstance(exc, Exception):
+                logger.warning(
+                    "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
+                    self.settings.queue_name,
+                    task.id,
+                    type(exc).__name__,
+                )
+            outcome = exc
+        with self._cond:
+            if item.state == ABANDONED:
+                return None
+            item.state = FINISHING
+        if item.context.stop_reason == TIMED_OUT:
+            # Past its timeout the attempt fails, whatever the handler did.
+            return TaskTimeout(item.timeout_message or "timeout")
+        return outcome
+
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
-        decision = self.policies.decide(task, error)
-        self._log_failure(task, error, decision)
-        outcome = decision.outcome
-        with self._cond:
-            self._failed += 1
-        self.observer.task_finished(
-            task, outcomes.FALHA if outcome is Outcome.RETRY else outcomes.DEAD
-        )
+        decision: Decision | None = None
+        if isinstance(error, TaskCancelled):
+            logger.info(
+                "queue=%s task=%s: cancelled (%s)", self.settings.queue_name, task.id, error
+            )
+            self.observer.task_finished(task, outcomes.CANCELADA)
+        else:
+            decision = self.policies.decide(task, error)
+            self._log_failure(task, error, decision)
+            with self._cond:
+                self._failed += 1
+            self.observer.task_finished(
+                task, outcomes.FALHA if decision.outcome is Outcome.RETRY else outcomes.DEAD
+            )
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
-            record_failure(self.store, conn, self.policies, task, error, decision=decision)
+            settle_failure(self.store, conn, self.policies, task, error, decision=decision)
             self.liveness.unlock_in_transaction(conn, task)
             self.store.commit(conn)
             return True
@@ -322,7 +454,7 @@ class TaskExecutor:
         try:
             with self.pool.connection() as fresh:
                 self.store.begin(fresh)
-                record_failure(self.store, fresh, self.policies, task, error, decision=decision)
+                settle_failure(self.store, fresh, self.policies, task, error, decision=decision)
                 self.store.commit(fresh)
         except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
             logger.warning(
@@ -422,7 +554,7 @@ class TaskExecutor:
                 self.store.begin(admin)
                 try:
                     if (
-                        record_failure(
+                        settle_failure(
                             self.store,
                             admin,
                             self.policies,

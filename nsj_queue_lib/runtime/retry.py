@@ -2,7 +2,8 @@
 
 A 'processando' row with no liveness lock and no row lock has no live worker
 (killed, out of memory, lost its connection). It is settled as
-'falha_processando' and retried like any failure, or dead-lettered.
+'falha_processando' and retried like any failure, or dead-lettered; when its
+cancel was requested it ends 'cancelada' instead (it never runs again).
 
 In compatibility mode (QUEUE_COMPAT_1_2_2) a row is an orphan only if its
 nsj-queue-lib 1.2.2 key is free too: this service takes that key before
@@ -20,7 +21,7 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, RESCUED, Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
-from nsj_queue_lib.runtime.executor import record_failure
+from nsj_queue_lib.runtime.executor import settle_failure
 from nsj_queue_lib.runtime.liveness import LegacyKeys, task_lock_name
 from nsj_queue_lib.runtime.service import PeriodicService
 
@@ -73,7 +74,7 @@ class RetryService(PeriodicService):
                 orphans = [t for t in free if t.id in suspects]
                 batch_full = False  # one confirmed batch per run; the next run takes the rest
             for task in orphans:
-                record_failure(
+                settle_failure(
                     self.store,
                     conn,
                     self.policies,

@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.db.driver import Driver, Listener, close_quietly, make_driver
@@ -33,14 +33,17 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
+from nsj_queue_lib.runtime.cancel_watch import CancelWatcher
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
+from nsj_queue_lib.runtime.lifecycle import LifecycleThread
 from nsj_queue_lib.runtime.liveness import (
     CompatLiveness,
     DatabaseLiveness,
     Liveness,
     ServerLiveness,
 )
+from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
@@ -52,6 +55,7 @@ from nsj_queue_lib.runtime.service import (
     ServiceLock,
     service_lock_key,
 )
+from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
 from nsj_queue_lib.settings import Settings
 
 if TYPE_CHECKING:
@@ -94,8 +98,10 @@ class WorkerRuntime:
         handler: TaskHandler,
         driver: Driver | None = None,
         policies: RetryPolicies | None = None,
+        task_timeouts: Mapping[str, float] | None = None,
     ):
         self.driver = driver or make_driver(settings)
+        self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
             variable: "is required"
             for variable, value in (
@@ -118,7 +124,11 @@ class WorkerRuntime:
             handler = self.endpoints.handler(handler)
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
-        self.pool = self.driver.make_pool(settings.queue_concurrency)
+        # Spare connections: one records failures, one writes progress and polls cancel
+        # requests, and each abandoned handler (timeouts.py) may hold one until it returns.
+        self.pool = self.driver.make_pool(
+            settings.queue_concurrency, spare=settings.queue_concurrency + 2
+        )
         self.lock_client: LockClient | None = None
         if settings.client_server_mode:
             # Wake-ups and every lock come from the socket server; nothing from
@@ -148,9 +158,36 @@ class WorkerRuntime:
             self.stop_event,
             on_halt=self.stop,
             on_reconnect=self._refresh_pool,
+            on_cancel=lambda task_ids: self.lifecycle.cancels.notified(task_ids),
         )
+        self.lifecycle = self._lifecycle()
         self.services = self._services()
         self.exit_message: str | None = None
+
+    def _lifecycle(self) -> LifecycleThread:
+        s = self.settings
+        return LifecycleThread(
+            self.executor,
+            ProgressWriter(self.store, self.pool, s.queue_name),
+            CancelWatcher(
+                self.store,
+                self.pool,
+                self.executor,
+                s.queue_name,
+                # By LISTEN, or pushed by the socket server (on every database).
+                notified=self.driver.capabilities.listen_notify or s.client_server_mode,
+            ),
+            TimeoutEnforcer(
+                s,
+                self.store,
+                self.executor,
+                self._connect,
+                self.driver.terminate_session,
+                self.policies,
+                self.task_timeouts,
+            ),
+            self.stop_event,
+        )
 
     def _connect(self) -> Any:
         return self.driver.connect(autocommit=True)
@@ -351,6 +388,7 @@ class WorkerRuntime:
         self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
+        threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
         self.executor.start()
@@ -400,6 +438,16 @@ class WorkerRuntime:
                     names,
                 )
                 self.exit_message = f"thread {names} ended unexpectedly"
+                return EXIT_THREAD_DIED
+            stuck = self.executor.stuck_threads()
+            if stuck > self.settings.queue_concurrency:
+                self.exit_message = (
+                    f"{stuck} handlers given up after their timeout still run "
+                    f"(more than QUEUE_CONCURRENCY={self.settings.queue_concurrency})"
+                )
+                logger.error(
+                    "queue=%s: %s; stopping the worker", self.settings.queue_name, self.exit_message
+                )
                 return EXIT_THREAD_DIED
             self.stop_event.wait(SUPERVISE_INTERVAL_SECONDS)
         return EXIT_OK

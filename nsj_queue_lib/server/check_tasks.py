@@ -5,7 +5,9 @@ queue has ready tasks and, if so, notifies the subscribers of ``QUEUE_NAME``
 (payload ``""``). Where the database pushes (PostgreSQL LISTEN on the
 queue's channel) it also relays every notification at once, payload
 included, so ``NOTIFY <queue>, 'HALT'`` reaches workers that listen through
-the server. Best-effort: a database error closes the connections, is logged,
+the server. Where it cannot push (MySQL, MariaDB, SingleStore), it checks the
+running tasks for cancel requests every CANCEL_CHECK_SECONDS and pushes
+``cancel:<id>`` for each new one. Best-effort: a database error closes the connections, is logged,
 and the thread reconnects after a growing back-off (0.5 s doubling to 30 s);
 the socket server keeps serving meanwhile.
 """
@@ -19,10 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.driver import TaskSource
 
 INITIAL_BACKOFF_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0
+# Where the database has no LISTEN: how often running tasks are checked for cancel requests,
+# pushed to the workers as "cancel:<id>" (workers then only check every 5 s themselves).
+CANCEL_CHECK_SECONDS = 1.0
 
 
 class CheckTasksThread(threading.Thread):
@@ -94,7 +100,8 @@ class CheckTasksThread(threading.Thread):
         # The back-off starts over only once a poll succeeded, so a query
         # that keeps failing (a missing table) is retried ever more slowly.
         self._healthy = False
-        next_poll = time.monotonic()
+        next_poll = next_cancel_check = time.monotonic()
+        announced: set[int] = set()
         while not self._stop_event.is_set():
             now = time.monotonic()
             if now >= next_poll:
@@ -104,7 +111,11 @@ class CheckTasksThread(threading.Thread):
                     self._log.debug("check-tasks: ready tasks found; notifying %r", self.queue_name)
                     self._publish(self.queue_name, "")
                 next_poll = now + self.interval
-            payloads = source.wait(next_poll - time.monotonic(), self._wake_r.fileno())
+            if not source.supports_listen and now >= next_cancel_check:
+                announced = self._announce_cancels(source, announced)
+                next_cancel_check = now + CANCEL_CHECK_SECONDS
+            until = next_poll if source.supports_listen else min(next_poll, next_cancel_check)
+            payloads = source.wait(until - time.monotonic(), self._wake_r.fileno())
             self._drain_wake()
             # Identical notifications arriving together are merged.
             for payload in dict.fromkeys(payloads):
@@ -114,6 +125,15 @@ class CheckTasksThread(threading.Thread):
                     "check-tasks: relaying NOTIFY %r payload %r", self.queue_name, payload
                 )
                 self._publish(self.queue_name, payload)
+
+    def _announce_cancels(self, source: TaskSource, announced: set[int]) -> set[int]:
+        """Push ``cancel:<id>`` for each running attempt newly found with a cancel request
+        (where the database cannot notify); the ids still requested, announced once."""
+        requested = set(source.cancel_requests())
+        for task_id in sorted(requested - announced):
+            self._log.debug("check-tasks: task %s was cancelled; notifying", task_id)
+            self._publish(self.queue_name, cancel_payload(task_id))
+        return requested
 
     def _drain_wake(self) -> None:
         try:

@@ -83,7 +83,14 @@ def known_bug(reason: str, *kinds: str):
     return mark
 
 
-BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "ativo")
+BOOLEAN_COLUMNS = (
+    "reenfileirado",
+    "estouro_tentativas",
+    "pub_sub",
+    "dead",
+    "ativo",
+    "cancel_requested",
+)
 FINAL_STATUSES = ("sucesso", "falha", "falha_processando")
 
 

@@ -29,6 +29,22 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'cancel_requested') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'progress_done') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN progress_done bigint', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'progress_total') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN progress_total bigint', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'progress_message') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN progress_message varchar(500)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 
 -- MySQL has no partial indexes: status leads every index the workers use,
 -- so each scan reads only the rows of the status it looks for.

@@ -6,6 +6,10 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS live_id bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS pub_sub boolean DEFAULT false NOT NULL;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS publication_id bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS subscriber_id varchar(100);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS cancel_requested boolean DEFAULT false NOT NULL;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_done bigint;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_total bigint;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_message varchar(500);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), and the chain index leaves first
@@ -43,6 +47,8 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_h
 -- payload. Only later attempts have id_inicial, so first attempts (nearly
 -- every row) never enter this index.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- A task's latest attempt (QueueClient.get_task, cancel_task): later attempts only.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 

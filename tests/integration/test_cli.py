@@ -150,6 +150,7 @@ def test_status_counts_per_processo_and_status(queue, capsys):
         "falha": 1,  # the exhausted task; its retried first attempt is not counted again
         "falha_processando": 0,
         "sucesso": 1,
+        "cancelada": 0,
     }
     assert by["p2"]["counts"]["pendente"] == 2 and by["p2"]["counts"]["processando"] == 1
     assert by["p1"]["tasks"] == 3 and by["p2"]["tasks"] == 3
@@ -173,7 +174,7 @@ def test_status_table_is_aligned(queue, capsys):
     assert (
         lines[0].split()
         == (
-            "PROCESSO PENDENTE AGENDADA PROCESSANDO FALHA FALHA_PROCESSANDO SUCESSO TASKS "
+            "PROCESSO PENDENTE AGENDADA PROCESSANDO FALHA FALHA_PROCESSANDO SUCESSO CANCELADA TASKS "
             "OLDEST_READY FAILED_24H DEAD_24H"
         ).split()
     )
@@ -452,3 +453,20 @@ def test_two_concurrent_retries_add_one_attempt(queue):
     finally:
         close_quietly(look)
     assert [a["tentativa"] for a in attempts] == [1, 2, 3]
+
+
+def test_cancel_cancels_a_waiting_task_asks_a_running_one_and_leaves_a_finished_one(queue, capsys):
+    t = populate(queue)
+    doc = run_json(capsys, *queue.args("cancel", str(t["later"])))
+    assert doc == {"task": t["later"], "attempt": t["later"], "status": "cancelada"}
+    code, out, _ = run(capsys, *queue.args("cancel", str(t["running"])))
+    assert code == 0 and "cancel requested" in out
+    code, out, _ = run(capsys, *queue.args("cancel", str(t["ok"])))
+    assert code == 0 and "already finished (sucesso)" in out
+    code, out, err = run(capsys, *queue.args("cancel", "987654321"))
+    assert code == 1 and "not found" in err
+    status = run_json(capsys, *queue.args("status"))
+    assert status["total"]["counts"]["cancelada"] == 1
+    chain = run_json(capsys, *queue.args("show", str(t["running"])))
+    assert chain["status"] == "processando"
+    assert run_json(capsys, *queue.args("show", str(t["later"])))["status"] == "cancelada"

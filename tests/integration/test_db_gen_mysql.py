@@ -82,7 +82,7 @@ def indexes(
 def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
     snapshot = catalog(mysql_admin, mysql_queue.database, mysql_queue.name)
     queue = snapshot["{q}"]
-    assert [c[0] for c in queue["columns"]] == list(model.QUEUE_COLUMNS)
+    assert [c[0] for c in queue["columns"]] == [*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS]
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
     assert types["proxima_tentativa"] == types["data_hora_anterior"] == "timestamp(6)"
@@ -219,7 +219,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
             (database, name),
         )
     ]
-    assert set(columns) == set(model.QUEUE_COLUMNS)
+    assert set(columns) == {*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS}
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
     assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (
         50,

@@ -132,6 +132,11 @@ def test_demo_runs_end_to_end(pg_dsn, pg_admin):
     assert by_key["agendada-3s"][0][7].startswith("+3.")
     for row in cells:
         assert row[5] not in ("pendente", "agendada", "processando"), row
+    # Progress lines while longa ran, then its cancel; cancelada-antes never ran.
+    assert re.search(r"longa: \[#* *\] step \d+ of 50", out), out
+    assert "(longa) -> processando" in out and "(cancelada-antes) -> cancelada" in out
+    assert [r[5] for r in by_key["longa"]] == ["cancelada"]
+    assert [r[5] for r in by_key["cancelada-antes"]] == ["cancelada"]
 
     # The demo removes the queue it created from a shared database.
     queue = re.search(r"created queue (\S+) ", out).group(1)

@@ -21,9 +21,12 @@ from nsj_queue_lib import (
     Settings,
     Subscriber,
     Task,
+    TaskCancelled,
+    TaskContext,
     WorkerBase,
     WorkerPubSubBase,
     WorkerWebhook,
+    current_task,
 )
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.task import TaskOptions
@@ -130,3 +133,23 @@ def run_workers() -> int:
     PubSubWorker(settings).stop()
     WorkerWebhook(settings).run()
     return code
+
+
+def task_life_cycle(conn: DBConnection) -> tuple[str, int, bool]:
+    client = QueueClient(conn, "public.fila_teste")
+    view: dict[str, Any] | None = client.get_task(1)
+    status: str = client.cancel_task(1)
+    new_id: int = client.retry_task(1)
+    return status, new_id, view is None
+
+
+class ReportingWorker(WorkerBase):
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
+        task: TaskContext = current_task()
+        task.report_progress(1, 10, "one")
+        task.report_progress(2)
+        try:
+            task.check_cancelled()
+        except TaskCancelled:
+            raise
+        return f"{task.id} {task.cancel_requested}"

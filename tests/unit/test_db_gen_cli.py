@@ -59,7 +59,7 @@ def _table_body(ddl: str, table: str) -> str:
 def test_create_ddl_has_every_contract_column():
     ddl = render("public", "fila_teste")
     queue_columns = re.findall(r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste"), re.M)
-    assert queue_columns == list(model.QUEUE_COLUMNS)
+    assert queue_columns == [*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS]
     subscriber_columns = re.findall(
         r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M
     )

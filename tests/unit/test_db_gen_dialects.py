@@ -103,7 +103,7 @@ def _columns(ddl: str, table: str) -> dict[str, str]:
 def test_every_dialect_renders_the_same_logical_table(dialect):
     ddl = render("public", "fila_teste", dialect)
     queue = _columns(ddl, "public.fila_teste")
-    assert list(queue) == list(model.QUEUE_COLUMNS)
+    assert list(queue) == [*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS]
     subscriber = _columns(ddl, "public.fila_teste_subscriber")
     assert list(subscriber) == list(model.SUBSCRIBER_COLUMNS)
     # The same defaults and sizes everywhere.

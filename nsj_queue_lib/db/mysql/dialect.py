@@ -17,7 +17,15 @@ from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 
 # The columns --upgrade adds to a table that lacks them (the same as on
 # PostgreSQL); their definitions are read from ddl.sql, the single source.
-UPGRADE_COLUMNS = ("prioridade", "dead", "live_id", "pub_sub", "publication_id", "subscriber_id")
+UPGRADE_COLUMNS = (
+    "prioridade",
+    "dead",
+    "live_id",
+    "pub_sub",
+    "publication_id",
+    "subscriber_id",
+    *model.LIFECYCLE_COLUMNS,
+)
 
 _CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)

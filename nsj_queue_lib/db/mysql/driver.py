@@ -108,10 +108,10 @@ class MysqlFamilyDriver(Driver):
         self.configure(conn, executor)
         return conn
 
-    def make_pool(self, size: int) -> ConnectionPool:
+    def make_pool(self, size: int, spare: int = 1) -> ConnectionPool:
         return SimplePool(
             lambda: self.connect(autocommit=True, executor=True),
-            size + 1,
+            size + spare,
             timeout=CONNECT_TIMEOUT_SECONDS * 2,
         )
 

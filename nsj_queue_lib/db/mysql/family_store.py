@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
-from nsj_queue_lib.db.dialect import check_store_tables
+from nsj_queue_lib.db.dialect import check_store_tables, missing_columns_error
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
@@ -43,13 +43,14 @@ from nsj_queue_lib.db.mysql.rows import (
     split_steps,
 )
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import QueueTableMissingError
+from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.identifiers import split_table_name
 
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
 
 SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_STATUS)
+ER_BAD_FIELD_ERROR = 1054  # unknown column
 
 
 class MysqlFamilyStore:
@@ -188,6 +189,63 @@ class MysqlFamilyStore:
             count: int = cur.execute(self.sql[name][step], params)
             return count
 
+    # -- a task's life cycle (docs/lifecycle.md) --
+
+    def task_view(self, conn: Any, task_id: int, lock: bool = False) -> dict[str, Any] | None:
+        """The latest attempt of the task ``task_id`` belongs to; with ``lock``, read with
+        locking reads (the latest committed rows, whatever the caller's snapshot)."""
+        if not lock:
+            rows = self._fetch(conn, "task_view", {"id": task_id})
+            return rows[0] if rows else None
+        steps = self.sql["task_view"]
+        with wrap_driver_errors("task_view"), conn.cursor() as cur:
+            cur.execute(steps["first"], {"id": task_id})
+            first = cur.fetchone()
+            if first is None:
+                return None
+            cur.execute(steps["latest"], {"first": first[0]})
+            latest = cur.fetchone()[0]
+            cur.execute(steps["locked"], {"id": first[0] if latest is None else latest})
+            rows = rows_as_dicts(cur)
+        return rows[0] if rows else None
+
+    def cancel_attempt(self, conn: Any, attempt_id: int, mensagem: str) -> str | None:
+        steps = self.sql["cancel_attempt"]
+        params = {"id": attempt_id, "mensagem": mensagem}
+        with wrap_driver_errors("cancel_attempt"), conn.cursor() as cur:
+            if cur.execute(steps["mark"], params) != 1:
+                return None
+            cur.execute(steps["status"], params)
+            return str(cur.fetchone()[0])
+
+    def notify_cancel(self, conn: Any, attempt_id: int) -> None:
+        """Nothing: these databases have no NOTIFY (each worker polls its running tasks)."""
+
+    def cancel_running(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        return self._run(conn, "cancel_running", {"id": task_id, "mensagem": mensagem}) == 1
+
+    def cancel_if_requested(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        steps = self.sql["cancel_if_requested"]
+        params = {"id": task_id, "mensagem": mensagem}
+        with wrap_driver_errors("cancel_if_requested"), conn.cursor() as cur:
+            cur.execute(steps["lock"], params)
+            row = cur.fetchone()
+            if row is None or not row[0]:
+                return False
+            return bool(cur.execute(steps["mark"], params) == 1)
+
+    def cancel_requests(self, conn: Any, task_ids: Sequence[int]) -> list[int]:
+        if not task_ids:
+            return []
+        rows = self._fetch(conn, "cancel_requests", {"ids": list(task_ids)})
+        return [int(row["id"]) for row in rows]
+
+    def report_progress(
+        self, conn: Any, task_id: int, done: int, total: int | None, message: str | None
+    ) -> bool:
+        params = {"id": task_id, "done": done, "total": total, "message": message}
+        return self._run(conn, "report_progress", params) == 1
+
     # -- the queue's identity --
 
     @property
@@ -204,6 +262,13 @@ class MysqlFamilyStore:
             found = cur.fetchone()[0]
         if not found:
             raise QueueTableMissingError(f"table {self.queue_table} does not exist")
+        try:
+            self._run(conn, "lifecycle_columns")
+        except DatabaseError as exc:
+            cause = exc.__cause__
+            if cause is not None and error_code(cause) == ER_BAD_FIELD_ERROR:
+                raise missing_columns_error(self.queue_table, cause) from cause
+            raise
         self._queue_number = stable_queue_number(qualified_table(self.queue_table, conn))
         return self._queue_number
 

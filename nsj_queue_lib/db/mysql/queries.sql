@@ -276,3 +276,75 @@ WHERE s.processo = %(processo)s
   AND (s.tenant IS NULL OR s.tenant = %(tenant)s)
   AND (s.grupo_empresarial IS NULL OR s.grupo_empresarial = %(grupo_empresarial)s)
 ORDER BY s.id
+
+-- name: task_view
+-- A task as its user sees it (QueueClient.get_task), for any attempt's id: its
+-- latest attempt. Later attempts carry the first attempt's id in id_inicial.
+-- "locked" reads the same with locking reads, which see the latest committed
+-- rows whatever the caller's snapshot (REPEATABLE READ): cancel_task's view.
+-- step: sql
+SELECT {task_view_columns}
+FROM {queue_table} AS t
+JOIN (SELECT COALESCE(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s) AS task
+WHERE t.id = COALESCE(
+    (SELECT MAX(a.id) FROM {queue_table} AS a WHERE a.id_inicial = task.first_id),
+    task.first_id
+);
+-- step: first
+SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s FOR UPDATE;
+-- step: latest
+SELECT MAX(id) FROM {queue_table} WHERE id_inicial = %(first)s FOR UPDATE;
+-- step: locked
+SELECT {task_view_columns}
+FROM {queue_table} AS t
+WHERE t.id = %(id)s
+FOR UPDATE
+
+-- name: cancel_attempt
+-- A waiting attempt becomes 'cancelada'; a running one keeps running with its
+-- cancel request recorded. mensagem is assigned before status: MySQL
+-- evaluates SET left to right. Nothing happens to a finished attempt.
+-- step: mark
+UPDATE {queue_table}
+SET mensagem = CASE WHEN status = 'processando' THEN mensagem ELSE %(mensagem)s END,
+    status = CASE WHEN status = 'processando' THEN status ELSE 'cancelada' END,
+    cancel_requested = true
+WHERE id = %(id)s AND status IN ('pendente', 'agendada', 'processando');
+-- step: status
+SELECT status FROM {queue_table} WHERE id = %(id)s
+
+-- name: cancel_running
+-- The handler stopped on a cancel request (it raised TaskCancelled).
+UPDATE {queue_table}
+SET status = 'cancelada', mensagem = %(mensagem)s
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: cancel_if_requested
+-- A failed or abandoned attempt whose cancel was requested ends 'cancelada'
+-- instead of being retried. The row is locked either way, so a cancel_attempt
+-- running meanwhile waits and then finds the attempt settled.
+-- step: lock
+SELECT cancel_requested
+FROM {queue_table}
+WHERE id = %(id)s AND status = 'processando'
+FOR UPDATE;
+-- step: mark
+UPDATE {queue_table}
+SET status = 'cancelada', mensagem = %(mensagem)s
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: cancel_requests
+-- Which of a worker's running attempts have a cancel request (its poll).
+SELECT id
+FROM {queue_table}
+WHERE id IN %(ids)s AND status = 'processando' AND cancel_requested
+
+-- name: report_progress
+-- Written by the worker outside the handler's transaction, while the attempt runs.
+UPDATE {queue_table}
+SET progress_done = %(done)s, progress_total = %(total)s, progress_message = %(message)s
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: lifecycle_columns
+-- Checked at start: a table from before db_gen --upgrade lacks them.
+SELECT {lifecycle_columns} FROM {queue_table} WHERE 1 = 0

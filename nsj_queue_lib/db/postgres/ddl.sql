@@ -27,7 +27,13 @@ CREATE TABLE {table} (
     subscriber_id varchar(100),
     dead boolean DEFAULT false NOT NULL,
     live_id bigint,
-    prioridade integer DEFAULT 50
+    prioridade integer DEFAULT 50,
+    -- Life cycle (docs/lifecycle.md): nullable or defaulted, so that statements
+    -- that never name them (1.2.2's workers) keep working.
+    cancel_requested boolean DEFAULT false NOT NULL,
+    progress_done bigint,
+    progress_total bigint,
+    progress_message varchar(500)
 );
 
 {indexes}

@@ -188,7 +188,7 @@ class PostgresDriver(Driver):
                 self._configure_executor(conn)
         return conn
 
-    def make_pool(self, size: int) -> ConnectionPool:
+    def make_pool(self, size: int, spare: int = 1) -> ConnectionPool:
         from psycopg_pool import ConnectionPool as PsycopgPool
 
         pool_logger = logging.getLogger("psycopg.pool")
@@ -200,7 +200,7 @@ class PostgresDriver(Driver):
         pool: ConnectionPool = PsycopgPool(
             self.settings.postgres_conninfo(),
             min_size=size,
-            max_size=size + 1,
+            max_size=size + spare,
             kwargs={"autocommit": True, **_CONNECT_OPTIONS},
             connection_class=HandlerConnection,
             configure=self._configure_executor,

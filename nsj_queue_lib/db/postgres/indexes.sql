@@ -14,5 +14,7 @@ CREATE INDEX IF NOT EXISTS {idx_data_hora} ON {table} (data_hora) WHERE status N
 -- payload. Only later attempts have id_inicial, so first attempts (nearly
 -- every row) never enter this index.
 CREATE INDEX IF NOT EXISTS {idx_chain} ON {table} (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- A task's latest attempt (QueueClient.get_task, cancel_task): later attempts only.
+CREATE INDEX IF NOT EXISTS {idx_attempts} ON {table} (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa, payload_hash, status);

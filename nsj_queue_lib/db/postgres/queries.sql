@@ -277,3 +277,67 @@ WHERE s.processo = %(processo)s
   AND (s.tenant IS NULL OR s.tenant = %(tenant)s)
   AND (s.grupo_empresarial IS NULL OR s.grupo_empresarial = %(grupo_empresarial)s)
 ORDER BY s.id
+
+-- name: task_view
+-- A task as its user sees it (QueueClient.get_task), for any attempt's id: its
+-- latest attempt. Later attempts carry the first attempt's id in id_inicial.
+WITH task AS (
+    SELECT coalesce(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s
+)
+SELECT {task_view_columns}
+FROM {queue_table} AS t, task
+WHERE t.id = coalesce(
+    (SELECT max(a.id) FROM {queue_table} AS a WHERE a.id_inicial = task.first_id),
+    task.first_id
+)
+
+-- name: cancel_attempt
+-- A waiting attempt becomes 'cancelada'; a running one keeps running with its
+-- cancel request recorded (its worker is told after commit). mensagem is
+-- assigned before status: MySQL evaluates SET left to right, and the dialects
+-- keep one shape. Nothing happens to a finished attempt.
+UPDATE {queue_table} AS t
+SET mensagem = CASE WHEN t.status = 'processando' THEN t.mensagem ELSE %(mensagem)s END,
+    status = CASE WHEN t.status = 'processando' THEN t.status ELSE 'cancelada' END,
+    cancel_requested = true
+WHERE t.id = %(id)s AND t.status IN ('pendente', 'agendada', 'processando')
+RETURNING t.status
+
+-- name: cancel_running
+-- The handler stopped on a cancel request (it raised TaskCancelled).
+UPDATE {queue_table}
+SET status = 'cancelada', mensagem = %(mensagem)s
+WHERE id = %(id)s AND status = 'processando'
+RETURNING id
+
+-- name: cancel_if_requested
+-- A failed or abandoned attempt whose cancel was requested ends 'cancelada'
+-- instead of being retried. The row is locked either way, so a cancel_attempt
+-- running meanwhile waits and then finds the attempt settled.
+WITH running AS (
+    SELECT id, cancel_requested
+    FROM {queue_table}
+    WHERE id = %(id)s AND status = 'processando'
+    FOR UPDATE
+)
+UPDATE {queue_table} AS t
+SET status = 'cancelada', mensagem = %(mensagem)s
+FROM running
+WHERE t.id = running.id AND running.cancel_requested
+RETURNING t.id
+
+-- name: cancel_requests
+-- Which of a worker's running attempts have a cancel request (its safety poll).
+SELECT id
+FROM {queue_table}
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'processando' AND cancel_requested
+
+-- name: report_progress
+-- Written by the worker outside the handler's transaction, while the attempt runs.
+UPDATE {queue_table}
+SET progress_done = %(done)s, progress_total = %(total)s, progress_message = %(message)s
+WHERE id = %(id)s AND status = 'processando'
+
+-- name: lifecycle_columns
+-- Checked at start: a table from before db_gen --upgrade lacks them.
+SELECT {lifecycle_columns} FROM {queue_table} WHERE 1 = 0

@@ -14,19 +14,24 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg import pq
 
 from nsj_queue_lib import model
+from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     check_store_tables,
     claim_routine_name,
+    missing_columns_error,
+    notify_channel,
 )
 from nsj_queue_lib.db.postgres.dialect import claim_function_version
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
+from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
 # The claim function's rows in the claim's shape (see _CLAIM_NAMES).
@@ -121,6 +126,8 @@ class PostgresQueueStore:
         self._claim_call = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
         self._queue_oid: int | None = None
         self._queue_key = 0
+        # Where cancel requests are announced: the channel of the queue's insert trigger.
+        self.cancel_channel = notify_channel(split_table_name(queue_table)[1])
 
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
@@ -223,6 +230,51 @@ class PostgresQueueStore:
             cur.execute(self.sql["insert_deliveries"], params)
             return [int(r[0]) for r in cur.fetchall()]
 
+    # -- a task's life cycle (docs/lifecycle.md) --
+
+    def _one(self, conn, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            cur.execute(self.sql[name], params)
+            row = cur.fetchone()
+            return None if row is None else tuple(row)
+
+    def task_view(self, conn, task_id: int, lock: bool = False) -> dict[str, Any] | None:
+        """The latest attempt of the task ``task_id`` belongs to (statements see the latest
+        committed rows under READ COMMITTED, so ``lock`` changes nothing here)."""
+        with wrap_driver_errors("task_view"), conn.cursor() as cur:
+            cur.execute(self.sql["task_view"], {"id": task_id})
+            rows = _rows_as_dicts(cur)
+        return rows[0] if rows else None
+
+    def cancel_attempt(self, conn, attempt_id: int, mensagem: str) -> str | None:
+        row = self._one(conn, "cancel_attempt", {"id": attempt_id, "mensagem": mensagem})
+        return None if row is None else str(row[0])
+
+    def notify_cancel(self, conn, attempt_id: int) -> None:
+        """Tell the workers of the queue (at commit) that ``attempt_id`` is asked to stop."""
+        params = {"channel": self.cancel_channel, "payload": cancel_payload(attempt_id)}
+        self._one(conn, "notify", params)
+
+    def cancel_running(self, conn, task_id: int, mensagem: str) -> bool:
+        return self._one(conn, "cancel_running", {"id": task_id, "mensagem": mensagem}) is not None
+
+    def cancel_if_requested(self, conn, task_id: int, mensagem: str) -> bool:
+        params = {"id": task_id, "mensagem": mensagem}
+        return self._one(conn, "cancel_if_requested", params) is not None
+
+    def cancel_requests(self, conn, task_ids: Sequence[int]) -> list[int]:
+        with wrap_driver_errors("cancel_requests"), conn.cursor() as cur:
+            cur.execute(self.sql["cancel_requests"], {"ids": list(task_ids)})
+            return [int(row[0]) for row in cur.fetchall()]
+
+    def report_progress(
+        self, conn, task_id: int, done: int, total: int | None, message: str | None
+    ) -> bool:
+        params = {"id": task_id, "done": done, "total": total, "message": message}
+        with wrap_driver_errors("report_progress"), conn.cursor() as cur:
+            cur.execute(self.sql["report_progress"], params)
+            return cur.rowcount == 1
+
     # -- runtime operations (psycopg 3) --
 
     @property
@@ -235,6 +287,7 @@ class PostgresQueueStore:
         """The table's oid (which names its locks), once its claim function is known good."""
         self._queue_oid = self._table_oid(conn)
         self._check_claim_function(conn)
+        self._check_lifecycle_columns(conn)
         self._queue_key = queue_lock_key(self._queue_oid)
         return self._queue_oid
 
@@ -245,8 +298,6 @@ class PostgresQueueStore:
                     conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0]
                 )
         except DatabaseError as exc:
-            import psycopg.errors
-
             missing = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
             if isinstance(exc.__cause__, missing):
                 raise QueueTableMissingError(
@@ -267,6 +318,15 @@ class PostgresQueueStore:
             ).fetchone()
         found = None if row is None else row[0]
         check_claim_routine_version(self.claim_function, found, claim_function_version())
+
+    def _check_lifecycle_columns(self, conn) -> None:
+        try:
+            with wrap_driver_errors("lifecycle_columns"):
+                conn.execute(self.sql["lifecycle_columns"])
+        except DatabaseError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.UndefinedColumn):
+                raise missing_columns_error(self.queue_table, exc.__cause__) from exc.__cause__
+            raise
 
     @property
     def queue_key(self) -> int:

@@ -52,5 +52,8 @@ class PostgresTaskSource:
         except psycopg.Error as exc:
             raise DatabaseError(f"checking {self.table} for ready tasks failed: {exc}") from exc
 
+    def cancel_requests(self) -> list[int]:
+        return []  # QueueClient.cancel_task notifies the channel, which is relayed
+
     def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
         return self._listener.wait(timeout, interrupt_fd)

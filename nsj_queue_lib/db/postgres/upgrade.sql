@@ -6,6 +6,10 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS live_id bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS pub_sub boolean DEFAULT false NOT NULL;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS publication_id bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS subscriber_id varchar(100);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS cancel_requested boolean DEFAULT false NOT NULL;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_done bigint;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_total bigint;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_message varchar(500);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), and the chain index leaves first

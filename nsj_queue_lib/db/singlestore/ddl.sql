@@ -34,6 +34,11 @@ CREATE ROWSTORE TABLE {table} (
     dead boolean NOT NULL DEFAULT false,
     live_id bigint,
     prioridade integer DEFAULT 50,
+    -- Life cycle (docs/lifecycle.md).
+    cancel_requested boolean NOT NULL DEFAULT false,
+    progress_done bigint,
+    progress_total bigint,
+    progress_message varchar(500),
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

@@ -1,0 +1,150 @@
+"""``current_task()``: the running task's context, for the handler that runs it.
+
+The worker sets the context around each handler call in a ``contextvars``
+variable, so it follows the handler into coroutines and into threads started
+with a copied context (``asyncio.to_thread``, ``contextvars.copy_context().run``).
+The context holds the cancel request (set by the worker when the task is
+cancelled or times out) and the last progress reported; the worker writes that
+progress on a connection of its own, a few times per second at most
+(``runtime/progress.py``), never on the handler's.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from nsj_queue_lib.exceptions import NoCurrentTaskError, TaskCancelled
+from nsj_queue_lib.model import MENSAGEM_LIMIT
+
+MAX_COUNT = 2**63 - 1  # progress columns are bigint
+# Why a task was asked to stop.
+CANCEL_REQUESTED = "cancel"
+TIMED_OUT = "timeout"
+
+_current: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
+    "nsj_queue_lib_current_task", default=None
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int | None
+    message: str | None
+
+
+class TaskContext:
+    """What a handler can ask of and tell about its running task (thread-safe)."""
+
+    def __init__(self, task_id: int, id_inicial: int | None = None):
+        self.id = task_id  # this attempt's id (tarefa["id"])
+        self.id_inicial = id_inicial or task_id  # the task's first attempt (insert_task's id)
+        self._lock = threading.Lock()
+        self._stop_reason: str | None = None
+        self._progress: Progress | None = None
+        self._unwritten = False
+
+    # -- cancellation --
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the task was asked to stop (cancelled, or its timeout expired)."""
+        return self._stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """``"cancel"``, ``"timeout"``, or None while nobody asked the task to stop."""
+        return self._stop_reason
+
+    def check_cancelled(self) -> None:
+        """Raise ``TaskCancelled`` if the task was asked to stop."""
+        reason = self._stop_reason
+        if reason is not None:
+            what = "timed out" if reason == TIMED_OUT else "was cancelled"
+            raise TaskCancelled(f"task {self.id_inicial} {what}")
+
+    def request_stop(self, reason: str) -> bool:
+        """Ask the handler to stop; False when it was asked already (the first reason stays)."""
+        with self._lock:
+            if self._stop_reason is not None:
+                return False
+            self._stop_reason = reason
+            return True
+
+    # -- progress --
+
+    def report_progress(
+        self, done: int, total: int | None = None, message: str | None = None
+    ) -> None:
+        """Record how far the task got; other sessions see it within a second.
+
+        ``done`` and ``total`` are whole numbers, ``0 <= done <= total``; ``message``
+        at most 500 characters. Bad values raise ``ValueError`` (``TypeError`` for
+        a wrong type) and record nothing. Calling often is cheap: only the last
+        value is written, at most a few times per second.
+        """
+        progress = Progress(_count("done", done), _optional_count("total", total), message)
+        if progress.total is not None and progress.done > progress.total:
+            raise ValueError(f"done ({done}) cannot exceed total ({total})")
+        if message is not None:
+            if not isinstance(message, str):
+                raise TypeError(f"message must be a str or None, got {type(message).__name__}")
+            if len(message) > MENSAGEM_LIMIT:
+                raise ValueError(f"message is longer than {MENSAGEM_LIMIT} characters")
+        with self._lock:
+            self._progress = progress
+            self._unwritten = True
+
+    @property
+    def progress(self) -> Progress | None:
+        return self._progress
+
+    def take_unwritten_progress(self) -> Progress | None:
+        """The progress reported since the last call, if any (for the writer)."""
+        with self._lock:
+            if not self._unwritten:
+                return None
+            self._unwritten = False
+            return self._progress
+
+    def progress_not_written(self) -> None:
+        """The writer failed: keep the value for its next round."""
+        with self._lock:
+            self._unwritten = True
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{name} must be between 0 and {MAX_COUNT}, got {value}")
+    return value
+
+
+def _optional_count(name: str, value: object) -> int | None:
+    return None if value is None else _count(name, value)
+
+
+def current_task() -> TaskContext:
+    """The context of the task whose handler is running here; ``NoCurrentTaskError``
+    (a ``LookupError``) outside a handler."""
+    context = _current.get()
+    if context is None:
+        raise NoCurrentTaskError(
+            "current_task() is only available inside a task handler run by a worker"
+        )
+    return context
+
+
+@contextmanager
+def running(context: TaskContext) -> Iterator[TaskContext]:
+    """Make ``context`` the current task for the code run inside (the worker's handler call)."""
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)
