@@ -9,10 +9,11 @@ included. Tests wait on the queue table with deadlines, never a blind sleep.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from nsj_queue_lib import PermanentError, Task, WorkerBase, WorkerWebhook
+from nsj_queue_lib import PermanentError, Task, WorkerBase, WorkerWebhook, current_task
 from tests.contract.backends import seconds
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.processes import wait_for
@@ -221,3 +222,31 @@ def test_webhook_4xx_is_permanent_408_is_retried_and_429_retry_after_is_honoured
     first, second = arrivals["throttled"]
     assert 1.0 <= second - first < 3.0
     assert seconds(throttled[1]["data_hora"] - throttled[0]["data_hora"]) >= 1.0
+
+
+@ON_DATABASES
+def test_timeout_s_applies_to_its_processo_only(backend):
+    class TimedWorker(WorkerBase):
+        @Task("lento", timeout_s=0.5, retry_base_s=0.2)
+        def slow(self, payload, tarefa, bd_conn):
+            write_exec(backend, bd_conn, tarefa, "lento")
+            if tarefa["tentativa"] == 1:
+                while True:  # cooperative: stops when its timeout asks it to
+                    current_task().check_cancelled()
+                    time.sleep(0.02)
+            return "second attempt in time"
+
+        def execute(self, payload, tarefa, bd_conn):
+            time.sleep(1.0)  # longer than lento's limit: no limit applies here
+            return "no limit"
+
+    worker = backend.run(TimedWorker(backend.settings(queue_concurrency=2)))
+    slow, other = backend.enqueue([dict(processo="lento"), dict(processo="outro")])
+    wait_for(
+        lambda: backend.statuses() == {"falha": 1, "sucesso": 2}, 15, "the timeout and its retry"
+    )
+    assert worker.stop() == 0
+    assert backend.row(slow)["mensagem"].startswith("timeout"), backend.row(slow)["mensagem"]
+    assert backend.row(other)["mensagem"] == "no limit"
+    retried = backend.rows("id_inicial = %s AND status = %s", (slow, "sucesso"))
+    assert [r["mensagem"] for r in retried] == ["second attempt in time"]
