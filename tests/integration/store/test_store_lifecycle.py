@@ -13,6 +13,7 @@ import pytest
 
 from nsj_queue_lib.exceptions import ClaimRoutineError
 from nsj_queue_lib.model import PROCESSANDO
+from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.executor import settle_failure
 from tests.integration.store.backends import CLIENT_PATHS, EVERY_STORE, on
 
@@ -54,8 +55,8 @@ def test_progress_cancel_requests_and_the_settling_of_a_cancelled_attempt(backen
     # The handler failed after the request: the attempt ends 'cancelada', not retried.
     store.rollback(worker)
     store.begin(worker)
-    settings = backend.driver.settings
-    assert settle_failure(store, worker, settings, first, RuntimeError("boom")) is None
+    policies = RetryPolicies.build(backend.driver.settings)
+    assert settle_failure(store, worker, policies, first, RuntimeError("boom")) is None
     backend.unlock(worker, first.id)
     store.commit(worker)
     task = backend.client(client_conn).get_task(first.id)
@@ -84,7 +85,9 @@ def test_a_cancel_waits_for_a_failure_being_recorded_and_cancels_the_next_attemp
     task = backend.claim(worker)
     store.rollback(worker)
     store.begin(worker)
-    retry_id = settle_failure(store, worker, backend.driver.settings, task, RuntimeError("x"))
+    retry_id = settle_failure(
+        store, worker, RetryPolicies.build(backend.driver.settings), task, RuntimeError("x")
+    )
     assert retry_id is not None
     backend.unlock(worker, task.id)
     store.commit(worker)
