@@ -31,6 +31,7 @@ from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, bounded, failure_message
+from nsj_queue_lib.runtime.infrastructure import ConnectionLost, settlement
 from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.settings import Settings
 
@@ -96,8 +97,10 @@ class TaskExecutor:
         liveness: Liveness,
         terminate_session: SessionTerminator,
         policies: RetryPolicies | None = None,
+        connection_lost: ConnectionLost | None = None,
     ):
         self.settings = settings
+        self._connection_lost = connection_lost
         self.policies = policies if policies is not None else RetryPolicies.build(settings)
         self.store = store
         self.pool = pool
@@ -285,14 +288,17 @@ class TaskExecutor:
 
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
-        decision = self.policies.decide(task, error)
+        settled = settlement(conn, error, self.policies.decide(task, error), self._connection_lost)
+        decision = settled.decision
         self._log_failure(task, error, decision)
         with self._cond:
             self._failed += 1
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
-            record_failure(self.store, conn, self.policies, task, error, decision=decision)
+            record_failure(
+                self.store, conn, self.policies, task, settled.error, settled.status, None, decision
+            )
             self.liveness.unlock_in_transaction(conn, task)
             self.store.commit(conn)
             return True
@@ -308,7 +314,16 @@ class TaskExecutor:
         try:
             with self.pool.connection() as fresh:
                 self.store.begin(fresh)
-                record_failure(self.store, fresh, self.policies, task, error, decision=decision)
+                record_failure(
+                    self.store,
+                    fresh,
+                    self.policies,
+                    task,
+                    settled.error,
+                    settled.status,
+                    None,
+                    decision,
+                )
                 self.store.commit(fresh)
         except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
             logger.warning(

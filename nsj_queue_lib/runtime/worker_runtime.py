@@ -120,6 +120,7 @@ class WorkerRuntime:
             self._liveness(),
             self.driver.terminate_session,
             self.policies,
+            connection_lost=self.driver.is_connection_lost,
         )
         self.dispatcher = Dispatcher(
             settings,
@@ -272,10 +273,11 @@ class WorkerRuntime:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: self.stop())
         logger.info(
-            "queue=%s table=%s: worker starting (concurrency=%d)",
+            "queue=%s table=%s: worker starting (concurrency=%d, database %s)",
             s.queue_name,
             s.queue_table,
             s.queue_concurrency,
+            s.masked_dsn(),
         )
         try:
             if not self._bind():

@@ -11,7 +11,8 @@ from nsj_queue_lib.cli.config import load
 from nsj_queue_lib.cli.errors import UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time
 from nsj_queue_lib.cli.output import duration, table
-from nsj_queue_lib.db.driver import _driver_class, dsn_environment
+from nsj_queue_lib.db.driver import _driver_class
+from nsj_queue_lib.db.dsn import dsn_environment
 from nsj_queue_lib.db.inspection import TaskFilter, as_utc
 from nsj_queue_lib.db.queue_store import InspectionStore
 
@@ -98,9 +99,10 @@ def test_dsn_environment(dsn, expected):
         "mysql://u:secret@h/",
         "mysql://u:secret@h:99999/d",
         "mysql://u:secret@h/d?ssl=1",
-        "host=h user=u password=secret sslmode=require",
+        "mysql://u:secret@h/d?sslmode",
+        "host=h user=u password=secret application_name=x",
         "password=secret",
-        "postgresql://u:secret@h/d?sslmode=require",
+        "postgresql://u:secret@h/d?application_name=x",
     ],
 )
 def test_a_bad_dsn_is_refused_without_repeating_its_password(dsn):
