@@ -54,6 +54,7 @@ _ACCESS_REFUSED = (
     (re.compile(r"certificate verify failed|does not match host name"), _TLS_CHECK),
     (re.compile(r"server does not support SSL"), "DB_SSLMODE, the server's ssl setting"),
     (re.compile(r"certificate (file|present)|private key|root certificate"), _TLS_CHECK),
+    (re.compile(r"requires a valid client certificate"), "DB_SSLCERT, DB_SSLKEY"),
 )
 POOL_NAME_PREFIX = "nsj_queue_lib:"
 # The bodies of the functions of the table's enabled triggers, where db_gen's
