@@ -2,7 +2,12 @@
 
 A 'processando' row with no liveness lock and no row lock has no live worker
 (killed, out of memory, lost its connection). It is settled as
-'falha_processando' and retried like any failure, or dead-lettered.
+'falha_processando' and its next attempt is due at once, as for an attempt
+released at shutdown: the infrastructure failed, not the handler, so it
+waits for no back-off (the attempt still counts toward the maximum, and the
+last one is dead-lettered). The executor settles the same way an attempt
+whose connection died under its handler; whichever of the two comes first
+settles it (the update is conditional on 'processando').
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class RetryService(PeriodicService):
                     task,
                     ORPHAN_MESSAGE,
                     status=model.FALHA_PROCESSANDO,
+                    delay_seconds=0.0,
                 )
                 logger.warning(
                     "queue=%s task=%s tentativa=%s: rescued an abandoned attempt",
