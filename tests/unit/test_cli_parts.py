@@ -46,6 +46,21 @@ def test_the_dsn_replaces_every_database_variable():
     assert (settings.db_user, settings.db_pass) == ("u", "p@ss")
 
 
+def test_the_command_reads_database_url_and_the_tls_variables_as_workers_do():
+    environ = {
+        "DATABASE_URL": "postgresql://ops@db1,db2/app?target_session_attrs=read-write",
+        "DB_SSLMODE": "require",
+        "QUEUE_TABLE": "public.fila",
+    }
+    settings = load(environ).database_settings()
+    assert (settings.hosts(), settings.db_name, settings.db_sslmode) == (
+        ["db1", "db2"],
+        "app",
+        "require",
+    )
+    assert settings.db_target_session_attrs == "read-write"
+
+
 def test_printing_the_ddl_needs_no_database_settings():
     config = load({"DB_DRIVER": "SINGLE_STORE"}, table="s.q", database=False)
     assert (config.dialect, config.settings) == ("singlestore", None)
