@@ -11,6 +11,7 @@ its own, stays a normal failure with its back-off.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -74,3 +75,15 @@ def test_a_handlers_own_driver_error_stays_a_failure_with_its_back_off(backend):
     first, second = backend.rows()
     assert first["status"] == "falha", first
     assert seconds(second["data_hora"] - first["data_hora"]) > 500, (first, second)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgres", id="postgres")], indirect=True)
+def test_the_start_up_line_shows_the_connection_with_its_password_masked(backend, caplog):
+    caplog.set_level(logging.INFO, logger="nsj_queue_lib")
+    # The shared test server trusts local connections: any password is accepted.
+    backend.run(backend.function_worker(lambda *a: None, db_pass="hunter2", db_sslmode="prefer"))
+    [line] = [r.getMessage() for r in caplog.records if "worker starting" in r.getMessage()]
+    db = backend.db
+    assert f"database postgresql://{db['user']}:***@{db['host']}:{db['port']}/" in line, line
+    assert "sslmode=prefer" in line, line
+    assert not [r for r in caplog.records if "hunter2" in r.getMessage()]
