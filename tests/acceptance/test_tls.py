@@ -23,7 +23,14 @@ from tests.helpers.private_servers import (
     make_certificates,
     temporary_directory,
 )
-from tests.helpers.processes import InProcessWorker, function_worker, wait_for
+from tests.helpers.processes import (
+    InProcessWorker,
+    function_worker,
+    wait_for,
+    worker_env,
+    workers_of,
+)
+from tests.helpers.recorder import WORKER
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 QUEUE = {"QUEUE_NAME": "tls_probe", "QUEUE_TABLE": "tls_probe"}
@@ -99,6 +106,23 @@ def test_postgres_with_a_certificate_of_another_ca_is_refused_clearly(tls_pg, ce
         make_driver(s).connect()
     assert "certificate verify failed" in str(refused.value)
     assert "DB_SSLROOTCERT" in str(refused.value)
+
+
+def test_a_worker_process_given_the_wrong_ca_stops_at_start_with_exit_code_2(
+    tls_pg, certificates, request
+):
+    env = worker_env(
+        tls_pg.dsn,
+        "public.tls_wrong_ca",
+        DB_SSLMODE="verify-full",
+        DB_SSLROOTCERT=str(certificates.wrong_ca),
+    )
+    with workers_of(request) as workers:
+        worker = workers.start(WORKER, env, "wrong-ca")
+        assert worker.wait(30) == 2, worker.output()[-3000:]
+        last = worker.last_line()
+        assert "certificate verify failed" in last and "DB_SSLROOTCERT" in last, last
+        assert "retrying" not in worker.output()
 
 
 def test_postgres_sends_the_client_certificate(tls_pg, certificates):
