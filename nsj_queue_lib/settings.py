@@ -11,10 +11,13 @@ can build a ``Settings`` directly instead.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nsj_queue_lib.db.dsn import dsn_variables, masked_url, port_text
 from nsj_queue_lib.exceptions import ConfigError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name
 
@@ -25,6 +28,22 @@ EVERY_FIVE_MINUTES = tuple(range(0, 60, 5))
 LOG_FORMATS = ("text", "json")
 # QUEUE_COMPAT_1_2_2: hold nsj-queue-lib 1.2.2's task keys too (docs/upgrading.md).
 COMPAT_MODES = ("AUTO", "ON", "OFF")
+# libpq's sslmode values, from no TLS to a verified certificate naming the host.
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+# libpq's target_session_attrs values (PostgreSQL only).
+TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+# The whole connection as one string; both names are read, they must agree.
+DSN_VARIABLES = ("DATABASE_URL", "DB_DSN")
+
+# The older names of the DB_* variables, still read.
+_ALIASES = {
+    "DB_DRIVER": ("DATABASE_DRIVER",),
+    "DB_HOST": ("DATABASE_HOST",),
+    "DB_PORT": ("DATABASE_PORT",),
+    "DB_BASE": ("DATABASE_NAME",),
+    "DB_USER": ("DATABASE_USER",),
+    "DB_PASS": ("DATABASE_PASS",),
+}
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -34,13 +53,20 @@ _FALSE = {"0", "false", "f", "no", "n", "off"}
 class Settings:
     """Everything a worker or the socket server needs, with the original defaults."""
 
-    # Database connection (DB_* or DATABASE_* variables).
-    db_host: str
+    # Database connection (DB_* or DATABASE_* variables, or DATABASE_URL / DB_DSN).
+    db_host: str  # PostgreSQL: several hosts, comma-separated, are tried in order
     db_name: str
     db_user: str
-    db_pass: str = ""
-    db_port: int = 5432
+    db_pass: str = dataclasses.field(default="", repr=False)
+    db_port: int | tuple[int, ...] = 5432  # a tuple: one port per host of db_host
     db_driver: str = "POSTGRES"
+    # TLS (libpq's names, mapped to PyMySQL on MySQL); None: the driver's default.
+    db_sslmode: str | None = None
+    db_sslrootcert: str | None = None
+    db_sslcert: str | None = None
+    db_sslkey: str | None = None
+    # PostgreSQL with several hosts: which server a session must reach (libpq's).
+    db_target_session_attrs: str | None = None
 
     # The queue.
     queue_name: str = ""
@@ -116,8 +142,10 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from an environment mapping; raise ConfigError listing every problem."""
+        environ, dsn_problems = _with_dsn(environ)
         reader = _Reader(environ)
-        driver = reader.choice("DB_DRIVER", DRIVERS, "POSTGRES", aliases=("DATABASE_DRIVER",))
+        reader.problems.update(dsn_problems)
+        driver = reader.choice("DB_DRIVER", DRIVERS, "POSTGRES", aliases=_ALIASES["DB_DRIVER"])
         values: dict[str, Any] = {
             "db_driver": driver,
             **_database_values(reader, driver),
@@ -145,12 +173,71 @@ class Settings:
 
         return make_conninfo(
             host=self.db_host,
-            port=self.db_port,
+            port=port_text(self.db_port),
             dbname=self.db_name,
             user=self.db_user,
             password=self.db_pass or None,
             application_name=f"nsj_queue_lib:{self.queue_name}"[:63],
+            sslmode=self.db_sslmode,
+            sslrootcert=self.db_sslrootcert,
+            sslcert=self.db_sslcert,
+            sslkey=self.db_sslkey,
+            target_session_attrs=self.db_target_session_attrs,
         )
+
+    def hosts(self) -> list[str]:
+        """The hosts of DB_HOST (PostgreSQL tries them in order)."""
+        return [host.strip() for host in self.db_host.split(",")]
+
+    def masked_dsn(self) -> str:
+        """The connection as a URL with the password masked: for logs, never a secret."""
+        return masked_url(
+            self.db_driver,
+            self.db_user,
+            bool(self.db_pass),
+            self.hosts(),
+            self.db_port,
+            self.db_name,
+            {
+                "sslmode": self.db_sslmode,
+                "sslrootcert": self.db_sslrootcert,
+                "sslcert": self.db_sslcert,
+                "sslkey": self.db_sslkey,
+                "target_session_attrs": self.db_target_session_attrs,
+            },
+        )
+
+
+def _with_dsn(environ: Mapping[str, str]) -> tuple[Mapping[str, str], dict[str, str]]:
+    """The environment with DATABASE_URL / DB_DSN read as the DB_* variables they stand for,
+    and {variable: why} for a DSN that cannot be read or contradicts a variable set too."""
+    given = {
+        name: environ[name].strip() for name in DSN_VARIABLES if (environ.get(name) or "").strip()
+    }
+    if not given:
+        return environ, {}
+    if len(set(given.values())) > 1:
+        return environ, {"DB_DSN": "differs from DATABASE_URL: set one of them"}
+    name, dsn = next(iter(given.items()))
+    try:
+        variables = dsn_variables(dsn)
+    except ValueError as exc:
+        return environ, {name: str(exc)}
+    problems = {}
+    for variable, value in variables.items():
+        for set_too in (variable, *_ALIASES.get(variable, ())):
+            other = (environ.get(set_too) or "").strip()
+            if other and _normal(variable, other) != _normal(variable, value):
+                shown = "set" if variable == "DB_PASS" else repr(other)
+                problems[set_too] = (
+                    f"is {shown} but {name} says otherwise: give the connection in one place"
+                )
+    return collections.ChainMap(variables, environ), problems  # type: ignore[arg-type]
+
+
+def _normal(variable: str, value: str) -> str:
+    """A value as compared between a DSN and a variable (DB_DRIVER and DB_SSLMODE: any case)."""
+    return value.lower() if variable in ("DB_DRIVER", "DB_SSLMODE") else value
 
 
 class _Reader:
@@ -235,6 +322,20 @@ class _Reader:
         _, value = self._raw(name)
         return None if value is None else self.integer(name, 0)
 
+    def ports(
+        self, name: str, default: int, aliases: tuple[str, ...] = ()
+    ) -> int | tuple[int, ...]:
+        """One port, or a comma-separated list of them (one per host)."""
+        used, value = self._raw(name, aliases)
+        if value is None:
+            return default
+        # An empty entry is the default port, as libpq reads "host=a,b port=,5433".
+        parts = [part.strip() or str(default) for part in value.split(",")]
+        if not all(part.isdigit() for part in parts):
+            self._fail(used, f"must be a port or comma-separated ports, got {value!r}")
+            return default
+        return int(parts[0]) if len(parts) == 1 else tuple(int(part) for part in parts)
+
     def number(self, name: str, default: float | None) -> float | None:
         used, value = self._raw(name)
         if value is None:
@@ -262,16 +363,23 @@ class _Reader:
 
 def _database_values(reader: _Reader, driver: str | None) -> dict[str, Any]:
     return dict(
-        db_host=reader.required("DB_HOST", aliases=("DATABASE_HOST",)),
-        db_port=reader.integer(
-            "DB_PORT",
-            DEFAULT_PORTS.get(driver or "POSTGRES", 5432),
-            aliases=("DATABASE_PORT",),
+        db_host=reader.required("DB_HOST", aliases=_ALIASES["DB_HOST"]),
+        db_port=reader.ports(
+            "DB_PORT", DEFAULT_PORTS.get(driver or "POSTGRES", 5432), aliases=_ALIASES["DB_PORT"]
         ),
-        db_name=reader.required("DB_BASE", aliases=("DATABASE_NAME",)),
-        db_user=reader.required("DB_USER", aliases=("DATABASE_USER",)),
-        db_pass=reader.text("DB_PASS", "", aliases=("DATABASE_PASS",)),
+        db_name=reader.required("DB_BASE", aliases=_ALIASES["DB_BASE"]),
+        db_user=reader.required("DB_USER", aliases=_ALIASES["DB_USER"]),
+        db_pass=reader.text("DB_PASS", "", aliases=_ALIASES["DB_PASS"]),
+        db_sslmode=_lower(reader.text("DB_SSLMODE", None)),
+        db_sslrootcert=reader.text("DB_SSLROOTCERT", None),
+        db_sslcert=reader.text("DB_SSLCERT", None),
+        db_sslkey=reader.text("DB_SSLKEY", None),
+        db_target_session_attrs=_lower(reader.text("DB_TARGET_SESSION_ATTRS", None)),
     )
+
+
+def _lower(value: str | None) -> str | None:
+    return None if value is None else value.lower()
 
 
 def _queue_values(reader: _Reader) -> dict[str, Any]:
@@ -341,7 +449,6 @@ def _metrics_values(reader: _Reader) -> dict[str, Any]:
 # code: field -> (variable, minimum, maximum, strictly positive). Integers are
 # the fields whose default is an int.
 _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
-    "db_port": ("DB_PORT", 1, 65535, False),
     "queue_max_retry": ("QUEUE_MAX_RETRY", 1, None, False),
     "queue_base_interval_retry": ("QUEUE_BASE_INTERVAL_RETRY", None, None, True),
     "queue_concurrency": ("QUEUE_CONCURRENCY", 1, None, False),
@@ -387,7 +494,7 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
     QUEUE_NAME and QUEUE_TABLE may be empty here (settings for a client of the
     socket server need no queue); ``from_env`` and the worker require them.
     """
-    problems: dict[str, str] = {}
+    problems = _connection_problems(values)
     for field, variable in _REQUIRED.items():
         if field in values and not (isinstance(values[field], str) and values[field].strip()):
             problems[variable] = "is required"
@@ -415,6 +522,42 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
             why = _out_of_bounds(values[field], field in _INTEGERS, *bounds[1:])
             if why:
                 problems[bounds[0]] = why
+    return problems
+
+
+_CHOICES = {
+    "db_sslmode": ("DB_SSLMODE", SSL_MODES),
+    "db_target_session_attrs": ("DB_TARGET_SESSION_ATTRS", TARGET_SESSION_ATTRS),
+}
+_FILES = {
+    "db_sslrootcert": "DB_SSLROOTCERT",
+    "db_sslcert": "DB_SSLCERT",
+    "db_sslkey": "DB_SSLKEY",
+}
+
+
+def _connection_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """DB_PORT (one port per host), the TLS files and the choices among libpq's words."""
+    problems: dict[str, str] = {}
+    port = values.get("db_port")
+    ports = port if isinstance(port, tuple) else (port,)
+    if "db_port" in values:
+        why = next(filter(None, (_out_of_bounds(p, True, 1, 65535, False) for p in ports)), None)
+        hosts = str(values.get("db_host") or "").count(",") + 1
+        if why:
+            problems["DB_PORT"] = why
+        elif len(ports) not in (1, hosts):
+            problems["DB_PORT"] = f"lists {len(ports)} ports for {hosts} hosts in DB_HOST"
+    for field, (variable, options) in _CHOICES.items():
+        if values.get(field) is not None and values[field] not in options:
+            problems[variable] = f"must be one of {', '.join(options)}, got {values[field]!r}"
+    for field, variable in _FILES.items():
+        if values.get(field) and not os.path.isfile(values[field]):
+            problems[variable] = f"no such file: {values[field]!r}"
+    if bool(values.get("db_sslcert")) != bool(values.get("db_sslkey")):
+        problems.setdefault(
+            "DB_SSLKEY", "DB_SSLCERT and DB_SSLKEY go together (a client certificate and its key)"
+        )
     return problems
 
 

@@ -1,6 +1,7 @@
 """The command's configuration: the database and the queue table, nothing else.
 
-The worker's variables are read (DB_DRIVER, DB_HOST... or DATABASE_*, QUEUE_TABLE)
+The worker's variables are read (DB_DRIVER, DB_HOST... or DATABASE_*, DATABASE_URL or
+DB_DSN, the TLS ones, QUEUE_TABLE)
 through ``Settings.from_env``, but only those: a variable the command does not
 use is never required nor checked. ``--dsn`` replaces every DB_* variable,
 ``--table`` QUEUE_TABLE.
@@ -12,7 +13,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from nsj_queue_lib.cli.errors import UsageError
-from nsj_queue_lib.db.driver import driver_module_name, dsn_environment
+from nsj_queue_lib.db.driver import driver_module_name
+from nsj_queue_lib.db.dsn import dsn_environment
 from nsj_queue_lib.exceptions import ConfigError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
 from nsj_queue_lib.settings import Settings
@@ -30,6 +32,13 @@ _DATABASE_VARIABLES = (
     "DATABASE_USER",
     "DB_PASS",
     "DATABASE_PASS",
+    "DATABASE_URL",
+    "DB_DSN",
+    "DB_SSLMODE",
+    "DB_SSLROOTCERT",
+    "DB_SSLCERT",
+    "DB_SSLKEY",
+    "DB_TARGET_SESSION_ATTRS",
 )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
-import urllib.parse
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -28,14 +28,6 @@ if TYPE_CHECKING:
     from nsj_queue_lib.settings import Settings
 
 DRIVER_NAMES = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
-# The dialect of a DSN by its URL scheme (a DSN without one is a libpq conninfo string).
-_DSN_SCHEMES = {
-    "postgres": "postgres",
-    "postgresql": "postgres",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "singlestore": "singlestore",
-}
 # The dialect of a caller's connection, by the package of its driver.
 _CONNECTION_DIALECTS = {
     "psycopg": "postgres",
@@ -179,6 +171,11 @@ class Driver(abc.ABC):
         """Whether ``exc`` comes from this database's driver (an outage, not a bug)."""
         return isinstance(exc, DatabaseError)
 
+    def is_connection_lost(self, conn: Any, exc: BaseException) -> bool:
+        """Whether ``exc``, raised while a handler ran on ``conn``, is the loss of ``conn``
+        itself (server shutdown, failover, network), not the handler's own error."""
+        return False
+
     # -- the queue --
 
     @classmethod
@@ -205,39 +202,6 @@ class Driver(abc.ABC):
 
         Inside the connection's transaction where the database has transactional DDL.
         """
-
-    # -- a connection given as one string --
-
-    @classmethod
-    def dsn_environment(cls, dsn: str) -> dict[str, str]:
-        """The DB_* variables ``scheme://user:password@host:port/database`` stands for.
-
-        Raises ``ValueError`` saying what is wrong, never repeating the DSN (it may
-        hold a password).
-        """
-        parts = urllib.parse.urlsplit(dsn.strip())
-        try:
-            port = parts.port
-        except ValueError:
-            raise ValueError("the DSN's port is not a number from 1 to 65535") from None
-        database = urllib.parse.unquote(parts.path.lstrip("/"))
-        if not parts.hostname or not parts.username or not database or "/" in database:
-            raise ValueError(
-                f"expected {parts.scheme}://user:password@host:port/database "
-                "(user, host and database are required)"
-            )
-        if parts.query or parts.fragment:
-            raise ValueError("the DSN takes no parameters (nothing after '?' or '#')")
-        environment = {
-            "DB_DRIVER": _driver_variable(cls.name),
-            "DB_HOST": parts.hostname,
-            "DB_BASE": database,
-            "DB_USER": urllib.parse.unquote(parts.username),
-            "DB_PASS": urllib.parse.unquote(parts.password or ""),
-        }
-        if port is not None:
-            environment["DB_PORT"] = str(port)
-        return environment
 
     # -- wake-ups --
 
@@ -277,22 +241,6 @@ def driver_module_name(db_driver: str) -> str:
         raise ValueError(f"unknown DB_DRIVER {db_driver!r}; known: {known}") from None
 
 
-def _driver_variable(dialect: str) -> str:
-    return next(variable for variable, name in DRIVER_NAMES.items() if name == dialect)
-
-
-def dsn_environment(dsn: str) -> dict[str, str]:
-    """The DB_* variables (DB_DRIVER included) of a DSN: a libpq conninfo string or URL
-    (``postgresql://``) for PostgreSQL, ``mysql://user:password@host:port/database`` for
-    MySQL/MariaDB (``singlestore://`` for SingleStore). Raises ``ValueError``."""
-    scheme, found, _ = dsn.strip().partition("://")
-    dialect = _DSN_SCHEMES.get(scheme.lower()) if found else "postgres"
-    if dialect is None:
-        known = ", ".join(f"{name}://" for name in _DSN_SCHEMES)
-        raise ValueError(f"unknown DSN scheme {scheme!r}: expected {known} or a libpq string")
-    return _driver_class(dialect).dsn_environment(dsn)
-
-
 def _driver_class(dialect: str) -> type[Driver]:
     module = importlib.import_module(f"nsj_queue_lib.db.{dialect}.driver")
     driver_class: type[Driver] = module.DRIVER_CLASS
@@ -330,6 +278,14 @@ def client_store(conn: object, queue_table: str, subscriber_table: str | None) -
 def client_inspection_store(conn: object, queue_table: str) -> InspectionStore:
     """The inspection store (``nsjq``'s operations) for a caller's DB-API connection."""
     return _connection_driver(conn).new_inspection_store(queue_table)
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or during."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
 
 
 def close_quietly(conn: Any) -> None:

@@ -35,6 +35,7 @@ from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
 from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, bounded, failure_message
+from nsj_queue_lib.runtime.infrastructure import ConnectionLost, settlement
 from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.settings import Settings
 
@@ -146,8 +147,10 @@ class TaskExecutor:
         terminate_session: SessionTerminator,
         policies: RetryPolicies | None = None,
         observer: Observer = NULL_OBSERVER,
+        connection_lost: ConnectionLost | None = None,
     ):
         self.settings = settings
+        self._connection_lost = connection_lost
         self.policies = policies if policies is not None else RetryPolicies.build(settings)
         self.observer = observer
         self.store = store
@@ -422,13 +425,19 @@ class TaskExecutor:
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""
         decision: Decision | None = None
+        status = model.FALHA
+        recorded: BaseException | str = error
         if isinstance(error, TaskCancelled):
             logger.info(
                 "queue=%s task=%s: cancelled (%s)", self.settings.queue_name, task.id, error
             )
             self.observer.task_finished(task, outcomes.CANCELADA)
         else:
-            decision = self.policies.decide(task, error)
+            # A lost connection is a release for a new attempt, not the handler's failure.
+            settled = settlement(
+                conn, error, self.policies.decide(task, error), self._connection_lost
+            )
+            decision, status, recorded = settled.decision, settled.status, settled.error
             self._log_failure(task, error, decision)
             with self._cond:
                 self._failed += 1
@@ -438,7 +447,9 @@ class TaskExecutor:
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
-            settle_failure(self.store, conn, self.policies, task, error, decision=decision)
+            settle_failure(
+                self.store, conn, self.policies, task, recorded, status=status, decision=decision
+            )
             self.liveness.unlock_in_transaction(conn, task)
             self.store.commit(conn)
             return True
@@ -454,7 +465,15 @@ class TaskExecutor:
         try:
             with self.pool.connection() as fresh:
                 self.store.begin(fresh)
-                settle_failure(self.store, fresh, self.policies, task, error, decision=decision)
+                settle_failure(
+                    self.store,
+                    fresh,
+                    self.policies,
+                    task,
+                    recorded,
+                    status=status,
+                    decision=decision,
+                )
                 self.store.commit(fresh)
         except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
             logger.warning(

@@ -2,8 +2,14 @@
 
 A 'processando' row with no liveness lock and no row lock has no live worker
 (killed, out of memory, lost its connection). It is settled as
-'falha_processando' and retried like any failure, or dead-lettered; when its
-cancel was requested it ends 'cancelada' instead (it never runs again).
+'falha_processando' and its next attempt is due at once, as for an attempt
+released at shutdown: the infrastructure failed, not the handler, so it
+waits for no back-off (the attempt still counts toward the maximum, and the
+last one is dead-lettered). The executor settles the same way an attempt
+whose connection died under its handler; whichever of the two comes first
+settles it (the update is conditional on 'processando'). When its cancel was
+requested it ends 'cancelada' instead (it never runs again).
+
 
 In compatibility mode (QUEUE_COMPAT_1_2_2) a row is an orphan only if its
 nsj-queue-lib 1.2.2 key is free too: this service takes that key before
@@ -81,6 +87,7 @@ class RetryService(PeriodicService):
                     task,
                     ORPHAN_MESSAGE,
                     status=model.FALHA_PROCESSANDO,
+                    delay_seconds=0.0,
                 )
                 logger.warning(
                     "queue=%s task=%s tentativa=%s: rescued an abandoned attempt",

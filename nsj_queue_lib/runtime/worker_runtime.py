@@ -147,6 +147,7 @@ class WorkerRuntime:
             self.driver.terminate_session,
             policies=self.policies,
             observer=self.observer,
+            connection_lost=self.driver.is_connection_lost,
         )
         self.dispatcher = Dispatcher(
             settings,
@@ -373,10 +374,11 @@ class WorkerRuntime:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: self.stop())
         logger.info(
-            "queue=%s table=%s: worker starting (concurrency=%d)",
+            "queue=%s table=%s: worker starting (concurrency=%d, database %s)",
             s.queue_name,
             s.queue_table,
             s.queue_concurrency,
+            s.masked_dsn(),
         )
         try:
             if self.endpoints is not None:

@@ -79,6 +79,7 @@ def serve(environ: Mapping[str, str]) -> int:
     configure_logging(settings)
     log = logging.getLogger("nsj_queue_lib.server")
     driver = make_driver(settings)
+    log.info("queue=%s: database %s", settings.queue_name, settings.masked_dsn())
     server = QueueServer(config, source_factory=driver.task_source, logger=log)
     try:
         server.start()

@@ -366,7 +366,10 @@ def test_ddl_apply_creates_a_usable_queue(dialect, request, capsys):
         (["--table", "a.b.c", "tasks"], "queue table"),
         (["--dsn", "ftp://h/db", "--table", "s.q", "status"], "unknown DSN scheme 'ftp'"),
         (["--dsn", "mysql://secret@/", "--table", "s.q", "status"], "--dsn: expected mysql://"),
-        (["--dsn", "host=h sslmode=require user=u", "--table", "s.q", "status"], "sslmode"),
+        (
+            ["--dsn", "host=h application_name=x user=u", "--table", "s.q", "status"],
+            "application_name",
+        ),
         (["--dsn", "not a conninfo", "--table", "s.q", "status"], "libpq"),
         (["--table", "s.q", "status"], "DB_HOST"),
         (["status"], "no queue table"),

@@ -8,6 +8,7 @@ computed here independently of the library.
 
 from __future__ import annotations
 
+import datetime
 import threading
 
 import psycopg
@@ -100,6 +101,8 @@ def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
     )
     assert retry["status"] in ("agendada", "pendente")
     assert rows[orphan]["proxima_tentativa"] == retry["data_hora"]
+    # Due at once, not after the 10-minute back-off: the worker failed, not the handler.
+    assert retry["data_hora"] - rows[orphan]["data_hora"] < datetime.timedelta(minutes=1)
     # The attempt whose worker is alive is not touched.
     assert rows[alive]["status"] == "processando"
     assert not [r for r in rows.values() if r["id_anterior"] == alive]

@@ -11,7 +11,8 @@ from nsj_queue_lib.cli.config import load
 from nsj_queue_lib.cli.errors import UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time
 from nsj_queue_lib.cli.output import duration, table
-from nsj_queue_lib.db.driver import _driver_class, dsn_environment
+from nsj_queue_lib.db.driver import _driver_class
+from nsj_queue_lib.db.dsn import dsn_environment
 from nsj_queue_lib.db.inspection import TaskFilter, as_utc
 from nsj_queue_lib.db.queue_store import InspectionStore
 
@@ -43,6 +44,21 @@ def test_the_dsn_replaces_every_database_variable():
     assert config.dialect == "mysql"
     assert (settings.db_host, settings.db_port, settings.db_name) == ("h", 3307, "app")
     assert (settings.db_user, settings.db_pass) == ("u", "p@ss")
+
+
+def test_the_command_reads_database_url_and_the_tls_variables_as_workers_do():
+    environ = {
+        "DATABASE_URL": "postgresql://ops@db1,db2/app?target_session_attrs=read-write",
+        "DB_SSLMODE": "require",
+        "QUEUE_TABLE": "public.fila",
+    }
+    settings = load(environ).database_settings()
+    assert (settings.hosts(), settings.db_name, settings.db_sslmode) == (
+        ["db1", "db2"],
+        "app",
+        "require",
+    )
+    assert settings.db_target_session_attrs == "read-write"
 
 
 def test_printing_the_ddl_needs_no_database_settings():
@@ -98,9 +114,10 @@ def test_dsn_environment(dsn, expected):
         "mysql://u:secret@h/",
         "mysql://u:secret@h:99999/d",
         "mysql://u:secret@h/d?ssl=1",
-        "host=h user=u password=secret sslmode=require",
+        "mysql://u:secret@h/d?sslmode",
+        "host=h user=u password=secret application_name=x",
         "password=secret",
-        "postgresql://u:secret@h/d?sslmode=require",
+        "postgresql://u:secret@h/d?application_name=x",
     ],
 )
 def test_a_bad_dsn_is_refused_without_repeating_its_password(dsn):

@@ -14,6 +14,7 @@ from nsj_queue_lib.db.driver import (
     Driver,
     Listener,
     TaskSource,
+    exception_chain,
 )
 from nsj_queue_lib.db.mysql.dialect import split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
@@ -21,6 +22,7 @@ from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
+from nsj_queue_lib.db.mysql.tls import ssl_options, tls_refused
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
@@ -46,6 +48,9 @@ ACCESS_REFUSED = {
     1045: "DB_USER, DB_PASS",  # ER_ACCESS_DENIED_ERROR
     1049: "DB_BASE",  # ER_BAD_DB_ERROR
 }
+# The connection itself is gone: server gone away, lost during a query, killed,
+# server shutting down, disconnected by the server.
+CONNECTION_LOST = {2006, 2013, 2055, 1927, 1053, 4031}
 
 
 def configure_session(conn: Any, executor: bool) -> None:
@@ -68,13 +73,14 @@ class MysqlFamilyDriver(Driver):
         s = self.settings
         return HandlerConnection(
             host=s.db_host,
-            port=s.db_port,
+            port=s.db_port if isinstance(s.db_port, int) else s.db_port[0],
             user=s.db_user,
             password=s.db_pass or "",
             database=s.db_name,
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             charset="utf8mb4",
+            **ssl_options(s),
             **options,
         )
 
@@ -98,6 +104,11 @@ class MysqlFamilyDriver(Driver):
             conn = self._raw_connect(autocommit)
         except pymysql.err.Error as exc:
             code, *text = exc.args or (None,)
+            refused = tls_refused(exc)
+            if refused is not None:
+                raise DatabaseAccessError(
+                    f"connecting to {self.database_name} refused: {refused}"
+                ) from exc
             if code in ACCESS_REFUSED:
                 reason = text[0] if text else str(exc)
                 raise DatabaseAccessError(
@@ -121,6 +132,22 @@ class MysqlFamilyDriver(Driver):
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (pymysql.err.Error, DatabaseError))
+
+    def is_connection_lost(self, conn: Any, exc: BaseException) -> bool:
+        # A lost connection is no longer open; one the handler closed raised no such error.
+        return not getattr(conn, "open", True) and any(
+            isinstance(e, pymysql.err.OperationalError) and e.args and e.args[0] in CONNECTION_LOST
+            for e in exception_chain(exc)
+        )
+
+    def check_settings(self) -> dict[str, str]:
+        problems = super().check_settings()
+        s = self.settings
+        if len(s.hosts()) > 1 or isinstance(s.db_port, tuple):
+            problems["DB_HOST"] = f"can name one host only with DB_DRIVER={s.db_driver}"
+        if s.db_target_session_attrs is not None:
+            problems["DB_TARGET_SESSION_ATTRS"] = "is for PostgreSQL only"
+        return problems
 
     def native_listener(self) -> Listener:
         return PollingListener(self.settings.queue_poll_interval)

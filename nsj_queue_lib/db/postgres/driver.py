@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from nsj_queue_lib.db.driver import (
     CONNECT_TIMEOUT_SECONDS,
@@ -19,6 +19,7 @@ from nsj_queue_lib.db.driver import (
     Driver,
     Listener,
     TaskSource,
+    exception_chain,
 )
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
@@ -41,9 +42,7 @@ _CONNECT_OPTIONS: dict[str, Any] = {
 }
 
 
-# What a DSN may say; anything else (sslmode...) libpq reads from PG* variables.
-_DSN_KEYS = {"host": "DB_HOST", "port": "DB_PORT", "dbname": "DB_BASE", "user": "DB_USER"}
-
+_TLS_CHECK = "DB_SSLMODE, DB_SSLROOTCERT, DB_SSLCERT, DB_SSLKEY"
 # A refused login that waiting would never cure, by the server's message: libpq
 # gives no SQLSTATE for a failed connection (28000, 28P01, 3D000, 42501), only
 # its text, in the server's lc_messages (English by default). "too many
@@ -56,6 +55,11 @@ _ACCESS_REFUSED = (
     (re.compile(r'role ".*" (does not exist|is not permitted to log in)'), "DB_USER"),
     (re.compile(r'database ".*" does not exist'), "DB_BASE"),
     (re.compile(r"permission denied for database"), "DB_USER, DB_BASE"),
+    # TLS: a certificate that does not verify, or TLS the server does not offer.
+    (re.compile(r"certificate verify failed|does not match host name"), _TLS_CHECK),
+    (re.compile(r"server does not support SSL"), "DB_SSLMODE, the server's ssl setting"),
+    (re.compile(r"certificate (file|present)|private key|root certificate"), _TLS_CHECK),
+    (re.compile(r"requires a valid client certificate"), "DB_SSLCERT, DB_SSLKEY"),
 )
 POOL_NAME_PREFIX = "nsj_queue_lib:"
 # The bodies of the functions of the table's enabled triggers, where db_gen's
@@ -140,27 +144,6 @@ class PostgresDriver(Driver):
     @classmethod
     def new_inspection_store(cls, queue_table: str) -> PostgresInspectionStore:
         return PostgresInspectionStore(queue_table)
-
-    @classmethod
-    def dsn_environment(cls, dsn: str) -> dict[str, str]:
-        """A libpq conninfo string (``host=... dbname=...``) or URL (``postgresql://``)."""
-        try:
-            params = conninfo_to_dict(dsn.strip())
-        except psycopg.Error:
-            raise ValueError("not a valid libpq connection string or postgresql:// URL") from None
-        unsupported = sorted(set(params) - set(_DSN_KEYS) - {"password"})
-        if unsupported:
-            raise ValueError(
-                f"unsupported in the DSN: {', '.join(unsupported)} (libpq reads such settings "
-                "from its PG* environment variables, e.g. PGSSLMODE)"
-            )
-        if not params.get("host") or not params.get("user"):
-            raise ValueError("the DSN must name the host and the user")
-        params.setdefault("dbname", params["user"])
-        environment = {var: str(params[key]) for key, var in _DSN_KEYS.items() if params.get(key)}
-        environment["DB_DRIVER"] = "POSTGRES"
-        environment["DB_PASS"] = str(params.get("password") or "")
-        return environment
 
     def run_script(self, conn: Any, script: str) -> int:
         # Without parameters the whole script travels as one simple query.
@@ -253,6 +236,13 @@ class PostgresDriver(Driver):
             return psycopg.connect(conninfo, autocommit=True, **_CONNECT_OPTIONS)
 
         return PostgresTaskSource(connect, table, self.channel)
+
+    def is_connection_lost(self, conn: Any, exc: BaseException) -> bool:
+        # psycopg marks a connection broken when the server or the network ended
+        # it, never when the handler closed it.
+        return bool(getattr(conn, "broken", False)) and any(
+            isinstance(e, (psycopg.Error, DatabaseError)) for e in exception_chain(exc)
+        )
 
 
 DRIVER_CLASS = PostgresDriver
