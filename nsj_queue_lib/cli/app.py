@@ -17,6 +17,8 @@ from nsj_queue_lib.cli.operate_commands import cancel, retry
 from nsj_queue_lib.cli.schema_commands import ddl, upgrade
 from nsj_queue_lib.db.dialect import DIALECT_NAMES
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError
+from nsj_queue_lib.web.__main__ import add_arguments as web_arguments
+from nsj_queue_lib.web.__main__ import serve as serve_web
 
 PROG = "nsjq"
 MAX_PAGE_SIZE = 1000
@@ -155,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--dialect", choices=DIALECT_NAMES, help="instead of DB_DRIVER (printing)")
         sub.add_argument("--apply", action="store_true", help="run it on the database")
 
+    what = "serve the HTTP API and the console (needs the web extra; docs/web.md)"
+    sub = commands.add_parser("web", help=what, description=what)
+    sub.set_defaults(standalone=serve_web)
+    web_arguments(sub)
+
     what = "whether the worker on this host is ready (/readyz; --live: /healthz), for exec probes"
     sub = commands.add_parser("health", help=what, description=what)
     sub.set_defaults(standalone=health_command.health)
@@ -182,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                "a command is required: status, tasks, show, retry, cancel, ddl, upgrade or health"
+                "a command is required: status, tasks, show, retry, cancel, ddl, upgrade, web or health"
             )
         standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
         if standalone is not None:  # reads no database nor queue settings

@@ -28,6 +28,9 @@ TIME_COLUMNS = ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hor
 FAILED_STATUSES = (model.FALHA, model.FALHA_PROCESSANDO)
 # Aggregates of status: the window of "recent" failures and dead letters.
 RECENT_SECONDS = 24 * 3600
+# ``recent``: the settled attempts of the last hour, counted per 5 minutes.
+RECENT_WINDOW = 3600
+RECENT_BUCKET = 300
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -59,6 +62,8 @@ def task_filter(status_in: str, from_epoch: str) -> str:
             "(NOT %(by_chave)s OR t.chave_externa = %(chave_externa)s)",
             f"(NOT %(by_since)s OR t.data_hora_inicial >= {from_epoch.format(p='%(since)s')})",
             f"(NOT %(by_until)s OR t.data_hora_inicial < {from_epoch.format(p='%(until)s')})",
+            "(NOT %(by_before)s OR t.id < %(before_id)s)",
+            "(NOT %(exhausted)s OR (t.estouro_tentativas AND t.status IN ('falha', 'falha_processando')))",
         ]
     )
 
@@ -151,7 +156,9 @@ class TaskFilter:
 
     ``since``/``until`` bound the task's first due time (``data_hora_inicial``) as
     aware datetimes; ``all_attempts`` lists every attempt instead of each task's
-    latest one.
+    latest one; ``before_id`` keeps the attempts whose id is below it (a cursor:
+    the last id of the page before); ``exhausted`` keeps the attempts that ran out
+    of attempts (what ``retry_task`` accepts).
     """
 
     statuses: Sequence[str] = ()
@@ -160,6 +167,8 @@ class TaskFilter:
     since: datetime.datetime | None = None
     until: datetime.datetime | None = None
     all_attempts: bool = False
+    before_id: int | None = None
+    exhausted: bool = False
 
     def parameters(self) -> dict[str, Any]:
         """The bound values of the listing query; absent filters are switched off by a flag."""
@@ -176,6 +185,9 @@ class TaskFilter:
             "by_until": self.until is not None,
             "until": _epoch(self.until),
             "all_attempts": self.all_attempts,
+            "by_before": self.before_id is not None,
+            "before_id": self.before_id or 0,
+            "exhausted": self.exhausted,
         }
 
 
@@ -211,6 +223,13 @@ class InspectionQueries(abc.ABC):
     ) -> list[dict[str, Any]]:
         params = dict(filters.parameters(), limit=limit, offset=offset)
         return [listed_row(r) for r in self._fetch(conn, "list_tasks", params)]
+
+    def recent(self, conn: Any) -> list[dict[str, Any]]:
+        rows = self._fetch(conn, "recent", {"window": RECENT_WINDOW, "bucket": RECENT_BUCKET})
+        return [
+            {"bucket": int(r["bucket"]), "status": r["status"], "tasks": int(r["tasks"])}
+            for r in rows
+        ]
 
     def task_chain(self, conn: Any, task_id: int) -> list[dict[str, Any]]:
         return [attempt_row(r) for r in self._fetch(conn, "task_chain", {"id": task_id})]

@@ -203,6 +203,12 @@ class InspectionStore(Protocol):
         'pendente', ``oldest_ready_seconds`` (else None). Reads only those rows."""
         ...
 
+    def recent(self, conn: Any) -> list[Row]:
+        """The settled attempts due in the last hour (``RECENT_WINDOW``), one row per
+        ``bucket`` (``RECENT_BUCKET`` seconds each, 0 the newest) and ``status``: ``tasks``.
+        The table keeps no finish time, so an attempt counts at its ``data_hora``."""
+        ...
+
     def running(self, conn: Any, limit: int) -> list[Row]:
         """'processando' attempts as ``list_tasks`` gives them (the most recent first)."""
         ...

@@ -38,6 +38,17 @@ FROM {queue_table} AS t
 WHERE t.status IN ('pendente', 'agendada', 'processando')
 GROUP BY t.processo, t.status
 
+-- name: recent
+-- Settled attempts due in the last window (an hour), per status and bucket of
+-- bucket seconds (0: the newest); the range on data_hora reads idx_data_hora.
+SELECT FLOOR(TIMESTAMPDIFF(MICROSECOND, t.data_hora, NOW(6)) / 1000000 / %(bucket)s) AS bucket,
+       t.status,
+       COUNT(*) AS tasks
+FROM {queue_table} AS t
+WHERE t.data_hora >= NOW(6) - INTERVAL %(window)s SECOND
+  AND t.status NOT IN ('pendente', 'agendada', 'processando')
+GROUP BY bucket, t.status
+
 -- name: list_tasks
 -- Each attempt's age: since its data_hora, by the database's clock.
 SELECT {attempt_columns},

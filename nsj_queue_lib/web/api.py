@@ -1,0 +1,174 @@
+"""HTTP API v1: enqueue, read, list, cancel and retry tasks; queue statistics.
+
+Every route needs a token when the server has one (401 otherwise, before the
+body is looked at); the writing routes need the full-access token (403 with
+the read-only one). Each call is one transaction (``queues.Queue``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.web.auth import Role
+from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
+
+MAX_PAGE = 500
+Status = Literal[
+    "pendente", "agendada", "processando", "falha", "falha_processando", "sucesso", "cancelada"
+]
+assert set(Status.__args__) == set(model.STATUSES)  # type: ignore[attr-defined]
+
+
+def caller(request: Request) -> Role:
+    role: Role | None = request.app.state.auth.role(request)
+    if role is None:
+        raise HTTPException(401, "a valid token is required", {"WWW-Authenticate": "Bearer"})
+    return role
+
+
+def writer(role: Annotated[Role, Depends(caller)]) -> Role:
+    if role is not Role.ADMIN:
+        raise HTTPException(403, "this token is read-only")
+    return role
+
+
+def queue_named(request: Request, name: str | None, where: str = "query") -> Queue:
+    """The queue ``name`` (the default one when None); 422 naming the field when unknown."""
+    queues: Queues = request.app.state.queues
+    try:
+        return queues.get(name)
+    except UnknownQueue as exc:
+        raise HTTPException(
+            422, [{"loc": [where, "queue"], "msg": str(exc), "type": "value_error"}]
+        ) from None
+
+
+def _text(limit: int) -> Any:
+    return Field(None, max_length=limit)
+
+
+class EnqueueRequest(BaseModel):
+    """The arguments of ``QueueClient.insert_task``, and the queue (default: the first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = None
+    processo: str = Field(min_length=1, max_length=model.TEXT_LIMITS["processo"])
+    payload: Any = Field(description="any JSON value; a task's handler receives it")
+    chave_externa: str | None = _text(model.TEXT_LIMITS["chave_externa"])
+    origem: str | None = _text(model.TEXT_LIMITS["origem"])
+    destino: str | None = _text(model.TEXT_LIMITS["destino"])
+    tenant: StrictInt | None = None
+    grupo_empresarial: str | None = _text(model.TEXT_LIMITS["grupo_empresarial"])
+    prioridade: StrictInt | None = Field(None, ge=0, le=2**31 - 1)
+    data_hora: AwareDatetime | None = Field(None, description="when it is due (default: now)")
+
+
+class Enqueued(BaseModel):
+    id: int
+    queue: str
+
+
+class Cancelled(BaseModel):
+    id: int
+    status: str
+
+
+class Retried(BaseModel):
+    id: int = Field(description="the new attempt's id")
+
+
+class TaskPage(BaseModel):
+    tasks: list[dict[str, Any]]
+    next_cursor: int | None = Field(description="pass as cursor for the next page; null: last")
+
+
+router = APIRouter(prefix="/api/v1", tags=["v1"], dependencies=[Depends(caller)])
+QueueParam = Annotated[str | None, Query(description="the queue table; default: the first")]
+TaskId = Annotated[int, Query(ge=1)]
+
+
+@router.post("/tasks", status_code=201, response_model=Enqueued)
+def enqueue(
+    body: EnqueueRequest, request: Request, _: Annotated[Role, Depends(writer)]
+) -> Enqueued:
+    queue = queue_named(request, body.queue, "body")
+    fields = body.model_dump(exclude={"queue"})
+    try:
+        task_id = queue.enqueue(fields)
+    except (TypeError, ValueError) as exc:
+        raise HTTPException(
+            422, [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]
+        ) from None
+    return Enqueued(id=task_id, queue=queue.table)
+
+
+@router.get("/tasks", response_model=TaskPage)
+def list_tasks(
+    request: Request,
+    queue: QueueParam = None,
+    status: Annotated[list[Status] | None, Query()] = None,
+    processo: str | None = None,
+    chave_externa: str | None = None,
+    exhausted: bool = False,
+    all_attempts: bool = False,
+    cursor: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> TaskPage:
+    """Each task's latest attempt (every attempt with all_attempts), newest first."""
+    filters = TaskFilter(
+        statuses=tuple(status or ()),
+        processo=processo,
+        chave_externa=chave_externa,
+        all_attempts=all_attempts,
+        before_id=cursor,
+        exhausted=exhausted,
+    )
+    page = queue_named(request, queue).tasks(filters, limit)
+    return TaskPage(tasks=page.tasks, next_cursor=page.next_cursor)
+
+
+@router.get("/tasks/{task_id}")
+def get_task(task_id: int, request: Request, queue: QueueParam = None) -> dict[str, Any]:
+    """The task of any of its attempts' ids: status, progress, cancel state, every attempt."""
+    return queue_named(request, queue).task(task_id)
+
+
+@router.post("/tasks/{task_id}/cancel", response_model=Cancelled)
+def cancel_task(
+    task_id: int, request: Request, _: Annotated[Role, Depends(writer)], queue: QueueParam = None
+) -> Cancelled:
+    """A waiting task becomes cancelada; a running one is asked to stop (processando)."""
+    return Cancelled(id=task_id, status=queue_named(request, queue).cancel(task_id))
+
+
+@router.post("/tasks/{task_id}/retry", status_code=201, response_model=Retried)
+def retry_task(
+    task_id: int, request: Request, _: Annotated[Role, Depends(writer)], queue: QueueParam = None
+) -> Retried:
+    """A new attempt, due now, for a task that ran out of attempts (409 otherwise)."""
+    try:
+        return Retried(id=queue_named(request, queue).retry(task_id))
+    except ValueError as exc:
+        raise HTTPException(409, str(exc)) from None
+
+
+@router.get("/queues")
+def list_queues(request: Request) -> list[dict[str, Any]]:
+    """Every queue's statistics."""
+    queues: Queues = request.app.state.queues
+    return [queues.get(name).stats() for name in queues.names]
+
+
+@router.get("/queues/{queue}/stats")
+def queue_stats(queue: str, request: Request) -> dict[str, Any]:
+    """Tasks waiting per status, the oldest ready one's age, the last hour's settled ones."""
+    try:
+        return request.app.state.queues.get(queue).stats()  # type: ignore[no-any-return]
+    except UnknownQueue as exc:
+        raise HTTPException(404, str(exc)) from None

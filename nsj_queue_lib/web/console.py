@@ -1,0 +1,260 @@
+"""The HTML console: overview, task list, task page, dead letters, login.
+
+Pages are rendered on the server by Jinja2 with autoescape on, so no payload,
+message or header value reaches the page unescaped; ``static/console.js``
+only refreshes fragments the server rendered and asks for confirmations.
+Every form POST carries the CSRF token of the ``nsjq_csrf`` cookie.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.web import auth
+from nsj_queue_lib.web.auth import Role
+from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
+
+TEMPLATES = Path(__file__).parent / "templates"
+PAGE_SIZE = 50
+# The payload shown on a task page: its first bytes, pretty-printed.
+PAYLOAD_SHOWN = 16 * 1024
+CHART_HEIGHT = 60
+
+router = APIRouter(include_in_schema=False)
+
+
+def templates() -> Jinja2Templates:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True)
+    )
+    env.globals["statuses"] = model.STATUSES
+    return Jinja2Templates(env=env)
+
+
+class LoginRequired(Exception):
+    pass
+
+
+def _page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    """Render ``name``; sets the CSRF cookie the page's forms echo."""
+    csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf_token()
+    queues: Queues = request.app.state.queues
+    base = {"csrf": csrf, "queues": queues.names, "auth_required": request.app.state.auth.required}
+    response = request.app.state.templates.TemplateResponse(
+        request, name, {**base, **context}, status_code=status
+    )
+    _set_cookie(response, auth.CSRF_COOKIE, csrf)
+    return response  # type: ignore[no-any-return]
+
+
+def _set_cookie(response: Response, name: str, value: str) -> None:
+    response.set_cookie(name, value, httponly=True, samesite="strict", path="/")
+
+
+def _role(request: Request) -> Role | Response:
+    role: Role | None = request.app.state.auth.role(request)
+    if role is None:
+        return RedirectResponse("/login?" + urlencode({"next": request.url.path}), 303)
+    return role
+
+
+def _queue(request: Request, name: str) -> Queue:
+    try:
+        return request.app.state.queues.get(name)  # type: ignore[no-any-return]
+    except UnknownQueue:
+        raise NotFoundError(f"unknown queue {name!r}") from None
+
+
+def _refused(request: Request, role: Role, csrf: str) -> Response | None:
+    """Why a console POST is refused (bad CSRF token, read-only access), or None."""
+    if not auth.csrf_matches(request, csrf):
+        return HTMLResponse("refused: the form's CSRF token does not match", 403)
+    if role is not Role.ADMIN:
+        return HTMLResponse("refused: read-only access", 403)
+    return None
+
+
+# -- login -------------------------------------------------------------------------------
+
+
+@router.get("/login")
+def login_form(request: Request, next: str = "/") -> Response:
+    return _page(request, "login.html", {"next": _local(next), "error": None})
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    token: Annotated[str, Form()],
+    csrf: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    checker: auth.Auth = request.app.state.auth
+    role = checker.role_of_token(token) if checker.required else None
+    if not auth.csrf_matches(request, csrf) or role is None:
+        context = {"next": _local(next), "error": "Wrong token (or the form expired)."}
+        return _page(request, "login.html", context, 401)
+    response = RedirectResponse(_local(next), 303)
+    _set_cookie(response, auth.SESSION_COOKIE, checker.session_cookie(role))
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
+    if not auth.csrf_matches(request, csrf):
+        return HTMLResponse("refused: the form's CSRF token does not match", 403)
+    response = RedirectResponse("/login", 303)
+    response.delete_cookie(auth.SESSION_COOKIE, path="/")
+    return response
+
+
+def _local(target: str) -> str:
+    """Only a path of this site (an open redirect otherwise)."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+# -- pages -------------------------------------------------------------------------------
+
+
+@router.get("/")
+def overview(request: Request) -> Response:
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    queues: Queues = request.app.state.queues
+    cards = [dict(queues.get(n).stats()) for n in queues.names]
+    for card in cards:
+        card["chart"] = chart(card["series"])
+    return _page(request, "overview.html", {"cards": cards, "role": role.value})
+
+
+def chart(series: list[dict[str, int]]) -> dict[str, Any]:
+    """Bar heights of the throughput chart: settled and failed per bucket, scaled."""
+    top = max([p["done"] + p["failed"] for p in series] + [1])
+    bars = []
+    for index, point in enumerate(series):
+        done = round(point["done"] * CHART_HEIGHT / top)
+        failed = round(point["failed"] * CHART_HEIGHT / top)
+        bars.append({"x": index * 10, "done": done, "failed": failed, **point})
+    return {"bars": bars, "height": CHART_HEIGHT, "width": len(series) * 10, "top": top}
+
+
+@router.get("/queues/{name}/tasks")
+def task_list(
+    request: Request,
+    name: str,
+    status: str = "",
+    processo: str = "",
+    chave_externa: str = "",
+    cursor: int | None = None,
+    exhausted: bool = False,
+    partial: bool = False,
+) -> Response:
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    queue = _queue(request, name)
+    statuses = tuple(s for s in status.split(",") if s in model.STATUSES)
+    filters = TaskFilter(
+        statuses=statuses,
+        processo=processo or None,
+        chave_externa=chave_externa or None,
+        before_id=cursor,
+        exhausted=exhausted,
+    )
+    page = queue.tasks(filters, PAGE_SIZE)
+    query = {"status": ",".join(statuses), "processo": processo, "chave_externa": chave_externa}
+    context = {
+        "queue": queue.table,
+        "page": page,
+        "filters": query,
+        "exhausted": exhausted,
+        "next_url": None
+        if page.next_cursor is None
+        else "?" + urlencode({**query, "exhausted": int(exhausted), "cursor": page.next_cursor}),
+        "refresh_url": "?" + urlencode({**query, "exhausted": int(exhausted), "partial": 1}),
+        "role": role.value,
+        "retried": request.query_params.get("retried"),
+    }
+    return _page(request, "task_rows.html" if partial else "tasks.html", context)
+
+
+@router.get("/queues/{name}/tasks/{task_id}")
+def task_page(request: Request, name: str, task_id: int, partial: bool = False) -> Response:
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    task = _queue(request, name).task(task_id)
+    text = json.dumps(task.pop("payload"), indent=2, ensure_ascii=False, default=str)
+    shown = text.encode()[:PAYLOAD_SHOWN].decode(errors="ignore")
+    context = {
+        "queue": name,
+        "task": task,
+        "payload": shown,
+        "payload_bytes": len(text.encode()),
+        "payload_cut": len(shown) < len(text),
+        "role": role.value,
+        "active": task["status"] in model.ACTIVE_STATUSES,
+    }
+    return _page(request, "task_state.html" if partial else "task.html", context)
+
+
+@router.post("/queues/{name}/tasks/{task_id}/{action}")
+def task_action(
+    request: Request, name: str, task_id: int, action: str, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    refused = _refused(request, role, csrf)
+    if refused is not None:
+        return refused
+    queue = _queue(request, name)
+    if action == "cancel":
+        queue.cancel(task_id)
+    elif action == "retry":
+        try:
+            queue.retry(task_id)
+        except ValueError as exc:
+            return HTMLResponse(f"not retried: {html.escape(str(exc))}", 409)
+    else:
+        raise NotFoundError(f"no action {action!r}")
+    return RedirectResponse(f"/queues/{name}/tasks/{task_id}", 303)
+
+
+@router.post("/queues/{name}/dead-letters/retry")
+def bulk_retry(
+    request: Request,
+    name: str,
+    csrf: Annotated[str, Form()] = "",
+    ids: Annotated[list[int] | None, Form()] = None,
+) -> Response:
+    """Retry every chosen task, each in its own transaction; one already retried is skipped."""
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    refused = _refused(request, role, csrf)
+    if refused is not None:
+        return refused
+    queue = _queue(request, name)
+    retried = 0
+    for task_id in ids or []:
+        try:
+            queue.retry(task_id)
+        except (NotFoundError, ValueError):
+            continue
+        retried += 1
+    target = f"/queues/{name}/tasks?" + urlencode({"exhausted": 1, "retried": retried})
+    return RedirectResponse(target, 303)

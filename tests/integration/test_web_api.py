@@ -1,0 +1,219 @@
+"""The web server's API and console over real PostgreSQL and MariaDB (FastAPI's TestClient).
+
+The application is the one ``nsjq web`` serves, built from the same settings;
+tasks are put in their statuses by the store as a worker does
+(``test_cli.populate``). Bad input must leave the queue as it was.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from nsj_queue_lib.db.driver import close_quietly
+from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.web.app import create_app
+from nsj_queue_lib.web.settings import WebSettings
+from tests.integration.test_cli import Queue, _driver, populate
+
+TOKEN = "admin-token-0123456789"
+READONLY = "reader-token-0123456789"
+SCRIPT = "<script>alert('x')</script>"
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def queue(request) -> Queue:
+    if request.param == "postgres":
+        q = request.getfixturevalue("pg_queue")
+        return Queue(request.getfixturevalue("pg_dsn"), q.table, q.schema, q.name)
+    q = request.getfixturevalue("mysql_queue")
+    return Queue(request.getfixturevalue("mysql_dsn"), q.table, q.database, q.name)
+
+
+def settings_for(queue: Queue, **extra: str) -> WebSettings:
+    environ = {"QUEUE_WEB_QUEUES": queue.table, "QUEUE_WEB_TOKEN": TOKEN, **extra}
+    return WebSettings.from_env(environ, dsn=queue.dsn)
+
+
+@pytest.fixture
+def web(queue):
+    app = create_app(
+        settings_for(queue, QUEUE_WEB_READONLY_TOKEN=READONLY, QUEUE_WEB_MAX_BODY="4096")
+    )
+    with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        yield client
+
+
+def rows(queue: Queue) -> int:
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(f"SELECT count(*) FROM {queue.table}")
+        return int(cur.fetchone()[0])
+    finally:
+        close_quietly(conn)
+
+
+def enqueue(web, **body):
+    return web.post("/api/v1/tasks", json={"processo": "p", "payload": {"n": 1}, **body})
+
+
+def test_enqueue_get_list_cancel(web, queue):
+    created = enqueue(web, payload={"html": SCRIPT}, chave_externa="k1", prioridade=5)
+    assert created.status_code == 201, created.text
+    task_id = created.json()["id"]
+    assert created.json()["queue"] == queue.table
+
+    task = web.get(f"/api/v1/tasks/{task_id}").json()
+    assert task["status"] == "pendente" and task["cancel_requested"] is False
+    assert task["payload"] == {"html": SCRIPT}
+    assert [a["id"] for a in task["attempts"]] == [task_id]
+
+    listed = web.get("/api/v1/tasks", params={"status": "pendente", "chave_externa": "k1"}).json()
+    assert [t["id"] for t in listed["tasks"]] == [task_id] and listed["next_cursor"] is None
+    stats = web.get(f"/api/v1/queues/{queue.table}/stats").json()
+    assert stats["waiting"]["pendente"] == 1
+
+    cancelled = web.post(f"/api/v1/tasks/{task_id}/cancel")
+    assert cancelled.json() == {"id": task_id, "status": "cancelada"}
+    assert web.get(f"/api/v1/tasks/{task_id}").json()["status"] == "cancelada"
+    assert web.get("/api/v1/tasks/999999999").status_code == 404
+
+
+def test_retry_attempts_and_cursor_pages(web, queue):
+    tasks = populate(queue)
+    broken = web.get(f"/api/v1/tasks/{tasks['broken']}").json()
+    assert [a["status"] for a in broken["attempts"] if not a["dead"]] == ["falha", "falha"]
+    exhausted = web.get("/api/v1/tasks", params={"exhausted": "true"}).json()["tasks"]
+    assert [t["id"] for t in exhausted] == [tasks["broken_2"]]
+
+    retried = web.post(f"/api/v1/tasks/{tasks['broken']}/retry")
+    assert retried.status_code == 201, retried.text
+    assert web.get(f"/api/v1/tasks/{tasks['broken']}").json()["id"] == retried.json()["id"]
+    again = web.post(f"/api/v1/tasks/{tasks['broken']}/retry")
+    assert again.status_code == 409 and "only a task that ran out" in again.json()["detail"]
+
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = web.get("/api/v1/tasks", params=params).json()
+        seen += [t["id"] for t in page["tasks"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    everything = web.get("/api/v1/tasks", params={"limit": 500}).json()["tasks"]
+    assert seen == [t["id"] for t in everything] and len(seen) == len(set(seen)) >= 5
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"queue": "public.no_such_queue"}, "queue"),
+        ({"prioridade": -1}, "prioridade"),
+        ({"processo": ""}, "processo"),
+        ({"tenant": "7"}, "tenant"),
+        ({"data_hora": "2026-01-01T00:00:00"}, "data_hora"),
+        ({"lock_key": "k"}, "lock_key"),
+    ],
+)
+def test_bad_fields_are_422_naming_the_field_and_write_nothing(web, queue, body, field):
+    before = rows(queue)
+    response = enqueue(web, **body)
+    assert response.status_code == 422, response.text
+    assert field in [str(part) for error in response.json()["detail"] for part in error["loc"]]
+    assert rows(queue) == before
+
+
+def test_invalid_json_oversize_and_bad_tokens_write_nothing(web, queue):
+    before = rows(queue)
+    bad_json = web.post(
+        "/api/v1/tasks", content=b'{"processo": "p", ', headers={"Content-Type": "application/json"}
+    )
+    assert bad_json.status_code == 422
+    oversize = enqueue(web, payload="x" * 5000)
+    assert oversize.status_code == 413
+    for headers in ({"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": ""}):
+        refused = web.post("/api/v1/tasks", json={"processo": "p", "payload": 1}, headers=headers)
+        assert refused.status_code == 401
+    reader = {"Authorization": f"Bearer {READONLY}"}
+    assert (
+        web.post("/api/v1/tasks", json={"processo": "p", "payload": 1}, headers=reader).status_code
+        == 403
+    )
+    assert web.get("/api/v1/tasks", headers=reader).status_code == 200
+    assert web.get("/api/v1/tasks", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert web.get("/api/v1/tasks", params={"queue": "x.y"}).json()["detail"][0]["loc"] == [
+        "query",
+        "queue",
+    ]
+    assert rows(queue) == before
+
+
+def test_console_escapes_payloads_and_guards_its_forms(web, queue):
+    task_id = enqueue(web, payload={"html": SCRIPT}, processo=SCRIPT[:40]).json()["id"]
+    page = web.get(f"/queues/{queue.table}/tasks/{task_id}")
+    assert page.status_code == 200
+    assert "<script>alert" not in page.text and "&lt;script&gt;alert" in page.text
+    listing = web.get(f"/queues/{queue.table}/tasks")
+    assert "<script>alert" not in listing.text and f">{task_id}<" in listing.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["x-content-type-options"] == "nosniff"
+
+    action = f"/queues/{queue.table}/tasks/{task_id}/cancel"
+    assert web.post(action, data={"csrf": "forged"}).status_code == 403
+    assert web.get(f"/api/v1/tasks/{task_id}").json()["status"] == "pendente"
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    cross = web.post(action, data={"csrf": csrf}, headers={"Origin": "https://evil.example"})
+    assert cross.status_code == 403
+    done = web.post(action, data={"csrf": csrf}, follow_redirects=False)
+    assert done.status_code == 303
+    assert web.get(f"/api/v1/tasks/{task_id}").json()["status"] == "cancelada"
+    overview = web.get("/")
+    assert overview.status_code == 200 and "<svg" in overview.text
+
+
+def test_console_login_sets_an_httponly_cookie(queue):
+    with TestClient(create_app(settings_for(queue))) as browser:
+        assert browser.get("/", follow_redirects=False).status_code == 303
+        form = browser.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+        wrong = browser.post("/login", data={"token": "x" * 20, "csrf": csrf})
+        assert wrong.status_code == 401
+        signed = browser.post("/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False)
+        assert signed.status_code == 303
+        cookie = signed.headers["set-cookie"]
+        assert "nsjq_session=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert TOKEN not in cookie
+        assert browser.get("/").status_code == 200
+        assert browser.get("/info").json()["access"] == "admin"
+
+
+def test_health_answers_without_a_database():
+    settings = WebSettings.from_env(
+        {"QUEUE_TABLE": "public.q", "QUEUE_WEB_TOKEN": TOKEN},
+        dsn="host=127.0.0.1 port=1 user=nobody dbname=none",
+    )
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.get("/info").status_code == 401
+        info = client.get("/info", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        assert info["queues"] == ["public.q"] and info["version"]
+        assert client.get("/openapi.json").json()["paths"]["/api/v1/tasks"]
+
+
+@pytest.mark.parametrize(
+    ("environ", "variable"),
+    [
+        ({"QUEUE_TABLE": "public.q", "QUEUE_WEB_HOST": "0.0.0.0"}, "QUEUE_WEB_HOST"),
+        ({"QUEUE_TABLE": "public.q", "QUEUE_WEB_TOKEN": "short"}, "QUEUE_WEB_TOKEN"),
+        ({"QUEUE_WEB_QUEUES": "public.q,bad name"}, "QUEUE_WEB_QUEUES"),
+        ({"QUEUE_TABLE": "public.q", "QUEUE_WEB_PORT": "http"}, "QUEUE_WEB_PORT"),
+    ],
+)
+def test_bad_settings_name_the_variable(environ, variable):
+    with pytest.raises(ConfigError) as caught:
+        WebSettings.from_env(environ, dsn="host=127.0.0.1 dbname=test")
+    assert variable in caught.value.problems
