@@ -92,10 +92,13 @@ def csrf_matches(request: Request, submitted: str | None) -> bool:
 
 
 def cross_site(request: Request) -> bool:
-    """Whether the request says it comes from a page of another site (``Origin``)."""
+    """Whether the request comes from a page of another origin: by the browser's
+    ``Sec-Fetch-Site`` when it sends one, else by ``Origin`` (absent: not a browser's
+    cross-origin request, e.g. curl)."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site not in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None:
-        return request.headers.get("sec-fetch-site") == "cross-site"
-    if origin == "null":
-        return True
-    return urlsplit(origin).netloc != request.headers.get("host", "")
+        return False
+    return origin == "null" or urlsplit(origin).netloc != request.headers.get("host", "")

@@ -56,7 +56,7 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
         request, name, {**base, **context}, status_code=status
     )
     _set_cookie(response, auth.CSRF_COOKIE, csrf)
-    return response  # type: ignore[no-any-return]
+    return response
 
 
 def _set_cookie(response: Response, name: str, value: str) -> None:
@@ -72,7 +72,7 @@ def _role(request: Request) -> Role | Response:
 
 def _queue(request: Request, name: str) -> Queue:
     try:
-        return request.app.state.queues.get(name)  # type: ignore[no-any-return]
+        return request.app.state.queues.get(name)
     except UnknownQueue:
         raise NotFoundError(f"unknown queue {name!r}") from None
 
@@ -147,7 +147,7 @@ def chart(series: list[dict[str, int]]) -> dict[str, Any]:
     for index, point in enumerate(series):
         done = round(point["done"] * CHART_HEIGHT / top)
         failed = round(point["failed"] * CHART_HEIGHT / top)
-        bars.append({"x": index * 10, "done": done, "failed": failed, **point})
+        bars.append({**point, "x": index * 10, "done_height": done, "failed_height": failed})
     return {"bars": bars, "height": CHART_HEIGHT, "width": len(series) * 10, "top": top}
 
 

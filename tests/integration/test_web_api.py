@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from nsj_queue_lib.db.driver import close_quietly
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.web.app import create_app
+from nsj_queue_lib.web.console import CHART_HEIGHT, chart
 from nsj_queue_lib.web.settings import WebSettings
 from tests.integration.test_cli import Queue, _driver, populate
 
@@ -217,3 +218,13 @@ def test_bad_settings_name_the_variable(environ, variable):
     with pytest.raises(ConfigError) as caught:
         WebSettings.from_env(environ, dsn="host=127.0.0.1 dbname=test")
     assert variable in caught.value.problems
+
+
+def test_the_chart_scales_the_busiest_bucket_to_its_height():
+    series = [
+        {"minutes_ago": 5 * (3 - i), "done": d, "failed": f}
+        for i, (d, f) in enumerate([(0, 0), (3, 0), (6, 1)])
+    ]
+    bars = chart(series)["bars"]
+    assert [b["done_height"] + b["failed_height"] for b in bars] == [0, 26, CHART_HEIGHT]
+    assert (bars[2]["done"], bars[2]["failed"]) == (6, 1)
