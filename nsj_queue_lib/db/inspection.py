@@ -233,3 +233,6 @@ class InspectionQueries(abc.ABC):
 
     def task_chain(self, conn: Any, task_id: int) -> list[dict[str, Any]]:
         return [attempt_row(r) for r in self._fetch(conn, "task_chain", {"id": task_id})]
+
+    def task_attempts(self, conn: Any, task_id: int) -> list[dict[str, Any]]:
+        return [attempt_row(r) for r in self._fetch(conn, "task_attempts", {"id": task_id})]

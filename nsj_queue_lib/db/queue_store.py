@@ -224,6 +224,11 @@ class InspectionStore(Protocol):
         (the first attempt with its payload); empty when there is no such row."""
         ...
 
+    def task_attempts(self, conn: Any, task_id: int) -> list[Row]:
+        """``task_chain`` without the dead letter, read by indexes only (its cost does not
+        grow with the table)."""
+        ...
+
     def retry_task(self, conn: Any, task_id: int) -> int | None:
         """A new 'pendente' attempt, due now, after the latest attempt of the task when that
         one ran out of attempts; its id, or None (nothing to retry). In the caller's

@@ -63,7 +63,10 @@ class Queue:
             view = QueueClient(conn, self.table).get_task(task_id)
             if view is None:
                 raise NotFoundError(f"task {task_id} not found in {self.table}")
-            chain = self._inspection.task_chain(conn, task_id)
+            # Only an exhausted task has a dead letter, which costs a scan to find.
+            chain = self._inspection.task_attempts(conn, task_id)
+            if chain and chain[-1]["estouro_tentativas"]:
+                chain = self._inspection.task_chain(conn, task_id)
         payload = next((a.pop("payload") for a in chain if a.get("payload") is not None), None)
         for attempt in chain:
             attempt.pop("payload", None)

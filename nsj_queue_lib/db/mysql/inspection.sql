@@ -69,6 +69,16 @@ JOIN (SELECT COALESCE(id_inicial, id) AS first_id FROM {queue_table} WHERE id = 
       OR (t.dead AND t.live_id = task.first_id))
 ORDER BY t.id
 
+-- name: task_attempts
+-- task_chain without the dead letter (which only a scan finds, live_id having no
+-- index): the first attempt by primary key, the others by idx_chain (id_inicial first).
+SELECT {attempt_columns_with_payload} FROM {queue_table} AS t
+WHERE t.id = (SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s)
+UNION ALL
+SELECT {attempt_columns_with_payload} FROM {queue_table} AS t
+WHERE t.id_inicial = (SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s)
+ORDER BY id
+
 -- name: retry_task
 -- The latest attempt of the task, when it ran out of attempts, is marked as
 -- requeued (proxima_tentativa: now) and followed by a new 'pendente' attempt

@@ -78,6 +78,17 @@ WHERE t.id >= task.first_id
        OR (t.dead AND t.live_id = task.first_id))
 ORDER BY t.id
 
+-- name: task_attempts
+-- task_chain without the dead letter (which only a scan finds, live_id having no
+-- index): the first attempt by primary key, the others by idx_attempts.
+WITH task AS (
+    SELECT coalesce(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s
+)
+SELECT {attempt_columns_with_payload} FROM {queue_table} AS t, task WHERE t.id = task.first_id
+UNION ALL
+SELECT {attempt_columns_with_payload} FROM {queue_table} AS t, task WHERE t.id_inicial = task.first_id
+ORDER BY id
+
 -- name: retry_task
 -- The latest attempt of the task, when it ran out of attempts, is marked as
 -- requeued (proxima_tentativa: now) and followed by a new 'pendente' attempt
