@@ -6,8 +6,8 @@
 
 The database is ``BENCH_PG_DSN`` (default ``host=127.0.0.1 user=postgres dbname=test``)
 or ``--dsn``. A fresh queue (db_gen, dropped afterwards) is seeded with
-``QueueClient.insert_tasks`` in batches of 50,000; then 98 % of the rows are
-settled (``sucesso``, 1 % ``falha`` exhausted) with one UPDATE, as a queue with
+``QueueClient.insert_tasks`` in batches of 50,000, one task a second of history; 98 % are
+settled (``sucesso``, 1 % ``falha`` exhausted, 1 % left ``pendente``), as a queue with
 history looks, and the table is analysed. A real server process
 (``python -m nsj_queue_lib.web``, uvicorn, loopback, with a token) answers
 ``--requests`` sequential requests per endpoint from one keep-alive HTTP client;
@@ -47,15 +47,14 @@ def seed(dsn: str, table: str, rows: int) -> None:
             client.insert_tasks(task_rows(min(BATCH, rows - start), start))
             conn.commit()
         # History: one task a second until now, most of them done, 1 % exhausted
-        # failures; the newest 1 % still waiting.
+        # failures, 1 % still waiting.
         conn.execute(
             f"UPDATE {table} SET data_hora = clock_timestamp() - (%(rows)s - id) * interval '1 s'",
             {"rows": rows},
         )
         conn.execute(
-            f"UPDATE {table} SET status = CASE WHEN id %% 100 = 7 THEN 'falha' ELSE 'sucesso' END,"
-            " estouro_tentativas = (id %% 100 = 7) WHERE id <= %(settled)s",
-            {"settled": rows * 99 // 100},
+            f"UPDATE {table} SET status = CASE WHEN id % 100 = 7 THEN 'falha' ELSE 'sucesso' END,"
+            " estouro_tentativas = (id % 100 = 7) WHERE id % 100 <> 3"
         )
         conn.commit()
     with connect(dsn, autocommit=True) as admin:

@@ -90,7 +90,6 @@ class TaskPage(BaseModel):
 
 router = APIRouter(prefix="/api/v1", tags=["v1"], dependencies=[Depends(caller)])
 QueueParam = Annotated[str | None, Query(description="the queue table; default: the first")]
-TaskId = Annotated[int, Query(ge=1)]
 
 
 @router.post("/tasks", status_code=201, response_model=Enqueued)

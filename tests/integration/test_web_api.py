@@ -7,7 +7,10 @@ tasks are put in their statuses by the store as a worker does
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from fastapi.testclient import TestClient
@@ -228,3 +231,14 @@ def test_the_chart_scales_the_busiest_bucket_to_its_height():
     bars = chart(series)["bars"]
     assert [b["done_height"] + b["failed_height"] for b in bars] == [0, 26, CHART_HEIGHT]
     assert (bars[2]["done"], bars[2]["failed"]) == (6, 1)
+
+
+def test_the_server_refuses_to_start_on_a_bad_setting():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "DATABASE_", "QUEUE_"))}
+    env.update(QUEUE_TABLE="public.q", QUEUE_WEB_HOST="0.0.0.0", DB_DSN="host=127.0.0.1 dbname=x")
+    for argv in (["-m", "nsj_queue_lib.web"], ["-m", "nsj_queue_lib", "web"]):
+        done = subprocess.run(
+            [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 2, done.stderr
+        assert "QUEUE_WEB_HOST" in done.stderr and "QUEUE_WEB_TOKEN" in done.stderr

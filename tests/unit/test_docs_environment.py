@@ -1,5 +1,7 @@
 """docs/reference/environment.md lists every variable Settings.from_env reads, with its real default.
 
+The web server's own settings (``WebSettings.from_env``, QUEUE_WEB_*) are held to the same rule.
+
 The list of variables is not kept by hand: ``Settings.from_env`` runs on a
 mapping that records every name it asks for (aliases included). So a variable
 added to ``nsj_queue_lib/settings.py`` fails here until the reference page has
@@ -16,6 +18,7 @@ import pytest
 
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.web.settings import WebSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference" / "environment.md"
@@ -78,13 +81,18 @@ def variables_read_by_settings() -> set[str]:
     """What from_env asks for, given everything and given nothing (aliases of required ones)."""
     asked: set[str] = set()
     for values in (MINIMAL, {}):
-        environ = RecordingEnviron(values)
-        try:
-            Settings.from_env(environ)
-        except ConfigError:
-            pass  # the empty environment: every required variable (and its alias) was asked for
-        asked |= environ.asked
+        for from_env in (Settings.from_env, WebSettings.from_env):
+            environ = RecordingEnviron(values)
+            try:
+                from_env(environ)
+            except ConfigError:
+                pass  # the empty environment: every required variable (and alias) was asked for
+            asked |= environ.asked
     return asked
+
+
+def all_settings(environ: Mapping[str, str]) -> tuple[Settings, WebSettings]:
+    return Settings.from_env(environ), WebSettings.from_env(environ)
 
 
 def test_the_required_variables_of_the_reference_are_enough():
@@ -95,7 +103,13 @@ def test_the_required_variables_of_the_reference_are_enough():
 def test_the_recorder_sees_what_settings_read():
     # Guards the guard: a recorder that saw nothing would make the next test pass vacuously.
     read = variables_read_by_settings()
-    assert {"DB_HOST", "DATABASE_HOST", "QUEUE_CONCURRENCY", "QUEUE_SERVER_BIND"} <= read
+    assert {
+        "DB_HOST",
+        "DATABASE_HOST",
+        "QUEUE_CONCURRENCY",
+        "QUEUE_SERVER_BIND",
+        "QUEUE_WEB_PORT",
+    } <= read
 
 
 def test_every_variable_of_the_settings_is_in_the_reference():
@@ -127,12 +141,18 @@ def _checked_defaults() -> list[tuple[str, str]]:
 
 def test_the_reference_gives_defaults_to_check():
     names = {name for name, _ in _checked_defaults()}
-    assert {"QUEUE_MAX_RETRY", "QUEUE_POLL_INTERVAL", "LOG_FORMAT", "SERVER_HOST"} <= names
+    assert {
+        "QUEUE_MAX_RETRY",
+        "QUEUE_POLL_INTERVAL",
+        "LOG_FORMAT",
+        "SERVER_HOST",
+        "QUEUE_WEB_PORT",
+    } <= names
 
 
 @pytest.mark.parametrize(("variable", "value"), _checked_defaults())
 def test_a_documented_default_is_the_real_default(variable, value):
     # Setting a variable to its documented default must change nothing.
-    assert Settings.from_env({**MINIMAL, variable: value}) == Settings.from_env(MINIMAL), (
+    assert all_settings({**MINIMAL, variable: value}) == all_settings(MINIMAL), (
         f"{REFERENCE.name} says {variable} defaults to {value!r}"
     )

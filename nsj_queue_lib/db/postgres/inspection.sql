@@ -47,13 +47,15 @@ GROUP BY t.processo, t.status
 -- name: recent
 -- Settled attempts due in the last window (an hour), per status and bucket of
 -- bucket seconds (0: the newest). The condition on status is the partial
--- index idx_data_hora's own (indexes.sql), so only the last hour's rows are read.
-SELECT floor(extract(epoch FROM clock_timestamp() - t.data_hora) / %(bucket)s)::int AS bucket,
+-- index idx_data_hora's own (indexes.sql), and statement_timestamp() (stable,
+-- unlike clock_timestamp()) lets the planner bound that index's range, so only
+-- the last hour's rows are read.
+SELECT floor(extract(epoch FROM statement_timestamp() - t.data_hora) / %(bucket)s)::int AS bucket,
        t.status,
        count(*) AS tasks
 FROM {queue_table} AS t
 WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
-  AND t.data_hora >= clock_timestamp() - make_interval(secs => %(window)s)
+  AND t.data_hora >= statement_timestamp() - make_interval(secs => %(window)s)
 GROUP BY 1, 2
 
 -- name: list_tasks
