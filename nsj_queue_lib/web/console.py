@@ -77,8 +77,12 @@ def _queue(request: Request, name: str) -> Queue:
         raise NotFoundError(f"unknown queue {name!r}") from None
 
 
-def _refused(request: Request, role: Role, csrf: str) -> Response | None:
-    """Why a console POST is refused (bad CSRF token, read-only access), or None."""
+def _refused(request: Request, csrf: str) -> Response | None:
+    """The answer to a console POST that may not act (signed out, bad CSRF token, read-only
+    access), or None."""
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
     if not auth.csrf_matches(request, csrf):
         return HTMLResponse("refused: the form's CSRF token does not match", 403)
     if role is not Role.ADMIN:
@@ -215,10 +219,7 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
 def task_action(
     request: Request, name: str, task_id: int, action: str, csrf: Annotated[str, Form()] = ""
 ) -> Response:
-    role = _role(request)
-    if isinstance(role, Response):
-        return role
-    refused = _refused(request, role, csrf)
+    refused = _refused(request, csrf)
     if refused is not None:
         return refused
     queue = _queue(request, name)
@@ -242,10 +243,7 @@ def bulk_retry(
     ids: Annotated[list[int] | None, Form()] = None,
 ) -> Response:
     """Retry every chosen task, each in its own transaction; one already retried is skipped."""
-    role = _role(request)
-    if isinstance(role, Response):
-        return role
-    refused = _refused(request, role, csrf)
+    refused = _refused(request, csrf)
     if refused is not None:
         return refused
     queue = _queue(request, name)

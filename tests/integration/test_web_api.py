@@ -20,6 +20,7 @@ from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.web.app import create_app
 from nsj_queue_lib.web.console import CHART_HEIGHT, chart
 from nsj_queue_lib.web.settings import WebSettings
+from tests.integration import test_cli
 from tests.integration.test_cli import Queue, _driver, populate
 
 TOKEN = "admin-token-0123456789"
@@ -27,13 +28,8 @@ READONLY = "reader-token-0123456789"
 SCRIPT = "<script>alert('x')</script>"
 
 
-@pytest.fixture(params=["postgres", "mysql"])
-def queue(request) -> Queue:
-    if request.param == "postgres":
-        q = request.getfixturevalue("pg_queue")
-        return Queue(request.getfixturevalue("pg_dsn"), q.table, q.schema, q.name)
-    q = request.getfixturevalue("mysql_queue")
-    return Queue(request.getfixturevalue("mysql_dsn"), q.table, q.database, q.name)
+# The same queues as nsjq's tests: one on PostgreSQL, one on MariaDB.
+queue = test_cli.queue
 
 
 def settings_for(queue: Queue, **extra: str) -> WebSettings:
@@ -88,6 +84,10 @@ def test_enqueue_get_list_cancel(web, queue):
 
 def test_retry_attempts_and_cursor_pages(web, queue):
     tasks = populate(queue)
+    stats = web.get(f"/api/v1/queues/{queue.table}/stats").json()
+    assert stats["waiting"] == {"pendente": 3, "agendada": 0, "processando": 1}
+    assert (stats["last_hour"]["sucesso"], stats["last_hour"]["falha"]) == (1, 2)
+    assert [(p["done"], p["failed"]) for p in stats["series"]][-1] == (1, 2)
     broken = web.get(f"/api/v1/tasks/{tasks['broken']}").json()
     assert [a["status"] for a in broken["attempts"] if not a["dead"]] == ["falha", "falha"]
     exhausted = web.get("/api/v1/tasks", params={"exhausted": "true"}).json()["tasks"]
