@@ -33,7 +33,9 @@ CREATE TABLE public.fila_teste (
     cancel_requested boolean DEFAULT false NOT NULL,
     progress_done bigint,
     progress_total bigint,
-    progress_message varchar(500)
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200)
 );
 
 -- The claim: ready rows in claim order (higher priority first, then older).
@@ -56,6 +58,9 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial
 CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
+-- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 
 -- Tells the workers listening on channel 'fila_teste' about a new task: payload
 -- '' when it is ready now, 'scheduled' when it is due later (they then re-plan

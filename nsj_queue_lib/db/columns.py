@@ -50,5 +50,5 @@ def query_values(queue_table: str, subscriber_table: str | None) -> dict[str, st
         "task_columns_resolved": TASK_COLUMNS_RESOLVED,
         "subscriber_columns": SUBSCRIBER_COLUMNS,
         "task_view_columns": TASK_VIEW_COLUMNS,
-        "lifecycle_columns": ", ".join(model.LIFECYCLE_COLUMNS),
+        "lifecycle_columns": ", ".join(model.EXTRA_COLUMNS),
     }

@@ -48,6 +48,7 @@ class DdlNames:
             "idx_chain": f"idx_{q}_chain",
             "idx_attempts": f"idx_{q}_attempts",
             "idx_equivalent": f"idx_{q}_equivalent",
+            "idx_dedupe": f"idx_{q}_dedupe",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",
             "function": f"notify_{q}_insert",

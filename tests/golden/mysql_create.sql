@@ -37,7 +37,12 @@ CREATE TABLE public.fila_teste (
     cancel_requested boolean NOT NULL DEFAULT false,
     progress_done bigint,
     progress_total bigint,
-    progress_message varchar(500)
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200),
+    -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
+    -- index, and a unique index admits any number of NULLs.
+    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- MySQL has no partial indexes: status leads every index the workers use,
@@ -54,6 +59,8 @@ CREATE INDEX idx_fila_teste_data_hora ON public.fila_teste (data_hora);
 CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status);
 -- QueueClient.list_equivalent_task.
 CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
+CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 

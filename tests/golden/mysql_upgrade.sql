@@ -45,6 +45,14 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'dedupe_key') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN dedupe_key varchar(200)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'dedupe_active') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN (''pendente'', ''agendada'', ''processando'') THEN dedupe_key END) VIRTUAL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 
 -- MySQL has no partial indexes: status leads every index the workers use,
 -- so each scan reads only the rows of the status it looks for.
@@ -72,6 +80,11 @@ EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 -- QueueClient.list_equivalent_task.
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_equivalent') = 0, 'CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_dedupe') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;

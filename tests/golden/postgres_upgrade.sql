@@ -10,6 +10,7 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS cancel_requested boolean 
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_done bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_total bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_message varchar(500);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), and the chain index leaves first
@@ -51,6 +52,9 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial
 CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
+-- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 
 -- Tells the workers listening on channel 'fila_teste' about a new task: payload
 -- '' when it is ready now, 'scheduled' when it is due later (they then re-plan

@@ -39,6 +39,9 @@ CREATE ROWSTORE TABLE public.fila_teste (
     progress_done bigint,
     progress_total bigint,
     progress_message varchar(500),
+    -- Carried by retries like on MySQL; inserting with a dedupe_key is refused on
+    -- SingleStore, whose unique keys must contain the shard key (id).
+    dedupe_key varchar(200),
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

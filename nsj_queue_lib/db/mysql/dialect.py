@@ -24,10 +24,12 @@ UPGRADE_COLUMNS = (
     "pub_sub",
     "publication_id",
     "subscriber_id",
-    *model.LIFECYCLE_COLUMNS,
+    *model.EXTRA_COLUMNS,
+    # Generated from dedupe_key and status: the unique index of unfinished dedupe keys.
+    "dedupe_active",
 )
 
-_CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
+_CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 

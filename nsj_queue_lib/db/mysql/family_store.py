@@ -44,6 +44,7 @@ from nsj_queue_lib.db.mysql.rows import (
 )
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 
 # What completing a task in its own transaction came to (see _complete).
@@ -51,6 +52,8 @@ COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
 
 SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_STATUS)
 ER_BAD_FIELD_ERROR = 1054  # unknown column
+# A duplicate key: only the dedupe index is unique besides the auto-increment id.
+ER_DUP_ENTRY = 1062
 
 
 class MysqlFamilyStore:
@@ -74,7 +77,36 @@ class MysqlFamilyStore:
     # -- client operations (any PyMySQL connection, caller's transaction) --
 
     def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
-        return self.insert_tasks(conn, [row], what="insert_task")[0]
+        key = row.get("dedupe_key")
+        if key is None:
+            return self.insert_tasks(conn, [row], what="insert_task")[0]
+        if self.dialect == "singlestore":
+            raise ValueError(
+                "dedupe_key is not supported on SingleStore (its unique keys must contain "
+                "the shard key)"
+            )
+        return insert_deduplicated(
+            key, lambda: self._insert_keyed(conn, row), lambda: self._dedupe_holder(conn, key)
+        )
+
+    def _insert_keyed(self, conn: Any, row: dict[str, Any]) -> int | None:
+        """The new task's id, or None when an unfinished task holds its dedupe_key."""
+        due, due_args = due_sql(row.get("data_hora"))
+        args = [row[name] for name in TASK_INSERT_FIELDS]
+        args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"]]
+        value = (f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s)", args)
+        try:
+            return self._insert_rows(conn, "insert_task", self.sql["insert_task_dedupe"], [value])[
+                0
+            ]
+        except DatabaseError as exc:
+            if error_code(exc.__cause__) == ER_DUP_ENTRY:
+                return None
+            raise
+
+    def _dedupe_holder(self, conn: Any, key: str) -> int | None:
+        found = self._fetch(conn, "dedupe_holder", {"dedupe_key": key})
+        return int(found[0]["id_inicial"]) if found else None
 
     def insert_tasks(
         self, conn: Any, rows: Sequence[dict[str, Any]], what: str = "insert_tasks"

@@ -18,3 +18,6 @@ CREATE INDEX IF NOT EXISTS {idx_chain} ON {table} (id_inicial) WHERE id_inicial 
 CREATE INDEX IF NOT EXISTS {idx_attempts} ON {table} (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
+-- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
+CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
