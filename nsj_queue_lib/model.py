@@ -54,7 +54,7 @@ QUEUE_COLUMNS = (
 LIFECYCLE_COLUMNS = ("cancel_requested", "progress_done", "progress_total", "progress_message")
 # Columns of the enqueue options of flow control (docs/flow-control.md), nullable for
 # the same reason.
-FLOW_COLUMNS = ("dedupe_key",)
+FLOW_COLUMNS = ("dedupe_key", "lock_key")
 # Every column besides QUEUE_COLUMNS that a worker needs (checked at start).
 EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS)
 
@@ -79,6 +79,7 @@ TEXT_LIMITS = {
     "chave_externa": 100,
     "grupo_empresarial": 40,
     "dedupe_key": 200,
+    "lock_key": 200,
 }
 MENSAGEM_LIMIT = 500
 DEFAULT_PRIORITY = 50

@@ -47,6 +47,8 @@ def test_an_unfinished_key_takes_no_second_task(backend):
         client = backend.client(conn)
         with pytest.raises(ValueError, match="dedupe_key is longer than 200"):
             client.insert_task("o", "d", "p", None, "x", dedupe_key="k" * 201)
+        with pytest.raises(ValueError, match="lock_key is longer than 200"):
+            client.insert_task("o", "d", "p", None, "x", lock_key="k" * 201)
         with pytest.raises(ValueError, match="dedupe_key must be a non-empty"):
             client.insert_tasks(
                 [

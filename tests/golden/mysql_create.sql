@@ -40,6 +40,8 @@ CREATE TABLE public.fila_teste (
     progress_message varchar(500),
     -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
     dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
@@ -61,6 +63,8 @@ CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status);
 CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
+-- lock_key: the claim's look for a running or earlier ready task of a candidate's key.
+CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade, data_hora, id);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
@@ -99,6 +103,10 @@ CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 -- by up to 20 ms, never more. When nothing is ready after the position, the
 -- claim looks up at once, so "nothing claimed" always comes from a look-up.
 --
+-- lock_key: the locking reads skip a task whose key is busy (a task of its
+-- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
+-- look-up does not: it only says where to start reading.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -112,7 +120,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim be9ecb3db34ec942'
+    COMMENT 'nsj_queue_lib claim e4624354dea2452a'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -189,7 +197,7 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.id <> t.id AND (held.status = 'processando' OR (held.status = 'pendente' AND held.data_hora <= NOW(6) AND (held.prioridade > t.prioridade OR (held.prioridade = t.prioridade AND (held.data_hora < t.data_hora OR (held.data_hora = t.data_hora AND held.id < t.id))))))))
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -204,7 +212,7 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.id <> t.id AND (held.status = 'processando' OR (held.status = 'pendente' AND held.data_hora <= NOW(6) AND (held.prioridade > t.prioridade OR (held.prioridade = t.prioridade AND (held.data_hora < t.data_hora OR (held.data_hora = t.data_hora AND held.id < t.id))))))))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

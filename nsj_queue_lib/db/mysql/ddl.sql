@@ -40,6 +40,8 @@ CREATE TABLE {table} (
     progress_message varchar(500),
     -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
     dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL

@@ -64,7 +64,8 @@ class MysqlFamilyStore:
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
         queries = render_queries(
-            self.dialect, {**query_values(queue_table, subscriber_table), "task_json": TASK_JSON}
+            self.dialect,
+            {**query_values(queue_table, subscriber_table, "NOW(6)"), "task_json": TASK_JSON},
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}
         self._table_schema = split_table_name(queue_table)[0]
@@ -78,13 +79,17 @@ class MysqlFamilyStore:
 
     def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
         key = row.get("dedupe_key")
-        if key is None:
+        if key is None and row.get("lock_key") is None:
             return self.insert_tasks(conn, [row], what="insert_task")[0]
         if self.dialect == "singlestore":
             raise ValueError(
-                "dedupe_key is not supported on SingleStore (its unique keys must contain "
-                "the shard key)"
+                "dedupe_key and lock_key are not supported on SingleStore (no unique key "
+                "without the shard key; its claim does not look at lock keys)"
             )
+        if key is None:
+            new_id = self._insert_keyed(conn, row)
+            assert new_id is not None  # no dedupe_key: no duplicate
+            return new_id
         return insert_deduplicated(
             key, lambda: self._insert_keyed(conn, row), lambda: self._dedupe_holder(conn, key)
         )
@@ -93,12 +98,13 @@ class MysqlFamilyStore:
         """The new task's id, or None when an unfinished task holds its dedupe_key."""
         due, due_args = due_sql(row.get("data_hora"))
         args = [row[name] for name in TASK_INSERT_FIELDS]
-        args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"]]
-        value = (f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s)", args)
+        args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"], row["lock_key"]]
+        value = (
+            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s)",
+            args,
+        )
         try:
-            return self._insert_rows(conn, "insert_task", self.sql["insert_task_dedupe"], [value])[
-                0
-            ]
+            return self._insert_rows(conn, "insert_task", self.sql["insert_task_keyed"], [value])[0]
         except DatabaseError as exc:
             if error_code(exc.__cause__) == ER_DUP_ENTRY:
                 return None

@@ -23,13 +23,15 @@ INSERT INTO {queue_table} (
 -- MariaDB only; MySQL reads the id from LAST_INSERT_ID().
 RETURNING id
 
--- name: insert_task_dedupe
--- insert_task with a dedupe_key: a duplicate-key error on the dedupe index
--- when an unfinished task holds the key (MySQL rolls back that statement only).
+-- name: insert_task_keyed
+-- insert_task with a dedupe_key or a lock_key: a duplicate-key error on the
+-- dedupe index when an unfinished task holds the dedupe_key (MySQL rolls back
+-- that statement only). Plain inserts name neither column, so that a client
+-- keeps working on a table db_gen --upgrade has not reached yet.
 -- step: head
 INSERT INTO {queue_table} (
-    origem, destino, processo, chave_externa, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key
+    origem, destino, processo, chave_externa, payload, payload_hash, tenant,
+    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key
 ) VALUES
 -- step: returning
 RETURNING id
@@ -79,7 +81,7 @@ WHERE t.id = %(id)s
 -- step: select
 SELECT {task_columns}
 FROM {queue_table} AS t
-WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
 ORDER BY t.prioridade DESC, t.data_hora, t.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
@@ -142,13 +144,14 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade, dedupe_key
+    dead, live_id, prioridade, dedupe_key, lock_key
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
-    f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key
+    f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
+    f.lock_key
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
 

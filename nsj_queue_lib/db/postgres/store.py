@@ -137,10 +137,11 @@ class PostgresQueueStore:
         if key is not None:
             return insert_deduplicated(
                 key,
-                lambda: self._insert_returning(conn, "insert_task_dedupe", row),
+                lambda: self._insert_returning(conn, "insert_task_keyed", row),
                 lambda: self._insert_returning(conn, "dedupe_holder", {"dedupe_key": key}),
             )
-        new_id = self._insert_returning(conn, "insert_task", row)
+        keyed = row.get("lock_key") is not None
+        new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
         assert new_id is not None  # a plain INSERT ... RETURNING returns its row
         return new_id
 
