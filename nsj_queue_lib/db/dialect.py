@@ -50,6 +50,7 @@ class DdlNames:
             "idx_equivalent": f"idx_{q}_equivalent",
             "idx_dedupe": f"idx_{q}_dedupe",
             "idx_lock_key": f"idx_{q}_lock_key",
+            "idx_lock_key_running": f"idx_{q}_lock_key_running",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",
             "function": f"notify_{q}_insert",

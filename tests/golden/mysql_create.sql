@@ -63,8 +63,9 @@ CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status);
 CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
--- lock_key: the claim's look for a running or earlier ready task of a candidate's key.
-CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade, data_hora, id);
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
@@ -120,7 +121,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim e4624354dea2452a'
+    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -197,7 +198,7 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.id <> t.id AND (held.status = 'processando' OR (held.status = 'pendente' AND held.data_hora <= NOW(6) AND (held.prioridade > t.prioridade OR (held.prioridade = t.prioridade AND (held.data_hora < t.data_hora OR (held.data_hora = t.data_hora AND held.id < t.id))))))))
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -212,7 +213,7 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.id <> t.id AND (held.status = 'processando' OR (held.status = 'pendente' AND held.data_hora <= NOW(6) AND (held.prioridade > t.prioridade OR (held.prioridade = t.prioridade AND (held.data_hora < t.data_hora OR (held.data_hora = t.data_hora AND held.id < t.id))))))))
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

@@ -63,8 +63,10 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave
 -- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
 -- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
 CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
--- lock_key: the claim's look for a running or earlier ready task of a candidate's key.
-CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status IN ('pendente', 'processando');
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
+CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
 
 -- Tells the workers listening on channel 'fila_teste' about a new task: payload
 -- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
@@ -120,7 +122,7 @@ BEGIN
             FROM public.fila_teste AS q
             WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
               -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
-              AND (q.lock_key IS NULL OR NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.id <> q.id AND (held.status = 'processando' OR (held.status = 'pendente' AND held.data_hora <= clock_timestamp() AND (held.prioridade > q.prioridade OR (held.prioridade = q.prioridade AND (held.data_hora < q.data_hora OR (held.data_hora = q.data_hora AND held.id < q.id))))))))
+              AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
             ORDER BY q.prioridade DESC, q.data_hora, q.id
             LIMIT claim_limit
             FOR UPDATE SKIP LOCKED
@@ -144,7 +146,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
-    IS 'nsj_queue_lib claim 516f26f59e93977a';
+    IS 'nsj_queue_lib claim 9ac7ae8eeb854147';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (
