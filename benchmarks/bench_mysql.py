@@ -263,7 +263,8 @@ class Database:
             conn.close()
 
 
-def task_rows(count: int) -> list[dict]:
+def task_rows(count: int, lock_keys: int = 0) -> list[dict]:
+    """``count`` no-op tasks; with ``lock_keys``, spread round-robin over that many lock keys."""
     return [
         {
             "origem": "bench",
@@ -271,6 +272,7 @@ def task_rows(count: int) -> list[dict]:
             "processo": "noop",
             "chave_externa": str(i),
             "payload": {"n": i},
+            **({"lock_key": f"k{i % lock_keys}"} if lock_keys else {}),
         }
         for i in range(count)
     ]
@@ -477,6 +479,7 @@ def bench_drain(
     count: int,
     log_dir: Path,
     timeout: float = 180.0,
+    lock_keys: int = 0,
 ) -> Drain:
     """``count`` no-op tasks committed at once for running workers, until all are 'sucesso'."""
     from nsj_queue_lib import QueueClient
@@ -486,7 +489,7 @@ def bench_drain(
         poll = db.connect(autocommit=True)
         conn = db.connect()
         try:
-            ids = QueueClient(conn, table).insert_tasks(task_rows(count))
+            ids = QueueClient(conn, table).insert_tasks(task_rows(count, lock_keys))
             cpu0 = cpu_snapshot([p.pid for p in workers.procs], db.kind)
             conn.commit()
             t0 = time.perf_counter()

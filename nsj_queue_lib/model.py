@@ -52,6 +52,11 @@ QUEUE_COLUMNS = (
 # Columns of a task's life cycle (docs/lifecycle.md), kept out of QUEUE_COLUMNS: the
 # claim routines return QUEUE_COLUMNS, and 1.2.2's statements never name these.
 LIFECYCLE_COLUMNS = ("cancel_requested", "progress_done", "progress_total", "progress_message")
+# Columns of the enqueue options of flow control (docs/flow-control.md), nullable for
+# the same reason.
+FLOW_COLUMNS = ("dedupe_key", "lock_key")
+# Every column besides QUEUE_COLUMNS that a worker needs (checked at start).
+EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS)
 
 SUBSCRIBER_COLUMNS = (
     "id",
@@ -73,6 +78,8 @@ TEXT_LIMITS = {
     "processo": 250,
     "chave_externa": 100,
     "grupo_empresarial": 40,
+    "dedupe_key": 200,
+    "lock_key": 200,
 }
 MENSAGEM_LIMIT = 500
 DEFAULT_PRIORITY = 50

@@ -29,6 +29,8 @@ _TASK_FIELDS = (
     "grupo_empresarial",
     "data_hora",
     "prioridade",
+    "dedupe_key",
+    "lock_key",
 )
 
 
@@ -57,8 +59,17 @@ class QueueClient:
         grupo_empresarial: str | None = None,
         data_hora: datetime.datetime | None = None,
         prioridade: int | None = None,
+        *,
+        dedupe_key: str | None = None,
+        lock_key: str | None = None,
     ) -> int:
-        """Enqueue one task; returns its id."""
+        """Enqueue one task; returns its id.
+
+        With ``dedupe_key``, while a task with that key is unfinished (waiting,
+        running or due for a retry) nothing is written and that task's
+        ``id_inicial`` is returned. Tasks with equal ``lock_key`` never run at
+        the same time and start in claim order (docs/flow-control.md).
+        """
         row = _task_row(locals(), pub_sub=False)
         return self._store.insert_task(self._conn, row)
 
@@ -120,6 +131,9 @@ class QueueClient:
                 rows.append(_task_row(task, pub_sub=pub_sub))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"task #{index}: {exc}") from None
+        if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
+            # Each keyed insert may find its dedupe_key taken: one statement per task.
+            return [self._store.insert_task(self._conn, row) for row in rows]
         return self._store.insert_tasks(self._conn, rows)
 
     # -- query --
@@ -283,6 +297,10 @@ def _task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:
     row["payload"] = text
     row["payload_hash"] = payload_hash(text)
     row["pub_sub"] = pub_sub
+    for key in ("dedupe_key", "lock_key"):
+        row[key] = _optional_text(key, args.get(key))
+        if row[key] == "":
+            raise ValueError(f"{key} must be a non-empty string or None")
     return row
 
 

@@ -298,8 +298,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-uncommitted-priority-order",
         PG_QUERIES,
-        "    ORDER BY prioridade DESC, data_hora, id\n    LIMIT 1\n",
-        "    ORDER BY data_hora, id\n    LIMIT 1\n",
+        "    ORDER BY t.prioridade DESC, t.data_hora, t.id\n    LIMIT 1\n",
+        "    ORDER BY t.data_hora, t.id\n    LIMIT 1\n",
         _contract("test_ready_tasks_run_by_priority_then_age", "postgres-via-server"),
         ("postgres", "server"),
         "the client/server-mode claim ignores prioridade",
@@ -344,8 +344,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-uncommitted-due-time",
         PG_QUERIES,
-        "    WHERE status = 'pendente' AND data_hora <= clock_timestamp()\n    ORDER BY prioridade",
-        "    WHERE status = 'pendente'\n    ORDER BY prioridade",
+        "WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}\n",
+        "WHERE t.status = 'pendente' AND {lock_key_free}\n",
         _contract(
             "test_a_task_never_runs_before_its_data_hora_and_runs_when_due", "postgres-via-server"
         ),
@@ -364,9 +364,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-claim-uncommitted-due-time",
         MY_QUERIES,
-        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)\n"
+        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
         "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
-        "WHERE t.status = 'pendente'\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
+        "WHERE t.status = 'pendente' AND {lock_key_free}\n"
+        "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
         (f"{MY_HELD_THEN_FUTURE}{WITHOUT_LOCKS}",),
         ("mysql",),
         "the client/server-mode claim takes a task before its data_hora",
@@ -374,9 +375,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-procedure-due-time",
         MY_PROCEDURE,
-        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)\n"
+        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
         "                  AND (t.prioridade < v_prioridade",
-        "WHERE t.status = 'pendente'\n                  AND (t.prioridade < v_prioridade",
+        "WHERE t.status = 'pendente' AND {lock_key_free}\n"
+        "                  AND (t.prioridade < v_prioridade",
         (f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",),
         ("mysql",),
         "the claim procedure takes a task before its data_hora",

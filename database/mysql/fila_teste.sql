@@ -37,7 +37,14 @@ CREATE TABLE public.fila_teste (
     cancel_requested boolean NOT NULL DEFAULT false,
     progress_done bigint,
     progress_total bigint,
-    progress_message varchar(500)
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200),
+    -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
+    -- index, and a unique index admits any number of NULLs.
+    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- MySQL has no partial indexes: status leads every index the workers use,
@@ -54,6 +61,11 @@ CREATE INDEX idx_fila_teste_data_hora ON public.fila_teste (data_hora);
 CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status);
 -- QueueClient.list_equivalent_task.
 CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
+CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
@@ -92,6 +104,10 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 -- by up to 20 ms, never more. When nothing is ready after the position, the
 -- claim looks up at once, so "nothing claimed" always comes from a look-up.
 --
+-- lock_key: the locking reads skip a task whose key is busy (a task of its
+-- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
+-- look-up does not: it only says where to start reading.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -105,7 +121,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim be9ecb3db34ec942'
+    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -182,7 +198,7 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -197,7 +213,7 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

@@ -39,6 +39,11 @@ CREATE ROWSTORE TABLE public.fila_teste (
     progress_done bigint,
     progress_total bigint,
     progress_message varchar(500),
+    -- Carried by retries like on MySQL; inserting with a dedupe_key or a lock_key
+    -- is refused on SingleStore (no unique key without the shard key id, and
+    -- its claim does not look at lock keys).
+    dedupe_key varchar(200),
+    lock_key varchar(200),
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

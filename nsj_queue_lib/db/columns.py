@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nsj_queue_lib import model
+from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # A later attempt keeps no payload of its own: it is read from the first
 # attempt, joined as ``first_attempt``.
@@ -40,7 +41,9 @@ TASK_INSERT_FIELDS = (
 )
 
 
-def query_values(queue_table: str, subscriber_table: str | None) -> dict[str, str]:
+def query_values(
+    queue_table: str, subscriber_table: str | None, now: str = "clock_timestamp()"
+) -> dict[str, str]:
     """The placeholders every dialect's named queries use (identifiers already checked)."""
     return {
         "queue_table": queue_table,
@@ -50,5 +53,7 @@ def query_values(queue_table: str, subscriber_table: str | None) -> dict[str, st
         "task_columns_resolved": TASK_COLUMNS_RESOLVED,
         "subscriber_columns": SUBSCRIBER_COLUMNS,
         "task_view_columns": TASK_VIEW_COLUMNS,
-        "lifecycle_columns": ", ".join(model.LIFECYCLE_COLUMNS),
+        "lifecycle_columns": ", ".join(model.EXTRA_COLUMNS),
+        # The socket-server claims' lock_key condition, on the candidate row t.
+        "lock_key_free": lock_key_free(queue_table, "t", now),
     }

@@ -10,6 +10,8 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS cancel_requested boolean 
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_done bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_total bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_message varchar(500);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), and the chain index leaves first
@@ -51,6 +53,13 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial
 CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
+-- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
+CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
 
 -- Tells the workers listening on channel 'fila_teste' about a new task: payload
 -- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
@@ -105,6 +114,8 @@ BEGIN
             SELECT q.id
             FROM public.fila_teste AS q
             WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+              -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
+              AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
             ORDER BY q.prioridade DESC, q.data_hora, q.id
             LIMIT claim_limit
             FOR UPDATE SKIP LOCKED
@@ -128,7 +139,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
-    IS 'nsj_queue_lib claim 2fbd948136df3fb5';
+    IS 'nsj_queue_lib claim 9ac7ae8eeb854147';
 
 CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     id varchar(100) NOT NULL PRIMARY KEY,

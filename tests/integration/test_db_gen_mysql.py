@@ -82,7 +82,11 @@ def indexes(
 def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
     snapshot = catalog(mysql_admin, mysql_queue.database, mysql_queue.name)
     queue = snapshot["{q}"]
-    assert [c[0] for c in queue["columns"]] == [*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS]
+    assert [c[0] for c in queue["columns"]] == [
+        *model.QUEUE_COLUMNS,
+        *model.EXTRA_COLUMNS,
+        "dedupe_active",
+    ]
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
     assert types["proxima_tentativa"] == types["data_hora_anterior"] == "timestamp(6)"
@@ -97,6 +101,8 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         "idx_{q}_claim",
         "idx_{q}_due",
         "idx_{q}_data_hora",
+        "idx_{q}_dedupe",
+        "idx_{q}_lock_key",
         "idx_{q}_chain",
         "idx_{q}_equivalent",
     }
@@ -219,7 +225,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
             (database, name),
         )
     ]
-    assert set(columns) == {*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS}
+    assert set(columns) == {*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS, "dedupe_active"}
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
     assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (
         50,

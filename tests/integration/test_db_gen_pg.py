@@ -23,7 +23,7 @@ from tests.helpers.pg_plans import CLAIM_PATHS, claim_plan, plan_nodes
 
 def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     catalog = queue_catalog(pg_autocommit, "public", pg_queue.name)
-    assert set(catalog["columns"]) == {*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS}
+    assert set(catalog["columns"]) == {*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS}
     assert set(catalog["indexes"]) >= {
         "{q}_pkey",
         "idx_{q}_claim",

@@ -83,7 +83,7 @@ def test_successive_tasks_come_back_as_the_cursor_path_reads_them(
     for task in seen[1:]:
         [row] = fetch_rows(pg_autocommit, pg_queue.table, "id = %s", (task.id,))
         row.update(status="processando", mensagem=None)  # as claimed, before completion
-        for column in model.LIFECYCLE_COLUMNS:  # not part of a claimed task's row
+        for column in model.EXTRA_COLUMNS:  # not part of a claimed task's row
             del row[column]
         assert task.row == row
         assert (task.id, task.tentativa, task.dead, task.payload) == (

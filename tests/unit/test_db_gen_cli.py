@@ -59,7 +59,7 @@ def _table_body(ddl: str, table: str) -> str:
 def test_create_ddl_has_every_contract_column():
     ddl = render("public", "fila_teste")
     queue_columns = re.findall(r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste"), re.M)
-    assert queue_columns == [*model.QUEUE_COLUMNS, *model.LIFECYCLE_COLUMNS]
+    assert queue_columns == [*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS]
     subscriber_columns = re.findall(
         r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M
     )
@@ -72,7 +72,7 @@ def test_upgrade_statements_are_all_idempotent_forms():
     code = re.sub(r"\$\$.*?\$\$", "$$body$$", code, flags=re.S)  # function bodies hold ';' too
     statements = [s.strip() for s in code.split(";") if s.strip()]
     idempotent = re.compile(
-        r"^(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE INDEX IF NOT EXISTS|CREATE OR REPLACE FUNCTION"
+        r"^(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE (?:UNIQUE )?INDEX IF NOT EXISTS|CREATE OR REPLACE FUNCTION"
         r"|DROP TRIGGER IF EXISTS|CREATE TABLE IF NOT EXISTS"
         # The claim function's version, which workers check at start: replaced, never added.
         r"|COMMENT ON FUNCTION public\.claim_next_fila_teste\("

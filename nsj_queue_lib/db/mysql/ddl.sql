@@ -37,7 +37,14 @@ CREATE TABLE {table} (
     cancel_requested boolean NOT NULL DEFAULT false,
     progress_done bigint,
     progress_total bigint,
-    progress_message varchar(500)
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200),
+    -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
+    -- index, and a unique index admits any number of NULLs.
+    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 {indexes}

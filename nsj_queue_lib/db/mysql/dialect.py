@@ -14,6 +14,7 @@ import re
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The columns --upgrade adds to a table that lacks them (the same as on
 # PostgreSQL); their definitions are read from ddl.sql, the single source.
@@ -24,10 +25,12 @@ UPGRADE_COLUMNS = (
     "pub_sub",
     "publication_id",
     "subscriber_id",
-    *model.LIFECYCLE_COLUMNS,
+    *model.EXTRA_COLUMNS,
+    # Generated from dedupe_key and status: the unique index of unfinished dedupe keys.
+    "dedupe_active",
 )
 
-_CREATE_INDEX = re.compile(r"^CREATE INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
+_CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -49,7 +52,11 @@ CLAIMED_TASK_JSON = _task_json(status="'processando'")
 
 def claim_procedure_version() -> str:
     """The claim procedure's COMMENT: changes whenever its code (or the row it returns) does."""
-    source = sql_code(read_sql("mysql", "claim_procedure.sql")) + CLAIMED_TASK_JSON
+    source = (
+        sql_code(read_sql("mysql", "claim_procedure.sql"))
+        + CLAIMED_TASK_JSON
+        + lock_key_free("t", "t", "n")
+    )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
 
@@ -101,6 +108,7 @@ class MysqlDialect(Dialect):
             values,
             claimed_task_json=CLAIMED_TASK_JSON,
             claim_procedure_version=claim_procedure_version(),
+            lock_key_free=lock_key_free(values["table"], "t", "NOW(6)"),
         )
         values["claim_procedure_ddl"] = render(
             read_sql(self.name, "claim_procedure.sql"), procedure_values

@@ -44,6 +44,7 @@ from nsj_queue_lib.db.mysql.rows import (
 )
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 
 # What completing a task in its own transaction came to (see _complete).
@@ -51,6 +52,8 @@ COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
 
 SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_STATUS)
 ER_BAD_FIELD_ERROR = 1054  # unknown column
+# A duplicate key: only the dedupe index is unique besides the auto-increment id.
+ER_DUP_ENTRY = 1062
 
 
 class MysqlFamilyStore:
@@ -61,7 +64,8 @@ class MysqlFamilyStore:
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
         queries = render_queries(
-            self.dialect, {**query_values(queue_table, subscriber_table), "task_json": TASK_JSON}
+            self.dialect,
+            {**query_values(queue_table, subscriber_table, "NOW(6)"), "task_json": TASK_JSON},
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}
         self._table_schema = split_table_name(queue_table)[0]
@@ -74,7 +78,41 @@ class MysqlFamilyStore:
     # -- client operations (any PyMySQL connection, caller's transaction) --
 
     def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
-        return self.insert_tasks(conn, [row], what="insert_task")[0]
+        key = row.get("dedupe_key")
+        if key is None and row.get("lock_key") is None:
+            return self.insert_tasks(conn, [row], what="insert_task")[0]
+        if self.dialect == "singlestore":
+            raise ValueError(
+                "dedupe_key and lock_key are not supported on SingleStore (no unique key "
+                "without the shard key; its claim does not look at lock keys)"
+            )
+        if key is None:
+            new_id = self._insert_keyed(conn, row)
+            assert new_id is not None  # no dedupe_key: no duplicate
+            return new_id
+        return insert_deduplicated(
+            key, lambda: self._insert_keyed(conn, row), lambda: self._dedupe_holder(conn, key)
+        )
+
+    def _insert_keyed(self, conn: Any, row: dict[str, Any]) -> int | None:
+        """The new task's id, or None when an unfinished task holds its dedupe_key."""
+        due, due_args = due_sql(row.get("data_hora"))
+        args = [row[name] for name in TASK_INSERT_FIELDS]
+        args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"], row["lock_key"]]
+        value = (
+            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s)",
+            args,
+        )
+        try:
+            return self._insert_rows(conn, "insert_task", self.sql["insert_task_keyed"], [value])[0]
+        except DatabaseError as exc:
+            if error_code(exc.__cause__) == ER_DUP_ENTRY:
+                return None
+            raise
+
+    def _dedupe_holder(self, conn: Any, key: str) -> int | None:
+        found = self._fetch(conn, "dedupe_holder", {"dedupe_key": key})
+        return int(found[0]["id_inicial"]) if found else None
 
     def insert_tasks(
         self, conn: Any, rows: Sequence[dict[str, Any]], what: str = "insert_tasks"

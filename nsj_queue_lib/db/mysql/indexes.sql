@@ -12,3 +12,8 @@ CREATE INDEX {idx_data_hora} ON {table} (data_hora);
 CREATE INDEX {idx_chain} ON {table} (id_inicial, status);
 -- QueueClient.list_equivalent_task.
 CREATE INDEX {idx_equivalent} ON {table} (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
+CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active);
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX {idx_lock_key} ON {table} (lock_key, status, prioridade DESC, data_hora, id);

@@ -23,6 +23,27 @@ INSERT INTO {queue_table} (
 -- MariaDB only; MySQL reads the id from LAST_INSERT_ID().
 RETURNING id
 
+-- name: insert_task_keyed
+-- insert_task with a dedupe_key or a lock_key: a duplicate-key error on the
+-- dedupe index when an unfinished task holds the dedupe_key (MySQL rolls back
+-- that statement only). Plain inserts name neither column, so that a client
+-- keeps working on a table db_gen --upgrade has not reached yet.
+-- step: head
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash, tenant,
+    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key
+) VALUES
+-- step: returning
+RETURNING id
+
+-- name: dedupe_holder
+-- The unfinished task holding a dedupe_key. A locking read sees the latest
+-- committed row, which a REPEATABLE READ snapshot taken earlier would not.
+SELECT COALESCE(id_inicial, id) AS id_inicial
+FROM {queue_table}
+WHERE dedupe_active = %(dedupe_key)s
+LOCK IN SHARE MODE
+
 -- name: insert_tasks
 -- One statement for many tasks: the store appends one VALUES row per task,
 -- in the caller's order. Ids: RETURNING on MariaDB (rows come back in VALUES
@@ -60,7 +81,7 @@ WHERE t.id = %(id)s
 -- step: select
 SELECT {task_columns}
 FROM {queue_table} AS t
-WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
 ORDER BY t.prioridade DESC, t.data_hora, t.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
@@ -123,13 +144,14 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade
+    dead, live_id, prioridade, dedupe_key, lock_key
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
-    f.subscriber_id, f.dead, f.live_id, f.prioridade
+    f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
+    f.lock_key
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
 

@@ -29,6 +29,8 @@ BEGIN
             SELECT q.id
             FROM {table} AS q
             WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+              -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
+              AND {lock_key_free}
             ORDER BY q.prioridade DESC, q.data_hora, q.id
             LIMIT claim_limit
             FOR UPDATE SKIP LOCKED

@@ -33,7 +33,11 @@ CREATE TABLE {table} (
     cancel_requested boolean DEFAULT false NOT NULL,
     progress_done bigint,
     progress_total bigint,
-    progress_message varchar(500)
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200)
 );
 
 {indexes}

@@ -6,11 +6,15 @@ import hashlib
 
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+from nsj_queue_lib.flow.lock_keys import lock_key_free
+
+# What the claims put in {lock_key_free}: the candidate row is q (claim_function.sql).
+CLAIM_NOW = "clock_timestamp()"
 
 
 def claim_function_version() -> str:
     """The claim function's COMMENT: changes whenever its code does."""
-    source = sql_code(read_sql("postgres", "claim_function.sql"))
+    source = sql_code(read_sql("postgres", "claim_function.sql")) + lock_key_free("t", "q", "n")
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
 
@@ -26,7 +30,11 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
-        function_values = dict(values, claim_function_version=claim_function_version())
+        function_values = dict(
+            values,
+            claim_function_version=claim_function_version(),
+            lock_key_free=lock_key_free(values["table"], "q", CLAIM_NOW),
+        )
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values
         ).strip()

@@ -18,3 +18,10 @@ CREATE INDEX IF NOT EXISTS {idx_chain} ON {table} (id_inicial) WHERE id_inicial 
 CREATE INDEX IF NOT EXISTS {idx_attempts} ON {table} (id_inicial) WHERE id_inicial IS NOT NULL;
 -- QueueClient.list_equivalent_task.
 CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
+-- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
+CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX IF NOT EXISTS {idx_lock_key} ON {table} (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
+CREATE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';

@@ -15,6 +15,31 @@ SELECT
 FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
 RETURNING id
 
+-- name: insert_task_keyed
+-- insert_task with a dedupe_key or a lock_key: no row when an unfinished task
+-- holds the dedupe_key (after waiting for the transaction that is inserting
+-- it, if any). Plain inserts name neither column, so that a client keeps
+-- working on a table db_gen --upgrade has not reached yet.
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash, tenant,
+    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key
+)
+SELECT
+    %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
+    %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
+    due.at, due.at, %(dedupe_key)s, %(lock_key)s
+FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
+ON CONFLICT (dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando')
+    DO NOTHING
+RETURNING id
+
+-- name: dedupe_holder
+-- The unfinished task holding a dedupe_key (the partial unique index).
+SELECT coalesce(id_inicial, id)
+FROM {queue_table}
+WHERE dedupe_key = %(dedupe_key)s AND status IN ('pendente', 'agendada', 'processando')
+
 -- name: insert_tasks
 -- One round trip for many tasks; WITH ORDINALITY keeps the caller's order.
 INSERT INTO {queue_table} (
@@ -75,10 +100,10 @@ SELECT set_config('synchronous_commit', 'off', true),
 -- first attempt. The last column stands where the claim function returns
 -- whether it took the lock.
 WITH next AS (
-    SELECT id
-    FROM {queue_table}
-    WHERE status = 'pendente' AND data_hora <= clock_timestamp()
-    ORDER BY prioridade DESC, data_hora, id
+    SELECT t.id
+    FROM {queue_table} AS t
+    WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}
+    ORDER BY t.prioridade DESC, t.data_hora, t.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -129,13 +154,14 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade
+    dead, live_id, prioridade, dedupe_key, lock_key
 )
 SELECT
     coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
-    f.subscriber_id, f.dead, f.live_id, f.prioridade
+    f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
+    f.lock_key
 FROM failed AS f
 RETURNING id
 

@@ -31,6 +31,7 @@ from nsj_queue_lib.db.postgres.dialect import claim_function_version
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
+from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -132,9 +133,23 @@ class PostgresQueueStore:
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
     def insert_task(self, conn, row: dict[str, Any]) -> int:
-        with wrap_driver_errors("insert_task"), conn.cursor() as cur:
-            cur.execute(self.sql["insert_task"], row)
-            return int(cur.fetchone()[0])
+        key = row.get("dedupe_key")
+        if key is not None:
+            return insert_deduplicated(
+                key,
+                lambda: self._insert_returning(conn, "insert_task_keyed", row),
+                lambda: self._insert_returning(conn, "dedupe_holder", {"dedupe_key": key}),
+            )
+        keyed = row.get("lock_key") is not None
+        new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
+        assert new_id is not None  # a plain INSERT ... RETURNING returns its row
+        return new_id
+
+    def _insert_returning(self, conn, name: str, params: dict[str, Any]) -> int | None:
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            cur.execute(self.sql[name], params)
+            found = cur.fetchone()
+            return None if found is None else int(found[0])
 
     def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
         if not rows:

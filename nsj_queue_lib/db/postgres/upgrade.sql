@@ -10,6 +10,8 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS cancel_requested boolean DEFAULT fa
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_done bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_total bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_message varchar(500);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), and the chain index leaves first
