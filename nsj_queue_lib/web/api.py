@@ -67,6 +67,18 @@ class EnqueueRequest(BaseModel):
     grupo_empresarial: str | None = _text(model.TEXT_LIMITS["grupo_empresarial"])
     prioridade: StrictInt | None = Field(None, ge=0, le=2**31 - 1)
     data_hora: AwareDatetime | None = Field(None, description="when it is due (default: now)")
+    dedupe_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=model.TEXT_LIMITS["dedupe_key"],
+        description="while a task with this key is unfinished, enqueue again returns its id",
+    )
+    lock_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=model.TEXT_LIMITS["lock_key"],
+        description="tasks with equal keys never run at the same time",
+    )
 
 
 class Enqueued(BaseModel):

@@ -82,6 +82,22 @@ def test_enqueue_get_list_cancel(web, queue):
     assert web.get("/api/v1/tasks/999999999").status_code == 404
 
 
+def test_enqueue_with_dedupe_key_is_idempotent_and_lock_key_is_stored(web, queue):
+    first = enqueue(web, dedupe_key="pedido-42", lock_key="cliente-7")
+    again = enqueue(web, dedupe_key="pedido-42", payload={"other": True})
+    assert first.status_code == again.status_code == 201, again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert rows(queue) == 1
+    assert web.get(f"/api/v1/tasks/{first.json()['id']}").json()["payload"] == {"n": 1}
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(f"SELECT lock_key, dedupe_key FROM {queue.table}")
+        assert tuple(cur.fetchone()) == ("cliente-7", "pedido-42")
+    finally:
+        close_quietly(conn)
+
+
 def test_retry_attempts_and_cursor_pages(web, queue):
     tasks = populate(queue)
     stats = web.get(f"/api/v1/queues/{queue.table}/stats").json()
@@ -119,7 +135,8 @@ def test_retry_attempts_and_cursor_pages(web, queue):
         ({"processo": ""}, "processo"),
         ({"tenant": "7"}, "tenant"),
         ({"data_hora": "2026-01-01T00:00:00"}, "data_hora"),
-        ({"lock_key": "k"}, "lock_key"),
+        ({"lock_key": ""}, "lock_key"),
+        ({"dedupe_key": "x" * 201}, "dedupe_key"),
     ],
 )
 def test_bad_fields_are_422_naming_the_field_and_write_nothing(web, queue, body, field):
