@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
+import httpx2 as httpx  # the test extra pins httpx2 (what starlette's TestClient uses)
 import pytest
 
 from tests.helpers.databases import ci_enabled
