@@ -23,6 +23,7 @@ DEFAULT_PORTS = {"POSTGRES": 5432, "MYSQL": 3306, "SINGLE_STORE": 3306}
 EVERY_FIVE_MINUTES = tuple(range(0, 60, 5))
 
 LOG_FORMATS = ("text", "json")
+WAKEUP_MODES = ("listen", "poll", "server")
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -64,6 +65,10 @@ class Settings:
     queue_concurrency: int = 1
     queue_grace_period: float = 30.0  # seconds in-flight tasks get at shutdown
     queue_poll_interval: float = 0.5  # seconds between polls where there is no LISTEN
+    # How the dispatcher learns of new tasks: "listen", "poll" or "server"; None:
+    # the socket server in CLIENT_SERVER_MODE, else LISTEN where the database
+    # has it, else polling (docs/how-to/poolers.md).
+    queue_wakeup: str | None = None
     # PostgreSQL only. False: the worker's task transactions commit without
     # waiting for the WAL flush (synchronous_commit = off on its connections).
     # A database crash may then forget the last fraction of a second of
@@ -272,9 +277,17 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1),
         queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0),
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
+        queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
         default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),
     )
+
+
+_UPPER_WAKEUP_MODES = tuple(mode.upper() for mode in WAKEUP_MODES)
+
+
+def _lower(choice: str | None) -> str | None:
+    return choice.lower() if choice else None
 
 
 def _services_values(reader: _Reader) -> dict[str, Any]:
@@ -380,6 +393,7 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
         problems["LOG_FORMAT"] = (
             f"must be one of {', '.join(LOG_FORMATS)}, got {values['log_format']!r}"
         )
+    problems.update(_wakeup_problems(values))
     for field, (variable, check) in _NAMES.items():
         if values.get(field):
             try:
@@ -396,6 +410,25 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
             if why:
                 problems[bounds[0]] = why
     return problems
+
+
+def _wakeup_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """QUEUE_WAKEUP must agree with CLIENT_SERVER_MODE: the socket server's wake-ups need
+    its mode, and in its mode the server listens for the workers (polling stays possible)."""
+    wakeup = values.get("queue_wakeup")
+    server_mode = bool(values.get("client_server_mode"))
+    if wakeup is None:
+        return {}
+    if wakeup not in WAKEUP_MODES:
+        return {"QUEUE_WAKEUP": f"must be one of {', '.join(WAKEUP_MODES)}, got {wakeup!r}"}
+    if wakeup == "server" and not server_mode:
+        return {"QUEUE_WAKEUP": "can be 'server' only with CLIENT_SERVER_MODE=true"}
+    if wakeup == "listen" and server_mode:
+        return {
+            "QUEUE_WAKEUP": "cannot be 'listen' with CLIENT_SERVER_MODE=true: the socket "
+            "server listens for its workers (use 'server' or 'poll')"
+        }
+    return {}
 
 
 def _out_of_bounds(

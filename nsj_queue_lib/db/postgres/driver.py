@@ -21,11 +21,12 @@ from nsj_queue_lib.db.driver import (
     TaskSource,
 )
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
-from nsj_queue_lib.db.postgres.listener import PostgresListener
+from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
-from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
+from nsj_queue_lib.exceptions import ConfigError, DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.notify.checked import PROBE_TIMEOUT_SECONDS, CheckedListener
 
 _CONNECT_OPTIONS: dict[str, Any] = {
     "connect_timeout": CONNECT_TIMEOUT_SECONDS,
@@ -33,6 +34,9 @@ _CONNECT_OPTIONS: dict[str, Any] = {
     "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
     "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
     "keepalives_count": KEEPALIVE_COUNT,
+    # No automatic server-side prepared statements: one prepared in a transaction
+    # may not exist on the server connection a transaction pooler gives the next.
+    "prepare_threshold": None,
 }
 
 
@@ -142,7 +146,24 @@ class PostgresDriver(Driver):
     def _configure_executor(self, conn: psycopg.Connection) -> None:
         if not self.settings.queue_synchronous_commit:
             # Autocommit connection: the setting holds for the whole session.
+            # Session state: check_session_state refuses it where sessions are
+            # not kept (a pooler in transaction mode would apply it to whichever
+            # client gets this server connection next, and not to our transactions).
             conn.execute("SET synchronous_commit = off")
+
+    def check_session_state(self, conn: Any) -> None:
+        if self.settings.queue_synchronous_commit:
+            return  # nothing else of the worker's outlives a transaction (docs/how-to/poolers.md)
+        if listen_receives(lambda: self.connect(autocommit=True), PROBE_TIMEOUT_SECONDS):
+            return
+        raise ConfigError(
+            {
+                "QUEUE_SYNCHRONOUS_COMMIT": "false needs a session that keeps its settings, and "
+                "this connection does not keep session state (a LISTEN through it never "
+                "receives: a pooler in transaction mode?). Set QUEUE_SYNCHRONOUS_COMMIT=true, "
+                "or connect directly or through a session-mode pool (docs/how-to/poolers.md)"
+            }
+        )
 
     def connect(self, autocommit: bool = True, executor: bool = False) -> psycopg.Connection:
         try:
@@ -188,8 +209,8 @@ class PostgresDriver(Driver):
         return isinstance(exc, (psycopg.Error, DatabaseError))
 
     def check_wake_ups(self, conn: Any) -> str | None:
-        if self.settings.client_server_mode:
-            return None  # the socket server listens, with its own QUEUE_NAME
+        if self.wakeup_mode() != "listen":
+            return None  # polling, or the socket server listens with its own QUEUE_NAME
         with wrap_driver_errors("trigger_channels"):
             sources = [
                 row[0] for row in conn.execute(_TRIGGER_SOURCES, (self.settings.queue_table,))
@@ -210,7 +231,10 @@ class PostgresDriver(Driver):
         )
 
     def native_listener(self) -> Listener:
-        return PostgresListener(lambda: self.connect(autocommit=True), self.channel)
+        listener = PostgresListener(lambda: self.connect(autocommit=True), self.channel)
+        return CheckedListener(
+            listener, self.settings.queue_poll_interval, self.settings.queue_name
+        )
 
     def task_source(self) -> TaskSource:
         table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")

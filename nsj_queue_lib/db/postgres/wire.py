@@ -4,9 +4,10 @@ Every task sends the same statements (the claim function's call, then
 ``COMMIT AND CHAIN``). Through psycopg cursors and ``conn.pipeline()`` most
 of a round trip's worker CPU goes to Python bookkeeping: a pipeline object,
 cursors, query conversion, parameter dumpers and one loader per column of
-every result. Here the statement is prepared once per connection, its
-parameters are sent as text, and its rows are decoded with loaders set up
-once (the prepared statement's result types cannot change).
+every result. Here the statement's parameters are sent as text and its rows
+are decoded with loaders set up once per connection (again only when the
+result's column types change). Nothing is prepared in the server session
+(see ``PreparedRoundTrip``).
 
 Only psycopg's public libpq wrapper (``psycopg.pq``) and ``psycopg.adapt.
 Transformer`` are used. The connection is left as psycopg expects it: out of
@@ -15,8 +16,6 @@ pipeline mode, no result pending, or closed when that cannot be guaranteed.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import select
 import weakref
 from collections.abc import Sequence
@@ -49,34 +48,30 @@ class RoundTripError(Exception):
         self.rows = rows
 
 
-# A prepared statement that fails with these must be prepared anew: it was
-# deallocated (a handler ran DISCARD ALL), or a column's type changed under it
-# (ALTER TABLE: "cached plan must not change result type", "attribute N has
-# wrong type") and every later execution in the session would fail the same
-# way. The stale statement is left in the session: one per schema change.
-_REPREPARE = (
-    psycopg.errors.InvalidSqlStatementName,
-    psycopg.errors.FeatureNotSupported,
-    psycopg.errors.DatatypeMismatch,
-)
-
-
 class _ConnectionState:
-    __slots__ = ("name", "transformer", "loaders_ready", "encoding")
+    __slots__ = ("transformer", "column_types", "encoding")
 
-    def __init__(self, conn: psycopg.Connection, name: bytes):
-        self.name = name
+    def __init__(self, conn: psycopg.Connection):
         self.refresh(conn)
 
     def refresh(self, conn: psycopg.Connection) -> None:
         """Loaders (and the parameters' encoding) for the session's current client encoding."""
         self.transformer = Transformer(conn)
-        self.loaders_ready = False
+        self.column_types: tuple[int, ...] | None = None  # what the loaders were set up for
         self.encoding = conn.info.encoding
 
 
 class PreparedRoundTrip:
-    """One statement, prepared on each connection at its first use, plus a commit statement.
+    """One statement plus a commit statement, in one round trip; client-side work prepared once.
+
+    Pooler invariant: nothing is left in the server session. The statement is
+    sent as libpq's unnamed statement (parsed with each execution), never as
+    a named prepared statement: a pooler in transaction mode (PgBouncer
+    ``pool_mode = transaction``) may give every transaction another server
+    connection, where a statement prepared earlier does not exist, and its
+    ``DISCARD ALL`` deallocates them between transactions. Parsing a one-line
+    call costs the server a few microseconds; what the round trip saves is the
+    client's bookkeeping, kept here per connection.
 
     ``columns`` name the statement's result columns in order; rows come back
     as dicts. Parameters are ints, strings or None, sent in text format.
@@ -85,20 +80,10 @@ class PreparedRoundTrip:
     def __init__(self, sql: str, columns: Sequence[str]):
         self.sql = sql
         self.columns = tuple(columns)
-        self._name_prefix = f"nsjq_{hashlib.sha256(sql.encode()).hexdigest()[:16]}_"
-        self._preparations = itertools.count(1)
         self._sql_bytes = sql.encode()
         self._states: weakref.WeakKeyDictionary[psycopg.Connection, _ConnectionState] = (
             weakref.WeakKeyDictionary()
         )
-
-    def forget(self, conn: psycopg.Connection) -> None:
-        """Prepare the statement again on ``conn`` at its next use, under a new name.
-
-        A new name, because the old one may still exist in the session: a
-        plain re-PREPARE would fail, and libpq's Close for statements is recent.
-        """
-        self._states.pop(conn, None)
 
     def run(
         self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes, begin: bool = False
@@ -109,17 +94,12 @@ class PreparedRoundTrip:
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
         """
-        known = self._states.get(conn)
-        fresh = known is None
-        if known is None:
-            state = _ConnectionState(
-                conn, f"{self._name_prefix}{next(self._preparations)}".encode()
-            )
-        else:
-            state = known
-            if state.encoding != conn.info.encoding:
-                # A handler changed client_encoding: text now arrives in the new one.
-                state.refresh(conn)
+        state = self._states.get(conn)
+        if state is None:
+            state = self._states[conn] = _ConnectionState(conn)
+        elif state.encoding != conn.info.encoding:
+            # A handler changed client_encoding: text now arrives in the new one.
+            state.refresh(conn)
         pgconn = conn.pgconn
         try:
             encoded = [_encode(value, state.encoding) for value in params]
@@ -129,33 +109,20 @@ class PreparedRoundTrip:
         try:
             if begin:
                 pgconn.send_query_params(b"BEGIN", None)
-            if fresh:
-                pgconn.send_prepare(state.name, self._sql_bytes)
-            pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
+            pgconn.send_query_params(self._sql_bytes, encoded, None, None, _BINARY)
             pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
             _flush(pgconn)
             began = _next_results(pgconn) if begin else None
-            prepared = _next_results(pgconn) if fresh else None
             statement = _next_results(pgconn)
             committed = _next_results(pgconn)
             _next_results(pgconn)  # the sync
         finally:
             _leave_pipeline(conn)
-        if fresh and _status(prepared) == _COMMAND_OK:
-            self._states[conn] = state
         result = statement[-1] if statement else None
         if result is None or result.status != _TUPLES_OK:
-            if begin and _status(began) != _COMMAND_OK:
-                failed = began
-            elif fresh and _status(prepared) != _COMMAND_OK:
-                failed = prepared
-            else:
-                failed = statement
-            error = _error(failed, conn)
-            if isinstance(error, _REPREPARE):
-                self.forget(conn)
-            raise RoundTripError(error, [])
+            failed = began if begin and _status(began) != _COMMAND_OK else statement
+            raise RoundTripError(_error(failed, conn), [])
         rows = self._rows(state, result)
         if _status(committed) != _COMMAND_OK:
             raise RoundTripError(_error(committed, conn), rows)
@@ -164,15 +131,16 @@ class PreparedRoundTrip:
     def _rows(self, state: _ConnectionState, result: pq.abc.PGresult) -> list[dict[str, Any]]:
         if result.nfields != len(self.columns):
             raise psycopg.DataError(
-                f"prepared statement {state.name.decode()} returned {result.nfields} columns, "
-                f"expected {len(self.columns)}"
+                f"the statement returned {result.nfields} columns, expected {len(self.columns)}"
             )
         tx = state.transformer
-        if state.loaders_ready:
+        # The same types as last time, unless a column's type changed (ALTER TABLE).
+        types = tuple(result.ftype(i) for i in range(result.nfields))
+        if types == state.column_types:
             tx.set_pgresult(result, set_loaders=False)
         else:
             tx.set_pgresult(result)
-            state.loaders_ready = True
+            state.column_types = types
         columns = self.columns
         try:
             return tx.load_rows(
