@@ -1,0 +1,231 @@
+"""Real worker processes behind a real PgBouncer, in session and in transaction mode.
+
+The suite starts its own PgBouncer (``tests/helpers/pgbouncer.py``): in
+transaction mode with fewer server connections than the workers have clients
+and ``DISCARD ALL`` between transactions (``server_reset_query_always = 1``),
+so every piece of session state a worker kept would be lost or handed to
+another client. What must hold in both modes (docs/how-to/poolers.md):
+new tasks wake a worker (in transaction mode by polling, with a warning),
+every task runs exactly once, a killed worker's task is rescued, and no
+advisory lock is ever held by a server connection outside a transaction
+(one that may serve another client next).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psycopg
+import pytest
+
+from nsj_queue_lib.runtime.service import service_lock_key
+from tests.helpers.endpoints import free_port, get_json
+from tests.helpers.pgbouncer import PgBouncer, PgBouncerUnavailable
+from tests.helpers.processes import (
+    enqueue,
+    fetch_rows,
+    listening_backends,
+    statuses,
+    wait_for,
+    worker_env,
+)
+from tests.helpers.recorder import WORKER, assert_rescued, insert_many
+
+DEAF = "deaf LISTEN detected"
+POLL_INTERVAL = 0.5
+SERVICES = ("retry", "renotify", "purge")
+
+# Advisory locks of a queue (task liveness locks: classid = the table's oid) or of
+# its services (one bigint key), with their holder's state.
+ADVISORY_HOLDERS = """
+SELECT l.classid::bigint, l.objid::bigint, l.objsubid, a.state, l.pid
+FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted
+  AND ((l.objsubid = 2 AND l.classid = to_regclass(%(table)s)::oid)
+       OR (l.objsubid = 1 AND (l.classid::bigint << 32) | l.objid::bigint = ANY(%(keys)s)))
+"""
+
+
+@pytest.fixture(scope="module", params=["session", "transaction"])
+def pooler(request, pg_dsn):
+    try:
+        bouncer = PgBouncer(pg_dsn, request.param)
+    except PgBouncerUnavailable as exc:
+        pytest.skip(str(exc))
+    yield bouncer
+    bouncer.close()
+
+
+@pytest.fixture
+def pooled_env(pooler, side):
+    def make(**overrides):
+        return worker_env(pooler.dsn, side.table, QUEUE_POLL_INTERVAL=POLL_INTERVAL, **overrides)
+
+    return make
+
+
+def unsigned_key(key: int) -> int:
+    return key % 2**64 if key < 0 else key
+
+
+def service_keys(table: str) -> list[int]:
+    # pg_locks shows a bigint key as two oids: compared as the unsigned 64-bit value.
+    return [unsigned_key(service_lock_key(table, name)) for name in SERVICES]
+
+
+def lock_holders(conn, table: str) -> list[tuple]:
+    rows = conn.execute(ADVISORY_HOLDERS, {"table": table, "keys": service_keys(table)})
+    return rows.fetchall()
+
+
+def idle_holders(conn, table: str) -> list[tuple]:
+    """Advisory locks held by a backend outside any transaction: left behind."""
+    return [row for row in lock_holders(conn, table) if row[3] == "idle"]
+
+
+def started(procs, pooler, conn, queue) -> None:
+    """Each worker LISTENs (session mode) or has found its LISTEN deaf (transaction mode)."""
+    if pooler.mode == "transaction":
+        for proc in procs:
+            wait_for(lambda p=proc: DEAF in p.output(), 15, f"{proc.name} to report {DEAF!r}")
+    else:
+        wait_for(
+            lambda: listening_backends(conn, queue.name) == len(procs), 15, "the workers to LISTEN"
+        )
+
+
+@pytest.mark.slow
+def test_a_new_task_wakes_the_worker_and_readyz_tells_how(
+    pooler, side, workers, pooled_env, pg_dsn, pg_autocommit
+):
+    port = free_port()
+    # QUEUE_WAIT_NOTIFY_INTERVAL is long: only LISTEN or the fallback poll can be in time.
+    worker = workers.start(
+        WORKER, pooled_env(QUEUE_WAIT_NOTIFY_INTERVAL=60, QUEUE_METRICS_PORT=port, LOG_DEBUG=1)
+    )
+    expected = {"mode": "poll", "reason": DEAF} if pooler.mode == "transaction" else None
+
+    def wakeups():
+        status, document = get_json(port, "/readyz")
+        return document["wakeups"] if status == 200 and document else None
+
+    state = wait_for(wakeups, 15, "/readyz to answer 200")
+    if expected is None:
+        wait_for(lambda: wakeups() == {"mode": "listen"}, 15, "LISTEN to be checked")
+    else:
+        wait_for(lambda: wakeups() == expected, 15, "polling to be reported")
+    state = wakeups()
+    enqueued = time.monotonic()
+    enqueue(pg_dsn, side.table, [dict(payload="{}", chave_externa="late")])
+    wait_for(
+        lambda: statuses(pg_autocommit, side.table) == {"sucesso": 1},
+        POLL_INTERVAL + 2,
+        "the task enqueued after the start to run",
+    )
+    assert time.monotonic() - enqueued < POLL_INTERVAL + 2
+    warned = [line for line in worker.output().splitlines() if DEAF in line]
+    if pooler.mode == "transaction":
+        assert state == expected
+        assert warned and "WARNING" in warned[0] and "transaction mode" in warned[0]
+        assert "QUEUE_WAKEUP=poll" in warned[0] and "CLIENT_SERVER_MODE" in warned[0]
+    else:
+        assert state == {"mode": "listen"} and not warned
+    worker.send(signal.SIGTERM)
+    assert worker.wait(15) == 0
+
+
+@pytest.mark.slow
+def test_two_workers_run_two_thousand_tasks_exactly_once(
+    pooler, side, workers, pooled_env, pg_dsn, pg_autocommit
+):
+    procs = [workers.start(WORKER, pooled_env(QUEUE_CONCURRENCY=2), f"w{i}") for i in range(2)]
+    started(procs, pooler, pg_autocommit, side)
+    for batch in range(4):
+        insert_many(pg_dsn, side.table, 500, payload="{}", prefix=f"k{batch}-")
+    wait_for(
+        lambda: statuses(pg_autocommit, side.table) == {"sucesso": 2000},
+        40,
+        "2,000 tasks to succeed",
+    )
+    total, distinct, pids = pg_autocommit.execute(
+        f"SELECT count(*), count(DISTINCT task_id), array_agg(DISTINCT pid) FROM {side.table}_exec"
+    ).fetchone()
+    assert (total, distinct) == (2000, 2000)
+    assert set(pids) == {p.pid for p in procs}, "both processes should have taken part"
+    assert idle_holders(pg_autocommit, side.table) == []
+    for proc in procs:
+        proc.send(signal.SIGTERM)
+    assert [proc.wait(15) for proc in procs] == [0, 0]
+    assert lock_holders(pg_autocommit, side.table) == []
+
+
+@pytest.mark.slow
+def test_a_killed_workers_task_is_rescued(side, workers, pooled_env, long_task, pg_autocommit):
+    task, victim = long_task(pooled_env(), "victim", sleep=120, name="victim")
+    victim.kill9()
+    rescuer = workers.start(WORKER, pooled_env(QUEUE_RETRY_THREAD_INTERVAL=0.5), "rescuer")
+    assert_rescued(pg_autocommit, side, task, "victim", rescuer)
+    assert idle_holders(pg_autocommit, side.table) == []
+    rescuer.send(signal.SIGTERM)
+    assert rescuer.wait(15) == 0
+
+
+def insert_row(conn, table: str, status: str, **columns) -> int:
+    values = dict(origem="teste", destino="worker", processo="p", payload="{}", status=status)
+    values.update(columns)
+    names, marks = ", ".join(values), ", ".join(["%s"] * len(values))
+    return conn.execute(
+        f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING id", list(values.values())
+    ).fetchone()[0]
+
+
+def watch_locks(conn, table: str, seconds: float, seen: set) -> None:
+    """For ``seconds``: no advisory lock of the queue is ever held outside a transaction."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        holders = lock_holders(conn, table)
+        assert [h for h in holders if h[3] == "idle"] == [], holders
+        seen.update(h[:3] for h in holders)
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_services_keep_running_and_never_leave_a_lock_behind(
+    pooler, side, workers, pooled_env, pg_dsn, pg_autocommit
+):
+    """Retry, renotify and purge every 0.2 s for several periods; pg_locks sampled meanwhile."""
+    table = side.table
+    # A stale 'pendente' row this test keeps row-locked: renotify wakes the workers at every run.
+    stale = insert_row(pg_autocommit, table, "pendente", data_hora="2000-01-01")
+    worker = workers.start(
+        WORKER,
+        pooled_env(
+            QUEUE_RETRY_THREAD_INTERVAL=0.2,
+            QUEUE_NOTIFY_THREAD_INTERVAL=0.2,
+            QUEUE_PURGE_THREAD_INTERVAL=0.2,
+            QUEUE_PURGE_MAX_AGE=1,
+        ),
+    )
+    seen: set = set()
+    with psycopg.connect(pg_dsn) as row_holder:
+        row_holder.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", (stale,))
+        for round_ in range(3):
+            orphan = insert_row(pg_autocommit, table, "processando", chave_externa=f"o{round_}")
+            old = insert_row(pg_autocommit, table, "sucesso", data_hora="2000-01-01")
+
+            def settled(orphan=orphan, old=old):
+                watch_locks(pg_autocommit, table, 0.05, seen)
+                rows = {r["id"]: r for r in fetch_rows(pg_autocommit, table)}
+                return rows[orphan]["status"] == "falha_processando" and old not in rows
+
+            wait_for(settled, 10, f"round {round_}: the orphan rescued and the old row purged")
+        watch_locks(pg_autocommit, table, 0.5, seen)
+    log = worker.output()
+    assert log.count("rescued an abandoned attempt") == 3
+    assert log.count("purged 1 row(s)") == 3
+    assert log.count("woke the workers") >= 3
+    assert {key[2] for key in seen} >= {1}, "the services' locks were seen held (in transactions)"
+    worker.send(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert lock_holders(pg_autocommit, table) == []
