@@ -607,8 +607,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "refused-login-stops-the-worker",
         WORKER_RUNTIME,
-        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError)",
-        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError)",
+        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError, ConfigError)",
+        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, ConfigError)",
         (f"{OPERATE}::test_a_refused_login_stops_the_worker_process_at_start_with_exit_code_2",),
         ("postgres", "mysql"),
         "a worker whose login is refused retries forever",

@@ -249,6 +249,11 @@ class Driver(abc.ABC):
         the connection does not keep (behind a pooler in transaction mode). Default: none."""
         return None
 
+    def listen_receives(self) -> bool:
+        """Whether a LISTEN through these settings hears a NOTIFY sent from another connection
+        (False where the database has no LISTEN). Raises ``DatabaseError`` when unreachable."""
+        return False
+
     def listener(self) -> Listener:
         """What the dispatcher waits on, by ``wakeup_mode``: the socket server, polling every
         QUEUE_POLL_INTERVAL, or the database's LISTEN, checked (``notify/checked.py``)."""

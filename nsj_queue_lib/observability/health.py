@@ -43,7 +43,7 @@ class Health:
         self.stale_after = stale_after
         self._threads: Sequence[threading.Thread] = ()
         self._more_dead: Callable[[], Sequence[threading.Thread]] = list
-        self.wakeups: Callable[[], dict[str, str]] = dict
+        self.wakeups: Callable[[], dict[str, str]] | None = None  # set by the runtime
 
     def watch(
         self,
@@ -73,6 +73,8 @@ class Health:
 
     def readiness(self) -> Verdict:
         verdict = self._readiness()
+        if self.wakeups is None:
+            return verdict
         return Verdict(verdict.ok, {**verdict.document, "wakeups": self.wakeups()})
 
     def _readiness(self) -> Verdict:

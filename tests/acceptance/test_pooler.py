@@ -13,6 +13,7 @@ advisory lock is ever held by a server connection outside a transaction
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -20,6 +21,8 @@ import psycopg
 import pytest
 
 from nsj_queue_lib.runtime.service import service_lock_key
+from nsj_queue_lib.runtime.worker_runtime import EXIT_CONFIG_ERROR
+from tests.helpers.databases import ci_enabled
 from tests.helpers.endpoints import free_port, get_json
 from tests.helpers.pgbouncer import PgBouncer, PgBouncerUnavailable
 from tests.helpers.processes import (
@@ -52,6 +55,8 @@ def pooler(request, pg_dsn):
     try:
         bouncer = PgBouncer(pg_dsn, request.param)
     except PgBouncerUnavailable as exc:
+        if ci_enabled():
+            pytest.fail(f"{exc} (CI=true: a missing pooler fails the run)", pytrace=False)
         pytest.skip(str(exc))
     yield bouncer
     bouncer.close()
@@ -229,3 +234,36 @@ def test_services_keep_running_and_never_leave_a_lock_behind(
     worker.send(signal.SIGTERM)
     assert worker.wait(15) == 0
     assert lock_holders(pg_autocommit, table) == []
+
+
+def test_nsjq_status_says_how_workers_are_woken(pooler, side, capsys, monkeypatch):
+    """nsjq cannot ask the workers: it tries LISTEN itself through the same DSN."""
+    from nsj_queue_lib.cli import main
+
+    for name in ("QUEUE_WAKEUP", "CLIENT_SERVER_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--dsn", pooler.dsn, "--table", side.table, "status"]) == 0
+    out = capsys.readouterr().out
+    if pooler.mode == "transaction":
+        assert f"wake-ups: poll ({DEAF})" in out
+    else:
+        assert "wake-ups: listen\n" in out
+    monkeypatch.setenv("QUEUE_WAKEUP", "poll")
+    assert main(["--dsn", pooler.dsn, "--table", side.table, "status", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["wakeups"] == {"mode": "poll", "reason": "QUEUE_WAKEUP=poll"}
+
+
+def test_asynchronous_commits_need_a_session_pool(
+    pooler, side, workers, pooled_env, pg_dsn, pg_autocommit
+):
+    """QUEUE_SYNCHRONOUS_COMMIT=false is a session setting: refused at start without sessions."""
+    worker = workers.start(WORKER, pooled_env(QUEUE_SYNCHRONOUS_COMMIT="false"))
+    if pooler.mode == "transaction":
+        assert worker.wait(15) == EXIT_CONFIG_ERROR
+        assert "QUEUE_SYNCHRONOUS_COMMIT: false needs a session" in worker.output()
+        return
+    enqueue(pg_dsn, side.table, [dict(payload="{}")])
+    wait_for(lambda: statuses(pg_autocommit, side.table) == {"sucesso": 1}, 10, "the task to run")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(15) == 0

@@ -154,7 +154,7 @@ class PostgresDriver(Driver):
     def check_session_state(self, conn: Any) -> None:
         if self.settings.queue_synchronous_commit:
             return  # nothing else of the worker's outlives a transaction (docs/how-to/poolers.md)
-        if listen_receives(lambda: self.connect(autocommit=True), PROBE_TIMEOUT_SECONDS):
+        if self.listen_receives():
             return
         raise ConfigError(
             {
@@ -229,6 +229,9 @@ class PostgresDriver(Driver):
             f"(QUEUE_WAIT_NOTIFY_INTERVAL) instead of waking this worker "
             f"(is QUEUE_NAME the name given to db_gen?)"
         )
+
+    def listen_receives(self) -> bool:
+        return listen_receives(lambda: self.connect(autocommit=True), PROBE_TIMEOUT_SECONDS)
 
     def native_listener(self) -> Listener:
         listener = PostgresListener(lambda: self.connect(autocommit=True), self.channel)
