@@ -33,7 +33,7 @@ from tests.helpers.processes import (
     wait_for,
     worker_env,
 )
-from tests.helpers.recorder import WORKER, assert_rescued, insert_many
+from tests.helpers.recorder import WORKER, assert_rescued, drain_exactly_once
 
 DEAF = "deaf LISTEN detected"
 POLL_INTERVAL = 0.5
@@ -146,18 +146,8 @@ def test_two_workers_run_two_thousand_tasks_exactly_once(
 ):
     procs = [workers.start(WORKER, pooled_env(QUEUE_CONCURRENCY=2), f"w{i}") for i in range(2)]
     started(procs, pooler, pg_autocommit, side)
-    for batch in range(4):
-        insert_many(pg_dsn, side.table, 500, payload="{}", prefix=f"k{batch}-")
-    wait_for(
-        lambda: statuses(pg_autocommit, side.table) == {"sucesso": 2000},
-        40,
-        "2,000 tasks to succeed",
-    )
-    total, distinct, pids = pg_autocommit.execute(
-        f"SELECT count(*), count(DISTINCT task_id), array_agg(DISTINCT pid) FROM {side.table}_exec"
-    ).fetchone()
-    assert (total, distinct) == (2000, 2000)
-    assert set(pids) == {p.pid for p in procs}, "both processes should have taken part"
+    pids = drain_exactly_once(pg_dsn, pg_autocommit, side, 4, 500, 40)
+    assert pids == {p.pid for p in procs}, "both processes should have taken part"
     assert idle_holders(pg_autocommit, side.table) == []
     for proc in procs:
         proc.send(signal.SIGTERM)
