@@ -1,7 +1,7 @@
 """The executor's libpq-level round trip (db/postgres/wire.py) on real PostgreSQL.
 
-The store's ``complete_and_claim`` sends the claim function's call (an unnamed
-statement: nothing is left in the server session) and the commit in one pipeline. These tests drive the
+The store's ``complete_and_claim`` sends the claim function's call, prepared
+once per connection, and the commit in one pipeline. These tests drive the
 store the way an executor thread does (an autocommit connection, transactions
 opened by the previous claim's COMMIT AND CHAIN) and check what the session
 is left with after every kind of failure.
@@ -92,8 +92,8 @@ def test_successive_tasks_come_back_as_the_cursor_path_reads_them(
     settled = fetch_rows(pg_autocommit, pg_queue.table)
     assert {r["status"] for r in settled} == {"sucesso"}
     assert {r["mensagem"] for r in settled} == {"Concluído com sucesso"}
-    # Nothing prepared in the session: a transaction pooler may switch server connections.
-    assert prepared_statements(worker_conn) == []
+    # Prepared once on this connection, whatever the number of tasks.
+    assert len(prepared_statements(worker_conn)) == 1
 
 
 def test_a_latin1_session_stores_the_message_unchanged(
@@ -150,33 +150,72 @@ def test_a_message_that_cannot_be_sent_fails_before_anything_is_sent(
     assert [r["mensagem"] for r in fetch_rows(pg_autocommit, pg_queue.table)] == ["clean", "ok"]
 
 
-def test_discard_all_between_or_inside_transactions_costs_nothing(
+def test_a_deallocated_statement_fails_one_round_trip_then_is_prepared_again(
     store, worker_conn, pg_queue, pg_dsn, pg_autocommit
 ):
-    """A pooler's server_reset_query (DISCARD ALL), or a handler's, finds no state to lose."""
+    """A handler may run DISCARD ALL on bd_conn: one attempt fails, the next ones work."""
     enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
     first = claim_first(store, worker_conn)
     second = complete(store, worker_conn, first)
-    worker_conn.execute("DEALLOCATE ALL")  # inside the second task's transaction
+    worker_conn.execute(
+        "DEALLOCATE ALL"
+    )  # inside the second task's transaction, as a handler would
+    with pytest.raises(DatabaseError) as info:
+        complete(store, worker_conn, second)
+    assert isinstance(info.value.__cause__, psycopg.errors.InvalidSqlStatementName)
+    worker_conn.execute("ROLLBACK")
+    worker_conn.execute("BEGIN")
     third = complete(store, worker_conn, second)
     assert complete(store, worker_conn, third) is None
-    worker_conn.execute("DISCARD ALL")  # between transactions, as PgBouncer resets servers
-    assert store.claim(worker_conn) is None
+    assert len(prepared_statements(worker_conn)) == 1
     assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
 
 
-def test_a_changed_result_type_is_followed(
+def test_discard_all_between_transactions_switches_to_the_unnamed_statement_at_no_cost(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit, caplog
+):
+    """A pooler's server_reset_query (DISCARD ALL), or its handing the next transaction to
+    another server connection: the next claim finds no statement, and is run again unnamed."""
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(4)])
+    first = claim_first(store, worker_conn)
+    second = complete(store, worker_conn, first)
+    assert complete(store, worker_conn, second, claim_next=False) is None
+    worker_conn.execute("DISCARD ALL")  # between transactions, as PgBouncer resets a server
+    with caplog.at_level("INFO", logger="nsj_queue_lib"):
+        third = claim_first(store, worker_conn)
+    assert "do not outlive a transaction" in caplog.text
+    fourth = complete(store, worker_conn, third)
+    assert complete(store, worker_conn, fourth) is None
+    assert prepared_statements(worker_conn) == []  # unnamed from now on: nothing left behind
+    assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
+    assert worker_conn.pgconn.transaction_status == IDLE
+
+
+def test_statement_names_never_repeat_across_clients(pg_queue):
+    """Two workers' connections can share a pooler's server connection: never the same name."""
+    sql = PostgresQueueStore(pg_queue.table).sql["claim_call"]
+    names = {PreparedRoundTrip(sql, ["x"])._name_prefix for _ in range(2)}
+    assert len(names) == 2
+
+
+def test_a_changed_result_type_is_prepared_again_instead_of_failing_forever(
     store, worker_conn, pg_queue, pg_dsn, pg_autocommit, pg_admin
 ):
-    """ALTER TABLE under running workers: the loaders follow the new column type."""
+    """ALTER TABLE under running workers: each session fails one round trip, then adapts."""
     enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
     first = claim_first(store, worker_conn)
     second = complete(store, worker_conn, first)
     worker_conn.execute("COMMIT")  # let the ALTER TABLE take its lock
     pg_admin.execute(f"ALTER TABLE {pg_queue.table} ALTER COLUMN mensagem TYPE text")
     worker_conn.execute("BEGIN")
-    third = complete(store, worker_conn, second, mensagem="after")
-    assert isinstance(third.row["mensagem"], (str, type(None)))
+    with pytest.raises(DatabaseError) as info:
+        complete(store, worker_conn, second)
+    assert isinstance(
+        info.value.__cause__, psycopg.errors.DatatypeMismatch
+    )  # "attribute 14 has wrong type"
+    worker_conn.execute("ROLLBACK")
+    worker_conn.execute("BEGIN")
+    third = complete(store, worker_conn, second)
     assert complete(store, worker_conn, third) is None
     assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
 

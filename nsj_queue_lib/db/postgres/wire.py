@@ -4,10 +4,15 @@ Every task sends the same statements (the claim function's call, then
 ``COMMIT AND CHAIN``). Through psycopg cursors and ``conn.pipeline()`` most
 of a round trip's worker CPU goes to Python bookkeeping: a pipeline object,
 cursors, query conversion, parameter dumpers and one loader per column of
-every result. Here the statement's parameters are sent as text and its rows
-are decoded with loaders set up once per connection (again only when the
-result's column types change). Nothing is prepared in the server session
-(see ``PreparedRoundTrip``).
+every result. Here the statement is prepared once per connection, its
+parameters are sent as text, and its rows are decoded with loaders set up
+once (again only when the result's column types change).
+
+Behind a pooler in transaction mode a prepared statement does not survive
+its transaction (the next may run on another server connection, or after
+``DISCARD ALL``): the first claim that finds it missing switches the
+statement to libpq's unnamed statement, parsed with each execution, for
+good (``PreparedRoundTrip``).
 
 Only psycopg's public libpq wrapper (``psycopg.pq``) and ``psycopg.adapt.
 Transformer`` are used. The connection is left as psycopg expects it: out of
@@ -16,6 +21,9 @@ pipeline mode, no result pending, or closed when that cannot be guaranteed.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import secrets
 import select
 import weakref
 from collections.abc import Sequence
@@ -25,6 +33,10 @@ import psycopg
 import psycopg.errors
 from psycopg import pq
 from psycopg.adapt import Transformer
+
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("wire")
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
@@ -48,10 +60,23 @@ class RoundTripError(Exception):
         self.rows = rows
 
 
-class _ConnectionState:
-    __slots__ = ("transformer", "column_types", "encoding")
+# A prepared statement that fails with these must be prepared anew: it was
+# deallocated (a handler ran DISCARD ALL), or a column's type changed under it
+# (ALTER TABLE: "cached plan must not change result type", "attribute N has
+# wrong type") and every later execution in the session would fail the same
+# way. The stale statement is left in the session: one per schema change.
+_REPREPARE = (
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.FeatureNotSupported,
+    psycopg.errors.DatatypeMismatch,
+)
 
-    def __init__(self, conn: psycopg.Connection):
+
+class _ConnectionState:
+    __slots__ = ("name", "transformer", "column_types", "encoding")
+
+    def __init__(self, conn: psycopg.Connection, name: bytes):
+        self.name = name  # b"": the unnamed statement
         self.refresh(conn)
 
     def refresh(self, conn: psycopg.Connection) -> None:
@@ -62,28 +87,41 @@ class _ConnectionState:
 
 
 class PreparedRoundTrip:
-    """One statement plus a commit statement, in one round trip; client-side work prepared once.
-
-    Pooler invariant: nothing is left in the server session. The statement is
-    sent as libpq's unnamed statement (parsed with each execution), never as
-    a named prepared statement: a pooler in transaction mode (PgBouncer
-    ``pool_mode = transaction``) may give every transaction another server
-    connection, where a statement prepared earlier does not exist, and its
-    ``DISCARD ALL`` deallocates them between transactions. Parsing a one-line
-    call costs the server a few microseconds; what the round trip saves is the
-    client's bookkeeping, kept here per connection.
+    """One statement, prepared on each connection at its first use, plus a commit statement.
 
     ``columns`` name the statement's result columns in order; rows come back
     as dicts. Parameters are ints, strings or None, sent in text format.
+
+    Pooler invariant: a named statement is used only where this session
+    prepared it. A transaction opened by ``run(begin=True)`` that finds it
+    missing (a pooler in transaction mode gave this transaction another server
+    connection, or reset it with ``DISCARD ALL``) is rolled back (it did
+    nothing) and run again at once with the unnamed statement, which every
+    later ``run`` uses too (``unnamed``). Inside a transaction the server
+    connection cannot change, so a statement a transaction's first round trip
+    found stays valid until its commit. Names are unique to the process, so
+    two clients sharing a server connection never collide.
     """
 
     def __init__(self, sql: str, columns: Sequence[str]):
         self.sql = sql
         self.columns = tuple(columns)
+        digest = hashlib.sha256(sql.encode()).hexdigest()[:12]
+        self._name_prefix = f"nsjq_{digest}_{secrets.token_hex(4)}_"
+        self.unnamed = False
+        self._preparations = itertools.count(1)
         self._sql_bytes = sql.encode()
         self._states: weakref.WeakKeyDictionary[psycopg.Connection, _ConnectionState] = (
             weakref.WeakKeyDictionary()
         )
+
+    def forget(self, conn: psycopg.Connection) -> None:
+        """Prepare the statement again on ``conn`` at its next use, under a new name.
+
+        A new name, because the old one may still exist in the session: a
+        plain re-PREPARE would fail, and libpq's Close for statements is recent.
+        """
+        self._states.pop(conn, None)
 
     def run(
         self, conn: psycopg.Connection, params: Sequence[Any], commit: bytes, begin: bool = False
@@ -94,12 +132,18 @@ class PreparedRoundTrip:
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
         """
-        state = self._states.get(conn)
-        if state is None:
-            state = self._states[conn] = _ConnectionState(conn)
-        elif state.encoding != conn.info.encoding:
-            # A handler changed client_encoding: text now arrives in the new one.
-            state.refresh(conn)
+        known = self._states.get(conn)
+        fresh = known is None and not self.unnamed
+        if known is None:
+            name = "" if self.unnamed else f"{self._name_prefix}{next(self._preparations)}"
+            state = _ConnectionState(conn, name.encode())
+            if self.unnamed:
+                self._states[conn] = state
+        else:
+            state = known
+            if state.encoding != conn.info.encoding:
+                # A handler changed client_encoding: text now arrives in the new one.
+                state.refresh(conn)
         pgconn = conn.pgconn
         try:
             encoded = [_encode(value, state.encoding) for value in params]
@@ -109,32 +153,64 @@ class PreparedRoundTrip:
         try:
             if begin:
                 pgconn.send_query_params(b"BEGIN", None)
-            pgconn.send_query_params(self._sql_bytes, encoded, None, None, _BINARY)
+            if fresh:
+                pgconn.send_prepare(state.name, self._sql_bytes)
+            if state.name:
+                pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
+            else:
+                pgconn.send_query_params(self._sql_bytes, encoded, None, None, _BINARY)
             pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
             _flush(pgconn)
             began = _next_results(pgconn) if begin else None
+            prepared = _next_results(pgconn) if fresh else None
             statement = _next_results(pgconn)
             committed = _next_results(pgconn)
             _next_results(pgconn)  # the sync
         finally:
             _leave_pipeline(conn)
+        if fresh and _status(prepared) == _COMMAND_OK:
+            self._states[conn] = state
         result = statement[-1] if statement else None
         if result is None or result.status != _TUPLES_OK:
-            failed = began if begin and _status(began) != _COMMAND_OK else statement
-            raise RoundTripError(_error(failed, conn), [])
+            if begin and _status(began) != _COMMAND_OK:
+                failed = began
+            elif fresh and _status(prepared) != _COMMAND_OK:
+                failed = prepared
+            else:
+                failed = statement
+            error = _error(failed, conn)
+            if begin and state.name and isinstance(error, psycopg.errors.InvalidSqlStatementName):
+                self._go_unnamed(conn)
+                return self.run(conn, params, commit, begin)
+            if isinstance(error, _REPREPARE):
+                self.forget(conn)
+            raise RoundTripError(error, [])
         rows = self._rows(state, result)
         if _status(committed) != _COMMAND_OK:
             raise RoundTripError(_error(committed, conn), rows)
         return rows
 
+    def _go_unnamed(self, conn: psycopg.Connection) -> None:
+        """The statement this session prepared is gone between two transactions: from now on
+        send it unnamed. The transaction the failed round trip opened is rolled back."""
+        if not self.unnamed:
+            logger.info(
+                "prepared statements do not outlive a transaction on this connection (a pooler "
+                "in transaction mode, or DISCARD ALL); the claim is parsed with each call from now"
+            )
+        self.unnamed = True
+        self._states.clear()
+        conn.execute("ROLLBACK")
+
     def _rows(self, state: _ConnectionState, result: pq.abc.PGresult) -> list[dict[str, Any]]:
         if result.nfields != len(self.columns):
             raise psycopg.DataError(
-                f"the statement returned {result.nfields} columns, expected {len(self.columns)}"
+                f"statement {state.name.decode() or '(unnamed)'} returned {result.nfields} "
+                f"columns, expected {len(self.columns)}"
             )
         tx = state.transformer
-        # The same types as last time, unless a column's type changed (ALTER TABLE).
+        # The same types as last time, unless a column's type changed (unnamed: ALTER TABLE).
         types = tuple(result.ftype(i) for i in range(result.nfields))
         if types == state.column_types:
             tx.set_pgresult(result, set_loaders=False)
