@@ -9,6 +9,8 @@ is left with after every kind of failure.
 
 from __future__ import annotations
 
+import decimal
+
 import psycopg
 import pytest
 
@@ -189,6 +191,24 @@ def test_discard_all_between_transactions_switches_to_the_unnamed_statement_at_n
     assert prepared_statements(worker_conn) == []  # unnamed from now on: nothing left behind
     assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
     assert worker_conn.pgconn.transaction_status == IDLE
+
+
+def test_unnamed_calls_follow_a_changed_result_type(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit, pg_admin
+):
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
+    first = claim_first(store, worker_conn)
+    assert complete(store, worker_conn, first, claim_next=False) is None
+    worker_conn.execute("DISCARD ALL")
+    second = claim_first(store, worker_conn)  # unnamed from now on
+    worker_conn.execute("COMMIT")  # let the ALTER TABLE take its lock
+    pg_admin.execute(f"ALTER TABLE {pg_queue.table} ALTER COLUMN prioridade TYPE numeric")
+    worker_conn.execute("BEGIN")
+    third = complete(store, worker_conn, second, mensagem="after")
+    assert third is not None and third.row["payload"] == "2"
+    assert isinstance(third.row["prioridade"], decimal.Decimal)  # the new type's loader
+    assert complete(store, worker_conn, third) is None
+    assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
 
 
 def test_statement_names_never_repeat_across_clients(pg_queue):

@@ -210,8 +210,12 @@ class PreparedRoundTrip:
                 f"columns, expected {len(self.columns)}"
             )
         tx = state.transformer
-        # The same types as last time, unless a column's type changed (unnamed: ALTER TABLE).
-        types = tuple(result.ftype(i) for i in range(result.nfields))
+        # A prepared statement's result types cannot change; an unnamed one's can (ALTER TABLE).
+        types = (
+            state.column_types
+            if state.name and state.column_types is not None
+            else tuple(result.ftype(i) for i in range(result.nfields))
+        )
         if types == state.column_types:
             tx.set_pgresult(result, set_loaders=False)
         else:
