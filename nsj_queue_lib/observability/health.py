@@ -11,7 +11,7 @@
   QUEUE_WAIT_NOTIFY_INTERVAL, so the runtime sets ``stale_after`` to that plus
   a margin: a dispatcher stuck longer than that is not ready.
 
-Every ``/readyz`` document also says how the worker learns of new tasks
+Every ``/readyz`` document but "stopping" also says how the worker learns of new tasks
 (``wakeups``: ``{"mode": "listen"|"poll"|"server"}``, with a ``reason`` when
 a deaf LISTEN made it poll). Polling alone never makes a worker unready: it
 still claims every task, only later (up to QUEUE_POLL_INTERVAL); the warning
@@ -73,7 +73,7 @@ class Health:
 
     def readiness(self) -> Verdict:
         verdict = self._readiness()
-        if self.wakeups is None:
+        if self.wakeups is None or self._stop.is_set():
             return verdict
         return Verdict(verdict.ok, {**verdict.document, "wakeups": self.wakeups()})
 

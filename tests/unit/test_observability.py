@@ -135,6 +135,8 @@ def test_readyz_says_how_the_worker_is_woken_and_polling_keeps_it_ready(serve):
             "wakeups": {"mode": "poll", "reason": "deaf LISTEN detected"},
         },
     )
+    stop.set()
+    assert get_json(port, "/readyz") == (503, {"status": "stopping"})
 
 
 def test_a_taken_port_is_a_clear_error():
