@@ -23,7 +23,7 @@ from nsj_queue_lib.notify.polling import PollingListener
 logger = get_logger("wakeups")
 
 PROBE_PREFIX = "nsjq-probe:"  # payloads every dispatcher ignores (other workers see them too)
-PROBE_TIMEOUT_SECONDS = 2.0
+PROBE_TIMEOUT_SECONDS = 1.0  # a NOTIFY arrives within milliseconds where LISTEN works
 PROBE_QUIET_SECONDS = 300.0
 
 DEAF_REASON = "deaf LISTEN detected"

@@ -1,14 +1,15 @@
 """Real worker processes behind a real PgBouncer, in session and in transaction mode.
 
 The suite starts its own PgBouncer (``tests/helpers/pgbouncer.py``): in
-transaction mode with fewer server connections than the workers have clients
-and ``DISCARD ALL`` between transactions (``server_reset_query_always = 1``),
-so every piece of session state a worker kept would be lost or handed to
-another client. What must hold in both modes (docs/how-to/poolers.md):
-new tasks wake a worker (in transaction mode by polling, with a warning),
-every task runs exactly once, a killed worker's task is rescued, and no
-advisory lock is ever held by a server connection outside a transaction
-(one that may serve another client next).
+transaction mode with fewer server connections than the workers have clients,
+once with ``DISCARD ALL`` between transactions (``server_reset_query_always =
+1``) and once without (the default), so every piece of session state a worker
+kept would be lost, or left behind on a server connection for another client.
+What must hold in every mode (docs/how-to/poolers.md): new tasks wake a
+worker (in transaction mode by polling, with a warning), every task runs
+exactly once, a killed worker's task is rescued, and no advisory lock is ever
+held by a server connection outside a transaction (one that may serve another
+client next).
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ WHERE l.locktype = 'advisory' AND l.granted
 """
 
 
-@pytest.fixture(scope="module", params=["session", "transaction"])
+@pytest.fixture(scope="module", params=["session", "transaction", "transaction-noreset"])
 def pooler(request, pg_dsn):
+    mode, _, noreset = request.param.partition("-")
     try:
-        bouncer = PgBouncer(pg_dsn, request.param)
+        bouncer = PgBouncer(pg_dsn, mode, reset_always=not noreset)
     except PgBouncerUnavailable as exc:
         if ci_enabled():
             pytest.fail(f"{exc} (CI=true: a missing pooler fails the run)", pytrace=False)

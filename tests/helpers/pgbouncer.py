@@ -5,9 +5,11 @@ run as root, so as root it runs as the ``postgres`` user. Its configuration,
 auth file and log live in a temporary directory; it listens on a free port of
 127.0.0.1 with trust authentication and forwards to the test database.
 
-In transaction mode it runs ``DISCARD ALL`` between transactions
-(``server_reset_query_always = 1``) and has fewer server connections than the
-workers have client connections, so server connections really change hands.
+In transaction mode it has fewer server connections than the workers have
+client connections, so server connections really change hands; with
+``reset_always`` it runs ``DISCARD ALL`` between transactions
+(``server_reset_query_always = 1``), without it (PgBouncer's default) a server
+connection keeps whatever session state the previous client left.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def pgbouncer_binary() -> str:
 
 
 class PgBouncer:
-    def __init__(self, upstream_dsn: str, mode: str):
+    def __init__(self, upstream_dsn: str, mode: str, reset_always: bool = True):
         binary = pgbouncer_binary()
         self.mode = mode
         self.port = free_port()
@@ -71,7 +73,7 @@ class PgBouncer:
                     f"default_pool_size = {POOL_SIZES[mode]}",
                     "max_client_conn = 500",
                     "server_reset_query = DISCARD ALL",
-                    "server_reset_query_always = 1",
+                    f"server_reset_query_always = {int(reset_always)}",
                     "ignore_startup_parameters = extra_float_digits",
                     f"logfile = {self.log}",
                     "",
