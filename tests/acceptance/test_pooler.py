@@ -21,6 +21,7 @@ import time
 import psycopg
 import pytest
 
+from nsj_queue_lib.db.driver import make_driver
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
@@ -38,7 +39,7 @@ from tests.helpers.processes import (
     wait_for,
     worker_env,
 )
-from tests.helpers.recorder import WORKER, assert_rescued, drain_exactly_once
+from tests.helpers.recorder import WORKER, assert_rescued, drain_exactly_once, exec_rows
 from tests.helpers.services import make_service
 
 DEAF = "deaf LISTEN detected"
@@ -288,3 +289,53 @@ def test_a_services_lock_is_held_for_its_whole_run(pooler, side, pg_autocommit, 
     signed = [(((c << 32) | o) - (2**64 if c >= 2**31 else 0), st) for c, o, _, st, _ in during]
     assert signed == [(key, "idle in transaction")]
     assert lock_holders(pg_autocommit, side.table) == []
+
+
+@pytest.mark.slow
+def test_a_task_longer_than_the_grace_period_is_released(
+    pooler, side, workers, pooled_env, long_task, pg_autocommit, pg_admin
+):
+    """Behind a pooler the connection's backend pid is the pooler's, not a server process:
+    the release must end the task's server session all the same, and no other."""
+    bystander = psycopg.connect(pooler.dsn.replace(f"port={pooler.port}", "port=5432"))
+    bystander.execute("SELECT 1")
+    task, worker = long_task(pooled_env(QUEUE_GRACE_PERIOD=0.5), "long", sleep=120, name="w")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(10) == 0
+    first, retry = fetch_rows(pg_autocommit, side.table)
+    assert (first["id"], first["status"], retry["id_anterior"]) == (
+        task,
+        "falha_processando",
+        task,
+    )
+    assert exec_rows(pg_autocommit, side) == []  # the interrupted attempt's write rolled back
+    wait_for(lambda: lock_holders(pg_autocommit, side.table) == [], 5, "the task's lock to go")
+    assert bystander.execute("SELECT 1").fetchone() == (1,)  # no other session was ended
+    bystander.close()
+
+
+def in_transaction(conn, pid: int) -> bool:
+    row = conn.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return row is not None and row[0] in ("active", "idle in transaction")
+
+
+@pytest.mark.parametrize("through", ["pooler", "direct"])
+def test_terminating_a_task_session_ends_its_server_session_only(
+    through, pooler, pg_dsn, pg_autocommit
+):
+    """What the grace-period release does to a task still running (terminate_session)."""
+    dsn = pooler.dsn if through == "pooler" else pg_dsn
+    driver = make_driver(settings_for(dsn, "public.unused"))
+    bystander = psycopg.connect(pg_dsn, autocommit=True)
+    victim = psycopg.connect(dsn, autocommit=True)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        victim.execute("BEGIN")
+        server_pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+        bystander.execute("BEGIN")
+        driver.terminate_session(admin, victim)
+        wait_for(lambda: not in_transaction(pg_autocommit, server_pid), 5, "its session to end")
+        with pytest.raises(psycopg.OperationalError):
+            victim.execute("SELECT 1")
+        assert bystander.execute("SELECT 1").fetchone() == (1,)
+    bystander.close()
+    victim.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import socket
 from typing import Any
 
 import psycopg
@@ -64,6 +66,37 @@ SELECT p.prosrc FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
 WHERE t.tgrelid = to_regclass(%s) AND NOT t.tgisinternal AND t.tgenabled <> 'D'
 """
 _NOTIFIED = re.compile(r"pg_notify\s*\(\s*'([^']*)'|\bNOTIFY\s+\"?(\w+)", re.IGNORECASE)
+
+
+_TERMINATE = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE pid = %(pid)s AND (%(port)s::integer IS NULL OR client_port = %(port)s)
+"""
+
+
+def _socket_of(conn: psycopg.Connection) -> socket.socket:
+    """A second handle on the connection's socket (closing it leaves the connection open)."""
+    return socket.socket(fileno=os.dup(conn.fileno()))
+
+
+def _local_port(conn: psycopg.Connection) -> int | None:
+    """The connection's local TCP port (the server's client_port), None on a Unix socket."""
+    try:
+        with _socket_of(conn) as sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                return None
+            return int(sock.getsockname()[1])
+    except (OSError, psycopg.Error):
+        return None
+
+
+def _cut(conn: psycopg.Connection) -> None:
+    """End the connection at the socket, safely while another thread uses it."""
+    try:
+        with _socket_of(conn) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # closed already
 
 
 def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
@@ -202,8 +235,18 @@ class PostgresDriver(Driver):
         return pool
 
     def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
+        # Behind a pooler the connection's backend pid is the pooler's cancel key, not a server
+        # process (by chance, another client's): the server session is matched by pid and by
+        # the client port it sees. A connection no session matches (a pooler in between) is
+        # cut at its socket instead: the pooler then closes the server connection, whose
+        # transaction rolls back and whose locks go, as after pg_terminate_backend.
+        port = _local_port(victim_conn)
         with wrap_driver_errors("terminate_session"):
-            admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))
+            ended = admin_conn.execute(
+                _TERMINATE, {"pid": victim_conn.info.backend_pid, "port": port}
+            ).fetchall()
+        if not any(row[0] for row in ended):
+            _cut(victim_conn)
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.Error, DatabaseError))
