@@ -44,6 +44,7 @@ _ALIASES = {
     "DB_USER": ("DATABASE_USER",),
     "DB_PASS": ("DATABASE_PASS",),
 }
+WAKEUP_MODES = ("listen", "poll", "server")
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -96,6 +97,10 @@ class Settings:
     # seconds later, given up and retried (docs/lifecycle.md); None: no timeout.
     queue_task_timeout: float | None = None
     queue_task_timeout_grace: float = 5.0
+    # How the dispatcher learns of new tasks: "listen", "poll" or "server"; None:
+    # the socket server in CLIENT_SERVER_MODE, else LISTEN where the database
+    # has it, else polling (docs/how-to/poolers.md).
+    queue_wakeup: str | None = None
     # PostgreSQL only. False: the worker's task transactions commit without
     # waiting for the WAL flush (synchronous_commit = off on its connections).
     # A database crash may then forget the last fraction of a second of
@@ -379,7 +384,8 @@ def _database_values(reader: _Reader, driver: str | None) -> dict[str, Any]:
 
 
 def _lower(value: str | None) -> str | None:
-    return None if value is None else value.lower()
+    """Lower-cased; an empty value is unset."""
+    return value.lower() if value else None
 
 
 def _queue_values(reader: _Reader) -> dict[str, Any]:
@@ -394,10 +400,14 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_task_timeout=reader.number("QUEUE_TASK_TIMEOUT", None),
         queue_task_timeout_grace=reader.number("QUEUE_TASK_TIMEOUT_GRACE", 5.0),
+        queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
         queue_compat_1_2_2=reader.choice("QUEUE_COMPAT_1_2_2", COMPAT_MODES, "AUTO"),
         default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),
     )
+
+
+_UPPER_WAKEUP_MODES = tuple(mode.upper() for mode in WAKEUP_MODES)
 
 
 def _services_values(reader: _Reader) -> dict[str, Any]:
@@ -507,6 +517,7 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
         problems["LOG_FORMAT"] = (
             f"must be one of {', '.join(LOG_FORMATS)}, got {values['log_format']!r}"
         )
+    problems.update(_wakeup_problems(values))
     for field, (variable, check) in _NAMES.items():
         if values.get(field):
             try:
@@ -559,6 +570,25 @@ def _connection_problems(values: Mapping[str, Any]) -> dict[str, str]:
             "DB_SSLKEY", "DB_SSLCERT and DB_SSLKEY go together (a client certificate and its key)"
         )
     return problems
+
+
+def _wakeup_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """QUEUE_WAKEUP must agree with CLIENT_SERVER_MODE: the socket server's wake-ups need
+    its mode, and in its mode the server listens for the workers (polling stays possible)."""
+    wakeup = values.get("queue_wakeup")
+    server_mode = bool(values.get("client_server_mode"))
+    if wakeup is None:
+        return {}
+    if wakeup not in WAKEUP_MODES:
+        return {"QUEUE_WAKEUP": f"must be one of {', '.join(WAKEUP_MODES)}, got {wakeup!r}"}
+    if wakeup == "server" and not server_mode:
+        return {"QUEUE_WAKEUP": "can be 'server' only with CLIENT_SERVER_MODE=true"}
+    if wakeup == "listen" and server_mode:
+        return {
+            "QUEUE_WAKEUP": "cannot be 'listen' with CLIENT_SERVER_MODE=true: the socket "
+            "server listens for its workers (use 'server' or 'poll')"
+        }
+    return {}
 
 
 def _out_of_bounds(

@@ -131,6 +131,9 @@ MY_PURGE_TEST = f"{GUARDS_MY}::test_an_old_pending_task_takes_no_place_in_a_purg
 PROCEDURE, WITHOUT_LOCKS = "[claim procedure]", "[claim without locks]"
 
 
+POOLER = "tests/acceptance/test_pooler.py"
+
+
 def _contract(test: str, *backends: str) -> tuple[str, ...]:
     return tuple(f"{CONTRACT}::{test}[{backend}]" for backend in backends)
 
@@ -502,8 +505,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-shutdown-terminates-the-backend",
         PG_DRIVER,
-        'admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))',
-        'admin_conn.execute("SELECT %s", (victim_conn.info.backend_pid,))',
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity",
+        "SELECT pid FROM pg_stat_activity",
         (
             f"{GUARDS_SHUTDOWN}::"
             "test_a_handler_finishing_after_the_grace_period_commits_nothing[postgres]",
@@ -611,8 +614,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "refused-login-stops-the-worker",
         WORKER_RUNTIME,
-        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError)",
-        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError)",
+        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError, ConfigError)",
+        "_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, ConfigError)",
         (f"{OPERATE}::test_a_refused_login_stops_the_worker_process_at_start_with_exit_code_2",),
         ("postgres", "mysql"),
         "a worker whose login is refused retries forever",
@@ -793,6 +796,39 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         ("postgres",),
         "progress is not visible while the task runs",
+    ),
+    Mutant(
+        "deaf-listen-falls-back-to-polling",
+        "nsj_queue_lib/notify/checked.py",
+        "            self._deaf = not heard\n",
+        "            self._deaf = False\n",
+        (
+            f"{POOLER}::test_a_new_task_wakes_the_worker_and_readyz_tells_how[transaction]",
+            "tests/unit/test_checked_listener.py::test_a_deaf_listen_warns_once_and_polls",
+        ),
+        ("postgres",),
+        "behind a transaction pooler new tasks wait 30 s for the dispatcher's round",
+    ),
+    Mutant(
+        "service-lock-inside-a-transaction",
+        "nsj_queue_lib/runtime/service.py",
+        "        self._holder = holder\n        return True\n",
+        "        holder.commit()\n        self._holder = holder\n        return True\n",
+        (f"{POOLER}::test_a_services_lock_is_held_for_its_whole_run[transaction-RetryService]",),
+        ("postgres",),
+        "behind a transaction pooler a service's lock stays on a server connection it left",
+    ),
+    Mutant(
+        "prepared-call-rerun-unnamed",
+        "nsj_queue_lib/db/postgres/wire.py",
+        "            if begin and state.name and isinstance(error, psycopg.errors.InvalidSqlStatementName):\n",
+        "            if False:\n",
+        (
+            "tests/integration/test_pg_wire.py::"
+            "test_discard_all_between_transactions_switches_to_the_unnamed_statement_at_no_cost",
+        ),
+        ("postgres",),
+        "behind a transaction pooler claims fail on a missing prepared statement",
     ),
 )
 

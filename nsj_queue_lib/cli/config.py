@@ -40,6 +40,8 @@ _DATABASE_VARIABLES = (
     "DB_SSLKEY",
     "DB_TARGET_SESSION_ATTRS",
 )
+# How the workers are woken, which ``nsjq status`` reports.
+_WAKEUP_VARIABLES = ("QUEUE_WAKEUP", "CLIENT_SERVER_MODE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +68,11 @@ class Config:
 
 def _environment(environ: Mapping[str, str], dsn: str | None, table: str | None) -> dict[str, str]:
     """The variables the command reads, with --dsn and --table applied."""
-    wanted = {k: v for k, v in environ.items() if k in _DATABASE_VARIABLES or k == "QUEUE_TABLE"}
+    wanted = {
+        k: v
+        for k, v in environ.items()
+        if k in _DATABASE_VARIABLES or k in ("QUEUE_TABLE", *_WAKEUP_VARIABLES)
+    }
     if dsn is not None:
         try:
             from_dsn = dsn_environment(dsn)

@@ -13,7 +13,9 @@ from nsj_queue_lib.cli.config import Config
 from nsj_queue_lib.cli.errors import EXIT_OK, NothingToDo
 from nsj_queue_lib.cli.output import cell, duration, table, write, write_json
 from nsj_queue_lib.cli.session import open_session
+from nsj_queue_lib.db.driver import Driver
 from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.notify.checked import DEAF_REASON
 
 MESSAGE_WIDTH = 60
 PAYLOAD_WIDTH = 200
@@ -55,17 +57,30 @@ def _empty_summary(processo: str | None) -> dict[str, Any]:
     }
 
 
+def _wakeups(driver: Driver) -> dict[str, str]:
+    """How a worker with these settings is woken. nsjq cannot ask the workers, so it tries
+    LISTEN itself through the same connection settings (a pooler in front makes it deaf)."""
+    mode = driver.wakeup_mode()
+    if mode == "listen" and not driver.listen_receives():
+        return {"mode": "poll", "reason": DEAF_REASON}
+    if mode == "poll" and driver.settings.queue_wakeup == "poll":
+        return {"mode": mode, "reason": "QUEUE_WAKEUP=poll"}
+    return {"mode": mode}
+
+
 def status(args: argparse.Namespace, config: Config) -> int:
     with open_session(config) as session:
         rows = session.store.summary(session.conn)
         running = session.store.running(session.conn, args.limit)
         dialect = session.driver.name
+        wakeups = _wakeups(session.driver)
     processos, total = _summaries(rows)
     if args.json:
         write_json(
             {
                 "queue": config.queue_table,
                 "dialect": dialect,
+                "wakeups": wakeups,
                 "processos": processos,
                 "total": total,
                 "running": running,
@@ -85,7 +100,11 @@ def status(args: argparse.Namespace, config: Config) -> int:
         ]
         for entry in [*processos, dict(total, processo="TOTAL")]
     ]
-    write(f"queue {config.queue_table} ({dialect})\n\n{table(headers, lines)}")
+    reason = f" ({wakeups['reason']})" if "reason" in wakeups else ""
+    write(
+        f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n\n"
+        f"{table(headers, lines)}"
+    )
     write(
         f"\nrunning: {len(running)}"
         + (f" (first {args.limit})" if len(running) >= args.limit else "")

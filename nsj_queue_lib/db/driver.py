@@ -134,6 +134,11 @@ class Driver(abc.ABC):
                 "can be ON with DB_DRIVER=POSTGRES and CLIENT_SERVER_MODE=false only "
                 "(docs/upgrading.md says how to roll other set-ups)"
             )
+        if s.queue_wakeup == "listen" and not self.capabilities.listen_notify:
+            problems["QUEUE_WAKEUP"] = (
+                f"cannot be 'listen' with DB_DRIVER={s.db_driver}: the database has no "
+                "LISTEN/NOTIFY (use 'poll', or 'server' with CLIENT_SERVER_MODE=true)"
+            )
         if not s.queue_synchronous_commit and not self.capabilities.asynchronous_commit:
             problems["QUEUE_SYNCHRONOUS_COMMIT"] = (
                 "can be false on PostgreSQL only (on MySQL the equivalent, "
@@ -214,13 +219,37 @@ class Driver(abc.ABC):
         warning to log), or None. Default: nothing to check (polling)."""
         return None
 
-    def listener(self) -> Listener:
-        """What the dispatcher waits on: the socket server in client/server mode, else the
-        database's own mechanism."""
+    def wakeup_mode(self) -> str:
+        """QUEUE_WAKEUP, or what it defaults to: the socket server in client/server mode,
+        else LISTEN where the database has it, else polling."""
+        if self.settings.queue_wakeup:
+            return self.settings.queue_wakeup
         if self.settings.client_server_mode:
+            return "server"
+        return "listen" if self.capabilities.listen_notify else "poll"
+
+    def check_session_state(self, conn: Any) -> None:
+        """At start, after ``bind``: raise ``ConfigError`` when a setting needs session state
+        the connection does not keep (behind a pooler in transaction mode). Default: none."""
+        return None
+
+    def listen_receives(self) -> bool:
+        """Whether a LISTEN through these settings hears a NOTIFY sent from another connection
+        (False where the database has no LISTEN). Raises ``DatabaseError`` when unreachable."""
+        return False
+
+    def listener(self) -> Listener:
+        """What the dispatcher waits on, by ``wakeup_mode``: the socket server, polling every
+        QUEUE_POLL_INTERVAL, or the database's LISTEN, checked (``notify/checked.py``)."""
+        mode = self.wakeup_mode()
+        if mode == "server":
             from nsj_queue_lib.notify.server_listener import ServerListener
 
             return ServerListener(self.settings)
+        if mode == "poll":
+            from nsj_queue_lib.notify.polling import PollingListener
+
+            return PollingListener(self.settings.queue_poll_interval)
         return self.native_listener()
 
     @abc.abstractmethod

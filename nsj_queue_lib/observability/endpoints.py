@@ -90,6 +90,10 @@ class Endpoints:
     ) -> None:
         self.observer.watch(running, busy, self.settings.queue_concurrency, pool_stats, self.depth)
 
+    def report_wakeups(self, state: Callable[[], dict[str, str]]) -> None:
+        """How the dispatcher learns of new tasks, for /readyz (``health.py``)."""
+        self.health.wakeups = state
+
     def supervise(
         self,
         threads: Sequence[threading.Thread],

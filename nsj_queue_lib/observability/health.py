@@ -10,6 +10,12 @@
   ``stale_after`` seconds ago. The loop queries the database at least every
   QUEUE_WAIT_NOTIFY_INTERVAL, so the runtime sets ``stale_after`` to that plus
   a margin: a dispatcher stuck longer than that is not ready.
+
+Every ``/readyz`` document but "stopping" also says how the worker learns of new tasks
+(``wakeups``: ``{"mode": "listen"|"poll"|"server"}``, with a ``reason`` when
+a deaf LISTEN made it poll). Polling alone never makes a worker unready: it
+still claims every task, only later (up to QUEUE_POLL_INTERVAL); the warning
+in the log and this field say why, for an operator to act on.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class Health:
         self.stale_after = stale_after
         self._threads: Sequence[threading.Thread] = ()
         self._more_dead: Callable[[], Sequence[threading.Thread]] = list
+        self.wakeups: Callable[[], dict[str, str]] | None = None  # set by the runtime
 
     def watch(
         self,
@@ -65,6 +72,12 @@ class Health:
         return Verdict(True, {"status": "ok" if self._threads else "starting"})
 
     def readiness(self) -> Verdict:
+        verdict = self._readiness()
+        if self.wakeups is None or self._stop.is_set():
+            return verdict
+        return Verdict(verdict.ok, {**verdict.document, "wakeups": self.wakeups()})
+
+    def _readiness(self) -> Verdict:
         if self._stop.is_set():
             return Verdict(False, {"status": "stopping"})
         if not self._contact.connected:

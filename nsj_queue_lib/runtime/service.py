@@ -1,7 +1,8 @@
 """Periodic maintenance services: a schedule, a cluster-wide lock, ``run_once()``.
 
 Each run opens its own short-lived connection and takes the service's
-cluster-wide lock (a session lock in the database, or the socket server's);
+cluster-wide lock (a session lock in the database, on a second connection
+whose transaction stays open for the run, or the socket server's);
 a worker that does not get it skips the run, so one worker in the cluster
 does the work. Errors are logged and the loop goes on; the stop event ends
 it between runs or between rounds.
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from nsj_queue_lib.db.driver import close_quietly
 from nsj_queue_lib.db.queue_store import QueueStore, SessionLockStore
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.liveness import service_lock_name
@@ -56,26 +58,48 @@ class ServiceLock(Protocol):
 
 
 class DatabaseServiceLock:
-    """A session lock on the run's own connection."""
+    """A session lock, held on a connection of its own inside a transaction left open
+    from ``acquire`` to ``release``.
 
-    def __init__(self, store: SessionLockStore, key: int):
+    Invariant (connection poolers): the lock is taken, kept and released inside one
+    open transaction. A pooler in transaction mode hands a server connection to
+    another client only between transactions, so the lock can never stay behind on
+    a server connection that no longer serves this run; if the connection is lost
+    the transaction ends and the lock goes with it. The transaction does no writes
+    and keeps no snapshot between statements: it holds back neither vacuum nor
+    anyone else. The run's own work commits on the connection ``acquire`` is given.
+    """
+
+    def __init__(self, store: SessionLockStore, key: int, connect: Callable[[], Any]):
         self.store = store
         self.key = key
+        self._connect = connect  # a new connection, not autocommit: the lock opens a transaction
+        self._holder: Any = None
 
     def acquire(self, conn: Any) -> bool:
-        if not self.store.try_service_lock(conn, self.key):
-            conn.rollback()
+        holder = self._connect()
+        try:
+            taken = self.store.try_service_lock(holder, self.key)
+        except BaseException:
+            close_quietly(holder)
+            raise
+        if not taken:
+            close_quietly(holder)
             return False
-        conn.commit()
+        self._holder = holder
         return True
 
     def release(self, conn: Any) -> None:
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return
         try:
-            conn.rollback()
-            self.store.service_unlock(conn, self.key)
-            conn.commit()
+            self.store.service_unlock(holder, self.key)  # still inside the lock's transaction
+            holder.commit()
         except Exception:  # noqa: BLE001 - a dead connection released the lock already
             pass
+        finally:
+            close_quietly(holder)
 
 
 class ServerServiceLock:

@@ -72,7 +72,7 @@ EXIT_THREAD_DIED = 3
 SUPERVISE_INTERVAL_SECONDS = 0.5
 ACTIVITY_INTERVAL_SECONDS = 60.0  # one INFO line per interval while the worker is busy
 # Errors at start that waiting would never cure: the worker exits with EXIT_CONFIG_ERROR.
-_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError)
+_START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError, ConfigError)
 
 
 class _Supervised(threading.Thread):
@@ -205,9 +205,11 @@ class WorkerRuntime:
         listener = self.driver.listener()
         if self.endpoints is None:
             return listener
+        mode = self.driver.wakeup_mode()
+        state = getattr(listener, "state", None)  # a checked LISTEN may have fallen back to polls
+        self.endpoints.report_wakeups(state if callable(state) else lambda: {"mode": mode})
         # Where wake-ups are polls, none of them is a notification.
-        notified = self.settings.client_server_mode or self.driver.capabilities.listen_notify
-        return self.endpoints.listener(listener, notified)
+        return self.endpoints.listener(listener, mode != "poll")
 
     def _locking_store(self) -> LockingQueueStore:
         # check_settings() guarantees session locks outside CLIENT_SERVER_MODE.
@@ -218,7 +220,9 @@ class WorkerRuntime:
         if self.lock_client is not None:
             return ServerServiceLock(self.store, self.lock_client, service, self.stop_event)
         key = service_lock_key(self.settings.queue_table, service)
-        return DatabaseServiceLock(self._locking_store(), key)
+        return DatabaseServiceLock(
+            self._locking_store(), key, lambda: self.driver.connect(autocommit=False)
+        )
 
     def _services(self) -> list[PeriodicService]:
         s = self.settings
@@ -311,6 +315,7 @@ class WorkerRuntime:
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
                 self._hold_1_2_2_keys(conn)
                 self._check_wake_ups(conn)
+                self.driver.check_session_state(conn)
                 return True
             except Exception as exc:
                 if isinstance(exc, _START_REFUSALS):

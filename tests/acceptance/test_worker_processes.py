@@ -13,7 +13,14 @@ import time
 import pytest
 
 from tests.helpers.processes import enqueue, fetch_rows, listening_backends, statuses, wait_for
-from tests.helpers.recorder import WORKER, assert_rescued, exec_rows, insert_many, spec, started_ids
+from tests.helpers.recorder import (
+    WORKER,
+    assert_rescued,
+    drain_exactly_once,
+    exec_rows,
+    spec,
+    started_ids,
+)
 
 
 def wait_listening(conn, queue, count: int) -> None:
@@ -52,18 +59,7 @@ def test_four_workers_run_two_thousand_tasks_exactly_once(
     queue = side
     procs = [workers.start(WORKER, env(QUEUE_CONCURRENCY=4), f"worker{i}") for i in range(4)]
     wait_listening(pg_autocommit, queue, 4)
-    for batch in range(4):  # four commits: four notifications while the workers drain
-        insert_many(pg_dsn, queue.table, 500, prefix=f"k{batch}-")
-    wait_for(
-        lambda: statuses(pg_autocommit, queue.table) == {"sucesso": 2000},
-        60,
-        "2,000 tasks to succeed",
-    )
-
-    total, distinct, pids = pg_autocommit.execute(
-        f"SELECT count(*), count(DISTINCT task_id), array_agg(DISTINCT pid) FROM {queue.table}_exec"
-    ).fetchone()
-    assert (total, distinct) == (2000, 2000)
+    pids = drain_exactly_once(pg_dsn, pg_autocommit, queue, 4, 500, 60)
     assert (
         pg_autocommit.execute(
             f"SELECT count(*) FROM {queue.table} q JOIN {queue.table}_exec e ON e.task_id = q.id"

@@ -71,3 +71,21 @@ def assert_rescued(conn, queue, task: int, key: str, rescuer: WorkerProcess) -> 
     # The killed attempt's write was rolled back; the retry committed exactly once.
     assert exec_rows(conn, queue) == [(second["id"], key, rescuer.pid)]
     return second
+
+
+def drain_exactly_once(dsn: str, conn, queue, batches: int, per_batch: int, timeout: float) -> set:
+    """Enqueue ``batches`` commits of ``per_batch`` tasks, wait until all succeeded, check each
+    ran exactly once (one committed execution each); the pids of the processes that ran them."""
+    total_tasks = batches * per_batch
+    for batch in range(batches):  # one commit each: one notification each while workers drain
+        insert_many(dsn, queue.table, per_batch, payload="{}", prefix=f"k{batch}-")
+    wait_for(
+        lambda: statuses(conn, queue.table) == {"sucesso": total_tasks},
+        timeout,
+        f"{total_tasks} tasks to succeed",
+    )
+    total, distinct, pids = conn.execute(
+        f"SELECT count(*), count(DISTINCT task_id), array_agg(DISTINCT pid) FROM {queue.table}_exec"
+    ).fetchone()
+    assert (total, distinct) == (total_tasks, total_tasks)
+    return set(pids)

@@ -45,7 +45,11 @@ def make_service(
     if lock_client is not None:
         lock = ServerServiceLock(store, lock_client, cls.name, stop)
     else:
-        lock = DatabaseServiceLock(store, service_lock_key(settings.queue_table, cls.name))
+        lock = DatabaseServiceLock(
+            store,
+            service_lock_key(settings.queue_table, cls.name),
+            lambda: driver.connect(autocommit=False),
+        )
     extra: dict[str, Any] = {}
     if issubclass(cls, RetryService):
         extra = {"lock_client": lock_client, "policies": policies}

@@ -9,6 +9,8 @@ is left with after every kind of failure.
 
 from __future__ import annotations
 
+import decimal
+
 import psycopg
 import pytest
 
@@ -172,6 +174,51 @@ def test_a_deallocated_statement_fails_one_round_trip_then_is_prepared_again(
     assert complete(store, worker_conn, third) is None
     assert len(prepared_statements(worker_conn)) == 1
     assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
+
+
+def test_discard_all_between_transactions_switches_to_the_unnamed_statement_at_no_cost(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit, caplog
+):
+    """A pooler's server_reset_query (DISCARD ALL), or its handing the next transaction to
+    another server connection: the next claim finds no statement, and is run again unnamed."""
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(4)])
+    first = claim_first(store, worker_conn)
+    second = complete(store, worker_conn, first)
+    assert complete(store, worker_conn, second, claim_next=False) is None
+    worker_conn.execute("DISCARD ALL")  # between transactions, as PgBouncer resets a server
+    with caplog.at_level("INFO", logger="nsj_queue_lib"):
+        third = claim_first(store, worker_conn)
+    assert "do not outlive a transaction" in caplog.text
+    fourth = complete(store, worker_conn, third)
+    assert complete(store, worker_conn, fourth) is None
+    assert prepared_statements(worker_conn) == []  # unnamed from now on: nothing left behind
+    assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
+    assert worker_conn.pgconn.transaction_status == IDLE
+
+
+def test_unnamed_calls_follow_a_changed_result_type(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit, pg_admin
+):
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(n)) for n in range(3)])
+    first = claim_first(store, worker_conn)
+    assert complete(store, worker_conn, first, claim_next=False) is None
+    worker_conn.execute("DISCARD ALL")
+    second = claim_first(store, worker_conn)  # unnamed from now on
+    worker_conn.execute("COMMIT")  # let the ALTER TABLE take its lock
+    pg_admin.execute(f"ALTER TABLE {pg_queue.table} ALTER COLUMN prioridade TYPE numeric")
+    worker_conn.execute("BEGIN")
+    third = complete(store, worker_conn, second, mensagem="after")
+    assert third is not None and third.row["payload"] == "2"
+    assert isinstance(third.row["prioridade"], decimal.Decimal)  # the new type's loader
+    assert complete(store, worker_conn, third) is None
+    assert {r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)} == {"sucesso"}
+
+
+def test_statement_names_never_repeat_across_clients(pg_queue):
+    """Two workers' connections can share a pooler's server connection: never the same name."""
+    sql = PostgresQueueStore(pg_queue.table).sql["claim_call"]
+    names = {PreparedRoundTrip(sql, ["x"])._name_prefix for _ in range(2)}
+    assert len(names) == 2
 
 
 def test_a_changed_result_type_is_prepared_again_instead_of_failing_forever(

@@ -84,9 +84,17 @@ def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
         None if base is None else base + 1,
         chave_externa="alive",
     )
-    holder.execute("SELECT pg_advisory_lock(%s, %s)", liveness_keys(holder, table, alive))
-
+    keys = liveness_keys(holder, table, alive)
+    # Held outside any transaction: a lock left behind on a pooler's server connection.
+    holder.execute("SELECT pg_advisory_lock(%s, %s)", keys)
     service = make_service(RetryService, pg_dsn, table, queue_base_interval_retry=10)
+    with service._connect() as conn:
+        service.store.bind(conn)
+        found = service.store.find_orphans(conn, 10, check_session_locks=True)
+    assert sorted(t.id for t in found) == sorted([orphan, alive])
+    # Held inside an open transaction, as a live executor holds it.
+    holder.execute("BEGIN")
+
     assert service.run_once() == 1
 
     rows = {r["id"]: r for r in fetch_rows(pg_autocommit, table)}
@@ -109,6 +117,7 @@ def test_retry_service_rescues_only_attempts_without_a_liveness_lock(
 
     # Once its worker is gone, it is rescued too.
     holder.execute("SELECT pg_advisory_unlock_all()")
+    holder.execute("COMMIT")
     assert service.run_once() == 1
     [after] = fetch_rows(pg_autocommit, table, "id = %s", (alive,))
     assert after["status"] == "falha_processando"

@@ -28,7 +28,7 @@ def test_the_command_reads_only_the_variables_it_uses():
         # Malformed, but nothing the command uses: never checked.
         "QUEUE_NAME": "not an identifier",
         "QUEUE_CONCURRENCY": "many",
-        "CLIENT_SERVER_MODE": "maybe",
+        "QUEUE_GRACE_PERIOD": "forever",
     }
     config = load(environ)
     settings = config.database_settings()

@@ -116,6 +116,29 @@ def test_readyz_needs_a_connection_and_a_recent_round_trip(serve):
     assert get_json(port, "/readyz") == (503, {"status": "stopping"})
 
 
+def test_readyz_says_how_the_worker_is_woken_and_polling_keeps_it_ready(serve):
+    clock, stop = Clock(), threading.Event()
+    contact = Contact(clock)
+    health = Health(stop, contact, stale_after=40)
+    state = {"mode": "listen"}
+    health.wakeups = lambda: dict(state)
+    port = serve(health)
+    status, answer = get_json(port, "/readyz")
+    assert status == 503 and answer["wakeups"] == {"mode": "listen"}
+    contact.opened()
+    state.update(mode="poll", reason="deaf LISTEN detected")
+    assert get_json(port, "/readyz") == (
+        200,
+        {
+            "status": "ready",
+            "seconds_since_round_trip": 0,
+            "wakeups": {"mode": "poll", "reason": "deaf LISTEN detected"},
+        },
+    )
+    stop.set()
+    assert get_json(port, "/readyz") == (503, {"status": "stopping"})
+
+
 def test_a_taken_port_is_a_clear_error():
     port = free_port()
     first = EndpointServer(port, {}, host="127.0.0.1")

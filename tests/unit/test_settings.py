@@ -53,6 +53,7 @@ DEFAULTS = {
     "queue_server_token": None,
     "queue_metrics_port": None,
     "queue_metrics_depth_interval": 15,
+    "queue_wakeup": None,
 }
 
 # variable -> (value to set, field, expected value): every variable is read.
@@ -60,6 +61,7 @@ EXPLICIT = {
     "DB_HOST": ("pg.internal", "db_host", "pg.internal"),
     "QUEUE_METRICS_PORT": ("9100", "queue_metrics_port", 9100),
     "QUEUE_METRICS_DEPTH_INTERVAL": ("2.5", "queue_metrics_depth_interval", 2.5),
+    "QUEUE_WAKEUP": ("Poll", "queue_wakeup", "poll"),
     "DB_PORT": ("6543", "db_port", 6543),
     "DB_BASE": ("other", "db_name", "other"),
     "DB_USER": ("someone", "db_user", "someone"),
@@ -493,3 +495,32 @@ def test_log_format():
     assert Settings.from_env(env()).log_format == "text"
     assert Settings.from_env(env(LOG_FORMAT="JSON")).log_format == "json"
     assert "LOG_FORMAT" in config_error(env(LOG_FORMAT="yaml")).problems
+
+
+@pytest.mark.parametrize(
+    "wakeup, server_mode, problem",
+    [
+        ("listen", "false", None),
+        ("poll", "true", None),
+        ("server", "true", None),
+        ("server", "false", "only with CLIENT_SERVER_MODE=true"),
+        ("listen", "true", "the socket server listens"),
+        ("push", "false", "must be one of"),
+    ],
+)
+def test_queue_wakeup_agrees_with_client_server_mode(wakeup, server_mode, problem):
+    environ = env(QUEUE_WAKEUP=wakeup, CLIENT_SERVER_MODE=server_mode)
+    if problem is None:
+        assert Settings.from_env(environ).queue_wakeup == wakeup
+        return
+    error = config_error(environ)
+    assert set(error.problems) == {"QUEUE_WAKEUP"}
+    assert problem in error.problems["QUEUE_WAKEUP"]
+    with pytest.raises(ConfigError):  # settings built in code are checked the same way
+        Settings(
+            **{
+                **dataclasses.asdict(Settings.from_env(MINIMAL)),
+                "queue_wakeup": wakeup,
+                "client_server_mode": server_mode == "true",
+            }
+        )

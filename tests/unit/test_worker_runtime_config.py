@@ -50,3 +50,28 @@ def test_a_worker_needs_a_queue(field, variable):
     with pytest.raises(ConfigError) as info:
         WorkerRuntime(settings(**{field: ""}), noop)
     assert info.value.problems == {variable: "is required"}
+
+
+def test_listen_is_refused_where_the_database_has_none():
+    with pytest.raises(ConfigError) as info:
+        WorkerRuntime(settings(db_driver="MYSQL", db_port=3306, queue_wakeup="listen"), noop)
+    assert set(info.value.problems) == {"QUEUE_WAKEUP"}
+    assert "no LISTEN" in info.value.problems["QUEUE_WAKEUP"]
+
+
+@pytest.mark.parametrize(
+    "changes, mode, listener",
+    [
+        ({}, "listen", "CheckedListener"),
+        ({"queue_wakeup": "poll"}, "poll", "PollingListener"),
+        ({"client_server_mode": True}, "server", "ServerListener"),
+        ({"client_server_mode": True, "queue_wakeup": "poll"}, "poll", "PollingListener"),
+        ({"db_driver": "MYSQL", "db_port": 3306}, "poll", "PollingListener"),
+    ],
+)
+def test_the_wakeup_mode_picks_the_listener(changes, mode, listener):
+    from nsj_queue_lib.db.driver import make_driver
+
+    driver = make_driver(settings(**changes))
+    assert driver.wakeup_mode() == mode
+    assert type(driver.listener()).__name__ == listener

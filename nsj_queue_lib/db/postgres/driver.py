@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import socket
 from typing import Any
 
 import psycopg
@@ -23,13 +25,14 @@ from nsj_queue_lib.db.driver import (
 )
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
-from nsj_queue_lib.db.postgres.listener import PostgresListener
+from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 from nsj_queue_lib.dbapi import LegacyConnAttribute
-from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
+from nsj_queue_lib.exceptions import ConfigError, DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.notify.checked import PROBE_TIMEOUT_SECONDS, CheckedListener
 
 logger = get_logger("driver")
 
@@ -39,6 +42,9 @@ _CONNECT_OPTIONS: dict[str, Any] = {
     "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
     "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
     "keepalives_count": KEEPALIVE_COUNT,
+    # No automatic server-side prepared statements: one prepared in a transaction
+    # may not exist on the server connection a transaction pooler gives the next.
+    "prepare_threshold": None,
 }
 
 
@@ -69,6 +75,37 @@ SELECT p.prosrc FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
 WHERE t.tgrelid = to_regclass(%s) AND NOT t.tgisinternal AND t.tgenabled <> 'D'
 """
 _NOTIFIED = re.compile(r"pg_notify\s*\(\s*'([^']*)'|\bNOTIFY\s+\"?(\w+)", re.IGNORECASE)
+
+
+_TERMINATE = """
+SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE pid = %(pid)s AND (%(port)s::integer IS NULL OR client_port = %(port)s)
+"""
+
+
+def _socket_of(conn: psycopg.Connection) -> socket.socket:
+    """A second handle on the connection's socket (closing it leaves the connection open)."""
+    return socket.socket(fileno=os.dup(conn.fileno()))
+
+
+def _local_port(conn: psycopg.Connection) -> int | None:
+    """The connection's local TCP port (the server's client_port), None on a Unix socket."""
+    try:
+        with _socket_of(conn) as sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                return None
+            return int(sock.getsockname()[1])
+    except (OSError, psycopg.Error):
+        return None
+
+
+def _cut(conn: psycopg.Connection) -> None:
+    """End the connection at the socket, safely while another thread uses it."""
+    try:
+        with _socket_of(conn) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # closed already
 
 
 def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
@@ -154,7 +191,24 @@ class PostgresDriver(Driver):
     def _configure_executor(self, conn: psycopg.Connection) -> None:
         if not self.settings.queue_synchronous_commit:
             # Autocommit connection: the setting holds for the whole session.
+            # Session state: check_session_state refuses it where sessions are
+            # not kept (a pooler in transaction mode would apply it to whichever
+            # client gets this server connection next, and not to our transactions).
             conn.execute("SET synchronous_commit = off")
+
+    def check_session_state(self, conn: Any) -> None:
+        if self.settings.queue_synchronous_commit:
+            return  # nothing else of the worker's outlives a transaction (docs/how-to/poolers.md)
+        if self.listen_receives():
+            return
+        raise ConfigError(
+            {
+                "QUEUE_SYNCHRONOUS_COMMIT": "false needs a session that keeps its settings, and "
+                "this connection does not keep session state (a LISTEN through it never "
+                "receives: a pooler in transaction mode?). Set QUEUE_SYNCHRONOUS_COMMIT=true, "
+                "or connect directly or through a session-mode pool (docs/how-to/poolers.md)"
+            }
+        )
 
     def connect(self, autocommit: bool = True, executor: bool = False) -> psycopg.Connection:
         try:
@@ -194,15 +248,25 @@ class PostgresDriver(Driver):
         return pool
 
     def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
+        # Behind a pooler the connection's backend pid is the pooler's cancel key, not a server
+        # process (by chance, another client's): the server session is matched by pid and by
+        # the client port it sees. A connection no session matches (a pooler in between) is
+        # cut at its socket instead: the pooler then closes the server connection, whose
+        # transaction rolls back and whose locks go, as after pg_terminate_backend.
+        port = _local_port(victim_conn)
         with wrap_driver_errors("terminate_session"):
-            admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))
+            ended = admin_conn.execute(
+                _TERMINATE, {"pid": victim_conn.info.backend_pid, "port": port}
+            ).fetchall()
+        if not any(row[0] for row in ended):
+            _cut(victim_conn)
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.Error, DatabaseError))
 
     def check_wake_ups(self, conn: Any) -> str | None:
-        if self.settings.client_server_mode:
-            return None  # the socket server listens, with its own QUEUE_NAME
+        if self.wakeup_mode() != "listen":
+            return None  # polling, or the socket server listens with its own QUEUE_NAME
         with wrap_driver_errors("trigger_channels"):
             sources = [
                 row[0] for row in conn.execute(_TRIGGER_SOURCES, (self.settings.queue_table,))
@@ -222,8 +286,14 @@ class PostgresDriver(Driver):
             f"(is QUEUE_NAME the name given to db_gen?)"
         )
 
+    def listen_receives(self) -> bool:
+        return listen_receives(lambda: self.connect(autocommit=True), PROBE_TIMEOUT_SECONDS)
+
     def native_listener(self) -> Listener:
-        return PostgresListener(lambda: self.connect(autocommit=True), self.channel)
+        listener = PostgresListener(lambda: self.connect(autocommit=True), self.channel)
+        return CheckedListener(
+            listener, self.settings.queue_poll_interval, self.settings.queue_name
+        )
 
     def task_source(self) -> TaskSource:
         table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")

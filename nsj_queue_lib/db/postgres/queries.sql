@@ -226,6 +226,14 @@ WHERE t.status = 'processando'
         AND l.objid = (t.id %% 2147483648)::bigint::oid
         AND l.objsubid = 2
         AND l.granted
+        -- A live executor holds its task's lock only inside an open transaction
+        -- (the claim's COMMIT AND CHAIN to the settling commit). A holder outside
+        -- any transaction is a lock left behind on a pooler's server connection
+        -- (a commit that failed behind a pooler in transaction mode): not alive.
+        -- A state this user may not read (NULL) counts as alive.
+        AND NOT EXISTS (
+            SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.pid AND a.state = 'idle'
+        )
   ))
 ORDER BY t.id
 LIMIT %(limit)s

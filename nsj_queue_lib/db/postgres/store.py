@@ -113,7 +113,7 @@ class PostgresQueueStore:
             "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial) FROM STDIN"
         )
         # The claim function db_gen creates next to the table (claim_function.sql),
-        # called at the libpq level and prepared once per connection (wire.py):
+        # called at the libpq level, nothing prepared in the session (wire.py):
         # hence $n placeholders.
         self.claim_function = claim_routine_name(queue_table)
         self.sql["claim_function_version"] = (

@@ -6,7 +6,13 @@ of a round trip's worker CPU goes to Python bookkeeping: a pipeline object,
 cursors, query conversion, parameter dumpers and one loader per column of
 every result. Here the statement is prepared once per connection, its
 parameters are sent as text, and its rows are decoded with loaders set up
-once (the prepared statement's result types cannot change).
+once (again only when the result's column types change).
+
+Behind a pooler in transaction mode a prepared statement does not survive
+its transaction (the next may run on another server connection, or after
+``DISCARD ALL``): the first claim that finds it missing switches the
+statement to libpq's unnamed statement, parsed with each execution, for
+good (``PreparedRoundTrip``).
 
 Only psycopg's public libpq wrapper (``psycopg.pq``) and ``psycopg.adapt.
 Transformer`` are used. The connection is left as psycopg expects it: out of
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import secrets
 import select
 import weakref
 from collections.abc import Sequence
@@ -26,6 +33,10 @@ import psycopg
 import psycopg.errors
 from psycopg import pq
 from psycopg.adapt import Transformer
+
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("wire")
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
@@ -62,16 +73,16 @@ _REPREPARE = (
 
 
 class _ConnectionState:
-    __slots__ = ("name", "transformer", "loaders_ready", "encoding")
+    __slots__ = ("name", "transformer", "column_types", "encoding")
 
     def __init__(self, conn: psycopg.Connection, name: bytes):
-        self.name = name
+        self.name = name  # b"": the unnamed statement
         self.refresh(conn)
 
     def refresh(self, conn: psycopg.Connection) -> None:
         """Loaders (and the parameters' encoding) for the session's current client encoding."""
         self.transformer = Transformer(conn)
-        self.loaders_ready = False
+        self.column_types: tuple[int, ...] | None = None  # what the loaders were set up for
         self.encoding = conn.info.encoding
 
 
@@ -80,12 +91,24 @@ class PreparedRoundTrip:
 
     ``columns`` name the statement's result columns in order; rows come back
     as dicts. Parameters are ints, strings or None, sent in text format.
+
+    Pooler invariant: a named statement is used only where this session
+    prepared it. A transaction opened by ``run(begin=True)`` that finds it
+    missing (a pooler in transaction mode gave this transaction another server
+    connection, or reset it with ``DISCARD ALL``) is rolled back (it did
+    nothing) and run again at once with the unnamed statement, which every
+    later ``run`` uses too (``unnamed``). Inside a transaction the server
+    connection cannot change, so a statement a transaction's first round trip
+    found stays valid until its commit. Names are unique to the process, so
+    two clients sharing a server connection never collide.
     """
 
     def __init__(self, sql: str, columns: Sequence[str]):
         self.sql = sql
         self.columns = tuple(columns)
-        self._name_prefix = f"nsjq_{hashlib.sha256(sql.encode()).hexdigest()[:16]}_"
+        digest = hashlib.sha256(sql.encode()).hexdigest()[:12]
+        self._name_prefix = f"nsjq_{digest}_{secrets.token_hex(4)}_"
+        self.unnamed = False
         self._preparations = itertools.count(1)
         self._sql_bytes = sql.encode()
         self._states: weakref.WeakKeyDictionary[psycopg.Connection, _ConnectionState] = (
@@ -113,17 +136,7 @@ class PreparedRoundTrip:
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
         """
-        known = self._states.get(conn)
-        fresh = known is None
-        if known is None:
-            state = _ConnectionState(
-                conn, f"{self._name_prefix}{next(self._preparations)}".encode()
-            )
-        else:
-            state = known
-            if state.encoding != conn.info.encoding:
-                # A handler changed client_encoding: text now arrives in the new one.
-                state.refresh(conn)
+        state, fresh = self._state_for(conn)
         pgconn = conn.pgconn
         try:
             encoded = [_encode(value, state.encoding) for value in params]
@@ -135,7 +148,10 @@ class PreparedRoundTrip:
                 pgconn.send_query_params(b"BEGIN", None)
             if fresh:
                 pgconn.send_prepare(state.name, self._sql_bytes)
-            pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
+            if state.name:
+                pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
+            else:
+                pgconn.send_query_params(self._sql_bytes, encoded, None, None, _BINARY)
             if commit is not None:  # None: the transaction stays open
                 pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
@@ -158,6 +174,9 @@ class PreparedRoundTrip:
             else:
                 failed = statement
             error = _error(failed, conn)
+            if begin and state.name and isinstance(error, psycopg.errors.InvalidSqlStatementName):
+                self._go_unnamed(conn)
+                return self.run(conn, params, commit, begin)
             if isinstance(error, _REPREPARE):
                 self.forget(conn)
             raise RoundTripError(error, [])
@@ -166,18 +185,50 @@ class PreparedRoundTrip:
             raise RoundTripError(_error(committed, conn), rows)
         return rows
 
+    def _state_for(self, conn: psycopg.Connection) -> tuple[_ConnectionState, bool]:
+        """The connection's statement state, and whether the statement must be prepared."""
+        known = self._states.get(conn)
+        if known is not None:
+            if known.encoding != conn.info.encoding:
+                # A handler changed client_encoding: text now arrives in the new one.
+                known.refresh(conn)
+            return known, False
+        name = "" if self.unnamed else f"{self._name_prefix}{next(self._preparations)}"
+        state = _ConnectionState(conn, name.encode())
+        if self.unnamed:
+            self._states[conn] = state
+        return state, not self.unnamed
+
+    def _go_unnamed(self, conn: psycopg.Connection) -> None:
+        """The statement this session prepared is gone between two transactions: from now on
+        send it unnamed. The transaction the failed round trip opened is rolled back."""
+        if not self.unnamed:
+            logger.info(
+                "prepared statements do not outlive a transaction on this connection (a pooler "
+                "in transaction mode, or DISCARD ALL); the claim is parsed with each call from now"
+            )
+        self.unnamed = True
+        self._states.clear()
+        conn.execute("ROLLBACK")
+
     def _rows(self, state: _ConnectionState, result: pq.abc.PGresult) -> list[dict[str, Any]]:
         if result.nfields != len(self.columns):
             raise psycopg.DataError(
-                f"prepared statement {state.name.decode()} returned {result.nfields} columns, "
-                f"expected {len(self.columns)}"
+                f"statement {state.name.decode() or '(unnamed)'} returned {result.nfields} "
+                f"columns, expected {len(self.columns)}"
             )
         tx = state.transformer
-        if state.loaders_ready:
+        # A prepared statement's result types cannot change; an unnamed one's can (ALTER TABLE).
+        types = (
+            state.column_types
+            if state.name and state.column_types is not None
+            else tuple(result.ftype(i) for i in range(result.nfields))
+        )
+        if types == state.column_types:
             tx.set_pgresult(result, set_loaders=False)
         else:
             tx.set_pgresult(result)
-            state.loaders_ready = True
+            state.column_types = types
         columns = self.columns
         try:
             return tx.load_rows(
