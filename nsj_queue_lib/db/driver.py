@@ -159,6 +159,16 @@ class Driver(abc.ABC):
         """Whether ``exc`` comes from this database's driver (an outage, not a bug)."""
         return isinstance(exc, DatabaseError)
 
+    async def async_handler_connection(self, conn: Any) -> Any:
+        """The ``bd_conn`` an ``async def`` handler gets for the executor's ``conn``, its
+        session and transaction being ``conn``'s (called while ``conn`` is idle).
+
+        Default: ``conn`` with its calls run in a thread (``db/threaded.py``).
+        """
+        from nsj_queue_lib.db.threaded import ThreadedConnection
+
+        return ThreadedConnection(conn)
+
     # -- the queue --
 
     @classmethod

@@ -22,7 +22,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nsj_queue_lib.db.driver import Driver, Listener, close_quietly, make_driver
+from nsj_queue_lib.db.driver import (
+    ConnectionPool,
+    Driver,
+    Listener,
+    close_quietly,
+    make_driver,
+)
 from nsj_queue_lib.exceptions import (
     ClaimRoutineError,
     ConfigError,
@@ -57,6 +63,9 @@ if TYPE_CHECKING:
 
 logger = get_logger("runtime")
 
+# Whether a task's handler is a coroutine function (WorkerBase.handler_is_async).
+AsyncRoute = Callable[[dict[str, Any]], bool]
+
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_DIED = 3
@@ -89,7 +98,12 @@ class WorkerRuntime:
         handler: TaskHandler,
         driver: Driver | None = None,
         policies: RetryPolicies | None = None,
+        async_route: AsyncRoute | None = None,
+        pool: ConnectionPool | None = None,
     ):
+        """``async_route``: which tasks' handlers are coroutines (then an event loop runs
+        them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
+        process (``WorkerGroup``), opened and closed by its owner."""
         self.driver = driver or make_driver(settings)
         problems = {
             variable: "is required"
@@ -113,7 +127,9 @@ class WorkerRuntime:
             handler = self.endpoints.handler(handler)
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
-        self.pool = self.driver.make_pool(settings.queue_concurrency)
+        self._owns_pool = pool is None
+        size = settings.queue_concurrency if async_route is None else settings.async_pool_size
+        self.pool = pool if pool is not None else self.driver.make_pool(size)
         self.lock_client: LockClient | None = None
         if settings.client_server_mode:
             # Wake-ups and every lock come from the socket server; nothing from
@@ -122,17 +138,7 @@ class WorkerRuntime:
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
-        self.executor = TaskExecutor(
-            settings,
-            self.store,
-            self.pool,
-            handler,
-            self.stop_event,
-            self._liveness(),
-            self.driver.terminate_session,
-            policies=self.policies,
-            observer=self.observer,
-        )
+        self.executor = self._executor(handler, async_route)
         self.dispatcher = Dispatcher(
             settings,
             self.store,
@@ -146,6 +152,29 @@ class WorkerRuntime:
         )
         self.services = self._services()
         self.exit_message: str | None = None
+
+    def _executor(self, handler: TaskHandler, async_route: AsyncRoute | None) -> TaskExecutor:
+        """Executor threads, or an event loop when some handlers are coroutines."""
+        args = (
+            self.settings,
+            self.store,
+            self.pool,
+            handler,
+            self.stop_event,
+            self._liveness(),
+            self.driver.terminate_session,
+        )
+        if async_route is None:
+            return TaskExecutor(*args, policies=self.policies, observer=self.observer)
+        from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
+
+        return AsyncTaskExecutor(
+            *args,
+            is_async=async_route,
+            handler_connection=self.driver.async_handler_connection,
+            policies=self.policies,
+            observer=self.observer,
+        )
 
     def _connect(self) -> Any:
         return self.driver.connect(autocommit=True)
@@ -326,7 +355,8 @@ class WorkerRuntime:
                 return self._shut_down([], EXIT_OK)
         except (*_START_REFUSALS, EndpointServerError) as exc:
             return self._shut_down([], self._start_error(exc))
-        self.pool.open(wait=False)
+        if self._owns_pool:
+            self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
         if self.endpoints is not None:
@@ -399,10 +429,11 @@ class WorkerRuntime:
         self.executor.join(timeout=1)
         for thread in services:
             thread.join(timeout=5)
-        try:
-            self.pool.close(timeout=5)
-        except Exception:  # noqa: BLE001 - exiting anyway: the server drops our sessions
-            pass
+        if self._owns_pool:
+            try:
+                self.pool.close(timeout=5)
+            except Exception:  # noqa: BLE001 - exiting anyway: the server drops our sessions
+                pass
         if self.lock_client is not None:
             self.lock_client.close()
         if self.endpoints is not None:

@@ -1,0 +1,329 @@
+"""The async executor: ``async def`` handlers on an event loop the worker owns.
+
+A worker with an ``async def`` handler (``WorkerBase.has_async_handlers``)
+runs this instead of the executor threads. QUEUE_CONCURRENCY coroutines take
+the wake-up tokens the threads would take; each holds a pooled connection
+(QUEUE_POOL_SIZE of them, default QUEUE_CONCURRENCY) while it claims and runs
+tasks, as a thread does:
+
+- claim, completion and failure recording are the sync executor's own calls
+  (the same ``Liveness``, store and ``_fail``), run in a small thread pool so
+  the loop never waits for the database: same statements, same liveness lock,
+  same session, same transaction;
+- an ``async def`` handler is awaited on the loop with the driver's async twin
+  of that connection (``Driver.async_handler_connection``) inside the task's
+  open transaction, so its writes and 'sucesso' commit together; a sync
+  handler (one worker may have both) runs in the thread pool on the
+  connection itself.
+
+A watchdog thread logs a handler that blocks the loop, naming its task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, cast
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.driver import ConnectionPool
+from nsj_queue_lib.db.queue_store import WorkerStore
+from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.observability import observer as outcomes
+from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
+from nsj_queue_lib.retry_policy import RetryPolicies, bounded
+from nsj_queue_lib.runtime.executor import (
+    DEFAULT_SUCCESS_MESSAGE,
+    HANDLER_ENDED_TRANSACTION,
+    RunningTask,
+    SessionTerminator,
+    TaskExecutor,
+    TaskHandler,
+)
+from nsj_queue_lib.runtime.liveness import Liveness
+from nsj_queue_lib.runtime.loop_watchdog import LoopWatchdog
+from nsj_queue_lib.settings import Settings
+
+logger = get_logger("executor")
+
+T = TypeVar("T")
+HANDLER_CLOSED_CONNECTION = (
+    "the handler closed bd_conn; the worker commits the task's transaction on it itself "
+    "(return to succeed, raise to roll back), so this attempt counts as failed"
+)
+UNEXPECTED_ERROR_PAUSE_SECONDS = 1.0
+
+
+class AsyncTaskExecutor(TaskExecutor):
+    """``queue_concurrency`` coroutines on one event loop thread, sharing a connection pool."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: WorkerStore,
+        pool: ConnectionPool,
+        handler: TaskHandler,
+        stop: threading.Event,
+        liveness: Liveness,
+        terminate_session: SessionTerminator,
+        *,
+        is_async: Callable[[dict[str, Any]], bool],
+        handler_connection: Callable[[Any], Awaitable[Any]],
+        policies: RetryPolicies | None = None,
+        observer: Observer = NULL_OBSERVER,
+    ):
+        super().__init__(
+            settings,
+            store,
+            pool,
+            handler,
+            stop,
+            liveness,
+            terminate_session,
+            policies=policies,
+            observer=observer,
+        )
+        self._is_async = is_async
+        self._handler_connection = handler_connection
+        self._pool_size = settings.async_pool_size
+        self._loop = asyncio.new_event_loop()
+        # The one thread the supervisor watches (dead_threads, join).
+        self._threads = [
+            threading.Thread(target=self._loop_main, name="nsj-async-executor", daemon=True)
+        ]
+        # Database calls and sync handlers: at most one per coroutine holding a connection.
+        self._blocking = ThreadPoolExecutor(self._pool_size, thread_name_prefix="nsj-async-db")
+        self._idle: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # Coroutine -> the task whose async handler it awaits (for the watchdog).
+        self._handling: dict[asyncio.Task[Any], int] = {}
+        self._watchdog = LoopWatchdog(self._loop, self._blocking_tasks, stop, settings.queue_name)
+
+    # -- wake-ups (from other threads) --
+
+    def wake(self, count: int = 1) -> None:
+        self._soon(self._give_tokens, count)
+
+    def interrupt(self) -> None:
+        self._soon(self._release_idle, len(self._idle) + self.settings.queue_concurrency)
+
+    def _soon(self, callback: Callable[[int], None], count: int) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, count)
+        except RuntimeError:  # the loop is closed: the executor has stopped
+            pass
+
+    # -- observation --
+
+    def busy_threads(self) -> int:
+        """Coroutines claiming or running tasks (not waiting for a wake-up)."""
+        if not self._threads[0].is_alive():
+            return 0
+        return self.settings.queue_concurrency - len(self._idle)
+
+    def _blocking_tasks(self) -> list[int]:
+        """The tasks whose handler may be blocking the loop (for the watchdog)."""
+        handling = dict(self._handling)
+        current = asyncio.current_task(self._loop)
+        if current is not None and current in handling:
+            return [handling[current]]
+        return sorted(handling.values())
+
+    # -- the loop (all below runs on the loop's thread) --
+
+    def _loop_main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._watchdog.start()
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._blocking.shutdown(wait=False, cancel_futures=True)
+            self._loop.close()
+
+    async def _main(self) -> None:
+        self._connections = asyncio.Semaphore(self._pool_size)
+        await asyncio.gather(*(self._worker() for _ in range(self.settings.queue_concurrency)))
+
+    def _give_tokens(self, count: int) -> None:
+        self._tokens = min(self.settings.queue_concurrency, self._tokens + count)
+        self._release_idle(count)
+
+    def _release_idle(self, count: int) -> None:
+        while count > 0 and self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                count -= 1
+
+    def _wake_idle_thread(self) -> None:
+        if self._idle and self._tokens == 0:
+            self._give_tokens(1)
+
+    async def _take_token_async(self) -> bool:
+        while self._tokens == 0 and not self.stop_event.is_set():
+            waiter = self._loop.create_future()
+            self._idle.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._idle:
+                    self._idle.remove(waiter)
+        if self.stop_event.is_set():
+            return False
+        self._tokens -= 1
+        return True
+
+    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in the thread pool (database calls, sync handlers)."""
+        return await self._loop.run_in_executor(self._blocking, functools.partial(function, *args))
+
+    async def _worker(self) -> None:
+        while await self._take_token_async():
+            try:
+                async with self._connections:
+                    await self._drain_async()
+            except Exception:  # a coroutine must never end silently
+                logger.exception(
+                    "queue=%s: unexpected error in the async executor", self.settings.queue_name
+                )
+                await asyncio.sleep(UNEXPECTED_ERROR_PAUSE_SECONDS)
+
+    async def _adopt(self, conn: Any) -> None:
+        """Make ``conn``'s async twin while ``conn`` is idle (once per connection)."""
+        if conn not in self._twins:
+            self._twins[conn] = await self._handler_connection(conn)
+
+    async def _drain_async(self) -> None:
+        """Claim and run tasks until none is ready or the worker stops (as ``_drain``)."""
+        try:
+            conn = await self._call(self.pool.getconn)
+        except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
+            logger.warning(
+                "queue=%s: no database connection for an executor (%s)",
+                self.settings.queue_name,
+                exc,
+            )
+            return
+        try:
+            await self._adopt(conn)
+            claimed = await self._call(self.liveness.claim, conn, self._claim_next())
+            while claimed is not None:
+                self._wake_idle_thread()
+                conn, claimed = await self._run_async(conn, claimed)
+        except DatabaseError as exc:
+            logger.warning("queue=%s: %s", self.settings.queue_name, exc)
+            conn = await self._call(self._discard, conn, False)
+        except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
+            logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)
+        finally:
+            await self._call(self._put_back, conn)
+
+    async def _run_async(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
+        """Run one claimed task; (the connection to go on with, the next claimed task)."""
+        task = claimed.task
+        if not claimed.liveness_locked:
+            logger.warning(
+                "queue=%s task=%s: liveness lock already held elsewhere",
+                self.settings.queue_name,
+                task.id,
+            )
+        if task.tentativa > 1:
+            self._log_retry(task)
+        with self._cond:
+            self._running[task.id] = RunningTask(task, conn)
+        try:
+            try:
+                result = await self._handle(task, conn)
+            except Exception as exc:  # noqa: BLE001 - any error fails the task
+                error: BaseException = exc
+            else:
+                try:
+                    return conn, await self._call(self._complete, conn, task, result)
+                except DatabaseError as exc:
+                    error = exc.__cause__ or exc  # the commit failed: the attempt failed
+        finally:
+            with self._finished:
+                self._running.pop(task.id, None)
+                self._finished.notify_all()
+        return await self._after_failure(conn, task, error)
+
+    async def _handle(self, task: TaskRecord, conn: Any) -> Any:
+        """The task's handler: awaited on the loop if it is a coroutine, else in a thread."""
+        if not self._is_async(task.row):
+            return await self._call(self._run_sync_handler, task, conn)
+        twin = self._twins[conn]
+        me = asyncio.current_task()
+        assert me is not None
+        self._handling[me] = task.id
+        try:
+            # An async handler's call returns its coroutine (WorkerBase.handle_task).
+            result = await cast(Awaitable[Any], self.handler(task.row, twin))
+        except BaseException as exc:
+            if not isinstance(exc, Exception | asyncio.CancelledError):
+                raise _Failed(exc) from exc  # SystemExit and the like fail the task too
+            raise
+        finally:
+            self._handling.pop(me, None)
+        if getattr(twin, "closed", False):
+            raise HandlerTransactionError(HANDLER_CLOSED_CONNECTION)
+        if not self.store.in_transaction(conn):
+            raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
+        return result
+
+    def _run_sync_handler(self, task: TaskRecord, conn: Any) -> Any:
+        try:
+            result = self.handler(task.row, conn)
+        except Exception:
+            raise
+        except BaseException as exc:  # SystemExit/KeyboardInterrupt fail the task too
+            raise _Failed(exc) from exc
+        if not self.store.in_transaction(conn):
+            raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
+        return result
+
+    def _complete(self, conn: Any, task: TaskRecord, result: Any) -> Claim | None:
+        """'sucesso', committed with the handler's writes; the next claim (in a thread)."""
+        mensagem = bounded(
+            DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
+        )
+        next_claim = self.liveness.complete_and_claim(conn, task, mensagem, self._claim_next())
+        logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
+        with self._cond:
+            self._done += 1
+        self.observer.task_finished(task, outcomes.SUCESSO)
+        return next_claim
+
+    async def _after_failure(
+        self, conn: Any, task: TaskRecord, error: BaseException
+    ) -> tuple[Any, Claim | None]:
+        if isinstance(error, _Failed):
+            error = error.original
+            logger.warning(
+                "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
+                self.settings.queue_name,
+                task.id,
+                type(error).__name__,
+            )
+        healthy = await self._call(self._fail, task, conn, error)
+        await self._call(self.liveness.after_settled, task)
+        if not healthy:
+            conn = await self._call(self._discard, conn)
+            if conn is None:
+                return None, None
+            await self._adopt(conn)
+        return conn, await self._call(self.liveness.claim, conn, self._claim_next())
+
+
+class _Failed(Exception):
+    """Carries a ``BaseException`` a handler raised (``SystemExit``...) to the failure path."""
+
+    def __init__(self, original: BaseException):
+        super().__init__(str(original))
+        self.original = original
