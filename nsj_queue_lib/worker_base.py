@@ -143,9 +143,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             os._exit(code)
         sys.exit(code)
 
-    def make_runtime(
-        self, settings: Settings, pool: ConnectionPool | None = None
-    ) -> WorkerRuntime:
+    def make_runtime(self, settings: Settings, pool: ConnectionPool | None = None) -> WorkerRuntime:
         """The runtime that runs this worker (``pool``: one shared with other queues).
 
         Raises ``ConfigError``.

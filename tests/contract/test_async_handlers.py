@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor, HANDLER_CLOSED_CONNECTION
+from nsj_queue_lib.runtime.async_executor import HANDLER_CLOSED_CONNECTION, AsyncTaskExecutor
 from nsj_queue_lib.runtime.executor import HANDLER_ENDED_TRANSACTION
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
 from tests.contract.backends import counts

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository
 
-from nsj_queue_lib import Task  # noqa: E402
-from tests.contract.workers.contract_worker import (  # noqa: E402
+from nsj_queue_lib import Task
+from tests.contract.workers.contract_worker import (
     ContractWorker,
     _spec,
     side_connection,
