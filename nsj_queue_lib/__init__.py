@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from nsj_queue_lib.settings import Settings
     from nsj_queue_lib.task import Task
     from nsj_queue_lib.worker_base import WorkerBase
+    from nsj_queue_lib.worker_group import WorkerGroup, run_workers
     from nsj_queue_lib.worker_pub_sub_base import DeadSubscriber, Subscriber, WorkerPubSubBase
     from nsj_queue_lib.worker_webhook import WorkerWebhook
 
@@ -33,6 +34,8 @@ __all__ = [
     "ConfigError",
     "Task",
     "PermanentError",
+    "WorkerGroup",
+    "run_workers",
 ]
 
 _LOCATIONS = {
@@ -46,6 +49,8 @@ _LOCATIONS = {
     "ConfigError": "nsj_queue_lib.exceptions",
     "Task": "nsj_queue_lib.task",
     "PermanentError": "nsj_queue_lib.exceptions",
+    "WorkerGroup": "nsj_queue_lib.worker_group",
+    "run_workers": "nsj_queue_lib.worker_group",
 }
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from nsj_queue_lib.dbapi import DBConnection
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
 EXIT_CONFIG_ERROR = 2
+# What a handler returns: the message to store (None: the default one), or, for an
+# ``async def`` handler, a coroutine that returns it (awaited on the worker's event loop).
+HandlerResult = str | None | Awaitable[str | None]
 logger = logging.getLogger("nsj_queue_lib.worker")
 
 
@@ -47,7 +50,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
     # -- to implement --
 
-    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> HandlerResult:
         """Do the task's work on ``bd_conn`` (do not commit); return the message to store.
 
         Called for every processo without a ``@Task`` method. Not overridden:
@@ -59,7 +62,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
     def execute_dead(
         self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
-    ) -> str | None:
+    ) -> HandlerResult:
         """Handle a dead letter: a task whose attempts ran out, or that failed permanently.
         Default: log it."""
         message = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import importlib.util
 import json
@@ -211,3 +212,28 @@ def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
     offline = [r for r in rows if r["processo"] == "nota_emitida" and "ERP" in r["mensagem"]]
     assert [r["tentativa"] for r in offline] == [1, 2, 3, 4, 5]
     assert [r["status"] for r in rows if r["dead"]] == ["sucesso", "sucesso"]
+
+
+class AsyncOrders(WorkerBase):
+    @Task("buscar", max_retry=2, retry_base_s=1)
+    async def buscar(self, payload, tarefa, bd_conn):
+        await asyncio.sleep(0)
+        if tarefa["tentativa"] == 1:
+            raise RuntimeError("timeout upstream")
+        QueueClient(bd_conn, "public.fila").insert_task("w", "w", "notificar", "k", payload)
+        return f"buscado {payload}"
+
+    def execute(self, payload, tarefa, bd_conn):
+        return "sync"
+
+
+def test_async_handlers_are_awaited_with_the_same_retries_and_staged_inserts():
+    queue = InMemoryQueue(now=START)
+    task_id = enqueue(queue, "buscar", "p1")
+    assert queue.run(AsyncOrders()) == 3  # the failure, its retry, then notificar
+    [first, retry] = queue.tasks(processo="buscar")
+    assert first["id"] == task_id and first["status"] == "falha"
+    assert "timeout upstream" in first["mensagem"]
+    assert (retry["status"], retry["mensagem"]) == ("sucesso", "buscado p1")
+    [notificar] = queue.tasks(processo="notificar")
+    assert notificar["mensagem"] == "sync"  # routed to the sync execute
