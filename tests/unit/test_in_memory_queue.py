@@ -237,3 +237,15 @@ def test_async_handlers_are_awaited_with_the_same_retries_and_staged_inserts():
     assert (retry["status"], retry["mensagem"]) == ("sucesso", "buscado p1")
     [notificar] = queue.tasks(processo="notificar")
     assert notificar["mensagem"] == "sync"  # routed to the sync execute
+
+
+def test_the_async_example_runs_in_memory_as_its_docstring_says():
+    path = Path(__file__).resolve().parents[2] / "examples" / "worker_async.py"
+    spec = importlib.util.spec_from_file_location("example_worker_async", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.demo_in_memory()
+    assert [(r["status"], r["mensagem"]) for r in rows] == [
+        ("sucesso", "PETR4: 42.0"),
+        ("sucesso", "VALE3: 42.0"),
+    ]
