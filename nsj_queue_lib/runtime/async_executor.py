@@ -7,9 +7,12 @@ the wake-up tokens the threads would take; each holds a pooled connection
 tasks, as a thread does:
 
 - claim, completion and failure recording are the sync executor's own calls
-  (the same ``Liveness``, store and ``_fail``), run in a small thread pool so
-  the loop never waits for the database: same statements, same liveness lock,
-  same session, same transaction;
+  (the same ``Liveness``, store and ``_fail``): same statements, same liveness
+  lock, same session, same transaction. The claim and the completion, once per
+  task, are awaited on the loop where the store has awaitable forms of them
+  (PostgreSQL: the wire round trips with the loop waiting on the socket);
+  everything else runs in a small thread pool, so the loop never waits for the
+  database;
 - an ``async def`` handler is awaited on the loop with the driver's async twin
   of that connection (``Driver.async_handler_connection``) inside the task's
   open transaction, so its writes and 'sucesso' commit together; a sync
@@ -105,6 +108,7 @@ class AsyncTaskExecutor(TaskExecutor):
         # Coroutine -> the task whose async handler it awaits (for the watchdog).
         self._handling: dict[asyncio.Task[Any], int] = {}
         self._watchdog = LoopWatchdog(self._loop, self._blocking_tasks, stop, settings.queue_name)
+        self._awaitable = getattr(liveness, "awaitable", False)
 
     # -- wake-ups (from other threads) --
 
@@ -213,7 +217,7 @@ class AsyncTaskExecutor(TaskExecutor):
             return
         try:
             await self._adopt(conn)
-            claimed = await self._call(self.liveness.claim, conn, self._claim_next())
+            claimed = await self._claim(conn)
             while claimed is not None:
                 self._wake_idle_thread()
                 conn, claimed = await self._run_async(conn, claimed)
@@ -245,7 +249,7 @@ class AsyncTaskExecutor(TaskExecutor):
                 error: BaseException = exc
             else:
                 try:
-                    return conn, await self._call(self._complete, conn, task, result)
+                    return conn, await self._complete(conn, task, result)
                 except DatabaseError as exc:
                     error = exc.__cause__ or exc  # the commit failed: the attempt failed
         finally:
@@ -288,12 +292,28 @@ class AsyncTaskExecutor(TaskExecutor):
             raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
         return result
 
-    def _complete(self, conn: Any, task: TaskRecord, result: Any) -> Claim | None:
-        """'sucesso', committed with the handler's writes; the next claim (in a thread)."""
+    async def _claim(self, conn: Any) -> Claim | None:
+        if self._awaitable:
+            claimed: Claim | None = await self.liveness.claim_async(  # type: ignore[attr-defined]
+                conn, self._claim_next()
+            )
+            return claimed
+        return await self._call(self.liveness.claim, conn, self._claim_next())
+
+    async def _complete(self, conn: Any, task: TaskRecord, result: Any) -> Claim | None:
+        """'sucesso', committed with the handler's writes; the next claim."""
         mensagem = bounded(
             DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
         )
-        next_claim = self.liveness.complete_and_claim(conn, task, mensagem, self._claim_next())
+        liveness: Any = self.liveness
+        if self._awaitable:
+            next_claim = await liveness.complete_and_claim_async(
+                conn, task, mensagem, self._claim_next()
+            )
+        else:
+            next_claim = await self._call(
+                liveness.complete_and_claim, conn, task, mensagem, self._claim_next()
+            )
         logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
         with self._cond:
             self._done += 1
@@ -318,7 +338,7 @@ class AsyncTaskExecutor(TaskExecutor):
             if conn is None:
                 return None, None
             await self._adopt(conn)
-        return conn, await self._call(self.liveness.claim, conn, self._claim_next())
+        return conn, await self._claim(conn)
 
 
 class _Failed(Exception):

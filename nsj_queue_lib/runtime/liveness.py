@@ -78,6 +78,22 @@ class DatabaseLiveness:
     def after_settled(self, task: TaskRecord) -> None:
         pass
 
+    # Awaitable forms, where the store has them (PostgreSQL: the same round trips,
+    # the event loop waiting on the socket); the async executor uses them.
+
+    @property
+    def awaitable(self) -> bool:
+        return hasattr(self.store, "complete_and_claim_async")
+
+    async def claim_async(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        return await self.store.claim_async(conn) if claim_next else None  # type: ignore[attr-defined]
+
+    async def complete_and_claim_async(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        store: Any = self.store
+        return await store.complete_and_claim_async(conn, task.id, mensagem, claim_next)
+
 
 class ServerLiveness:
     def __init__(self, store: WorkerStore, lock_client: LockClient, stop: threading.Event):

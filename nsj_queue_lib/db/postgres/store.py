@@ -24,7 +24,14 @@ from nsj_queue_lib.db.dialect import (
     claim_routine_name,
 )
 from nsj_queue_lib.db.postgres.dialect import claim_function_version
-from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
+from nsj_queue_lib.db.postgres.wire import (
+    PreparedRoundTrip,
+    RoundTripError,
+    Steps,
+    drive,
+    drive_async,
+    statement_steps,
+)
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -276,21 +283,43 @@ class PostgresQueueStore:
     # opening the next task's transaction travel in a single pipeline (one
     # round trip per task). psycopg's commit() would force a sync of its own.
 
+    # claim and complete_and_claim are written as wire steps (wire.py), run
+    # blocking by the executor threads and awaited by the async executor.
+
     def claim(self, conn) -> Claim | None:
+        return drive(conn, self._claim_steps(conn))
+
+    async def claim_async(self, conn) -> Claim | None:
+        return await drive_async(conn, self._claim_steps(conn))
+
+    def complete_and_claim(
+        self, conn, task_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        return drive(conn, self._complete_and_claim_steps(conn, task_id, mensagem, claim_next))
+
+    async def complete_and_claim_async(
+        self, conn, task_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        steps = self._complete_and_claim_steps(conn, task_id, mensagem, claim_next)
+        return await drive_async(conn, steps)
+
+    def _claim_steps(self, conn) -> Steps[Claim | None]:
         """Claim the next ready task in a transaction of its own, its liveness lock taken;
         on return the task's transaction is open, or ``conn`` idle when none was ready."""
         params = (None, None, self._queue_key, 0, 1)
         with wrap_driver_errors("claim"):
             try:
-                rows = self._claim_call.run(conn, params, b"COMMIT AND CHAIN", begin=True)
+                rows = yield from self._claim_call.steps(
+                    conn, params, b"COMMIT AND CHAIN", begin=True
+                )
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
-        return self._claimed(conn, rows)
+            return (yield from self._claimed(conn, rows))
 
-    def complete_and_claim(
+    def _complete_and_claim_steps(
         self, conn, task_id: int, mensagem: str, claim_next: bool
-    ) -> Claim | None:
+    ) -> Steps[Claim | None]:
         """Settle a task as 'sucesso', release its lock, claim the next task, commit.
 
         One round trip and one commit: the next claim runs in the finished
@@ -308,15 +337,15 @@ class PostgresQueueStore:
         commit = b"COMMIT AND CHAIN" if claim_next else b"COMMIT"
         with wrap_driver_errors("complete_task"):
             try:
-                rows = self._claim_call.run(conn, params, commit)
+                rows = yield from self._claim_call.steps(conn, params, commit)
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
-        return self._claimed(conn, rows) if claim_next else None
+            return (yield from self._claimed(conn, rows)) if claim_next else None
 
-    def _claimed(self, conn, rows: list[dict[str, Any]]) -> Claim | None:
+    def _claimed(self, conn, rows: list[dict[str, Any]]) -> Steps[Claim | None]:
         if not rows:
-            conn.execute("ROLLBACK")  # the empty transaction opened for a task
+            yield from statement_steps(conn, b"ROLLBACK")  # the empty transaction opened for a task
             return None
         row = rows[0]
         locked = bool(row.pop("liveness_locked"))
