@@ -11,7 +11,7 @@ of awaited I/O at QUEUE_CONCURRENCY=100.
     (this VM's speed drifts within minutes).
 (2) one worker process whose ``async def`` handler awaits
     ``asyncio.sleep(0.05)``, QUEUE_CONCURRENCY=100 and QUEUE_POOL_SIZE=``--pool``
-    (default 60: at 50 ms a task, 1,000 tasks/s need at least 50 transactions
+    (default 70: at 50 ms a task, 1,000 tasks/s need at least 50 transactions
     open at once, each on its own connection); the rate of ``--tasks`` tasks.
     Target: at least 1,000 tasks/s.
 
@@ -109,7 +109,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="paired rounds of (1)")
     parser.add_argument("--tasks", type=int, default=3000, help="tasks per drain")
-    parser.add_argument("--pool", type=int, default=60, help="QUEUE_POOL_SIZE of (2)")
+    parser.add_argument("--pool", type=int, default=70, help="QUEUE_POOL_SIZE of (2)")
     parser.add_argument("--runs", type=int, default=3, help="runs of (2)")
     args = parser.parse_args()
     dsn = os.environ.get("BENCH_PG_DSN", DEFAULT_DSN)

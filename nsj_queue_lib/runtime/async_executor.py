@@ -45,7 +45,6 @@ from nsj_queue_lib.retry_policy import RetryPolicies, bounded
 from nsj_queue_lib.runtime.executor import (
     DEFAULT_SUCCESS_MESSAGE,
     HANDLER_ENDED_TRANSACTION,
-    RunningTask,
     SessionTerminator,
     TaskExecutor,
     TaskHandler,
@@ -231,17 +230,7 @@ class AsyncTaskExecutor(TaskExecutor):
 
     async def _run_async(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; (the connection to go on with, the next claimed task)."""
-        task = claimed.task
-        if not claimed.liveness_locked:
-            logger.warning(
-                "queue=%s task=%s: liveness lock already held elsewhere",
-                self.settings.queue_name,
-                task.id,
-            )
-        if task.tentativa > 1:
-            self._log_retry(task)
-        with self._cond:
-            self._running[task.id] = RunningTask(task, conn)
+        task = self._started(conn, claimed)
         try:
             try:
                 result = await self._handle(task, conn)
@@ -253,9 +242,7 @@ class AsyncTaskExecutor(TaskExecutor):
                 except DatabaseError as exc:
                     error = exc.__cause__ or exc  # the commit failed: the attempt failed
         finally:
-            with self._finished:
-                self._running.pop(task.id, None)
-                self._finished.notify_all()
+            self._ended(task)
         return await self._after_failure(conn, task, error)
 
     async def _handle(self, task: TaskRecord, conn: Any) -> Any:

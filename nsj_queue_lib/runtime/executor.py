@@ -236,8 +236,8 @@ class TaskExecutor:
                 self._tokens = 1
                 self._cond.notify(1)
 
-    def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
-        """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
+    def _started(self, conn: Any, claimed: Claim) -> TaskRecord:
+        """A claimed task starts running on ``conn`` (logged, and listed as running)."""
         task = claimed.task
         if not claimed.liveness_locked:
             logger.warning(
@@ -249,6 +249,16 @@ class TaskExecutor:
             self._log_retry(task)
         with self._cond:
             self._running[task.id] = RunningTask(task, conn)
+        return task
+
+    def _ended(self, task: TaskRecord) -> None:
+        with self._finished:
+            self._running.pop(task.id, None)
+            self._finished.notify_all()
+
+    def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
+        """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
+        task = self._started(conn, claimed)
         try:
             try:
                 result = self.handler(task.row, conn)
@@ -281,9 +291,7 @@ class TaskExecutor:
                     # connection): nothing was committed, so the attempt failed.
                     error = exc.__cause__ or exc
         finally:
-            with self._finished:
-                self._running.pop(task.id, None)
-                self._finished.notify_all()
+            self._ended(task)
         healthy = self._fail(task, conn, error)
         self.liveness.after_settled(task)
         if not healthy:

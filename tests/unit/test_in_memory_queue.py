@@ -194,12 +194,16 @@ def test_the_in_memory_connection_runs_no_sql():
         InMemoryQueue().connection().cursor()
 
 
-def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
-    path = Path(__file__).resolve().parents[2] / "examples" / "worker_tasks.py"
-    spec = importlib.util.spec_from_file_location("example_worker_tasks", path)
+def load_example(stem: str):
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.demo_in_memory()
+    return module
+
+
+def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
+    rows = load_example("worker_tasks").demo_in_memory()
     outcome = {
         (r["processo"], r["dead"], r["tentativa"], r["status"]) for r in rows if r["id"] <= 5
     }
@@ -240,11 +244,7 @@ def test_async_handlers_are_awaited_with_the_same_retries_and_staged_inserts():
 
 
 def test_the_async_example_runs_in_memory_as_its_docstring_says():
-    path = Path(__file__).resolve().parents[2] / "examples" / "worker_async.py"
-    spec = importlib.util.spec_from_file_location("example_worker_async", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = module.demo_in_memory()
+    rows = load_example("worker_async").demo_in_memory()
     assert [(r["status"], r["mensagem"]) for r in rows] == [
         ("sucesso", "PETR4: 42.0"),
         ("sucesso", "VALE3: 42.0"),
