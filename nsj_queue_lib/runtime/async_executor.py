@@ -280,12 +280,11 @@ class AsyncTaskExecutor(TaskExecutor):
         return result
 
     async def _claim(self, conn: Any) -> Claim | None:
+        liveness: Any = self.liveness  # DatabaseLiveness has the awaitable forms
         if self._awaitable:
-            claimed: Claim | None = await self.liveness.claim_async(  # type: ignore[attr-defined]
-                conn, self._claim_next()
-            )
+            claimed: Claim | None = await liveness.claim_async(conn, self._claim_next())
             return claimed
-        return await self._call(self.liveness.claim, conn, self._claim_next())
+        return await self._call(liveness.claim, conn, self._claim_next())
 
     async def _complete(self, conn: Any, task: TaskRecord, result: Any) -> Claim | None:
         """'sucesso', committed with the handler's writes; the next claim."""

@@ -86,7 +86,8 @@ class DatabaseLiveness:
         return hasattr(self.store, "complete_and_claim_async")
 
     async def claim_async(self, conn: Any, claim_next: bool = True) -> Claim | None:
-        return await self.store.claim_async(conn) if claim_next else None  # type: ignore[attr-defined]
+        store: Any = self.store
+        return await store.claim_async(conn) if claim_next else None
 
     async def complete_and_claim_async(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
