@@ -139,6 +139,12 @@ class AsyncTaskExecutor(TaskExecutor):
             return [handling[current]]
         return sorted(handling.values())
 
+    def join(self, timeout: float) -> None:
+        super().join(timeout)
+        if self._threads[0].ident is None:  # never started: the worker was refused at start
+            self._blocking.shutdown(wait=False)
+            self._loop.close()
+
     # -- the loop (all below runs on the loop's thread) --
 
     def _loop_main(self) -> None:
