@@ -23,10 +23,8 @@ from tests.helpers.processes import wait_for
 ASYNC_WORKER = Path(__file__).resolve().parent / "workers" / "async_worker.py"
 RETRY_BASE_MINUTES = 0.125 / 60
 
-pytestmark = pytest.mark.parametrize(
-    "backend",
-    ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)],
-    indirect=True,
+BOTH = pytest.mark.parametrize(
+    "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
 )
 
 
@@ -41,6 +39,15 @@ def async_worker(backend, **changes):
     )
 
 
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "postgres",
+        "postgres-via-server",  # liveness locks on the socket server: the threaded calls
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ],
+    indirect=True,
+)
 def test_sync_and_async_handlers_in_one_worker_drain_every_task_exactly_once(backend):
     running = backend.run(async_worker(backend, queue_concurrency=6, queue_pool_size=3))
     assert isinstance(running.runtime.executor, AsyncTaskExecutor)
@@ -56,6 +63,7 @@ def test_sync_and_async_handlers_in_one_worker_drain_every_task_exactly_once(bac
     assert running.stop() == 0
 
 
+@BOTH
 def test_an_async_failure_rolls_back_its_writes_and_is_retried(backend):
     running = backend.run(
         async_worker(backend, queue_concurrency=2, queue_base_interval_retry=RETRY_BASE_MINUTES)
@@ -71,6 +79,7 @@ def test_an_async_failure_rolls_back_its_writes_and_is_retried(backend):
     assert running.stop() == 0
 
 
+@BOTH
 def test_an_async_handler_that_commits_or_closes_bd_conn_fails_with_a_clear_error(backend):
     running = backend.run(async_worker(backend, queue_concurrency=2, queue_max_retry=1))
     committed, closed = backend.enqueue(
@@ -103,6 +112,7 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@BOTH
 def test_a_coroutine_that_blocks_the_event_loop_is_logged_with_its_task_id(backend):
     lines = _Lines()
     logger = logging.getLogger("nsj_queue_lib.executor")
@@ -118,6 +128,7 @@ def test_a_coroutine_that_blocks_the_event_loop_is_logged_with_its_task_id(backe
     assert blocked and f"task={task_id}:" in blocked[0], lines.lines
 
 
+@BOTH
 def test_kill_9_mid_async_task_is_rescued_and_retried(backend):
     victim = backend.start_process("victim", script=ASYNC_WORKER)
     [task_id] = backend.enqueue(
