@@ -128,3 +128,18 @@ def test_a_group_refuses_two_workers_of_one_queue_and_workers_without_settings(t
         ]
     )
     assert group.run_until_stopped(install_signal_handlers=False) == 2
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_worker_that_fails_stops_the_whole_group_with_its_exit_code(backend):
+    """A queue whose table is missing refuses to start (exit code 2): the other queue of the
+    process stops too, rather than running on while the process looks healthy."""
+    healthy = AsyncContractWorker(backend.settings(), exec_table=backend.exec_table, ready_file="")
+    missing = ContractWorker(
+        backend.settings(queue_name="cq_missing", queue_table="public.cq_missing_table"),
+        exec_table=backend.exec_table,
+        ready_file="",
+    )
+    group = WorkerGroup([healthy, missing])
+    assert group.run_until_stopped(install_signal_handlers=False) == 2
+    assert all(r.stop_event.is_set() for r in group.runtimes)
