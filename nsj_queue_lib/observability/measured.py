@@ -9,9 +9,10 @@ when its loop last completed a round trip with the database.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -119,13 +120,30 @@ class MeasuredListener:
 
 
 def timed_handler(handler: TaskHandler, observer: Observer) -> TaskHandler:
-    """``handler``, its duration reported by ``processo`` whether it returns or raises."""
+    """``handler``, its duration reported by ``processo`` whether it returns or raises (for an
+    ``async def`` handler: until its coroutine ends)."""
 
-    def run(row: dict[str, Any], conn: Any) -> str | None:
+    def run(row: dict[str, Any], conn: Any) -> Any:
         started = time.perf_counter()
-        try:
-            return handler(row, conn)
-        finally:
+
+        def report() -> None:
             observer.handler_ran(str(row.get("processo") or ""), time.perf_counter() - started)
 
+        try:
+            result = handler(row, conn)
+        except BaseException:
+            report()
+            raise
+        if inspect.iscoroutine(result):
+            return _reported(result, report)
+        report()
+        return result
+
     return run
+
+
+async def _reported(coroutine: Coroutine[Any, Any, Any], report: Callable[[], None]) -> Any:
+    try:
+        return await coroutine
+    finally:
+        report()

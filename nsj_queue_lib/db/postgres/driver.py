@@ -197,6 +197,11 @@ class PostgresDriver(Driver):
         with wrap_driver_errors("terminate_session"):
             admin_conn.execute("SELECT pg_terminate_backend(%s)", (victim_conn.info.backend_pid,))
 
+    async def async_handler_connection(self, conn: Any) -> psycopg.AsyncConnection:
+        from nsj_queue_lib.db.postgres.async_handler import handler_connection
+
+        return await handler_connection(conn)
+
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.Error, DatabaseError))
 
