@@ -294,7 +294,11 @@ class AsyncTaskExecutor(TaskExecutor):
         return self._handler_done(item, outcome)
 
     def _leave_behind(self, item: RunningTask) -> None:
-        """An abandoned ``async def`` handler is cancelled; a sync one cannot be stopped:
+        """The abandoned task's coroutine keeps its connection until its session was ended
+        (``given_up``): closed earlier, the session could not be ended from outside."""
+
+    def given_up(self, item: RunningTask) -> None:
+        """An abandoned ``async def`` handler is cancelled now; a sync one cannot be stopped:
         its coroutine waits for it, then drops its connection."""
         self._soon(self._cancel_handler, item.task.id)
 

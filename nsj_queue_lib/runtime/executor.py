@@ -282,6 +282,11 @@ class TaskExecutor:
         self._stuck.extend(current)
         replacement.start()
 
+    def given_up(self, item: RunningTask) -> None:
+        """An abandoned task's session was ended and its attempt settled (timeouts.py).
+
+        Nothing more here: its thread was replaced when it was abandoned."""
+
     def stuck_threads(self) -> int:
         """Threads still running a handler that was given up."""
         with self._cond:
