@@ -37,17 +37,43 @@ class MeasuredLiveness:
         if not claim_next:
             return self.inner.claim(conn, claim_next)
         started = time.perf_counter()
-        claim = self.inner.claim(conn, claim_next)
-        self.observer.claim_round_trip(time.perf_counter() - started, claim is not None)
-        if claim is not None:
-            self.observer.task_claimed(claim.task)
-        return claim
+        return self._claimed(started, self.inner.claim(conn, claim_next))
 
     def complete_and_claim(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
         started = time.perf_counter()
         claim = self.inner.complete_and_claim(conn, task, mensagem, claim_next)
+        return self._completed(started, claim)
+
+    # The awaitable forms where the inner liveness has them (the async executor's).
+
+    @property
+    def awaitable(self) -> bool:
+        return bool(getattr(self.inner, "awaitable", False))
+
+    async def claim_async(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        inner: Any = self.inner
+        if not claim_next:
+            return None
+        started = time.perf_counter()
+        return self._claimed(started, await inner.claim_async(conn, claim_next))
+
+    async def complete_and_claim_async(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        inner: Any = self.inner
+        started = time.perf_counter()
+        claim = await inner.complete_and_claim_async(conn, task, mensagem, claim_next)
+        return self._completed(started, claim)
+
+    def _claimed(self, started: float, claim: Claim | None) -> Claim | None:
+        self.observer.claim_round_trip(time.perf_counter() - started, claim is not None)
+        if claim is not None:
+            self.observer.task_claimed(claim.task)
+        return claim
+
+    def _completed(self, started: float, claim: Claim | None) -> Claim | None:
         self.observer.completion_round_trip(time.perf_counter() - started)
         if claim is not None:
             self.observer.task_claimed(claim.task)

@@ -19,6 +19,12 @@ tasks, as a thread does:
   handler (one worker may have both) runs in the thread pool on the
   connection itself.
 
+The task life cycle is the sync executor's: each task is listed in
+``running_tasks()`` with its ``TaskContext`` (``current_task()`` inside the
+coroutine), so the lifecycle thread writes its progress, delivers cancel
+requests and enforces timeouts; a task given up after its timeout has its
+coroutine cancelled once its session was ended (``given_up``).
+
 A watchdog thread logs a handler that blocks the loop, naming its task.
 """
 

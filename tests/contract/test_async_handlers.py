@@ -18,6 +18,7 @@ from nsj_queue_lib.runtime.async_executor import HANDLER_CLOSED_CONNECTION, Asyn
 from nsj_queue_lib.runtime.executor import HANDLER_ENDED_TRANSACTION
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
 from tests.contract.backends import counts
+from tests.helpers.endpoints import free_port, samples, total
 from tests.helpers.processes import wait_for
 
 ASYNC_WORKER = Path(__file__).resolve().parent / "workers" / "async_worker.py"
@@ -154,3 +155,18 @@ def test_kill_9_mid_async_task_is_rescued_and_retried(backend):
     [retry] = backend.rows("id_anterior = %s", (task_id,))
     assert [(r["task_id"], r["pid"]) for r in backend.exec_rows()] == [(retry["id"], os.getpid())]
     assert rescuer.stop() == 0
+
+
+@BOTH
+def test_metrics_count_async_tasks_whose_claims_stay_awaited(backend):
+    port = free_port()
+    running = backend.run(async_worker(backend, queue_concurrency=3, queue_metrics_port=port))
+    # The measured liveness keeps the awaited round trips where the store has them.
+    assert running.runtime.executor.liveness.awaitable is (backend.family == "postgres")
+    backend.enqueue([dict(processo="async", payload="{}")] * 20, bulk=True)
+    backend.wait_statuses({"sucesso": 20}, 20, "every task to succeed")
+    found = samples(port)
+    assert total(found, "nsjq_tasks_finished_total", outcome="sucesso") == 20
+    assert total(found, "nsjq_completion_duration_seconds_count") == 20
+    assert total(found, "nsjq_handler_duration_seconds_count") == 20
+    assert running.stop() == 0

@@ -5,18 +5,22 @@ seen from another session while it runs, a cancel request stops it
 ('cancelada', its writes rolled back), and past its timeout it is asked to stop;
 one that does not stop within the grace period has its coroutine cancelled and
 its session ended, and the attempt is retried, while the other coroutines drain.
+A connection lost under an async handler releases the attempt, due at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 import pytest
 
 from nsj_queue_lib import TaskCancelled, current_task
 from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
 from nsj_queue_lib.worker_base import WorkerBase
+from tests.contract.backends import seconds
+from tests.contract.test_connection_loss import _kill_session
 from tests.contract.test_contract import RETRY_BASE_MINUTES
 from tests.helpers.processes import wait_for
 
@@ -134,3 +138,33 @@ def test_an_async_handler_past_its_timeout_is_given_up_and_retried(backend):
     assert hangs not in committed and cooperates not in committed  # rolled back
     assert worker.runtime.lifecycle.timeouts.given_up == 1
     assert worker.alive() and worker.stop() == 0
+
+
+@BOTH
+def test_a_connection_lost_under_an_async_handler_is_released_for_an_attempt_due_at_once(
+    backend,
+):
+    sessions: list[int] = []
+    started, killed = threading.Event(), threading.Event()
+
+    async def execute(payload, tarefa, bd_conn):
+        if tarefa["tentativa"] == 1:
+            pg = backend.family == "postgres"
+            sessions.append(bd_conn.info.backend_pid if pg else bd_conn.raw.thread_id())
+            started.set()
+            assert await asyncio.to_thread(killed.wait, 10)
+            await bd_conn.execute("SELECT 1")  # the session is gone: this raises
+        return "second attempt"
+
+    backend.run(async_function_worker(backend, execute, queue_base_interval_retry=10))
+    [task] = backend.enqueue([dict(payload="lost")])
+    assert started.wait(15), "the handler did not start"
+    _kill_session(backend, sessions[0])
+    killed.set()
+    wait_for(lambda: len(backend.rows()) == 2, 15, "the next attempt to be enqueued")
+    first, second = backend.rows()
+    assert first["status"] == "falha_processando", first
+    assert "connection was lost" in first["mensagem"], first["mensagem"]
+    assert seconds(second["data_hora"] - first["data_hora"]) < 60, (first, second)
+    wait_for(lambda: backend.row(second["id"])["status"] == "sucesso", 15, "the retry to succeed")
+    assert backend.row(task)["status"] == "falha_processando"
