@@ -19,9 +19,8 @@ import pytest
 from nsj_queue_lib import TaskCancelled, current_task
 from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
 from nsj_queue_lib.worker_base import WorkerBase
-from tests.contract.backends import seconds
-from tests.contract.test_connection_loss import _kill_session
-from tests.contract.test_contract import RETRY_BASE_MINUTES
+from tests.contract.test_connection_loss import _kill_session, assert_released_at_once
+from tests.contract.test_lifecycle import TIMEOUT_SETTINGS, cancel, time_out_two, view
 from tests.helpers.processes import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,16 +46,6 @@ async def write_exec(backend, bd_conn, tarefa) -> None:
         f"INSERT INTO {backend.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
         (tarefa["id"], tarefa["chave_externa"], os.getpid()),
     )
-
-
-def view(backend, task_id):
-    with backend.transaction() as conn:
-        return backend.client(conn).get_task(task_id)
-
-
-def cancel(backend, task_id) -> str:
-    with backend.transaction() as conn:
-        return backend.client(conn).cancel_task(task_id)
 
 
 @BOTH
@@ -115,27 +104,9 @@ def test_an_async_handler_past_its_timeout_is_given_up_and_retried(backend):
                 raise
         return f"attempt {tarefa['tentativa']}"
 
-    worker = backend.run(
-        async_function_worker(
-            backend,
-            execute,
-            queue_concurrency=2,
-            queue_task_timeout=1.0,
-            queue_task_timeout_grace=0.5,
-            queue_base_interval_retry=RETRY_BASE_MINUTES,
-        )
-    )
-    hangs, cooperates = backend.enqueue([dict(payload="hangs"), dict(payload="cooperates")])
-    quick = backend.enqueue([dict(payload="quick")] * 5)
-    wait_for(lambda: backend.statuses() == {"falha": 2, "sucesso": 7}, 15, "timeouts and retries")
+    worker = backend.run(async_function_worker(backend, execute, **TIMEOUT_SETTINGS))
+    time_out_two(backend)
     assert sorted(stops) == ["cancelled", "timeout"]
-    for task_id in (hangs, cooperates):
-        first = backend.row(task_id)
-        assert first["mensagem"].startswith("timeout"), first["mensagem"]
-        assert view(backend, task_id)["mensagem"] == "attempt 2"
-    assert all(backend.row(t)["status"] == "sucesso" for t in quick)
-    committed = [r["task_id"] for r in backend.exec_rows()]
-    assert hangs not in committed and cooperates not in committed  # rolled back
     assert worker.runtime.lifecycle.timeouts.given_up == 1
     assert worker.alive() and worker.stop() == 0
 
@@ -161,10 +132,4 @@ def test_a_connection_lost_under_an_async_handler_is_released_for_an_attempt_due
     assert started.wait(15), "the handler did not start"
     _kill_session(backend, sessions[0])
     killed.set()
-    wait_for(lambda: len(backend.rows()) == 2, 15, "the next attempt to be enqueued")
-    first, second = backend.rows()
-    assert first["status"] == "falha_processando", first
-    assert "connection was lost" in first["mensagem"], first["mensagem"]
-    assert seconds(second["data_hora"] - first["data_hora"]) < 60, (first, second)
-    wait_for(lambda: backend.row(second["id"])["status"] == "sucesso", 15, "the retry to succeed")
-    assert backend.row(task)["status"] == "falha_processando"
+    assert_released_at_once(backend, task)
