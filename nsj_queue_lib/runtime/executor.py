@@ -159,7 +159,9 @@ class TaskExecutor:
         self.stop_event = stop
         self.liveness = liveness
         self._terminate_session = terminate_session
-        lock = threading.Lock()
+        # Reentrant: a SIGTERM handler (WorkerRuntime.stop -> interrupt) runs in the main
+        # thread between any two bytecodes, also while the supervisor holds this lock there.
+        lock = threading.RLock()
         self._cond = threading.Condition(lock)  # wake-up tokens for idle threads
         self._finished = threading.Condition(lock)  # a running task ended (for wait_idle)
         self._tokens = 0
