@@ -8,10 +8,15 @@ QUEUE_CONCURRENCY, LOG_DEBUG=false, ...).
 set, it first appends ``"<task id> <time.time()>"`` to that file (one
 unbuffered ``os.write`` per task, no database access), so the parent can
 compute enqueue-commit -> handler-start latencies on the same clock.
+
+``BENCH_HANDLER=async`` runs ``AsyncNoopWorker`` instead: the same handler
+declared ``async def``, awaiting ``asyncio.sleep(BENCH_ASYNC_SLEEP)`` seconds
+first when that is set (bench_async.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -33,5 +38,19 @@ class NoopWorker(WorkerBase):
         return None
 
 
+class AsyncNoopWorker(WorkerBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self._sleep = float(os.environ.get("BENCH_ASYNC_SLEEP") or 0)
+
+    async def execute(self, payload, tarefa, bd_conn):
+        if self._sleep:
+            await asyncio.sleep(self._sleep)
+        return None
+
+
 if __name__ == "__main__":
-    NoopWorker().run()
+    if os.environ.get("BENCH_HANDLER") == "async":
+        AsyncNoopWorker().run()
+    else:
+        NoopWorker().run()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from nsj_queue_lib.settings import Settings
     from nsj_queue_lib.task import Task
     from nsj_queue_lib.worker_base import WorkerBase
+    from nsj_queue_lib.worker_group import WorkerGroup, run_workers
     from nsj_queue_lib.worker_pub_sub_base import DeadSubscriber, Subscriber, WorkerPubSubBase
     from nsj_queue_lib.worker_webhook import WorkerWebhook
 
@@ -37,6 +38,8 @@ __all__ = [
     "current_task",
     "TaskContext",
     "TaskCancelled",
+    "WorkerGroup",
+    "run_workers",
 ]
 
 _LOCATIONS = {
@@ -53,6 +56,8 @@ _LOCATIONS = {
     "current_task": "nsj_queue_lib.context",
     "TaskContext": "nsj_queue_lib.context",
     "TaskCancelled": "nsj_queue_lib.exceptions",
+    "WorkerGroup": "nsj_queue_lib.worker_group",
+    "run_workers": "nsj_queue_lib.worker_group",
 }
 
 

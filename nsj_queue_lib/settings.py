@@ -91,6 +91,10 @@ class Settings:
 
     # Worker runtime (added by this library).
     queue_concurrency: int = 1
+    # Connections of a worker with async handlers (None: QUEUE_CONCURRENCY): its
+    # coroutines wait for one before they claim, so a pool smaller than the
+    # concurrency still keeps every connection busy while handlers await I/O.
+    queue_pool_size: int | None = None
     queue_grace_period: float = 30.0  # seconds in-flight tasks get at shutdown
     queue_poll_interval: float = 0.5  # seconds between polls where there is no LISTEN
     # Seconds an attempt may run before it is asked to stop and, QUEUE_TASK_TIMEOUT_GRACE
@@ -171,6 +175,11 @@ class Settings:
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced (settings are frozen)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def async_pool_size(self) -> int:
+        """Connections of a worker with async handlers: QUEUE_POOL_SIZE, else QUEUE_CONCURRENCY."""
+        return self.queue_pool_size or self.queue_concurrency
 
     def postgres_conninfo(self) -> str:
         """libpq connection string for these settings."""
@@ -396,6 +405,7 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_max_retry=reader.integer("QUEUE_MAX_RETRY", 100),
         queue_base_interval_retry=reader.number("QUEUE_BASE_INTERVAL_RETRY", 5.0),
         queue_concurrency=reader.integer("QUEUE_CONCURRENCY", 1),
+        queue_pool_size=reader.optional_integer("QUEUE_POOL_SIZE"),
         queue_grace_period=reader.number("QUEUE_GRACE_PERIOD", 30.0),
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_task_timeout=reader.number("QUEUE_TASK_TIMEOUT", None),
@@ -462,6 +472,7 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "queue_max_retry": ("QUEUE_MAX_RETRY", 1, None, False),
     "queue_base_interval_retry": ("QUEUE_BASE_INTERVAL_RETRY", None, None, True),
     "queue_concurrency": ("QUEUE_CONCURRENCY", 1, None, False),
+    "queue_pool_size": ("QUEUE_POOL_SIZE", 1, None, False),
     "queue_grace_period": ("QUEUE_GRACE_PERIOD", 0, None, False),
     "queue_poll_interval": ("QUEUE_POLL_INTERVAL", None, None, True),
     "queue_task_timeout": ("QUEUE_TASK_TIMEOUT", None, None, True),
@@ -483,7 +494,8 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "queue_metrics_depth_interval": ("QUEUE_METRICS_DEPTH_INTERVAL", None, None, True),
 }
 _INTEGERS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, int)} | {
-    "queue_metrics_port"  # optional (None: off), an integer when set
+    "queue_metrics_port",  # optional (None: off), an integer when set
+    "queue_pool_size",  # optional (None: QUEUE_CONCURRENCY)
 }
 _REQUIRED = {"db_host": "DB_HOST", "db_name": "DB_BASE", "db_user": "DB_USER"}
 _NAMES = {

@@ -96,7 +96,9 @@ class Task:
     """``@Task("processo", ...)``: the method handles the tasks of that ``processo``.
 
     The method is called as ``execute`` is: ``(self, payload, tarefa, bd_conn)``
-    in the task's transaction. One method may carry several ``@Task``.
+    in the task's transaction; an ``async def`` method is awaited on the
+    worker's event loop with an async ``bd_conn``. One method may carry several
+    ``@Task``.
     """
 
     def __init__(
@@ -117,13 +119,9 @@ class Task:
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
-        # Called like execute, these would "succeed" with a coroutine or generator object.
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
-            raise TypeError(
-                f"@Task({self.options.processo!r}) on {func.__qualname__}: "
-                "async handlers are not supported yet"
-            )
-        if inspect.isgeneratorfunction(func):
+        # Called like execute, a generator would "succeed" with a generator object.
+        # (``async def`` methods run on the worker's event loop: runtime/async_executor.py.)
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
             raise TypeError(
                 f"@Task({self.options.processo!r}) on {func.__qualname__}: "
                 "generator handlers (pipelines) are not supported yet"

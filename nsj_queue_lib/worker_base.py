@@ -12,11 +12,12 @@ the rest. A processo with neither fails with a ``PermanentError``.
 from __future__ import annotations
 
 import abc
+import inspect
 import logging
 import os
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from nsj_queue_lib.dbapi import DBConnection
@@ -26,9 +27,13 @@ from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.task import TaskOptions, TaskRegistry, no_handler_message
 
 if TYPE_CHECKING:
+    from nsj_queue_lib.db.driver import ConnectionPool
     from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
 EXIT_CONFIG_ERROR = 2
+# What a handler returns: the message to store (None: the default one), or, for an
+# ``async def`` handler, a coroutine that returns it (awaited on the worker's event loop).
+HandlerResult = str | None | Awaitable[str | None]
 logger = logging.getLogger("nsj_queue_lib.worker")
 
 
@@ -49,7 +54,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
     # -- to implement --
 
-    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
+    def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> HandlerResult:
         """Do the task's work on ``bd_conn`` (do not commit); return the message to store.
 
         Called for every processo without a ``@Task`` method. Not overridden:
@@ -61,7 +66,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
     def execute_dead(
         self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
-    ) -> str | None:
+    ) -> HandlerResult:
         """Handle a dead letter: a task whose attempts ran out, or that failed permanently.
         Default: log it."""
         message = (
@@ -96,24 +101,39 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             if options.timeout_s is not None
         }
 
-    def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
+    def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> Any:
         """Route a claimed task to the right method (called by the runtime).
 
         Dead letters go to ``execute_dead``, publications are fanned out, and
         pub/sub deliveries go to ``execute`` (``WorkerPubSubBase`` routes them
         by subscriber); the rest by processo: its ``@Task`` method, else ``execute``.
+        For an ``async def`` method the result is its coroutine (the runtime awaits it).
         """
+        method, args = self._route(tarefa)
+        return method(*args, bd_conn)
+
+    def handler_is_async(self, tarefa: dict[str, Any]) -> bool:
+        """Whether ``handle_task`` returns a coroutine for ``tarefa`` (its method is ``async def``)."""
+        return inspect.iscoroutinefunction(self._route(tarefa)[0])
+
+    @classmethod
+    def has_async_handlers(cls) -> bool:
+        """Whether any handler of this class is ``async def`` (then the worker runs an event loop)."""
+        names = {"execute", "execute_dead", *cls._task_registry.methods.values()}
+        return any(inspect.iscoroutinefunction(getattr(cls, name)) for name in names)
+
+    def _route(self, tarefa: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """The method for ``tarefa`` and its arguments before ``bd_conn``."""
         if tarefa.get("dead"):
-            return self.execute_dead(_payload_text(tarefa), tarefa, bd_conn)
+            return self.execute_dead, (_payload_text(tarefa), tarefa)
         if tarefa.get("publication_id") is not None:  # a delivery (its pub_sub is false)
-            return self.execute(_payload_text(tarefa), tarefa, bd_conn)
+            return self.execute, (_payload_text(tarefa), tarefa)
         if tarefa.get("pub_sub"):
-            return self.publish(tarefa, bd_conn)
+            return self.publish, (tarefa,)
         method_name = self._task_registry.methods.get(tarefa.get("processo") or "")
         if method_name is None:
-            return self.execute(_payload_text(tarefa), tarefa, bd_conn)
-        handler: Callable[..., str | None] = getattr(self, method_name)
-        return handler(_payload_text(tarefa), tarefa, bd_conn)
+            return self.execute, (_payload_text(tarefa), tarefa)
+        return getattr(self, method_name), (_payload_text(tarefa), tarefa)
 
     def publish(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> str:
         """A pub/sub publication: fan out to the subscribers."""
@@ -139,6 +159,25 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             os._exit(code)
         sys.exit(code)
 
+    def make_runtime(self, settings: Settings, pool: ConnectionPool | None = None) -> WorkerRuntime:
+        """The runtime that runs this worker (``pool``: one shared with other queues).
+
+        Raises ``ConfigError``.
+        """
+        from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
+
+        self._settings = settings
+        asynchronous = self.handler_is_async if self.has_async_handlers() else None
+        self._runtime = WorkerRuntime(
+            settings,
+            self.handle_task,
+            policies=self.retry_policies(settings),
+            task_timeouts=self.task_timeouts(),
+            async_route=asynchronous,
+            pool=pool,
+        )
+        return self._runtime
+
     def run_until_stopped(self, install_signal_handlers: bool = True) -> int:
         """Run the worker; returns the exit code instead of exiting (for code and tests)."""
         from nsj_queue_lib.log import configure_logging
@@ -155,16 +194,8 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
                 )
                 return EXIT_CONFIG_ERROR
         configure_logging(self._settings)
-        from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
-
         try:
-            policies = self.retry_policies(self._settings)
-            self._runtime = WorkerRuntime(
-                self._settings,
-                self.handle_task,
-                policies=policies,
-                task_timeouts=self.task_timeouts(),
-            )
+            self._runtime = self.make_runtime(self._settings)
         except ConfigError as exc:
             for name, why in exc.problems.items():
                 print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)

@@ -28,7 +28,7 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.pubsub import PubSubError, parse_envelope
 from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.task import no_handler_message
-from nsj_queue_lib.worker_base import WorkerBase
+from nsj_queue_lib.worker_base import HandlerResult, WorkerBase
 
 if TYPE_CHECKING:
     from nsj_queue_lib.webhook import WebhookCaller
@@ -136,7 +136,7 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
 
     def execute_dead(
         self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection
-    ) -> str | None:
+    ) -> HandlerResult:
         envelope = parse_envelope(payload)
         if envelope is not None:
             subscription = envelope["subscription"]

@@ -623,8 +623,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "handler-ending-the-transaction-is-told",
         EXECUTOR,
-        "            if not self.store.in_transaction(conn):\n",
-        "            if False:\n",
+        "        if not self.store.in_transaction(conn):\n",
+        "        if False:\n",
         (f"{OPERATE}::test_a_handler_that_ends_the_tasks_transaction_is_told_so",),
         ("postgres", "mysql"),
         "a handler that commits bd_conn gets COMMIT AND CHAIN errors (PostgreSQL) or silence",

@@ -181,6 +181,16 @@ class Driver(abc.ABC):
         itself (server shutdown, failover, network), not the handler's own error."""
         return False
 
+    async def async_handler_connection(self, conn: Any) -> Any:
+        """The ``bd_conn`` an ``async def`` handler gets for the executor's ``conn``, its
+        session and transaction being ``conn``'s (called while ``conn`` is idle).
+
+        Default: ``conn`` with its calls run in a thread (``db/threaded.py``).
+        """
+        from nsj_queue_lib.db.threaded import ThreadedConnection
+
+        return ThreadedConnection(conn)
+
     # -- the queue --
 
     @classmethod

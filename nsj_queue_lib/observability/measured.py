@@ -9,9 +9,10 @@ when its loop last completed a round trip with the database.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -36,17 +37,43 @@ class MeasuredLiveness:
         if not claim_next:
             return self.inner.claim(conn, claim_next)
         started = time.perf_counter()
-        claim = self.inner.claim(conn, claim_next)
-        self.observer.claim_round_trip(time.perf_counter() - started, claim is not None)
-        if claim is not None:
-            self.observer.task_claimed(claim.task)
-        return claim
+        return self._claimed(started, self.inner.claim(conn, claim_next))
 
     def complete_and_claim(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
         started = time.perf_counter()
         claim = self.inner.complete_and_claim(conn, task, mensagem, claim_next)
+        return self._completed(started, claim)
+
+    # The awaitable forms where the inner liveness has them (the async executor's).
+
+    @property
+    def awaitable(self) -> bool:
+        return bool(getattr(self.inner, "awaitable", False))
+
+    async def claim_async(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        inner: Any = self.inner
+        if not claim_next:
+            return None
+        started = time.perf_counter()
+        return self._claimed(started, await inner.claim_async(conn, claim_next))
+
+    async def complete_and_claim_async(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        inner: Any = self.inner
+        started = time.perf_counter()
+        claim = await inner.complete_and_claim_async(conn, task, mensagem, claim_next)
+        return self._completed(started, claim)
+
+    def _claimed(self, started: float, claim: Claim | None) -> Claim | None:
+        self.observer.claim_round_trip(time.perf_counter() - started, claim is not None)
+        if claim is not None:
+            self.observer.task_claimed(claim.task)
+        return claim
+
+    def _completed(self, started: float, claim: Claim | None) -> Claim | None:
         self.observer.completion_round_trip(time.perf_counter() - started)
         if claim is not None:
             self.observer.task_claimed(claim.task)
@@ -119,13 +146,30 @@ class MeasuredListener:
 
 
 def timed_handler(handler: TaskHandler, observer: Observer) -> TaskHandler:
-    """``handler``, its duration reported by ``processo`` whether it returns or raises."""
+    """``handler``, its duration reported by ``processo`` whether it returns or raises (for an
+    ``async def`` handler: until its coroutine ends)."""
 
-    def run(row: dict[str, Any], conn: Any) -> str | None:
+    def run(row: dict[str, Any], conn: Any) -> Any:
         started = time.perf_counter()
-        try:
-            return handler(row, conn)
-        finally:
+
+        def report() -> None:
             observer.handler_ran(str(row.get("processo") or ""), time.perf_counter() - started)
 
+        try:
+            result = handler(row, conn)
+        except BaseException:
+            report()
+            raise
+        if inspect.iscoroutine(result):
+            return _reported(result, report)
+        report()
+        return result
+
     return run
+
+
+async def _reported(coroutine: Coroutine[Any, Any, Any], report: Callable[[], None]) -> Any:
+    try:
+        return await coroutine
+    finally:
+        report()

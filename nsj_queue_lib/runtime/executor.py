@@ -159,7 +159,9 @@ class TaskExecutor:
         self.stop_event = stop
         self.liveness = liveness
         self._terminate_session = terminate_session
-        lock = threading.Lock()
+        # Reentrant: a SIGTERM handler (WorkerRuntime.stop -> interrupt) runs in the main
+        # thread between any two bytecodes, also while the supervisor holds this lock there.
+        lock = threading.RLock()
         self._cond = threading.Condition(lock)  # wake-up tokens for idle threads
         self._finished = threading.Condition(lock)  # a running task ended (for wait_idle)
         self._tokens = 0
@@ -255,9 +257,9 @@ class TaskExecutor:
         return item.context.request_stop(reason)
 
     def abandon(self, task_id: int) -> RunningTask | None:
-        """Give up a task whose handler does not return: its thread is replaced by a new one
-        and whatever the handler does from now on changes nothing. The caller ends the
-        task's session and settles the attempt. None when the handler finished meanwhile."""
+        """Give up a task whose handler does not return: whatever the handler does from now on
+        changes nothing (``_leave_behind``). The caller ends the task's session and settles
+        the attempt. None when the handler finished meanwhile."""
         with self._finished:
             item = self._running.get(task_id)
             if item is None or item.state != RUNNING:
@@ -266,17 +268,26 @@ class TaskExecutor:
             del self._running[task_id]
             self._failed += 1
             self._finished.notify_all()
-            current = [t for t in self._threads if t.ident == item.thread_id]
-            replacement = threading.Thread(
-                target=self._thread_main,
-                name=f"nsj-executor-{len(self._threads) + len(self._stuck)}",
-                daemon=True,
-            )
-            self._threads = [t for t in self._threads if t not in current] + [replacement]
-            self._stuck.extend(current)
-        replacement.start()
+            self._leave_behind(item)
         self.wake(1)
         return item
+
+    def _leave_behind(self, item: RunningTask) -> None:
+        """Under the lock: a new thread takes the place of the abandoned task's thread."""
+        current = [t for t in self._threads if t.ident == item.thread_id]
+        replacement = threading.Thread(
+            target=self._thread_main,
+            name=f"nsj-executor-{len(self._threads) + len(self._stuck)}",
+            daemon=True,
+        )
+        self._threads = [t for t in self._threads if t not in current] + [replacement]
+        self._stuck.extend(current)
+        replacement.start()
+
+    def given_up(self, item: RunningTask) -> None:
+        """An abandoned task's session was ended and its attempt settled (timeouts.py).
+
+        Nothing more here: its thread was replaced when it was abandoned."""
 
     def stuck_threads(self) -> int:
         """Threads still running a handler that was given up."""
@@ -341,8 +352,9 @@ class TaskExecutor:
                 self._tokens = 1
                 self._cond.notify(1)
 
-    def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
-        """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
+    def _started(self, conn: Any, claimed: Claim) -> RunningTask:
+        """A claimed task starts running on ``conn`` (logged, listed as running, and asked to
+        stop at once if a stop request came before it started)."""
         task = claimed.task
         if not claimed.liveness_locked:
             logger.warning(
@@ -358,6 +370,23 @@ class TaskExecutor:
             early = self._early_stops.pop(task.id, None)
         if early is not None:
             item.context.request_stop(early)
+        return item
+
+    def _ended(self, task: TaskRecord) -> None:
+        with self._finished:
+            self._running.pop(task.id, None)
+            self._finished.notify_all()
+
+    def _succeeded(self, task: TaskRecord) -> None:
+        logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
+        with self._cond:
+            self._done += 1
+        self.observer.task_finished(task, outcomes.SUCESSO)
+
+    def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
+        """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
+        item = self._started(conn, claimed)
+        task = item.task
         try:
             outcome = self._call_handler(item)
             if outcome is not None:
@@ -367,24 +396,18 @@ class TaskExecutor:
                     next_claim = self.liveness.complete_and_claim(
                         conn, task, outcome, self._claim_next()
                     )
-                    logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
-                    with self._cond:
-                        self._done += 1
-                    self.observer.task_finished(task, outcomes.SUCESSO)
+                    self._succeeded(task)
                     return conn, next_claim
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
                     # connection): nothing was committed, so the attempt failed.
                     outcome = exc.__cause__ or exc
         finally:
-            with self._finished:
-                self._running.pop(task.id, None)
-                self._finished.notify_all()
+            self._ended(task)
         if outcome is None:  # abandoned after its timeout: settled elsewhere, conn ended
             self._discard(conn, replace=False)
             return None, None
-        healthy = self._fail(task, conn, outcome)
-        self.liveness.after_settled(task, conn if healthy else None)
+        healthy = self._fail_and_release(task, conn, outcome)
         if not healthy:
             replacement = self._discard(conn)
             if replacement is None:
@@ -399,20 +422,33 @@ class TaskExecutor:
         try:
             with running(item.context):
                 result = self.handler(task.row, conn)
-            if not self.store.in_transaction(conn):
-                raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
-            outcome: str | BaseException = bounded(
-                DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
-            )
+            outcome: str | BaseException = self._success_message(conn, result)
         except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt fail the task too
-            if not isinstance(exc, Exception):
-                logger.warning(
-                    "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
-                    self.settings.queue_name,
-                    task.id,
-                    type(exc).__name__,
-                )
-            outcome = exc
+            outcome = self._handler_error(task, exc)
+        return self._handler_done(item, outcome)
+
+    def _success_message(self, conn: Any, result: Any) -> str:
+        """The ``mensagem`` of a handler's ``result``, once its transaction is still open."""
+        if not self.store.in_transaction(conn):
+            raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
+        return bounded(
+            DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
+        )
+
+    def _handler_error(self, task: TaskRecord, exc: BaseException) -> BaseException:
+        if not isinstance(exc, Exception):
+            logger.warning(
+                "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
+                self.settings.queue_name,
+                task.id,
+                type(exc).__name__,
+            )
+        return exc
+
+    def _handler_done(
+        self, item: RunningTask, outcome: str | BaseException
+    ) -> str | BaseException | None:
+        """The handler's ``outcome``; None when its task was abandoned meanwhile."""
         with self._cond:
             if item.state == ABANDONED:
                 return None
@@ -421,6 +457,12 @@ class TaskExecutor:
             # Past its timeout the attempt fails, whatever the handler did.
             return TaskTimeout(item.timeout_message or "timeout")
         return outcome
+
+    def _fail_and_release(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
+        """``_fail``, then the liveness' release; False when ``conn`` turned out broken."""
+        healthy = self._fail(task, conn, error)
+        self.liveness.after_settled(task, conn if healthy else None)
+        return healthy
 
     def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """Record a failed attempt; False when ``conn`` turned out broken."""

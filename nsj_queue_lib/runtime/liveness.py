@@ -99,6 +99,23 @@ class DatabaseLiveness:
     def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
         pass
 
+    # Awaitable forms, where the store has them (PostgreSQL: the same round trips,
+    # the event loop waiting on the socket); the async executor uses them.
+
+    @property
+    def awaitable(self) -> bool:
+        return hasattr(self.store, "complete_and_claim_async")
+
+    async def claim_async(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        store: Any = self.store
+        return await store.claim_async(conn) if claim_next else None
+
+    async def complete_and_claim_async(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        store: Any = self.store
+        return await store.complete_and_claim_async(conn, task.id, mensagem, claim_next)
+
 
 class CompatLiveness:
     """Database liveness locks plus 1.2.2's key of each task (QUEUE_COMPAT_1_2_2).

@@ -127,3 +127,4 @@ class TimeoutEnforcer:
         finally:
             close_quietly(admin)
         self.executor.liveness.after_settled(item.task)
+        self.executor.given_up(item)

@@ -22,7 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from nsj_queue_lib.db.driver import Driver, Listener, close_quietly, make_driver
+from nsj_queue_lib.db.driver import (
+    ConnectionPool,
+    Driver,
+    Listener,
+    close_quietly,
+    make_driver,
+)
 from nsj_queue_lib.exceptions import (
     ClaimRoutineError,
     ConfigError,
@@ -66,6 +72,9 @@ if TYPE_CHECKING:
 
 logger = get_logger("runtime")
 
+# Whether a task's handler is a coroutine function (WorkerBase.handler_is_async).
+AsyncRoute = Callable[[dict[str, Any]], bool]
+
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_DIED = 3
@@ -73,6 +82,13 @@ SUPERVISE_INTERVAL_SECONDS = 0.5
 ACTIVITY_INTERVAL_SECONDS = 60.0  # one INFO line per interval while the worker is busy
 # Errors at start that waiting would never cure: the worker exits with EXIT_CONFIG_ERROR.
 _START_REFUSALS = (QueueTableMissingError, ClaimRoutineError, DatabaseAccessError, ConfigError)
+
+
+def spare_connections(settings: Settings) -> int:
+    """Pool connections opened on demand beyond the executors' own: one records failures,
+    one writes progress and polls cancel requests, and each abandoned handler (timeouts.py)
+    may hold one until it returns."""
+    return settings.queue_concurrency + 2
 
 
 class _Supervised(threading.Thread):
@@ -99,7 +115,12 @@ class WorkerRuntime:
         driver: Driver | None = None,
         policies: RetryPolicies | None = None,
         task_timeouts: Mapping[str, float] | None = None,
+        async_route: AsyncRoute | None = None,
+        pool: ConnectionPool | None = None,
     ):
+        """``async_route``: which tasks' handlers are coroutines (then an event loop runs
+        them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
+        process (``WorkerGroup``), opened and closed by its owner."""
         self.driver = driver or make_driver(settings)
         self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
@@ -124,10 +145,12 @@ class WorkerRuntime:
             handler = self.endpoints.handler(handler)
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
-        # Spare connections: one records failures, one writes progress and polls cancel
-        # requests, and each abandoned handler (timeouts.py) may hold one until it returns.
-        self.pool = self.driver.make_pool(
-            settings.queue_concurrency, spare=settings.queue_concurrency + 2
+        self._owns_pool = pool is None
+        size = settings.queue_concurrency if async_route is None else settings.async_pool_size
+        self.pool = (
+            pool
+            if pool is not None
+            else self.driver.make_pool(size, spare=spare_connections(settings))
         )
         self.lock_client: LockClient | None = None
         if settings.client_server_mode:
@@ -137,18 +160,7 @@ class WorkerRuntime:
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
-        self.executor = TaskExecutor(
-            settings,
-            self.store,
-            self.pool,
-            handler,
-            self.stop_event,
-            self._liveness(),
-            self.driver.terminate_session,
-            policies=self.policies,
-            observer=self.observer,
-            connection_lost=self.driver.is_connection_lost,
-        )
+        self.executor = self._executor(handler, async_route)
         self.dispatcher = Dispatcher(
             settings,
             self.store,
@@ -188,6 +200,33 @@ class WorkerRuntime:
                 self.task_timeouts,
             ),
             self.stop_event,
+        )
+
+    def _executor(self, handler: TaskHandler, async_route: AsyncRoute | None) -> TaskExecutor:
+        """Executor threads, or an event loop when some handlers are coroutines."""
+        args = (
+            self.settings,
+            self.store,
+            self.pool,
+            handler,
+            self.stop_event,
+            self._liveness(),
+            self.driver.terminate_session,
+        )
+        options: dict[str, Any] = {
+            "policies": self.policies,
+            "observer": self.observer,
+            "connection_lost": self.driver.is_connection_lost,
+        }
+        if async_route is None:
+            return TaskExecutor(*args, **options)
+        from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
+
+        return AsyncTaskExecutor(
+            *args,
+            is_async=async_route,
+            handler_connection=self.driver.async_handler_connection,
+            **options,
         )
 
     def _connect(self) -> Any:
@@ -392,7 +431,8 @@ class WorkerRuntime:
                 return self._shut_down([], EXIT_OK)
         except (*_START_REFUSALS, EndpointServerError) as exc:
             return self._shut_down([], self._start_error(exc))
-        self.pool.open(wait=False)
+        if self._owns_pool:
+            self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
@@ -476,10 +516,11 @@ class WorkerRuntime:
         self.executor.join(timeout=1)
         for thread in services:
             thread.join(timeout=5)
-        try:
-            self.pool.close(timeout=5)
-        except Exception:  # noqa: BLE001 - exiting anyway: the server drops our sessions
-            pass
+        if self._owns_pool:
+            try:
+                self.pool.close(timeout=5)
+            except Exception:  # noqa: BLE001 - exiting anyway: the server drops our sessions
+                pass
         if self.lock_client is not None:
             self.lock_client.close()
         if self.endpoints is not None:

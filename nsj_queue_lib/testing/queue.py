@@ -8,7 +8,9 @@ the clock are replaced. See docs/in-memory-queue.md.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import inspect
 import random
 from typing import TYPE_CHECKING, Any, cast
 
@@ -157,6 +159,8 @@ class InMemoryQueue:
                 result: str | None = publish(cast("QueueStore", self.store), conn, task.row)
             else:
                 result = worker.handle_task(task.row, conn)
+                if inspect.iscoroutine(result):  # an async def handler, awaited here
+                    result = asyncio.run(result)
         except BaseException as exc:  # noqa: BLE001 - as the executor: any error fails the task
             # record_failure calls only the fail_* methods, which MemoryStore has.
             record_failure(cast("WorkerStore", self.store), None, policies, task, exc)

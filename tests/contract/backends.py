@@ -427,10 +427,13 @@ class Backend:
                 ) from running.error
         return running
 
-    def start_process(self, name: str, wait_ready: bool = True, **overrides: Any) -> WorkerProcess:
-        """``contract_worker.py`` as a real process; waits until its dispatcher is connected."""
+    def start_process(
+        self, name: str, wait_ready: bool = True, script: Path = WORKER_SCRIPT, **overrides: Any
+    ) -> WorkerProcess:
+        """``contract_worker.py`` (or ``script``) as a real process; waits until its dispatcher
+        is connected."""
         ready = self.directory / f"{name}.ready"
-        proc = WorkerProcess(WORKER_SCRIPT, self.env(CONTRACT_READY_FILE=ready, **overrides), name)
+        proc = WorkerProcess(script, self.env(CONTRACT_READY_FILE=ready, **overrides), name)
         self._processes.append(proc)
         if wait_ready:
             self.wait_processes_ready([proc])

@@ -44,6 +44,30 @@ def cancel(backend, task_id) -> str:
         return backend.client(conn).cancel_task(task_id)
 
 
+TIMEOUT_SETTINGS = dict(
+    queue_concurrency=2,
+    queue_task_timeout=1.0,
+    queue_task_timeout_grace=0.5,
+    queue_base_interval_retry=RETRY_BASE_MINUTES,
+)
+
+
+def time_out_two(backend) -> None:
+    """Enqueue two tasks whose first attempt times out ("hangs", "cooperates") and five quick
+    ones; check that both first attempts failed with 'timeout', their writes rolled back, and
+    were retried, while the quick tasks succeeded."""
+    hangs, cooperates = backend.enqueue([dict(payload="hangs"), dict(payload="cooperates")])
+    quick = backend.enqueue([dict(payload="quick")] * 5)
+    wait_for(lambda: backend.statuses() == {"falha": 2, "sucesso": 7}, 15, "timeouts and retries")
+    for task_id in (hangs, cooperates):
+        first = backend.row(task_id)
+        assert first["mensagem"].startswith("timeout"), first["mensagem"]
+        assert view(backend, task_id)["mensagem"] == "attempt 2"
+    assert all(backend.row(t)["status"] == "sucesso" for t in quick)
+    committed = [r["task_id"] for r in backend.exec_rows()]
+    assert hangs not in committed and cooperates not in committed  # rolled back
+
+
 def test_waiting_tasks_are_cancelled_and_never_run(backend):
     later = backend.now() + datetime.timedelta(hours=1)
     pending, scheduled = backend.enqueue(
@@ -212,23 +236,11 @@ def test_a_hung_handler_is_timed_out_and_retried_while_the_others_drain(backend)
     worker = backend.run(
         backend.function_worker(
             execute,
-            queue_concurrency=2,
-            queue_task_timeout=1.0,
-            queue_task_timeout_grace=0.5,
-            queue_base_interval_retry=RETRY_BASE_MINUTES,
+            **TIMEOUT_SETTINGS,
         )
     )
-    hangs, cooperates = backend.enqueue([dict(payload="hangs"), dict(payload="cooperates")])
-    quick = backend.enqueue([dict(payload="quick")] * 5)
-    wait_for(lambda: backend.statuses() == {"falha": 2, "sucesso": 7}, 15, "timeouts and retries")
+    time_out_two(backend)
     assert timeouts == ["timeout"]
-    for task_id in (hangs, cooperates):
-        first = backend.row(task_id)
-        assert first["mensagem"].startswith("timeout"), first["mensagem"]
-        assert view(backend, task_id)["mensagem"] == "attempt 2"
-    assert all(backend.row(t)["status"] == "sucesso" for t in quick)
-    committed = [r["task_id"] for r in backend.exec_rows()]
-    assert hangs not in committed and cooperates not in committed  # rolled back
     release.set()  # the given-up handler returns late: nothing changes
     time.sleep(0.3)
     assert backend.statuses() == {"falha": 2, "sucesso": 7}

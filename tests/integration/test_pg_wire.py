@@ -331,3 +331,54 @@ def test_parameters_are_typed_by_the_statement_and_none_is_null(worker_conn):
         call.run(worker_conn, [1.5, "x", False, None], b"COMMIT")
     assert isinstance(info.value.error, psycopg.DataError) and "float" in str(info.value.error)
     assert worker_conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+
+
+# -- the same round trips awaited on an event loop (the async executor) -----------------
+
+
+def test_the_awaited_round_trips_claim_and_complete_as_the_blocking_ones(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit
+):
+    import asyncio
+
+    enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
+    store.bind(worker_conn)
+
+    async def drain() -> list[str]:
+        seen = []
+        claim = await store.claim_async(worker_conn)
+        while claim is not None:
+            seen.append(claim.task.payload)
+            claim = await store.complete_and_claim_async(worker_conn, claim.task.id, "ok", True)
+        return seen
+
+    assert asyncio.run(drain()) == ["a", "b"]
+    assert worker_conn.info.transaction_status == IDLE  # the empty claim's transaction ended
+    rows = {
+        r["payload"]: (r["status"], r["mensagem"])
+        for r in fetch_rows(pg_autocommit, pg_queue.table)
+    }
+    assert rows == {"a": ("sucesso", "ok"), "b": ("sucesso", "ok")}
+
+
+def test_a_cancelled_awaited_round_trip_closes_the_session_instead_of_leaving_results_behind(
+    store, worker_conn, pg_queue, pg_dsn, pg_autocommit
+):
+    import asyncio
+
+    enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
+    task = claim_first(store, worker_conn)
+
+    async def cancel_mid_way() -> None:
+        pending = asyncio.ensure_future(
+            store.complete_and_claim_async(worker_conn, task.id, "ok", True)
+        )
+        await asyncio.sleep(0)  # sent; now waiting for the reply
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+
+    asyncio.run(cancel_mid_way())
+    assert worker_conn.closed
+    rows = {r["payload"]: r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)}
+    assert rows in ({"a": "sucesso", "b": "processando"}, {"a": "processando", "b": "pendente"})

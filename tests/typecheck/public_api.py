@@ -24,9 +24,11 @@ from nsj_queue_lib import (
     TaskCancelled,
     TaskContext,
     WorkerBase,
+    WorkerGroup,
     WorkerPubSubBase,
     WorkerWebhook,
     current_task,
+    run_workers,
 )
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.task import TaskOptions
@@ -102,6 +104,23 @@ class RoutingWorker(WorkerBase):
         return None
 
 
+class AsyncWorker(WorkerBase):
+    @Task("fetch")
+    async def fetch(self, payload: str, tarefa: dict[str, Any], bd_conn: Any) -> str:
+        await bd_conn.execute("select 1")
+        return "fetched"
+
+    async def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: Any) -> str | None:
+        return None
+
+
+def run_several_queues(first: Settings, second: Settings) -> int:
+    group = WorkerGroup([AsyncWorker(first), RoutingWorker(second)])
+    code: int = group.run_until_stopped(install_signal_handlers=False)
+    run_workers([AsyncWorker(first)])
+    return code
+
+
 def declared_timeout() -> float | None:
     options: TaskOptions = RoutingWorker.task_options("boleto_pago")
     return options.timeout_s
@@ -122,7 +141,7 @@ class PubSubWorker(WorkerPubSubBase):
         return "gave up"
 
 
-def run_workers() -> int:
+def run_worker_instances() -> int:
     try:
         settings = Settings.from_env({"DB_HOST": "127.0.0.1", "QUEUE_NAME": "fila_teste"})
     except ConfigError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import importlib.util
 import json
@@ -193,12 +194,16 @@ def test_the_in_memory_connection_runs_no_sql():
         InMemoryQueue().connection().cursor()
 
 
-def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
-    path = Path(__file__).resolve().parents[2] / "examples" / "worker_tasks.py"
-    spec = importlib.util.spec_from_file_location("example_worker_tasks", path)
+def load_example(stem: str):
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.demo_in_memory()
+    return module
+
+
+def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
+    rows = load_example("worker_tasks").demo_in_memory()
     outcome = {
         (r["processo"], r["dead"], r["tentativa"], r["status"]) for r in rows if r["id"] <= 5
     }
@@ -211,3 +216,36 @@ def test_the_worker_tasks_example_runs_in_memory_as_its_docstring_says():
     offline = [r for r in rows if r["processo"] == "nota_emitida" and "ERP" in r["mensagem"]]
     assert [r["tentativa"] for r in offline] == [1, 2, 3, 4, 5]
     assert [r["status"] for r in rows if r["dead"]] == ["sucesso", "sucesso"]
+
+
+class AsyncOrders(WorkerBase):
+    @Task("buscar", max_retry=2, retry_base_s=1)
+    async def buscar(self, payload, tarefa, bd_conn):
+        await asyncio.sleep(0)
+        if tarefa["tentativa"] == 1:
+            raise RuntimeError("timeout upstream")
+        QueueClient(bd_conn, "public.fila").insert_task("w", "w", "notificar", "k", payload)
+        return f"buscado {payload}"
+
+    def execute(self, payload, tarefa, bd_conn):
+        return "sync"
+
+
+def test_async_handlers_are_awaited_with_the_same_retries_and_staged_inserts():
+    queue = InMemoryQueue(now=START)
+    task_id = enqueue(queue, "buscar", "p1")
+    assert queue.run(AsyncOrders()) == 3  # the failure, its retry, then notificar
+    [first, retry] = queue.tasks(processo="buscar")
+    assert first["id"] == task_id and first["status"] == "falha"
+    assert "timeout upstream" in first["mensagem"]
+    assert (retry["status"], retry["mensagem"]) == ("sucesso", "buscado p1")
+    [notificar] = queue.tasks(processo="notificar")
+    assert notificar["mensagem"] == "sync"  # routed to the sync execute
+
+
+def test_the_async_example_runs_in_memory_as_its_docstring_says():
+    rows = load_example("worker_async").demo_in_memory()
+    assert [(r["status"], r["mensagem"]) for r in rows] == [
+        ("sucesso", "PETR4: 42.0"),
+        ("sucesso", "VALE3: 42.0"),
+    ]

@@ -185,12 +185,30 @@ def test_the_same_task_twice_on_one_method_is_an_error():
             return "h"
 
 
-def test_async_handlers_are_refused_until_the_runtime_supports_them():
-    with pytest.raises(TypeError, match="async handlers are not supported yet"):
+def test_async_def_methods_are_accepted_and_routed_as_async():
+    class Mixed(WorkerBase):
+        @Task("a")
+        async def a(self, payload, tarefa, bd_conn):
+            return "a"
+
+        @Task("s")
+        def s(self, payload, tarefa, bd_conn):
+            return "s"
+
+    worker = Mixed()
+    assert Mixed.has_async_handlers()
+    assert worker.handler_is_async({"processo": "a"})
+    assert not worker.handler_is_async({"processo": "s"})
+    assert not worker.handler_is_async({"processo": "other"})  # execute: sync
+    assert not Billing.has_async_handlers()
+
+
+def test_async_generators_are_refused():
+    with pytest.raises(TypeError, match="generator handlers"):
 
         @Task("x")
         async def handler(self, payload, tarefa, bd_conn):
-            return "h"
+            yield "h"
 
 
 # -- options that only turn out wrong against the settings ---------------------------------

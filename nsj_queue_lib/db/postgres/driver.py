@@ -261,6 +261,11 @@ class PostgresDriver(Driver):
         if not any(row[0] for row in ended):
             _cut(victim_conn)
 
+    async def async_handler_connection(self, conn: Any) -> psycopg.AsyncConnection:
+        from nsj_queue_lib.db.postgres.async_handler import handler_connection
+
+        return await handler_connection(conn)
+
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.Error, DatabaseError))
 

@@ -28,7 +28,14 @@ from nsj_queue_lib.db.dialect import (
     notify_channel,
 )
 from nsj_queue_lib.db.postgres.dialect import claim_function_version
-from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
+from nsj_queue_lib.db.postgres.wire import (
+    PreparedRoundTrip,
+    RoundTripError,
+    Steps,
+    drive,
+    drive_async,
+    statement_steps,
+)
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
@@ -357,15 +364,37 @@ class PostgresQueueStore:
     # opening the next task's transaction travel in a single pipeline (one
     # round trip per task). psycopg's commit() would force a sync of its own.
 
+    # claim and complete_and_claim are written as wire steps (wire.py), run
+    # blocking by the executor threads and awaited by the async executor.
+
     def claim(self, conn) -> Claim | None:
-        """Claim the next ready task in a transaction of its own, its liveness lock taken;
-        on return the task's transaction is open, or ``conn`` idle when none was ready."""
-        rows = self.claim_call(conn, None, None, 1, b"COMMIT AND CHAIN", begin=True)
-        return self._claimed(conn, rows)
+        return drive(conn, self._claim_steps(conn))
+
+    async def claim_async(self, conn) -> Claim | None:
+        return await drive_async(conn, self._claim_steps(conn))
 
     def complete_and_claim(
         self, conn, task_id: int, mensagem: str, claim_next: bool
     ) -> Claim | None:
+        return drive(conn, self._complete_and_claim_steps(conn, task_id, mensagem, claim_next))
+
+    async def complete_and_claim_async(
+        self, conn, task_id: int, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        steps = self._complete_and_claim_steps(conn, task_id, mensagem, claim_next)
+        return await drive_async(conn, steps)
+
+    def _claim_steps(self, conn) -> Steps[Claim | None]:
+        """Claim the next ready task in a transaction of its own, its liveness lock taken;
+        on return the task's transaction is open, or ``conn`` idle when none was ready."""
+        rows = yield from self._claim_call_steps(
+            conn, None, None, 1, b"COMMIT AND CHAIN", begin=True
+        )
+        return (yield from self._claimed(conn, rows))
+
+    def _complete_and_claim_steps(
+        self, conn, task_id: int, mensagem: str, claim_next: bool
+    ) -> Steps[Claim | None]:
         """Settle a task as 'sucesso', release its lock, claim the next task, commit.
 
         One round trip and one commit: the next claim runs in the finished
@@ -374,8 +403,9 @@ class PostgresQueueStore:
         """
         # AND CHAIN: the next task's transaction opens in the same statement.
         commit = b"COMMIT AND CHAIN" if claim_next else b"COMMIT"
-        rows = self.claim_call(conn, task_id, mensagem, 1 if claim_next else 0, commit)
-        return self._claimed(conn, rows) if claim_next else None
+        limit = 1 if claim_next else 0
+        rows = yield from self._claim_call_steps(conn, task_id, mensagem, limit, commit)
+        return (yield from self._claimed(conn, rows)) if claim_next else None
 
     def claim_call(
         self,
@@ -390,18 +420,30 @@ class PostgresQueueStore:
         released), up to ``claim_limit`` tasks are claimed (their locks taken), then
         ``commit`` (None: the transaction stays open). On failure the transaction is
         rolled back and the claimed rows' locks released."""
+        steps = self._claim_call_steps(conn, done_id, mensagem, claim_limit, commit, begin)
+        return drive(conn, steps)
+
+    def _claim_call_steps(
+        self,
+        conn,
+        done_id: int | None,
+        mensagem: str | None,
+        claim_limit: int,
+        commit: bytes | None,
+        begin: bool = False,
+    ) -> Steps[list[dict[str, Any]]]:
         done_key = 0 if done_id is None else self.task_key(done_id)
         params = (done_id, mensagem, self._queue_key, done_key, claim_limit)
         with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
-                return self._claim_call.run(conn, params, commit, begin=begin)
+                return (yield from self._claim_call.steps(conn, params, commit, begin=begin))
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
 
-    def _claimed(self, conn, rows: list[dict[str, Any]]) -> Claim | None:
+    def _claimed(self, conn, rows: list[dict[str, Any]]) -> Steps[Claim | None]:
         if not rows:
-            conn.execute("ROLLBACK")  # the empty transaction opened for a task
+            yield from statement_steps(conn, b"ROLLBACK")  # the empty transaction opened for a task
             return None
         row = rows[0]
         locked = bool(row.pop("liveness_locked"))

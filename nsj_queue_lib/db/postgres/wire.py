@@ -17,17 +17,24 @@ good (``PreparedRoundTrip``).
 Only psycopg's public libpq wrapper (``psycopg.pq``) and ``psycopg.adapt.
 Transformer`` are used. The connection is left as psycopg expects it: out of
 pipeline mode, no result pending, or closed when that cannot be guaranteed.
+
+A round trip is written once, as *steps*: a generator that yields the socket
+events it must wait for (``POLLIN``/``POLLOUT`` masks) and returns its result.
+``drive`` runs steps blocking (the executor threads); ``drive_async`` runs
+them on an event loop (the async executor), so both send the very same
+statements with the same error handling.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import secrets
 import select
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -45,6 +52,70 @@ _BINARY = pq.Format.BINARY
 _BAD = pq.ConnStatus.BAD
 _READ = select.POLLIN
 _READ_WRITE = select.POLLIN | select.POLLOUT
+
+T = TypeVar("T")
+# A round trip's steps: yields the events to wait for on the connection's socket.
+Steps = Generator[int, None, T]
+
+
+def drive(conn: psycopg.Connection, steps: Steps[T]) -> T:
+    """Run ``steps`` on ``conn``, blocking on its socket between them."""
+    return _drive(conn.pgconn, steps)
+
+
+def _drive(pgconn: pq.abc.PGconn, steps: Steps[T]) -> T:
+    try:
+        events = next(steps)
+        while True:
+            _wait(pgconn, events)
+            events = steps.send(None)
+    except StopIteration as done:
+        return done.value
+    finally:
+        steps.close()
+
+
+async def drive_async(conn: psycopg.Connection, steps: Steps[T]) -> T:
+    """Run ``steps`` on ``conn`` from a coroutine: the event loop waits on the socket."""
+    loop = asyncio.get_running_loop()
+    fileno = conn.pgconn.socket
+    try:
+        events = next(steps)
+        while True:
+            await _readiness(loop, fileno, events)
+            events = steps.send(None)
+    except StopIteration as done:
+        return done.value
+    finally:
+        steps.close()  # cancelled mid-way: the steps' own clean-up runs (see _leave_pipeline)
+
+
+async def _readiness(loop: asyncio.AbstractEventLoop, fileno: int, events: int) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fileno, wake)
+    if events & select.POLLOUT:
+        loop.add_writer(fileno, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fileno)
+        if events & select.POLLOUT:
+            loop.remove_writer(fileno)
+
+
+def statement_steps(conn: psycopg.Connection, sql: bytes) -> Steps[None]:
+    """One parameterless statement (transaction control) as steps; raises its psycopg error."""
+    pgconn = conn.pgconn
+    pgconn.send_query(sql)
+    yield from _flush(pgconn)
+    results = yield from _next_results(pgconn)
+    if _status(results) != _COMMAND_OK:
+        raise _error(results, conn)
 
 
 class RoundTripError(Exception):
@@ -130,6 +201,16 @@ class PreparedRoundTrip:
         commit: bytes | None,
         begin: bool = False,
     ) -> list[dict[str, Any]]:
+        """``steps`` run blocking."""
+        return drive(conn, self.steps(conn, params, commit, begin))
+
+    def steps(
+        self,
+        conn: psycopg.Connection,
+        params: Sequence[Any],
+        commit: bytes | None,
+        begin: bool = False,
+    ) -> Steps[list[dict[str, Any]]]:
         """Execute the statement then ``commit`` (a transaction control statement) in one round
         trip; with ``begin``, in a transaction the same round trip opens.
 
@@ -155,12 +236,12 @@ class PreparedRoundTrip:
             if commit is not None:  # None: the transaction stays open
                 pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
-            _flush(pgconn)
-            began = _next_results(pgconn) if begin else None
-            prepared = _next_results(pgconn) if fresh else None
-            statement = _next_results(pgconn)
-            committed = _next_results(pgconn) if commit is not None else None
-            _next_results(pgconn)  # the sync
+            yield from _flush(pgconn)
+            began = (yield from _next_results(pgconn)) if begin else None
+            prepared = (yield from _next_results(pgconn)) if fresh else None
+            statement = yield from _next_results(pgconn)
+            committed = (yield from _next_results(pgconn)) if commit is not None else None
+            yield from _next_results(pgconn)  # the sync
         finally:
             _leave_pipeline(conn)
         if fresh and _status(prepared) == _COMMAND_OK:
@@ -282,19 +363,20 @@ def _wait(pgconn: pq.abc.PGconn, events: int) -> None:
     poller.poll()
 
 
-def _flush(pgconn: pq.abc.PGconn) -> None:
+def _flush(pgconn: pq.abc.PGconn) -> Steps[None]:
     """Send everything queued (the connection is non-blocking: flush may need several turns)."""
     while pgconn.flush():
-        _wait(pgconn, _READ_WRITE)
+        yield _READ_WRITE
         pgconn.consume_input()  # a full send buffer may wait on the server reading ours
 
 
-def _next_results(pgconn: pq.abc.PGconn) -> list[pq.abc.PGresult]:
-    """The results of the next statement in the pipeline (or the lone sync result)."""
+def _next_results(pgconn: pq.abc.PGconn) -> Steps[list[pq.abc.PGresult]]:
+    """The results of the next statement in the pipeline (or the lone sync result), or, out
+    of pipeline mode, of the statement sent."""
     results: list[pq.abc.PGresult] = []
     while True:
         while pgconn.is_busy():
-            _wait(pgconn, _READ)
+            yield _READ
             pgconn.consume_input()
         result = pgconn.get_result()
         if result is None:
