@@ -4,8 +4,8 @@ A real web server (``python -m nsj_queue_lib.web`` on a free port) and a real
 worker process (``workers/web_worker.py``) drain a PostgreSQL queue. The test
 signs in, sees a task enqueued through the API appear in the live list, watches
 its progress move, cancels it while it runs, and retries a dead letter from the
-dead-letters page. It writes the screenshots the documentation shows
-(docs/images/web-*.png). Without chromium it skips, except in CI (CI=true),
+dead-letters page. It writes the screenshots into test-artifacts/web/ (not
+tracked; copy them to docs/images/ to refresh the documentation's). Without chromium it skips, except in CI (CI=true),
 where .ci/run installs it and a missing browser fails.
 """
 
@@ -26,7 +26,7 @@ from tests.helpers.databases import ci_enabled
 from tests.helpers.processes import ROOT, wait_for, worker_env
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
-IMAGES = ROOT / "docs" / "images"
+IMAGES = ROOT / "test-artifacts" / "web"  # a run must not rewrite tracked files
 TOKEN = "browser-test-token-0123456789"
 
 pytestmark = pytest.mark.slow
