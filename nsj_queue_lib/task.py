@@ -23,6 +23,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
+from nsj_queue_lib.flow.periodic import PeriodicSchedule, schedule_problem
 from nsj_queue_lib.model import TEXT_LIMITS
 from nsj_queue_lib.settings import _out_of_bounds
 
@@ -45,6 +46,11 @@ class TaskOptions:
     retry_base_s: float | None = None
     retry_max_s: float | None = None
     timeout_s: float | None = None
+    # Periodic tasks (flow/periodic.py): enqueued once per slot by the worker fleet.
+    cron: str | None = None
+    cron_tz: str | None = None  # None: UTC
+    every_s: int | None = None
+    cron_payload: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -89,7 +95,7 @@ def _problem(options: TaskOptions) -> tuple[str, str] | None:
     base, cap = options.retry_base_s, options.retry_max_s
     if base is not None and cap is not None and cap < base:
         return "retry_max_s", f"must be >= retry_base_s ({base:g}), got {cap:g}"
-    return None
+    return schedule_problem(options.cron, options.cron_tz, options.every_s, options.cron_payload)
 
 
 class Task:
@@ -110,12 +116,25 @@ class Task:
         retry_base_s: float | None = None,
         retry_max_s: float | None = None,
         timeout_s: float | None = None,
+        cron: str | None = None,
+        cron_tz: str | None = None,
+        every_s: int | None = None,
+        cron_payload: Mapping[str, Any] | None = None,
     ) -> None:
         why = _processo_problem(processo)
         if why is not None:
             raise ValueError(f"@Task({processo!r}): processo {why}")
         self.options = TaskOptions(
-            processo, max_retry, retry_backoff, retry_base_s, retry_max_s, timeout_s
+            processo,
+            max_retry,
+            retry_backoff,
+            retry_base_s,
+            retry_max_s,
+            timeout_s,
+            cron=cron,
+            cron_tz=cron_tz,
+            every_s=every_s,
+            cron_payload=cron_payload,
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
@@ -171,6 +190,18 @@ class TaskRegistry:
         """The declared options of ``processo``; all defaults when none were declared."""
         found = self.options.get(processo)
         return found if found is not None else TaskOptions(processo)
+
+    def periodic(self) -> list[PeriodicSchedule]:
+        """The schedules of the processos declared with ``cron`` or ``every_s``.
+
+        Raises ``ValueError`` naming the processo and the option (options built
+        without ``@Task``'s checks).
+        """
+        return [
+            PeriodicSchedule(o.processo, o.cron, o.cron_tz, o.every_s, o.cron_payload)
+            for o in self.options.values()
+            if o.cron is not None or o.every_s is not None
+        ]
 
 
 def no_handler_message(worker_class: type, processo: Any, known: list[str]) -> str:

@@ -28,6 +28,7 @@ from nsj_queue_lib.task import TaskOptions, TaskRegistry, no_handler_message
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.driver import ConnectionPool
+    from nsj_queue_lib.flow.periodic import PeriodicSchedule
     from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
 EXIT_CONFIG_ERROR = 2
@@ -100,6 +101,17 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             for processo, options in cls._task_registry.options.items()
             if options.timeout_s is not None
         }
+
+    @classmethod
+    def periodic_schedules(cls) -> list[PeriodicSchedule]:
+        """The processos this class enqueues on a schedule (``@Task(cron=)``/``every_s=``).
+
+        Raises ``ConfigError`` naming the processo and the option.
+        """
+        try:
+            return cls._task_registry.periodic()
+        except (ValueError, ImportError) as exc:
+            raise ConfigError({"@Task": str(exc)}) from exc
 
     def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> Any:
         """Route a claimed task to the right method (called by the runtime).
@@ -175,6 +187,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             task_timeouts=self.task_timeouts(),
             async_route=asynchronous,
             pool=pool,
+            periodic=self.periodic_schedules(),
         )
         return self._runtime
 

@@ -53,6 +53,7 @@ class DdlNames:
             "idx_lock_key_running": f"idx_{q}_lock_key_running",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "subscriber": f"{q}_subscriber",
+            "periodic": periodic_table_name(q),
             "function": f"notify_{q}_insert",
             "claim_function": self.routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
@@ -63,12 +64,19 @@ class DdlNames:
         values = dict(names)
         values["table"] = f"{self.schema}.{self.queue}"
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
+        values["periodic_table"] = f"{self.schema}.{names['periodic']}"
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
         return values
+
+
+def periodic_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_periodic``: the last slot enqueued per periodic processo
+    (``flow/periodic.py``), next to the queue table."""
+    return f"{queue_table}_periodic"
 
 
 def claim_routine_name(queue_table: str) -> str | None:

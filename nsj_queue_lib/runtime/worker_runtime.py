@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.db.driver import (
@@ -49,6 +49,7 @@ from nsj_queue_lib.runtime.liveness import (
     Liveness,
     ServerLiveness,
 )
+from nsj_queue_lib.runtime.periodic_service import PeriodicEnqueuer
 from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
@@ -67,6 +68,7 @@ from nsj_queue_lib.settings import Settings
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
     from nsj_queue_lib.db.queue_store import LockingQueueStore
+    from nsj_queue_lib.flow.periodic import PeriodicSchedule
     from nsj_queue_lib.observability.depth import DepthSampler
     from nsj_queue_lib.observability.endpoints import Endpoints
 
@@ -117,10 +119,12 @@ class WorkerRuntime:
         task_timeouts: Mapping[str, float] | None = None,
         async_route: AsyncRoute | None = None,
         pool: ConnectionPool | None = None,
+        periodic: Sequence[PeriodicSchedule] = (),
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
-        process (``WorkerGroup``), opened and closed by its owner."""
+        process (``WorkerGroup``), opened and closed by its owner; ``periodic``: the
+        processos this worker enqueues on a schedule (``@Task(cron=)``)."""
         self.driver = driver or make_driver(settings)
         self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
@@ -175,6 +179,7 @@ class WorkerRuntime:
         )
         self.lifecycle = self._lifecycle()
         self.services = self._services()
+        self.periodic = self._periodic(periodic)
         self.exit_message: str | None = None
 
     def _lifecycle(self) -> LifecycleThread:
@@ -292,6 +297,20 @@ class WorkerRuntime:
             build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),
         ]
 
+    def _periodic(self, schedules: Sequence[PeriodicSchedule]) -> PeriodicEnqueuer | None:
+        if not schedules:
+            return None
+        from nsj_queue_lib.db.periodic_store import PeriodicStore
+
+        return PeriodicEnqueuer(
+            self.settings,
+            self.store,
+            PeriodicStore(self.driver.name, self.settings.queue_table),
+            lambda: self.driver.connect(autocommit=False),
+            schedules,
+            self.stop_event,
+        )
+
     def _depth_sampler(self) -> DepthSampler:
         assert self.endpoints is not None
         return self.endpoints.depth_sampler(
@@ -351,6 +370,8 @@ class WorkerRuntime:
             try:
                 conn = self._connect()
                 number = self.store.bind(conn)
+                if self.periodic is not None:
+                    self.periodic.periodic_store.check(conn)  # ClaimRoutineError: upgrade
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
                 self._hold_1_2_2_keys(conn)
                 self._check_wake_ups(conn)
@@ -435,6 +456,8 @@ class WorkerRuntime:
             self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
+        if self.periodic is not None:
+            threads.append(_Supervised("nsj-periodic", self.periodic.run))
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self._depth_sampler().run))

@@ -56,3 +56,5 @@ CREATE TABLE {table} (
 -- Subscribers of pub/sub and webhook publications.
 {subscriber_table_ddl}
 {subscriber_indexes}
+
+{periodic_table_ddl}

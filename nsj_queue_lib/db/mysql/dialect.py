@@ -116,12 +116,16 @@ class MysqlDialect(Dialect):
         return values
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
+        return self._table("subscriber_table.sql", values, if_not_exists)
+
+    def _table(self, filename: str, values: dict[str, str], if_not_exists: bool) -> str:
         table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
-        return render(read_sql(self.name, "subscriber_table.sql"), table_values).strip()
+        return render(read_sql(self.name, filename), table_values).strip()
 
     def create_ddl(self, names: DdlNames) -> str:
         values = self._values(names)
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
+        values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -143,6 +147,7 @@ class MysqlDialect(Dialect):
         values["add_indexes"] = self._index_steps(names, values["indexes"])
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
+        values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         return render(read_sql(self.name, "upgrade.sql"), values)
 
     def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:

@@ -12,6 +12,8 @@
 {subscriber_table_ddl}
 {add_subscriber_indexes}
 
+{periodic_table_ddl}
+
 -- The claim procedure of this version replaces any earlier one.
 DROP PROCEDURE IF EXISTS {claim_function};
 {claim_procedure_ddl}

@@ -46,6 +46,9 @@ class PostgresDialect(Dialect):
         parts["subscriber_table_ddl"] = render(
             read_sql("postgres", "subscriber_table.sql"), table_values
         ).strip()
+        parts["periodic_table_ddl"] = render(
+            read_sql("postgres", "periodic_table.sql"), table_values
+        ).strip()
         return render(read_sql("postgres", template), parts)
 
     def create_ddl(self, names: DdlNames) -> str:

@@ -73,3 +73,12 @@ CREATE ROWSTORE TABLE {subscriber_table} (
     PRIMARY KEY (id),
     KEY {idx_subscriber} (processo, tenant, grupo_empresarial)
 ) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Periodic tasks (docs/periodic-tasks.md): the latest slot enqueued per processo.
+CREATE ROWSTORE TABLE {periodic_table} (
+    processo varchar(250) NOT NULL,
+    last_slot bigint NOT NULL,
+    task_id bigint,
+    updated_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (processo)
+) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
