@@ -252,3 +252,13 @@ CREATE TABLE public.fila_teste_subscriber (
     created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);
+
+-- Periodic tasks (docs/periodic-tasks.md): the latest slot enqueued per processo.
+-- Workers move last_slot forward with a conditional UPDATE in the transaction
+-- that inserts the slot's task, so a slot is enqueued once in the cluster.
+CREATE TABLE public.fila_teste_periodic (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    last_slot bigint NOT NULL,
+    task_id bigint,
+    updated_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -73,3 +73,12 @@ CREATE ROWSTORE TABLE public.fila_teste_subscriber (
     PRIMARY KEY (id),
     KEY idx_fila_teste_subscriber_processo (processo, tenant, grupo_empresarial)
 ) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Periodic tasks (docs/periodic-tasks.md): the latest slot enqueued per processo.
+CREATE ROWSTORE TABLE public.fila_teste_periodic (
+    processo varchar(250) NOT NULL,
+    last_slot bigint NOT NULL,
+    task_id bigint,
+    updated_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (processo)
+) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

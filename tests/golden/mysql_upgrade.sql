@@ -115,6 +115,16 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 
+-- Periodic tasks (docs/periodic-tasks.md): the latest slot enqueued per processo.
+-- Workers move last_slot forward with a conditional UPDATE in the transaction
+-- that inserts the slot's task, so a slot is enqueued once in the cluster.
+CREATE TABLE IF NOT EXISTS public.fila_teste_periodic (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    last_slot bigint NOT NULL,
+    task_id bigint,
+    updated_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The claim procedure of this version replaces any earlier one.
 DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
 -- What an executor sends after a task: one short CALL per task. With a

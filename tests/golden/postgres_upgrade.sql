@@ -153,3 +153,13 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     created_at timestamp with time zone NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);
+
+-- Periodic tasks (docs/periodic-tasks.md): the latest slot enqueued per processo.
+-- Workers move last_slot forward with a conditional UPDATE in the transaction
+-- that inserts the slot's task, so a slot is enqueued once in the cluster.
+CREATE TABLE IF NOT EXISTS public.fila_teste_periodic (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    last_slot bigint NOT NULL,  -- Unix seconds (UTC) of the latest slot enqueued
+    task_id bigint,
+    updated_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+);
