@@ -73,6 +73,7 @@ def drop_queue_tables(admin, database: str, name: str) -> None:
     with admin.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_subscriber")
+        cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_periodic")
         cur.execute(f"DROP PROCEDURE IF EXISTS {database}.claim_next_{name}")
 
 

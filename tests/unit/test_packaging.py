@@ -36,6 +36,7 @@ def test_version_of_a_tree_that_was_never_installed(monkeypatch):
 def test_the_distribution_declares_typing_extras_and_the_core_dependencies():
     project = pyproject()["project"]
     assert sorted(d.split(">")[0] for d in project["dependencies"]) == [
+        "cronsim",
         "psycopg-pool",
         "psycopg[binary]",
         "pymysql",

@@ -156,7 +156,7 @@ def test_a_bad_processo_is_a_value_error(processo):
 
 
 @pytest.mark.parametrize(
-    "option", ["max_concurrent", "rate_limit", "interval_s", "time_windows", "cron", "retries"]
+    "option", ["max_concurrent", "rate_limit", "interval_s", "time_windows", "retries"]
 )
 def test_an_unknown_option_is_a_type_error(option):
     with pytest.raises(TypeError, match=option):
