@@ -23,6 +23,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
+from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.flow.periodic import PeriodicSchedule, schedule_problem
 from nsj_queue_lib.model import TEXT_LIMITS
 from nsj_queue_lib.settings import _out_of_bounds
@@ -194,14 +195,26 @@ class TaskRegistry:
     def periodic(self) -> list[PeriodicSchedule]:
         """The schedules of the processos declared with ``cron`` or ``every_s``.
 
-        Raises ``ValueError`` naming the processo and the option (options built
-        without ``@Task``'s checks).
+        Checked again (a worker refuses options that did not come through
+        ``@Task``'s checks): ``ConfigError`` naming each processo and option.
         """
-        return [
-            PeriodicSchedule(o.processo, o.cron, o.cron_tz, o.every_s, o.cron_payload)
-            for o in self.options.values()
-            if o.cron is not None or o.every_s is not None
-        ]
+        schedules, problems = [], {}
+        for o in self.options.values():
+            if o.cron is None and o.every_s is None:
+                continue
+            try:
+                problem = schedule_problem(o.cron, o.cron_tz, o.every_s, o.cron_payload)
+            except ImportError as exc:
+                problem = ("cron", str(exc))
+            if problem is None:
+                schedules.append(
+                    PeriodicSchedule(o.processo, o.cron, o.cron_tz, o.every_s, o.cron_payload)
+                )
+            else:
+                problems[f"@Task({o.processo!r})"] = " ".join(problem)
+        if problems:
+            raise ConfigError(problems)
+        return schedules
 
 
 def no_handler_message(worker_class: type, processo: Any, known: list[str]) -> str:

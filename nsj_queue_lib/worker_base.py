@@ -108,10 +108,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
         Raises ``ConfigError`` naming the processo and the option.
         """
-        try:
-            return cls._task_registry.periodic()
-        except (ValueError, ImportError) as exc:
-            raise ConfigError({"@Task": str(exc)}) from exc
+        return cls._task_registry.periodic()
 
     def handle_task(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> Any:
         """Route a claimed task to the right method (called by the runtime).
