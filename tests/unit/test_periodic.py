@@ -115,7 +115,9 @@ def test_a_worker_refuses_periodic_options_that_escaped_the_decorator():
     object.__setattr__(Ticker._task_registry.options["tick"], "every_s", -1)
     with pytest.raises(ConfigError) as raised:
         Ticker.periodic_schedules()
-    assert raised.value.problems == {"@Task('tick')": "every_s must be between 1 and 31622400, got -1"}
+    assert raised.value.problems == {
+        "@Task('tick')": "every_s must be between 1 and 31622400, got -1"
+    }
 
 
 def test_schedule_problem_accepts_what_task_accepts():
