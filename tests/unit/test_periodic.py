@@ -161,3 +161,16 @@ def test_a_worker_with_a_bad_periodic_option_exits_with_code_2_naming_it():
         "nsj_queue_lib: configuration error: @Task('tick') cron_tz applies to cron only "
         "(every_s counts from the Unix epoch)"
     )
+
+
+def test_a_wall_clock_time_that_repeats_or_is_skipped_gives_one_slot():
+    """The enqueuer takes a slot only when it is later than the last one taken: replay the
+    nights the clocks move, minute by minute, and count the slots taken."""
+    s = PeriodicSchedule("p", cron="30 2 * * *", cron_tz="Europe/Berlin")
+    for start in (at(2026, 3, 28, 22), at(2026, 10, 24, 22)):  # spring forward, fall back
+        taken = [s.latest_due(start)]
+        for minute in range(6 * 60):
+            slot = s.latest_due(start + datetime.timedelta(minutes=minute))
+            if slot > taken[-1]:
+                taken.append(slot)
+        assert len(taken) == 2, taken
