@@ -129,6 +129,7 @@ class PeriodicEnqueuer:
             if not self.periodic_store.take_slot(conn, schedule.processo, slot_key(slot)):
                 conn.rollback()
                 return None
+            # The client's checks and row shape: the task is what insert_task would write.
             row = _task_row(
                 {
                     "origem": ORIGEM,
