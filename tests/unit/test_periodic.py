@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +10,9 @@ from nsj_queue_lib import Task, WorkerBase
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.flow.periodic import PeriodicSchedule, schedule_problem, slot_key
 from nsj_queue_lib.worker_base import EXIT_CONFIG_ERROR
+from tests.unit.test_task_routing import run_worker_code
 
 UTC = datetime.timezone.utc
-REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def at(*args: int, tz: datetime.tzinfo = UTC) -> datetime.datetime:
@@ -140,22 +136,7 @@ Ticker().run()
 
 
 def test_a_worker_with_a_bad_periodic_option_exits_with_code_2_naming_it():
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "DB_HOST": "127.0.0.1",
-        "DB_BASE": "test",
-        "DB_USER": "nobody",
-        "QUEUE_NAME": "fila",
-        "QUEUE_TABLE": "fila",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", BAD_ZONE_WORKER],
-        env=env,
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_worker_code(BAD_ZONE_WORKER)
     assert done.returncode == EXIT_CONFIG_ERROR, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "nsj_queue_lib: configuration error: @Task('tick') cron_tz applies to cron only "

@@ -225,25 +225,29 @@ Clash().run()
 """
 
 
-def test_a_worker_whose_options_clash_with_the_settings_exits_with_code_2_naming_them():
-    # retry_max_s=30 with no retry_base_s: the base is QUEUE_BASE_INTERVAL_RETRY, 1 minute.
-    env = {
+def run_worker_code(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a new interpreter with a worker's minimal environment (no database)."""
+    base = {
         "PATH": os.environ.get("PATH", ""),
         "DB_HOST": "127.0.0.1",
         "DB_BASE": "test",
         "DB_USER": "nobody",
         "QUEUE_NAME": "fila",
         "QUEUE_TABLE": "fila",
-        "QUEUE_BASE_INTERVAL_RETRY": "1",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", CLASHING_WORKER],
-        env=env,
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **env},
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
         timeout=30,
     )
+
+
+def test_a_worker_whose_options_clash_with_the_settings_exits_with_code_2_naming_them():
+    # retry_max_s=30 with no retry_base_s: the base is QUEUE_BASE_INTERVAL_RETRY, 1 minute.
+    done = run_worker_code(CLASHING_WORKER, QUEUE_BASE_INTERVAL_RETRY="1")
     assert done.returncode == EXIT_CONFIG_ERROR, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last == (
