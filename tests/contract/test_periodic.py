@@ -129,7 +129,6 @@ def test_a_worker_dying_inside_its_enqueuing_transaction_leaves_the_slot_to_anot
 def test_a_worker_runs_its_periodic_processo(backend):
     """The in-process worker's periodic thread enqueues, and its executors run the task
     (on the socket-server path too)."""
-
     from tests.contract.workers.periodic_worker import PeriodicWorker
 
     worker = PeriodicWorker(
@@ -169,3 +168,17 @@ def test_worker_processes_share_the_schedule_and_survive_a_kill_9(backend):
     assert len(slots) == len(set(slots)), slots
     executions = [r["chave"] for r in backend.exec_rows()]
     assert len(executions) == len(set(executions)), executions
+
+
+@DATABASE_BACKENDS
+def test_a_worker_with_schedules_refuses_a_queue_without_the_periodic_table(backend):
+    from tests.contract.workers.periodic_worker import PeriodicWorker
+
+    backend.execute(f"DROP TABLE {backend.table}_periodic")
+    worker = PeriodicWorker(
+        backend.settings(), exec_table=backend.exec_table, started_table=backend.started_table
+    )
+    assert worker.run_until_stopped(install_signal_handlers=False) == 2
+    message = worker._runtime.exit_message
+    assert f"periodic table {backend.table}_periodic is missing" in message
+    assert "--upgrade" in message
