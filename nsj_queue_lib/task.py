@@ -106,6 +106,11 @@ class Task:
     in the task's transaction; an ``async def`` method is awaited on the
     worker's event loop with an async ``bd_conn``. One method may carry several
     ``@Task``.
+
+    ``cron`` (five fields, read in ``cron_tz``, default UTC) or ``every_s``
+    (whole seconds from the Unix epoch) make the workers enqueue the processo
+    once per slot across the cluster, with ``{"slot": ...}`` and the keys of
+    ``cron_payload`` as payload (docs/periodic-tasks.md).
     """
 
     def __init__(
