@@ -47,6 +47,7 @@ class PeriodicStore:
     def take_slot(self, conn: Any, processo: str, slot: int) -> bool:
         """Move ``processo``'s latest slot to ``slot``; False when it is there already (or
         later). Holds the row's lock until the transaction ends."""
+        self._execute(conn, "periodic_lock_timeout", {})
         params = {"processo": processo, "slot": slot}
         return bool(self._execute(conn, "periodic_take_slot", params))
 

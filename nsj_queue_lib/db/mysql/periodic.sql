@@ -11,6 +11,12 @@ WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(name)s
 INSERT INTO {periodic_table} (processo, last_slot) VALUES (%(processo)s, %(slot)s)
 ON DUPLICATE KEY UPDATE processo = processo
 
+-- name: periodic_lock_timeout
+-- A worker holds the row for milliseconds; one frozen in its transaction must not
+-- hold the others' periodic threads for long (they retry after the error). The
+-- connection is the periodic thread's own, closed after the slot.
+SET SESSION innodb_lock_wait_timeout = 10
+
 -- name: periodic_take_slot
 -- An UPDATE reads the latest committed row and locks it: a second worker's
 -- waits for the first's commit, then finds last_slot moved and changes nothing

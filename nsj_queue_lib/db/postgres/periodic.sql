@@ -8,6 +8,11 @@ SELECT to_regclass(%(table)s) IS NOT NULL
 INSERT INTO {periodic_table} (processo, last_slot) VALUES (%(processo)s, %(slot)s)
 ON CONFLICT (processo) DO NOTHING
 
+-- name: periodic_lock_timeout
+-- A worker holds the row for milliseconds; one frozen in its transaction must not
+-- hold the others' periodic threads for ever (they retry after the error).
+SET LOCAL lock_timeout = '10s'
+
 -- name: periodic_take_slot
 -- One row in one transaction: a second worker's UPDATE waits for the first's
 -- commit, then finds last_slot moved and changes nothing (or, when the first
