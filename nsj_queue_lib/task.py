@@ -140,7 +140,8 @@ class Task:
             cron=cron,
             cron_tz=cron_tz,
             every_s=every_s,
-            cron_payload=cron_payload,
+            # A copy: a dict changed after the class was defined changes no payload.
+            cron_payload=dict(cron_payload) if isinstance(cron_payload, Mapping) else cron_payload,
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
