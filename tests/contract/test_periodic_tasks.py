@@ -85,14 +85,16 @@ def test_one_task_per_slot_across_workers_restarts_and_gaps(backend):
     # Nobody ran through 08:55 and 09:00: only the latest due slot, 09:05, follows.
     clock.now = at(9, 7)
     assert len(b.run_once()) == 1
-    # A restarted worker (a new enqueuer, nothing in memory) finds the slot taken.
+    # A restarted worker (a new enqueuer, nothing in memory) finds the slot taken, even
+    # once its task has finished (when a dedupe_key would be free again).
+    backend.execute(f"UPDATE {backend.table} SET status = 'sucesso'")
     assert enqueuer(backend, clock).run_once() == []
     rows = backend.rows()
     assert [r["chave_externa"] for r in rows] == [
         "2026-11-24T08:50:00+00:00",
         "2026-11-24T09:05:00+00:00",
     ]
-    assert {r["processo"] for r in rows} == {"tick"} and {r["status"] for r in rows} == {"pendente"}
+    assert {r["processo"] for r in rows} == {"tick"}
     assert json.loads(rows[1]["payload"]) == {"k": 1, "slot": "2026-11-24T09:05:00+00:00"}
     [marker] = periodic_rows(backend)
     assert (marker["last_slot"], marker["task_id"]) == (slot_key(at(9, 5)), rows[1]["id"])
