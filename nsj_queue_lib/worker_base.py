@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from nsj_queue_lib.context import TaskContext, current_task
 from nsj_queue_lib.dbapi import DBConnection
-from nsj_queue_lib.exceptions import ConfigError, PermanentError
-from nsj_queue_lib.exceptions import NoCurrentTaskError
+from nsj_queue_lib.exceptions import ConfigError, NoCurrentTaskError, PermanentError
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.pipeline import is_pipeline, run_pipeline
 from nsj_queue_lib.settings import Settings

@@ -119,7 +119,9 @@ def _entry_problems(entry: Any) -> dict[str, str]:
         if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
             problems[f".{key}"] = f"must be a non-empty string, got {json.dumps(entry[key])}"
     concurrency = entry.get("concurrency")
-    if "concurrency" in entry and (isinstance(concurrency, bool) or not isinstance(concurrency, int)):
+    if "concurrency" in entry and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int)
+    ):
         problems[".concurrency"] = f"must be a whole number, got {json.dumps(concurrency)}"
     env = entry.get("env", {})
     if not isinstance(env, dict):
@@ -177,7 +179,7 @@ def _settings(environ: Mapping[str, str], entry: dict[str, Any]) -> Settings:
 
 def _build(worker_class: type[WorkerBase], settings: Settings, path: str) -> WorkerBase:
     try:
-        return worker_class(settings)  # type: ignore[call-arg]
+        return worker_class(settings)
     except Exception as exc:  # noqa: BLE001 - a worker that cannot be built is misconfigured
         raise ConfigError(
             {".worker": f"{path}(settings) failed: {type(exc).__name__}: {exc}"}
@@ -199,9 +201,7 @@ def main(environ: Mapping[str, str] | None = None) -> None:
     except ConfigError as exc:
         for name, why in exc.problems.items():
             print(f"nsj_queue_lib: configuration error: {name} {why}", file=sys.stderr)
-        print(
-            f"nsj_queue_lib: invalid configuration: {', '.join(exc.problems)}", file=sys.stderr
-        )
+        print(f"nsj_queue_lib: invalid configuration: {', '.join(exc.problems)}", file=sys.stderr)
         sys.exit(EXIT_CONFIG_ERROR)
     WorkerGroup(workers).run()
 

@@ -291,9 +291,7 @@ class AsyncTaskExecutor(TaskExecutor):
         assert me is not None
         self._waiting[me] = item.task.id
         try:
-            return await self._loop.run_in_executor(
-                self._handler_threads, self._sync_handler, item
-            )
+            return await self._loop.run_in_executor(self._handler_threads, self._sync_handler, item)
         except asyncio.CancelledError:
             if item.state != ABANDONED:
                 raise  # the loop itself is stopping

@@ -57,9 +57,8 @@ def run_pipeline(
     """Run ``steps``: its ``mensagem`` (None: the default); for an async generator, the
     coroutine that runs it (the worker awaits it as an ``async def`` handler's)."""
     checkpoints = Checkpoints(context, timeout_s)
-    if inspect.isasyncgen(steps):
+    if isinstance(steps, AsyncGenerator):
         return _run_async(steps, checkpoints)
-    assert inspect.isgenerator(steps)
     return _run(steps, checkpoints)
 
 

@@ -32,9 +32,7 @@ def second(backend):
 @pytest.mark.parametrize(
     "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
 )
-def test_workers_json_serves_two_queues_until_sigterm_finishes_their_running_tasks(
-    backend, second
-):
+def test_workers_json_serves_two_queues_until_sigterm_finishes_their_running_tasks(backend, second):
     entries = [
         {"queue": backend.table, "worker": WORKER, "concurrency": 2},
         {

@@ -166,7 +166,7 @@ def test_a_generator_that_keeps_yielding_while_being_closed_is_given_up():
         while len(ignored) < 3:  # then it lets the garbage collector close it
             try:
                 yield
-            except BaseException as exc:  # noqa: BLE001 - the misuse under test: GeneratorExit too
+            except BaseException as exc:  # the misuse under test: GeneratorExit too
                 ignored.append(type(exc).__name__)
 
     with pytest.raises(TaskCancelled):
@@ -303,7 +303,9 @@ def test_the_in_memory_queue_runs_pipelines_committing_their_work_once():
         3,
         "page 3",
     )
-    assert [t["status"] for t in queue.tasks(processo="export", chave_externa="fails", dead=False)] == [
+    assert [
+        t["status"] for t in queue.tasks(processo="export", chave_externa="fails", dead=False)
+    ] == [
         "falha",
         "falha",
     ]

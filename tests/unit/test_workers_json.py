@@ -75,7 +75,11 @@ def test_each_entry_builds_its_worker_with_its_own_queue_settings():
     )
     assert type(billing).__name__ == "Billing" and type(mail).__name__ == "Mail"
     a, b = billing._settings, mail._settings
-    assert (a.queue_table, a.queue_name, a.queue_subscriber_table) == ("public.fila_a", "fila_a", None)
+    assert (a.queue_table, a.queue_name, a.queue_subscriber_table) == (
+        "public.fila_a",
+        "fila_a",
+        None,
+    )
     assert (a.queue_concurrency, a.queue_max_retry) == (2, 7)  # the environment's retries
     assert (b.queue_table, b.queue_name, b.queue_subscriber_table) == (
         "fila_b",
