@@ -47,8 +47,9 @@ REQUIRED = ("queue", "worker")
 PER_QUEUE = ("QUEUE_NAME", "QUEUE_TABLE", "QUEUE_SUBSCRIBER_TABLE")
 
 
-class _Recording(Mapping[str, str]):
-    """An environment that remembers the variables the settings asked for."""
+class RecordingEnviron(Mapping[str, str]):
+    """An environment that remembers the variables asked for (which variables the settings
+    read: also tests/unit/test_docs_environment.py)."""
 
     def __init__(self, values: Mapping[str, str]):
         self._values = dict(values)
@@ -167,7 +168,7 @@ def _settings(environ: Mapping[str, str], entry: dict[str, Any]) -> Settings:
             values[variable] = _variable_text(entry[key])
     overrides = {k: _variable_text(v) for k, v in entry.get("env", {}).items() if v is not None}
     values.update(overrides)
-    recording = _Recording(values)
+    recording = RecordingEnviron(values)
     try:
         settings = Settings.from_env(recording)
     finally:

@@ -21,27 +21,19 @@ from nsj_queue_lib import TaskCancelled
 from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
 from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
-from tests.contract.test_async_handlers import RETRY_BASE_MINUTES
+from tests.contract.test_async_handlers import BOTH, RETRY_BASE_MINUTES, async_worker
 from tests.contract.test_lifecycle import cancel, view
 from tests.helpers.processes import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 PIPELINE_WORKER = Path(__file__).resolve().parent / "workers" / "pipeline_worker.py"
-BOTH = pytest.mark.parametrize(
-    "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
-)
 
 
 def pipeline_worker(backend, **changes):
     from tests.contract.workers.pipeline_worker import PipelineContractWorker
 
-    return PipelineContractWorker(
-        backend.settings(**changes),
-        exec_table=backend.exec_table,
-        started_table=backend.started_table,
-        ready_file="",
-    )
+    return async_worker(backend, PipelineContractWorker, **changes)
 
 
 def committed(backend) -> list[str]:

@@ -12,21 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.backends import Backend
 from tests.helpers.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = "tests.contract.workers.contract_worker:ContractWorker"
-
-
-@pytest.fixture
-def second(backend):
-    other = Backend(backend.kind, backend.dsn, backend.directory)
-    other.create()
-    try:
-        yield other
-    finally:
-        other.close()
 
 
 @pytest.mark.parametrize(
