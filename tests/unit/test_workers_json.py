@@ -3,7 +3,7 @@
 Checked at start-up, before anything runs: every problem is named by its
 entry and key, and ``python -m nsj_queue_lib.workers_json`` exits with code 2.
 The running group (two queues, SIGTERM) is tested with a real process in
-tests/contract/test_workers_json.py.
+tests/contract/test_workers_json_process.py.
 """
 
 from __future__ import annotations
