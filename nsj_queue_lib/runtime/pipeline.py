@@ -18,9 +18,9 @@ worker:
    generator at its ``yield`` when either is due.
 
 A generator that yields again after ``TaskCancelled`` was raised into it is
-closed, and so is one that returns: the attempt ends as stopped, never
-committed ('cancelada' for a cancel, a failure starting "timeout" for a
-timeout). The pipeline's ``mensagem`` is what the generator returns (a sync
+closed. Whether it then raises, returns or yields, the attempt ends as
+stopped, never committed ('cancelada' for a cancel, a failure starting
+"timeout" for a timeout). The pipeline's ``mensagem`` is what the generator returns (a sync
 generator's ``return`` value); when that is None (always, for an async
 generator, which cannot return a value), the last message it yielded; else
 the worker's default.
@@ -128,8 +128,9 @@ class Checkpoints:
 
     def failed(self, error: BaseException) -> None:
         """The generator raised ``error`` (re-raised by the caller): past the deadline, the
-        attempt fails as a timeout whatever it raised."""
-        if self.timed_out:
+        attempt fails as a timeout whatever it raised (not a cancelled coroutine: the worker
+        cancels one it gave up, or stops its event loop)."""
+        if self.timed_out and isinstance(error, Exception):
             raise self.stopped() from error
 
     def stopped(self) -> BaseException:
