@@ -44,22 +44,32 @@ def committed(backend) -> list[str]:
 def test_sync_and_async_pipelines_commit_once_with_their_task_and_show_progress(backend):
     running = backend.run(pipeline_worker(backend, queue_concurrency=2))
     assert isinstance(running.runtime.executor, AsyncTaskExecutor)
-    spec = json.dumps({"steps": 3, "sleep": 0.25})
-    sync_id, async_id = backend.enqueue(
-        [
-            dict(processo="steps", chave_externa="s", payload=spec),
-            dict(processo="steps_async", chave_externa="a", payload=spec),
-        ]
+    spec = json.dumps({"steps": 3, "sleep": 0.4})
+    tasks = dict(
+        zip(
+            "sa",
+            backend.enqueue(
+                [
+                    dict(processo="steps", chave_externa="s", payload=spec),
+                    dict(processo="steps_async", chave_externa="a", payload=spec),
+                ]
+            ),
+            strict=True,
+        )
     )
-    wait_for(
-        lambda: all(
-            (view(backend, t)["progress"] or {}).get("done", 0) >= 1 for t in (sync_id, async_id)
-        ),
-        10,
-        "both pipelines' progress to show while they run",
-    )
-    assert backend.row(sync_id)["status"] == "processando"
-    assert committed(backend) == []  # the steps written so far are not committed
+    sync_id, async_id = tasks["s"], tasks["a"]
+    seen_running: set[str] = set()
+
+    def progress_shows_while_nothing_is_committed() -> bool:
+        for key, task_id in tasks.items():
+            rows = [c for c in committed(backend) if c.startswith(f"{key}-")]
+            task = view(backend, task_id)  # read after the rows: still running means none yet
+            if task["status"] == "processando" and (task["progress"] or {}).get("done", 0) >= 1:
+                assert rows == [], f"steps of {key} committed before its task: {rows}"
+                seen_running.add(key)
+        return seen_running == {"s", "a"}
+
+    wait_for(progress_shows_while_nothing_is_committed, 10, "both pipelines' progress")
     backend.wait_statuses({"sucesso": 2}, 15, "both pipelines to succeed")
     assert committed(backend) == ["a-1", "a-2", "a-3", "s-1", "s-2", "s-3"]
     assert backend.row(sync_id)["mensagem"] == "3 steps done"  # its return value

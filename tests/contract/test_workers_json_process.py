@@ -53,14 +53,16 @@ def test_workers_json_serves_two_queues_until_sigterm_finishes_their_running_tas
             20,
             "a task of each queue to succeed",
         )
-        slow = json.dumps({"sleep": 0.8, "started": True})
+        # In flight when SIGTERM arrives (grace periods 5 s and 8 s): both finish.
+        slow = json.dumps({"sleep": 1.5})
         [slow_a] = backend.enqueue([dict(payload=slow)])
         [slow_b] = second.enqueue([dict(payload=slow)])
-        wait_for(
-            lambda: backend.row(slow_a)["status"] == second.row(slow_b)["status"] == "processando",
-            10,
-            "both slow tasks to start",
-        )
+        for queue, task_id in ((backend, slow_a), (second, slow_b)):
+            wait_for(
+                lambda q=queue, t=task_id: q.row(t)["status"] == "processando",
+                10,
+                "the slow task to start",
+            )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0, output()
     finally:
