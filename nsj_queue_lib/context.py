@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -47,6 +48,8 @@ class TaskContext:
         self._stop_reason: str | None = None
         self._progress: Progress | None = None
         self._unwritten = False
+        self.checkpoints = 0  # a pipeline's yields so far (runtime/pipeline.py)
+        self.last_checkpoint: float | None = None  # time.monotonic() of the last one
 
     # -- cancellation --
 
@@ -74,6 +77,11 @@ class TaskContext:
                 return False
             self._stop_reason = reason
             return True
+
+    def heartbeat(self) -> None:
+        """A pipeline reached a checkpoint (a ``yield``): record when."""
+        self.checkpoints += 1
+        self.last_checkpoint = time.monotonic()
 
     # -- progress --
 

@@ -19,7 +19,6 @@ default (``QUEUE_MAX_RETRY``, ``QUEUE_BASE_INTERVAL_RETRY``, ...).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -145,13 +144,8 @@ class Task:
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
-        # Called like execute, a generator would "succeed" with a generator object.
-        # (``async def`` methods run on the worker's event loop: runtime/async_executor.py.)
-        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
-            raise TypeError(
-                f"@Task({self.options.processo!r}) on {func.__qualname__}: "
-                "generator handlers (pipelines) are not supported yet"
-            )
+        # ``async def`` methods run on the worker's event loop (runtime/async_executor.py);
+        # generator methods are pipelines (runtime/pipeline.py).
         if not callable(func):
             raise TypeError(f"@Task({self.options.processo!r}) decorates a method")
         marks = getattr(func, _MARK, ())

@@ -20,9 +20,11 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from nsj_queue_lib.context import TaskContext, current_task
 from nsj_queue_lib.dbapi import DBConnection
-from nsj_queue_lib.exceptions import ConfigError, PermanentError
+from nsj_queue_lib.exceptions import ConfigError, NoCurrentTaskError, PermanentError
 from nsj_queue_lib.retry_policy import RetryPolicies
+from nsj_queue_lib.runtime.pipeline import is_pipeline, run_pipeline
 from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.task import TaskOptions, TaskRegistry, no_handler_message
 
@@ -117,19 +119,33 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         pub/sub deliveries go to ``execute`` (``WorkerPubSubBase`` routes them
         by subscriber); the rest by processo: its ``@Task`` method, else ``execute``.
         For an ``async def`` method the result is its coroutine (the runtime awaits it).
+        A generator method is a pipeline, run here step by step (runtime/pipeline.py); an
+        async generator's run is a coroutine too.
         """
         method, args = self._route(tarefa)
-        return method(*args, bd_conn)
+        result = method(*args, bd_conn)
+        if is_pipeline(result):
+            return run_pipeline(result, _task_context(tarefa), self._timeout_for(tarefa))
+        return result
+
+    def _timeout_for(self, tarefa: dict[str, Any]) -> float | None:
+        """The attempt's time limit (a pipeline checks it at each checkpoint)."""
+        declared = self.task_options(tarefa.get("processo") or "").timeout_s
+        if declared is not None:
+            return declared
+        return self._settings.queue_task_timeout if self._settings is not None else None
 
     def handler_is_async(self, tarefa: dict[str, Any]) -> bool:
-        """Whether ``handle_task`` returns a coroutine for ``tarefa`` (its method is ``async def``)."""
-        return inspect.iscoroutinefunction(self._route(tarefa)[0])
+        """Whether ``handle_task`` returns a coroutine for ``tarefa`` (its method is
+        ``async def``, or an async generator)."""
+        return _is_async(self._route(tarefa)[0])
 
     @classmethod
     def has_async_handlers(cls) -> bool:
-        """Whether any handler of this class is ``async def`` (then the worker runs an event loop)."""
+        """Whether any handler of this class is ``async def`` or an async generator (then the
+        worker runs an event loop)."""
         names = {"execute", "execute_dead", *cls._task_registry.methods.values()}
-        return any(inspect.iscoroutinefunction(getattr(cls, name)) for name in names)
+        return any(_is_async(getattr(cls, name)) for name in names)
 
     def _route(self, tarefa: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         """The method for ``tarefa`` and its arguments before ``bd_conn``."""
@@ -215,6 +231,19 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         if runtime.exit_message:
             print(f"nsj_queue_lib: {runtime.exit_message}", file=sys.stderr)
         return code
+
+
+def _is_async(method: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+
+
+def _task_context(tarefa: dict[str, Any]) -> TaskContext:
+    """The running task's context; a context of its own when ``handle_task`` is called
+    outside a worker (a test calling it directly)."""
+    try:
+        return current_task()
+    except NoCurrentTaskError:
+        return TaskContext(tarefa.get("id") or 0, tarefa.get("id_inicial"))
 
 
 def _payload_text(tarefa: dict[str, Any]) -> str:

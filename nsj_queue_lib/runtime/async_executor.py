@@ -16,14 +16,17 @@ tasks, as a thread does:
 - an ``async def`` handler is awaited on the loop with the driver's async twin
   of that connection (``Driver.async_handler_connection``) inside the task's
   open transaction, so its writes and 'sucesso' commit together; a sync
-  handler (one worker may have both) runs in the thread pool on the
+  handler (one worker may have both) runs in a handler thread on the
   connection itself.
 
 The task life cycle is the sync executor's: each task is listed in
 ``running_tasks()`` with its ``TaskContext`` (``current_task()`` inside the
 coroutine), so the lifecycle thread writes its progress, delivers cancel
 requests and enforces timeouts; a task given up after its timeout has its
-coroutine cancelled once its session was ended (``given_up``).
+coroutine cancelled once its session was ended (``given_up``). For a sync
+handler that frees the coroutine and its slot too: the handler's thread,
+which Python cannot stop, is left to finish on its own (it drops the
+connection then) and counts as stuck, as an abandoned executor thread does.
 
 A watchdog thread logs a handler that blocks the loop, naming its task.
 """
@@ -108,12 +111,19 @@ class AsyncTaskExecutor(TaskExecutor):
         self._threads = [
             threading.Thread(target=self._loop_main, name="nsj-async-executor", daemon=True)
         ]
-        # Database calls and sync handlers: at most one per coroutine holding a connection.
+        # Database calls: at most one per coroutine holding a connection.
         self._blocking = ThreadPoolExecutor(self._pool_size, thread_name_prefix="nsj-async-db")
+        # Sync handlers, with room for the threads of handlers given up after their timeout
+        # (the worker exits once more than QUEUE_CONCURRENCY of those are stuck).
+        self._handler_threads = ThreadPoolExecutor(
+            self._pool_size + settings.queue_concurrency, thread_name_prefix="nsj-async-handler"
+        )
         self._idle: collections.deque[asyncio.Future[None]] = collections.deque()
         self._twins: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # Coroutine -> the task whose async handler it awaits (for the watchdog).
         self._handling: dict[asyncio.Task[Any], int] = {}
+        # Coroutine -> the task whose sync handler it waits for (to cancel when given up).
+        self._waiting: dict[asyncio.Task[Any], int] = {}
         self._watchdog = LoopWatchdog(self._loop, self._blocking_tasks, stop, settings.queue_name)
 
     @property
@@ -156,6 +166,7 @@ class AsyncTaskExecutor(TaskExecutor):
         super().join(timeout)
         if self._threads[0].ident is None:  # never started: the worker was refused at start
             self._blocking.shutdown(wait=False)
+            self._handler_threads.shutdown(wait=False)
             self._loop.close()
 
     # -- the loop (all below runs on the loop's thread) --
@@ -167,6 +178,7 @@ class AsyncTaskExecutor(TaskExecutor):
             self._loop.run_until_complete(self._main())
         finally:
             self._blocking.shutdown(wait=False, cancel_futures=True)
+            self._handler_threads.shutdown(wait=False, cancel_futures=True)
             self._loop.close()
 
     async def _main(self) -> None:
@@ -251,11 +263,12 @@ class AsyncTaskExecutor(TaskExecutor):
         """Run one claimed task; (the connection to go on with, the next claimed task)."""
         item = self._started(conn, claimed)
         task = item.task
+        asynchronous = self._is_async(task.row)
         try:
-            if self._is_async(task.row):
+            if asynchronous:
                 outcome = await self._call_async_handler(item)
             else:
-                outcome = await self._call(self._call_handler, item)
+                outcome = await self._call_sync_handler(item)
             if outcome is not None and item.context.progress is not None:
                 await self._call(self.after_handler, item.context)  # its last progress
             if isinstance(outcome, str):
@@ -266,9 +279,39 @@ class AsyncTaskExecutor(TaskExecutor):
         finally:
             self._ended(task)
         if outcome is None:  # abandoned after its timeout: settled elsewhere, session ended
-            await self._call(self._discard, conn, False)
+            if asynchronous:  # a sync handler's thread drops the connection (_sync_handler)
+                await self._call(self._discard, conn, False)
             return None, None
         return await self._after_failure(conn, task, outcome)
+
+    async def _call_sync_handler(self, item: RunningTask) -> str | BaseException | None:
+        """Run a sync handler in a handler thread (``_call_handler``'s outcomes); None as soon
+        as it was given up after its timeout, even while its thread still runs."""
+        me = asyncio.current_task()
+        assert me is not None
+        self._waiting[me] = item.task.id
+        try:
+            return await self._loop.run_in_executor(self._handler_threads, self._sync_handler, item)
+        except asyncio.CancelledError:
+            if item.state != ABANDONED:
+                raise  # the loop itself is stopping
+            uncancel = getattr(me, "uncancel", None)  # as in _call_async_handler
+            if uncancel is not None:
+                uncancel()
+            return None
+        finally:
+            self._waiting.pop(me, None)
+
+    def _sync_handler(self, item: RunningTask) -> str | BaseException | None:
+        """In a handler thread: the handler; when it was given up meanwhile, this thread (the
+        only one that may still use the connection) drops the connection."""
+        item.thread_id = threading.get_ident()
+        outcome = self._call_handler(item)
+        if outcome is None:
+            self._discard(item.conn, replace=False)
+            with self._cond:  # a pool thread: it lives on, no longer stuck
+                self._stuck = [t for t in self._stuck if t is not threading.current_thread()]
+        return outcome
 
     async def _call_async_handler(self, item: RunningTask) -> str | BaseException | None:
         """Await an ``async def`` handler on the loop, its task current inside the coroutine
@@ -300,18 +343,22 @@ class AsyncTaskExecutor(TaskExecutor):
         return self._handler_done(item, outcome)
 
     def _leave_behind(self, item: RunningTask) -> None:
-        """The abandoned task's coroutine keeps its connection until its session was ended
-        (``given_up``): closed earlier, the session could not be ended from outside."""
+        """Under the lock. The abandoned task's coroutine keeps its connection until its
+        session was ended (``given_up``): closed earlier, the session could not be ended from
+        outside. A sync handler's thread is counted as stuck until it returns."""
+        if item.thread_id != self._threads[0].ident:
+            self._stuck.extend(t for t in threading.enumerate() if t.ident == item.thread_id)
 
     def given_up(self, item: RunningTask) -> None:
-        """An abandoned ``async def`` handler is cancelled now; a sync one cannot be stopped:
-        its coroutine waits for it, then drops its connection."""
+        """The abandoned handler's coroutine is cancelled now (an ``async def`` handler at its
+        ``await``; for a sync one, the coroutine waiting for its thread), freeing its slot."""
         self._soon(self._cancel_handler, item.task.id)
 
     def _cancel_handler(self, task_id: int) -> None:
-        for coroutine, handled in list(self._handling.items()):
-            if handled == task_id:
-                coroutine.cancel()
+        for coroutines in (self._handling, self._waiting):
+            for coroutine, handled in list(coroutines.items()):
+                if handled == task_id:
+                    coroutine.cancel()
 
     async def _claim(self, conn: Any) -> Claim | None:
         liveness: Any = self.liveness  # DatabaseLiveness has the awaitable forms

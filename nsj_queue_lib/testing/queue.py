@@ -15,10 +15,17 @@ import random
 from typing import TYPE_CHECKING, Any, cast
 
 from nsj_queue_lib import model
+from nsj_queue_lib.context import TaskContext, running
+from nsj_queue_lib.exceptions import TaskCancelled
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.pubsub import publish
 from nsj_queue_lib.retry_policy import RetryPolicies, bounded
-from nsj_queue_lib.runtime.executor import DEFAULT_SUCCESS_MESSAGE, record_failure
+from nsj_queue_lib.runtime.executor import (
+    CANCELLED_WHILE_RUNNING,
+    DEFAULT_SUCCESS_MESSAGE,
+    TaskTimeout,
+    record_failure,
+)
 from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.testing.store import UTC, MemoryConnection, MemoryStore, Row
 
@@ -153,18 +160,26 @@ class InMemoryQueue:
         task = TaskRecord.from_row(self.store.resolved(row))
         staged: list[Row] = []
         conn = bd_conn if bd_conn is not None else MemoryConnection(self.store, staged)
+        context = TaskContext(task.id, task.row.get("id_inicial"))
         try:
             if task.row["pub_sub"] and task.row["publication_id"] is None and not task.dead:
                 # As WorkerBase.publish, on this store (the fan-out reads and inserts only).
                 result: str | None = publish(cast("QueueStore", self.store), conn, task.row)
             else:
-                result = worker.handle_task(task.row, conn)
-                if inspect.iscoroutine(result):  # an async def handler, awaited here
-                    result = asyncio.run(result)
+                with running(context):  # current_task(), pipelines' checkpoints
+                    result = worker.handle_task(task.row, conn)
+                    if inspect.iscoroutine(result):  # an async def handler, awaited here
+                        result = asyncio.run(result)
         except BaseException as exc:  # noqa: BLE001 - as the executor: any error fails the task
+            _keep_progress(row, context)
+            if isinstance(exc, TaskCancelled):  # as the executor: 'cancelada', not retried
+                row.update(status=model.CANCELADA, mensagem=CANCELLED_WHILE_RUNNING)
+                return
             # record_failure calls only the fail_* methods, which MemoryStore has.
-            record_failure(cast("WorkerStore", self.store), None, policies, task, exc)
+            error = str(exc) if isinstance(exc, TaskTimeout) else exc
+            record_failure(cast("WorkerStore", self.store), None, policies, task, error)
             return
+        _keep_progress(row, context)
         self.store.keep(staged)
         message = DEFAULT_SUCCESS_MESSAGE if result is None else str(result)
         row.update(status=model.SUCESSO, mensagem=bounded(message, model.MENSAGEM_LIMIT))
@@ -190,3 +205,14 @@ class InMemoryQueue:
         for row in self.store.rows.values():
             counts[row["status"]] = counts.get(row["status"], 0) + 1
         return counts
+
+
+def _keep_progress(row: Row, context: TaskContext) -> None:
+    """The last progress the handler reported, on its attempt's row (as the worker writes it)."""
+    progress = context.progress
+    if progress is not None:
+        row.update(
+            progress_done=progress.done,
+            progress_total=progress.total,
+            progress_message=progress.message,
+        )

@@ -50,3 +50,14 @@ def backend(request):
     finally:
         b.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def second(backend):
+    """A second queue on the backend's database."""
+    other = Backend(backend.kind, backend.dsn, backend.directory)
+    other.create()
+    try:
+        yield other
+    finally:
+        other.close()

@@ -29,10 +29,11 @@ BOTH = pytest.mark.parametrize(
 )
 
 
-def async_worker(backend, **changes):
+def async_worker(backend, worker_class=None, **changes):
+    """An in-process ``AsyncContractWorker`` (or ``worker_class``, a subclass) on the queue."""
     from tests.contract.workers.async_worker import AsyncContractWorker
 
-    return AsyncContractWorker(
+    return (worker_class or AsyncContractWorker)(
         backend.settings(**changes),
         exec_table=backend.exec_table,
         started_table=backend.started_table,

@@ -15,24 +15,12 @@ from pathlib import Path
 import pytest
 
 from nsj_queue_lib import WorkerGroup
-from tests.contract.backends import Backend
 from tests.contract.workers.async_worker import AsyncContractWorker
 from tests.contract.workers.contract_worker import ContractWorker
 from tests.helpers.processes import wait_for
 
 GROUP_WORKER = Path(__file__).resolve().parent / "workers" / "group_worker.py"
 BOTH = ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)]
-
-
-@pytest.fixture
-def second(backend):
-    """A second queue on the backend's database."""
-    other = Backend(backend.kind, backend.dsn, backend.directory)
-    other.create()
-    try:
-        yield other
-    finally:
-        other.close()
 
 
 def start_group(backend, second):

@@ -82,6 +82,15 @@ def test_worker_simple_without_configuration_names_the_variables():
     assert "Traceback" not in result.stderr
 
 
+def test_the_pipeline_example_runs_on_the_in_memory_queue():
+    result = run_example("worker_pipeline.py", clean_env(), timeout=30, args=("--in-memory",))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "load_customers sucesso 3 batches loaded",  # the generator's return value
+        "refresh_report sucesso report: load done",  # the async generator's last message
+    ]
+
+
 def test_demo_with_an_incomplete_db_env_says_what_is_missing():
     result = run_example("demo.py", clean_env(DB_HOST="127.0.0.1"), timeout=30)
     assert result.returncode == 1

@@ -11,7 +11,7 @@ a row for it, and a row whose variable the settings no longer read fails too.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -19,33 +19,12 @@ import pytest
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.web.settings import WebSettings
+from nsj_queue_lib.workers_json import RecordingEnviron
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference" / "environment.md"
 # Rows after this heading are variables of other programs (demo, tests, benchmarks).
 OTHER_PROGRAMS = "**Read by other commands**"
-
-
-class RecordingEnviron(Mapping[str, str]):
-    """An environment that remembers every variable looked up in it."""
-
-    def __init__(self, values: Mapping[str, str]) -> None:
-        self._values = dict(values)
-        self.asked: set[str] = set()
-
-    def __getitem__(self, key: str) -> str:
-        self.asked.add(key)
-        return self._values[key]
-
-    def get(self, key, default=None):  # type: ignore[override]
-        self.asked.add(key)
-        return self._values.get(key, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
 
 
 def reference_rows() -> tuple[dict[str, str], set[str]]:

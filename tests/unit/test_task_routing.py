@@ -203,12 +203,19 @@ def test_async_def_methods_are_accepted_and_routed_as_async():
     assert not Billing.has_async_handlers()
 
 
-def test_async_generators_are_refused():
-    with pytest.raises(TypeError, match="generator handlers"):
-
-        @Task("x")
-        async def handler(self, payload, tarefa, bd_conn):
+def test_async_generator_pipelines_run_on_the_event_loop():
+    class Steps(WorkerBase):
+        @Task("a")
+        async def a(self, payload, tarefa, bd_conn):
             yield "h"
+
+        @Task("s")
+        def s(self, payload, tarefa, bd_conn):
+            yield "step"
+
+    assert Steps.has_async_handlers()
+    assert Steps().handler_is_async({"processo": "a"})
+    assert not Steps().handler_is_async({"processo": "s"})  # a sync pipeline runs in a thread
 
 
 # -- options that only turn out wrong against the settings ---------------------------------
@@ -256,9 +263,12 @@ def test_a_worker_whose_options_clash_with_the_settings_exits_with_code_2_naming
     )
 
 
-def test_generator_handlers_are_refused_until_the_runtime_supports_them():
-    with pytest.raises(TypeError, match="generator handlers"):
-
+def test_a_generator_handler_is_run_to_its_end_by_handle_task():
+    class Steps(WorkerBase):
         @Task("x")
         def handler(self, payload, tarefa, bd_conn):
-            yield "step"
+            yield (1, 2)
+            yield (2, 2, "second")
+            return f"done {payload}"
+
+    assert Steps().handle_task({"id": 1, "processo": "x", "payload": "p"}, None) == "done p"
