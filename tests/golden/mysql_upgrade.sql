@@ -57,6 +57,10 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'lock_key_running') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = ''processando'' THEN lock_key END) VIRTUAL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 
 -- MySQL has no partial indexes: status leads every index the workers use,
 -- so each scan reads only the rows of the status it looks for.
@@ -95,6 +99,12 @@ DEALLOCATE PREPARE nsjq_step;
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running.
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key') = 0, 'CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- One running task per key, enforced (a claim whose snapshot saw the key free
+-- while another claim took it is refused, and skips the row).
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key_running') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -154,7 +164,9 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
 --
 -- lock_key: the locking reads skip a task whose key is busy (a task of its
 -- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
--- look-up does not: it only says where to start reading.
+-- look-up does not: it only says where to start reading. A task refused by
+-- the unique index of running keys (another claim took its key after this
+-- one's snapshot) is given back and the claim starts over, at most 3 times.
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -169,7 +181,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
+    COMMENT 'nsj_queue_lib claim 8fc1464651ab511d'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -179,6 +191,7 @@ BEGIN
     DECLARE v_claimed BIGINT;
     DECLARE v_first_attempt BIGINT;
     DECLARE v_task LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_keys_lost INT DEFAULT 0;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     IF p_task_id IS NOT NULL THEN
@@ -266,6 +279,27 @@ BEGIN
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
         END IF;
+        IF v_claimed IS NOT NULL THEN
+            BEGIN
+                -- Refused by the unique index of running keys: a concurrent claim
+                -- took this task's lock_key after this claim's snapshot saw it
+                -- free. Undo, and claim again with a snapshot that sees it busy.
+                DECLARE CONTINUE HANDLER FOR 1062
+                    SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
+                UPDATE public.fila_teste
+                SET status = 'processando'
+                WHERE id = v_claimed;
+            END;
+            IF v_claimed IS NULL THEN
+                ROLLBACK;
+                SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed)),
+                    v_remembered = FALSE, v_id = NULL, v_task = NULL;
+                IF v_keys_lost >= 3 THEN
+                    LEAVE claim;
+                END IF;
+                ITERATE claim;
+            END IF;
+        END IF;
         IF v_claimed IS NOT NULL OR NOT v_remembered THEN
             LEAVE claim;
         END IF;
@@ -274,9 +308,6 @@ BEGIN
         SET v_remembered = FALSE, v_id = NULL;
     END LOOP;
     IF v_claimed IS NOT NULL THEN
-        UPDATE public.fila_teste
-        SET status = 'processando'
-        WHERE id = v_claimed;
         IF v_first_attempt IS NOT NULL THEN
             SET v_task = JSON_SET(v_task, '$.payload',
                                   (SELECT f.payload FROM public.fila_teste AS f WHERE f.id = v_first_attempt));

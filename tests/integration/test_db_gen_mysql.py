@@ -86,6 +86,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         *model.QUEUE_COLUMNS,
         *model.EXTRA_COLUMNS,
         "dedupe_active",
+        "lock_key_running",
     ]
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
@@ -103,6 +104,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         "idx_{q}_data_hora",
         "idx_{q}_dedupe",
         "idx_{q}_lock_key",
+        "idx_{q}_lock_key_running",
         "idx_{q}_chain",
         "idx_{q}_equivalent",
     }
@@ -225,7 +227,12 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
             (database, name),
         )
     ]
-    assert set(columns) == {*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS, "dedupe_active"}
+    assert set(columns) == {
+        *model.QUEUE_COLUMNS,
+        *model.EXTRA_COLUMNS,
+        "dedupe_active",
+        "lock_key_running",
+    }
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
     assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (
         50,

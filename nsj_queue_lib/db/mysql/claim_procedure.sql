@@ -35,7 +35,9 @@
 --
 -- lock_key: the locking reads skip a task whose key is busy (a task of its
 -- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
--- look-up does not: it only says where to start reading.
+-- look-up does not: it only says where to start reading. A task refused by
+-- the unique index of running keys (another claim took its key after this
+-- one's snapshot) is given back and the claim starts over, at most 3 times.
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -60,6 +62,7 @@ BEGIN
     DECLARE v_claimed BIGINT;
     DECLARE v_first_attempt BIGINT;
     DECLARE v_task LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_keys_lost INT DEFAULT 0;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     IF p_task_id IS NOT NULL THEN
@@ -147,6 +150,27 @@ BEGIN
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
         END IF;
+        IF v_claimed IS NOT NULL THEN
+            BEGIN
+                -- Refused by the unique index of running keys: a concurrent claim
+                -- took this task's lock_key after this claim's snapshot saw it
+                -- free. Undo, and claim again with a snapshot that sees it busy.
+                DECLARE CONTINUE HANDLER FOR 1062
+                    SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
+                UPDATE {table}
+                SET status = 'processando'
+                WHERE id = v_claimed;
+            END;
+            IF v_claimed IS NULL THEN
+                ROLLBACK;
+                SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed)),
+                    v_remembered = FALSE, v_id = NULL, v_task = NULL;
+                IF v_keys_lost >= 3 THEN
+                    LEAVE claim;
+                END IF;
+                ITERATE claim;
+            END IF;
+        END IF;
         IF v_claimed IS NOT NULL OR NOT v_remembered THEN
             LEAVE claim;
         END IF;
@@ -155,9 +179,6 @@ BEGIN
         SET v_remembered = FALSE, v_id = NULL;
     END LOOP;
     IF v_claimed IS NOT NULL THEN
-        UPDATE {table}
-        SET status = 'processando'
-        WHERE id = v_claimed;
         IF v_first_attempt IS NOT NULL THEN
             SET v_task = JSON_SET(v_task, '$.payload',
                                   (SELECT f.payload FROM {table} AS f WHERE f.id = v_first_attempt));

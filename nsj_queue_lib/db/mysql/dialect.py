@@ -28,6 +28,8 @@ UPGRADE_COLUMNS = (
     *model.EXTRA_COLUMNS,
     # Generated from dedupe_key and status: the unique index of unfinished dedupe keys.
     "dedupe_active",
+    # Generated from lock_key and status: the unique index of running lock keys.
+    "lock_key_running",
 )
 
 _CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)

@@ -25,6 +25,7 @@ from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
     ER_LOCK_WAIT_TIMEOUT,
     error_code,
+    is_duplicate_key,
     is_retryable,
     logger,
     retry_on_lock_errors,
@@ -35,6 +36,7 @@ from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_tab
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import claimed_row, rows_as_dicts, task_from_json
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
+from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -269,8 +271,11 @@ class MysqlQueueStore(MysqlFamilyStore):
                 payloads = self._first_payloads(cur, row)
             return TaskRecord.from_row(claimed_row(row, payloads))
 
+        def skipping_busy_keys() -> TaskRecord | None:
+            return claim_skipping_busy_keys(attempt, is_duplicate_key, conn.rollback)
+
         with wrap_driver_errors("claim"):
-            return retry_on_lock_errors("claim", attempt, conn.rollback)
+            return retry_on_lock_errors("claim", skipping_busy_keys, conn.rollback)
 
     # -- maintenance locks and orphans --
 

@@ -39,6 +39,7 @@ from nsj_queue_lib.db.postgres.wire import (
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
+from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -475,7 +476,8 @@ class PostgresQueueStore:
         them, then commits with ``commit_and_begin``, or rolls back to return
         the tasks to the queue. Until then nobody sees the rows claimed.
         """
-        with wrap_driver_errors("claim"):
+
+        def attempt() -> TaskRecord | None:
             with conn.pipeline():
                 conn.execute("BEGIN")
                 conn.execute(self.sql["claim_settings"])
@@ -485,7 +487,12 @@ class PostgresQueueStore:
             if not rows:
                 conn.execute("ROLLBACK")
                 return None
-        return TaskRecord.from_row(rows[0])
+            return TaskRecord.from_row(rows[0])
+
+        with wrap_driver_errors("claim"):
+            return claim_skipping_busy_keys(
+                attempt, lambda exc: isinstance(exc, psycopg.errors.UniqueViolation), conn.rollback
+            )
 
     def commit_and_begin(self, conn) -> None:
         with wrap_driver_errors("commit"):
