@@ -116,6 +116,10 @@ CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_k
 -- the unique index of running keys (another claim took its key after this
 -- one's snapshot) is given back and the claim starts over, at most 3 times.
 --
+-- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
+-- in p_handled_subscribers, a JSON array (NULL: every subscriber;
+-- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -125,11 +129,12 @@ DELIMITER //
 CREATE PROCEDURE public.claim_next_fila_teste(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
-    IN p_lock_prefix VARCHAR(64)
+    IN p_lock_prefix VARCHAR(64),
+    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 8fc1464651ab511d'
+    COMMENT 'nsj_queue_lib claim 7253757a2d44b0cd'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -208,6 +213,7 @@ BEGIN
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                  AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -223,6 +229,7 @@ BEGIN
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+              AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

@@ -100,7 +100,8 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- statements only: the claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale.
 CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
-    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer
+    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
+    handled_subscribers varchar[]
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -134,6 +135,8 @@ BEGIN
                     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
                       -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
                       AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                      -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
+                      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
                     ORDER BY q.prioridade DESC, q.data_hora, q.id
                     LIMIT claim_limit
                     FOR UPDATE SKIP LOCKED
@@ -161,8 +164,8 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
-    IS 'nsj_queue_lib claim cdd785e8510098f7';
+COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer, varchar[])
+    IS 'nsj_queue_lib claim a6ac8326f36aef5b';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (

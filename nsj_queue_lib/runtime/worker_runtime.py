@@ -117,10 +117,12 @@ class WorkerRuntime:
         task_timeouts: Mapping[str, float] | None = None,
         async_route: AsyncRoute | None = None,
         pool: ConnectionPool | None = None,
+        handled_subscribers: frozenset[str] | None = None,
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
-        process (``WorkerGroup``), opened and closed by its owner."""
+        process (``WorkerGroup``), opened and closed by its owner; ``handled_subscribers``:
+        the pub/sub subscribers whose deliveries the claims take (None: all of them)."""
         self.driver = driver or make_driver(settings)
         self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
@@ -145,6 +147,7 @@ class WorkerRuntime:
             handler = self.endpoints.handler(handler)
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
+        self.store.set_handled_subscribers(handled_subscribers)
         self._owns_pool = pool is None
         size = settings.queue_concurrency if async_route is None else settings.async_pool_size
         self.pool = (

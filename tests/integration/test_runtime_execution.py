@@ -15,6 +15,7 @@ import time
 import psycopg
 import pytest
 
+from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS
 from nsj_queue_lib.db_gen import render
 from nsj_queue_lib.runtime.worker_runtime import EXIT_CONFIG_ERROR
 from tests.helpers.databases import count_rows
@@ -597,7 +598,7 @@ def drop_claim_function(pg_admin, queue) -> None:
 def comment_claim_function(pg_admin, queue, version: str) -> None:
     pg_admin.execute(
         f"COMMENT ON FUNCTION {queue.schema}.claim_next_{queue.name}"
-        f"(bigint, text, integer, integer, integer) IS '{version}'"
+        f"{CLAIM_FUNCTION_ARGS} IS '{version}'"
     )
 
 

@@ -39,6 +39,10 @@
 -- the unique index of running keys (another claim took its key after this
 -- one's snapshot) is given back and the claim starts over, at most 3 times.
 --
+-- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
+-- in p_handled_subscribers, a JSON array (NULL: every subscriber;
+-- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -48,7 +52,8 @@ DELIMITER //
 CREATE PROCEDURE {claim_function}(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
-    IN p_lock_prefix VARCHAR(64)
+    IN p_lock_prefix VARCHAR(64),
+    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
@@ -131,6 +136,7 @@ BEGIN
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM {table} AS t FORCE INDEX ({idx_claim})
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+                  AND {deliverable}
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -146,6 +152,7 @@ BEGIN
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM {table} AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+              AND {deliverable}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

@@ -36,6 +36,7 @@ from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_tab
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import claimed_row, rows_as_dicts, task_from_json
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
+from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -145,8 +146,13 @@ class MysqlQueueStore(MysqlFamilyStore):
 
     def _procedure_call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Statement:
         return (
-            f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s)",
-            {"id": task_id, "mensagem": mensagem, "lock_prefix": self.lock_prefix(conn)},
+            f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s, %(handled)s)",
+            {
+                "id": task_id,
+                "mensagem": mensagem,
+                "lock_prefix": self.lock_prefix(conn),
+                "handled": json_array(self.handled_subscribers),
+            },
         )
 
     def _claimed(self, conn: Any, result: Result) -> Claim | None:
@@ -261,7 +267,10 @@ class MysqlQueueStore(MysqlFamilyStore):
         def attempt() -> TaskRecord | None:
             conn.begin()
             with conn.cursor() as cur:
-                cur.execute(steps["select"])
+                cur.execute(
+                    steps["select"],
+                    {"handled_subscribers": json_array(self.handled_subscribers)},
+                )
                 rows = rows_as_dicts(cur)
                 if not rows:
                     conn.rollback()

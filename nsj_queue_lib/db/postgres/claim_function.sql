@@ -6,7 +6,8 @@
 -- statements only: the claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale.
 CREATE OR REPLACE FUNCTION {claim_function}(
-    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer
+    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
+    handled_subscribers varchar[]
 )
 RETURNS TABLE (task {table}, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -40,6 +41,8 @@ BEGIN
                     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
                       -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
                       AND {lock_key_free}
+                      -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
+                      AND {deliverable}
                     ORDER BY q.prioridade DESC, q.data_hora, q.id
                     LIMIT claim_limit
                     FOR UPDATE SKIP LOCKED
@@ -67,5 +70,5 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer)
+COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer, varchar[])
     IS '{claim_function_version}';
