@@ -99,7 +99,7 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- worker's CPU per task. The planner settings hold for this function's own
 -- statements only: the claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale.
-CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
+CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
     handled_subscribers varchar[]
 )
@@ -164,7 +164,7 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer, varchar[])
+COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
     IS 'nsj_queue_lib claim a6ac8326f36aef5b';
 
 -- Subscribers of pub/sub and webhook publications.

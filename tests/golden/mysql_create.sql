@@ -126,7 +126,7 @@ CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_k
 -- next statement writes), and the result is sent after the commit, so the
 -- worker reads the row and the end of the CALL in one go.
 DELIMITER //
-CREATE PROCEDURE public.claim_next_fila_teste(
+CREATE PROCEDURE public.claim_next_fila_teste_v2(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),

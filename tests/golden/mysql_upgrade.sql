@@ -125,8 +125,10 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 
--- The claim procedure of this version replaces any earlier one.
-DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
+-- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
+-- earlier build of itself. Earlier releases' procedures stay, for their workers
+-- during a rolling upgrade: db_gen --drop-old-routines drops them afterwards.
+DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2;
 -- What an executor sends after a task: one short CALL per task. With a
 -- finished task (p_task_id), its 'sucesso', committed, and the release of
 -- its liveness lock; then the claim of the next ready task in claim order
@@ -178,7 +180,7 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
 -- next statement writes), and the result is sent after the commit, so the
 -- worker reads the row and the end of the CALL in one go.
 DELIMITER //
-CREATE PROCEDURE public.claim_next_fila_teste(
+CREATE PROCEDURE public.claim_next_fila_teste_v2(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),

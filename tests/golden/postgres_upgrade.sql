@@ -86,6 +86,9 @@ FOR EACH ROW
 WHEN (NEW.status IN ('pendente', 'agendada'))
 EXECUTE FUNCTION public.notify_fila_teste_insert();
 
+-- The claim function of this release (claim_next_<queue>_v<N>). Earlier releases'
+-- functions stay, for their workers during a rolling upgrade: db_gen
+-- --drop-old-routines drops them afterwards.
 -- The worker's hot path in one call: a task that succeeded becomes 'sucesso'
 -- and its liveness lock is released, then the next ready tasks are claimed
 -- ('processando', their liveness locks taken by the calling session), all in
@@ -93,7 +96,7 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- worker's CPU per task. The planner settings hold for this function's own
 -- statements only: the claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale.
-CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
+CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
     handled_subscribers varchar[]
 )
@@ -158,7 +161,7 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer, varchar[])
+COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
     IS 'nsj_queue_lib claim a6ac8326f36aef5b';
 
 CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (

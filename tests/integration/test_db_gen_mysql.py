@@ -10,6 +10,7 @@ import pymysql
 import pytest
 
 from nsj_queue_lib import QueueClient, model
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db.mysql.driver import configure_session
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
@@ -249,7 +250,8 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     } <= set(found)
     assert indexes(mysql_admin, database, f"{name}_subscriber")
     assert (
-        procedure_comment(mysql_admin, database, f"claim_next_{name}") == claim_procedure_version()
+        procedure_comment(mysql_admin, database, f"claim_next_{name}_v{CLAIM_ROUTINE_RELEASE}")
+        == claim_procedure_version()
     )
     snapshot = catalog(mysql_admin, database, name)
     execute_script(mysql_admin, script)  # idempotent
@@ -295,7 +297,7 @@ def procedure_comment(conn, database: str, name: str) -> str | None:
 def test_upgrade_replaces_a_claim_procedure_of_another_version(
     mysql_queue, mysql_admin, mysql_kwargs
 ):
-    name = f"claim_next_{mysql_queue.name}"
+    name = f"claim_next_{mysql_queue.name}_v{CLAIM_ROUTINE_RELEASE}"
     with mysql_admin.cursor() as cur:
         cur.execute(
             f"ALTER PROCEDURE {mysql_queue.database}.{name} COMMENT 'nsj_queue_lib claim 0000000000000000'"

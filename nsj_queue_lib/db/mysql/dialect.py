@@ -101,6 +101,7 @@ def _sql_string(text: str) -> str:
 
 class MysqlDialect(Dialect):
     name = "mysql"
+    routine_kind = "PROCEDURE"
 
     def _values(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()

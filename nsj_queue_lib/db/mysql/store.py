@@ -78,7 +78,7 @@ class MysqlQueueStore(MysqlFamilyStore):
         if self.claim_procedure is None:
             raise ClaimRoutineError(
                 f"QUEUE_TABLE: {self.queue_table}'s name is too long for its claim procedure "
-                "(claim_next_<table> must fit in 64 characters)"
+                "(claim_next_<table>_v<N> must fit in 64 characters)"
             )
         schema, name = split_table_name(self.claim_procedure)
         with wrap_driver_errors("claim_procedure_version"), conn.cursor() as cur:

@@ -11,6 +11,8 @@ from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
 CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[])"
+# ... and those of earlier releases' claim functions, by release (dialect.CLAIM_ROUTINE_RELEASE).
+OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 
 # What the claims put in {lock_key_free}: the candidate row is q (claim_function.sql).
 CLAIM_NOW = "clock_timestamp()"
@@ -29,6 +31,9 @@ def claim_function_version() -> str:
 
 class PostgresDialect(Dialect):
     name = "postgres"
+
+    def old_routine_arguments(self, release: int) -> str:
+        return OLD_CLAIM_FUNCTION_ARGS[release]
 
     def _parts(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()

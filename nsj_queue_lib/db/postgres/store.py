@@ -341,7 +341,7 @@ class PostgresQueueStore:
         if self.claim_function is None:
             raise ClaimRoutineError(
                 f"QUEUE_TABLE: {self.queue_table}'s name is too long for its claim function "
-                f"(claim_next_<table> must fit in 63 characters)"
+                f"(claim_next_<table>_v<N> must fit in 63 characters)"
             )
         signature = f"{self.claim_function}{CLAIM_FUNCTION_ARGS}"
         with wrap_driver_errors("claim_function_version"):

@@ -38,6 +38,9 @@ $$;
 
 {trigger}
 
+-- The claim function of this release (claim_next_<queue>_v<N>). Earlier releases'
+-- functions stay, for their workers during a rolling upgrade: db_gen
+-- --drop-old-routines drops them afterwards.
 {claim_function_ddl}
 
 {subscriber_table_ddl}
