@@ -187,6 +187,7 @@ class Database:
     @contextlib.contextmanager
     def fresh_queue(self) -> Iterator[str]:
         """A new queue from db_gen (this database's dialect); yields ``schema.table``; dropped after."""
+        from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
         from nsj_queue_lib.db.mysql.dialect import split_script
         from nsj_queue_lib.db_gen import render
 
@@ -208,7 +209,9 @@ class Database:
                 )
             else:
                 self.execute(admin, f"DROP TABLE IF EXISTS {table}, {table}_subscriber")
-                self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.claim_next_{name}")
+                for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
+                    routine = DdlNames.routine_name(name, release)
+                    self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
             admin.close()
 
     def worker_env(self, table: str, extra: dict[str, str]) -> dict[str, str]:

@@ -1,8 +1,10 @@
 """Prints the DDL of a queue: ``python -m nsj_queue_lib.db_gen <schema> <queue>``.
 
-Options: ``--dialect postgres`` (default) and ``--upgrade`` (idempotent
-statements that bring a queue created by nsj-queue-lib 1.2.2 to the current
-schema). Anything that is not a plain identifier exits with code 2 and a
+Options: ``--dialect postgres`` (default), ``--upgrade`` (idempotent
+statements that bring a queue created by nsj-queue-lib 1.2.2, or by an earlier
+release of this library, to the current schema, keeping the earlier release's
+claim routine) and ``--drop-old-routines`` (drop the earlier releases' claim
+routines once their workers are gone). Anything that is not a plain identifier exits with code 2 and a
 message on stderr; nothing is printed on stdout then.
 """
 
@@ -17,11 +19,20 @@ from nsj_queue_lib.exceptions import InvalidIdentifierError
 EXIT_USAGE = 2
 
 
-def render(schema: str, queue: str, dialect: str = "postgres", upgrade: bool = False) -> str:
+def render(
+    schema: str,
+    queue: str,
+    dialect: str = "postgres",
+    upgrade: bool = False,
+    drop_old_routines: bool = False,
+) -> str:
     """The DDL text; raises InvalidIdentifierError for a bad schema or queue name."""
     names = DdlNames(schema, queue)
     chosen = get_dialect(dialect)
-    text = chosen.upgrade_ddl(names) if upgrade else chosen.create_ddl(names)
+    if drop_old_routines:
+        text = chosen.drop_old_routines_ddl(names)
+    else:
+        text = chosen.upgrade_ddl(names) if upgrade else chosen.create_ddl(names)
     return text.strip() + "\n"
 
 
@@ -38,13 +49,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print idempotent statements that upgrade a queue made by nsj-queue-lib 1.2.2",
     )
+    parser.add_argument(
+        "--drop-old-routines",
+        action="store_true",
+        help="print statements that drop the claim routines of earlier releases "
+        "(run once no worker of an earlier release is left)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # argparse itself exits with 2 on usage errors
     try:
-        text = render(args.schema, args.queue, args.dialect, args.upgrade)
+        text = render(args.schema, args.queue, args.dialect, args.upgrade, args.drop_old_routines)
     except InvalidIdentifierError as exc:
         print(f"db_gen: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -90,6 +90,17 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         return RetryPolicies.build(settings, cls._task_registry.options.values(), rng)
 
     @classmethod
+    def handled_subscribers(cls) -> frozenset[str] | None:
+        """The pub/sub subscribers whose deliveries this worker claims; None: every one.
+
+        A plain worker handles none: it leaves deliveries to the pub/sub workers
+        that handle them (they stay 'pendente' meanwhile) instead of claiming and
+        failing them. A subclass whose ``execute`` does handle deliveries returns
+        None (docs/pubsub.md, "Which worker claims a delivery").
+        """
+        return frozenset()
+
+    @classmethod
     def task_options(cls, processo: str) -> TaskOptions:
         """The options ``@Task`` declared for ``processo`` (``None`` fields: the queue's
         defaults); all ``None`` for a processo without a ``@Task`` method."""
@@ -201,6 +212,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             async_route=asynchronous,
             pool=pool,
             periodic=self.periodic_schedules(),
+            handled_subscribers=self.handled_subscribers(),
         )
         return self._runtime
 

@@ -102,6 +102,11 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
     _subscriber_methods: dict[str, str] = {}
     _dead_subscriber_methods: dict[str, str] = {}
     _webhook: WebhookCaller | None = None  # also without super().__init__()
+    # True: a delivery of a subscriber without a method goes by webhook (its row's
+    # url), so this worker claims every delivery. False: it claims only the
+    # deliveries of its @Subscriber/@DeadSubscriber subscribers and leaves the
+    # others 'pendente' for the workers that handle them.
+    webhook_fallback: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -111,6 +116,13 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__(settings)
         self._webhook: WebhookCaller | None = None
+
+    @classmethod
+    def handled_subscribers(cls) -> frozenset[str] | None:
+        """Every subscriber with ``webhook_fallback``, else those with a method."""
+        if cls.webhook_fallback:
+            return None
+        return frozenset(cls._subscriber_methods) | frozenset(cls._dead_subscriber_methods)
 
     def execute(self, payload: str, tarefa: dict[str, Any], bd_conn: DBConnection) -> str | None:
         envelope = parse_envelope(payload)

@@ -368,9 +368,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "mysql-claim-uncommitted-due-time",
         MY_QUERIES,
         "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
-        "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
+        "  AND {deliverable}\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
         "WHERE t.status = 'pendente' AND {lock_key_free}\n"
-        "ORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
+        "  AND {deliverable}\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
         (f"{MY_HELD_THEN_FUTURE}{WITHOUT_LOCKS}",),
         ("mysql",),
         "the client/server-mode claim takes a task before its data_hora",
@@ -379,8 +379,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "mysql-procedure-due-time",
         MY_PROCEDURE,
         "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
+        "                  AND {deliverable}\n"
         "                  AND (t.prioridade < v_prioridade",
         "WHERE t.status = 'pendente' AND {lock_key_free}\n"
+        "                  AND {deliverable}\n"
         "                  AND (t.prioridade < v_prioridade",
         (f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",),
         ("mysql",),
@@ -455,8 +457,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-function-liveness-lock",
         PG_CLAIM_FUNCTION,
-        "pg_try_advisory_lock(lock_queue_key, (t.id % 2147483648)::int4) AS locked",
-        "true AS locked",
+        "pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)\n",
+        "true\n",
         (f"{PG_SKIP_TEST}[first claim]", f"{PG_SKIP_TEST}[after a completion]"),
         ("postgres",),
         "the claim function takes no liveness lock",

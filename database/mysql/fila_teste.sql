@@ -44,7 +44,10 @@ CREATE TABLE public.fila_teste (
     lock_key varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
-    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
+    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
+    -- lock_key while the task runs, NULL otherwise: its unique index admits one
+    -- running task per key, whatever the claims' snapshots saw.
+    lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- MySQL has no partial indexes: status leads every index the workers use,
@@ -66,6 +69,9 @@ CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running.
 CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id);
+-- One running task per key, enforced (a claim whose snapshot saw the key free
+-- while another claim took it is refused, and skips the row).
+CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
@@ -106,7 +112,13 @@ CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, pri
 --
 -- lock_key: the locking reads skip a task whose key is busy (a task of its
 -- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
--- look-up does not: it only says where to start reading.
+-- look-up does not: it only says where to start reading. A task refused by
+-- the unique index of running keys (another claim took its key after this
+-- one's snapshot) is given back and the claim starts over, at most 3 times.
+--
+-- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
+-- in p_handled_subscribers, a JSON array (NULL: every subscriber;
+-- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -114,14 +126,15 @@ CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, pri
 -- next statement writes), and the result is sent after the commit, so the
 -- worker reads the row and the end of the CALL in one go.
 DELIMITER //
-CREATE PROCEDURE public.claim_next_fila_teste(
+CREATE PROCEDURE public.claim_next_fila_teste_v2(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
-    IN p_lock_prefix VARCHAR(64)
+    IN p_lock_prefix VARCHAR(64),
+    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
+    COMMENT 'nsj_queue_lib claim 7253757a2d44b0cd'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -131,6 +144,7 @@ BEGIN
     DECLARE v_claimed BIGINT;
     DECLARE v_first_attempt BIGINT;
     DECLARE v_task LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_keys_lost INT DEFAULT 0;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     IF p_task_id IS NOT NULL THEN
@@ -199,6 +213,7 @@ BEGIN
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                  AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -214,9 +229,31 @@ BEGIN
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+              AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF v_claimed IS NOT NULL THEN
+            BEGIN
+                -- Refused by the unique index of running keys: a concurrent claim
+                -- took this task's lock_key after this claim's snapshot saw it
+                -- free. Undo, and claim again with a snapshot that sees it busy.
+                DECLARE CONTINUE HANDLER FOR 1062
+                    SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
+                UPDATE public.fila_teste
+                SET status = 'processando'
+                WHERE id = v_claimed;
+            END;
+            IF v_claimed IS NULL THEN
+                ROLLBACK;
+                SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed)),
+                    v_remembered = FALSE, v_id = NULL, v_task = NULL;
+                IF v_keys_lost >= 3 THEN
+                    LEAVE claim;
+                END IF;
+                ITERATE claim;
+            END IF;
         END IF;
         IF v_claimed IS NOT NULL OR NOT v_remembered THEN
             LEAVE claim;
@@ -226,9 +263,6 @@ BEGIN
         SET v_remembered = FALSE, v_id = NULL;
     END LOOP;
     IF v_claimed IS NOT NULL THEN
-        UPDATE public.fila_teste
-        SET status = 'processando'
-        WHERE id = v_claimed;
         IF v_first_attempt IS NOT NULL THEN
             SET v_task = JSON_SET(v_task, '$.payload',
                                   (SELECT f.payload FROM public.fila_teste AS f WHERE f.id = v_first_attempt));

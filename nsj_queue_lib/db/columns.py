@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nsj_queue_lib import model
+from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # A later attempt keeps no payload of its own: it is read from the first
@@ -41,8 +42,18 @@ TASK_INSERT_FIELDS = (
 )
 
 
+# The socket-server claims' parameter of handled subscribers (flow/deliveries.py).
+_HANDLED_PARAMETER = {
+    "postgres": "%(handled_subscribers)s::varchar[]",
+    "mysql": "%(handled_subscribers)s",
+}
+
+
 def query_values(
-    queue_table: str, subscriber_table: str | None, now: str = "clock_timestamp()"
+    queue_table: str,
+    subscriber_table: str | None,
+    now: str = "clock_timestamp()",
+    dialect: str = "postgres",
 ) -> dict[str, str]:
     """The placeholders every dialect's named queries use (identifiers already checked)."""
     return {
@@ -56,4 +67,6 @@ def query_values(
         "lifecycle_columns": ", ".join(model.EXTRA_COLUMNS),
         # The socket-server claims' lock_key condition, on the candidate row t.
         "lock_key_free": lock_key_free(queue_table, "t", now),
+        # ... and which deliveries the claiming worker handles (flow/deliveries.py).
+        "deliverable": deliverable(dialect, "t", _HANDLED_PARAMETER[dialect]),
     }

@@ -18,6 +18,14 @@ DIALECT_NAMES = ("postgres", "mysql", "singlestore")
 _DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
 UPGRADE_HINT = "python -m nsj_queue_lib.db_gen <schema> <queue> --dialect <dialect> --upgrade"
 
+# The claim routine's release: workers call claim_next_<queue>_v<N>. Bump it whenever a
+# release changes the claim SQL (tests/unit/test_claim_routine_release.py pins the SQL to
+# N and says so): db_gen --upgrade then adds the new routine next to the previous
+# release's, whose workers keep calling theirs during a rolling upgrade
+# (docs/upgrading.md, "Between releases"). Release 1, the first of this library, named
+# its routine claim_next_<queue>.
+CLAIM_ROUTINE_RELEASE = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class DdlNames:
@@ -33,9 +41,20 @@ class DdlNames:
             check_identifier(name, "derived name")
 
     @staticmethod
-    def routine_name(queue: str) -> str:
-        """The claim function's (procedure's on MySQL) name, without its schema."""
-        return f"claim_next_{queue}"
+    def routine_name(queue: str, release: int = CLAIM_ROUTINE_RELEASE) -> str:
+        """The claim function's (procedure's on MySQL) name of ``release``, without its schema.
+
+        At most 14 characters longer than the queue name (for N < 100,000), less than
+        the longest index name, so it fits wherever DdlNames accepts the queue.
+        """
+        return f"claim_next_{queue}" if release == 1 else f"claim_next_{queue}_v{release}"
+
+    def old_routine_names(self) -> dict[int, str]:
+        """{release: name} of the claim routines of earlier releases, with the schema."""
+        return {
+            release: f"{self.schema}.{self.routine_name(self.queue, release)}"
+            for release in range(1, CLAIM_ROUTINE_RELEASE)
+        }
 
     def object_names(self) -> dict[str, str]:
         q = self.queue
@@ -79,14 +98,15 @@ def periodic_table_name(queue_table: str) -> str:
     return f"{queue_table}_periodic"
 
 
-def claim_routine_name(queue_table: str) -> str | None:
-    """``[schema.]claim_next_<table>``: the claim function (PostgreSQL) or procedure (MySQL) db_gen creates.
+def claim_routine_name(queue_table: str, release: int = CLAIM_ROUTINE_RELEASE) -> str | None:
+    """``[schema.]claim_next_<table>_v<N>``: the claim function (PostgreSQL) or procedure
+    (MySQL) of release ``N`` that db_gen creates.
 
     None when that name would not be a valid identifier (a long table name):
     ``db_gen`` refuses such a queue, and a store's ``bind`` says why.
     """
     schema, table = split_table_name(queue_table)
-    name = DdlNames.routine_name(table)
+    name = DdlNames.routine_name(table, release)
     try:
         check_identifier(name, "claim routine")
     except InvalidIdentifierError:
@@ -134,6 +154,19 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def upgrade_ddl(self, names: DdlNames) -> str:
         """Idempotent DDL bringing an nsj-queue-lib 1.2.2 queue to the current schema."""
+
+    def drop_old_routines_ddl(self, names: DdlNames) -> str:
+        """DDL dropping the claim routines of earlier releases (once their workers are gone)."""
+        return "".join(
+            f"DROP {self.routine_kind} IF EXISTS {name}{self.old_routine_arguments(release)};\n"
+            for release, name in names.old_routine_names().items()
+        )
+
+    routine_kind = "FUNCTION"
+
+    def old_routine_arguments(self, release: int) -> str:
+        """What DROP needs after an earlier release's routine name (PostgreSQL: its arguments)."""
+        return ""
 
 
 def get_dialect(name: str) -> Dialect:

@@ -16,6 +16,7 @@ FALHA = "falha"  # the attempt failed; another attempt follows
 DEAD = "dead"  # the attempt failed and no attempt is left: the dead letter follows
 CANCELADA = "cancelada"  # the handler stopped on a cancel request (TaskCancelled)
 RESCUED = "rescued"  # the attempt's worker vanished; the retry service settled it
+RELEASED = "released"  # still running when the worker stopped: given back after the grace period
 
 
 class Observer:
@@ -34,7 +35,7 @@ class Observer:
         """A handler returned or raised after ``seconds``."""
 
     def task_finished(self, task: TaskRecord, outcome: str) -> None:
-        """An attempt ended with ``outcome`` (SUCESSO, FALHA, DEAD, RESCUED or another)."""
+        """An attempt ended with ``outcome`` (SUCESSO, FALHA, DEAD, RESCUED, RELEASED or another)."""
 
     def notified(self) -> None:
         """A notification of a new ready task reached the dispatcher."""

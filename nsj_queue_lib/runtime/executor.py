@@ -627,6 +627,7 @@ class TaskExecutor:
                         is not None
                     ):
                         released += 1
+                        self.observer.task_finished(item.task, outcomes.RELEASED)
                     self.store.commit(admin)
                 except Exception:
                     self.store.rollback(admin)

@@ -120,11 +120,14 @@ class WorkerRuntime:
         async_route: AsyncRoute | None = None,
         pool: ConnectionPool | None = None,
         periodic: Sequence[PeriodicSchedule] = (),
+        handled_subscribers: frozenset[str] | None = None,
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
         process (``WorkerGroup``), opened and closed by its owner; ``periodic``: the
-        processos this worker enqueues on a schedule (``@Task(cron=)``)."""
+        processos this worker enqueues on a schedule (``@Task(cron=)``);
+        ``handled_subscribers``: the pub/sub subscribers whose deliveries the claims take
+        (None: all of them)."""
         self.driver = driver or make_driver(settings)
         self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
@@ -149,6 +152,7 @@ class WorkerRuntime:
             handler = self.endpoints.handler(handler)
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
+        self.store.set_handled_subscribers(handled_subscribers)
         self._owns_pool = pool is None
         size = settings.queue_concurrency if async_route is None else settings.async_pool_size
         self.pool = (

@@ -125,11 +125,12 @@ class InMemoryQueue:
         ``MemoryConnection``, on which a ``QueueClient`` enqueues here).
         """
         policies = worker.retry_policies(self.settings, self.rng)
+        handled = worker.handled_subscribers()
         attempts = 0
         while True:
-            row = self._next_ready()
+            row = self._next_ready(handled)
             if row is None:
-                due = self._next_due() if advance_time else None
+                due = self._next_due(handled) if advance_time else None
                 if due is None:
                     return attempts
                 self.store.now = max(self.now, due)
@@ -142,18 +143,25 @@ class InMemoryQueue:
             self._run_one(worker, row, policies, bd_conn)
             attempts += 1
 
-    def _ready(self) -> list[Row]:
+    def _ready(self, handled: frozenset[str] | None) -> list[Row]:
+        """Waiting rows the worker claims: as the real claim, not the deliveries of
+        subscribers it does not handle (they stay 'pendente')."""
         waiting = (model.PENDENTE, model.AGENDADA)
-        return [r for r in self.store.rows.values() if r["status"] in waiting]
+        return [
+            r
+            for r in self.store.rows.values()
+            if r["status"] in waiting
+            and (r["subscriber_id"] is None or handled is None or r["subscriber_id"] in handled)
+        ]
 
-    def _next_ready(self) -> Row | None:
-        ready = [r for r in self._ready() if r["data_hora"] <= self.now]
+    def _next_ready(self, handled: frozenset[str] | None) -> Row | None:
+        ready = [r for r in self._ready(handled) if r["data_hora"] <= self.now]
         if not ready:
             return None
         return min(ready, key=lambda r: (-r["prioridade"], r["data_hora"], r["id"]))
 
-    def _next_due(self) -> datetime.datetime | None:
-        return min((r["data_hora"] for r in self._ready()), default=None)
+    def _next_due(self, handled: frozenset[str] | None) -> datetime.datetime | None:
+        return min((r["data_hora"] for r in self._ready(handled)), default=None)
 
     def _run_one(self, worker: WorkerBase, row: Row, policies: RetryPolicies, bd_conn: Any) -> None:
         row["status"] = model.PROCESSANDO

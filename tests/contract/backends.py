@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.settings import Settings
 from tests.helpers.databases import (
@@ -240,7 +241,9 @@ class Backend:
         tables = (self.table, self.subscriber_table, self.exec_table, self.started_table)
         for table in (*tables, f"{self.table}_periodic"):
             self.execute(f"DROP TABLE IF EXISTS {table}")
-        self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.claim_next_{self.name}")
+        for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
+            routine = DdlNames.routine_name(self.name, release)
+            self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
 
     def client(self, conn) -> QueueClient:
         return QueueClient(conn, self.table, self.subscriber_table)

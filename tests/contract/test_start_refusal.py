@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE
 from tests.helpers.databases import comment_claim_routine_sql, drop_claim_routine_sql
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,7 +25,7 @@ STATES = ["table missing", "claim routine missing", "claim routine of another ve
 
 
 def routine(backend) -> str:
-    return f"{backend.schema}.claim_next_{backend.name}"
+    return f"{backend.schema}.claim_next_{backend.name}_v{CLAIM_ROUTINE_RELEASE}"
 
 
 def break_the_queue(backend, state: str) -> None:
@@ -54,7 +55,9 @@ def test_a_worker_process_refuses_a_queue_it_cannot_serve_with_exit_code_2(state
         assert last.startswith("nsj_queue_lib: QUEUE_TABLE: table ") and "db_gen" in last, last
         return
     assert last.startswith("nsj_queue_lib: the queue's claim routine "), last
-    assert f"claim_next_{backend.name}" in last and "--upgrade" in last, last
+    assert f"claim_next_{backend.name}_v{CLAIM_ROUTINE_RELEASE}" in last and "--upgrade" in last, (
+        last
+    )
     if state == "claim routine missing":
         assert "is missing" in last, last
     else:

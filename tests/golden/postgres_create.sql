@@ -64,9 +64,11 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave
 -- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
 CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
--- of its key in claim order, and whether a task of its key is running.
+-- of its key in claim order, and whether a task of its key is running. The
+-- second is unique: two claims whose snapshots both saw the key free cannot
+-- both commit a running task of it (the later one skips the row).
 CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
-CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
 
 -- Tells the workers listening on channel 'fila_teste' about a new task: payload
 -- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
@@ -97,8 +99,9 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- worker's CPU per task. The planner settings hold for this function's own
 -- statements only: the claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale.
-CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
-    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer
+CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
+    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
+    handled_subscribers varchar[]
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -116,37 +119,53 @@ BEGIN
         PERFORM pg_advisory_unlock(lock_queue_key, done_task_key);
     END IF;
     IF claim_limit > 0 THEN
-        RETURN QUERY
-        WITH next AS (
-            SELECT q.id
-            FROM public.fila_teste AS q
-            WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-              -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
-              AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-            ORDER BY q.prioridade DESC, q.data_hora, q.id
-            LIMIT claim_limit
-            FOR UPDATE SKIP LOCKED
-        ), claimed AS (
-            UPDATE public.fila_teste AS t
-            SET status = 'processando'
-            FROM next
-            WHERE t.id = next.id
-            RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
-                      t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
-                      t.data_hora AS claimed_data_hora,
-                      pg_try_advisory_lock(lock_queue_key, (t.id % 2147483648)::int4) AS locked
-        )
-        SELECT c.claimed_row, fa.payload, c.locked
-        FROM claimed AS c
-        LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
-        ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+        -- lock_key: the unique index of running keys refuses a second running
+        -- task of a key that this statement's snapshot saw free (another claim
+        -- committed one since, docs/flow-control.md). The row is not this
+        -- claim's to take: claim again, with a snapshot that sees the key busy.
+        -- The liveness locks are output columns after the ORDER BY, evaluated
+        -- after the sort (volatile), so after every row's UPDATE: a refused
+        -- claim has taken no lock and returned no row.
+        FOR attempt IN 1..3 LOOP
+            BEGIN
+                RETURN QUERY
+                WITH next AS (
+                    SELECT q.id
+                    FROM public.fila_teste AS q
+                    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+                      -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
+                      AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                      -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
+                      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
+                    ORDER BY q.prioridade DESC, q.data_hora, q.id
+                    LIMIT claim_limit
+                    FOR UPDATE SKIP LOCKED
+                ), claimed AS (
+                    UPDATE public.fila_teste AS t
+                    SET status = 'processando'
+                    FROM next
+                    WHERE t.id = next.id
+                    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+                              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+                              t.data_hora AS claimed_data_hora
+                )
+                SELECT c.claimed_row, fa.payload,
+                       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+                FROM claimed AS c
+                LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+                ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                RETURN;
+            EXCEPTION WHEN unique_violation THEN
+                NULL;
+            END;
+        END LOOP;
     END IF;
 END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
-    IS 'nsj_queue_lib claim 9ac7ae8eeb854147';
+COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
+    IS 'nsj_queue_lib claim a6ac8326f36aef5b';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (

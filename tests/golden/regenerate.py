@@ -27,6 +27,14 @@ OUTPUTS: dict[str, list[str]] = {
     "tests/golden/mysql_create.sql": ["public", "fila_teste", "--dialect", "mysql"],
     "tests/golden/mysql_upgrade.sql": ["public", "fila_teste", "--dialect", "mysql", "--upgrade"],
     "database/mysql/fila_teste.sql": ["public", "fila_teste", "--dialect", "mysql"],
+    "tests/golden/postgres_drop_old_routines.sql": ["public", "fila_teste", "--drop-old-routines"],
+    "tests/golden/mysql_drop_old_routines.sql": [
+        "public",
+        "fila_teste",
+        "--dialect",
+        "mysql",
+        "--drop-old-routines",
+    ],
     "tests/golden/singlestore_create.sql": ["public", "fila_teste", "--dialect", "singlestore"],
     "database/singlestore/fila_teste.sql": ["public", "fila_teste", "--dialect", "singlestore"],
 }

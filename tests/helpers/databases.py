@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS as PG_CLAIM_FUNCTION_ARGS
+
 CONNECT_TIMEOUT = 5  # seconds; an unreachable database is reported quickly
 # Fixture DDL must never wait forever on a lock a broken test left behind.
 ADMIN_OPTIONS = "-c lock_timeout=15000 -c statement_timeout=120000"
@@ -169,7 +171,7 @@ class PgQueue(QueueNames):
 
 
 # The PostgreSQL claim function's argument types (a MySQL procedure is named alone).
-CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer)"
+CLAIM_FUNCTION_ARGS = PG_CLAIM_FUNCTION_ARGS
 
 
 def drop_claim_routine_sql(postgres: bool, routine: str) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from tests.helpers.databases import CONNECT_TIMEOUT, QueueNames, unique_queue_name
 
 # Fixture statements must never wait long on a lock a broken test left behind.
@@ -74,7 +75,9 @@ def drop_queue_tables(admin, database: str, name: str) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_subscriber")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_periodic")
-        cur.execute(f"DROP PROCEDURE IF EXISTS {database}.claim_next_{name}")
+        for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
+            routine = DdlNames.routine_name(name, release)
+            cur.execute(f"DROP PROCEDURE IF EXISTS {database}.{routine}")
 
 
 def fetch_dicts(conn, sql: str, args: Any = None) -> list[dict[str, Any]]:

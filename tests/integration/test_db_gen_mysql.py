@@ -10,6 +10,7 @@ import pymysql
 import pytest
 
 from nsj_queue_lib import QueueClient, model
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db.mysql.driver import configure_session
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
@@ -86,6 +87,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         *model.QUEUE_COLUMNS,
         *model.EXTRA_COLUMNS,
         "dedupe_active",
+        "lock_key_running",
     ]
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
@@ -103,6 +105,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         "idx_{q}_data_hora",
         "idx_{q}_dedupe",
         "idx_{q}_lock_key",
+        "idx_{q}_lock_key_running",
         "idx_{q}_chain",
         "idx_{q}_equivalent",
     }
@@ -225,7 +228,12 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
             (database, name),
         )
     ]
-    assert set(columns) == {*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS, "dedupe_active"}
+    assert set(columns) == {
+        *model.QUEUE_COLUMNS,
+        *model.EXTRA_COLUMNS,
+        "dedupe_active",
+        "lock_key_running",
+    }
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
     assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (
         50,
@@ -242,7 +250,8 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
     } <= set(found)
     assert indexes(mysql_admin, database, f"{name}_subscriber")
     assert (
-        procedure_comment(mysql_admin, database, f"claim_next_{name}") == claim_procedure_version()
+        procedure_comment(mysql_admin, database, f"claim_next_{name}_v{CLAIM_ROUTINE_RELEASE}")
+        == claim_procedure_version()
     )
     snapshot = catalog(mysql_admin, database, name)
     execute_script(mysql_admin, script)  # idempotent
@@ -288,7 +297,7 @@ def procedure_comment(conn, database: str, name: str) -> str | None:
 def test_upgrade_replaces_a_claim_procedure_of_another_version(
     mysql_queue, mysql_admin, mysql_kwargs
 ):
-    name = f"claim_next_{mysql_queue.name}"
+    name = f"claim_next_{mysql_queue.name}_v{CLAIM_ROUTINE_RELEASE}"
     with mysql_admin.cursor() as cur:
         cur.execute(
             f"ALTER PROCEDURE {mysql_queue.database}.{name} COMMENT 'nsj_queue_lib claim 0000000000000000'"
@@ -375,7 +384,7 @@ def tables_in(plan) -> list[dict]:
 @pytest.mark.parametrize(
     "query, step, params, index",
     [
-        ("claim_tasks", "select", {"limit": 10}, "claim"),
+        ("claim_tasks", "select", {"limit": 10, "handled_subscribers": None}, "claim"),
         ("promote_due", "select", {"limit": 10}, "due"),
         (
             "find_orphans",

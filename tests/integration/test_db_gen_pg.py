@@ -8,6 +8,8 @@ import psycopg
 import pytest
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE
+from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import (
     busy_row_sql,
@@ -44,7 +46,7 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     # The worker's claim function, with the planner settings of the claim.
     config = pg_autocommit.execute(
         "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure",
-        (f"public.claim_next_{pg_queue.name}(bigint,text,integer,integer,integer)",),
+        (f"public.claim_next_{pg_queue.name}_v{CLAIM_ROUTINE_RELEASE}{CLAIM_FUNCTION_ARGS}",),
     ).fetchone()[0]
     assert sorted(config) == ["enable_bitmapscan=off", "enable_seqscan=off", "jit=off"]
     subscriber = pg_autocommit.execute(

@@ -15,6 +15,8 @@ import time
 import psycopg
 import pytest
 
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE
+from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS
 from nsj_queue_lib.db_gen import render
 from nsj_queue_lib.runtime.worker_runtime import EXIT_CONFIG_ERROR
 from tests.helpers.databases import count_rows
@@ -591,13 +593,15 @@ def test_queue_synchronous_commit_sets_the_task_transactions_durability(
 
 
 def drop_claim_function(pg_admin, queue) -> None:
-    pg_admin.execute(f"DROP FUNCTION {queue.schema}.claim_next_{queue.name}")
+    pg_admin.execute(
+        f"DROP FUNCTION {queue.schema}.claim_next_{queue.name}_v{CLAIM_ROUTINE_RELEASE}"
+    )
 
 
 def comment_claim_function(pg_admin, queue, version: str) -> None:
     pg_admin.execute(
-        f"COMMENT ON FUNCTION {queue.schema}.claim_next_{queue.name}"
-        f"(bigint, text, integer, integer, integer) IS '{version}'"
+        f"COMMENT ON FUNCTION {queue.schema}.claim_next_{queue.name}_v{CLAIM_ROUTINE_RELEASE}"
+        f"{CLAIM_FUNCTION_ARGS} IS '{version}'"
     )
 
 
@@ -619,7 +623,9 @@ def test_a_queue_without_this_versions_claim_function_is_refused_at_start(
     )
     assert worker.run_until_stopped(install_signal_handlers=False) == EXIT_CONFIG_ERROR
     message = worker._runtime.exit_message
-    assert f"claim_next_{pg_queue.name}" in message and "--upgrade" in message, message
+    assert (
+        f"claim_next_{pg_queue.name}_v{CLAIM_ROUTINE_RELEASE}" in message and "--upgrade" in message
+    ), message
     if routine == "missing":
         assert "is missing" in message
     else:
@@ -648,7 +654,8 @@ def test_dropping_the_claim_function_under_a_running_worker_holds_the_tasks_unti
         return [
             r.getMessage()
             for r in library_log.records
-            if "claim failed" in r.getMessage() and f"claim_next_{pg_queue.name}" in r.getMessage()
+            if "claim failed" in r.getMessage()
+            and f"claim_next_{pg_queue.name}_v{CLAIM_ROUTINE_RELEASE}" in r.getMessage()
         ]
 
     wait_for(claim_failures, 10, "the worker's claim to meet the missing function")

@@ -103,8 +103,9 @@ def _columns(ddl: str, table: str) -> dict[str, str]:
 def test_every_dialect_renders_the_same_logical_table(dialect):
     ddl = render("public", "fila_teste", dialect)
     queue = _columns(ddl, "public.fila_teste")
-    # MySQL's unique index of unfinished dedupe keys needs a generated column.
-    generated = ["dedupe_active"] if dialect == "mysql" else []
+    # MySQL's unique indexes of unfinished dedupe keys and running lock keys need
+    # generated columns.
+    generated = ["dedupe_active", "lock_key_running"] if dialect == "mysql" else []
     assert list(queue) == [*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS, *generated]
     subscriber = _columns(ddl, "public.fila_teste_subscriber")
     assert list(subscriber) == list(model.SUBSCRIBER_COLUMNS)
@@ -186,14 +187,14 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
     idempotent = re.compile(
         r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics) WHERE "
         r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
-        r"|CREATE TABLE IF NOT EXISTS |DROP PROCEDURE IF EXISTS public.claim_next_fila_teste$)"
+        r"|CREATE TABLE IF NOT EXISTS |DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2$)"
     )
     assert len(statements) >= 40
     # The claim procedure is replaced: created once, right after its DROP ... IF EXISTS.
     [create] = [
         i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")
     ]
-    assert statements[create - 1] == "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste"
+    assert statements[create - 1] == "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2"
     for statement in statements[:create] + statements[create + 1 :]:
         assert idempotent.match(statement), statement
     # MySQL 8 has neither of these: the script must not depend on them.
@@ -226,7 +227,7 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     statements = split_script(render("public", "fila_teste", "mysql"))
     [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE")]
     assert procedure.startswith(
-        "CREATE PROCEDURE public.claim_next_fila_teste(\n    IN p_task_id BIGINT,"
+        "CREATE PROCEDURE public.claim_next_fila_teste_v2(\n    IN p_task_id BIGINT,"
     )
     # The message keeps every character whatever the database's default character set.
     assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure

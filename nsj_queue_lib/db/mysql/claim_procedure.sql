@@ -35,7 +35,13 @@
 --
 -- lock_key: the locking reads skip a task whose key is busy (a task of its
 -- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
--- look-up does not: it only says where to start reading.
+-- look-up does not: it only says where to start reading. A task refused by
+-- the unique index of running keys (another claim took its key after this
+-- one's snapshot) is given back and the claim starts over, at most 3 times.
+--
+-- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
+-- in p_handled_subscribers, a JSON array (NULL: every subscriber;
+-- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -46,7 +52,8 @@ DELIMITER //
 CREATE PROCEDURE {claim_function}(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
-    IN p_lock_prefix VARCHAR(64)
+    IN p_lock_prefix VARCHAR(64),
+    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
@@ -60,6 +67,7 @@ BEGIN
     DECLARE v_claimed BIGINT;
     DECLARE v_first_attempt BIGINT;
     DECLARE v_task LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_keys_lost INT DEFAULT 0;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     IF p_task_id IS NOT NULL THEN
@@ -128,6 +136,7 @@ BEGIN
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM {table} AS t FORCE INDEX ({idx_claim})
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+                  AND {deliverable}
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -143,9 +152,31 @@ BEGIN
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM {table} AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+              AND {deliverable}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF v_claimed IS NOT NULL THEN
+            BEGIN
+                -- Refused by the unique index of running keys: a concurrent claim
+                -- took this task's lock_key after this claim's snapshot saw it
+                -- free. Undo, and claim again with a snapshot that sees it busy.
+                DECLARE CONTINUE HANDLER FOR 1062
+                    SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
+                UPDATE {table}
+                SET status = 'processando'
+                WHERE id = v_claimed;
+            END;
+            IF v_claimed IS NULL THEN
+                ROLLBACK;
+                SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed)),
+                    v_remembered = FALSE, v_id = NULL, v_task = NULL;
+                IF v_keys_lost >= 3 THEN
+                    LEAVE claim;
+                END IF;
+                ITERATE claim;
+            END IF;
         END IF;
         IF v_claimed IS NOT NULL OR NOT v_remembered THEN
             LEAVE claim;
@@ -155,9 +186,6 @@ BEGIN
         SET v_remembered = FALSE, v_id = NULL;
     END LOOP;
     IF v_claimed IS NOT NULL THEN
-        UPDATE {table}
-        SET status = 'processando'
-        WHERE id = v_claimed;
         IF v_first_attempt IS NOT NULL THEN
             SET v_task = JSON_SET(v_task, '$.payload',
                                   (SELECT f.payload FROM {table} AS f WHERE f.id = v_first_attempt));

@@ -44,7 +44,10 @@ CREATE TABLE {table} (
     lock_key varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
-    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
+    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
+    -- lock_key while the task runs, NULL otherwise: its unique index admits one
+    -- running task per key, whatever the claims' snapshots saw.
+    lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 {indexes}

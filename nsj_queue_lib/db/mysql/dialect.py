@@ -14,6 +14,7 @@ import re
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The columns --upgrade adds to a table that lacks them (the same as on
@@ -28,6 +29,8 @@ UPGRADE_COLUMNS = (
     *model.EXTRA_COLUMNS,
     # Generated from dedupe_key and status: the unique index of unfinished dedupe keys.
     "dedupe_active",
+    # Generated from lock_key and status: the unique index of running lock keys.
+    "lock_key_running",
 )
 
 _CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
@@ -56,6 +59,7 @@ def claim_procedure_version() -> str:
         sql_code(read_sql("mysql", "claim_procedure.sql"))
         + CLAIMED_TASK_JSON
         + lock_key_free("t", "t", "n")
+        + deliverable("mysql", "t", "h")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
@@ -97,6 +101,7 @@ def _sql_string(text: str) -> str:
 
 class MysqlDialect(Dialect):
     name = "mysql"
+    routine_kind = "PROCEDURE"
 
     def _values(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
@@ -109,6 +114,7 @@ class MysqlDialect(Dialect):
             claimed_task_json=CLAIMED_TASK_JSON,
             claim_procedure_version=claim_procedure_version(),
             lock_key_free=lock_key_free(values["table"], "t", "NOW(6)"),
+            deliverable=deliverable("mysql", "t", "p_handled_subscribers"),
         )
         values["claim_procedure_ddl"] = render(
             read_sql(self.name, "claim_procedure.sql"), procedure_values

@@ -21,6 +21,7 @@ logger = get_logger("mysql")
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 RETRYABLE_ERRORS = (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)
+ER_DUP_ENTRY = 1062
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY = 0.005  # seconds; doubled per attempt, with jitter
 
@@ -83,3 +84,8 @@ def retry_on_lock_errors(
             logger.debug("%s: %s, trying again (attempt %d of %d)", what, exc, number + 1, attempts)
             time.sleep(RETRY_BASE_DELAY * (2 ** (number - 1)) * (0.5 + random.random()))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def is_duplicate_key(exc: BaseException | None) -> bool:
+    """A unique index refused the statement's row."""
+    return error_code(exc) == ER_DUP_ENTRY

@@ -65,11 +65,20 @@ class MysqlFamilyStore:
         self.subscriber_table = subscriber_table
         queries = render_queries(
             self.dialect,
-            {**query_values(queue_table, subscriber_table, "NOW(6)"), "task_json": TASK_JSON},
+            {
+                **query_values(queue_table, subscriber_table, "NOW(6)", "mysql"),
+                "task_json": TASK_JSON,
+            },
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}
         self._table_schema = split_table_name(queue_table)[0]
         self._queue_number: int | None = None
+        self.handled_subscribers: frozenset[str] | None = None
+
+    def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
+        """The subscribers whose deliveries this store's claims take (None: all of them;
+        nsj_queue_lib/flow/deliveries.py)."""
+        self.handled_subscribers = handled
 
     def server(self, conn: Any) -> ServerInfo:
         """The server flavour behind ``conn`` (MariaDB, MySQL or SingleStore)."""

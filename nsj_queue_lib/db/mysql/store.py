@@ -25,6 +25,7 @@ from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
     ER_LOCK_WAIT_TIMEOUT,
     error_code,
+    is_duplicate_key,
     is_retryable,
     logger,
     retry_on_lock_errors,
@@ -35,6 +36,8 @@ from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_tab
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import claimed_row, rows_as_dicts, task_from_json
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
+from nsj_queue_lib.flow.deliveries import json_array
+from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -75,7 +78,7 @@ class MysqlQueueStore(MysqlFamilyStore):
         if self.claim_procedure is None:
             raise ClaimRoutineError(
                 f"QUEUE_TABLE: {self.queue_table}'s name is too long for its claim procedure "
-                "(claim_next_<table> must fit in 64 characters)"
+                "(claim_next_<table>_v<N> must fit in 64 characters)"
             )
         schema, name = split_table_name(self.claim_procedure)
         with wrap_driver_errors("claim_procedure_version"), conn.cursor() as cur:
@@ -143,8 +146,13 @@ class MysqlQueueStore(MysqlFamilyStore):
 
     def _procedure_call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Statement:
         return (
-            f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s)",
-            {"id": task_id, "mensagem": mensagem, "lock_prefix": self.lock_prefix(conn)},
+            f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s, %(handled)s)",
+            {
+                "id": task_id,
+                "mensagem": mensagem,
+                "lock_prefix": self.lock_prefix(conn),
+                "handled": json_array(self.handled_subscribers),
+            },
         )
 
     def _claimed(self, conn: Any, result: Result) -> Claim | None:
@@ -259,7 +267,10 @@ class MysqlQueueStore(MysqlFamilyStore):
         def attempt() -> TaskRecord | None:
             conn.begin()
             with conn.cursor() as cur:
-                cur.execute(steps["select"])
+                cur.execute(
+                    steps["select"],
+                    {"handled_subscribers": json_array(self.handled_subscribers)},
+                )
                 rows = rows_as_dicts(cur)
                 if not rows:
                     conn.rollback()
@@ -269,8 +280,11 @@ class MysqlQueueStore(MysqlFamilyStore):
                 payloads = self._first_payloads(cur, row)
             return TaskRecord.from_row(claimed_row(row, payloads))
 
+        def skipping_busy_keys() -> TaskRecord | None:
+            return claim_skipping_busy_keys(attempt, is_duplicate_key, conn.rollback)
+
         with wrap_driver_errors("claim"):
-            return retry_on_lock_errors("claim", attempt, conn.rollback)
+            return retry_on_lock_errors("claim", skipping_busy_keys, conn.rollback)
 
     # -- maintenance locks and orphans --
 

@@ -14,6 +14,8 @@
 
 {periodic_table_ddl}
 
--- The claim procedure of this version replaces any earlier one.
+-- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
+-- earlier build of itself. Earlier releases' procedures stay, for their workers
+-- during a rolling upgrade: db_gen --drop-old-routines drops them afterwards.
 DROP PROCEDURE IF EXISTS {claim_function};
 {claim_procedure_ddl}

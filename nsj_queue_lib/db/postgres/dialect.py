@@ -6,7 +6,13 @@ import hashlib
 
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.lock_keys import lock_key_free
+
+# The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
+CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[])"
+# ... and those of earlier releases' claim functions, by release (dialect.CLAIM_ROUTINE_RELEASE).
+OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 
 # What the claims put in {lock_key_free}: the candidate row is q (claim_function.sql).
 CLAIM_NOW = "clock_timestamp()"
@@ -14,13 +20,20 @@ CLAIM_NOW = "clock_timestamp()"
 
 def claim_function_version() -> str:
     """The claim function's COMMENT: changes whenever its code does."""
-    source = sql_code(read_sql("postgres", "claim_function.sql")) + lock_key_free("t", "q", "n")
+    source = (
+        sql_code(read_sql("postgres", "claim_function.sql"))
+        + lock_key_free("t", "q", "n")
+        + deliverable("postgres", "q", "h")
+    )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
 
 
 class PostgresDialect(Dialect):
     name = "postgres"
+
+    def old_routine_arguments(self, release: int) -> str:
+        return OLD_CLAIM_FUNCTION_ARGS[release]
 
     def _parts(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
@@ -34,6 +47,7 @@ class PostgresDialect(Dialect):
             values,
             claim_function_version=claim_function_version(),
             lock_key_free=lock_key_free(values["table"], "q", CLAIM_NOW),
+            deliverable=deliverable("postgres", "q", "handled_subscribers"),
         )
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values

@@ -22,6 +22,8 @@ CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa, payload_h
 -- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
 CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
--- of its key in claim order, and whether a task of its key is running.
+-- of its key in claim order, and whether a task of its key is running. The
+-- second is unique: two claims whose snapshots both saw the key free cannot
+-- both commit a running task of it (the later one skips the row).
 CREATE INDEX IF NOT EXISTS {idx_lock_key} ON {table} (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
-CREATE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';

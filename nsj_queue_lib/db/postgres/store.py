@@ -27,7 +27,7 @@ from nsj_queue_lib.db.dialect import (
     missing_columns_error,
     notify_channel,
 )
-from nsj_queue_lib.db.postgres.dialect import claim_function_version
+from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
@@ -39,6 +39,8 @@ from nsj_queue_lib.db.postgres.wire import (
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
+from nsj_queue_lib.flow.deliveries import postgres_array
+from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -129,13 +131,21 @@ class PostgresQueueStore:
         self.sql["claim_call"] = (
             f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
             f"FROM {self.claim_function or 'claim_routine_unavailable'}"
-            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer) AS f"
+            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[]) AS f"
         )
         self._claim_call = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
+        self.handled_subscribers: frozenset[str] | None = None
+        self._handled_array: str | None = None
         self._queue_oid: int | None = None
         self._queue_key = 0
         # Where cancel requests are announced: the channel of the queue's insert trigger.
         self.cancel_channel = notify_channel(split_table_name(queue_table)[1])
+
+    def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
+        """The subscribers whose deliveries this store's claims take (None: all of them;
+        nsj_queue_lib/flow/deliveries.py)."""
+        self.handled_subscribers = handled
+        self._handled_array = postgres_array(handled)
 
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
@@ -331,9 +341,9 @@ class PostgresQueueStore:
         if self.claim_function is None:
             raise ClaimRoutineError(
                 f"QUEUE_TABLE: {self.queue_table}'s name is too long for its claim function "
-                f"(claim_next_<table> must fit in 63 characters)"
+                f"(claim_next_<table>_v<N> must fit in 63 characters)"
             )
-        signature = f"{self.claim_function}(bigint,text,integer,integer,integer)"
+        signature = f"{self.claim_function}{CLAIM_FUNCTION_ARGS}"
         with wrap_driver_errors("claim_function_version"):
             row = conn.execute(
                 self.sql["claim_function_version"], {"signature": signature}
@@ -433,7 +443,7 @@ class PostgresQueueStore:
         begin: bool = False,
     ) -> Steps[list[dict[str, Any]]]:
         done_key = 0 if done_id is None else self.task_key(done_id)
-        params = (done_id, mensagem, self._queue_key, done_key, claim_limit)
+        params = (done_id, mensagem, self._queue_key, done_key, claim_limit, self._handled_array)
         with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
                 return (yield from self._claim_call.steps(conn, params, commit, begin=begin))
@@ -475,17 +485,28 @@ class PostgresQueueStore:
         them, then commits with ``commit_and_begin``, or rolls back to return
         the tasks to the queue. Until then nobody sees the rows claimed.
         """
-        with wrap_driver_errors("claim"):
+
+        def attempt() -> TaskRecord | None:
             with conn.pipeline():
                 conn.execute("BEGIN")
                 conn.execute(self.sql["claim_settings"])
                 cursor = conn.cursor()
-                cursor.execute(self.sql["claim_uncommitted"], binary=True)
+                handled = self.handled_subscribers
+                cursor.execute(
+                    self.sql["claim_uncommitted"],
+                    {"handled_subscribers": None if handled is None else sorted(handled)},
+                    binary=True,
+                )
             rows = _claimed_rows(cursor)
             if not rows:
                 conn.execute("ROLLBACK")
                 return None
-        return TaskRecord.from_row(rows[0])
+            return TaskRecord.from_row(rows[0])
+
+        with wrap_driver_errors("claim"):
+            return claim_skipping_busy_keys(
+                attempt, lambda exc: isinstance(exc, psycopg.errors.UniqueViolation), conn.rollback
+            )
 
     def commit_and_begin(self, conn) -> None:
         with wrap_driver_errors("commit"):

@@ -14,8 +14,8 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
--- partial now (1.2.2's covered every row), and the chain index leaves first
--- attempts out. An index with the old definition is dropped here so that the
+-- partial now (1.2.2's covered every row), the chain index leaves first
+-- attempts out, and the index of running lock keys is unique. An index with the old definition is dropped here so that the
 -- CREATE INDEX IF NOT EXISTS below builds the current one.
 DO $$
 DECLARE
@@ -27,6 +27,7 @@ BEGIN
         WHERE (i.indexrelid = to_regclass('{schema}.{idx_data_hora}') AND i.indpred IS NULL)
            OR (i.indexrelid = to_regclass('{schema}.{idx_chain}')
                AND coalesce(pg_get_expr(i.indpred, i.indrelid), '') NOT LIKE '%id_inicial IS NOT NULL%')
+           OR (i.indexrelid = to_regclass('{schema}.{idx_lock_key_running}') AND NOT i.indisunique)
     LOOP
         EXECUTE format('DROP INDEX %s', stale.name);
     END LOOP;
@@ -37,6 +38,9 @@ $$;
 
 {trigger}
 
+-- The claim function of this release (claim_next_<queue>_v<N>). Earlier releases'
+-- functions stay, for their workers during a rolling upgrade: db_gen
+-- --drop-old-routines drops them afterwards.
 {claim_function_ddl}
 
 {subscriber_table_ddl}

@@ -39,5 +39,8 @@ class SingleStoreDialect(Dialect):
     def upgrade_ddl(self, names: DdlNames) -> str:
         raise UpgradeNotSupported(UPGRADE_NOT_SUPPORTED)
 
+    def drop_old_routines_ddl(self, names: DdlNames) -> str:
+        return "-- SingleStore queues have no claim routine: nothing to drop.\n"
+
 
 DIALECT = SingleStoreDialect()

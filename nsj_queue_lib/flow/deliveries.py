@@ -1,0 +1,50 @@
+"""Pub/sub deliveries a worker cannot handle are left to the workers that can.
+
+A delivery row (and its retries and dead letter) carries its ``subscriber_id``;
+any other row has none. The claim takes a delivery only when its subscriber is
+among the worker's handled ones (``WorkerBase.handled_subscribers``: the ids of
+its ``@Subscriber``/``@DeadSubscriber`` methods; None means every subscriber,
+a pub/sub worker that delivers the others by webhook). So a worker without a
+method for a subscriber never claims and fails that subscriber's deliveries:
+they stay ``pendente`` for a worker that handles them.
+
+The condition reads only the candidate row the claim reads anyway (no probe),
+and for a task that is not a delivery it is one NULL test. The same text
+serves every claim: ``{row}`` is the candidate's alias, ``{handled}`` the
+handled ids (an array on PostgreSQL, a JSON array text on MySQL; NULL: every
+subscriber).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+
+_DELIVERABLE = {
+    "postgres": (
+        "({row}.subscriber_id IS NULL OR {handled} IS NULL OR {row}.subscriber_id = ANY({handled}))"
+    ),
+    "mysql": (
+        "({row}.subscriber_id IS NULL OR {handled} IS NULL"
+        " OR JSON_CONTAINS({handled}, JSON_QUOTE({row}.subscriber_id)))"
+    ),
+}
+
+
+def deliverable(dialect: str, row: str, handled: str) -> str:
+    """SQL: the candidate ``row`` is not a delivery, or one of a handled subscriber
+    (``row`` and ``handled`` are this library's identifiers or placeholders, never input)."""
+    return _DELIVERABLE[dialect].format(row=row, handled=handled)
+
+
+def postgres_array(handled: Collection[str] | None) -> str | None:
+    """``handled`` as a PostgreSQL array literal (a parameter sent as text), None as NULL."""
+    if handled is None:
+        return None
+    quoted = ('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"' for s in sorted(handled))
+    return "{" + ",".join(quoted) + "}"
+
+
+def json_array(handled: Collection[str] | None) -> str | None:
+    """``handled`` as a JSON array text (MySQL's parameter), None as NULL."""
+    return None if handled is None else json.dumps(sorted(handled))

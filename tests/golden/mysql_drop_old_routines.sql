@@ -1,0 +1,1 @@
+DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;

@@ -1,0 +1,254 @@
+-- Queue table: one row per attempt of a task (MySQL >= 8.0, MariaDB >= 10.6).
+-- Times are TIMESTAMP(6): instants kept in UTC, read and written in the
+-- session's time zone (the workers' sessions use UTC). TIMESTAMP ends at
+-- 2038-01-19 03:14:07 UTC. Text compares byte for byte (utf8mb4_bin), as
+-- on PostgreSQL.
+CREATE TABLE public.fila_teste (
+    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    id_inicial bigint,
+    data_hora_inicial timestamp(6) NULL DEFAULT CURRENT_TIMESTAMP(6),
+    data_hora timestamp(6) NULL DEFAULT CURRENT_TIMESTAMP(6),
+    origem varchar(150),
+    destino varchar(150),
+    processo varchar(250),
+    chave_externa varchar(100),
+    proxima_tentativa timestamp(6) NULL DEFAULT NULL,
+    tentativa integer DEFAULT 1,
+    status varchar(100) DEFAULT 'pendente',
+    reenfileirado boolean DEFAULT false,
+    estouro_tentativas boolean DEFAULT false,
+    mensagem varchar(500),
+    id_anterior bigint,
+    data_hora_anterior timestamp(6) NULL DEFAULT NULL,
+    status_anterior varchar(100),
+    mensagem_anterior varchar(500),
+    payload longtext,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    payload_hash varbinary(64),
+    pub_sub boolean NOT NULL DEFAULT false,
+    publication_id bigint,
+    subscriber_id varchar(100),
+    dead boolean NOT NULL DEFAULT false,
+    live_id bigint,
+    prioridade integer DEFAULT 50,
+    -- Life cycle (docs/lifecycle.md): nullable or defaulted, so that statements
+    -- that never name them (1.2.2's workers) keep working.
+    cancel_requested boolean NOT NULL DEFAULT false,
+    progress_done bigint,
+    progress_total bigint,
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200),
+    -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
+    -- index, and a unique index admits any number of NULLs.
+    dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- MySQL has no partial indexes: status leads every index the workers use,
+-- so each scan reads only the rows of the status it looks for.
+-- The claim: ready rows in claim order (higher priority first, then older),
+-- read in index order up to the LIMIT, without sorting.
+CREATE INDEX idx_fila_teste_claim ON public.fila_teste (status, prioridade DESC, data_hora, id);
+-- Rows of one status by time: the next wake-up, due retries, waiting tasks,
+-- and the retry service's scan of running rows.
+CREATE INDEX idx_fila_teste_due ON public.fila_teste (status, data_hora);
+-- Purge: oldest rows first.
+CREATE INDEX idx_fila_teste_data_hora ON public.fila_teste (data_hora);
+-- Purge keeps a first attempt while a later attempt still needs its payload.
+CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status);
+-- QueueClient.list_equivalent_task.
+CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
+CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id);
+
+-- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
+
+-- What an executor sends after a task: one short CALL per task. With a
+-- finished task (p_task_id), its 'sucesso', committed, and the release of
+-- its liveness lock; then the claim of the next ready task in claim order
+-- (prioridade DESC, data_hora, id), skipping rows other claims hold, with
+-- its liveness lock taken by this session; then COMMIT AND CHAIN, which
+-- commits the claim and opens the task's transaction. Workers check the
+-- COMMENT at start and refuse a procedure of another version. The CALL's one
+-- result set is one row, one JSON column: the claimed task with the liveness
+-- lock's GET_LOCK result, or NULL when nothing was ready.
+-- After a failed call, @nsjq_completed = p_task_id tells the caller that the
+-- completion was committed (only the claim failed), and @nsjq_claimed which
+-- task's lock the claim may have taken. Neither is reset at the start: a
+-- value left by an earlier call names another task, and releasing a lock
+-- this session does not hold does nothing.
+--
+-- Where the claim starts reading. InnoDB leaves the claim index entry of a
+-- claimed task in place, delete-marked, until purge removes it: during a
+-- drain many such entries lie ahead of the first ready task, and a locking
+-- read from the start of the 'pendente' range would lock every one of them,
+-- queueing concurrent claims behind each other. So the procedure first finds
+-- the first ready task without locks and without a snapshot (READ
+-- UNCOMMITTED, for that one statement), then locks from there on. The
+-- look-up needs a statement of its own outside any transaction: that is why
+-- the completion commits before the claim, and why a failing claim never
+-- takes the finished task's work with it.
+--
+-- The look-up is the procedure's most expensive statement, so its answer is
+-- reused for 20 ms: until then an executor's claim starts at its own last
+-- claimed task (@nsjq_position_*, per queue); between there and the first
+-- ready task lie only the tasks other executors claimed since. A task that
+-- becomes ready ahead of that position in the meantime (a higher priority, a
+-- retry, a task given back) waits for the next look-up: claim order may lag
+-- by up to 20 ms, never more. When nothing is ready after the position, the
+-- claim looks up at once, so "nothing claimed" always comes from a look-up.
+--
+-- lock_key: the locking reads skip a task whose key is busy (a task of its
+-- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
+-- look-up does not: it only says where to start reading.
+--
+-- MariaDB spends more on running a statement than on the rows it touches,
+-- hence the claim's shape: the locking read itself builds the row's JSON and
+-- takes the liveness lock (status already says 'processando', which the
+-- next statement writes), and the result is sent after the commit, so the
+-- worker reads the row and the end of the CALL in one go.
+DELIMITER //
+CREATE PROCEDURE public.claim_next_fila_teste(
+    IN p_task_id BIGINT,
+    IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
+    IN p_lock_prefix VARCHAR(64)
+)
+    MODIFIES SQL DATA
+    SQL SECURITY INVOKER
+    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
+BEGIN
+    DECLARE v_prioridade INT;
+    DECLARE v_data_hora TIMESTAMP(6);
+    DECLARE v_id BIGINT;
+    DECLARE v_remembered BOOLEAN;
+    DECLARE v_lookup_failed BOOLEAN DEFAULT FALSE;
+    DECLARE v_claimed BIGINT;
+    DECLARE v_first_attempt BIGINT;
+    DECLARE v_task LONGTEXT CHARACTER SET utf8mb4;
+    -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF p_task_id IS NOT NULL THEN
+        UPDATE public.fila_teste
+        SET status = 'sucesso', mensagem = p_mensagem
+        WHERE id = p_task_id AND status = 'processando';
+    END IF;
+    -- Also ends the empty transaction a first claim is called in. The
+    -- liveness lock goes once the task is 'sucesso' for everyone.
+    COMMIT;
+    SET @nsjq_completed = p_task_id,
+        @nsjq_released = IF(p_task_id IS NULL, NULL, RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id)));
+    -- Where the claim starts: this session's last claim of this queue while
+    -- its look-up is recent (data_hora kept as a number: a handler may change
+    -- the session's time zone), else the first ready task.
+    SET v_remembered = COALESCE(UNIX_TIMESTAMP(NOW(6)) < @nsjq_position_until
+                                AND @nsjq_position_queue = p_lock_prefix, FALSE);
+    IF v_remembered THEN
+        SET v_prioridade = @nsjq_position_prioridade,
+            v_data_hora = FROM_UNIXTIME(@nsjq_position_data_hora),
+            v_id = @nsjq_position_id;
+    END IF;
+    claim: LOOP
+        IF NOT v_remembered THEN
+            BEGIN
+                -- If the look-up fails (its index was dropped, say), the claim
+                -- reads from the start. A statement that fails before it starts
+                -- leaves READ UNCOMMITTED pending for the next transaction: that
+                -- one gets the executors' level instead.
+                DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    SET v_lookup_failed = TRUE;
+                    SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+                END;
+                SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;
+                SELECT t.prioridade, t.data_hora, t.id INTO v_prioridade, v_data_hora, v_id
+                FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+                ORDER BY t.prioridade DESC, t.data_hora, t.id
+                LIMIT 1;
+            END;
+            -- No position without the claim index (the look-up failed).
+            SET @nsjq_position_queue = IF(v_lookup_failed, NULL, p_lock_prefix),
+                @nsjq_position_until = UNIX_TIMESTAMP(NOW(6)) + 0.02;
+        END IF;
+        START TRANSACTION;
+        -- GET_LOCK runs for the one row the claim returns. Later attempts keep
+        -- no payload of their own: v_first_attempt says where it is.
+        IF v_id IS NOT NULL THEN
+            BEGIN
+                -- A claim from a remembered position that fails (a deadlock,
+                -- the claim index dropped) starts over from a look-up; the
+                -- liveness lock it may have taken goes first.
+                DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
+                BEGIN
+                    IF NOT v_remembered THEN
+                        RESIGNAL;
+                    END IF;
+                    SET v_claimed = NULL,
+                        @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
+                END;
+                SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
+                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade),
+                       t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
+                INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
+                     @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
+                FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                  AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
+                       OR (t.prioridade = v_prioridade
+                           AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                ORDER BY t.prioridade DESC, t.data_hora, t.id
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+            END;
+        ELSEIF v_lookup_failed THEN
+            SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
+                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade),
+                   t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
+            INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
+                 @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
+            FROM public.fila_teste AS t
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+            ORDER BY t.prioridade DESC, t.data_hora, t.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF v_claimed IS NOT NULL OR NOT v_remembered THEN
+            LEAVE claim;
+        END IF;
+        -- Nothing ready after the position: look from the first ready task.
+        ROLLBACK;
+        SET v_remembered = FALSE, v_id = NULL;
+    END LOOP;
+    IF v_claimed IS NOT NULL THEN
+        UPDATE public.fila_teste
+        SET status = 'processando'
+        WHERE id = v_claimed;
+        IF v_first_attempt IS NOT NULL THEN
+            SET v_task = JSON_SET(v_task, '$.payload',
+                                  (SELECT f.payload FROM public.fila_teste AS f WHERE f.id = v_first_attempt));
+        END IF;
+    END IF;
+    COMMIT AND CHAIN;
+    SELECT v_task AS task;
+END//
+DELIMITER ;
+
+-- Subscribers of pub/sub and webhook publications.
+CREATE TABLE public.fila_teste_subscriber (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);

@@ -1,0 +1,163 @@
+-- Queue table: one row per attempt of a task.
+CREATE TABLE public.fila_teste (
+    id bigserial PRIMARY KEY,
+    id_inicial bigint,
+    data_hora_inicial timestamp with time zone DEFAULT clock_timestamp(),
+    data_hora timestamp with time zone DEFAULT clock_timestamp(),
+    origem varchar(150),
+    destino varchar(150),
+    processo varchar(250),
+    chave_externa varchar(100),
+    proxima_tentativa timestamp with time zone,
+    tentativa integer DEFAULT 1,
+    status varchar(100) DEFAULT 'pendente',
+    reenfileirado boolean DEFAULT false,
+    estouro_tentativas boolean DEFAULT false,
+    mensagem varchar(500),
+    id_anterior bigint,
+    data_hora_anterior timestamp with time zone,
+    status_anterior varchar(100),
+    mensagem_anterior varchar(500),
+    payload text,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    payload_hash bytea,
+    pub_sub boolean DEFAULT false NOT NULL,
+    publication_id bigint,
+    subscriber_id varchar(100),
+    dead boolean DEFAULT false NOT NULL,
+    live_id bigint,
+    prioridade integer DEFAULT 50,
+    -- Life cycle (docs/lifecycle.md): nullable or defaulted, so that statements
+    -- that never name them (1.2.2's workers) keep working.
+    cancel_requested boolean DEFAULT false NOT NULL,
+    progress_done bigint,
+    progress_total bigint,
+    progress_message varchar(500),
+    -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
+    dedupe_key varchar(200),
+    -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
+    lock_key varchar(200)
+);
+
+-- The claim: ready rows in claim order (higher priority first, then older).
+-- Partial, so its size follows the ready backlog, not the table's history.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_claim ON public.fila_teste (prioridade DESC, data_hora, id) WHERE status = 'pendente';
+-- Rows waiting for their time: renotify scans and the dispatcher's next wake-up.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_due ON public.fila_teste (data_hora) WHERE status IN ('pendente', 'agendada');
+-- The earliest retry waiting for its time (the dispatcher's next wake-up, promotions).
+CREATE INDEX IF NOT EXISTS idx_fila_teste_scheduled ON public.fila_teste (data_hora) WHERE status = 'agendada';
+-- The retry service looks only at rows being processed.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_running ON public.fila_teste (id) WHERE status = 'processando';
+-- Purge: oldest settled rows first. Partial (the purge's own condition), so
+-- enqueuing and claiming a task add no entry here; only settling does.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_hora) WHERE status NOT IN ('pendente', 'agendada', 'processando');
+-- Purge keeps a task's first attempt while a later attempt still needs its
+-- payload. Only later attempts have id_inicial, so first attempts (nearly
+-- every row) never enter this index.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- A task's latest attempt (QueueClient.get_task, cancel_task): later attempts only.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
+-- QueueClient.list_equivalent_task.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
+-- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+-- lock_key: the claim's two probes of a keyed candidate: the first ready task
+-- of its key in claim order, and whether a task of its key is running.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
+CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+
+-- Tells the workers listening on channel 'fila_teste' about a new task: payload
+-- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
+-- their next wake-up). Delivered at commit; identical notifications are merged.
+CREATE OR REPLACE FUNCTION public.notify_fila_teste_insert()
+RETURNS trigger AS $$
+BEGIN
+    IF NEW.data_hora <= clock_timestamp() AND NEW.status = 'pendente' THEN
+        PERFORM pg_notify('fila_teste', '');
+    ELSE
+        PERFORM pg_notify('fila_teste', 'scheduled');
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+DROP TRIGGER IF EXISTS trigger_insert_fila_teste ON public.fila_teste;
+CREATE TRIGGER trigger_insert_fila_teste
+AFTER INSERT ON public.fila_teste
+FOR EACH ROW
+WHEN (NEW.status IN ('pendente', 'agendada'))
+EXECUTE FUNCTION public.notify_fila_teste_insert();
+
+-- The worker's hot path in one call: a task that succeeded becomes 'sucesso'
+-- and its liveness lock is released, then the next ready tasks are claimed
+-- ('processando', their liveness locks taken by the calling session), all in
+-- the caller's transaction. One statement instead of two saves a fifth of the
+-- worker's CPU per task. The planner settings hold for this function's own
+-- statements only: the claim must walk the partial claim index in order and
+-- stop at the limit even when the table's statistics are stale.
+CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
+    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer
+)
+RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+BEGIN
+    IF done_id IS NOT NULL THEN
+        UPDATE public.fila_teste AS d
+        SET status = 'sucesso', mensagem = done_mensagem
+        WHERE d.id = done_id AND d.status = 'processando';
+        -- Advisory unlocks are not transactional: the lock goes even if the
+        -- row was no longer 'processando'.
+        PERFORM pg_advisory_unlock(lock_queue_key, done_task_key);
+    END IF;
+    IF claim_limit > 0 THEN
+        RETURN QUERY
+        WITH next AS (
+            SELECT q.id
+            FROM public.fila_teste AS q
+            WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+              -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
+              AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+            ORDER BY q.prioridade DESC, q.data_hora, q.id
+            LIMIT claim_limit
+            FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE public.fila_teste AS t
+            SET status = 'processando'
+            FROM next
+            WHERE t.id = next.id
+            RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+                      t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+                      t.data_hora AS claimed_data_hora,
+                      pg_try_advisory_lock(lock_queue_key, (t.id % 2147483648)::int4) AS locked
+        )
+        SELECT c.claimed_row, fa.payload, c.locked
+        FROM claimed AS c
+        LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+        ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+    END IF;
+END;
+$$;
+-- Workers check this at start: a function of another version stops them
+-- with a message naming db_gen --upgrade.
+COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
+    IS 'nsj_queue_lib claim 9ac7ae8eeb854147';
+
+-- Subscribers of pub/sub and webhook publications.
+CREATE TABLE public.fila_teste_subscriber (
+    id varchar(100) NOT NULL PRIMARY KEY,
+    tenant bigint,
+    grupo_empresarial varchar(40),
+    processo varchar(250) NOT NULL,
+    url varchar(2048),
+    http_method varchar(8),
+    headers json,
+    ativo boolean NOT NULL DEFAULT true,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);
