@@ -1,0 +1,381 @@
+"""Group commit: many tasks per commit, each still atomic with its handler's writes.
+
+With QUEUE_BATCH_SIZE > 1 an executor thread drains in *groups*
+(docs/group-commit.md):
+
+1. up to QUEUE_BATCH_SIZE ready tasks are claimed in one statement (their
+   liveness locks taken) and committed - with the previous group's commit
+   when there was one;
+2. their handlers run one after another in one transaction. Before every
+   handler but the transaction's first a savepoint is set; a handler that
+   fails is rolled back to it and its failure written in the transaction, so
+   the other tasks' writes stay. A success writes 'sucesso' and releases the
+   task's liveness lock as its handler returns, in the same round trip as the
+   next savepoint;
+3. the group commits after its last task, in one round trip with the next
+   group's claim. A group that has been open QUEUE_BATCH_MAX_MS commits after
+   its running task and gives its unstarted tasks back ('pendente'), so that
+   a slow handler delays at most the group's finished tasks, never the rest.
+
+An idle queue loses nothing here: a task that arrives alone is claimed alone
+and committed as soon as its handler returns.
+
+What can go wrong, and where it ends:
+- the worker dies: the group's transaction rolls back, every task of the
+  group is 'processando' (committed by the claim) without a liveness lock,
+  and the retry service rescues each: nothing lost, nothing committed twice;
+- the transaction ends under the group (a handler committed or rolled back
+  ``bd_conn``, or InnoDB rolled it back after a deadlock): the tasks whose
+  success was written since the last commit are looked at; those committed
+  stay 'sucesso', the others go back to 'pendente' (their writes are gone);
+- a handler given up after its timeout: its session is ended from another
+  connection, which rolls the group back; the group's other tasks go back to
+  'pendente' from there (``given_up``).
+
+The async executor and the socket server's liveness locks (and
+QUEUE_COMPAT_1_2_2) keep one commit per task.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from typing import Any
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.group_ops import GroupLost, GroupOps, group_ops_for
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.retry_policy import Decision
+from nsj_queue_lib.runtime.executor import RunningTask, TaskExecutor, settle_failure
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+
+logger = get_logger("group_commit")
+
+# Why a task that ran in a lost group goes back to the queue (logged).
+GROUP_LOST = "its commit group's transaction was rolled back before it committed"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settle:
+    """How a failed attempt is recorded (``TaskExecutor._account_failure``)."""
+
+    status: str
+    recorded: BaseException | str
+    decision: Decision | None
+
+
+class _Group:
+    """The tasks of one commit group, as its thread goes through them."""
+
+    def __init__(self, claims: list[Claim]):
+        self.started = time.monotonic()
+        self.waiting: collections.deque[Claim] = collections.deque(claims)
+        # Successes written in the open transaction, not committed yet.
+        self.written: list[TaskRecord] = []
+        # Failures written there: (task, how to settle it again if the transaction is lost).
+        self.failures: list[tuple[TaskRecord, _Settle]] = []
+        self.savepoint = False  # a savepoint is set for the next handler
+        self.abandoned = False  # its running task was given up (timeouts.py)
+
+
+class GroupDrain:
+    """An executor's drain loop in commit groups (``TaskExecutor.group``)."""
+
+    def __init__(self, executor: TaskExecutor, ops: GroupOps):
+        self.ex = executor
+        self.ops = ops
+        self.size = executor.settings.queue_batch_size
+        self.max_seconds = executor.settings.queue_batch_max_ms / 1000.0
+        self._lock = threading.Lock()
+        self._groups: dict[int, _Group] = {}  # by executor thread id
+
+    # -- the thread's loop (TaskExecutor._thread_main) --
+
+    def drain(self) -> None:
+        ex = self.ex
+        try:
+            conn = ex.pool.getconn()
+        except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
+            logger.warning(
+                "queue=%s: no database connection for an executor (%s)",
+                ex.settings.queue_name,
+                exc,
+            )
+            return
+        try:
+            claims = self.ops.claim_batch(conn, self._claim_limit())
+            while claims and conn is not None:
+                ex._wake_idle_thread()
+                conn, claims = self._run_group(conn, claims)
+        except DatabaseError as exc:
+            logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
+            conn = ex._discard(conn, replace=False)
+        finally:
+            ex._put_back(conn)
+
+    def _claim_limit(self) -> int:
+        return self.size if self.ex._claim_next() else 0
+
+    def _run_group(self, conn: Any, claims: list[Claim]) -> tuple[Any, list[Claim]]:
+        """Run one group; (the connection to go on with or None, the next group's claims)."""
+        group = _Group(claims)
+        me = threading.get_ident()
+        with self._lock:
+            self._groups[me] = group
+        try:
+            return self._run_tasks(conn, group)
+        finally:
+            with self._lock:
+                self._groups.pop(me, None)
+
+    def _run_tasks(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
+        ex = self.ex
+        while group.waiting:
+            item = ex._started(conn, group.waiting.popleft())
+            task = item.task
+            try:
+                outcome = ex._call_handler(item)
+                if outcome is not None:
+                    ex.after_handler(item.context)
+            finally:
+                ex._ended(task)
+            if outcome is None:  # given up after its timeout: given_up() settled the group
+                ex._discard(conn, replace=False)
+                return None, []
+            if group.written and not ex.store.in_transaction(conn):
+                # The handler ended the transaction (its own failure says so).
+                self._lost(conn, group)
+            last = not group.waiting or self._closing(group)
+            if isinstance(outcome, str):
+                try:
+                    if last:
+                        self._give_back_waiting(conn, group)
+                        claims = self.ops.complete_and_commit(
+                            conn, task, outcome, self._claim_limit()
+                        )
+                        self._committed(group.written + [task])
+                        return conn, claims
+                    self.ops.complete(conn, task, outcome)
+                    group.written.append(task)
+                    group.savepoint = True
+                    continue
+                except GroupLost:
+                    # A deadlock, not the handler's failure: the task runs again.
+                    group.written.append(task)
+                    self._lost(conn, group)
+                    if last:
+                        break
+                    continue
+                except DatabaseError as exc:
+                    # Nothing of the group since its last commit was committed.
+                    outcome = exc.__cause__ or exc
+            conn = self._failed(conn, group, task, outcome)
+            if conn is None:
+                return None, []
+            if last:
+                break
+            self._savepoint(conn, group)
+        return self._commit(conn, group)
+
+    def _closing(self, group: _Group) -> bool:
+        """Whether the group commits after its running task (time bound, or stopping)."""
+        if not self.ex._claim_next():
+            return True
+        return time.monotonic() - group.started >= self.max_seconds
+
+    def _savepoint(self, conn: Any, group: _Group) -> None:
+        try:
+            self.ops.savepoint(conn)
+            group.savepoint = True
+        except DatabaseError:
+            group.savepoint = False  # the next failure rolls the whole transaction back
+
+    def _commit(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
+        """The group ended on a failure: its unstarted tasks back, commit, claim again."""
+        try:
+            self._give_back_waiting(conn, group)
+            claims = self.ops.commit_and_claim(conn, self._claim_limit())
+        except (DatabaseError, GroupLost) as exc:
+            logger.warning(
+                "queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc
+            )
+            self._after_broken(conn, group)
+            return self.ex._discard(conn), []
+        self._committed(group.written)
+        return conn, claims
+
+    def _committed(self, tasks: list[TaskRecord]) -> None:
+        for task in tasks:
+            self.ex._succeeded(task)
+
+    # -- failures --
+
+    def _failed(self, conn: Any, group: _Group, task: TaskRecord, error: BaseException) -> Any:
+        """Roll the failed handler back and write its failure in the group's transaction.
+
+        Returns the connection to go on with (None: none could be had).
+        """
+        ex = self.ex
+        try:
+            if group.savepoint and ex.store.in_transaction(conn):
+                self.ops.rollback_to_savepoint(conn)
+            else:
+                if group.written:
+                    self._lost(conn, group)
+                ex.store.rollback(conn)
+                ex.store.begin(conn)
+        except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
+            ex._fail(task, conn, error)
+            self._after_broken(conn, group)
+            return ex._discard(conn)
+        group.savepoint = False
+        status, recorded, decision = ex._account_failure(task, conn, error)
+        settle = _Settle(status, recorded, decision)
+        try:
+            self._settle_failure(conn, task, settle)
+            group.failures.append((task, settle))
+        except Exception as exc:  # noqa: BLE001 - the retry service rescues the task
+            logger.warning(
+                "queue=%s task=%s: could not record the failure (%s); the retry service will "
+                "rescue the task",
+                ex.settings.queue_name,
+                task.id,
+                exc,
+            )
+            self._after_broken(conn, group)
+            return ex._discard(conn)
+        return conn
+
+    def _after_broken(self, conn: Any, group: _Group) -> None:
+        """The group's transaction is gone with (or on) ``conn``: settle its other tasks on a
+        fresh connection."""
+        tasks = group.written + [claim.task for claim in group.waiting]
+        failures, group.failures = group.failures, []
+        group.written, group.waiting = [], collections.deque()
+        if tasks or failures:
+            self._give_back(tasks, failures, None)
+
+    def _lost(self, conn: Any, group: _Group) -> None:
+        """The transaction ended under the group: look at its written successes."""
+        tasks, group.written, group.savepoint = group.written, [], False
+        failures, group.failures = group.failures, []
+        try:
+            self.ex.store.rollback(conn)  # the server may still hold an aborted transaction
+        except DatabaseError:
+            pass
+        self._give_back(tasks, failures, conn)
+        try:
+            self.ex.store.begin(conn)  # for the group's next handlers
+        except DatabaseError:
+            pass  # the next statement on conn fails and is handled there
+
+    def _give_back(
+        self, tasks: list[TaskRecord], failures: list[tuple[TaskRecord, _Settle]], conn: Any
+    ) -> None:
+        """Tasks of a group whose transaction is gone: committed ones count as done, the
+        others go back to 'pendente' (their work was rolled back; their attempt never ran
+        as far as the queue is concerned), their liveness locks released. ``failures``
+        whose record was lost are recorded again."""
+        ex = self.ex
+        try:
+            if conn is None:
+                with ex.pool.connection() as fresh:
+                    self._give_back_on(fresh, tasks, failures)
+            else:
+                self._give_back_on(conn, tasks, failures)
+        except Exception as exc:  # noqa: BLE001 - the retry service rescues them
+            logger.warning(
+                "queue=%s: could not give back tasks %s (%s); the retry service will rescue them",
+                ex.settings.queue_name,
+                [task.id for task in tasks],
+                exc,
+            )
+
+    def _give_back_on(
+        self, conn: Any, tasks: list[TaskRecord], failures: list[tuple[TaskRecord, _Settle]]
+    ) -> None:
+        store = self.ex.store
+        store.begin(conn)
+        done = []
+        try:
+            for task, settle in failures:
+                row = store.get_task(conn, task.id)
+                if row is not None and row.get("status") == model.PROCESSANDO:
+                    self._settle_failure(conn, task, settle)
+            for task in tasks:
+                row = store.get_task(conn, task.id)
+                if row is not None and row.get("status") == model.SUCESSO:
+                    done.append(task)
+                    continue
+                if store.release(conn, task.id):
+                    logger.info(
+                        "queue=%s task=%s: back to the queue (%s)",
+                        self.ex.settings.queue_name,
+                        task.id,
+                        GROUP_LOST,
+                    )
+                self.ex.liveness.unlock_in_transaction(conn, task)
+            store.commit(conn)
+        except BaseException:
+            store.rollback(conn)
+            raise
+        self._committed(done)
+
+    def _give_back_waiting(self, conn: Any, group: _Group) -> None:
+        """Unstarted tasks of a group that closes early: 'pendente' again, in its transaction."""
+        while group.waiting:
+            task = group.waiting.popleft().task
+            self.ex.store.release(conn, task.id)
+            self.ex.liveness.unlock_in_transaction(conn, task)
+
+    def _settle_failure(self, conn: Any, task: TaskRecord, settle: _Settle) -> None:
+        ex = self.ex
+        settle_failure(
+            ex.store,
+            conn,
+            ex.policies,
+            task,
+            settle.recorded,
+            status=settle.status,
+            decision=settle.decision,
+        )
+        ex.liveness.unlock_in_transaction(conn, task)
+
+    # -- a task given up after its timeout (TaskExecutor.given_up) --
+
+    def given_up(self, item: RunningTask) -> None:
+        """Its session was ended: the group's other tasks go back from a fresh connection."""
+        with self._lock:
+            group = self._groups.get(item.thread_id or 0)
+            if group is None or group.abandoned:
+                return
+            group.abandoned = True
+            tasks = group.written + [claim.task for claim in group.waiting]
+            failures, group.failures = group.failures, []
+            group.written, group.waiting = [], collections.deque()
+        if tasks or failures:
+            self._give_back(tasks, failures, None)
+
+
+def group_drain(executor: TaskExecutor) -> GroupDrain | None:
+    """The executor's group drain when QUEUE_BATCH_SIZE > 1 and its database and liveness
+    locks allow it; None (one commit per task) otherwise."""
+    settings = executor.settings
+    if settings.queue_batch_size <= 1:
+        return None
+    ops = group_ops_for(executor.store)
+    liveness = getattr(executor.liveness, "inner", executor.liveness)  # MeasuredLiveness
+    if ops is None or not isinstance(liveness, DatabaseLiveness):
+        logger.warning(
+            "queue=%s: QUEUE_BATCH_SIZE=%s ignored: group commit needs PostgreSQL or "
+            "MySQL/MariaDB with the liveness locks in the database (not CLIENT_SERVER_MODE nor "
+            "QUEUE_COMPAT_1_2_2); one commit per task",
+            settings.queue_name,
+            settings.queue_batch_size,
+        )
+        return None
+    return GroupDrain(executor, ops)
