@@ -298,7 +298,7 @@ class GroupDrain:
     def _give_back_on(
         self, conn: Any, tasks: list[TaskRecord], failures: list[tuple[TaskRecord, _Settle]]
     ) -> None:
-        store = self.ex.store
+        store: Any = self.ex.store  # a queue store: get_task is among its client operations
         store.begin(conn)
         done = []
         try:
