@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import asyncpg
-from pgqueuer import AsyncpgDriver, Job, QueueManager
+from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
 
 
 async def main() -> None:
     conn = await asyncpg.connect(os.environ["PGQ_DSN"])
-    qm = QueueManager(AsyncpgDriver(conn))
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
     path = os.environ.get("BENCH_LATENCY_FILE")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
 

@@ -9,6 +9,7 @@ runtime needs for that; which store gets which is decided here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -21,30 +22,40 @@ class GroupLost(Exception):
     written since the group's last commit is gone."""
 
 
+class GroupState(Protocol):
+    """What a dialect may remember about the open group (``tx``: its own token)."""
+
+    tx: Any
+
+
 class GroupOps(Protocol):
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
         """Claim up to ``limit`` tasks, their liveness locks taken, committed; a transaction is
         open on return when any was claimed, else ``conn`` is idle."""
         ...
 
-    def complete(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
-        """'sucesso' and the lock's release in the open transaction, then a savepoint for
-        the next handler. Raises ``GroupLost``."""
+    def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
+        """A handler returned: write its success now, or leave it to ``commit`` (which gets
+        every success of the group). Raises ``GroupLost``."""
         ...
 
-    def complete_and_commit(
-        self, conn: Any, task: TaskRecord, mensagem: str, claim_limit: int
-    ) -> list[Claim]:
-        """The group's last success, the commit, then ``claim_batch(claim_limit)``."""
+    def savepoint(self, conn: Any, group: GroupState) -> None:
+        """The savepoint the next handler rolls back to when it fails."""
         ...
-
-    def commit_and_claim(self, conn: Any, claim_limit: int) -> list[Claim]:
-        """Commit the group, then ``claim_batch(claim_limit)`` (0: none)."""
-        ...
-
-    def savepoint(self, conn: Any) -> None: ...
 
     def rollback_to_savepoint(self, conn: Any) -> None: ...
+
+    def commit(
+        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+    ) -> list[Claim]:
+        """Write what ``succeeded`` left of ``written`` ('sucesso', locks released), commit,
+        then claim up to ``claim_limit`` tasks as ``claim_batch`` does."""
+        ...
+
+    def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
+        """After the transaction ended under the group: whether it committed; None when the
+        dialect cannot tell (the tasks' rows then say)."""
+        ...
 
 
 def group_ops_for(store: Any) -> GroupOps | None:

@@ -74,12 +74,23 @@ class _Group:
     def __init__(self, claims: list[Claim]):
         self.started = time.monotonic()
         self.waiting: collections.deque[Claim] = collections.deque(claims)
-        # Successes written in the open transaction, not committed yet.
-        self.written: list[TaskRecord] = []
+        # Successes since the group's last commit, with their mensagem.
+        self.written: list[tuple[TaskRecord, str]] = []
         # Failures written there: (task, how to settle it again if the transaction is lost).
         self.failures: list[tuple[TaskRecord, _Settle]] = []
         self.savepoint = False  # a savepoint is set for the next handler
         self.abandoned = False  # its running task was given up (timeouts.py)
+        self.tx: Any = None  # the dialect's token for the open transaction (GroupOps)
+
+    def take(self) -> tuple[list[tuple[TaskRecord, str | None]], list[tuple[TaskRecord, _Settle]]]:
+        """Everything not committed: (tasks with their mensagem, None if unstarted;
+        failures), the group emptied."""
+        tasks: list[tuple[TaskRecord, str | None]] = list(self.written)
+        tasks += [(claim.task, None) for claim in self.waiting]
+        failures = self.failures
+        self.written, self.failures, self.waiting = [], [], collections.deque()
+        self.savepoint, self.tx = False, None
+        return tasks, failures
 
 
 class GroupDrain:
@@ -109,7 +120,7 @@ class GroupDrain:
         try:
             claims = self.ops.claim_batch(conn, self._claim_limit())
             while claims and conn is not None:
-                ex._wake_idle_thread()
+                ex._wake_idle_thread()  # there may be more: let an idle thread look
                 conn, claims = self._run_group(conn, claims)
         except DatabaseError as exc:
             logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
@@ -127,12 +138,14 @@ class GroupDrain:
         with self._lock:
             self._groups[me] = group
         try:
-            return self._run_tasks(conn, group)
+            conn = self._run_tasks(conn, group)
+            return (None, []) if conn is None else self._commit(conn, group)
         finally:
             with self._lock:
                 self._groups.pop(me, None)
 
-    def _run_tasks(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
+    def _run_tasks(self, conn: Any, group: _Group) -> Any:
+        """Run the group's tasks until it closes; the connection to commit on, or None."""
         ex = self.ex
         while group.waiting:
             item = ex._started(conn, group.waiting.popleft())
@@ -145,41 +158,36 @@ class GroupDrain:
                 ex._ended(task)
             if outcome is None:  # given up after its timeout: given_up() settled the group
                 ex._discard(conn, replace=False)
-                return None, []
+                return None
             if group.written and not ex.store.in_transaction(conn):
                 # The handler ended the transaction (its own failure says so).
                 self._lost(conn, group)
             last = not group.waiting or self._closing(group)
             if isinstance(outcome, str):
                 try:
-                    if last:
-                        self._give_back_waiting(conn, group)
-                        claims = self.ops.complete_and_commit(
-                            conn, task, outcome, self._claim_limit()
-                        )
-                        self._committed(group.written + [task])
-                        return conn, claims
-                    self.ops.complete(conn, task, outcome)
-                    group.written.append(task)
-                    group.savepoint = True
-                    continue
+                    self.ops.succeeded(conn, task, outcome)
                 except GroupLost:
                     # A deadlock, not the handler's failure: the task runs again.
-                    group.written.append(task)
+                    group.written.append((task, outcome))
                     self._lost(conn, group)
                     if last:
                         break
                     continue
                 except DatabaseError as exc:
-                    # Nothing of the group since its last commit was committed.
-                    outcome = exc.__cause__ or exc
+                    outcome = exc.__cause__ or exc  # nothing of this attempt was kept
+                else:
+                    group.written.append((task, outcome))
+                    if last:
+                        break
+                    self._savepoint(conn, group)
+                    continue
             conn = self._failed(conn, group, task, outcome)
             if conn is None:
-                return None, []
+                return None
             if last:
                 break
             self._savepoint(conn, group)
-        return self._commit(conn, group)
+        return conn
 
     def _closing(self, group: _Group) -> bool:
         """Whether the group commits after its running task (time bound, or stopping)."""
@@ -189,23 +197,25 @@ class GroupDrain:
 
     def _savepoint(self, conn: Any, group: _Group) -> None:
         try:
-            self.ops.savepoint(conn)
+            self.ops.savepoint(conn, group)
             group.savepoint = True
         except DatabaseError:
             group.savepoint = False  # the next failure rolls the whole transaction back
 
     def _commit(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
-        """The group ended on a failure: its unstarted tasks back, commit, claim again."""
+        """Unstarted tasks back (the group closed early), commit, claim the next group."""
         try:
+            if not self.ex.store.in_transaction(conn):
+                self.ex.store.begin(conn)  # a replacement connection (the group's was broken)
             self._give_back_waiting(conn, group)
-            claims = self.ops.commit_and_claim(conn, self._claim_limit())
+            claims = self.ops.commit(conn, group.written, self._claim_limit())
         except (DatabaseError, GroupLost) as exc:
             logger.warning(
                 "queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc
             )
-            self._after_broken(conn, group)
+            self._after_broken(group)
             return self.ex._discard(conn), []
-        self._committed(group.written)
+        self._committed([task for task, _ in group.written])
         return conn, claims
 
     def _committed(self, tasks: list[TaskRecord]) -> None:
@@ -224,13 +234,13 @@ class GroupDrain:
             if group.savepoint and ex.store.in_transaction(conn):
                 self.ops.rollback_to_savepoint(conn)
             else:
-                if group.written:
+                if group.written or group.failures:
                     self._lost(conn, group)
                 ex.store.rollback(conn)
                 ex.store.begin(conn)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
-            ex._fail(task, conn, error)
-            self._after_broken(conn, group)
+            ex._fail(task, conn, error)  # records on a fresh connection
+            self._after_broken(group)
             return ex._discard(conn)
         group.savepoint = False
         status, recorded, decision = ex._account_failure(task, conn, error)
@@ -246,57 +256,70 @@ class GroupDrain:
                 task.id,
                 exc,
             )
-            self._after_broken(conn, group)
+            self._after_broken(group)
             return ex._discard(conn)
         return conn
 
-    def _after_broken(self, conn: Any, group: _Group) -> None:
-        """The group's transaction is gone with (or on) ``conn``: settle its other tasks on a
-        fresh connection."""
-        tasks = group.written + [claim.task for claim in group.waiting]
-        failures, group.failures = group.failures, []
-        group.written, group.waiting = [], collections.deque()
+    def _after_broken(self, group: _Group) -> None:
+        """The group's transaction is gone with its connection: settle the rest on a fresh
+        one."""
+        tasks, failures = group.take()
         if tasks or failures:
-            self._give_back(tasks, failures, None)
+            self._give_back(tasks, failures, None, None)
 
     def _lost(self, conn: Any, group: _Group) -> None:
-        """The transaction ended under the group: look at its written successes."""
-        tasks, group.written, group.savepoint = group.written, [], False
-        failures, group.failures = group.failures, []
+        """The transaction ended under the group (or must be rolled back): settle what it
+        had written, then open a new one for the group's next handlers."""
+        try:
+            committed = self.ops.transaction_committed(conn, group)
+        except DatabaseError:
+            committed = None
+        waiting, group.waiting = group.waiting, collections.deque()
+        tasks, failures = group.take()
+        group.waiting = waiting
         try:
             self.ex.store.rollback(conn)  # the server may still hold an aborted transaction
         except DatabaseError:
             pass
-        self._give_back(tasks, failures, conn)
+        self._give_back(tasks, failures, conn, committed)
         try:
-            self.ex.store.begin(conn)  # for the group's next handlers
+            self.ex.store.begin(conn)
         except DatabaseError:
             pass  # the next statement on conn fails and is handled there
 
     def _give_back(
-        self, tasks: list[TaskRecord], failures: list[tuple[TaskRecord, _Settle]], conn: Any
+        self,
+        tasks: list[tuple[TaskRecord, str | None]],
+        failures: list[tuple[TaskRecord, _Settle]],
+        conn: Any,
+        committed: bool | None,
     ) -> None:
-        """Tasks of a group whose transaction is gone: committed ones count as done, the
-        others go back to 'pendente' (their work was rolled back; their attempt never ran
-        as far as the queue is concerned), their liveness locks released. ``failures``
-        whose record was lost are recorded again."""
+        """Settle the tasks of a group whose transaction is gone (``committed``: whether it
+        committed, None: unknown, the rows say). A success that was committed counts as
+        done (written now if it was left for the group's commit); any other task goes back
+        to 'pendente' (its work was rolled back: as far as the queue is concerned its
+        attempt never ran); a failure whose record was lost is recorded again."""
         ex = self.ex
         try:
             if conn is None:
                 with ex.pool.connection() as fresh:
-                    self._give_back_on(fresh, tasks, failures)
+                    self._give_back_on(fresh, tasks, failures, committed)
             else:
-                self._give_back_on(conn, tasks, failures)
+                self._give_back_on(conn, tasks, failures, committed)
         except Exception as exc:  # noqa: BLE001 - the retry service rescues them
             logger.warning(
                 "queue=%s: could not give back tasks %s (%s); the retry service will rescue them",
                 ex.settings.queue_name,
-                [task.id for task in tasks],
+                [task.id for task, _ in tasks],
                 exc,
             )
 
     def _give_back_on(
-        self, conn: Any, tasks: list[TaskRecord], failures: list[tuple[TaskRecord, _Settle]]
+        self,
+        conn: Any,
+        tasks: list[tuple[TaskRecord, str | None]],
+        failures: list[tuple[TaskRecord, _Settle]],
+        committed: bool | None,
     ) -> None:
         store: Any = self.ex.store  # a queue store: get_task is among its client operations
         store.begin(conn)
@@ -306,11 +329,16 @@ class GroupDrain:
                 row = store.get_task(conn, task.id)
                 if row is not None and row.get("status") == model.PROCESSANDO:
                     self._settle_failure(conn, task, settle)
-            for task in tasks:
-                row = store.get_task(conn, task.id)
-                if row is not None and row.get("status") == model.SUCESSO:
-                    done.append(task)
-                    continue
+            for task, mensagem in tasks:
+                if mensagem is not None and committed is not False:
+                    if committed is True and store.complete_if_running(conn, task.id, mensagem):
+                        done.append(task)
+                        self.ex.liveness.unlock_in_transaction(conn, task)
+                        continue
+                    row = store.get_task(conn, task.id)
+                    if row is not None and row.get("status") == model.SUCESSO:
+                        done.append(task)
+                        continue
                 if store.release(conn, task.id):
                     logger.info(
                         "queue=%s task=%s: back to the queue (%s)",
@@ -354,11 +382,9 @@ class GroupDrain:
             if group is None or group.abandoned:
                 return
             group.abandoned = True
-            tasks = group.written + [claim.task for claim in group.waiting]
-            failures, group.failures = group.failures, []
-            group.written, group.waiting = [], collections.deque()
+            tasks, failures = group.take()
         if tasks or failures:
-            self._give_back(tasks, failures, None)
+            self._give_back(tasks, failures, None, False)
 
 
 def group_drain(executor: TaskExecutor) -> GroupDrain | None:
