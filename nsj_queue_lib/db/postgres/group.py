@@ -41,7 +41,9 @@ class PostgresGroupOps:
             " SELECT * FROM unnest(%(ids)s::bigint[], %(mensagens)s::text[]) AS m(id, mensagem)"
             "), settled AS ("
             f" UPDATE {store.queue_table} AS t SET status = 'sucesso', mensagem = done.mensagem"
-            " FROM done WHERE t.id = done.id AND t.status = 'processando' RETURNING t.id"
+            # = ANY: an index scan by id, whatever the table's statistics say.
+            " FROM done WHERE t.id = ANY(%(ids)s::bigint[]) AND t.id = done.id"
+            " AND t.status = 'processando' RETURNING t.id"
             ") SELECT (SELECT count(*) FROM settled),"
             # Advisory unlocks are not transactional, as in the claim function.
             " count(*) FILTER (WHERE pg_advisory_unlock(%(queue_key)s, (done.id %% %(modulus)s)::int4))"
@@ -67,6 +69,11 @@ class PostgresGroupOps:
     def commit(
         self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
     ) -> list[Claim]:
+        commit = b"COMMIT AND CHAIN" if claim_limit else b"COMMIT"
+        if len(written) == 1:  # the claim function settles one task itself: one round trip
+            [(task, mensagem)] = written
+            rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)
+            return self._claims(conn, rows) if claim_limit else []
         if written:
             params = {
                 "ids": [task.id for task, _ in written],
@@ -76,7 +83,6 @@ class PostgresGroupOps:
             }
             with wrap_driver_errors("complete_tasks"):
                 conn.execute(self._settle, params)
-        commit = b"COMMIT AND CHAIN" if claim_limit else b"COMMIT"
         rows = self.store.claim_call(conn, None, None, claim_limit, commit)
         return self._claims(conn, rows) if claim_limit else []
 
