@@ -59,7 +59,7 @@ LATENCY_TASKS, LATENCY_WARMUP, LATENCY_RATE = 200, 20, 50.0  # one task every 20
 
 # Candidates screened once for each side's best configuration:
 # ours: (processes, QUEUE_CONCURRENCY, QUEUE_BATCH_SIZE); pgqueuer: (processes, batch_size).
-OURS_CANDIDATES = [(1, 1, 50), (2, 1, 50), (2, 2, 25), (3, 1, 50), (4, 2, 1)]
+OURS_CANDIDATES = [(1, 1, 50), (2, 1, 50), (2, 1, 20), (2, 2, 25), (3, 1, 50)]
 PGQ_CANDIDATES = [(1, 50), (2, 50), (2, 10), (4, 50)]
 
 
@@ -138,7 +138,7 @@ def pgq_workers(
         env["BENCH_LATENCY_FILE"] = str(latency_file)
     try:
         for marker in ready:
-            log = open(log_dir / f"{marker.name}.log", "wb")  # noqa: SIM115 - closed with the process
+            log = open(log_dir / f"{marker.name}.log", "wb")
             procs.append(
                 subprocess.Popen(
                     [sys.executable, str(HERE / "pgqueuer_worker.py")],
@@ -376,9 +376,10 @@ def main(argv: list[str] | None = None) -> int:
             lambda c: ours_drain(maria, c[0], c[1], c[2], n, n, log_dir, maria_extra),
         )
     o, p = ours_best, pgq_best
-    rows: dict[str, Callable[[], float]] = {}
     drains: dict[str, Callable[[], Drain]] = {
-        "drain, pgqueuer default (1 process, batch 10)": lambda: pgq_drain(PG_DSN, 1, 10, n, log_dir),
+        "drain, pgqueuer default (1 process, batch 10)": lambda: pgq_drain(
+            PG_DSN, 1, 10, n, log_dir
+        ),
         f"drain, pgqueuer best ({p[0]} processes, batch {p[1]})": lambda: pgq_drain(
             PG_DSN, p[0], p[1], n, log_dir
         ),
@@ -398,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency, pgqueuer default: p99 (ms)",
         "latency, ours default: p50 (ms)",
         "latency, ours default: p99 (ms)",
-        f"backlog 50,000, first 5,000, ours best (tasks/s)",
+        "backlog 50,000, first 5,000, ours best (tasks/s)",
         "backlog / ours best drain (ratio)",
         "enqueue 5,000: pgqueuer batch enqueue (tasks/s)",
         "enqueue 5,000: ours insert_tasks (tasks/s)",
@@ -427,18 +428,26 @@ def main(argv: list[str] | None = None) -> int:
             d = fn()
             add(f"{label} (tasks/s)", d.rate)
             add(f"{label}, after the first task (tasks/s)", d.after_first)
-        lat = [("pgqueuer", lambda: pgq_latency(PG_DSN, log_dir)), ("ours", lambda: ours_latency(pg, log_dir))]
+        lat = [
+            ("pgqueuer", lambda: pgq_latency(PG_DSN, log_dir)),
+            ("ours", lambda: ours_latency(pg, log_dir)),
+        ]
         for who, fn in lat if r % 2 == 0 else reversed(lat):
             values = fn()
             add(f"latency, {who} default: p50 (ms)", values["p50"])
             add(f"latency, {who} default: p99 (ms)", values["p99"])
         backlog = ours_drain(pg, o[0], o[1], o[2], 50_000, 5_000, log_dir).rate
         add("backlog 50,000, first 5,000, ours best (tasks/s)", backlog)
-        best_now = results[f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]}) (tasks/s)"][-1]
+        best_now = results[
+            f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]}) (tasks/s)"
+        ][-1]
         add("backlog / ours best drain (ratio)", backlog / best_now)
         for count in (5_000, 50_000):
             add(f"enqueue {count:,}: pgqueuer batch enqueue (tasks/s)", pgq_enqueue(PG_DSN, count))
-            add(f"enqueue {count:,}: ours insert_tasks (tasks/s)", bench_mysql.bench_enqueue_bulk(pg, count))
+            add(
+                f"enqueue {count:,}: ours insert_tasks (tasks/s)",
+                bench_mysql.bench_enqueue_bulk(pg, count),
+            )
         if maria is not None and maria_best is not None:
             m = maria_best
             rate = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra).rate
