@@ -625,6 +625,9 @@ class TaskExecutor:
                         item.task.id,
                         exc,
                     )
+            if self.group is not None:  # their groups' other tasks went with the sessions
+                for item in running:
+                    self.group.given_up(item)
             for item in running:
                 self.store.begin(admin)
                 try:
