@@ -329,17 +329,24 @@ class TaskExecutor:
     def _claim_next(self) -> bool:
         return not self.stop_event.is_set()
 
-    def _drain(self) -> None:
-        """Claim and run tasks until none is ready or the worker stops."""
+    def _connection(self) -> Any:
+        """A pooled connection, or None (logged) when the database is unreachable: the
+        dispatcher wakes the executors again once it is back."""
         try:
-            conn = self.pool.getconn()
+            return self.pool.getconn()
         except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
             logger.warning(
                 "queue=%s: no database connection for an executor (%s)",
                 self.settings.queue_name,
                 exc,
             )
-            return  # the dispatcher wakes the executors again once the database is back
+            return None
+
+    def _drain(self) -> None:
+        """Claim and run tasks until none is ready or the worker stops."""
+        conn = self._connection()
+        if conn is None:
+            return
         try:
             claimed = self.liveness.claim(conn, self._claim_next())
             while claimed is not None:

@@ -108,14 +108,8 @@ class GroupDrain:
 
     def drain(self) -> None:
         ex = self.ex
-        try:
-            conn = ex.pool.getconn()
-        except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
-            logger.warning(
-                "queue=%s: no database connection for an executor (%s)",
-                ex.settings.queue_name,
-                exc,
-            )
+        conn = ex._connection()
+        if conn is None:
             return
         try:
             claims = self.ops.claim_batch(conn, self._claim_limit())
