@@ -107,8 +107,9 @@ class Settings:
     # Group commit (docs/group-commit.md): up to this many tasks claimed at once and
     # committed together, each handler in a savepoint; 1: one commit per task.
     queue_batch_size: int = 20
-    # Milliseconds a commit group stays open: past it, the group commits after its
-    # running task and gives its unstarted tasks back to the queue.
+    # Milliseconds a commit group stays open: past it, the group commits its finished
+    # tasks after its running one; a group claims as many tasks as the recent handlers
+    # run in that time (at least one).
     queue_batch_max_ms: float = 20.0
     # How the dispatcher learns of new tasks: "listen", "poll" or "server"; None:
     # the socket server in CLIENT_SERVER_MODE, else LISTEN where the database

@@ -13,9 +13,11 @@ With QUEUE_BATCH_SIZE > 1 an executor thread drains in *groups*
    task's liveness lock as its handler returns, in the same round trip as the
    next savepoint;
 3. the group commits after its last task, in one round trip with the next
-   group's claim. A group that has been open QUEUE_BATCH_MAX_MS commits after
-   its running task and gives its unstarted tasks back ('pendente'), so that
-   a slow handler delays at most the group's finished tasks, never the rest.
+   group's claim. A group that has been open QUEUE_BATCH_MAX_MS commits its
+   finished tasks after its running one and goes on with the rest in a new
+   transaction; and a group claims only as many tasks as the recent handlers
+   run in QUEUE_BATCH_MAX_MS (at least one), so slow handlers commit one by
+   one and never hold tasks another worker could start.
 
 An idle queue loses nothing here: a task that arrives alone is claimed alone
 and committed as soon as its handler returns.
@@ -103,6 +105,7 @@ class GroupDrain:
         self.max_seconds = executor.settings.queue_batch_max_ms / 1000.0
         self._lock = threading.Lock()
         self._groups: dict[int, _Group] = {}  # by executor thread id
+        self._handler_seconds = 0.0  # recent handlers' duration (moving average)
 
     # -- the thread's loop (TaskExecutor._thread_main) --
 
@@ -123,7 +126,19 @@ class GroupDrain:
             ex._put_back(conn)
 
     def _claim_limit(self) -> int:
-        return self.size if self.ex._claim_next() else 0
+        """Up to QUEUE_BATCH_SIZE tasks, fewer when handlers are slow: as many as take
+        QUEUE_BATCH_MAX_MS at the recent handlers' pace (at least one), so that a group
+        never holds tasks other workers could start sooner."""
+        if not self.ex._claim_next():
+            return 0
+        pace = self._handler_seconds
+        if pace <= 0:
+            return self.size
+        return max(1, min(self.size, int(self.max_seconds / pace)))
+
+    def _handler_took(self, seconds: float) -> None:
+        # A moving average (threads update it without a lock: a float store is atomic).
+        self._handler_seconds += (seconds - self._handler_seconds) * 0.2
 
     def _run_group(self, conn: Any, claims: list[Claim]) -> tuple[Any, list[Claim]]:
         """Run one group; (the connection to go on with or None, the next group's claims)."""
@@ -132,8 +147,16 @@ class GroupDrain:
         with self._lock:
             self._groups[me] = group
         try:
-            conn = self._run_tasks(conn, group)
-            return (None, []) if conn is None else self._commit(conn, group)
+            while True:
+                conn = self._run_tasks(conn, group)
+                if conn is None:
+                    return None, []
+                if not group.waiting or not self.ex._claim_next():
+                    return self._commit(conn, group)
+                # Open for QUEUE_BATCH_MAX_MS: what finished commits, the rest goes on.
+                conn = self._commit_finished(conn, group)
+                if conn is None:
+                    return None, []
         finally:
             with self._lock:
                 self._groups.pop(me, None)
@@ -150,6 +173,7 @@ class GroupDrain:
                     ex.after_handler(item.context)
             finally:
                 ex._ended(task)
+            self._handler_took(time.monotonic() - item.started)
             if outcome is None:  # given up after its timeout: given_up() settled the group
                 ex._discard(conn, replace=False)
                 return None
@@ -211,6 +235,25 @@ class GroupDrain:
             return self.ex._discard(conn), []
         self._committed([task for task, _ in group.written])
         return conn, claims
+
+    def _commit_finished(self, conn: Any, group: _Group) -> Any:
+        """Commit the group's finished tasks; its claimed ones go on in a new transaction."""
+        try:
+            # Slow handlers: keep what the recent pace runs in QUEUE_BATCH_MAX_MS.
+            self._give_back_waiting(conn, group, keep=self._claim_limit())
+            self.ops.commit(conn, group.written, 0)
+            self.ex.store.begin(conn)
+        except (DatabaseError, GroupLost) as exc:
+            logger.warning(
+                "queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc
+            )
+            self._after_broken(group)
+            return self.ex._discard(conn, replace=False)
+        self._committed([task for task, _ in group.written])
+        group.written, group.failures = [], []
+        group.savepoint, group.tx, group.started = False, None, time.monotonic()
+        self.ex._wake_idle_thread()  # tasks given back: an idle executor may take them
+        return conn
 
     def _committed(self, tasks: list[TaskRecord]) -> None:
         for task in tasks:
@@ -347,10 +390,11 @@ class GroupDrain:
             raise
         self._committed(done)
 
-    def _give_back_waiting(self, conn: Any, group: _Group) -> None:
-        """Unstarted tasks of a group that closes early: 'pendente' again, in its transaction."""
-        while group.waiting:
-            task = group.waiting.popleft().task
+    def _give_back_waiting(self, conn: Any, group: _Group, keep: int = 0) -> None:
+        """Unstarted tasks of a group beyond ``keep``: 'pendente' again, in its transaction
+        (the last claimed first: the queue's order stays)."""
+        while len(group.waiting) > keep:
+            task = group.waiting.pop().task
             self.ex.store.release(conn, task.id)
             self.ex.liveness.unlock_in_transaction(conn, task)
 

@@ -42,13 +42,17 @@ def transaction_id(backend, bd_conn) -> str:
     )
 
 
-def write_exec(backend, bd_conn, tarefa) -> None:
-    """The handler's write (after one, so that MariaDB has given the transaction its id)."""
+def write_exec(backend, bd_conn, tarefa, with_transaction_id: bool = True) -> None:
+    """The handler's write; then its transaction's id (after a write: MariaDB gives one
+    only then). The update scans the table: on MariaDB, only for a single executor (two
+    would deadlock on each other's scanned rows)."""
     backend.execute(
         f"INSERT INTO {backend.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
         (tarefa["id"], "", 0),
         conn=bd_conn,
     )
+    if not with_transaction_id:
+        return
     backend.execute(
         f"UPDATE {backend.exec_table} SET chave = %s WHERE task_id = %s AND chave = ''",
         (transaction_id(backend, bd_conn), tarefa["id"]),
@@ -180,6 +184,30 @@ def test_cancel_and_timeout_inside_a_group(backend):
     assert all(done[t] == 1 for t in (ids[0], ids[2], ids[3], ids[4], ids[5])), done
     release.set()
     assert worker.alive() and worker.stop() == 0
+
+
+@BOTH
+def test_slow_handlers_do_not_keep_a_whole_group_from_the_other_executors(backend):
+    threads = []
+
+    def execute(payload, tarefa, bd_conn):
+        threads.append(threading.get_ident())
+        write_exec(backend, bd_conn, tarefa, with_transaction_id=False)
+        time.sleep(0.2)  # ten times QUEUE_BATCH_MAX_MS
+        return "ok"
+
+    ids = backend.enqueue([dict(payload="slow")] * 6)
+    worker = backend.run(
+        backend.function_worker(
+            execute, queue_concurrency=2, queue_batch_size=10, queue_batch_max_ms=20
+        )
+    )
+    backend.wait_statuses({"sucesso": 6}, 20, "the slow tasks")
+    # The first group claimed all six; after its first slow handler it gave back what
+    # the pace allowed no more, and the other executor took part.
+    assert len(set(threads)) == 2, threads
+    assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+    assert worker.stop() == 0
 
 
 def worker_running(worker) -> list[int]:
