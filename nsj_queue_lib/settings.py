@@ -106,7 +106,7 @@ class Settings:
     queue_task_timeout_grace: float = 5.0
     # Group commit (docs/group-commit.md): up to this many tasks claimed at once and
     # committed together, each handler in a savepoint; 1: one commit per task.
-    queue_batch_size: int = 20
+    queue_batch_size: int = 1
     # Milliseconds a commit group stays open: past it, the group commits its finished
     # tasks after its running one; a group claims as many tasks as the recent handlers
     # run in that time (at least one).
@@ -420,7 +420,7 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_task_timeout=reader.number("QUEUE_TASK_TIMEOUT", None),
         queue_task_timeout_grace=reader.number("QUEUE_TASK_TIMEOUT_GRACE", 5.0),
-        queue_batch_size=reader.integer("QUEUE_BATCH_SIZE", 20),
+        queue_batch_size=reader.integer("QUEUE_BATCH_SIZE", 1),
         queue_batch_max_ms=reader.number("QUEUE_BATCH_MAX_MS", 20.0),
         queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),

@@ -8,10 +8,11 @@ With QUEUE_BATCH_SIZE > 1 an executor thread drains in *groups*
    when there was one;
 2. their handlers run one after another in one transaction. Before every
    handler but the transaction's first a savepoint is set; a handler that
-   fails is rolled back to it and its failure written in the transaction, so
-   the other tasks' writes stay. A success writes 'sucesso' and releases the
-   task's liveness lock as its handler returns, in the same round trip as the
-   next savepoint;
+   fails is rolled back to it and its failure written in the transaction,
+   which commits at once (the other tasks' writes stay; the rest of the group
+   goes on in a new transaction). A success is written as its handler returns
+   (MySQL) or with the group's commit (PostgreSQL: one statement for all); a
+   retried attempt runs in a group of its own;
 3. the group commits after its last task, in one round trip with the next
    group's claim. A group that has been open QUEUE_BATCH_MAX_MS commits its
    finished tasks after its running one and goes on with the rest in a new
@@ -153,7 +154,8 @@ class GroupDrain:
                     return None, []
                 if not group.waiting or not self.ex._claim_next():
                     return self._commit(conn, group)
-                # Open for QUEUE_BATCH_MAX_MS: what finished commits, the rest goes on.
+                # Open for QUEUE_BATCH_MAX_MS, or a retry next: what finished commits, the
+                # rest goes on.
                 conn = self._commit_finished(conn, group)
                 if conn is None:
                     return None, []
@@ -165,6 +167,8 @@ class GroupDrain:
         """Run the group's tasks until it closes; the connection to commit on, or None."""
         ex = self.ex
         while group.waiting:
+            if group.waiting[0].task.tentativa > 1 and (group.written or group.failures):
+                return conn  # a retry runs in a group of its own: the others commit first
             item = ex._started(conn, group.waiting.popleft())
             task = item.task
             try:
@@ -180,7 +184,7 @@ class GroupDrain:
             if group.written and not ex.store.in_transaction(conn):
                 # The handler ended the transaction (its own failure says so).
                 self._lost(conn, group)
-            last = not group.waiting or self._closing(group)
+            last = not group.waiting or task.tentativa > 1 or self._closing(group)
             if isinstance(outcome, str):
                 try:
                     self.ops.succeeded(conn, task, outcome)
@@ -199,12 +203,9 @@ class GroupDrain:
                         break
                     self._savepoint(conn, group)
                     continue
-            conn = self._failed(conn, group, task, outcome)
-            if conn is None:
-                return None
-            if last:
-                break
-            self._savepoint(conn, group)
+            # A failure commits at once (with the successes before it): its record, its
+            # retry or dead letter show without waiting for the rest of the group.
+            return self._failed(conn, group, task, outcome)
         return conn
 
     def _closing(self, group: _Group) -> bool:
@@ -228,13 +229,25 @@ class GroupDrain:
             self._give_back_waiting(conn, group)
             claims = self.ops.commit(conn, group.written, self._claim_limit())
         except (DatabaseError, GroupLost) as exc:
-            logger.warning(
-                "queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc
-            )
-            self._after_broken(group)
-            return self.ex._discard(conn), []
+            return self._commit_failed(conn, group, exc), []
         self._committed([task for task, _ in group.written])
         return conn, claims
+
+    def _commit_failed(self, conn: Any, group: _Group, exc: BaseException) -> Any:
+        """The group's commit failed (a deferred constraint, a lost connection): nothing of
+        it was committed, so each finished task's attempt failed, as a failed commit always
+        made it; its retry runs in a group of its own (``_run_tasks``), so that one task's
+        bad commit does not keep failing the others. Returns a connection or None."""
+        logger.warning("queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc)
+        error = exc.__cause__ or exc
+        written, group.written = group.written, []
+        for task, _ in written:
+            if not self.ex._fail(task, conn, error):
+                conn = self.ex._discard(conn)
+        self._after_broken(group)
+        if conn is not None and not self.ex.store.in_transaction(conn):
+            return conn
+        return self.ex._discard(conn)
 
     def _commit_finished(self, conn: Any, group: _Group) -> Any:
         """Commit the group's finished tasks; its claimed ones go on in a new transaction."""
@@ -244,11 +257,9 @@ class GroupDrain:
             self.ops.commit(conn, group.written, 0)
             self.ex.store.begin(conn)
         except (DatabaseError, GroupLost) as exc:
-            logger.warning(
-                "queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc
-            )
-            self._after_broken(group)
-            return self.ex._discard(conn, replace=False)
+            conn = self._commit_failed(conn, group, exc)
+            self.ex._put_back(conn)
+            return None
         self._committed([task for task, _ in group.written])
         group.written, group.failures = [], []
         group.savepoint, group.tx, group.started = False, None, time.monotonic()
