@@ -9,9 +9,11 @@ runtime needs for that; which store gets which is decided here.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from nsj_queue_lib.db.driver import driver_module_name
 from nsj_queue_lib.model import Claim, TaskRecord
 
 SAVEPOINT = "nsjq_group"
@@ -58,18 +60,15 @@ class GroupOps(Protocol):
         ...
 
 
-def group_ops_for(store: Any) -> GroupOps | None:
-    """The store's group statements; None where group commit is not available (SingleStore
-    has no savepoints)."""
-    from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-    from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-
-    if isinstance(store, PostgresQueueStore):
-        from nsj_queue_lib.db.postgres.group import PostgresGroupOps
-
-        return PostgresGroupOps(store)
-    if isinstance(store, MysqlQueueStore):
-        from nsj_queue_lib.db.mysql.group import MysqlGroupOps
-
-        return MysqlGroupOps(store)
-    return None
+def group_ops_for(db_driver: str, store: Any) -> GroupOps | None:
+    """The dialect's group statements for ``store`` (its ``group`` module, by name); None
+    where group commit is not available (SingleStore has no savepoints)."""
+    name = f"nsj_queue_lib.db.{driver_module_name(db_driver)}.group"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return None
+    ops: GroupOps = module.GROUP_OPS_CLASS(store)
+    return ops

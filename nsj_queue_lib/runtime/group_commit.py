@@ -442,7 +442,7 @@ def group_drain(executor: TaskExecutor) -> GroupDrain | None:
     settings = executor.settings
     if settings.queue_batch_size <= 1:
         return None
-    ops = group_ops_for(executor.store)
+    ops = group_ops_for(settings.db_driver, executor.store)
     liveness = getattr(executor.liveness, "inner", executor.liveness)  # MeasuredLiveness
     if ops is None or not isinstance(liveness, DatabaseLiveness):
         logger.warning(

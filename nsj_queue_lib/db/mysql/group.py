@@ -61,3 +61,6 @@ class MysqlGroupOps:
     def _execute(self, conn: Any, what: str, sql: str) -> None:
         with wrap_driver_errors(what), conn.cursor() as cur:
             cur.execute(sql)
+
+
+GROUP_OPS_CLASS = MysqlGroupOps

@@ -117,3 +117,6 @@ class PostgresGroupOps:
             locked = bool(row.pop("liveness_locked"))
             claims.append(Claim(TaskRecord.from_row(row), locked))
         return claims
+
+
+GROUP_OPS_CLASS = PostgresGroupOps
