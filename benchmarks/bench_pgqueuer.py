@@ -411,6 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         "enqueue 50,000: pgqueuer batch enqueue (tasks/s)",
         "enqueue 50,000: ours insert_tasks (tasks/s)",
     ]
+    ratios = [
+        ("ours best / pgqueuer best, wall (ratio)", 4, 1, ""),
+        ("ours best / pgqueuer best, after the first task (ratio)", 4, 1, ", after the first task"),
+        ("ours default / pgqueuer default (ratio)", 2, 0, ""),
+        ("ours 1 process QUEUE_BATCH_SIZE=20 / pgqueuer default (ratio)", 3, 0, ""),
+    ]
+    names += [r[0] for r in ratios]
+    names += [f"enqueue {c:,}: ours / pgqueuer (ratio)" for c in (5_000, 50_000)]
     if maria is not None:
         names += [
             f"drain, MariaDB ours best ({maria_best[0]} x {maria_best[1]}, "
@@ -433,6 +441,11 @@ def main(argv: list[str] | None = None) -> int:
             d = fn()
             add(f"{label} (tasks/s)", d.rate)
             add(f"{label}, after the first task (tasks/s)", d.after_first)
+        labels = list(drains)
+        for name, ours_i, theirs_i, suffix in ratios:
+            ours_v = results[f"{labels[ours_i]}{suffix} (tasks/s)"][-1]
+            theirs_v = results[f"{labels[theirs_i]}{suffix} (tasks/s)"][-1]
+            add(name, ours_v / theirs_v)
         lat = [
             ("pgqueuer", lambda: pgq_latency(PG_DSN, log_dir)),
             ("ours", lambda: ours_latency(pg, log_dir)),
@@ -448,11 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         ][-1]
         add("backlog / ours best drain (ratio)", backlog / best_now)
         for count in (5_000, 50_000):
-            add(f"enqueue {count:,}: pgqueuer batch enqueue (tasks/s)", pgq_enqueue(PG_DSN, count))
-            add(
-                f"enqueue {count:,}: ours insert_tasks (tasks/s)",
-                bench_mysql.bench_enqueue_bulk(pg, count),
-            )
+            theirs = pgq_enqueue(PG_DSN, count)
+            ours = bench_mysql.bench_enqueue_bulk(pg, count)
+            add(f"enqueue {count:,}: pgqueuer batch enqueue (tasks/s)", theirs)
+            add(f"enqueue {count:,}: ours insert_tasks (tasks/s)", ours)
+            add(f"enqueue {count:,}: ours / pgqueuer (ratio)", ours / theirs)
         if maria is not None and maria_best is not None:
             m = maria_best
             rate = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra).rate
