@@ -21,6 +21,8 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-test
 # The docs extra (mkdocs and its plugins) is installed on top, by `make docs` only.
 DOCS_STAMP  := $(VENV)/.installed-docs
+# The bench extra (pgqueuer, asyncpg) is installed on top, by `make bench` only.
+BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
 # Set to 1 to treat "pytest collected no tests" (exit 5) as success.
 ALLOW_NO_TESTS ?= 0
@@ -98,7 +100,13 @@ demo: $(STAMP) ## Run examples/demo.py: enqueue tasks, run a worker, print the r
 	@test -f examples/demo.py || { echo "examples/demo.py does not exist yet" >&2; exit 1; }
 	$(PY) examples/demo.py
 
-bench: $(STAMP) ## Run the benchmarks (PostgreSQL; PostgreSQL vs MariaDB; QUEUE_COMPAT_1_2_2 on vs off; lock_key cost; async handlers)
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	@echo ">> installing the bench extra into $(VENV)"
+	$(PY) -m pip install --quiet -e '.[bench]'
+	@touch "$@"
+
+bench: $(BENCH_STAMP) ## Run the benchmarks (PostgreSQL; vs pgqueuer; PostgreSQL vs MariaDB; QUEUE_COMPAT_1_2_2 on vs off; lock_key cost; async handlers)
+	$(PY) benchmarks/bench_pgqueuer.py
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/bench_mysql.py
 	$(PY) benchmarks/bench_compat.py --rounds 5

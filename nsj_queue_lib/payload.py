@@ -26,20 +26,23 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"payload value of type {type(value).__name__} is not JSON serializable")
 
 
+# json.dumps with options builds an encoder per call; one is enough (it keeps no state).
+_ENCODER = json.JSONEncoder(
+    sort_keys=True,
+    ensure_ascii=False,
+    separators=(",", ":"),
+    allow_nan=False,
+    default=_json_default,
+)
+
+
 def serialize_payload(payload: Any) -> str | None:
     """The text stored in the ``payload`` column."""
     if payload is None or isinstance(payload, str):
         return payload
     if isinstance(payload, (dict, list)):
         try:
-            return json.dumps(
-                payload,
-                sort_keys=True,
-                ensure_ascii=False,
-                separators=(",", ":"),
-                allow_nan=False,
-                default=_json_default,
-            )
+            return _ENCODER.encode(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload cannot be stored as JSON: {exc}") from exc
     raise TypeError(f"payload must be str, dict, list or None, got {type(payload).__name__}")

@@ -45,6 +45,9 @@ _ALIASES = {
     "DB_PASS": ("DATABASE_PASS",),
 }
 WAKEUP_MODES = ("listen", "poll", "server")
+# A commit group's savepoints are subtransactions: PostgreSQL caches 64 per
+# transaction; past that every snapshot of every session gets slower.
+MAX_BATCH_SIZE = 50
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -101,6 +104,13 @@ class Settings:
     # seconds later, given up and retried (docs/lifecycle.md); None: no timeout.
     queue_task_timeout: float | None = None
     queue_task_timeout_grace: float = 5.0
+    # Group commit (docs/group-commit.md): up to this many tasks claimed at once and
+    # committed together, each handler in a savepoint; 1: one commit per task.
+    queue_batch_size: int = 1
+    # Milliseconds a commit group stays open: past it, the group commits its finished
+    # tasks after its running one; a group claims as many tasks as the recent handlers
+    # run in that time (at least one).
+    queue_batch_max_ms: float = 20.0
     # How the dispatcher learns of new tasks: "listen", "poll" or "server"; None:
     # the socket server in CLIENT_SERVER_MODE, else LISTEN where the database
     # has it, else polling (docs/how-to/poolers.md).
@@ -410,6 +420,8 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_task_timeout=reader.number("QUEUE_TASK_TIMEOUT", None),
         queue_task_timeout_grace=reader.number("QUEUE_TASK_TIMEOUT_GRACE", 5.0),
+        queue_batch_size=reader.integer("QUEUE_BATCH_SIZE", 1),
+        queue_batch_max_ms=reader.number("QUEUE_BATCH_MAX_MS", 20.0),
         queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
         queue_compat_1_2_2=reader.choice("QUEUE_COMPAT_1_2_2", COMPAT_MODES, "AUTO"),
@@ -477,6 +489,8 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "queue_poll_interval": ("QUEUE_POLL_INTERVAL", None, None, True),
     "queue_task_timeout": ("QUEUE_TASK_TIMEOUT", None, None, True),
     "queue_task_timeout_grace": ("QUEUE_TASK_TIMEOUT_GRACE", 0, None, False),
+    "queue_batch_size": ("QUEUE_BATCH_SIZE", 1, MAX_BATCH_SIZE, False),
+    "queue_batch_max_ms": ("QUEUE_BATCH_MAX_MS", None, None, True),
     "default_webhook_timeout": ("DEFAULT_WEBHOOK_TIMEOUT", None, None, True),
     "queue_retry_thread_interval": ("QUEUE_RETRY_THREAD_INTERVAL", None, None, True),
     "queue_purge_thread_interval": ("QUEUE_PURGE_THREAD_INTERVAL", None, None, True),

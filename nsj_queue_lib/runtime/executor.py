@@ -176,6 +176,9 @@ class TaskExecutor:
         self.after_handler: Callable[[TaskContext], None] = lambda context: None
         self._done = 0  # attempts that succeeded, since the start
         self._failed = 0  # attempts that failed, since the start
+        # Group commit (QUEUE_BATCH_SIZE > 1, runtime/group_commit.py): set by the worker
+        # runtime; None drains one commit per task.
+        self.group: Any = None
         self._threads = [
             threading.Thread(target=self._thread_main, name=f"nsj-executor-{i}", daemon=True)
             for i in range(settings.queue_concurrency)
@@ -287,7 +290,10 @@ class TaskExecutor:
     def given_up(self, item: RunningTask) -> None:
         """An abandoned task's session was ended and its attempt settled (timeouts.py).
 
-        Nothing more here: its thread was replaced when it was abandoned."""
+        Its thread was replaced when it was abandoned; the tasks its commit group held
+        go back to the queue (group_commit.py)."""
+        if self.group is not None:
+            self.group.given_up(item)
 
     def stuck_threads(self) -> int:
         """Threads still running a handler that was given up."""
@@ -310,9 +316,10 @@ class TaskExecutor:
     # -- the thread --
 
     def _thread_main(self) -> None:
+        drain = self._drain if self.group is None else self.group.drain
         while not self._retired() and self._take_token():
             try:
-                self._drain()
+                drain()
             except BaseException:  # an executor thread must never die silently
                 logger.exception(
                     "queue=%s: unexpected error in an executor thread", self.settings.queue_name
@@ -322,17 +329,24 @@ class TaskExecutor:
     def _claim_next(self) -> bool:
         return not self.stop_event.is_set()
 
-    def _drain(self) -> None:
-        """Claim and run tasks until none is ready or the worker stops."""
+    def _connection(self) -> Any:
+        """A pooled connection, or None (logged) when the database is unreachable: the
+        dispatcher wakes the executors again once it is back."""
         try:
-            conn = self.pool.getconn()
+            return self.pool.getconn()
         except Exception as exc:  # noqa: BLE001 - pool timeout: database unreachable
             logger.warning(
                 "queue=%s: no database connection for an executor (%s)",
                 self.settings.queue_name,
                 exc,
             )
-            return  # the dispatcher wakes the executors again once the database is back
+            return None
+
+    def _drain(self) -> None:
+        """Claim and run tasks until none is ready or the worker stops."""
+        conn = self._connection()
+        if conn is None:
+            return
         try:
             claimed = self.liveness.claim(conn, self._claim_next())
             while claimed is not None:
@@ -464,8 +478,10 @@ class TaskExecutor:
         self.liveness.after_settled(task, conn if healthy else None)
         return healthy
 
-    def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
-        """Record a failed attempt; False when ``conn`` turned out broken."""
+    def _account_failure(
+        self, task: TaskRecord, conn: Any, error: BaseException
+    ) -> tuple[str, BaseException | str, Decision | None]:
+        """Log and count a failed attempt; (status, error to record, decision) to settle it."""
         decision: Decision | None = None
         status = model.FALHA
         recorded: BaseException | str = error
@@ -486,6 +502,11 @@ class TaskExecutor:
             self.observer.task_finished(
                 task, outcomes.FALHA if decision.outcome is Outcome.RETRY else outcomes.DEAD
             )
+        return status, recorded, decision
+
+    def _fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
+        """Record a failed attempt; False when ``conn`` turned out broken."""
+        status, recorded, decision = self._account_failure(task, conn, error)
         try:
             self.store.rollback(conn)
             self.store.begin(conn)
@@ -611,6 +632,9 @@ class TaskExecutor:
                         item.task.id,
                         exc,
                     )
+            if self.group is not None:  # their groups' other tasks went with the sessions
+                for item in running:
+                    self.group.given_up(item)
             for item in running:
                 self.store.begin(admin)
                 try:

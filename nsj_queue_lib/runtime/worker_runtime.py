@@ -42,6 +42,7 @@ from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.cancel_watch import CancelWatcher
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
+from nsj_queue_lib.runtime.group_commit import group_drain
 from nsj_queue_lib.runtime.lifecycle import LifecycleThread
 from nsj_queue_lib.runtime.liveness import (
     CompatLiveness,
@@ -465,6 +466,8 @@ class WorkerRuntime:
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
+        if type(self.executor) is TaskExecutor:  # the async executor commits per task
+            self.executor.group = group_drain(self.executor)
         self.executor.start()
         for thread in threads:
             thread.start()

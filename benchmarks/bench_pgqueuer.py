@@ -1,0 +1,498 @@
+"""This library next to pgqueuer on one PostgreSQL, in paired rounds (issue 16).
+
+    .venv/bin/python benchmarks/bench_pgqueuer.py              # 5 rounds, medians
+    .venv/bin/python benchmarks/bench_pgqueuer.py --quick      # 2 rounds, 2,000 tasks
+    .venv/bin/python benchmarks/bench_pgqueuer.py --markdown out.md
+
+pgqueuer (the ``bench`` extra pins it; ``make bench`` installs it) runs
+``benchmarks/pgqueuer_worker.py``: an async no-op entrypoint on
+``QueueManager.run`` with its documented defaults except ``batch_size``.
+Its objects carry the prefix ``nsjqbench_`` and are created afresh.
+
+Every round measures every row, in alternating order from round to round,
+and the ratios are taken within each round (this VM's speed drifts by tens
+of percent within minutes). Rows:
+
+- ceiling: one-row ``UPDATE`` + commit, 8 threads, own connection and row
+  each, 2 s (what pgbench's simple-update measures, without the queue);
+- drain: ``--tasks`` no-op tasks committed at once for workers already
+  listening; wall time from that commit until all are done, and the rate
+  after the first one finished. Default settings (one process each) and
+  the best configuration of each (screened once before the rounds);
+- latency at low load: one task every 20 ms, enqueue commit -> handler start;
+- backlog: 50,000 tasks committed at once, the first 5,000 (ours, best);
+- enqueue: ``insert_tasks`` against pgqueuer's ``Queries.enqueue`` with
+  lists (its batch enqueue), 5,000 and 50,000 tasks, one call, one commit;
+- MariaDB: our best drain on MariaDB, same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import bench_mysql  # noqa: E402 - the MariaDB/PostgreSQL harness next to this file
+from bench_mysql import BenchError, Database, running_workers, task_rows  # noqa: E402
+
+PG_DSN = os.environ.get("BENCH_PG_DSN", "host=127.0.0.1 user=postgres dbname=test")
+MYSQL_DSN = os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1:3306/test")
+PGQ_PREFIX = "nsjqbench_"
+PGQ_TABLE = f"{PGQ_PREFIX}pgqueuer"
+POLL = 0.01
+LATENCY_TASKS, LATENCY_WARMUP, LATENCY_RATE = 200, 20, 50.0  # one task every 20 ms
+
+# Candidates screened once for each side's best configuration:
+# ours: (processes, QUEUE_CONCURRENCY, QUEUE_BATCH_SIZE); pgqueuer: (processes, batch_size).
+OURS_CANDIDATES = [(1, 1, 50), (2, 1, 50), (2, 1, 20), (2, 2, 25), (3, 1, 50)]
+PGQ_CANDIDATES = [(1, 50), (2, 50), (2, 10), (4, 50)]
+
+
+def ours_env(concurrency: int, batch: int | None) -> dict[str, str]:
+    env = {"QUEUE_CONCURRENCY": str(concurrency)}
+    if batch is not None:
+        env["QUEUE_BATCH_SIZE"] = str(batch)
+    return env
+
+
+# -- pgqueuer ------------------------------------------------------------------------------
+
+
+def _asyncpg_dsn(dsn: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(dsn)
+    user = info.get("user") or "postgres"
+    password = f":{info['password']}" if info.get("password") else ""
+    host = info.get("host") or "127.0.0.1"
+    return f"postgresql://{user}{password}@{host}:{info.get('port') or 5432}/{info.get('dbname')}"
+
+
+def _pgq_queries(conn):
+    from pgqueuer import AsyncpgDriver, Queries
+
+    return Queries(AsyncpgDriver(conn))
+
+
+async def _pgq_reset(dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(_asyncpg_dsn(dsn))
+    try:
+        queries = _pgq_queries(conn)
+        if await queries.schema_is_installed():
+            await queries.uninstall()
+        await queries.install()
+    finally:
+        await conn.close()
+
+
+async def _pgq_enqueue(dsn: str, count: int) -> float:
+    """pgqueuer's batch enqueue of ``count`` jobs (one call); seconds it took."""
+    import asyncpg
+
+    conn = await asyncpg.connect(_asyncpg_dsn(dsn))
+    try:
+        queries = _pgq_queries(conn)
+        payloads: list[bytes | None] = [b'{"n": 1}'] * count
+        t0 = time.perf_counter()
+        await queries.enqueue(["noop"] * count, payloads, [0] * count)
+        return time.perf_counter() - t0
+    finally:
+        await conn.close()
+
+
+def pgq_reset(dsn: str) -> None:
+    os.environ["PGQUEUER_PREFIX"] = PGQ_PREFIX
+    asyncio.run(_pgq_reset(dsn))
+
+
+@contextlib.contextmanager
+def pgq_workers(
+    dsn: str, processes: int, batch: int, log_dir: Path, latency_file: Path | None = None
+) -> Iterator[list[subprocess.Popen]]:
+    procs: list[subprocess.Popen] = []
+    ready = [log_dir / f"pgq.{time.monotonic_ns()}.{i}.ready" for i in range(processes)]
+    env = dict(
+        os.environ,
+        PGQ_DSN=_asyncpg_dsn(dsn),
+        PGQ_BATCH_SIZE=str(batch),
+        PGQUEUER_PREFIX=PGQ_PREFIX,
+    )
+    if latency_file is not None:
+        env["BENCH_LATENCY_FILE"] = str(latency_file)
+    try:
+        for marker in ready:
+            log = open(log_dir / f"{marker.name}.log", "wb")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(HERE / "pgqueuer_worker.py")],
+                    env=dict(env, BENCH_READY_FILE=str(marker)),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        deadline = time.monotonic() + 30
+        while not all(m.exists() for m in ready):
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                raise BenchError("a pgqueuer worker did not start")
+            time.sleep(0.02)
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- measuring a drain ---------------------------------------------------------------------
+
+
+@dataclass
+class Drain:
+    rate: float  # tasks/s, wall time from the commit
+    after_first: float  # tasks/s from the first task done to the last
+
+
+def watch(done: Callable[[], int], target: int, t0: float, timeout: float = 300.0) -> Drain:
+    """Poll ``done()`` until it reaches ``target``; the rates since ``t0``."""
+    first_at = None
+    while True:
+        count = done()
+        now = time.perf_counter()
+        if count and first_at is None:
+            first_at = now
+        if count >= target:
+            break
+        if now - t0 > timeout:
+            raise BenchError(f"only {count}/{target} done after {timeout:.0f} s")
+        time.sleep(POLL)
+    elapsed = now - t0
+    after = (target - 1) / max(now - (first_at or t0), 1e-6)
+    return Drain(target / elapsed, after)
+
+
+def ours_drain(
+    db: Database,
+    processes: int,
+    concurrency: int,
+    batch: int | None,
+    total: int,
+    measured: int,
+    log_dir: Path,
+    extra: dict[str, str] | None = None,
+) -> Drain:
+    """``total`` tasks committed at once for running workers; the first ``measured`` done."""
+    from nsj_queue_lib import QueueClient
+
+    env = {**ours_env(concurrency, batch), **(extra or {})}
+    with db.fresh_queue() as table, running_workers(db, table, processes, env, log_dir):
+        poll = db.connect(autocommit=True)
+        conn = db.connect()
+        try:
+            QueueClient(conn, table).insert_tasks(task_rows(total))
+            conn.commit()
+            t0 = time.perf_counter()
+            # Counts the unfinished rows (read through the partial indexes), as pgqueuer's
+            # side counts its queue table: both polls get cheaper as the drain goes on.
+            sql = f"SELECT count(*) FROM {table} WHERE status IN ('pendente', 'processando')"
+            return watch(lambda: total - db.execute(poll, sql)[0][0], measured, t0)
+        finally:
+            conn.close()
+            poll.close()
+
+
+def pgq_drain(dsn: str, processes: int, batch: int, total: int, log_dir: Path) -> Drain:
+    import psycopg
+
+    pgq_reset(dsn)
+    with pgq_workers(dsn, processes, batch, log_dir):
+        with psycopg.connect(dsn, autocommit=True) as poll:
+            asyncio.run(_pgq_enqueue(dsn, total))
+            t0 = time.perf_counter()
+            sql = f"SELECT count(*) FROM {PGQ_TABLE}"
+            return watch(lambda: total - poll.execute(sql).fetchone()[0], total, t0)
+
+
+# -- latency -------------------------------------------------------------------------------
+
+
+def _latencies(committed: dict[int, float], latency_file: Path, warmup: int) -> dict[str, float]:
+    started = {}
+    for line in latency_file.read_text().splitlines():
+        task_id, at = line.split()
+        started.setdefault(int(task_id), float(at))
+    ordered = sorted(committed)[warmup:]
+    values = [(started[i] - committed[i]) * 1000 for i in ordered if i in started]
+    if len(values) < len(ordered):
+        raise BenchError(f"{len(ordered) - len(values)} tasks never started")
+    return {
+        "p50": statistics.median(values),
+        "p99": bench_mysql.percentile(values, 99),
+    }
+
+
+def ours_latency(db: Database, log_dir: Path) -> dict[str, float]:
+    return bench_mysql.bench_latency(db, {}, LATENCY_TASKS, LATENCY_RATE, LATENCY_WARMUP, log_dir)
+
+
+def pgq_latency(dsn: str, log_dir: Path) -> dict[str, float]:
+    import asyncpg
+
+    pgq_reset(dsn)
+    latency_file = log_dir / f"pgq.{time.monotonic_ns()}.latency"
+
+    async def enqueue_slowly() -> dict[int, float]:
+        conn = await asyncpg.connect(_asyncpg_dsn(dsn))
+        try:
+            queries = _pgq_queries(conn)
+            committed = {}
+            interval = 1.0 / LATENCY_RATE
+            start = time.perf_counter() + interval
+            for i in range(LATENCY_TASKS + LATENCY_WARMUP):
+                pause = start + i * interval - time.perf_counter()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                [job_id] = await queries.enqueue("noop", b"{}")
+                committed[int(job_id)] = time.time()
+            return committed
+        finally:
+            await conn.close()
+
+    with pgq_workers(dsn, 1, 10, log_dir, latency_file):
+        committed = asyncio.run(enqueue_slowly())
+        time.sleep(0.5)
+    return _latencies(committed, latency_file, LATENCY_WARMUP)
+
+
+# -- enqueue and the ceiling ---------------------------------------------------------------
+
+
+def pgq_enqueue(dsn: str, count: int) -> float:
+    pgq_reset(dsn)
+    return count / asyncio.run(_pgq_enqueue(dsn, count))
+
+
+def ceiling(dsn: str, clients: int = 8, seconds: float = 2.0) -> float:
+    """One-row UPDATE + commit transactions per second (pgbench's simple update, no queue)."""
+    import psycopg
+
+    table = f"nsjq_ceiling_{os.getpid()}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"DROP TABLE IF EXISTS {table}")
+        admin.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n bigint NOT NULL)")
+        admin.execute(f"INSERT INTO {table} SELECT g, 0 FROM generate_series(1, {clients}) g")
+        counts = [0] * clients
+        barrier = threading.Barrier(clients + 1)
+        stop = threading.Event()
+
+        def loop(i: int) -> None:
+            with psycopg.connect(dsn) as conn:
+                barrier.wait()
+                while not stop.is_set():
+                    conn.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (i + 1,))
+                    conn.commit()
+                    counts[i] += 1
+
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        admin.execute(f"DROP TABLE {table}")
+    return sum(counts) / elapsed
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def screen(label: str, candidates, measure) -> tuple:
+    best, best_rate = None, -1.0
+    for cand in candidates:
+        rate = measure(cand).rate
+        print(f"  screening {label} {cand}: {rate:,.0f}/s", flush=True)
+        if rate > best_rate:
+            best, best_rate = cand, rate
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tasks", type=int, default=5000)
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 2,000 tasks")
+    ap.add_argument("--markdown", type=Path, help="also write the table here")
+    ap.add_argument("--no-mariadb", action="store_true")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.tasks = 2, 2000
+    pg = Database("postgres", PG_DSN)
+    maria = None if args.no_mariadb else Database("mariadb", MYSQL_DSN)
+    n = args.tasks
+    log_dir = Path(tempfile.mkdtemp(prefix="nsjq-bench-pgq-"))
+    import pgqueuer
+
+    print(f"pgqueuer {pgqueuer.__version__}; logs in {log_dir}", flush=True)
+
+    ours_best = screen(
+        "ours (processes, concurrency, batch)",
+        OURS_CANDIDATES,
+        lambda c: ours_drain(pg, c[0], c[1], c[2], n, n, log_dir),
+    )
+    pgq_best = screen(
+        "pgqueuer (processes, batch)",
+        PGQ_CANDIDATES,
+        lambda c: pgq_drain(PG_DSN, c[0], c[1], n, log_dir),
+    )
+    maria_extra = {"QUEUE_POLL_INTERVAL": "0.1"}
+    maria_best = None
+    if maria is not None:
+        maria_best = screen(
+            "MariaDB ours (processes, concurrency, batch)",
+            [(2, 4, 1), (2, 2, 25), (3, 2, 25), (4, 1, 50)],
+            lambda c: ours_drain(maria, c[0], c[1], c[2], n, n, log_dir, maria_extra),
+        )
+    o, p = ours_best, pgq_best
+    drains: dict[str, Callable[[], Drain]] = {
+        "drain, pgqueuer default (1 process, batch 10)": lambda: pgq_drain(
+            PG_DSN, 1, 10, n, log_dir
+        ),
+        f"drain, pgqueuer best ({p[0]} processes, batch {p[1]})": lambda: pgq_drain(
+            PG_DSN, p[0], p[1], n, log_dir
+        ),
+        "drain, ours default (1 process, default settings)": lambda: ours_drain(
+            pg, 1, 1, None, n, n, log_dir
+        ),
+        "drain, ours 1 process, QUEUE_BATCH_SIZE=20": lambda: ours_drain(
+            pg, 1, 1, 20, n, n, log_dir
+        ),
+        f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})": lambda: ours_drain(
+            pg, o[0], o[1], o[2], n, n, log_dir
+        ),
+    }
+    results: dict[str, list[float]] = {}
+    names = [
+        "ceiling: one-row UPDATE + commit, 8 clients (tx/s)",
+        *[f"{d} (tasks/s)" for d in drains],
+        *[f"{d}, after the first task (tasks/s)" for d in drains],
+        "latency, pgqueuer default: p50 (ms)",
+        "latency, pgqueuer default: p99 (ms)",
+        "latency, ours default: p50 (ms)",
+        "latency, ours default: p99 (ms)",
+        "backlog 50,000, first 5,000, ours best (tasks/s)",
+        "backlog / ours best drain (ratio)",
+        "enqueue 5,000: pgqueuer batch enqueue (tasks/s)",
+        "enqueue 5,000: ours insert_tasks (tasks/s)",
+        "enqueue 50,000: pgqueuer batch enqueue (tasks/s)",
+        "enqueue 50,000: ours insert_tasks (tasks/s)",
+    ]
+    ratios = [
+        ("ours best / pgqueuer best, wall (ratio)", 4, 1, ""),
+        ("ours best / pgqueuer best, after the first task (ratio)", 4, 1, ", after the first task"),
+        ("ours default / pgqueuer default (ratio)", 2, 0, ""),
+        ("ours 1 process QUEUE_BATCH_SIZE=20 / pgqueuer default (ratio)", 3, 0, ""),
+    ]
+    names += [r[0] for r in ratios]
+    names += [f"enqueue {c:,}: ours / pgqueuer (ratio)" for c in (5_000, 50_000)]
+    if maria is not None:
+        names += [
+            f"drain, MariaDB ours best ({maria_best[0]} x {maria_best[1]}, "
+            f"QUEUE_BATCH_SIZE={maria_best[2]}, poll 0.1 s) (tasks/s)",
+            "MariaDB best / PostgreSQL ours best (ratio)",
+        ]
+    for name in names:
+        results[name] = []
+
+    def add(name: str, value: float) -> None:
+        results[name].append(value)
+
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", flush=True)
+        order = list(drains.items())
+        if r % 2:
+            order.reverse()
+        add(names[0], ceiling(PG_DSN))
+        for label, fn in order:
+            d = fn()
+            add(f"{label} (tasks/s)", d.rate)
+            add(f"{label}, after the first task (tasks/s)", d.after_first)
+        labels = list(drains)
+        for name, ours_i, theirs_i, suffix in ratios:
+            ours_v = results[f"{labels[ours_i]}{suffix} (tasks/s)"][-1]
+            theirs_v = results[f"{labels[theirs_i]}{suffix} (tasks/s)"][-1]
+            add(name, ours_v / theirs_v)
+        lat = [
+            ("pgqueuer", lambda: pgq_latency(PG_DSN, log_dir)),
+            ("ours", lambda: ours_latency(pg, log_dir)),
+        ]
+        for who, fn in lat if r % 2 == 0 else reversed(lat):
+            values = fn()
+            add(f"latency, {who} default: p50 (ms)", values["p50"])
+            add(f"latency, {who} default: p99 (ms)", values["p99"])
+        backlog = ours_drain(pg, o[0], o[1], o[2], 50_000, 5_000, log_dir).rate
+        add("backlog 50,000, first 5,000, ours best (tasks/s)", backlog)
+        best_now = results[
+            f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]}) (tasks/s)"
+        ][-1]
+        add("backlog / ours best drain (ratio)", backlog / best_now)
+        for count in (5_000, 50_000):
+            theirs = pgq_enqueue(PG_DSN, count)
+            ours = bench_mysql.bench_enqueue_bulk(pg, count)
+            add(f"enqueue {count:,}: pgqueuer batch enqueue (tasks/s)", theirs)
+            add(f"enqueue {count:,}: ours insert_tasks (tasks/s)", ours)
+            add(f"enqueue {count:,}: ours / pgqueuer (ratio)", ours / theirs)
+        if maria is not None and maria_best is not None:
+            m = maria_best
+            rate = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra).rate
+            add(names[-2], rate)
+            add(names[-1], rate / best_now)
+    table = render(results, args.rounds, n)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+    return 0
+
+
+def render(results: dict[str, list[float]], rounds: int, tasks: int) -> str:
+    lines = [
+        f"| row ({tasks:,} tasks per drain, {rounds} paired rounds) | median | min | max |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, values in results.items():
+        if not values:
+            continue
+        fmt = "{:,.2f}" if ("ms" in name or "ratio" in name) else "{:,.0f}"
+        med = statistics.median(values)
+        lines.append(
+            f"| {name} | {fmt.format(med)} | {fmt.format(min(values))} | {fmt.format(max(values))} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""A dialect's statements for group commit (runtime/group_commit.py).
+
+A commit group: up to QUEUE_BATCH_SIZE tasks claimed and committed at once,
+then run one after another in one transaction, each handler after a
+savepoint, each success written ('sucesso', liveness lock released) as its
+handler returns, and one commit for the group. These are the statements the
+runtime needs for that; which store gets which is decided here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from nsj_queue_lib.db.driver import driver_module_name
+from nsj_queue_lib.model import Claim, TaskRecord
+
+SAVEPOINT = "nsjq_group"
+
+
+class GroupLost(Exception):
+    """The group's transaction ended under it (a deadlock rolled it back): every success
+    written since the group's last commit is gone."""
+
+
+class GroupState(Protocol):
+    """What a dialect may remember about the open group (``tx``: its own token)."""
+
+    tx: Any
+
+
+class GroupOps(Protocol):
+    def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+        """Claim up to ``limit`` tasks, their liveness locks taken, committed; a transaction is
+        open on return when any was claimed, else ``conn`` is idle."""
+        ...
+
+    def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
+        """A handler returned: write its success now, or leave it to ``commit`` (which gets
+        every success of the group). Raises ``GroupLost``."""
+        ...
+
+    def savepoint(self, conn: Any, group: GroupState) -> None:
+        """The savepoint the next handler rolls back to when it fails."""
+        ...
+
+    def rollback_to_savepoint(self, conn: Any) -> None: ...
+
+    def commit(
+        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+    ) -> list[Claim]:
+        """Write what ``succeeded`` left of ``written`` ('sucesso', locks released), commit,
+        then claim up to ``claim_limit`` tasks as ``claim_batch`` does."""
+        ...
+
+    def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
+        """After the transaction ended under the group: whether it committed; None when the
+        dialect cannot tell (the tasks' rows then say)."""
+        ...
+
+
+def group_ops_for(db_driver: str, store: Any) -> GroupOps | None:
+    """The dialect's group statements for ``store`` (its ``group`` module, by name); None
+    where group commit is not available (SingleStore has no savepoints)."""
+    name = f"nsj_queue_lib.db.{driver_module_name(db_driver)}.group"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return None
+    ops: GroupOps = module.GROUP_OPS_CLASS(store)
+    return ops

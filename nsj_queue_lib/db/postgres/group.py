@@ -1,0 +1,122 @@
+"""Group commit on PostgreSQL.
+
+Per task, one short round trip: the savepoint the next handler rolls back to
+(``SAVEPOINT``, sent through libpq directly: no parameters, no rows). The
+group's successes are written in one statement at its end ('sucesso' and the
+liveness locks' release for all of them), then the claim function claims the
+next group and ``COMMIT AND CHAIN`` commits both, in one round trip: a group
+costs two round trips and one commit on top of its tasks.
+
+Because the successes are written only at the end, a handler that commits or
+rolls back ``bd_conn`` would leave the group unable to tell whether the
+earlier tasks' writes were kept. The group's transaction id, taken with its
+first savepoint, answers it (``pg_xact_status``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.model import Claim, TaskRecord
+
+_SAVEPOINT = f"SAVEPOINT {SAVEPOINT}".encode()
+# The first savepoint of a transaction also names the transaction (assigning its id).
+_FIRST_SAVEPOINT = _SAVEPOINT + b"; SELECT pg_current_xact_id()::text"
+_ROLLBACK_TO = f"ROLLBACK TO SAVEPOINT {SAVEPOINT}".encode()
+_OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+
+class PostgresGroupOps:
+    def __init__(self, store: PostgresQueueStore):
+        self.store = store
+        self._settle = (
+            "WITH done AS ("
+            " SELECT * FROM unnest(%(ids)s::bigint[], %(mensagens)s::text[]) AS m(id, mensagem)"
+            "), settled AS ("
+            f" UPDATE {store.queue_table} AS t SET status = 'sucesso', mensagem = done.mensagem"
+            # = ANY: an index scan by id, whatever the table's statistics say.
+            " FROM done WHERE t.id = ANY(%(ids)s::bigint[]) AND t.id = done.id"
+            " AND t.status = 'processando' RETURNING t.id"
+            ") SELECT (SELECT count(*) FROM settled),"
+            # Advisory unlocks are not transactional, as in the claim function.
+            " count(*) FILTER (WHERE pg_advisory_unlock(%(queue_key)s, (done.id %% %(modulus)s)::int4))"
+            " FROM done"
+        )
+
+    def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+        rows = self.store.claim_call(conn, None, None, limit, b"COMMIT AND CHAIN", begin=True)
+        return self._claims(conn, rows)
+
+    def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
+        pass  # written with the group's commit
+
+    def savepoint(self, conn: Any, group: GroupState) -> None:
+        if group.tx is None:
+            group.tx = self._exec(conn, _FIRST_SAVEPOINT, "savepoint")
+        else:
+            self._exec(conn, _SAVEPOINT, "savepoint")
+
+    def rollback_to_savepoint(self, conn: Any) -> None:
+        self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
+
+    def commit(
+        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+    ) -> list[Claim]:
+        commit = b"COMMIT AND CHAIN" if claim_limit else b"COMMIT"
+        if len(written) == 1:  # the claim function settles one task itself: one round trip
+            [(task, mensagem)] = written
+            rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)
+            return self._claims(conn, rows) if claim_limit else []
+        if written:
+            params = {
+                "ids": [task.id for task, _ in written],
+                "mensagens": [mensagem for _, mensagem in written],
+                "queue_key": self.store.queue_key,
+                "modulus": 2**31,
+            }
+            with wrap_driver_errors("complete_tasks"):
+                conn.execute(self._settle, params)
+        rows = self.store.claim_call(conn, None, None, claim_limit, commit)
+        return self._claims(conn, rows) if claim_limit else []
+
+    def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
+        if group.tx is None:
+            return None
+        with wrap_driver_errors("transaction status"):
+            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (group.tx,)).fetchone()
+        return row is not None and row[0] == "committed"
+
+    def _exec(self, conn: Any, sql: bytes, what: str) -> str | None:
+        """A parameterless statement through libpq (no cursor); the last result's first
+        value, if it has rows."""
+        try:
+            result = conn.pgconn.exec_(sql)
+        except psycopg.Error as exc:
+            raise DatabaseError(f"{what} failed: {exc}") from exc
+        if result.status not in _OK:
+            message = (result.error_message or b"").decode("utf-8", "replace").strip()
+            raise DatabaseError(f"{what} failed: {message}")
+        if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples:
+            value = result.get_value(0, 0)
+            return None if value is None else bytes(value).decode()
+        return None
+
+    def _claims(self, conn: Any, rows: list[dict[str, Any]]) -> list[Claim]:
+        if not rows:
+            self.store.rollback(conn)  # the empty transaction opened for the next group
+            return []
+        claims = []
+        for row in rows:
+            locked = bool(row.pop("liveness_locked"))
+            claims.append(Claim(TaskRecord.from_row(row), locked))
+        return claims
+
+
+GROUP_OPS_CLASS = PostgresGroupOps

@@ -1,0 +1,456 @@
+"""Group commit: many tasks per commit, each still atomic with its handler's writes.
+
+With QUEUE_BATCH_SIZE > 1 an executor thread drains in *groups*
+(docs/group-commit.md):
+
+1. up to QUEUE_BATCH_SIZE ready tasks are claimed in one statement (their
+   liveness locks taken) and committed - with the previous group's commit
+   when there was one;
+2. their handlers run one after another in one transaction. Before every
+   handler but the transaction's first a savepoint is set; a handler that
+   fails is rolled back to it and its failure written in the transaction,
+   which commits at once (the other tasks' writes stay; the rest of the group
+   goes on in a new transaction). A success is written as its handler returns
+   (MySQL) or with the group's commit (PostgreSQL: one statement for all); a
+   retried attempt runs in a group of its own;
+3. the group commits after its last task, in one round trip with the next
+   group's claim. A group that has been open QUEUE_BATCH_MAX_MS commits its
+   finished tasks after its running one and goes on with the rest in a new
+   transaction; and a group claims only as many tasks as the recent handlers
+   run in QUEUE_BATCH_MAX_MS (at least one), so slow handlers commit one by
+   one and never hold tasks another worker could start.
+
+An idle queue loses nothing here: a task that arrives alone is claimed alone
+and committed as soon as its handler returns.
+
+What can go wrong, and where it ends:
+- the worker dies: the group's transaction rolls back, every task of the
+  group is 'processando' (committed by the claim) without a liveness lock,
+  and the retry service rescues each: nothing lost, nothing committed twice;
+- the transaction ends under the group (a handler committed or rolled back
+  ``bd_conn``, or InnoDB rolled it back after a deadlock): the tasks whose
+  success was written since the last commit are looked at; those committed
+  stay 'sucesso', the others go back to 'pendente' (their writes are gone);
+- a handler given up after its timeout: its session is ended from another
+  connection, which rolls the group back; the group's other tasks go back to
+  'pendente' from there (``given_up``).
+
+The async executor and the socket server's liveness locks (and
+QUEUE_COMPAT_1_2_2) keep one commit per task.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from typing import Any
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.group_ops import GroupLost, GroupOps, group_ops_for
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.retry_policy import Decision
+from nsj_queue_lib.runtime.executor import RunningTask, TaskExecutor, settle_failure
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+
+logger = get_logger("group_commit")
+
+# Why a task that ran in a lost group goes back to the queue (logged).
+GROUP_LOST = "its commit group's transaction was rolled back before it committed"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settle:
+    """How a failed attempt is recorded (``TaskExecutor._account_failure``)."""
+
+    status: str
+    recorded: BaseException | str
+    decision: Decision | None
+
+
+class _Group:
+    """The tasks of one commit group, as its thread goes through them."""
+
+    def __init__(self, claims: list[Claim]):
+        self.started = time.monotonic()
+        self.waiting: collections.deque[Claim] = collections.deque(claims)
+        # Successes since the group's last commit, with their mensagem.
+        self.written: list[tuple[TaskRecord, str]] = []
+        # Failures written there: (task, how to settle it again if the transaction is lost).
+        self.failures: list[tuple[TaskRecord, _Settle]] = []
+        self.savepoint = False  # a savepoint is set for the next handler
+        self.abandoned = False  # its running task was given up (timeouts.py)
+        self.tx: Any = None  # the dialect's token for the open transaction (GroupOps)
+
+    def take(self) -> tuple[list[tuple[TaskRecord, str | None]], list[tuple[TaskRecord, _Settle]]]:
+        """Everything not committed: (tasks with their mensagem, None if unstarted;
+        failures), the group emptied."""
+        tasks: list[tuple[TaskRecord, str | None]] = list(self.written)
+        tasks += [(claim.task, None) for claim in self.waiting]
+        failures = self.failures
+        self.written, self.failures, self.waiting = [], [], collections.deque()
+        self.savepoint, self.tx = False, None
+        return tasks, failures
+
+
+class GroupDrain:
+    """An executor's drain loop in commit groups (``TaskExecutor.group``)."""
+
+    def __init__(self, executor: TaskExecutor, ops: GroupOps):
+        self.ex = executor
+        self.ops = ops
+        self.size = executor.settings.queue_batch_size
+        self.max_seconds = executor.settings.queue_batch_max_ms / 1000.0
+        self._lock = threading.Lock()
+        self._groups: dict[int, _Group] = {}  # by executor thread id
+        self._handler_seconds = 0.0  # recent handlers' duration (moving average)
+
+    # -- the thread's loop (TaskExecutor._thread_main) --
+
+    def drain(self) -> None:
+        ex = self.ex
+        conn = ex._connection()
+        if conn is None:
+            return
+        try:
+            claims = self.ops.claim_batch(conn, self._claim_limit())
+            while claims and conn is not None:
+                ex._wake_idle_thread()  # there may be more: let an idle thread look
+                conn, claims = self._run_group(conn, claims)
+        except DatabaseError as exc:
+            logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
+            conn = ex._discard(conn, replace=False)
+        finally:
+            ex._put_back(conn)
+
+    def _claim_limit(self) -> int:
+        """Up to QUEUE_BATCH_SIZE tasks, fewer when handlers are slow: as many as take
+        QUEUE_BATCH_MAX_MS at the recent handlers' pace (at least one), so that a group
+        never holds tasks other workers could start sooner."""
+        if not self.ex._claim_next():
+            return 0
+        pace = self._handler_seconds
+        if pace <= 0:
+            return self.size
+        return max(1, min(self.size, int(self.max_seconds / pace)))
+
+    def _handler_took(self, seconds: float) -> None:
+        # A moving average (threads update it without a lock: a float store is atomic).
+        self._handler_seconds += (seconds - self._handler_seconds) * 0.2
+
+    def _run_group(self, conn: Any, claims: list[Claim]) -> tuple[Any, list[Claim]]:
+        """Run one group; (the connection to go on with or None, the next group's claims)."""
+        group = _Group(claims)
+        me = threading.get_ident()
+        with self._lock:
+            self._groups[me] = group
+        try:
+            while True:
+                conn = self._run_tasks(conn, group)
+                if conn is None:
+                    return None, []
+                if not group.waiting or not self.ex._claim_next():
+                    return self._commit(conn, group)
+                # Open for QUEUE_BATCH_MAX_MS, or a retry next: what finished commits, the
+                # rest goes on.
+                conn = self._commit_finished(conn, group)
+                if conn is None:
+                    return None, []
+        finally:
+            with self._lock:
+                self._groups.pop(me, None)
+
+    def _run_tasks(self, conn: Any, group: _Group) -> Any:
+        """Run the group's tasks until it closes; the connection to commit on, or None."""
+        ex = self.ex
+        while group.waiting:
+            if group.waiting[0].task.tentativa > 1 and (group.written or group.failures):
+                return conn  # a retry runs in a group of its own: the others commit first
+            item = ex._started(conn, group.waiting.popleft())
+            task = item.task
+            try:
+                outcome = ex._call_handler(item)
+                if outcome is not None:
+                    ex.after_handler(item.context)
+            finally:
+                ex._ended(task)
+            self._handler_took(time.monotonic() - item.started)
+            if outcome is None:  # given up after its timeout: given_up() settled the group
+                ex._discard(conn, replace=False)
+                return None
+            if group.written and not ex.store.in_transaction(conn):
+                # The handler ended the transaction (its own failure says so).
+                self._lost(conn, group)
+            last = not group.waiting or task.tentativa > 1 or self._closing(group)
+            if isinstance(outcome, str):
+                try:
+                    self.ops.succeeded(conn, task, outcome)
+                except GroupLost:
+                    # A deadlock, not the handler's failure: the task runs again.
+                    group.written.append((task, outcome))
+                    self._lost(conn, group)
+                    if last:
+                        break
+                    continue
+                except DatabaseError as exc:
+                    outcome = exc.__cause__ or exc  # nothing of this attempt was kept
+                else:
+                    group.written.append((task, outcome))
+                    if last:
+                        break
+                    self._savepoint(conn, group)
+                    continue
+            # A failure commits at once (with the successes before it): its record, its
+            # retry or dead letter show without waiting for the rest of the group.
+            return self._failed(conn, group, task, outcome)
+        return conn
+
+    def _closing(self, group: _Group) -> bool:
+        """Whether the group commits after its running task (time bound, or stopping)."""
+        if not self.ex._claim_next():
+            return True
+        return time.monotonic() - group.started >= self.max_seconds
+
+    def _savepoint(self, conn: Any, group: _Group) -> None:
+        try:
+            self.ops.savepoint(conn, group)
+            group.savepoint = True
+        except DatabaseError:
+            group.savepoint = False  # the next failure rolls the whole transaction back
+
+    def _commit(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
+        """Unstarted tasks back (the group closed early), commit, claim the next group."""
+        try:
+            if not self.ex.store.in_transaction(conn):
+                self.ex.store.begin(conn)  # a replacement connection (the group's was broken)
+            self._give_back_waiting(conn, group)
+            claims = self.ops.commit(conn, group.written, self._claim_limit())
+        except (DatabaseError, GroupLost) as exc:
+            return self._commit_failed(conn, group, exc), []
+        self._committed([task for task, _ in group.written])
+        return conn, claims
+
+    def _commit_failed(self, conn: Any, group: _Group, exc: BaseException) -> Any:
+        """The group's commit failed (a deferred constraint, a lost connection): nothing of
+        it was committed, so each finished task's attempt failed, as a failed commit always
+        made it; its retry runs in a group of its own (``_run_tasks``), so that one task's
+        bad commit does not keep failing the others. Returns a connection or None."""
+        logger.warning("queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc)
+        error = exc.__cause__ or exc
+        written, group.written = group.written, []
+        for task, _ in written:
+            if not self.ex._fail(task, conn, error):
+                conn = self.ex._discard(conn)
+        self._after_broken(group)
+        if conn is not None and not self.ex.store.in_transaction(conn):
+            return conn
+        return self.ex._discard(conn)
+
+    def _commit_finished(self, conn: Any, group: _Group) -> Any:
+        """Commit the group's finished tasks; its claimed ones go on in a new transaction."""
+        try:
+            # Slow handlers: keep what the recent pace runs in QUEUE_BATCH_MAX_MS.
+            self._give_back_waiting(conn, group, keep=self._claim_limit())
+            self.ops.commit(conn, group.written, 0)
+            self.ex.store.begin(conn)
+        except (DatabaseError, GroupLost) as exc:
+            conn = self._commit_failed(conn, group, exc)
+            self.ex._put_back(conn)
+            return None
+        self._committed([task for task, _ in group.written])
+        group.written, group.failures = [], []
+        group.savepoint, group.tx, group.started = False, None, time.monotonic()
+        self.ex._wake_idle_thread()  # tasks given back: an idle executor may take them
+        return conn
+
+    def _committed(self, tasks: list[TaskRecord]) -> None:
+        for task in tasks:
+            self.ex._succeeded(task)
+
+    # -- failures --
+
+    def _failed(self, conn: Any, group: _Group, task: TaskRecord, error: BaseException) -> Any:
+        """Roll the failed handler back and write its failure in the group's transaction.
+
+        Returns the connection to go on with (None: none could be had).
+        """
+        ex = self.ex
+        try:
+            if group.savepoint and ex.store.in_transaction(conn):
+                self.ops.rollback_to_savepoint(conn)
+            else:
+                if group.written or group.failures:
+                    self._lost(conn, group)
+                ex.store.rollback(conn)
+                ex.store.begin(conn)
+        except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
+            ex._fail(task, conn, error)  # records on a fresh connection
+            self._after_broken(group)
+            return ex._discard(conn)
+        group.savepoint = False
+        status, recorded, decision = ex._account_failure(task, conn, error)
+        settle = _Settle(status, recorded, decision)
+        try:
+            self._settle_failure(conn, task, settle)
+            group.failures.append((task, settle))
+        except Exception as exc:  # noqa: BLE001 - the retry service rescues the task
+            logger.warning(
+                "queue=%s task=%s: could not record the failure (%s); the retry service will "
+                "rescue the task",
+                ex.settings.queue_name,
+                task.id,
+                exc,
+            )
+            self._after_broken(group)
+            return ex._discard(conn)
+        return conn
+
+    def _after_broken(self, group: _Group) -> None:
+        """The group's transaction is gone with its connection: settle the rest on a fresh
+        one."""
+        tasks, failures = group.take()
+        if tasks or failures:
+            self._give_back(tasks, failures, None, None)
+
+    def _lost(self, conn: Any, group: _Group) -> None:
+        """The transaction ended under the group (or must be rolled back): settle what it
+        had written, then open a new one for the group's next handlers."""
+        try:
+            committed = self.ops.transaction_committed(conn, group)
+        except DatabaseError:
+            committed = None
+        waiting, group.waiting = group.waiting, collections.deque()
+        tasks, failures = group.take()
+        group.waiting = waiting
+        try:
+            self.ex.store.rollback(conn)  # the server may still hold an aborted transaction
+        except DatabaseError:
+            pass
+        self._give_back(tasks, failures, conn, committed)
+        try:
+            self.ex.store.begin(conn)
+        except DatabaseError:
+            pass  # the next statement on conn fails and is handled there
+
+    def _give_back(
+        self,
+        tasks: list[tuple[TaskRecord, str | None]],
+        failures: list[tuple[TaskRecord, _Settle]],
+        conn: Any,
+        committed: bool | None,
+    ) -> None:
+        """Settle the tasks of a group whose transaction is gone (``committed``: whether it
+        committed, None: unknown, the rows say). A success that was committed counts as
+        done (written now if it was left for the group's commit); any other task goes back
+        to 'pendente' (its work was rolled back: as far as the queue is concerned its
+        attempt never ran); a failure whose record was lost is recorded again."""
+        ex = self.ex
+        try:
+            if conn is None:
+                with ex.pool.connection() as fresh:
+                    self._give_back_on(fresh, tasks, failures, committed)
+            else:
+                self._give_back_on(conn, tasks, failures, committed)
+        except Exception as exc:  # noqa: BLE001 - the retry service rescues them
+            logger.warning(
+                "queue=%s: could not give back tasks %s (%s); the retry service will rescue them",
+                ex.settings.queue_name,
+                [task.id for task, _ in tasks],
+                exc,
+            )
+
+    def _give_back_on(
+        self,
+        conn: Any,
+        tasks: list[tuple[TaskRecord, str | None]],
+        failures: list[tuple[TaskRecord, _Settle]],
+        committed: bool | None,
+    ) -> None:
+        store: Any = self.ex.store  # a queue store: get_task is among its client operations
+        store.begin(conn)
+        done = []
+        try:
+            for task, settle in failures:
+                row = store.get_task(conn, task.id)
+                if row is not None and row.get("status") == model.PROCESSANDO:
+                    self._settle_failure(conn, task, settle)
+            for task, mensagem in tasks:
+                if mensagem is not None and committed is not False:
+                    if committed is True and store.complete_if_running(conn, task.id, mensagem):
+                        done.append(task)
+                        self.ex.liveness.unlock_in_transaction(conn, task)
+                        continue
+                    row = store.get_task(conn, task.id)
+                    if row is not None and row.get("status") == model.SUCESSO:
+                        done.append(task)
+                        continue
+                if store.release(conn, task.id):
+                    logger.info(
+                        "queue=%s task=%s: back to the queue (%s)",
+                        self.ex.settings.queue_name,
+                        task.id,
+                        GROUP_LOST,
+                    )
+                self.ex.liveness.unlock_in_transaction(conn, task)
+            store.commit(conn)
+        except BaseException:
+            store.rollback(conn)
+            raise
+        self._committed(done)
+
+    def _give_back_waiting(self, conn: Any, group: _Group, keep: int = 0) -> None:
+        """Unstarted tasks of a group beyond ``keep``: 'pendente' again, in its transaction
+        (the last claimed first: the queue's order stays)."""
+        while len(group.waiting) > keep:
+            task = group.waiting.pop().task
+            self.ex.store.release(conn, task.id)
+            self.ex.liveness.unlock_in_transaction(conn, task)
+
+    def _settle_failure(self, conn: Any, task: TaskRecord, settle: _Settle) -> None:
+        ex = self.ex
+        settle_failure(
+            ex.store,
+            conn,
+            ex.policies,
+            task,
+            settle.recorded,
+            status=settle.status,
+            decision=settle.decision,
+        )
+        ex.liveness.unlock_in_transaction(conn, task)
+
+    # -- a task given up after its timeout (TaskExecutor.given_up) --
+
+    def given_up(self, item: RunningTask) -> None:
+        """Its session was ended: the group's other tasks go back from a fresh connection."""
+        with self._lock:
+            group = self._groups.get(item.thread_id or 0)
+            if group is None or group.abandoned:
+                return
+            group.abandoned = True
+            tasks, failures = group.take()
+        if tasks or failures:
+            self._give_back(tasks, failures, None, False)
+
+
+def group_drain(executor: TaskExecutor) -> GroupDrain | None:
+    """The executor's group drain when QUEUE_BATCH_SIZE > 1 and its database and liveness
+    locks allow it; None (one commit per task) otherwise."""
+    settings = executor.settings
+    if settings.queue_batch_size <= 1:
+        return None
+    ops = group_ops_for(settings.db_driver, executor.store)
+    liveness = getattr(executor.liveness, "inner", executor.liveness)  # MeasuredLiveness
+    if ops is None or not isinstance(liveness, DatabaseLiveness):
+        logger.warning(
+            "queue=%s: QUEUE_BATCH_SIZE=%s ignored: group commit needs PostgreSQL or "
+            "MySQL/MariaDB with the liveness locks in the database (not CLIENT_SERVER_MODE nor "
+            "QUEUE_COMPAT_1_2_2); one commit per task",
+            settings.queue_name,
+            settings.queue_batch_size,
+        )
+        return None
+    return GroupDrain(executor, ops)
