@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
+from nsj_queue_lib.flow import limits
 from nsj_queue_lib.model import TEXT_LIMITS
 from nsj_queue_lib.settings import _out_of_bounds
 
@@ -45,6 +46,11 @@ class TaskOptions:
     retry_base_s: float | None = None
     retry_max_s: float | None = None
     timeout_s: float | None = None
+    # Per-processo limits, cluster-wide (flow/limits.py, docs/flow-control.md).
+    max_concurrent: int | None = None
+    rate_limit: str | None = None
+    interval_s: tuple[float, float] | None = None
+    time_windows: str | tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -89,7 +95,24 @@ def _problem(options: TaskOptions) -> tuple[str, str] | None:
     base, cap = options.retry_base_s, options.retry_max_s
     if base is not None and cap is not None and cap < base:
         return "retry_max_s", f"must be >= retry_base_s ({base:g}), got {cap:g}"
-    return None
+    return limits.check_declaration(
+        options.processo,
+        options.max_concurrent,
+        options.rate_limit,
+        options.interval_s,
+        options.time_windows,
+    )
+
+
+def declared_limits(options: TaskOptions) -> limits.ProcessoLimits | None:
+    """The processo's limits as the limits table stores them; None when it declares none."""
+    return limits.ProcessoLimits.declared(
+        options.processo,
+        options.max_concurrent,
+        options.rate_limit,
+        options.interval_s,
+        options.time_windows,
+    )
 
 
 class Task:
@@ -110,12 +133,26 @@ class Task:
         retry_base_s: float | None = None,
         retry_max_s: float | None = None,
         timeout_s: float | None = None,
+        max_concurrent: int | None = None,
+        rate_limit: str | None = None,
+        interval_s: tuple[float, float] | None = None,
+        time_windows: str | Sequence[str] | None = None,
     ) -> None:
         why = _processo_problem(processo)
         if why is not None:
             raise ValueError(f"@Task({processo!r}): processo {why}")
         self.options = TaskOptions(
-            processo, max_retry, retry_backoff, retry_base_s, retry_max_s, timeout_s
+            processo,
+            max_retry,
+            retry_backoff,
+            retry_base_s,
+            retry_max_s,
+            timeout_s,
+            max_concurrent=max_concurrent,
+            rate_limit=rate_limit,
+            # Hashable (frozen options), whatever sequence was given.
+            interval_s=tuple(interval_s) if isinstance(interval_s, list) else interval_s,
+            time_windows=tuple(time_windows) if isinstance(time_windows, list) else time_windows,
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
@@ -167,10 +204,38 @@ class TaskRegistry:
     def known(self) -> list[str]:
         return sorted(self.methods)
 
+    def limits(self) -> dict[str, limits.ProcessoLimits]:
+        """processo -> its declared limits, for the processos that declare some."""
+        found = {p: declared_limits(o) for p, o in self.options.items()}
+        return {p: lim for p, lim in found.items() if lim is not None}
+
     def options_for(self, processo: str) -> TaskOptions:
         """The declared options of ``processo``; all defaults when none were declared."""
         found = self.options.get(processo)
         return found if found is not None else TaskOptions(processo)
+
+
+def checked_limits(registry: TaskRegistry) -> dict[str, limits.ProcessoLimits]:
+    """The registry's limits, checked again where the worker starts (a time zone this
+    machine lacks, options built around the decorator): ``ConfigError`` naming the
+    processo and the option, so the worker refuses to start."""
+    from nsj_queue_lib.exceptions import ConfigError
+
+    problems = {}
+    for processo, options in registry.options.items():
+        problem = limits.check_declaration(
+            processo,
+            options.max_concurrent,
+            options.rate_limit,
+            options.interval_s,
+            options.time_windows,
+        )
+        if problem is not None:
+            option, why = problem
+            problems[f"@Task({processo!r}) {option}"] = why
+    if problems:
+        raise ConfigError(problems)
+    return registry.limits()
 
 
 def no_handler_message(worker_class: type, processo: Any, known: list[str]) -> str:

@@ -24,7 +24,7 @@ from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import ConfigError, PermanentError
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.settings import Settings
-from nsj_queue_lib.task import TaskOptions, TaskRegistry, no_handler_message
+from nsj_queue_lib.task import TaskOptions, TaskRegistry, checked_limits, no_handler_message
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.driver import ConnectionPool
@@ -168,6 +168,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
         self._settings = settings
         asynchronous = self.handler_is_async if self.has_async_handlers() else None
+        registry = self._task_registry
         self._runtime = WorkerRuntime(
             settings,
             self.handle_task,
@@ -175,6 +176,8 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             task_timeouts=self.task_timeouts(),
             async_route=asynchronous,
             pool=pool,
+            limits=checked_limits(registry),
+            handled=frozenset(registry.methods),
         )
         return self._runtime
 

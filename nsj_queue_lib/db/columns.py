@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nsj_queue_lib import model
+from nsj_queue_lib.flow.limits import limits_free, limits_table_name
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # A later attempt keeps no payload of its own: it is read from the first
@@ -56,4 +57,7 @@ def query_values(
         "lifecycle_columns": ", ".join(model.EXTRA_COLUMNS),
         # The socket-server claims' lock_key condition, on the candidate row t.
         "lock_key_free": lock_key_free(queue_table, "t", now),
+        # Tasks of limited processos are left to the limited claim (flow/limits.py).
+        "limits_free": limits_free(limits_table_name(queue_table), "t"),
+        "limits_table": limits_table_name(queue_table),
     }

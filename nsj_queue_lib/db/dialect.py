@@ -52,6 +52,8 @@ class DdlNames:
             "idx_lock_key": f"idx_{q}_lock_key",
             "idx_lock_key_running": f"idx_{q}_lock_key_running",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
+            "idx_processo": f"idx_{q}_processo",
+            "limits": f"{q}_limits",
             "subscriber": f"{q}_subscriber",
             "function": f"notify_{q}_insert",
             "claim_function": self.routine_name(q),
@@ -63,6 +65,7 @@ class DdlNames:
         values = dict(names)
         values["table"] = f"{self.schema}.{self.queue}"
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
+        values["limits_table"] = f"{self.schema}.{names['limits']}"
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
         values["channel"] = notify_channel(self.queue)

@@ -64,6 +64,14 @@ from nsj_queue_lib.runtime.service import (
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
 from nsj_queue_lib.settings import Settings
 
+from nsj_queue_lib.db.limits_store import LimitsStore
+from nsj_queue_lib.flow.limits import ProcessoLimits
+from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.runtime.limited import LimitedLiveness, Limiter
+from nsj_queue_lib.runtime.liveness import task_lock_name
+
+ProcessoLimits_Map = Mapping[str, ProcessoLimits]
+
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
     from nsj_queue_lib.db.queue_store import LockingQueueStore
@@ -117,10 +125,14 @@ class WorkerRuntime:
         task_timeouts: Mapping[str, float] | None = None,
         async_route: AsyncRoute | None = None,
         pool: ConnectionPool | None = None,
+        limits: ProcessoLimits_Map | None = None,
+        handled: frozenset[str] = frozenset(),
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
-        process (``WorkerGroup``), opened and closed by its owner."""
+        process (``WorkerGroup``), opened and closed by its owner; ``limits``: the
+        per-processo limits the worker class declares, ``handled`` the processos it
+        routes with ``@Task`` (runtime/limited.py)."""
         self.driver = driver or make_driver(settings)
         self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
@@ -160,7 +172,10 @@ class WorkerRuntime:
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
+        self.limiter = self._limiter(limits or {}, set(handled))
         self.executor = self._executor(handler, async_route)
+        if self.limiter is not None:
+            self.limiter.wake_executor = self.executor.wake
         self.dispatcher = Dispatcher(
             settings,
             self.store,
@@ -172,6 +187,7 @@ class WorkerRuntime:
             on_halt=self.stop,
             on_reconnect=self._refresh_pool,
             on_cancel=lambda task_ids: self.lifecycle.cancels.notified(task_ids),
+            on_wake=self.limiter.mark_due if self.limiter is not None else lambda: None,
         )
         self.lifecycle = self._lifecycle()
         self.services = self._services()
@@ -238,7 +254,46 @@ class WorkerRuntime:
             liveness = ServerLiveness(self.store, self.lock_client, self.stop_event)
         else:
             liveness = DatabaseLiveness(self._locking_store())
+        liveness = self._limited(liveness)
         return self.endpoints.liveness(liveness) if self.endpoints else liveness
+
+    def _limiter(self, limits: ProcessoLimits_Map, handled: set[str]) -> Limiter | None:
+        """Per-processo limits where the database has a limits table (not SingleStore)."""
+        try:
+            limits_store = LimitsStore(self.driver.name, self.settings.queue_table, self.store)
+        except ValueError as exc:
+            if limits:
+                raise ConfigError({f"@Task({sorted(limits)[0]!r})": str(exc)}) from exc
+            return None
+        return Limiter(self.settings.queue_name, limits_store, limits, handled, self.stop_event)
+
+    def _limited(self, liveness: Liveness) -> Liveness:
+        """``liveness`` with the limited claim first (runtime/limited.py)."""
+        if self.limiter is None:
+            return liveness
+        lock_client = self.lock_client
+        limits_store = self.limiter.store
+        if lock_client is not None:
+            queue = self.store
+
+            def lock(conn: Any, task: TaskRecord) -> bool:
+                if not lock_client.try_lock(task_lock_name(queue.queue_number, task.id)):
+                    raise RuntimeError(f"task {task.id}: its liveness lock is held by another client")
+                return True
+
+            def unlock(conn: Any, task: TaskRecord) -> None:
+                lock_client.unlock(task_lock_name(queue.queue_number, task.id))
+
+        else:
+            locking = self._locking_store()
+
+            def lock(conn: Any, task: TaskRecord) -> bool:
+                return limits_store.lock_task(conn, task.id)
+
+            def unlock(conn: Any, task: TaskRecord) -> None:
+                locking.unlock_task(conn, task.id)
+
+        return LimitedLiveness(liveness, self.limiter, self.store, lock, unlock)
 
     def _listener(self) -> Listener:
         listener = self.driver.listener()
@@ -314,6 +369,8 @@ class WorkerRuntime:
         """Ask the worker to stop (thread-safe, idempotent)."""
         self.stop_event.set()
         self.dispatcher.interrupt()
+        if self.limiter is not None:
+            self.limiter.interrupt()
         self.executor.interrupt()
 
     def _refresh_pool(self) -> None:
@@ -353,6 +410,8 @@ class WorkerRuntime:
                 number = self.store.bind(conn)
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
                 self._hold_1_2_2_keys(conn)
+                if self.limiter is not None:
+                    self.limiter.register(conn)
                 self._check_wake_ups(conn)
                 self.driver.check_session_state(conn)
                 return True
@@ -379,7 +438,7 @@ class WorkerRuntime:
         keys = self.driver.legacy_keys(self.store, conn)
         if keys is None:
             return
-        self.executor.liveness = CompatLiveness(keys)
+        self.executor.liveness = self._limited(CompatLiveness(keys))
         for service in self.services:
             if isinstance(service, RetryService):
                 service.legacy_keys = keys
@@ -434,6 +493,8 @@ class WorkerRuntime:
         if self._owns_pool:
             self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
+        if self.limiter is not None:
+            threads.append(_Supervised("nsj-limits", self.limiter.run_waker))
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
         if self.endpoints is not None:

@@ -237,7 +237,13 @@ class Backend:
                 f"DROP TABLE IF EXISTS {self.exec_table}; DROP TABLE IF EXISTS {self.started_table}"
             )
             return
-        for table in (self.table, self.subscriber_table, self.exec_table, self.started_table):
+        for table in (
+            self.table,
+            self.subscriber_table,
+            f"{self.table}_limits",
+            self.exec_table,
+            self.started_table,
+        ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.claim_next_{self.name}")
 

@@ -66,6 +66,9 @@ CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running.
 CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id);
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, data_hora);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
@@ -106,7 +109,8 @@ CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, pri
 --
 -- lock_key: the locking reads skip a task whose key is busy (a task of its
 -- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
--- look-up does not: it only says where to start reading.
+-- look-up does not: it only says where to start reading. Nor do they take a
+-- task of a limited processo: only the limited claim does (flow/limits.py).
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -121,7 +125,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
+    COMMENT 'nsj_queue_lib claim 68e85e15b9f7502d'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -198,7 +202,7 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo)
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -213,7 +217,7 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -250,5 +254,22 @@ CREATE TABLE public.fila_teste_subscriber (
     headers json,
     ativo boolean NOT NULL DEFAULT true,
     created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+-- Per-processo limits (docs/flow-control.md): one row per limited processo,
+-- written by the workers at start from their @Task declarations, with the
+-- state the limited claim shares across the cluster (the next start an
+-- interval allows, the rate limiter's theoretical arrival time).
+CREATE TABLE public.fila_teste_limits (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    max_concurrent integer NULL,
+    rate_count integer NULL,
+    rate_period_s double NULL,
+    interval_min_s double NULL,
+    interval_max_s double NULL,
+    time_windows varchar(4000) NULL,
+    next_start_at timestamp(6) NULL,
+    rate_tat timestamp(6) NULL,
+    declared_by varchar(200) NULL,
+    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);

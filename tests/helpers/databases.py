@@ -247,6 +247,7 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
     admin_conn.execute(
         f"DROP TABLE IF EXISTS {schema}.{name} CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_subscriber CASCADE;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE"
     )
 

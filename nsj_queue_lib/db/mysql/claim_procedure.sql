@@ -35,7 +35,8 @@
 --
 -- lock_key: the locking reads skip a task whose key is busy (a task of its
 -- key is running or comes first; nsj_queue_lib/flow/lock_keys.py). The
--- look-up does not: it only says where to start reading.
+-- look-up does not: it only says where to start reading. Nor do they take a
+-- task of a limited processo: only the limited claim does (flow/limits.py).
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -127,7 +128,7 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM {table} AS t FORCE INDEX ({idx_claim})
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free} AND {limits_free}
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -142,7 +143,7 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM {table} AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free} AND {limits_free}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

@@ -14,6 +14,7 @@ import re
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+from nsj_queue_lib.flow.limits import limits_free
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The columns --upgrade adds to a table that lacks them (the same as on
@@ -56,6 +57,7 @@ def claim_procedure_version() -> str:
         sql_code(read_sql("mysql", "claim_procedure.sql"))
         + CLAIMED_TASK_JSON
         + lock_key_free("t", "t", "n")
+        + limits_free("l", "t")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
@@ -109,6 +111,7 @@ class MysqlDialect(Dialect):
             claimed_task_json=CLAIMED_TASK_JSON,
             claim_procedure_version=claim_procedure_version(),
             lock_key_free=lock_key_free(values["table"], "t", "NOW(6)"),
+            limits_free=limits_free(values["limits_table"], "t"),
         )
         values["claim_procedure_ddl"] = render(
             read_sql(self.name, "claim_procedure.sql"), procedure_values
@@ -117,7 +120,10 @@ class MysqlDialect(Dialect):
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
         table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
-        return render(read_sql(self.name, "subscriber_table.sql"), table_values).strip()
+        return "\n".join(
+            render(read_sql(self.name, name), table_values).strip()
+            for name in ("subscriber_table.sql", "limits_table.sql")
+        )
 
     def create_ddl(self, names: DdlNames) -> str:
         values = self._values(names)

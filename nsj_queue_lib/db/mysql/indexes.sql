@@ -17,3 +17,6 @@ CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running.
 CREATE INDEX {idx_lock_key} ON {table} (lock_key, status, prioridade DESC, data_hora, id);
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+CREATE INDEX {idx_processo} ON {table} (processo, status, data_hora);

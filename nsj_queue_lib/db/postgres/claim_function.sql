@@ -31,6 +31,8 @@ BEGIN
             WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
               -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
               AND {lock_key_free}
+              -- limited processos: only the limited claim takes them (flow/limits.py).
+              AND {limits_free}
             ORDER BY q.prioridade DESC, q.data_hora, q.id
             LIMIT claim_limit
             FOR UPDATE SKIP LOCKED

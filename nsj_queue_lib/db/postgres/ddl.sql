@@ -49,3 +49,5 @@ CREATE TABLE {table} (
 -- Subscribers of pub/sub and webhook publications.
 {subscriber_table_ddl}
 {subscriber_indexes}
+
+{limits_table_ddl}

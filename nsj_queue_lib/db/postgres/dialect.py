@@ -6,6 +6,7 @@ import hashlib
 
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
+from nsj_queue_lib.flow.limits import limits_free
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # What the claims put in {lock_key_free}: the candidate row is q (claim_function.sql).
@@ -14,7 +15,11 @@ CLAIM_NOW = "clock_timestamp()"
 
 def claim_function_version() -> str:
     """The claim function's COMMENT: changes whenever its code does."""
-    source = sql_code(read_sql("postgres", "claim_function.sql")) + lock_key_free("t", "q", "n")
+    source = (
+        sql_code(read_sql("postgres", "claim_function.sql"))
+        + lock_key_free("t", "q", "n")
+        + limits_free("l", "q")
+    )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
 
@@ -34,6 +39,7 @@ class PostgresDialect(Dialect):
             values,
             claim_function_version=claim_function_version(),
             lock_key_free=lock_key_free(values["table"], "q", CLAIM_NOW),
+            limits_free=limits_free(values["limits_table"], "q"),
         )
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values
@@ -45,6 +51,9 @@ class PostgresDialect(Dialect):
         table_values = dict(parts, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
         parts["subscriber_table_ddl"] = render(
             read_sql("postgres", "subscriber_table.sql"), table_values
+        ).strip()
+        parts["limits_table_ddl"] = render(
+            read_sql("postgres", "limits_table.sql"), table_values
         ).strip()
         return render(read_sql("postgres", template), parts)
 

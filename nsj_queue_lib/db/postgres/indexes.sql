@@ -25,3 +25,6 @@ CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key) WHERE ded
 -- of its key in claim order, and whether a task of its key is running.
 CREATE INDEX IF NOT EXISTS {idx_lock_key} ON {table} (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
 CREATE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+CREATE INDEX IF NOT EXISTS {idx_processo} ON {table} (processo, status) WHERE status IN ('pendente', 'processando');

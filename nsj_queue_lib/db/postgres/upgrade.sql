@@ -41,3 +41,5 @@ $$;
 
 {subscriber_table_ddl}
 {subscriber_indexes}
+
+{limits_table_ddl}

@@ -1,0 +1,139 @@
+"""The limits table's statements (``limits.sql`` of each dialect) for one queue.
+
+``claim_one`` is the limited claim: under the lock of every limits row of the
+queue it reads, per limited processo with a ready task, the declaration, the
+shared state and the count of its running tasks, lets ``flow.limits.decide``
+choose, marks one task 'processando' and writes the processo's new state, in
+the caller's transaction (left open: the caller takes the task's liveness
+lock, then commits). Only PostgreSQL and MySQL/MariaDB have a limits table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from nsj_queue_lib.db.columns import query_values
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.flow.limits import Decision, LimitState, ProcessoLimits, decide
+from nsj_queue_lib.model import TaskRecord
+
+DIALECTS = ("postgres", "mysql")
+_NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitedClaim:
+    """A limited claim's outcome: the task claimed (its transaction open), or None and
+    ``wait``, the seconds until a held-back task may start (None: when a running one ends,
+    or when a new task comes)."""
+
+    task: TaskRecord | None
+    wait: float | None = None
+    limits_rows: int = 1  # 0: the queue has no limited processo at all
+
+
+def _rows(cursor: Any) -> list[dict[str, Any]]:
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+class LimitsStore:
+    def __init__(self, dialect: str, queue_table: str, store: Any):
+        if dialect not in DIALECTS:
+            raise ValueError(f"per-processo limits are not available on {dialect}")
+        self.dialect = dialect
+        self.store = store
+        self.sql = render_queries(
+            dialect, query_values(queue_table, None, _NOW[dialect]), "limits.sql"
+        )
+
+    @contextmanager
+    def _cursor(self, conn: Any, what: str) -> Iterator[Any]:
+        try:
+            with conn.cursor() as cur:
+                yield cur
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            if not _driver_error(exc):
+                raise
+            raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
+
+    def _run(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        with self._cursor(conn, name) as cur:
+            cur.execute(self.sql[name], params)
+            return _rows(cur) if cur.description else []
+
+    # -- declarations --
+
+    def declared(self, conn: Any) -> dict[str, ProcessoLimits]:
+        return {r["processo"]: ProcessoLimits.from_row(r) for r in self._run(conn, "declared")}
+
+    def declare(self, conn: Any, limits: ProcessoLimits, declared_by: str) -> None:
+        self._run(conn, "declare", {**limits.as_params(), "declared_by": declared_by[:200]})
+
+    def undeclare(self, conn: Any, processo: str) -> None:
+        self._run(conn, "undeclare", {"processo": processo})
+
+    # -- the limited claim --
+
+    def claim_one(self, conn: Any, now: datetime.datetime | None = None) -> LimitedClaim:
+        """In the caller's open transaction; see the module's docstring."""
+        limits_rows = len(self._run(conn, "lock_limits"))
+        if not limits_rows:
+            return LimitedClaim(None, None, 0)
+        states = self._run(conn, "states")
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        waits: list[float] = []
+        for row in states:
+            state = LimitState(
+                ProcessoLimits.from_row(row),
+                int(row["running"]),
+                None if row["next_start_in"] is None else float(row["next_start_in"]),
+                None if row["rate_tat_in"] is None else float(row["rate_tat_in"]),
+            )
+            decision = decide(state, now)
+            if not decision.start:
+                if decision.wait is not None:
+                    waits.append(decision.wait)
+                continue
+            task = self._take(conn, state.limits.processo, decision)
+            if task is not None:
+                return LimitedClaim(task, None, limits_rows)
+        return LimitedClaim(None, min(waits) if waits else None, limits_rows)
+
+    def _take(self, conn: Any, processo: str, decision: Decision) -> TaskRecord | None:
+        picked = self._run(conn, "pick", {"processo": processo})
+        if not picked:
+            return None  # its ready tasks are being claimed, or wait for their lock_key
+        task_id = int(picked[0]["id"])
+        self._run(conn, "mark", {"id": task_id})
+        if decision.next_start_in is not None:
+            micros = round(decision.next_start_in * 1e6)
+            self._run(conn, "advance_interval", {"processo": processo, "micros": micros})
+        if decision.rate_tat_in is not None:
+            micros = round(decision.rate_tat_in * 1e6)
+            self._run(conn, "advance_rate", {"processo": processo, "micros": micros})
+        row = self.store.get_task(conn, task_id)
+        if row is None:  # cannot happen: the row is locked by this transaction
+            raise DatabaseError(f"limited claim: task {task_id} vanished")
+        return TaskRecord.from_row(row)
+
+    def lock_task(self, conn: Any, task_id: int) -> bool:
+        """Take the claimed task's liveness lock on ``conn`` (database liveness locks)."""
+        if self.dialect == "postgres":
+            params = {"queue_key": self.store.queue_key, "task_key": self.store.task_key(task_id)}
+        else:
+            params = {"name": self.store.task_lock_name(conn, task_id)}
+        rows = self._run(conn, "lock_task", params)
+        return bool(rows) and next(iter(rows[0].values())) in (1, True)
+
+
+def _driver_error(exc: BaseException) -> bool:
+    module = type(exc).__module__
+    return module.startswith(("psycopg", "pymysql"))

@@ -1,0 +1,68 @@
+-- Per-processo limits: the limited claim and the workers' declarations
+-- (nsj_queue_lib/flow/limits.py, db/limits_store.py). MySQL's limits.sql has
+-- the same names.
+
+-- name: lock_limits
+-- Every limits row, in one order: limited claims of the queue run one at a
+-- time, so a claim's count of running tasks cannot miss another's claim.
+SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE
+
+-- name: states
+-- After lock_limits, in a statement of its own (READ COMMITTED: a snapshot
+-- taken after the lock): the limited processos with a ready task.
+SELECT l.processo, l.max_concurrent, l.rate_count, l.rate_period_s, l.interval_min_s,
+       l.interval_max_s, l.time_windows,
+       EXTRACT(EPOCH FROM (l.next_start_at - clock_timestamp()))::float8 AS next_start_in,
+       EXTRACT(EPOCH FROM (l.rate_tat - clock_timestamp()))::float8 AS rate_tat_in,
+       (SELECT count(*) FROM {queue_table} AS r
+        WHERE r.processo = l.processo AND r.status = 'processando') AS running
+FROM {limits_table} AS l
+WHERE EXISTS (SELECT 1 FROM {queue_table} AS t
+              WHERE t.processo = l.processo AND t.status = 'pendente'
+                AND t.data_hora <= clock_timestamp())
+ORDER BY l.processo
+
+-- name: pick
+SELECT t.id
+FROM {queue_table} AS t
+WHERE t.processo = %(processo)s AND t.status = 'pendente' AND t.data_hora <= clock_timestamp()
+  AND {lock_key_free}
+ORDER BY t.prioridade DESC, t.data_hora, t.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+
+-- name: mark
+UPDATE {queue_table} SET status = 'processando' WHERE id = %(id)s AND status = 'pendente'
+
+-- name: advance_interval
+UPDATE {limits_table}
+SET next_start_at = clock_timestamp() + %(micros)s * interval '1 microsecond'
+WHERE processo = %(processo)s
+
+-- name: advance_rate
+UPDATE {limits_table}
+SET rate_tat = clock_timestamp() + %(micros)s * interval '1 microsecond'
+WHERE processo = %(processo)s
+
+-- name: declared
+SELECT processo, max_concurrent, rate_count, rate_period_s, interval_min_s, interval_max_s,
+       time_windows
+FROM {limits_table}
+
+-- name: declare
+-- The shared state is kept: a worker starting does not reset the spacing.
+INSERT INTO {limits_table} (processo, max_concurrent, rate_count, rate_period_s,
+                            interval_min_s, interval_max_s, time_windows, declared_by)
+VALUES (%(processo)s, %(max_concurrent)s, %(rate_count)s, %(rate_period_s)s,
+        %(interval_min_s)s, %(interval_max_s)s, %(time_windows)s, %(declared_by)s)
+ON CONFLICT (processo) DO UPDATE
+SET max_concurrent = EXCLUDED.max_concurrent, rate_count = EXCLUDED.rate_count,
+    rate_period_s = EXCLUDED.rate_period_s, interval_min_s = EXCLUDED.interval_min_s,
+    interval_max_s = EXCLUDED.interval_max_s, time_windows = EXCLUDED.time_windows,
+    declared_by = EXCLUDED.declared_by, declared_at = clock_timestamp()
+
+-- name: undeclare
+DELETE FROM {limits_table} WHERE processo = %(processo)s
+
+-- name: lock_task
+SELECT pg_try_advisory_lock(%(queue_key)s, %(task_key)s)

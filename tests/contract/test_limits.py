@@ -1,0 +1,162 @@
+"""Per-processo limits (CONTRACT.md section 7, docs/flow-control.md) with several worker
+processes, on PostgreSQL (direct and through the socket server) and MariaDB.
+
+max_concurrent holds across processes and frees the slot of a worker killed mid-task
+(rescued, nothing run twice); rate_limit and interval_s space the starts cluster-wide;
+a held-back processo delays no other one; a worker whose class declares bad limits
+refuses to start (exit code 2, the processo and option named).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.contract.backends import seconds
+from tests.contract.test_contract import RETRY_BASE_MINUTES
+from tests.helpers.processes import wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+BACKENDS = pytest.mark.parametrize(
+    "backend",
+    ["postgres", "postgres-via-server", pytest.param("mysql", marks=pytest.mark.mysql)],
+    indirect=True,
+)
+LIMITS_WORKER = __import__("pathlib").Path(__file__).parent / "workers" / "limits_worker.py"
+
+
+def start_workers(backend, spec: dict, count: int, concurrency: int = 3, **env):
+    procs = [
+        backend.start_process(
+            f"lim{i}",
+            wait_ready=False,
+            script=LIMITS_WORKER,
+            LIMITS_SPEC=json.dumps(spec),
+            QUEUE_CONCURRENCY=str(concurrency),
+            **env,
+        )
+        for i in range(count)
+    ]
+    backend.wait_processes_ready(procs)
+    return procs
+
+
+class RunningSampler:
+    """Samples, from the table, how many tasks of a processo are 'processando'."""
+
+    def __init__(self, backend, processo: str):
+        self.backend, self.processo = backend, processo
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self):
+        conn = self.backend.connect(autocommit=True)
+        try:
+            while not self._stop.is_set():
+                with conn.cursor() as cur:
+                    cur.execute(
+                        f"SELECT count(*) FROM {self.backend.table} "
+                        "WHERE processo = %s AND status = 'processando'",
+                        (self.processo,),
+                    )
+                    self.samples.append(int(cur.fetchone()[0]))
+                time.sleep(0.01)
+        finally:
+            conn.close()
+
+
+def starts(backend, chave: str | None = None) -> list:
+    where = "" if chave is None else f" WHERE chave = '{chave}'"
+    return [r["at"] for r in backend.query(f"SELECT at FROM {backend.exec_table}{where} ORDER BY at")]
+
+
+@BACKENDS
+def test_max_concurrent_holds_across_processes_and_delays_no_other_processo(backend):
+    start_workers(backend, {"capped": {"max_concurrent": 2}}, count=2)
+    slow = json.dumps({"sleep": 0.3})
+    with RunningSampler(backend, "capped") as sampler:
+        backend.enqueue(
+            [dict(processo="capped", payload=slow, chave_externa="capped")] * 8
+            + [dict(processo="free", payload="x", chave_externa="free")] * 3,
+            bulk=True,
+        )
+        # The free tasks do not wait behind the capped ones.
+        wait_for(lambda: len(starts(backend, "free")) == 3, 5, "the unlimited tasks")
+        backend.wait_statuses({"sucesso": 11}, 30, "every task")
+    assert max(sampler.samples) == 2, sampler.samples  # never above, and the cap was used
+    capped = starts(backend, "capped")
+    # 8 tasks of 0.3 s, 2 at a time: at least 4 rounds.
+    assert seconds(capped[-1] - capped[0]) >= 0.3 * 3 * 0.9
+
+
+@BACKENDS
+def test_rate_limit_and_interval_space_the_starts_across_processes(backend):
+    spec = {"rated": {"rate_limit": "10/s"}, "spaced": {"interval_s": [0.15, 0.25]}}
+    start_workers(backend, spec, count=2)
+    backend.enqueue(
+        [dict(processo="rated", payload="x", chave_externa="rated")] * 10
+        + [dict(processo="spaced", payload="x", chave_externa="spaced")] * 5,
+        bulk=True,
+    )
+    backend.wait_statuses({"sucesso": 15}, 30, "every task")
+    rated = starts(backend, "rated")
+    gaps = [seconds(b - a) for a, b in zip(rated, rated[1:], strict=False)]
+    # One start every 0.1 s (a late claim catches up by at most 5% of the period).
+    assert seconds(rated[-1] - rated[0]) >= 9 * 0.1 - 0.05 - 0.02, gaps
+    assert min(gaps) > 0.03, gaps
+    spaced = starts(backend, "spaced")
+    gaps = [seconds(b - a) for a, b in zip(spaced, spaced[1:], strict=False)]
+    assert min(gaps) >= 0.15 - 0.01, gaps
+    # No busy poll and no executor held: the gaps stay close to the drawn spacing.
+    assert max(gaps) <= 0.25 + 0.25, gaps
+
+
+@BACKENDS
+@pytest.mark.slow
+def test_the_slot_of_a_killed_worker_is_freed_by_the_rescue_and_nothing_runs_twice(backend):
+    spec = {"capped": {"max_concurrent": 1}}
+    victim = start_workers(backend, spec, count=1)[0]
+    hold = json.dumps({"sleep": 60, "sleep_on": [1], "started": True})
+    [held] = backend.enqueue([dict(processo="capped", payload=hold, chave_externa="held")])
+    wait_for(lambda: backend.started_ids() == [held], 15, "the victim to start the capped task")
+    waiting = backend.enqueue(
+        [dict(processo="capped", payload=json.dumps({"started": True}), chave_externa="next")] * 2
+    )
+    from tests.contract.workers.limits_worker import limits_worker_class
+
+    rescuer_class = limits_worker_class(spec)
+    rescuer = backend.run(
+        rescuer_class(
+            backend.settings(
+                queue_retry_thread_interval=0.3,
+                queue_base_interval_retry=RETRY_BASE_MINUTES,
+                queue_concurrency=3,
+            ),
+            exec_table=backend.exec_table,
+            started_table=backend.started_table,
+            ready_file="",
+        )
+    )
+    time.sleep(0.5)
+    assert backend.started_ids() == [held]  # the slot is taken: the others wait
+    victim.kill9()
+    wait_for(lambda: backend.statuses().get("sucesso") == 3, 20, "the rescue and the rest")
+    assert backend.statuses() == {"falha_processando": 1, "sucesso": 3}
+    done = [r["task_id"] for r in backend.exec_rows()]
+    rows = {r["id"]: r for r in backend.rows()}
+    firsts = sorted(rows[t]["id_inicial"] or t for t in done)
+    assert firsts == sorted([held, *waiting])  # each once (the killed attempt's write died)
+    assert rescuer.stop() == 0
