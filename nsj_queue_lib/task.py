@@ -152,7 +152,7 @@ class Task:
             rate_limit=rate_limit,
             # Hashable (frozen options), whatever sequence was given.
             interval_s=tuple(interval_s) if isinstance(interval_s, list) else interval_s,
-            time_windows=tuple(time_windows) if isinstance(time_windows, list) else time_windows,
+            time_windows=tuple(time_windows) if isinstance(time_windows, list) else time_windows,  # type: ignore[arg-type]
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:

@@ -64,7 +64,9 @@ class LimitsStore:
                 raise
             raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
 
-    def _run(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def _run(
+        self, conn: Any, name: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
         with self._cursor(conn, name) as cur:
             cur.execute(self.sql[name], params)
             return _rows(cur) if cur.description else []

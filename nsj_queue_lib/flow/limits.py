@@ -23,7 +23,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from nsj_queue_lib.flow.windows import MAX_WINDOW_TEXT, TimeWindow, is_open, parse_windows, seconds_until_open
+from nsj_queue_lib.flow.windows import (
+    MAX_WINDOW_TEXT,
+    TimeWindow,
+    is_open,
+    parse_windows,
+    seconds_until_open,
+)
 
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"^\s*(\d{1,9})\s*/\s*([smh])\s*$")
@@ -89,7 +95,12 @@ class ProcessoLimits:
         time_windows: str | Sequence[str] | None,
     ) -> ProcessoLimits | None:
         """From ``@Task``'s options (already checked); None when none is set."""
-        if max_concurrent is None and rate_limit is None and interval_s is None and not time_windows:
+        if (
+            max_concurrent is None
+            and rate_limit is None
+            and interval_s is None
+            and not time_windows
+        ):
             return None
         rate = parse_rate(rate_limit) if rate_limit is not None else (None, None)
         interval = parse_interval(interval_s) if interval_s is not None else (None, None)
@@ -144,7 +155,10 @@ def check_declaration(
         or not isinstance(max_concurrent, int)
         or not 1 <= max_concurrent <= MAX_CONCURRENT
     ):
-        return "max_concurrent", f"must be an integer in 1..{MAX_CONCURRENT}, got {max_concurrent!r}"
+        return (
+            "max_concurrent",
+            f"must be an integer in 1..{MAX_CONCURRENT}, got {max_concurrent!r}",
+        )
     checks = (
         ("rate_limit", rate_limit, parse_rate),
         ("interval_s", interval_s, parse_interval),
@@ -204,9 +218,7 @@ def _windows(text: str) -> tuple[TimeWindow, ...]:
     return found
 
 
-def decide(
-    state: LimitState, now: datetime.datetime, rng: random.Random | None = None
-) -> Decision:
+def decide(state: LimitState, now: datetime.datetime, rng: random.Random | None = None) -> Decision:
     """Whether the next task of the processo may start now, and the state after it does."""
     lim = state.limits
     waits: list[float] = []
@@ -215,7 +227,11 @@ def decide(
         if not is_open(windows, now):
             waits.append(seconds_until_open(windows, now))
     capped = lim.max_concurrent is not None and state.running >= lim.max_concurrent
-    if lim.interval_min_s is not None and state.next_start_in is not None and state.next_start_in > 0:
+    if (
+        lim.interval_min_s is not None
+        and state.next_start_in is not None
+        and state.next_start_in > 0
+    ):
         waits.append(state.next_start_in)
     spacing = None
     if lim.rate_count is not None and lim.rate_period_s is not None:

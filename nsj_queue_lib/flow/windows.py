@@ -1,6 +1,6 @@
 """time_windows: when a processo's tasks may start, as days and hours in a time zone.
 
-One window is ``"[days] HH:MM-HH:MM [Zone/Name]"``: ``days`` a comma list of
+One window is ``"[days] HH:MM-HH:MM [Zone/Name]"`` (``HH:MM:SS`` too): ``days`` a comma list of
 days or day ranges (``mon-fri``, ``sat,sun``; every day when left out), the
 hours in the zone's local time (``24:00`` ends at midnight; an end before the
 start crosses midnight, and the window belongs to the day it starts on), the
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 MAX_WINDOW_TEXT = 200
 MAX_WINDOWS = 20
-_HOURS = re.compile(r"^(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
+_HOURS = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?-(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +70,15 @@ def _days(part: str, text: str) -> frozenset[int]:
     return frozenset(days)
 
 
-def _clock(hours: str, minutes: str, text: str, allow_24: bool) -> datetime.time | None:
-    h, m = int(hours), int(minutes)
-    if allow_24 and (h, m) == (24, 0):
+def _clock(
+    hours: str, minutes: str, secs: str | None, text: str, allow_24: bool
+) -> datetime.time | None:
+    h, m, sec = int(hours), int(minutes), int(secs or 0)
+    if allow_24 and (h, m, sec) == (24, 0, 0):
         return None
-    if h > 23 or m > 59:
+    if h > 23 or m > 59 or sec > 59:
         raise ValueError(f"bad time {hours}:{minutes} in {text!r}")
-    return datetime.time(h, m)
+    return datetime.time(h, m, sec)
 
 
 def parse_window(text: str) -> TimeWindow:
@@ -93,7 +95,7 @@ def parse_window(text: str) -> TimeWindow:
         days = _days(words.pop(0), text)
         original.pop(0)
     if not words or not _HOURS.match(words[0]):
-        raise ValueError(f"expected \"[days] HH:MM-HH:MM [zone]\", got {text!r}")
+        raise ValueError(f'expected "[days] HH:MM-HH:MM [zone]", got {text!r}')
     hours = _HOURS.match(words.pop(0))
     original.pop(0)
     assert hours is not None
@@ -105,8 +107,8 @@ def parse_window(text: str) -> TimeWindow:
         zoneinfo.ZoneInfo(zone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {zone!r} in {text!r}") from None
-    start = _clock(hours.group(1), hours.group(2), text, allow_24=False)
-    end = _clock(hours.group(3), hours.group(4), text, allow_24=True)
+    start = _clock(hours.group(1), hours.group(2), hours.group(3), text, allow_24=False)
+    end = _clock(hours.group(4), hours.group(5), hours.group(6), text, allow_24=True)
     assert start is not None
     if end == start:
         raise ValueError(f"empty window (start equals end) in {text!r}")

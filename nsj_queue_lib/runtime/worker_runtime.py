@@ -29,13 +29,16 @@ from nsj_queue_lib.db.driver import (
     close_quietly,
     make_driver,
 )
+from nsj_queue_lib.db.limits_store import LimitsStore
 from nsj_queue_lib.exceptions import (
     ClaimRoutineError,
     ConfigError,
     DatabaseAccessError,
     QueueTableMissingError,
 )
+from nsj_queue_lib.flow.limits import ProcessoLimits
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
@@ -43,11 +46,13 @@ from nsj_queue_lib.runtime.cancel_watch import CancelWatcher
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
 from nsj_queue_lib.runtime.lifecycle import LifecycleThread
+from nsj_queue_lib.runtime.limited import LimitedLiveness, Limiter
 from nsj_queue_lib.runtime.liveness import (
     CompatLiveness,
     DatabaseLiveness,
     Liveness,
     ServerLiveness,
+    task_lock_name,
 )
 from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.purge import PurgeService
@@ -63,12 +68,6 @@ from nsj_queue_lib.runtime.service import (
 )
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
 from nsj_queue_lib.settings import Settings
-
-from nsj_queue_lib.db.limits_store import LimitsStore
-from nsj_queue_lib.flow.limits import ProcessoLimits
-from nsj_queue_lib.model import TaskRecord
-from nsj_queue_lib.runtime.limited import LimitedLiveness, Limiter
-from nsj_queue_lib.runtime.liveness import task_lock_name
 
 ProcessoLimits_Map = Mapping[str, ProcessoLimits]
 
@@ -278,7 +277,9 @@ class WorkerRuntime:
 
             def lock(conn: Any, task: TaskRecord) -> bool:
                 if not lock_client.try_lock(task_lock_name(queue.queue_number, task.id)):
-                    raise RuntimeError(f"task {task.id}: its liveness lock is held by another client")
+                    raise RuntimeError(
+                        f"task {task.id}: its liveness lock is held by another client"
+                    )
                 return True
 
             def unlock(conn: Any, task: TaskRecord) -> None:

@@ -9,7 +9,9 @@ refuses to start (exit code 2, the processo and option named).
 
 from __future__ import annotations
 
+import datetime
 import json
+import logging
 import threading
 import time
 
@@ -80,7 +82,9 @@ class RunningSampler:
 
 def starts(backend, chave: str | None = None) -> list:
     where = "" if chave is None else f" WHERE chave = '{chave}'"
-    return [r["at"] for r in backend.query(f"SELECT at FROM {backend.exec_table}{where} ORDER BY at")]
+    return [
+        r["at"] for r in backend.query(f"SELECT at FROM {backend.exec_table}{where} ORDER BY at")
+    ]
 
 
 @BACKENDS
@@ -160,3 +164,44 @@ def test_the_slot_of_a_killed_worker_is_freed_by_the_rescue_and_nothing_runs_twi
     firsts = sorted(rows[t]["id_inicial"] or t for t in done)
     assert firsts == sorted([held, *waiting])  # each once (the killed attempt's write died)
     assert rescuer.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
+)
+def test_outside_its_time_window_a_task_waits_and_starts_when_the_window_opens(backend):
+    utc = datetime.timezone.utc
+    opens = (datetime.datetime.now(utc) + datetime.timedelta(seconds=2.5)).replace(microsecond=0)
+    closes = opens + datetime.timedelta(hours=1)
+    window = f"{opens:%H:%M:%S}-{closes:%H:%M:%S} UTC"
+    start_workers(backend, {"windowed": {"time_windows": window}}, count=2, concurrency=2)
+    backend.enqueue(
+        [dict(processo="windowed", payload="x", chave_externa="windowed")]
+        + [dict(processo="free", payload="x", chave_externa="free")]
+    )
+    wait_for(lambda: len(starts(backend, "free")) == 1, 5, "the task of another processo")
+    backend.wait_statuses({"sucesso": 2}, 15, "the window to open")
+    [started] = starts(backend, "windowed")
+    started = started if started.tzinfo else started.replace(tzinfo=utc)
+    late = seconds(started - opens)
+    # Not before the window; right after it opens (a loaded machine may add a little).
+    assert 0 <= late < 1.5, late
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_workers_declaring_other_limits_for_a_processo_are_logged(backend, caplog):
+    from tests.contract.workers.limits_worker import limits_worker_class
+
+    def worker(cap: int):
+        klass = limits_worker_class({"capped": {"max_concurrent": cap}})
+        return klass(backend.settings(), exec_table=backend.exec_table, ready_file="")
+
+    backend.run(worker(2))
+    with caplog.at_level(logging.WARNING, logger="nsj_queue_lib"):
+        backend.run(worker(3))
+    warnings = [r.getMessage() for r in caplog.records if "limits disagree" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'capped'" in warnings[0] and "max_concurrent=3" in warnings[0]
+    assert "max_concurrent=2" in warnings[0]
+    [row] = backend.query(f"SELECT max_concurrent FROM {backend.table}_limits")
+    assert row["max_concurrent"] == 3  # the latest declaration applies

@@ -128,10 +128,11 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM {table} AS t FORCE INDEX ({idx_claim})
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free} AND {limits_free}
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                  AND {limits_free}
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -143,7 +144,8 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM {table} AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free} AND {limits_free}
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+              AND {limits_free}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

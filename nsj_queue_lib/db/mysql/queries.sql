@@ -81,7 +81,8 @@ WHERE t.id = %(id)s
 -- step: select
 SELECT {task_columns}
 FROM {queue_table} AS t
-WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free} AND {limits_free}
+WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+  AND {limits_free}
 ORDER BY t.prioridade DESC, t.data_hora, t.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;

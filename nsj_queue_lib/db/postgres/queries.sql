@@ -102,7 +102,8 @@ SELECT set_config('synchronous_commit', 'off', true),
 WITH next AS (
     SELECT t.id
     FROM {queue_table} AS t
-    WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free} AND {limits_free}
+    WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}
+      AND {limits_free}
     ORDER BY t.prioridade DESC, t.data_hora, t.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED

@@ -15,8 +15,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from nsj_queue_lib import Task  # noqa: E402
-from tests.contract.workers.contract_worker import ContractWorker  # noqa: E402
+from nsj_queue_lib import Task
+from tests.contract.workers.contract_worker import ContractWorker
 
 
 def limits_worker_class(spec: dict[str, dict[str, Any]]) -> type[ContractWorker]:
