@@ -19,10 +19,18 @@ from typing import Any
 from nsj_queue_lib.db.columns import query_values
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError
-from nsj_queue_lib.flow.limits import Decision, LimitState, ProcessoLimits, decide
+from nsj_queue_lib.flow.limits import (
+    Decision,
+    LimitState,
+    ProcessoLimits,
+    decide,
+    wait_after_start,
+)
 from nsj_queue_lib.model import TaskRecord
 
 DIALECTS = ("postgres", "mysql")
+# A limited processo whose row another claim holds (a claim takes milliseconds).
+HELD_RETRY_SECONDS = 0.005
 _NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
 
 
@@ -35,6 +43,7 @@ class LimitedClaim:
     task: TaskRecord | None
     wait: float | None = None
     limits_rows: int = 1  # 0: the queue has no limited processo at all
+    locked: bool | None = None  # the liveness lock, when the claim took it
 
 
 def _rows(cursor: Any) -> list[dict[str, Any]]:
@@ -84,15 +93,25 @@ class LimitsStore:
 
     # -- the limited claim --
 
-    def claim_one(self, conn: Any, now: datetime.datetime | None = None) -> LimitedClaim:
-        """In the caller's open transaction; see the module's docstring."""
-        limits_rows = len(self._run(conn, "lock_limits"))
-        if not limits_rows:
-            return LimitedClaim(None, None, 0)
-        states = self._run(conn, "states")
+    def claim_one(
+        self, conn: Any, take_lock: bool, now: datetime.datetime | None = None
+    ) -> LimitedClaim:
+        """Open a transaction on ``conn`` (autocommit) and claim; see the module's docstring.
+
+        With ``take_lock`` the claimed task's database liveness lock is taken too
+        (PostgreSQL, in the claim's statement; ``locked`` says whether it was).
+        Nothing claimed: the transaction is still open (the caller rolls back)."""
+        locked, states = self._lock_and_read(conn)
+        if not locked and not int(self._run(conn, "count_limits")[0]["n"]):
+            return LimitedClaim(None, None, 0)  # the queue has no limited processo
         now = now or datetime.datetime.now(datetime.timezone.utc)
         waits: list[float] = []
+        claimed: LimitedClaim | None = None
         for row in states:
+            if row["processo"] not in locked:
+                # Another claim holds it: look again once that claim has committed.
+                waits.append(HELD_RETRY_SECONDS)
+                continue
             state = LimitState(
                 ProcessoLimits.from_row(row),
                 int(row["running"]),
@@ -100,31 +119,74 @@ class LimitsStore:
                 None if row["rate_tat_in"] is None else float(row["rate_tat_in"]),
             )
             decision = decide(state, now)
-            if not decision.start:
-                if decision.wait is not None:
-                    waits.append(decision.wait)
-                continue
-            task = self._take(conn, state.limits.processo, decision)
-            if task is not None:
-                return LimitedClaim(task, None, limits_rows)
-        return LimitedClaim(None, min(waits) if waits else None, limits_rows)
+            if decision.start and claimed is None:
+                claimed = self._take(conn, state.limits.processo, decision, take_lock)
+                if claimed is not None:
+                    # When this processo may start its next task, to wake up then.
+                    decision = Decision(False, wait_after_start(state, decision))
+            if decision.start:
+                waits.append(0.0)  # another processo may start one now
+            elif decision.wait is not None:
+                waits.append(decision.wait)
+        wait = min(waits) if waits else None
+        if claimed is not None:
+            return dataclasses.replace(claimed, wait=wait)
+        return LimitedClaim(None, wait)
 
-    def _take(self, conn: Any, processo: str, decision: Decision) -> TaskRecord | None:
+    def _lock_and_read(self, conn: Any) -> tuple[set[str], list[dict[str, Any]]]:
+        """BEGIN, the limits rows locked, then (a statement of its own: a snapshot taken
+        after the locks) the state of the limited processos with a ready task."""
+        if self.dialect != "postgres":
+            with self._cursor(conn, "begin"):
+                conn.begin()
+            locked = {r["processo"] for r in self._run(conn, "lock_limits")}
+            return locked, self._run(conn, "states")
+        # One round trip: the statements run in order, the second after the first's locks.
+        with self._cursor(conn, "limited claim") as lock_cur, conn.cursor() as states_cur:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                lock_cur.execute(self.sql["lock_limits"])
+                states_cur.execute(self.sql["states"])
+            return {r["processo"] for r in _rows(lock_cur)}, _rows(states_cur)
+
+    def _take(
+        self, conn: Any, processo: str, decision: Decision, take_lock: bool
+    ) -> LimitedClaim | None:
+        def micros(seconds: float | None) -> int | None:
+            return None if seconds is None else round(seconds * 1e6)
+
+        if self.dialect == "postgres":
+            rows = self._run(
+                conn,
+                "take",
+                {
+                    "processo": processo,
+                    "interval_micros": micros(decision.next_start_in),
+                    "rate_micros": micros(decision.rate_tat_in),
+                    "take_lock": take_lock,
+                    "queue_key": self.store.queue_key if take_lock else 0,
+                },
+            )
+            if not rows:
+                return None
+            locked = rows[0].pop("liveness_locked")
+            return LimitedClaim(TaskRecord.from_row(rows[0]), locked=locked if take_lock else None)
         picked = self._run(conn, "pick", {"processo": processo})
         if not picked:
             return None  # its ready tasks are being claimed, or wait for their lock_key
         task_id = int(picked[0]["id"])
         self._run(conn, "mark", {"id": task_id})
         if decision.next_start_in is not None:
-            micros = round(decision.next_start_in * 1e6)
-            self._run(conn, "advance_interval", {"processo": processo, "micros": micros})
+            params = {"processo": processo, "micros": micros(decision.next_start_in)}
+            self._run(conn, "advance_interval", params)
         if decision.rate_tat_in is not None:
-            micros = round(decision.rate_tat_in * 1e6)
-            self._run(conn, "advance_rate", {"processo": processo, "micros": micros})
+            params = {"processo": processo, "micros": micros(decision.rate_tat_in)}
+            self._run(conn, "advance_rate", params)
         row = self.store.get_task(conn, task_id)
         if row is None:  # cannot happen: the row is locked by this transaction
             raise DatabaseError(f"limited claim: task {task_id} vanished")
-        return TaskRecord.from_row(row)
+        locked = self.lock_task(conn, task_id) if take_lock else None
+        return LimitedClaim(TaskRecord.from_row(row), locked=locked)
 
     def lock_task(self, conn: Any, task_id: int) -> bool:
         """Take the claimed task's liveness lock on ``conn`` (database liveness locks)."""

@@ -33,7 +33,7 @@ from nsj_queue_lib.flow.windows import (
 
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"^\s*(\d{1,9})\s*/\s*([smh])\s*$")
-RATE_CATCH_UP = 0.05
+RATE_CATCH_UP = 0.08
 MAX_RATE_TEXT = 30
 MAX_INTERVAL_S = 86400.0 * 7
 MAX_CONCURRENT = 1_000_000
@@ -253,6 +253,16 @@ def decide(state: LimitState, now: datetime.datetime, rng: random.Random | None 
         tat = state.rate_tat_in if state.rate_tat_in is not None else floor
         rate_tat_in = max(tat, floor) + spacing
     return Decision(True, None, next_start_in, rate_tat_in)
+
+
+def wait_after_start(state: LimitState, decision: Decision) -> float | None:
+    """After ``decision`` started a task: seconds until the processo may start the next
+    (None: when a running task ends, its max_concurrent being reached)."""
+    lim = state.limits
+    if lim.max_concurrent is not None and state.running + 1 >= lim.max_concurrent:
+        return None
+    waits = [w for w in (decision.next_start_in, decision.rate_tat_in) if w is not None]
+    return max(0.0, *waits) if waits else 0.0
 
 
 def limits_free(limits_table: str, row: str) -> str:

@@ -51,6 +51,8 @@ class Limiter:
         self.declared = dict(declared)
         self.handled = handled
         self.limited: set[str] = set(declared)
+        # Processos with max_concurrent: the end of one of their tasks frees a slot.
+        self.capped = {p for p, lim in declared.items() if lim.max_concurrent is not None}
         self.wake_executor: Callable[[int], None] = lambda count: None
         self._stop = stop
         self._cond = threading.Condition()
@@ -78,6 +80,9 @@ class Limiter:
         for processo in sorted((set(stored) & self.handled) - set(self.declared)):
             self.store.undeclare(conn, processo)
         self.limited = set(self.declared) | (set(stored) - self.handled)
+        self.capped |= {
+            p for p, lim in stored.items() if p in self.limited and lim.max_concurrent is not None
+        }
         with self._cond:
             self._active = bool(self.limited)
 
@@ -117,8 +122,10 @@ class Limiter:
                 self._recheck_at = now + INACTIVE_RECHECK_SECONDS
                 return
             self._active = True
-            if result.task is not None or self._generation != generation:
-                self._due_at = 0.0  # there may be more, or something changed meanwhile
+            if self._generation != generation:
+                # Something changed during the claim: the waker wakes an executor to
+                # look again (nobody else may be about to).
+                self._due_at = now
             elif result.wait is None:
                 self._due_at = NEVER
             else:
@@ -126,8 +133,8 @@ class Limiter:
             self._cond.notify_all()
 
     def ended(self, task: TaskRecord) -> None:
-        """A task ended in this worker: a limited one frees a slot of its processo."""
-        if task.row.get("processo") in self.limited:
+        """A task ended in this worker: one of a processo with max_concurrent frees a slot."""
+        if task.row.get("processo") in self.capped:
             self.mark_due()
 
     # -- the waker thread --
@@ -162,13 +169,13 @@ class LimitedLiveness:
         inner: Any,
         limiter: Limiter,
         store: Any,
-        lock: Callable[[Any, TaskRecord], bool],
+        lock: Callable[[Any, TaskRecord], bool] | None,
         unlock: Callable[[Any, TaskRecord], None],
     ):
         self.inner = inner
         self.limiter = limiter
         self.store = store
-        self._lock = lock
+        self._lock = lock  # None: the claim takes the database liveness lock itself
         self._unlock = unlock
 
     def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
@@ -198,20 +205,21 @@ class LimitedLiveness:
 
     def _limited(self, conn: Any) -> Claim | None:
         generation = self.limiter.generation()
-        self.store.begin(conn)
         try:
-            result = self.limiter.store.claim_one(conn)
+            result = self.limiter.store.claim_one(conn, take_lock=self._lock is None)
         except BaseException:
             _rollback_quietly(self.store, conn)
             raise
-        if result.task is None:
+        task = result.task
+        if task is None:
             self.store.rollback(conn)
             self.limiter.claimed(result, generation)
             return None
-        task = result.task
-        locked = False
+        locked = result.locked
         try:
-            locked = self._lock(conn, task)
+            if locked is None:
+                assert self._lock is not None
+                locked = self._lock(conn, task)
             self.store.commit_and_begin(conn)
         except BaseException:
             _rollback_quietly(self.store, conn)
@@ -220,7 +228,7 @@ class LimitedLiveness:
             raise
         self.limiter.limited.add(str(task.row.get("processo")))
         self.limiter.claimed(result, generation)
-        return Claim(task, locked)
+        return Claim(task, bool(locked))
 
 
 def _rollback_quietly(store: Any, conn: Any) -> None:

@@ -271,7 +271,6 @@ class WorkerRuntime:
         if self.limiter is None:
             return liveness
         lock_client = self.lock_client
-        limits_store = self.limiter.store
         if lock_client is not None:
             queue = self.store
 
@@ -285,16 +284,14 @@ class WorkerRuntime:
             def unlock(conn: Any, task: TaskRecord) -> None:
                 lock_client.unlock(task_lock_name(queue.queue_number, task.id))
 
-        else:
-            locking = self._locking_store()
+            return LimitedLiveness(liveness, self.limiter, self.store, lock, unlock)
+        locking = self._locking_store()
 
-            def lock(conn: Any, task: TaskRecord) -> bool:
-                return limits_store.lock_task(conn, task.id)
+        def unlock_task(conn: Any, task: TaskRecord) -> None:
+            locking.unlock_task(conn, task.id)
 
-            def unlock(conn: Any, task: TaskRecord) -> None:
-                locking.unlock_task(conn, task.id)
-
-        return LimitedLiveness(liveness, self.limiter, self.store, lock, unlock)
+        # The limited claim takes the database liveness lock itself.
+        return LimitedLiveness(liveness, self.limiter, self.store, None, unlock_task)
 
     def _listener(self) -> Listener:
         listener = self.driver.listener()

@@ -118,8 +118,8 @@ def test_rate_limit_and_interval_space_the_starts_across_processes(backend):
     backend.wait_statuses({"sucesso": 15}, 30, "every task")
     rated = starts(backend, "rated")
     gaps = [seconds(b - a) for a, b in zip(rated, rated[1:], strict=False)]
-    # One start every 0.1 s (a late claim catches up by at most 5% of the period).
-    assert seconds(rated[-1] - rated[0]) >= 9 * 0.1 - 0.05 - 0.02, gaps
+    # One start every 0.1 s (a late claim catches up by at most 8% of the period).
+    assert seconds(rated[-1] - rated[0]) >= 9 * 0.1 - 0.08 - 0.02, gaps
     assert min(gaps) > 0.03, gaps
     spaced = starts(backend, "spaced")
     gaps = [seconds(b - a) for a, b in zip(spaced, spaced[1:], strict=False)]

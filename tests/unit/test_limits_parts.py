@@ -99,12 +99,12 @@ def test_max_concurrent_waits_for_a_running_task_to_end():
     assert decide(state(running=1, max_concurrent=2), NOW).start
 
 
-def test_rate_spreads_starts_and_catches_up_five_percent_of_the_period():
+def test_rate_spreads_starts_and_catches_up_eight_percent_of_the_period():
     first = decide(state(rate_count=50, rate_period_s=1.0), NOW)
-    assert first.start and first.rate_tat_in == pytest.approx(-0.05 + 0.02)
+    assert first.start and first.rate_tat_in == pytest.approx(-0.08 + 0.02)
     assert decide(state(tat_in=0.015, rate_count=50, rate_period_s=1.0), NOW).wait == 0.015
     late = decide(state(tat_in=-0.5, rate_count=50, rate_period_s=1.0), NOW)
-    assert late.rate_tat_in == pytest.approx(-0.05 + 0.02)  # credit is capped
+    assert late.rate_tat_in == pytest.approx(-0.08 + 0.02)  # credit is capped
 
 
 def test_interval_draws_the_next_spacing_uniformly():

@@ -3,7 +3,10 @@
 -- limits.sql has the same names and says why each is there.
 
 -- name: lock_limits
-SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE
+SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE SKIP LOCKED
+
+-- name: count_limits
+SELECT count(*) AS n FROM {limits_table}
 
 -- name: states
 SELECT l.processo, l.max_concurrent, l.rate_count, l.rate_period_s, l.interval_min_s,

@@ -3,9 +3,14 @@
 -- the same names.
 
 -- name: lock_limits
--- Every limits row, in one order: limited claims of the queue run one at a
--- time, so a claim's count of running tasks cannot miss another's claim.
-SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE
+-- The limits rows no other claim holds: the limited claims of a processo run
+-- one at a time, so a claim's count of its running tasks cannot miss
+-- another's claim. A claim that finds a row held looks again shortly
+-- (db/limits_store.py) rather than queue behind the holder.
+SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE SKIP LOCKED
+
+-- name: count_limits
+SELECT count(*) AS n FROM {limits_table}
 
 -- name: states
 -- After lock_limits, in a statement of its own (READ COMMITTED: a snapshot
@@ -66,3 +71,40 @@ DELETE FROM {limits_table} WHERE processo = %(processo)s
 
 -- name: lock_task
 SELECT pg_try_advisory_lock(%(queue_key)s, %(task_key)s)
+
+-- name: take
+-- PostgreSQL does pick, mark, advance_*, the read of the row and its liveness
+-- lock in one statement (one round trip instead of five): the next ready task
+-- of the processo becomes 'processando' and the processo's state moves on
+-- (NULL: that limit is not declared, the column is left as it is).
+WITH picked AS (
+    SELECT t.id
+    FROM {queue_table} AS t
+    WHERE t.processo = %(processo)s AND t.status = 'pendente' AND t.data_hora <= clock_timestamp()
+      AND {lock_key_free}
+    ORDER BY t.prioridade DESC, t.data_hora, t.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE {queue_table} AS t
+    SET status = 'processando'
+    FROM picked
+    WHERE t.id = picked.id
+    RETURNING t.*
+), advanced AS (
+    UPDATE {limits_table} AS l
+    SET next_start_at = COALESCE(
+            clock_timestamp() + %(interval_micros)s::bigint * interval '1 microsecond',
+            l.next_start_at),
+        rate_tat = COALESCE(
+            clock_timestamp() + %(rate_micros)s::bigint * interval '1 microsecond', l.rate_tat)
+    WHERE l.processo = %(processo)s AND EXISTS (SELECT 1 FROM marked)
+)
+SELECT {task_columns_resolved},
+       -- Database liveness locks only (%(take_lock)s): the socket server holds them otherwise.
+       CASE WHEN %(take_lock)s::boolean
+            THEN pg_try_advisory_lock(%(queue_key)s, (t.id %% 2147483648)::int4) END
+           AS liveness_locked
+FROM marked AS t
+LEFT JOIN {queue_table} AS first_attempt
+       ON first_attempt.id = t.id_inicial AND t.payload IS NULL
