@@ -98,11 +98,12 @@ demo: $(STAMP) ## Run examples/demo.py: enqueue tasks, run a worker, print the r
 	@test -f examples/demo.py || { echo "examples/demo.py does not exist yet" >&2; exit 1; }
 	$(PY) examples/demo.py
 
-bench: $(STAMP) ## Run the benchmarks (PostgreSQL; PostgreSQL vs MariaDB; QUEUE_COMPAT_1_2_2 on vs off; lock_key cost; async handlers)
+bench: $(STAMP) ## Run the benchmarks (PostgreSQL; PostgreSQL vs MariaDB; QUEUE_COMPAT_1_2_2 on vs off; lock_key cost; per-processo limits; async handlers)
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/bench_mysql.py
 	$(PY) benchmarks/bench_compat.py --rounds 5
 	$(PY) benchmarks/bench_flow.py --rounds 3
+	$(PY) benchmarks/bench_limits.py --rounds 3
 	$(PY) benchmarks/bench_async.py
 
 verify-ddl: $(STAMP) ## Fail when database/<dialect>/fila_teste.sql differs from db_gen's output
