@@ -1,12 +1,6 @@
--- Per-processo limits: the limited claim and the workers' declarations
--- (nsj_queue_lib/flow/limits.py, db/limits_store.py). PostgreSQL's
--- limits.sql has the same names and says why each is there.
-
--- name: lock_limits
-SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE SKIP LOCKED
-
--- name: count_limits
-SELECT count(*) AS n FROM {limits_table}
+-- Per-processo limits on MySQL/MariaDB: PostgreSQL's limits.sql, which says
+-- why each statement is there, with these statements instead.
+-- base: postgres
 
 -- name: states
 SELECT l.processo, l.max_concurrent, l.rate_count, l.rate_period_s, l.interval_min_s,
@@ -29,9 +23,6 @@ ORDER BY t.prioridade DESC, t.data_hora, t.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 
--- name: mark
-UPDATE {queue_table} SET status = 'processando' WHERE id = %(id)s AND status = 'pendente'
-
 -- name: advance_interval
 UPDATE {limits_table}
 SET next_start_at = TIMESTAMPADD(MICROSECOND, %(micros)s, NOW(6))
@@ -41,11 +32,6 @@ WHERE processo = %(processo)s
 UPDATE {limits_table}
 SET rate_tat = TIMESTAMPADD(MICROSECOND, %(micros)s, NOW(6))
 WHERE processo = %(processo)s
-
--- name: declared
-SELECT processo, max_concurrent, rate_count, rate_period_s, interval_min_s, interval_max_s,
-       time_windows
-FROM {limits_table}
 
 -- name: declare
 INSERT INTO {limits_table} (processo, max_concurrent, rate_count, rate_period_s,
@@ -57,9 +43,6 @@ ON DUPLICATE KEY UPDATE
     rate_period_s = VALUES(rate_period_s), interval_min_s = VALUES(interval_min_s),
     interval_max_s = VALUES(interval_max_s), time_windows = VALUES(time_windows),
     declared_by = VALUES(declared_by), declared_at = NOW(6)
-
--- name: undeclare
-DELETE FROM {limits_table} WHERE processo = %(processo)s
 
 -- name: lock_task
 SELECT GET_LOCK(%(name)s, 0)

@@ -1,6 +1,7 @@
 -- Per-processo limits: the limited claim and the workers' declarations
--- (nsj_queue_lib/flow/limits.py, db/limits_store.py). MySQL's limits.sql has
--- the same names.
+-- (nsj_queue_lib/flow/limits.py, db/limits_store.py). MySQL's limits.sql
+-- starts from these and replaces the statements that differ; PostgreSQL
+-- claims with take, MySQL with pick, mark, advance_* and a read of the row.
 
 -- name: lock_limits
 -- The limits rows no other claim holds: the limited claims of a processo run
@@ -27,27 +28,8 @@ WHERE EXISTS (SELECT 1 FROM {queue_table} AS t
                 AND t.data_hora <= clock_timestamp())
 ORDER BY l.processo
 
--- name: pick
-SELECT t.id
-FROM {queue_table} AS t
-WHERE t.processo = %(processo)s AND t.status = 'pendente' AND t.data_hora <= clock_timestamp()
-  AND {lock_key_free}
-ORDER BY t.prioridade DESC, t.data_hora, t.id
-LIMIT 1
-FOR UPDATE SKIP LOCKED
-
 -- name: mark
 UPDATE {queue_table} SET status = 'processando' WHERE id = %(id)s AND status = 'pendente'
-
--- name: advance_interval
-UPDATE {limits_table}
-SET next_start_at = clock_timestamp() + %(micros)s * interval '1 microsecond'
-WHERE processo = %(processo)s
-
--- name: advance_rate
-UPDATE {limits_table}
-SET rate_tat = clock_timestamp() + %(micros)s * interval '1 microsecond'
-WHERE processo = %(processo)s
 
 -- name: declared
 SELECT processo, max_concurrent, rate_count, rate_period_s, interval_min_s, interval_max_s,
