@@ -29,8 +29,6 @@ from nsj_queue_lib.flow.limits import (
 from nsj_queue_lib.model import TaskRecord
 
 DIALECTS = ("postgres", "mysql")
-# A limited processo whose row another claim holds (a claim takes milliseconds).
-HELD_RETRY_SECONDS = 0.005
 _NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
 
 
@@ -44,6 +42,7 @@ class LimitedClaim:
     wait: float | None = None
     limits_rows: int = 1  # 0: the queue has no limited processo at all
     locked: bool | None = None  # the liveness lock, when the claim took it
+    in_transaction: bool = True  # False: nothing was claimed and no transaction is open
 
 
 def _rows(cursor: Any) -> list[dict[str, Any]]:
@@ -100,24 +99,25 @@ class LimitsStore:
 
         With ``take_lock`` the claimed task's database liveness lock is taken too
         (PostgreSQL, in the claim's statement; ``locked`` says whether it was).
-        Nothing claimed: the transaction is still open (the caller rolls back)."""
-        locked, states = self._lock_and_read(conn)
-        if not locked and not int(self._run(conn, "count_limits")[0]["n"]):
-            return LimitedClaim(None, None, 0)  # the queue has no limited processo
+        Nothing claimed: the transaction is still open when ``in_transaction`` says so
+        (the caller rolls back)."""
         now = now or datetime.datetime.now(datetime.timezone.utc)
+        # A look without locks first (one statement, no transaction): most attempts
+        # find nothing that may start, and end here.
+        preview = self._run(conn, "states")
+        if not preview:
+            rows = int(self._run(conn, "count_limits")[0]["n"])
+            return LimitedClaim(None, None, rows, in_transaction=False)
+        decisions = [decide(_state(row), now) for row in preview]
+        if not any(d.start for d in decisions):
+            later = [d.wait for d in decisions if d.wait is not None]
+            return LimitedClaim(None, min(later) if later else None, in_transaction=False)
+        startable = [r["processo"] for r, d in zip(preview, decisions, strict=True) if d.start]
+        states = self._lock_and_read(conn, startable)
         waits: list[float] = []
         claimed: LimitedClaim | None = None
         for row in states:
-            if row["processo"] not in locked:
-                # Another claim holds it: look again once that claim has committed.
-                waits.append(HELD_RETRY_SECONDS)
-                continue
-            state = LimitState(
-                ProcessoLimits.from_row(row),
-                int(row["running"]),
-                None if row["next_start_in"] is None else float(row["next_start_in"]),
-                None if row["rate_tat_in"] is None else float(row["rate_tat_in"]),
-            )
+            state = _state(row)
             decision = decide(state, now)
             if decision.start and claimed is None:
                 claimed = self._take(conn, state.limits.processo, decision, take_lock)
@@ -133,21 +133,22 @@ class LimitsStore:
             return dataclasses.replace(claimed, wait=wait)
         return LimitedClaim(None, wait)
 
-    def _lock_and_read(self, conn: Any) -> tuple[set[str], list[dict[str, Any]]]:
-        """BEGIN, the limits rows locked, then (a statement of its own: a snapshot taken
-        after the locks) the state of the limited processos with a ready task."""
+    def _lock_and_read(self, conn: Any, processos: list[str]) -> list[dict[str, Any]]:
+        """BEGIN, the limits rows of ``processos`` locked, then (a statement of its own: a
+        snapshot taken after the locks) the state of the limited processos with a ready
+        task."""
         if self.dialect != "postgres":
             with self._cursor(conn, "begin"):
                 conn.begin()
-            locked = {r["processo"] for r in self._run(conn, "lock_limits")}
-            return locked, self._run(conn, "states")
+            self._run(conn, "lock_limits", {"processos": tuple(processos)})
+            return self._run(conn, "states")
         # One round trip: the statements run in order, the second after the first's locks.
         with self._cursor(conn, "limited claim") as lock_cur, conn.cursor() as states_cur:
             with conn.pipeline():
                 conn.execute("BEGIN")
-                lock_cur.execute(self.sql["lock_limits"])
+                lock_cur.execute(self.sql["lock_limits"], {"processos": processos})
                 states_cur.execute(self.sql["states"])
-            return {r["processo"] for r in _rows(lock_cur)}, _rows(states_cur)
+            return _rows(states_cur)
 
     def _take(
         self, conn: Any, processo: str, decision: Decision, take_lock: bool
@@ -196,6 +197,18 @@ class LimitsStore:
             params = {"name": self.store.task_lock_name(conn, task_id)}
         rows = self._run(conn, "lock_task", params)
         return bool(rows) and next(iter(rows[0].values())) in (1, True)
+
+
+def _state(row: dict[str, Any]) -> LimitState:
+    def seconds(name: str) -> float | None:
+        return None if row[name] is None else float(row[name])
+
+    return LimitState(
+        ProcessoLimits.from_row(row),
+        int(row["running"]),
+        seconds("next_start_in"),
+        seconds("rate_tat_in"),
+    )
 
 
 def _driver_error(exc: BaseException) -> bool:

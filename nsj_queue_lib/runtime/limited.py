@@ -33,6 +33,9 @@ INACTIVE_RECHECK_SECONDS = 30.0
 # A wait reported by the claim is rounded up by this much: waking a little after the
 # moment, never before it (the claim would then find nothing yet and wait again).
 WAKE_MARGIN_SECONDS = 0.001
+# How much later than the worker that claimed last the other workers look (a
+# whole cluster waking at one moment would queue on the processo's limits row).
+FOLLOWER_DELAY_SECONDS = 0.01
 
 
 class Limiter:
@@ -128,8 +131,12 @@ class Limiter:
                 self._due_at = now
             elif result.wait is None:
                 self._due_at = NEVER
-            else:
+            elif result.task is not None:
                 self._due_at = now + result.wait + WAKE_MARGIN_SECONDS
+            else:
+                # The worker that claimed last looks first when the next start is due;
+                # the others a little later, when it has not (it is busy, or gone).
+                self._due_at = now + result.wait + FOLLOWER_DELAY_SECONDS
             self._cond.notify_all()
 
     def ended(self, task: TaskRecord) -> None:
@@ -212,7 +219,8 @@ class LimitedLiveness:
             raise
         task = result.task
         if task is None:
-            self.store.rollback(conn)
+            if result.in_transaction:
+                self.store.rollback(conn)
             self.limiter.claimed(result, generation)
             return None
         locked = result.locked

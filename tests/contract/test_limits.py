@@ -120,7 +120,9 @@ def test_rate_limit_and_interval_space_the_starts_across_processes(backend):
     gaps = [seconds(b - a) for a, b in zip(rated, rated[1:], strict=False)]
     # One start every 0.1 s (a late claim catches up by at most 8% of the period).
     assert seconds(rated[-1] - rated[0]) >= 9 * 0.1 - 0.08 - 0.02, gaps
-    assert min(gaps) > 0.03, gaps
+    # No 1-second window sees more than 10 starts plus the catch-up's (8% of 10).
+    most = max(sum(1 for t in rated if a <= t < a + datetime.timedelta(seconds=1)) for a in rated)
+    assert most <= 11, gaps
     spaced = starts(backend, "spaced")
     gaps = [seconds(b - a) for a, b in zip(spaced, spaced[1:], strict=False)]
     assert min(gaps) >= 0.15 - 0.01, gaps

@@ -2,6 +2,10 @@
 -- why each statement is there, with these statements instead.
 -- base: postgres
 
+-- name: lock_limits
+SELECT processo FROM {limits_table} WHERE processo IN %(processos)s
+ORDER BY processo FOR UPDATE
+
 -- name: states
 SELECT l.processo, l.max_concurrent, l.rate_count, l.rate_period_s, l.interval_min_s,
        l.interval_max_s, l.time_windows,

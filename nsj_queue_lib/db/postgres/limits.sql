@@ -4,18 +4,20 @@
 -- claims with take, MySQL with pick, mark, advance_* and a read of the row.
 
 -- name: lock_limits
--- The limits rows no other claim holds: the limited claims of a processo run
--- one at a time, so a claim's count of its running tasks cannot miss
--- another's claim. A claim that finds a row held looks again shortly
--- (db/limits_store.py) rather than queue behind the holder.
-SELECT processo FROM {limits_table} ORDER BY processo FOR UPDATE SKIP LOCKED
+-- The limits rows of the processos that may start a task (by a look without
+-- locks), in one order: the limited claims of a processo run one at a time,
+-- so a claim's count of its running tasks cannot miss another's claim. A
+-- claim waits for the holder (a few milliseconds), then reads what it wrote.
+SELECT processo FROM {limits_table} WHERE processo = ANY(%(processos)s)
+ORDER BY processo FOR UPDATE
 
 -- name: count_limits
 SELECT count(*) AS n FROM {limits_table}
 
 -- name: states
--- After lock_limits, in a statement of its own (READ COMMITTED: a snapshot
--- taken after the lock): the limited processos with a ready task.
+-- The limited processos with a ready task: first without any lock (most
+-- claims stop there: nothing may start yet), then after lock_limits in a
+-- statement of its own (READ COMMITTED: a snapshot taken after the lock).
 SELECT l.processo, l.max_concurrent, l.rate_count, l.rate_period_s, l.interval_min_s,
        l.interval_max_s, l.time_windows,
        EXTRACT(EPOCH FROM (l.next_start_at - clock_timestamp()))::float8 AS next_start_in,
