@@ -127,7 +127,7 @@ BEGIN
               -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
               AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
               -- limited processos: only the limited claim takes them (flow/limits.py).
-              AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo)
+              AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
             ORDER BY q.prioridade DESC, q.data_hora, q.id
             LIMIT claim_limit
             FOR UPDATE SKIP LOCKED
@@ -151,7 +151,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
-    IS 'nsj_queue_lib claim dc48cfee143c8c5f';
+    IS 'nsj_queue_lib claim b71c7c6b8e1bdea8';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (

@@ -268,7 +268,12 @@ def wait_after_start(state: LimitState, decision: Decision) -> float | None:
 def limits_free(limits_table: str, row: str) -> str:
     """SQL: the candidate ``row``'s processo has no limits (those tasks are claimed by the
     limited claim only). Both arguments are this library's identifiers, never user input."""
-    return f"NOT EXISTS (SELECT 1 FROM {limits_table} AS lim WHERE lim.processo = {row}.processo)"
+    # OFFSET 0 keeps it a per-row probe: PostgreSQL would otherwise plan the
+    # claim as an anti-join and leave the claim index's order.
+    return (
+        f"NOT EXISTS (SELECT 1 FROM {limits_table} AS lim"
+        f" WHERE lim.processo = {row}.processo LIMIT 1 OFFSET 0)"
+    )
 
 
 def limits_table_name(queue_table: str) -> str:

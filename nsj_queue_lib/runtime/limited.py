@@ -13,6 +13,7 @@ the end of a limited task in this worker (a slot freed).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -201,6 +202,33 @@ class LimitedLiveness:
             self.inner.complete_and_claim(conn, task, mensagem, False)
             return self.claim(conn, True)
         result: Claim | None = self.inner.complete_and_claim(conn, task, mensagem, claim_next)
+        return result
+
+    # Awaitable forms where the inner liveness has them (the async executor's); the
+    # limited claim itself runs in a thread, on the connection the executor gave.
+
+    @property
+    def awaitable(self) -> bool:
+        return bool(getattr(self.inner, "awaitable", False))
+
+    async def claim_async(self, conn: Any, claim_next: bool = True) -> Claim | None:
+        if claim_next and self.limiter.due():
+            claimed = await asyncio.to_thread(self._limited, conn)
+            if claimed is not None:
+                return claimed
+        result: Claim | None = await self.inner.claim_async(conn, claim_next)
+        return result
+
+    async def complete_and_claim_async(
+        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
+    ) -> Claim | None:
+        self.limiter.ended(task)
+        if claim_next and self.limiter.due():
+            await self.inner.complete_and_claim_async(conn, task, mensagem, False)
+            return await self.claim_async(conn, True)
+        result: Claim | None = await self.inner.complete_and_claim_async(
+            conn, task, mensagem, claim_next
+        )
         return result
 
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
