@@ -190,6 +190,11 @@ class WorkerRuntime:
         )
         self.lifecycle = self._lifecycle()
         self.services = self._services()
+        if self.limiter is not None:
+            for service in self.services:
+                if isinstance(service, RetryService):
+                    service.on_rescued = self._rescued
+
         self.exit_message: str | None = None
 
     def _lifecycle(self) -> LifecycleThread:
@@ -255,6 +260,12 @@ class WorkerRuntime:
             liveness = DatabaseLiveness(self._locking_store())
         liveness = self._limited(liveness)
         return self.endpoints.liveness(liveness) if self.endpoints else liveness
+
+    def _rescued(self) -> None:
+        """A rescue may have freed a max_concurrent slot: look at the limited tasks now."""
+        assert self.limiter is not None
+        self.limiter.mark_due()
+        self.executor.wake(1)
 
     def _limiter(self, limits: ProcessoLimits_Map, handled: set[str]) -> Limiter | None:
         """Per-processo limits where the database has a limits table (not SingleStore)."""
