@@ -118,11 +118,13 @@ def test_rate_limit_and_interval_space_the_starts_across_processes(backend):
     backend.wait_statuses({"sucesso": 15}, 30, "every task")
     rated = starts(backend, "rated")
     gaps = [seconds(b - a) for a, b in zip(rated, rated[1:], strict=False)]
-    # One start every 0.1 s (a late claim catches up by at most 8% of the period).
-    assert seconds(rated[-1] - rated[0]) >= 9 * 0.1 - 0.08 - 0.02, gaps
-    # No 1-second window sees more than 10 starts plus the catch-up's (8% of 10).
+    # One claim every 0.1 s (a late claim catches up by at most 8% of the period); a
+    # handler may start a little after its claim on a busy machine: 0.1 s to spare.
+    assert seconds(rated[-1] - rated[0]) >= 9 * 0.1 - 0.08 - 0.02 - 0.1, gaps
+    # No 1-second window sees more than 10 starts plus the catch-up's (8% of 10), give
+    # or take a start whose handler came late.
     most = max(sum(1 for t in rated if a <= t < a + datetime.timedelta(seconds=1)) for a in rated)
-    assert most <= 11, gaps
+    assert most <= 12, gaps
     spaced = starts(backend, "spaced")
     gaps = [seconds(b - a) for a, b in zip(spaced, spaced[1:], strict=False)]
     # The spacing is between claims; a handler may start a little after its claim (a
