@@ -155,6 +155,8 @@ class Limiter:
         fired = None
         while not self._stop.is_set():
             with self._cond:
+                if self._stop.is_set():  # set before interrupt() notifies, under this lock
+                    return
                 due_at = self._due_at
                 timed = self._active and due_at not in (0.0, NEVER) and due_at != fired
                 wait = due_at - time.monotonic() if timed else None
