@@ -105,12 +105,13 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	@touch "$@"
 
-bench: $(BENCH_STAMP) ## Run the benchmarks (PostgreSQL; vs pgqueuer; PostgreSQL vs MariaDB; QUEUE_COMPAT_1_2_2 on vs off; lock_key cost; async handlers)
+bench: $(BENCH_STAMP) ## Run the benchmarks (PostgreSQL; vs pgqueuer; PostgreSQL vs MariaDB; QUEUE_COMPAT_1_2_2 on vs off; lock_key cost; per-processo limits; async handlers)
 	$(PY) benchmarks/bench_pgqueuer.py
 	$(PY) benchmarks/run_all.py
 	$(PY) benchmarks/bench_mysql.py
 	$(PY) benchmarks/bench_compat.py --rounds 5
 	$(PY) benchmarks/bench_flow.py --rounds 3
+	$(PY) benchmarks/bench_limits.py --rounds 3
 	$(PY) benchmarks/bench_async.py
 
 verify-ddl: $(STAMP) ## Fail when database/<dialect>/fila_teste.sql differs from db_gen's output

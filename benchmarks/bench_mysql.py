@@ -204,11 +204,13 @@ class Database:
         finally:
             if self.kind == "postgres":
                 admin.execute(
-                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber CASCADE;"
+                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits CASCADE;"
                     f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE"
                 )
             else:
-                self.execute(admin, f"DROP TABLE IF EXISTS {table}, {table}_subscriber")
+                self.execute(
+                    admin, f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits"
+                )
                 for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
                     routine = DdlNames.routine_name(name, release)
                     self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
@@ -374,7 +376,12 @@ class Workers:
 
 @contextlib.contextmanager
 def running_workers(
-    db: Database, table: str, processes: int, extra: dict[str, str], log_dir: Path
+    db: Database,
+    table: str,
+    processes: int,
+    extra: dict[str, str],
+    log_dir: Path,
+    script: Path = HERE,
 ) -> Iterator[Workers]:
     workers = Workers()
     ready = []
@@ -387,7 +394,7 @@ def running_workers(
             with open(log, "wb") as out:
                 workers.procs.append(
                     subprocess.Popen(
-                        [sys.executable, str(HERE), "--worker"],
+                        [sys.executable, str(script), "--worker"],
                         env=env,
                         cwd=str(ROOT),
                         stdout=out,

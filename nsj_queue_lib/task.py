@@ -19,10 +19,11 @@ default (``QUEUE_MAX_RETRY``, ``QUEUE_BASE_INTERVAL_RETRY``, ...).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.flow import limits
 from nsj_queue_lib.flow.periodic import PeriodicSchedule, schedule_problem
 from nsj_queue_lib.model import TEXT_LIMITS
 from nsj_queue_lib.settings import _out_of_bounds
@@ -51,6 +52,11 @@ class TaskOptions:
     cron_tz: str | None = None  # None: UTC
     every_s: int | None = None
     cron_payload: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    # Per-processo limits, cluster-wide (flow/limits.py, docs/flow-control.md).
+    max_concurrent: int | None = None
+    rate_limit: str | None = None
+    interval_s: tuple[float, float] | None = None
+    time_windows: str | tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -95,7 +101,27 @@ def _problem(options: TaskOptions) -> tuple[str, str] | None:
     base, cap = options.retry_base_s, options.retry_max_s
     if base is not None and cap is not None and cap < base:
         return "retry_max_s", f"must be >= retry_base_s ({base:g}), got {cap:g}"
-    return schedule_problem(options.cron, options.cron_tz, options.every_s, options.cron_payload)
+    problem = schedule_problem(options.cron, options.cron_tz, options.every_s, options.cron_payload)
+    if problem is not None:
+        return problem
+    return limits.check_declaration(
+        options.processo,
+        options.max_concurrent,
+        options.rate_limit,
+        options.interval_s,
+        options.time_windows,
+    )
+
+
+def declared_limits(options: TaskOptions) -> limits.ProcessoLimits | None:
+    """The processo's limits as the limits table stores them; None when it declares none."""
+    return limits.ProcessoLimits.declared(
+        options.processo,
+        options.max_concurrent,
+        options.rate_limit,
+        options.interval_s,
+        options.time_windows,
+    )
 
 
 class Task:
@@ -125,6 +151,10 @@ class Task:
         cron_tz: str | None = None,
         every_s: int | None = None,
         cron_payload: Mapping[str, Any] | None = None,
+        max_concurrent: int | None = None,
+        rate_limit: str | None = None,
+        interval_s: tuple[float, float] | None = None,
+        time_windows: str | Sequence[str] | None = None,
     ) -> None:
         why = _processo_problem(processo)
         if why is not None:
@@ -141,6 +171,11 @@ class Task:
             every_s=every_s,
             # A copy: a dict changed after the class was defined changes no payload.
             cron_payload=dict(cron_payload) if isinstance(cron_payload, Mapping) else cron_payload,
+            max_concurrent=max_concurrent,
+            rate_limit=rate_limit,
+            # Hashable (frozen options), whatever sequence was given.
+            interval_s=tuple(interval_s) if isinstance(interval_s, list) else interval_s,
+            time_windows=tuple(time_windows) if isinstance(time_windows, list) else time_windows,  # type: ignore[arg-type]
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
@@ -187,6 +222,11 @@ class TaskRegistry:
     def known(self) -> list[str]:
         return sorted(self.methods)
 
+    def limits(self) -> dict[str, limits.ProcessoLimits]:
+        """processo -> its declared limits, for the processos that declare some."""
+        found = {p: declared_limits(o) for p, o in self.options.items()}
+        return {p: lim for p, lim in found.items() if lim is not None}
+
     def options_for(self, processo: str) -> TaskOptions:
         """The declared options of ``processo``; all defaults when none were declared."""
         found = self.options.get(processo)
@@ -215,6 +255,29 @@ class TaskRegistry:
         if problems:
             raise ConfigError(problems)
         return schedules
+
+
+def checked_limits(registry: TaskRegistry) -> dict[str, limits.ProcessoLimits]:
+    """The registry's limits, checked again where the worker starts (a time zone this
+    machine lacks, options built around the decorator): ``ConfigError`` naming the
+    processo and the option, so the worker refuses to start."""
+    from nsj_queue_lib.exceptions import ConfigError
+
+    problems = {}
+    for processo, options in registry.options.items():
+        problem = limits.check_declaration(
+            processo,
+            options.max_concurrent,
+            options.rate_limit,
+            options.interval_s,
+            options.time_windows,
+        )
+        if problem is not None:
+            option, why = problem
+            problems[f"@Task({processo!r}) {option}"] = why
+    if problems:
+        raise ConfigError(problems)
+    return registry.limits()
 
 
 def no_handler_message(worker_class: type, processo: Any, known: list[str]) -> str:

@@ -26,7 +26,7 @@ from nsj_queue_lib.exceptions import ConfigError, NoCurrentTaskError, PermanentE
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.pipeline import is_pipeline, run_pipeline
 from nsj_queue_lib.settings import Settings
-from nsj_queue_lib.task import TaskOptions, TaskRegistry, no_handler_message
+from nsj_queue_lib.task import TaskOptions, TaskRegistry, checked_limits, no_handler_message
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.driver import ConnectionPool
@@ -204,6 +204,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
 
         self._settings = settings
         asynchronous = self.handler_is_async if self.has_async_handlers() else None
+        registry = self._task_registry
         self._runtime = WorkerRuntime(
             settings,
             self.handle_task,
@@ -213,6 +214,8 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             pool=pool,
             periodic=self.periodic_schedules(),
             handled_subscribers=self.handled_subscribers(),
+            limits=checked_limits(registry),
+            handled=frozenset(registry.methods),
         )
         return self._runtime
 

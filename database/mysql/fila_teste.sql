@@ -72,6 +72,9 @@ CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, pri
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
 CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running);
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, data_hora);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
@@ -119,6 +122,8 @@ CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_k
 -- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
 -- in p_handled_subscribers, a JSON array (NULL: every subscriber;
 -- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+-- Nor do they take a task of a limited processo: only the limited claim does
+-- (flow/limits.py).
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -134,7 +139,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 7253757a2d44b0cd'
+    COMMENT 'nsj_queue_lib claim 9a38fd53fc07f672'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -217,6 +222,7 @@ BEGIN
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                  AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -230,6 +236,7 @@ BEGIN
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
               AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+              AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -284,6 +291,23 @@ CREATE TABLE public.fila_teste_subscriber (
     headers json,
     ativo boolean NOT NULL DEFAULT true,
     created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+-- Per-processo limits (docs/flow-control.md): one row per limited processo,
+-- written by the workers at start from their @Task declarations, with the
+-- state the limited claim shares across the cluster (the next start an
+-- interval allows, the rate limiter's theoretical arrival time).
+CREATE TABLE public.fila_teste_limits (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    max_concurrent integer NULL,
+    rate_count integer NULL,
+    rate_period_s double NULL,
+    interval_min_s double NULL,
+    interval_max_s double NULL,
+    time_windows varchar(4000) NULL,
+    next_start_at timestamp(6) NULL,
+    rate_tat timestamp(6) NULL,
+    declared_by varchar(200) NULL,
+    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nsj_queue_lib import model
 from nsj_queue_lib.flow.deliveries import deliverable
+from nsj_queue_lib.flow.limits import limits_free, limits_table_name
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # A later attempt keeps no payload of its own: it is read from the first
@@ -69,4 +70,7 @@ def query_values(
         "lock_key_free": lock_key_free(queue_table, "t", now),
         # ... and which deliveries the claiming worker handles (flow/deliveries.py).
         "deliverable": deliverable(dialect, "t", _HANDLED_PARAMETER[dialect]),
+        # Tasks of limited processos are left to the limited claim (flow/limits.py).
+        "limits_free": limits_free(limits_table_name(queue_table), "t"),
+        "limits_table": limits_table_name(queue_table),
     }

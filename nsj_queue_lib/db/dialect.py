@@ -71,6 +71,8 @@ class DdlNames:
             "idx_lock_key": f"idx_{q}_lock_key",
             "idx_lock_key_running": f"idx_{q}_lock_key_running",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
+            "idx_processo": f"idx_{q}_processo",
+            "limits": f"{q}_limits",
             "subscriber": f"{q}_subscriber",
             "periodic": periodic_table_name(q),
             "function": f"notify_{q}_insert",
@@ -84,6 +86,7 @@ class DdlNames:
         values["table"] = f"{self.schema}.{self.queue}"
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
         values["periodic_table"] = f"{self.schema}.{names['periodic']}"
+        values["limits_table"] = f"{self.schema}.{names['limits']}"
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
         values["channel"] = notify_channel(self.queue)

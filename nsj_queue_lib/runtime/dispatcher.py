@@ -47,6 +47,7 @@ class Dispatcher:
         on_halt: Callable[[], None],
         on_reconnect: Callable[[], None] = lambda: None,
         on_cancel: Callable[[list[int]], None] = lambda task_ids: None,
+        on_wake: Callable[[], None] = lambda: None,
     ):
         self.settings = settings
         self.store = store
@@ -58,6 +59,8 @@ class Dispatcher:
         self._on_halt = on_halt
         self._on_reconnect = on_reconnect
         self._on_cancel = on_cancel  # "cancel:<id>" notifications (runtime/cancel_watch.py)
+        # Before executors are woken: a held-back limited task may start now (runtime/limited.py).
+        self._on_wake = on_wake
         self._waker = Waker()
         self._control: Any = None
         self.notifications = 0
@@ -113,6 +116,7 @@ class Dispatcher:
         while not self._stop.is_set():
             if timed_out:
                 self.store.promote_due(self._control, PROMOTE_LIMIT)
+                self._on_wake()
                 self.executor.wake(concurrency)
             timeout = self._idle_timeout()
             if timeout <= 0 and not timed_out:
@@ -134,6 +138,7 @@ class Dispatcher:
                 return
             self.notifications += len(payloads)
             if any(p != SCHEDULED_PAYLOAD for p in wake_ups):
+                self._on_wake()
                 self.executor.wake(1)
             # A 'scheduled' notification only moves the next wake-up, computed
             # again at the top of the loop.

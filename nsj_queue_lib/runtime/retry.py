@@ -20,6 +20,7 @@ the same row at the same time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib import model
@@ -58,6 +59,8 @@ class RetryService(PeriodicService):
         self.lock_client = lock_client
         self.rescued_total = 0  # attempts this worker rescued since the start
         self.legacy_keys: LegacyKeys | None = None  # set at start in compatibility mode
+        # After a rescue: a slot of a processo with max_concurrent may be free (limited.py).
+        self.on_rescued: Callable[[], None] = lambda: None
 
     def work(self, conn: Any) -> int:
         conn.commit()
@@ -102,6 +105,8 @@ class RetryService(PeriodicService):
                 self._release_1_2_2(conn, held)
             rescued += len(orphans)
             self.rescued_total += len(orphans)
+            if orphans:
+                self.on_rescued()
             if not batch_full:
                 break
         return rescued

@@ -29,13 +29,16 @@ from nsj_queue_lib.db.driver import (
     close_quietly,
     make_driver,
 )
+from nsj_queue_lib.db.limits_store import LimitsStore
 from nsj_queue_lib.exceptions import (
     ClaimRoutineError,
     ConfigError,
     DatabaseAccessError,
     QueueTableMissingError,
 )
+from nsj_queue_lib.flow.limits import ProcessoLimits
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
@@ -44,11 +47,13 @@ from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_
 from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
 from nsj_queue_lib.runtime.group_commit import group_drain
 from nsj_queue_lib.runtime.lifecycle import LifecycleThread
+from nsj_queue_lib.runtime.limited import LimitedLiveness, Limiter
 from nsj_queue_lib.runtime.liveness import (
     CompatLiveness,
     DatabaseLiveness,
     Liveness,
     ServerLiveness,
+    task_lock_name,
 )
 from nsj_queue_lib.runtime.periodic_service import PeriodicEnqueuer
 from nsj_queue_lib.runtime.progress import ProgressWriter
@@ -65,6 +70,8 @@ from nsj_queue_lib.runtime.service import (
 )
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
 from nsj_queue_lib.settings import Settings
+
+ProcessoLimits_Map = Mapping[str, ProcessoLimits]
 
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
@@ -122,13 +129,16 @@ class WorkerRuntime:
         pool: ConnectionPool | None = None,
         periodic: Sequence[PeriodicSchedule] = (),
         handled_subscribers: frozenset[str] | None = None,
+        limits: ProcessoLimits_Map | None = None,
+        handled: frozenset[str] = frozenset(),
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
         process (``WorkerGroup``), opened and closed by its owner; ``periodic``: the
         processos this worker enqueues on a schedule (``@Task(cron=)``);
         ``handled_subscribers``: the pub/sub subscribers whose deliveries the claims take
-        (None: all of them)."""
+        (None: all of them); ``limits``: the per-processo limits the worker class
+        declares, ``handled`` the processos it routes with ``@Task`` (runtime/limited.py)."""
         self.driver = driver or make_driver(settings)
         self.task_timeouts = TaskTimeouts(settings, task_timeouts)
         problems = {
@@ -169,7 +179,10 @@ class WorkerRuntime:
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
+        self.limiter = self._limiter(limits or {}, set(handled))
         self.executor = self._executor(handler, async_route)
+        if self.limiter is not None:
+            self.limiter.wake_executor = self.executor.wake
         self.dispatcher = Dispatcher(
             settings,
             self.store,
@@ -181,10 +194,16 @@ class WorkerRuntime:
             on_halt=self.stop,
             on_reconnect=self._refresh_pool,
             on_cancel=lambda task_ids: self.lifecycle.cancels.notified(task_ids),
+            on_wake=self.limiter.mark_due if self.limiter is not None else lambda: None,
         )
         self.lifecycle = self._lifecycle()
         self.services = self._services()
         self.periodic = self._periodic(periodic)
+        if self.limiter is not None:
+            for service in self.services:
+                if isinstance(service, RetryService):
+                    service.on_rescued = self._rescued
+
         self.exit_message: str | None = None
 
     def _lifecycle(self) -> LifecycleThread:
@@ -248,7 +267,51 @@ class WorkerRuntime:
             liveness = ServerLiveness(self.store, self.lock_client, self.stop_event)
         else:
             liveness = DatabaseLiveness(self._locking_store())
+        liveness = self._limited(liveness)
         return self.endpoints.liveness(liveness) if self.endpoints else liveness
+
+    def _rescued(self) -> None:
+        """A rescue may have freed a max_concurrent slot: look at the limited tasks now."""
+        assert self.limiter is not None
+        self.limiter.mark_due()
+        self.executor.wake(1)
+
+    def _limiter(self, limits: ProcessoLimits_Map, handled: set[str]) -> Limiter | None:
+        """Per-processo limits where the database has a limits table (not SingleStore)."""
+        try:
+            limits_store = LimitsStore(self.driver.name, self.settings.queue_table, self.store)
+        except ValueError as exc:
+            if limits:
+                raise ConfigError({f"@Task({sorted(limits)[0]!r})": str(exc)}) from exc
+            return None
+        return Limiter(self.settings.queue_name, limits_store, limits, handled, self.stop_event)
+
+    def _limited(self, liveness: Liveness) -> Liveness:
+        """``liveness`` with the limited claim first (runtime/limited.py)."""
+        if self.limiter is None:
+            return liveness
+        lock_client = self.lock_client
+        if lock_client is not None:
+            queue = self.store
+
+            def lock(conn: Any, task: TaskRecord) -> bool:
+                if not lock_client.try_lock(task_lock_name(queue.queue_number, task.id)):
+                    raise RuntimeError(
+                        f"task {task.id}: its liveness lock is held by another client"
+                    )
+                return True
+
+            def unlock(conn: Any, task: TaskRecord) -> None:
+                lock_client.unlock(task_lock_name(queue.queue_number, task.id))
+
+            return LimitedLiveness(liveness, self.limiter, self.store, lock, unlock)
+        locking = self._locking_store()
+
+        def unlock_task(conn: Any, task: TaskRecord) -> None:
+            locking.unlock_task(conn, task.id)
+
+        # The limited claim takes the database liveness lock itself.
+        return LimitedLiveness(liveness, self.limiter, self.store, None, unlock_task)
 
     def _listener(self) -> Listener:
         listener = self.driver.listener()
@@ -338,6 +401,8 @@ class WorkerRuntime:
         """Ask the worker to stop (thread-safe, idempotent)."""
         self.stop_event.set()
         self.dispatcher.interrupt()
+        if self.limiter is not None:
+            self.limiter.interrupt()
         self.executor.interrupt()
 
     def _refresh_pool(self) -> None:
@@ -379,6 +444,8 @@ class WorkerRuntime:
                     self.periodic.periodic_store.check(conn)  # ClaimRoutineError: upgrade
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
                 self._hold_1_2_2_keys(conn)
+                if self.limiter is not None:
+                    self.limiter.register(conn)
                 self._check_wake_ups(conn)
                 self.driver.check_session_state(conn)
                 return True
@@ -405,7 +472,7 @@ class WorkerRuntime:
         keys = self.driver.legacy_keys(self.store, conn)
         if keys is None:
             return
-        self.executor.liveness = CompatLiveness(keys)
+        self.executor.liveness = self._limited(CompatLiveness(keys))
         for service in self.services:
             if isinstance(service, RetryService):
                 service.legacy_keys = keys
@@ -460,6 +527,8 @@ class WorkerRuntime:
         if self._owns_pool:
             self.pool.open(wait=False)
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
+        if self.limiter is not None:
+            threads.append(_Supervised("nsj-limits", self.limiter.run_waker))
         threads += [_Supervised(f"nsj-{svc.name}", svc.run) for svc in self.services]
         if self.periodic is not None:
             threads.append(_Supervised("nsj-periodic", self.periodic.run))

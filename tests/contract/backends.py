@@ -239,7 +239,7 @@ class Backend:
             )
             return
         tables = (self.table, self.subscriber_table, self.exec_table, self.started_table)
-        for table in (*tables, f"{self.table}_periodic"):
+        for table in (*tables, f"{self.table}_periodic", f"{self.table}_limits"):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
             routine = DdlNames.routine_name(self.name, release)

@@ -108,6 +108,12 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE tab
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_processo') = 0, 'CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, data_hora)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 
 CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     id varchar(100) NOT NULL PRIMARY KEY,
@@ -119,6 +125,23 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     headers json,
     ativo boolean NOT NULL DEFAULT true,
     created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+-- Per-processo limits (docs/flow-control.md): one row per limited processo,
+-- written by the workers at start from their @Task declarations, with the
+-- state the limited claim shares across the cluster (the next start an
+-- interval allows, the rate limiter's theoretical arrival time).
+CREATE TABLE IF NOT EXISTS public.fila_teste_limits (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    max_concurrent integer NULL,
+    rate_count integer NULL,
+    rate_period_s double NULL,
+    interval_min_s double NULL,
+    interval_max_s double NULL,
+    time_windows varchar(4000) NULL,
+    next_start_at timestamp(6) NULL,
+    rate_tat timestamp(6) NULL,
+    declared_by varchar(200) NULL,
+    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND index_name = 'idx_fila_teste_subscriber_processo') = 0, 'CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
@@ -183,6 +206,8 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2;
 -- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
 -- in p_handled_subscribers, a JSON array (NULL: every subscriber;
 -- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+-- Nor do they take a task of a limited processo: only the limited claim does
+-- (flow/limits.py).
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -198,7 +223,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 7253757a2d44b0cd'
+    COMMENT 'nsj_queue_lib claim 9a38fd53fc07f672'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -281,6 +306,7 @@ BEGIN
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                  AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -294,6 +320,7 @@ BEGIN
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
               AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+              AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

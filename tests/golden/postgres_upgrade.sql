@@ -63,6 +63,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (de
 -- both commit a running task of it (the later one skips the row).
 CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
 CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+CREATE INDEX IF NOT EXISTS idx_fila_teste_processo ON public.fila_teste (processo, status) WHERE status IN ('pendente', 'processando');
 
 -- Tells the workers listening on channel 'fila_teste' about a new task: payload
 -- '' when it is ready now, 'scheduled' when it is due later (they then re-plan
@@ -134,6 +137,8 @@ BEGIN
                       AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
                       -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
                       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
+                      -- limited processos: only the limited claim takes them (flow/limits.py).
+                      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
                     ORDER BY q.prioridade DESC, q.data_hora, q.id
                     LIMIT claim_limit
                     FOR UPDATE SKIP LOCKED
@@ -162,7 +167,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
-    IS 'nsj_queue_lib claim a6ac8326f36aef5b';
+    IS 'nsj_queue_lib claim d8b70ac123cffbc2';
 
 CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     id varchar(100) NOT NULL PRIMARY KEY,
@@ -185,4 +190,21 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_periodic (
     last_slot bigint NOT NULL,  -- Unix seconds (UTC) of the latest slot enqueued
     task_id bigint,
     updated_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+);
+-- Per-processo limits (docs/flow-control.md): one row per limited processo,
+-- written by the workers at start from their @Task declarations, with the
+-- state the limited claim shares across the cluster (the next start an
+-- interval allows, the rate limiter's theoretical arrival time).
+CREATE TABLE IF NOT EXISTS public.fila_teste_limits (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    max_concurrent integer,
+    rate_count integer,
+    rate_period_s double precision,
+    interval_min_s double precision,
+    interval_max_s double precision,
+    time_windows varchar(4000),
+    next_start_at timestamp with time zone,
+    rate_tat timestamp with time zone,
+    declared_by varchar(200),
+    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
 );

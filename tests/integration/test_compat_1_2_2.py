@@ -169,7 +169,8 @@ def test_the_worker_turns_compat_on_at_start_for_a_1_2_2_table(pg_dsn, pg_admin,
     runtime = WorkerRuntime(settings_for(pg_dsn, legacy_queue.table), lambda row, conn: None)
     try:
         assert runtime._bind()
-        assert isinstance(runtime.executor.liveness, CompatLiveness)
+        # Inside the per-processo limits' wrapper (runtime/limited.py).
+        assert isinstance(runtime.executor.liveness.inner, CompatLiveness)
         [retry] = [s for s in runtime.services if isinstance(s, RetryService)]
         assert retry.legacy_keys is not None
     finally:

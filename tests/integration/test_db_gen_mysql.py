@@ -106,6 +106,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         "idx_{q}_dedupe",
         "idx_{q}_lock_key",
         "idx_{q}_lock_key_running",
+        "idx_{q}_processo",
         "idx_{q}_chain",
         "idx_{q}_equivalent",
     }

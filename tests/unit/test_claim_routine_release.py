@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim a6ac8326f36aef5b",
-        "mysql": "nsj_queue_lib claim 7253757a2d44b0cd",
+        "postgres": "nsj_queue_lib claim d8b70ac123cffbc2",
+        "mysql": "nsj_queue_lib claim 9a38fd53fc07f672",
     },
 }
 

@@ -155,9 +155,7 @@ def test_a_bad_processo_is_a_value_error(processo):
         Task(processo)
 
 
-@pytest.mark.parametrize(
-    "option", ["max_concurrent", "rate_limit", "interval_s", "time_windows", "retries"]
-)
+@pytest.mark.parametrize("option", ["retries"])
 def test_an_unknown_option_is_a_type_error(option):
     with pytest.raises(TypeError, match=option):
         Task("nota", **{option: 1})

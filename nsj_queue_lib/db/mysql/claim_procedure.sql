@@ -42,6 +42,8 @@
 -- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
 -- in p_handled_subscribers, a JSON array (NULL: every subscriber;
 -- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+-- Nor do they take a task of a limited processo: only the limited claim does
+-- (flow/limits.py).
 --
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
@@ -140,6 +142,7 @@ BEGIN
                   AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
                        OR (t.prioridade = v_prioridade
                            AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                  AND {limits_free}
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -153,6 +156,7 @@ BEGIN
             FROM {table} AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
               AND {deliverable}
+              AND {limits_free}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

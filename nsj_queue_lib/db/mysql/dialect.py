@@ -15,6 +15,7 @@ from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
+from nsj_queue_lib.flow.limits import limits_free
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The columns --upgrade adds to a table that lacks them (the same as on
@@ -60,6 +61,7 @@ def claim_procedure_version() -> str:
         + CLAIMED_TASK_JSON
         + lock_key_free("t", "t", "n")
         + deliverable("mysql", "t", "h")
+        + limits_free("l", "t")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
@@ -115,6 +117,7 @@ class MysqlDialect(Dialect):
             claim_procedure_version=claim_procedure_version(),
             lock_key_free=lock_key_free(values["table"], "t", "NOW(6)"),
             deliverable=deliverable("mysql", "t", "p_handled_subscribers"),
+            limits_free=limits_free(values["limits_table"], "t"),
         )
         values["claim_procedure_ddl"] = render(
             read_sql(self.name, "claim_procedure.sql"), procedure_values
@@ -122,7 +125,11 @@ class MysqlDialect(Dialect):
         return values
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
-        return self._table("subscriber_table.sql", values, if_not_exists)
+        # The per-processo limits table (flow/limits.py) comes with the subscriber table.
+        return "\n".join(
+            self._table(name, values, if_not_exists)
+            for name in ("subscriber_table.sql", "limits_table.sql")
+        )
 
     def _table(self, filename: str, values: dict[str, str], if_not_exists: bool) -> str:
         table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")

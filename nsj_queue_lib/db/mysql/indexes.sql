@@ -20,3 +20,6 @@ CREATE INDEX {idx_lock_key} ON {table} (lock_key, status, prioridade DESC, data_
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
 CREATE UNIQUE INDEX {idx_lock_key_running} ON {table} (lock_key_running);
+-- Per-processo limits: the limited claim's look at the ready and running
+-- tasks of one processo (docs/flow-control.md).
+CREATE INDEX {idx_processo} ON {table} (processo, status, data_hora);

@@ -83,6 +83,7 @@ SELECT {task_columns}
 FROM {queue_table} AS t
 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
   AND {deliverable}
+  AND {limits_free}
 ORDER BY t.prioridade DESC, t.data_hora, t.id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;

@@ -43,6 +43,8 @@ BEGIN
                       AND {lock_key_free}
                       -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
                       AND {deliverable}
+                      -- limited processos: only the limited claim takes them (flow/limits.py).
+                      AND {limits_free}
                     ORDER BY q.prioridade DESC, q.data_hora, q.id
                     LIMIT claim_limit
                     FOR UPDATE SKIP LOCKED

@@ -51,3 +51,4 @@ CREATE TABLE {table} (
 {subscriber_indexes}
 
 {periodic_table_ddl}
+{limits_table_ddl}

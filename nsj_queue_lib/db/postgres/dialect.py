@@ -7,6 +7,7 @@ import hashlib
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
+from nsj_queue_lib.flow.limits import limits_free
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
@@ -24,6 +25,7 @@ def claim_function_version() -> str:
         sql_code(read_sql("postgres", "claim_function.sql"))
         + lock_key_free("t", "q", "n")
         + deliverable("postgres", "q", "h")
+        + limits_free("l", "q")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
@@ -48,6 +50,7 @@ class PostgresDialect(Dialect):
             claim_function_version=claim_function_version(),
             lock_key_free=lock_key_free(values["table"], "q", CLAIM_NOW),
             deliverable=deliverable("postgres", "q", "handled_subscribers"),
+            limits_free=limits_free(values["limits_table"], "q"),
         )
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values
@@ -62,6 +65,9 @@ class PostgresDialect(Dialect):
         ).strip()
         parts["periodic_table_ddl"] = render(
             read_sql("postgres", "periodic_table.sql"), table_values
+        ).strip()
+        parts["limits_table_ddl"] = render(
+            read_sql("postgres", "limits_table.sql"), table_values
         ).strip()
         return render(read_sql("postgres", template), parts)
 

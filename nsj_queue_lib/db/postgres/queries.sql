@@ -104,6 +104,7 @@ WITH next AS (
     FROM {queue_table} AS t
     WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}
       AND {deliverable}
+      AND {limits_free}
     ORDER BY t.prioridade DESC, t.data_hora, t.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED

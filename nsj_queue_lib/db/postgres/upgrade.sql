@@ -47,3 +47,4 @@ $$;
 {subscriber_indexes}
 
 {periodic_table_ddl}
+{limits_table_ddl}

@@ -1,0 +1,17 @@
+-- Per-processo limits (docs/flow-control.md): one row per limited processo,
+-- written by the workers at start from their @Task declarations, with the
+-- state the limited claim shares across the cluster (the next start an
+-- interval allows, the rate limiter's theoretical arrival time).
+CREATE TABLE {if_not_exists}{limits_table} (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    max_concurrent integer NULL,
+    rate_count integer NULL,
+    rate_period_s double NULL,
+    interval_min_s double NULL,
+    interval_max_s double NULL,
+    time_windows varchar(4000) NULL,
+    next_start_at timestamp(6) NULL,
+    rate_tat timestamp(6) NULL,
+    declared_by varchar(200) NULL,
+    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -1,0 +1,17 @@
+-- Per-processo limits (docs/flow-control.md): one row per limited processo,
+-- written by the workers at start from their @Task declarations, with the
+-- state the limited claim shares across the cluster (the next start an
+-- interval allows, the rate limiter's theoretical arrival time).
+CREATE TABLE {if_not_exists}{limits_table} (
+    processo varchar(250) NOT NULL PRIMARY KEY,
+    max_concurrent integer,
+    rate_count integer,
+    rate_period_s double precision,
+    interval_min_s double precision,
+    interval_max_s double precision,
+    time_windows varchar(4000),
+    next_start_at timestamp with time zone,
+    rate_tat timestamp with time zone,
+    declared_by varchar(200),
+    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+);

@@ -1,0 +1,320 @@
+"""Per-processo limits: max_concurrent, rate_limit, interval_s, time_windows.
+
+Declared with ``@Task`` (task.py), held cluster-wide in the queue's
+``<queue>_limits`` table: one row per limited processo with its declaration
+and the shared state the claims read and update (the next start an
+``interval_s`` allows, the rate limiter's theoretical arrival time). Tasks of
+a processo with a row are never taken by the ordinary claims (``limits_free``
+below); a worker claims them one at a time with the limited claim
+(runtime/limited_claim.py), which locks the limits rows, so that counting the
+running tasks of a processo and updating its state cannot race another claim.
+
+The rate limiter spreads starts evenly (one every period/N) and lets a late
+claim catch up by at most ``RATE_CATCH_UP`` of the period, so that no window
+of the period's length sees more than N plus that share (docs/flow-control.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from nsj_queue_lib.flow.windows import (
+    MAX_WINDOW_TEXT,
+    TimeWindow,
+    is_open,
+    parse_windows,
+    seconds_until_open,
+)
+
+PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE = re.compile(r"^\s*(\d{1,9})\s*/\s*([smh])\s*$")
+RATE_CATCH_UP = 0.08
+MAX_RATE_TEXT = 30
+MAX_INTERVAL_S = 86400.0 * 7
+MAX_CONCURRENT = 1_000_000
+# The stored time_windows text (one line per window).
+WINDOWS_COLUMN_LIMIT = 4000
+
+
+def parse_rate(text: Any) -> tuple[int, float]:
+    """``"N/s"``, ``"N/m"``, ``"N/h"`` -> (N, period in seconds); ``ValueError`` otherwise."""
+    if not isinstance(text, str) or len(text) > MAX_RATE_TEXT:
+        raise ValueError(f'must be a string like "50/s", "10/m" or "100/h", got {text!r}')
+    match = _RATE.match(text)
+    if match is None or int(match.group(1)) < 1:
+        raise ValueError(f'must be "N/s", "N/m" or "N/h" with N >= 1, got {text!r}')
+    return int(match.group(1)), PERIODS[match.group(2)]
+
+
+def parse_interval(value: Any) -> tuple[float, float]:
+    """``(min, max)`` seconds, 0 <= min <= max; ``ValueError`` otherwise."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"must be a (min, max) pair of seconds, got {value!r}")
+    low, high = value
+    for bound in (low, high):
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or bound != bound:
+            raise ValueError(f"must be a (min, max) pair of seconds, got {value!r}")
+    if low < 0:
+        raise ValueError(f"min must be >= 0, got {low!r}")
+    if low > high:
+        raise ValueError(f"min must be <= max, got ({low!r}, {high!r})")
+    if high > MAX_INTERVAL_S:
+        raise ValueError(f"max must be at most {MAX_INTERVAL_S:g} s, got {high!r}")
+    return float(low), float(high)
+
+
+def windows_text(value: str | Sequence[str]) -> str:
+    """The stored form of ``time_windows``: one window per line (checked by the caller)."""
+    return "\n".join([value] if isinstance(value, str) else list(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessoLimits:
+    """A processo's declared limits, as stored in the limits table."""
+
+    processo: str
+    max_concurrent: int | None = None
+    rate_count: int | None = None
+    rate_period_s: float | None = None
+    interval_min_s: float | None = None
+    interval_max_s: float | None = None
+    time_windows: str | None = None
+
+    @classmethod
+    def declared(
+        cls,
+        processo: str,
+        max_concurrent: int | None,
+        rate_limit: str | None,
+        interval_s: Sequence[float] | None,
+        time_windows: str | Sequence[str] | None,
+    ) -> ProcessoLimits | None:
+        """From ``@Task``'s options (already checked); None when none is set."""
+        if (
+            max_concurrent is None
+            and rate_limit is None
+            and interval_s is None
+            and not time_windows
+        ):
+            return None
+        rate = parse_rate(rate_limit) if rate_limit is not None else (None, None)
+        interval = parse_interval(interval_s) if interval_s is not None else (None, None)
+        windows = windows_text(time_windows) if time_windows else None
+        return cls(processo, max_concurrent, rate[0], rate[1], interval[0], interval[1], windows)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ProcessoLimits:
+        def number(name: str) -> float | None:
+            value = row.get(name)
+            return None if value is None else float(value)
+
+        cap = row.get("max_concurrent")
+        count = row.get("rate_count")
+        return cls(
+            row["processo"],
+            None if cap is None else int(cap),
+            None if count is None else int(count),
+            number("rate_period_s"),
+            number("interval_min_s"),
+            number("interval_max_s"),
+            row.get("time_windows") or None,
+        )
+
+    def as_params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_concurrent is not None:
+            parts.append(f"max_concurrent={self.max_concurrent}")
+        if self.rate_count is not None and self.rate_period_s is not None:
+            unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(self.rate_period_s, "?")
+            parts.append(f"rate_limit={self.rate_count}/{unit}")
+        if self.interval_min_s is not None:
+            parts.append(f"interval_s=({self.interval_min_s:g}, {self.interval_max_s:g})")
+        if self.time_windows:
+            parts.append(f"time_windows={self.time_windows.splitlines()!r}")
+        return ", ".join(parts) or "no limits"
+
+
+def check_declaration(
+    processo: str,
+    max_concurrent: Any,
+    rate_limit: Any,
+    interval_s: Any,
+    time_windows: Any,
+) -> tuple[str, str] | None:
+    """The first bad limit option and what is wrong with it, or None."""
+    if max_concurrent is not None and (
+        isinstance(max_concurrent, bool)
+        or not isinstance(max_concurrent, int)
+        or not 1 <= max_concurrent <= MAX_CONCURRENT
+    ):
+        return (
+            "max_concurrent",
+            f"must be an integer in 1..{MAX_CONCURRENT}, got {max_concurrent!r}",
+        )
+    checks = (
+        ("rate_limit", rate_limit, parse_rate),
+        ("interval_s", interval_s, parse_interval),
+        ("time_windows", time_windows, _check_windows),
+    )
+    for option, value, check in checks:
+        if value is None:
+            continue
+        try:
+            check(value)
+        except ValueError as exc:
+            return option, str(exc)
+    return None
+
+
+def _check_windows(value: Any) -> None:
+    if not isinstance(value, (str, list, tuple)):
+        raise ValueError(f"must be a string or a list of strings, got {value!r}")
+    parse_windows(value)
+    if len(windows_text(value)) > WINDOWS_COLUMN_LIMIT:
+        raise ValueError(f"must be at most {WINDOWS_COLUMN_LIMIT} characters in all")
+
+
+# -- the decision a limited claim makes for one processo --
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitState:
+    """What the limited claim read of one processo, under the lock of its limits row."""
+
+    limits: ProcessoLimits
+    running: int
+    next_start_in: float | None  # seconds until interval_s allows a start (<= 0: now)
+    rate_tat_in: float | None  # the rate limiter's theoretical arrival time, from now
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """``start``: one task may start now. Otherwise ``wait``: seconds until one may (None:
+    only when a running task ends). With ``start``, the new state to store."""
+
+    start: bool
+    wait: float | None = None
+    next_start_in: float | None = None
+    rate_tat_in: float | None = None
+
+
+_window_cache: dict[str, tuple[TimeWindow, ...]] = {}
+
+
+def _windows(text: str) -> tuple[TimeWindow, ...]:
+    found = _window_cache.get(text)
+    if found is None:
+        found = parse_windows(text.splitlines())
+        if len(_window_cache) < 1000:
+            _window_cache[text] = found
+    return found
+
+
+def decide(state: LimitState, now: datetime.datetime, rng: random.Random | None = None) -> Decision:
+    """Whether the next task of the processo may start now, and the state after it does."""
+    lim = state.limits
+    waits: list[float] = []
+    if lim.time_windows:
+        windows = _windows(lim.time_windows)
+        if not is_open(windows, now):
+            waits.append(seconds_until_open(windows, now))
+    capped = lim.max_concurrent is not None and state.running >= lim.max_concurrent
+    if (
+        lim.interval_min_s is not None
+        and state.next_start_in is not None
+        and state.next_start_in > 0
+    ):
+        waits.append(state.next_start_in)
+    spacing = None
+    if lim.rate_count is not None and lim.rate_period_s is not None:
+        spacing = lim.rate_period_s / lim.rate_count
+        if state.rate_tat_in is not None and state.rate_tat_in > 0:
+            waits.append(state.rate_tat_in)
+    if capped:
+        return Decision(False, None)
+    if waits:
+        return Decision(False, max(waits))
+    next_start_in = None
+    if lim.interval_min_s is not None and lim.interval_max_s is not None:
+        next_start_in = (rng or random).uniform(lim.interval_min_s, lim.interval_max_s)
+    rate_tat_in = None
+    if spacing is not None:
+        assert lim.rate_period_s is not None
+        # A claim that comes late keeps the credit of at most RATE_CATCH_UP of the period.
+        floor = -RATE_CATCH_UP * lim.rate_period_s
+        tat = state.rate_tat_in if state.rate_tat_in is not None else floor
+        rate_tat_in = max(tat, floor) + spacing
+    return Decision(True, None, next_start_in, rate_tat_in)
+
+
+def wait_after_start(state: LimitState, decision: Decision) -> float | None:
+    """After ``decision`` started a task: seconds until the processo may start the next
+    (None: when a running task ends, its max_concurrent being reached)."""
+    lim = state.limits
+    if lim.max_concurrent is not None and state.running + 1 >= lim.max_concurrent:
+        return None
+    waits = [w for w in (decision.next_start_in, decision.rate_tat_in) if w is not None]
+    return max(0.0, *waits) if waits else 0.0
+
+
+def limits_free(limits_table: str, row: str) -> str:
+    """SQL: the candidate ``row``'s processo has no limits (those tasks are claimed by the
+    limited claim only). Both arguments are this library's identifiers, never user input."""
+    # OFFSET 0 keeps it a per-row probe: PostgreSQL would otherwise plan the
+    # claim as an anti-join and leave the claim index's order.
+    return (
+        f"NOT EXISTS (SELECT 1 FROM {limits_table} AS lim"
+        f" WHERE lim.processo = {row}.processo LIMIT 1 OFFSET 0)"
+    )
+
+
+def limits_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_limits`` for the queue table ``[schema.]<queue>``."""
+    schema, dot, table = queue_table.rpartition(".")
+    return f"{schema}{dot}{table}_limits"
+
+
+# Disagreements between the declarations of workers of one queue.
+
+
+def disagreements(
+    declared: dict[str, ProcessoLimits], stored: dict[str, ProcessoLimits], handled: set[str]
+) -> list[str]:
+    """What differs between this worker's declarations and the table's, as log lines.
+
+    ``handled``: the processos this worker routes with ``@Task`` (a row for one of
+    them that this worker does not declare is a disagreement too).
+    """
+    lines = []
+    for processo in sorted(set(declared) | (set(stored) & handled)):
+        mine, theirs = declared.get(processo), stored.get(processo)
+        if theirs is not None and mine != theirs:
+            lines.append(
+                f"processo {processo!r}: this worker declares "
+                f"{mine.describe() if mine else 'no limits'}, another worker declared "
+                f"{theirs.describe()}"
+            )
+    return lines
+
+
+__all__ = [
+    "MAX_WINDOW_TEXT",
+    "Decision",
+    "LimitState",
+    "ProcessoLimits",
+    "check_declaration",
+    "decide",
+    "disagreements",
+    "limits_free",
+    "limits_table_name",
+    "parse_interval",
+    "parse_rate",
+]

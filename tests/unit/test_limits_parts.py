@@ -1,0 +1,195 @@
+"""Per-processo limits, the pure parts: parsing, window arithmetic, the claim's decision."""
+
+from __future__ import annotations
+
+import datetime
+import random
+
+import pytest
+
+from nsj_queue_lib import Task
+from nsj_queue_lib.flow.limits import (
+    LimitState,
+    ProcessoLimits,
+    decide,
+    disagreements,
+    parse_interval,
+    parse_rate,
+)
+from nsj_queue_lib.flow.windows import is_open, parse_window, parse_windows, seconds_until_open
+from nsj_queue_lib.task import TaskRegistry, checked_limits
+
+UTC = datetime.timezone.utc
+
+
+def at(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("50/s", (50, 1.0)), ("10/m", (10, 60.0)), (" 3 / h ", (3, 3600.0))]
+)
+def test_rates(text, expected):
+    assert parse_rate(text) == expected
+
+
+@pytest.mark.parametrize("text", ["50", "0/s", "5/d", "-1/s", "x/s", 5, None, "9" * 40 + "/s"])
+def test_bad_rates(text):
+    with pytest.raises(ValueError):
+        parse_rate(text)
+
+
+def test_intervals():
+    assert parse_interval((0.2, 0.4)) == (0.2, 0.4)
+    assert parse_interval([5, 5]) == (5.0, 5.0)
+    for bad in [(0.4, 0.2), (-1, 2), (1,), "1-2", (True, 2), (1, float("nan")), (0, 10**9)]:
+        with pytest.raises(ValueError):
+            parse_interval(bad)
+
+
+def test_business_hours_in_sao_paulo():
+    windows = parse_windows("mon-fri 08:00-18:00 America/Sao_Paulo")
+    # Tuesday 2026-11-24, 10:59 UTC = 07:59 in Sao Paulo (UTC-3).
+    assert not is_open(windows, at("2026-11-24T10:59:00"))
+    assert seconds_until_open(windows, at("2026-11-24T10:59:00")) == 60
+    assert is_open(windows, at("2026-11-24T11:00:00"))
+    assert not is_open(windows, at("2026-11-24T21:00:00"))  # 18:00 local: closed
+    # Friday evening: opens Monday 08:00 local.
+    assert seconds_until_open(windows, at("2026-11-27T21:00:00")) == (2 * 24 + 14) * 3600
+
+
+def test_windows_crossing_midnight_and_ranges_across_the_week():
+    night = parse_windows(["fri-mon 22:00-06:00", "wed 12:00:30-12:00:40 UTC"])
+    assert is_open(night, at("2026-11-24T05:59:59"))  # Tuesday morning: Monday's window
+    assert not is_open(night, at("2026-11-24T06:00:00"))
+    assert not is_open(night, at("2026-11-24T22:00:00"))  # Tuesday evening: no window
+    assert seconds_until_open(night, at("2026-11-25T12:00:00")) == 30
+    assert parse_window("00:00-24:00").end is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "mon",
+        "mon 8-9",
+        "xyz 08:00-09:00",
+        "mon 25:00-26:00",
+        "mon 08:00-08:00",
+        "mon 08:00-09:00 Mars/Base",
+        "mon 08:00-09:00 UTC extra",
+        "x" * 300,
+    ],
+)
+def test_bad_windows(text):
+    with pytest.raises(ValueError):
+        parse_window(text)
+
+
+def state(running=0, next_in=None, tat_in=None, **limits):
+    return LimitState(ProcessoLimits("p", **limits), running, next_in, tat_in)
+
+
+NOW = at("2026-11-24T12:00:00")
+
+
+def test_max_concurrent_waits_for_a_running_task_to_end():
+    assert decide(state(running=2, max_concurrent=2), NOW).start is False
+    assert decide(state(running=2, max_concurrent=2), NOW).wait is None
+    assert decide(state(running=1, max_concurrent=2), NOW).start
+
+
+def test_rate_spreads_starts_and_catches_up_eight_percent_of_the_period():
+    first = decide(state(rate_count=50, rate_period_s=1.0), NOW)
+    assert first.start and first.rate_tat_in == pytest.approx(-0.08 + 0.02)
+    assert decide(state(tat_in=0.015, rate_count=50, rate_period_s=1.0), NOW).wait == 0.015
+    late = decide(state(tat_in=-0.5, rate_count=50, rate_period_s=1.0), NOW)
+    assert late.rate_tat_in == pytest.approx(-0.08 + 0.02)  # credit is capped
+
+
+def test_interval_draws_the_next_spacing_uniformly():
+    rng = random.Random(2)
+    spacings = [
+        decide(state(next_in=-1, interval_min_s=0.2, interval_max_s=0.4), NOW, rng).next_start_in
+        for _ in range(200)
+    ]
+    assert all(0.2 <= s <= 0.4 for s in spacings)
+    assert max(spacings) - min(spacings) > 0.15
+    assert decide(state(next_in=0.1, interval_min_s=0.2, interval_max_s=0.4), NOW).wait == 0.1
+
+
+def test_the_latest_of_several_holds_decides_the_wait():
+    closed = state(next_in=3.0, interval_min_s=1, interval_max_s=2, time_windows="13:00-14:00 UTC")
+    assert decide(closed, NOW).wait == 3600
+
+
+def test_disagreements_name_the_processo_and_both_declarations():
+    mine = {"p": ProcessoLimits("p", max_concurrent=2)}
+    theirs = {"p": ProcessoLimits("p", max_concurrent=3), "q": ProcessoLimits("q", 1)}
+    [line] = disagreements(mine, theirs, handled={"p"})
+    assert "'p'" in line and "max_concurrent=2" in line and "max_concurrent=3" in line
+    assert disagreements(mine, theirs, handled={"p", "q"})[1].startswith("processo 'q'")
+    assert disagreements(mine, dict(mine), handled={"p"}) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("rate_limit", "5/x"),
+        ("interval_s", (2, 1)),
+        ("time_windows", "mon 08:00-09:00 No/Zone"),
+        ("max_concurrent", 0),
+        ("time_windows", ["mon 08:00-09:00"] * 21),
+    ],
+)
+def test_the_decorator_names_the_processo_and_the_option(option, value):
+    with pytest.raises(ValueError, match=rf"@Task\('nota'\): {option}"):
+        Task("nota", **{option: value})
+
+
+def test_limits_checked_again_at_start_name_the_processo_and_option():
+    class Worker:
+        @Task("nota", rate_limit="5/s")
+        def on_nota(self, payload, tarefa, bd_conn): ...
+
+    registry = TaskRegistry.of(Worker)
+    assert checked_limits(registry)["nota"].rate_count == 5
+    # Built around the decorator's check (say, a zone this machine lacks).
+    object.__setattr__(registry.options["nota"], "rate_limit", "5/x")
+    with pytest.raises(ValueError, match=r"@Task\('nota'\) rate_limit"):
+        checked_limits(registry)
+
+
+def test_a_worker_declaring_bad_limits_refuses_to_start_naming_processo_and_option(capsys):
+    from nsj_queue_lib import Settings, WorkerBase
+
+    class Billing(WorkerBase):
+        @Task("nota", interval_s=(1, 2))
+        def on_nota(self, payload, tarefa, bd_conn): ...
+
+    object.__setattr__(Billing._task_registry.options["nota"], "interval_s", (3, 1))
+    settings = Settings(
+        db_host="127.0.0.1", db_name="test", db_user="postgres", queue_name="f", queue_table="f"
+    )
+    assert Billing(settings).run_until_stopped(install_signal_handlers=False) == 2
+    assert "@Task('nota') interval_s min must be <= max" in capsys.readouterr().err
+
+
+def test_limits_are_refused_where_the_database_has_no_limits_table():
+    from nsj_queue_lib import Settings
+    from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
+
+    settings = Settings(
+        db_driver="SINGLE_STORE",
+        db_host="127.0.0.1",
+        db_port=3306,
+        db_name="test",
+        db_user="root",
+        queue_name="f",
+        queue_table="f",
+        client_server_mode=True,
+    )
+    limits = {"nota": ProcessoLimits("nota", max_concurrent=1)}
+    with pytest.raises(ValueError, match="nota"):
+        WorkerRuntime(settings, lambda tarefa, bd_conn: None, limits=limits)
+    assert WorkerRuntime(settings, lambda tarefa, bd_conn: None).limiter is None
