@@ -242,6 +242,9 @@ def test_a_claim_passing_a_held_ready_row_never_reaches_a_task_not_yet_due(
             cur.execute(f"SELECT id FROM {mysql_queue.table} WHERE id = %s FOR UPDATE", (ready,))
         assert claim(store, mysql_worker_conn, path) is None
     finally:
+        # A rollback returns once the server has released the row; a bare close
+        # does not wait for it, and a loaded server may still hold the lock.
+        other.rollback()
         other.close()
     assert statuses(mysql_admin, mysql_queue.table) == {ready: "pendente", later: "pendente"}
     task = claim(store, mysql_worker_conn, path)  # released: claimed now
