@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim a6ac8326f36aef5b",
-        "mysql": "nsj_queue_lib claim 7253757a2d44b0cd",
+        "mysql": "nsj_queue_lib claim 530678ee81963ce1",
     },
 }
 
