@@ -17,8 +17,9 @@ What differs from PostgreSQL, and why:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import check_claim_routine_version, claim_routine_name
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
@@ -114,13 +115,7 @@ class MysqlQueueStore(MysqlFamilyStore):
                 self._release_claimed_lock(conn)
                 raise
 
-        with wrap_driver_errors("claim"):
-            try:
-                return retry_on_lock_errors("claim", attempt, conn.rollback)
-            except BaseException:
-                with suppress(Exception):  # the connection may be gone; its locks with it
-                    conn.rollback()
-                raise
+        return _retried_claim(conn, attempt)
 
     def claim_many(self, conn: Any, limit: int) -> list[Claim]:
         """Claim up to ``limit`` ready tasks in one CALL and one commit (group commit), their
@@ -147,13 +142,7 @@ class MysqlQueueStore(MysqlFamilyStore):
                 claims.append(Claim(TaskRecord.from_row(row), locked))
             return claims
 
-        with wrap_driver_errors("claim"):
-            try:
-                return retry_on_lock_errors("claim", attempt, conn.rollback)
-            except BaseException:
-                with suppress(Exception):  # the connection may be gone; its locks with it
-                    conn.rollback()
-                raise
+        return _retried_claim(conn, attempt)
 
     def _release_batch_locks(self, conn: Any) -> None:
         """After a failed batch CALL: the liveness locks its claims took (best effort)."""
@@ -374,3 +363,18 @@ class MysqlQueueStore(MysqlFamilyStore):
                 return []
             cur.execute(steps["rows"], {"ids": ids})
             return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
+
+
+_T = TypeVar("_T")
+
+
+def _retried_claim(conn: Any, attempt: Callable[[], _T]) -> _T:
+    """``attempt`` (a claim), retried after deadlocks and lock wait timeouts; rolled back when
+    it fails for good."""
+    with wrap_driver_errors("claim"):
+        try:
+            return retry_on_lock_errors("claim", attempt, conn.rollback)
+        except BaseException:
+            with suppress(Exception):  # the connection may be gone; its locks with it
+                conn.rollback()
+            raise
