@@ -13,6 +13,7 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
+from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.identifiers import check_table_name
@@ -117,23 +118,19 @@ class QueueClient:
         """
         if isinstance(tasks, (str, bytes, Mapping)):
             raise TypeError("insert_tasks expects an iterable of task mappings")
-        rows = []
-        for index, task in enumerate(tasks):
-            if not isinstance(task, Mapping):
-                raise TypeError(f"task #{index} must be a mapping, got {type(task).__name__}")
-            unknown = task.keys() - _BULK_FIELDS
-            if unknown:
-                raise ValueError(f"task #{index} has unknown fields: {', '.join(sorted(unknown))}")
-            missing = _REQUIRED_FIELDS - task.keys()
-            if missing:
-                raise ValueError(f"task #{index} is missing: {', '.join(sorted(missing))}")
-            pub_sub = task.get("pub_sub", False)
-            if not isinstance(pub_sub, bool):
-                raise ValueError(f"task #{index}: pub_sub must be a bool")
-            try:
-                rows.append(_task_row(task, pub_sub=pub_sub))
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"task #{index}: {exc}") from None
+        items = list(tasks)
+        store = self._store
+        if (
+            isinstance(store, StreamingClientStore)
+            and store.streams(self._conn, len(items))
+            and _unkeyed(items)
+        ):
+            # Rows are checked while the earlier ones travel (the store undoes the
+            # insert when one fails the checks), so client and server work at once.
+            return store.stream_tasks(
+                self._conn, len(items), map(_bulk_row, range(len(items)), items)
+            )
+        rows = [_bulk_row(index, task) for index, task in enumerate(items)]
         if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
             # Each keyed insert may find its dedupe_key taken: one statement per task.
             return [self._store.insert_task(self._conn, row) for row in rows]
@@ -305,6 +302,35 @@ def _task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:
         if row[key] == "":
             raise ValueError(f"{key} must be a non-empty string or None")
     return row
+
+
+def _unkeyed(items: Sequence[Any]) -> bool:
+    """No item has a dedupe_key or lock_key (items that are no mappings fail later, in _bulk_row)."""
+    return all(
+        isinstance(task, Mapping)
+        and task.get("dedupe_key") is None
+        and task.get("lock_key") is None
+        for task in items
+    )
+
+
+def _bulk_row(index: int, task: Any) -> dict[str, Any]:
+    """Check item ``index`` of insert_tasks and build its insert parameters."""
+    if not isinstance(task, Mapping):
+        raise TypeError(f"task #{index} must be a mapping, got {type(task).__name__}")
+    unknown = task.keys() - _BULK_FIELDS
+    if unknown:
+        raise ValueError(f"task #{index} has unknown fields: {', '.join(sorted(unknown))}")
+    missing = _REQUIRED_FIELDS - task.keys()
+    if missing:
+        raise ValueError(f"task #{index} is missing: {', '.join(sorted(missing))}")
+    pub_sub = task.get("pub_sub", False)
+    if not isinstance(pub_sub, bool):
+        raise ValueError(f"task #{index}: pub_sub must be a bool")
+    try:
+        return _task_row(task, pub_sub=pub_sub)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"task #{index}: {exc}") from None
 
 
 def _optional_text(field: str, value: Any) -> str | None:

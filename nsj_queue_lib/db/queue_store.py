@@ -19,8 +19,8 @@ as ``DatabaseError`` with the driver's error as ``__cause__``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -28,6 +28,18 @@ if TYPE_CHECKING:
     from nsj_queue_lib.db.inspection import TaskFilter
 
 Row = dict[str, Any]
+
+
+@runtime_checkable
+class StreamingClientStore(Protocol):
+    """A client store that can check a bulk insert's items while the earlier ones travel."""
+
+    def streams(self, conn: Any, count: int) -> bool: ...
+
+    def stream_tasks(self, conn: Any, count: int, rows: Iterator[Row]) -> list[int]:
+        """Insert ``count`` rows from ``rows``; when ``rows`` raises, nothing is written and the
+        caller's transaction goes on."""
+        ...
 
 
 class ClientStore(Protocol):

@@ -125,6 +125,16 @@ CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, dat
 -- Nor do they take a task of a limited processo: only the limited claim does
 -- (flow/limits.py).
 --
+-- Group commit (QUEUE_BATCH_SIZE > 1) sets @nsjq_claim_limit before the CALL
+-- (each CALL resets it): the procedure then claims up to that many tasks in
+-- one transaction, each claim going on from the previous one's position
+-- (the statements between "batch: LOOP" and its end, not re-indented), and
+-- returns them as one JSON array (NULL when none), their ids also in
+-- @nsjq_claimed_batch for the caller to release after a failed CALL. Any
+-- error after the first claim of a batch fails the CALL (a deadlock has
+-- rolled the whole transaction back); a lock_key lost to the unique index,
+-- or nothing ready after the position, ends the batch.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -139,7 +149,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 9a38fd53fc07f672'
+    COMMENT 'nsj_queue_lib claim 10d2053e120dff17'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -150,8 +160,12 @@ BEGIN
     DECLARE v_first_attempt BIGINT;
     DECLARE v_task LONGTEXT CHARACTER SET utf8mb4;
     DECLARE v_keys_lost INT DEFAULT 0;
+    DECLARE v_limit INT DEFAULT GREATEST(COALESCE(@nsjq_claim_limit, 1), 1);
+    DECLARE v_count INT DEFAULT 0;
+    DECLARE v_batch LONGTEXT CHARACTER SET utf8mb4;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE public.fila_teste
         SET status = 'sucesso', mensagem = p_mensagem
@@ -172,6 +186,7 @@ BEGIN
             v_data_hora = FROM_UNIXTIME(@nsjq_position_data_hora),
             v_id = @nsjq_position_id;
     END IF;
+    batch: LOOP
     claim: LOOP
         IF NOT v_remembered THEN
             BEGIN
@@ -195,7 +210,9 @@ BEGIN
             SET @nsjq_position_queue = IF(v_lookup_failed, NULL, p_lock_prefix),
                 @nsjq_position_until = UNIX_TIMESTAMP(NOW(6)) + 0.02;
         END IF;
-        START TRANSACTION;
+        IF v_count = 0 THEN
+            START TRANSACTION;
+        END IF;
         -- GET_LOCK runs for the one row the claim returns. Later attempts keep
         -- no payload of their own: v_first_attempt says where it is.
         IF v_id IS NOT NULL THEN
@@ -205,7 +222,7 @@ BEGIN
                 -- liveness lock it may have taken goes first.
                 DECLARE CONTINUE HANDLER FOR SQLEXCEPTION
                 BEGIN
-                    IF NOT v_remembered THEN
+                    IF NOT v_remembered OR v_count > 0 THEN
                         RESIGNAL;
                     END IF;
                     SET v_claimed = NULL,
@@ -252,6 +269,10 @@ BEGIN
                 SET status = 'processando'
                 WHERE id = v_claimed;
             END;
+            IF v_claimed IS NULL AND v_count > 0 THEN
+                SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
+                LEAVE claim;
+            END IF;
             IF v_claimed IS NULL THEN
                 ROLLBACK;
                 SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed)),
@@ -262,7 +283,7 @@ BEGIN
                 ITERATE claim;
             END IF;
         END IF;
-        IF v_claimed IS NOT NULL OR NOT v_remembered THEN
+        IF v_claimed IS NOT NULL OR NOT v_remembered OR v_count > 0 THEN
             LEAVE claim;
         END IF;
         -- Nothing ready after the position: look from the first ready task.
@@ -274,6 +295,21 @@ BEGIN
             SET v_task = JSON_SET(v_task, '$.payload',
                                   (SELECT f.payload FROM public.fila_teste AS f WHERE f.id = v_first_attempt));
         END IF;
+    END IF;
+    IF v_limit > 1 AND v_claimed IS NOT NULL THEN
+        SET v_count = v_count + 1, v_batch = CONCAT_WS(',', v_batch, v_task),
+            @nsjq_claimed_batch = CONCAT_WS(',', @nsjq_claimed_batch, v_claimed);
+        IF v_count < v_limit THEN
+            SET v_remembered = TRUE, v_prioridade = @nsjq_position_prioridade,
+                v_data_hora = FROM_UNIXTIME(@nsjq_position_data_hora), v_id = @nsjq_position_id,
+                v_claimed = NULL, v_first_attempt = NULL, v_task = NULL, v_keys_lost = 0;
+            ITERATE batch;
+        END IF;
+    END IF;
+    LEAVE batch;
+    END LOOP batch;
+    IF v_limit > 1 THEN
+        SET v_task = IF(v_count = 0, NULL, CONCAT('[', v_batch, ']'));
     END IF;
     COMMIT AND CHAIN;
     SELECT v_task AS task;

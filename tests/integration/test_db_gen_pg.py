@@ -144,6 +144,21 @@ def test_trigger_is_silent_for_settled_and_running_rows(pg_queue, pg_admin, list
     assert collect_until_sentinel(listener, pg_admin, pg_queue.name) == []
 
 
+def test_trigger_notifies_once_per_statement_for_many_rows(pg_queue, pg_admin, listener, pg_dsn):
+    # One call per INSERT (or COPY): a bulk insert of ready and future rows sends
+    # each payload once, and a statement of settled rows sends nothing.
+    with connect_pg(pg_dsn, "psycopg", autocommit=True) as writer:
+        _insert(
+            writer,
+            pg_queue.table,
+            "(processo, data_hora) SELECT 'p', clock_timestamp() + g * interval '1 hour' "
+            "FROM generate_series(-50, 50) AS g",
+        )
+        _insert(writer, pg_queue.table, "(processo, status) SELECT 'p', 'sucesso' "
+                "FROM generate_series(1, 10)")  # fmt: skip
+    assert sorted(collect_until_sentinel(listener, pg_admin, pg_queue.name)) == ["", "scheduled"]
+
+
 def test_trigger_notification_waits_for_commit(pg_queue, pg_admin, listener, pg_dsn):
     with connect_pg(pg_dsn, "psycopg") as writer:
         writer.execute(f"INSERT INTO {pg_queue.table} (processo) VALUES ('p')")

@@ -1,8 +1,9 @@
 """Group commit on MySQL/MariaDB (InnoDB savepoints).
 
-The claim procedure claims one task and commits; a group's tasks are claimed
-by calling it up to QUEUE_BATCH_SIZE times before the first handler runs,
-so those commits never carry a handler's work. Each success is written
+A group's tasks are claimed by one CALL of the claim procedure with
+@nsjq_claim_limit set: up to QUEUE_BATCH_SIZE tasks in one transaction and
+one commit, before the first handler runs, so that commit never carries a
+handler's work. Each success is written
 ('sucesso', lock released) as its handler returns, in the group's
 transaction, which commits once. A deadlock rolls back InnoDB's whole
 transaction, not only the statement: the group is then lost (``GroupLost``)
@@ -26,6 +27,8 @@ class MysqlGroupOps:
         self.store = store
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+        if limit > 1:
+            return self.store.claim_many(conn, limit)
         claims: list[Claim] = []
         while len(claims) < limit:
             claimed = self.store.claim(conn)  # commits (and chains) its claim

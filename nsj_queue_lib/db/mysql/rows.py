@@ -69,7 +69,11 @@ def normalize(item: dict[str, Any]) -> dict[str, Any]:
 def task_from_json(document: str) -> dict[str, Any]:
     """A claimed row sent as the claim procedure's JSON object, with the types a plain SELECT
     gives (``liveness_locked`` stays in it, as GET_LOCK's result)."""
-    task = json.loads(document)
+    return task_from_object(json.loads(document))
+
+
+def task_from_object(task: dict[str, Any]) -> dict[str, Any]:
+    """``task_from_json`` of a document already parsed (one item of a batch claim's array)."""
     for column in _TIMESTAMP_COLUMNS:
         value = task[column]
         if value is not None:

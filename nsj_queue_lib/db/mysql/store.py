@@ -16,8 +16,10 @@ What differs from PostgreSQL, and why:
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import check_claim_routine_version, claim_routine_name
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
@@ -34,7 +36,12 @@ from nsj_queue_lib.db.mysql.errors import (
 from nsj_queue_lib.db.mysql.family_store import LOST, MysqlFamilyStore
 from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_table
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
-from nsj_queue_lib.db.mysql.rows import claimed_row, rows_as_dicts, task_from_json
+from nsj_queue_lib.db.mysql.rows import (
+    claimed_row,
+    rows_as_dicts,
+    task_from_json,
+    task_from_object,
+)
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
 from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
@@ -108,13 +115,48 @@ class MysqlQueueStore(MysqlFamilyStore):
                 self._release_claimed_lock(conn)
                 raise
 
-        with wrap_driver_errors("claim"):
+        return _retried_claim(conn, attempt)
+
+    def claim_many(self, conn: Any, limit: int) -> list[Claim]:
+        """Claim up to ``limit`` ready tasks in one CALL and one commit (group commit), their
+        liveness locks taken by ``conn``; a transaction is open on return when any was
+        claimed, else ``conn`` is idle."""
+
+        def attempt() -> list[Claim]:
+            conn.begin()
             try:
-                return retry_on_lock_errors("claim", attempt, conn.rollback)
-            except BaseException:
-                with suppress(Exception):  # the connection may be gone; its locks with it
-                    conn.rollback()
+                with conn.cursor() as cur:
+                    cur.execute("SET @nsjq_claim_limit = %s", (limit,))
+                result = call_procedure(conn, self._procedure_call(conn, None, None))
+            except StatementFailed:
+                self._release_batch_locks(conn)
                 raise
+            documents = [document for (document,) in result.rows if document is not None]
+            if not documents:
+                conn.rollback()  # the empty transaction opened for the tasks
+                return []
+            claims = []
+            for item in json.loads(documents[0]):
+                row = task_from_object(item)
+                locked = row.pop("liveness_locked") == 1
+                claims.append(Claim(TaskRecord.from_row(row), locked))
+            return claims
+
+        return _retried_claim(conn, attempt)
+
+    def _release_batch_locks(self, conn: Any) -> None:
+        """After a failed batch CALL: the liveness locks its claims took (best effort)."""
+        with suppress(Exception):  # the connection may be gone, and its locks with it
+            conn.rollback()  # the claims first: their rows go back to 'pendente'
+            with conn.cursor() as cur:
+                cur.execute("SELECT @nsjq_claimed_batch")
+                (claimed,) = cur.fetchone()
+            if isinstance(claimed, (bytes, bytearray)):  # a user variable's string comes as bytes
+                claimed = claimed.decode("ascii")
+            for task_id in (claimed or "").split(","):
+                if task_id:
+                    self.unlock_task(conn, int(task_id))
+        self._release_claimed_lock(conn)
 
     def complete_and_claim(
         self, conn: Any, task_id: int, mensagem: str, claim_next: bool
@@ -321,3 +363,18 @@ class MysqlQueueStore(MysqlFamilyStore):
                 return []
             cur.execute(steps["rows"], {"ids": ids})
             return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
+
+
+_T = TypeVar("_T")
+
+
+def _retried_claim(conn: Any, attempt: Callable[[], _T]) -> _T:
+    """``attempt`` (a claim), retried after deadlocks and lock wait timeouts; rolled back when
+    it fails for good."""
+    with wrap_driver_errors("claim"):
+        try:
+            return retry_on_lock_errors("claim", attempt, conn.rollback)
+        except BaseException:
+            with suppress(Exception):  # the connection may be gone; its locks with it
+                conn.rollback()
+            raise

@@ -16,7 +16,7 @@ import pytest
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.db.driver import client_store
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.db.postgres.store import COPY_THRESHOLD, PostgresQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.payload import payload_hash, serialize_payload
 from tests.integration.store.backends import CLIENT_PATHS, TASK, UTC, execute, fetch, on
@@ -241,15 +241,31 @@ def test_insert_tasks_empty_sends_nothing(backend, client, conn):
     assert not backend.sent_since(conn, marker)
 
 
-def test_a_bad_item_in_insert_tasks_writes_nothing(backend, client, conn):
-    tasks = [dict(TASK, chave_externa=str(n)) for n in range(100)]
+def test_a_bad_item_in_a_small_insert_tasks_sends_nothing(backend, client, conn):
+    tasks = [dict(TASK, chave_externa=str(n)) for n in range(COPY_THRESHOLD - 2)]
     tasks.append(dict(TASK, prioridade=-1))
     marker = backend.sent_marker(conn)
-    with pytest.raises(ValueError, match="#100"):
+    with pytest.raises(ValueError, match=f"#{COPY_THRESHOLD - 2}"):
         client.insert_tasks(tasks)
     assert not backend.sent_since(conn, marker)
     conn.commit()
     assert backend.count() == 0
+
+
+def test_a_bad_item_in_a_big_insert_tasks_writes_nothing_and_the_transaction_goes_on(
+    backend, client, conn
+):
+    # From COPY_THRESHOLD tasks on psycopg 3 the items are checked while the earlier
+    # ones stream: the store rolls its COPY back to a savepoint.
+    before = client.insert_task(**TASK)
+    tasks = [dict(TASK, chave_externa=str(n)) for n in range(COPY_THRESHOLD + 50)]
+    tasks.append(dict(TASK, prioridade=-1))
+    with pytest.raises(ValueError, match=f"#{COPY_THRESHOLD + 50}"):
+        client.insert_tasks(tasks)
+    after = client.insert_tasks(tasks[:-1])
+    conn.commit()
+    assert backend.count() == 1 + len(after)
+    assert backend.row(before) is not None and min(after) > before
 
 
 MALFORMED_ITEMS = [

@@ -538,3 +538,48 @@ def test_data_hora_outside_the_timestamp_range_is_refused(client):
         client.insert_task(**TASK, data_hora=far)
     with pytest.raises(DatabaseError):  # naive: the server refuses it (strict mode)
         client.insert_task(**TASK, data_hora=far.replace(tzinfo=None))
+
+
+# -- batch claims (group commit: @nsjq_claim_limit) ------------------------------------------
+
+
+def test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit(backend, store, worker):
+    low, high, keyed, same_key, _later = backend.enqueue(
+        {"prioridade": 10},
+        {"prioridade": 90},
+        {"prioridade": 50, "lock_key": "k"},
+        {"prioridade": 40, "lock_key": "k"},  # waits for its key
+        {"data_hora": datetime.datetime(2037, 1, 1, tzinfo=UTC)},
+    )
+    claims = store.claim_many(worker, 10)
+    assert [c.task.id for c in claims] == [high, keyed, low]
+    assert all(c.liveness_locked for c in claims)
+    # Committed before any handler runs: another session sees them running.
+    assert backend.count("status = 'processando'") == 3
+    assert {backend.liveness_lock_holder(c.task.id) for c in claims} == {worker.thread_id()}
+    assert value(worker, "SELECT @nsjq_claim_limit") is None  # one CALL only
+    worker.rollback()
+    assert store.claim_many(worker, 2) == []  # nothing else ready (same_key waits)
+    assert backend.count("status = 'pendente'") == 2 and same_key
+
+
+def test_a_batch_claim_stops_at_its_limit_and_a_failed_one_gives_everything_back(
+    backend, store, worker
+):
+    ids = backend.enqueue(*({"prioridade": 50} for _ in range(4)))
+    assert [c.task.id for c in store.claim_many(worker, 2)] == ids[:2]
+    worker.commit()
+    # The batch's second claim fails, after its first took a row and a lock.
+    with trigger(
+        backend,
+        "IF NEW.status = 'processando' AND @nsjq_test_countdown IS NOT NULL THEN "
+        "SET @nsjq_test_countdown = @nsjq_test_countdown - 1; "
+        "IF @nsjq_test_countdown = 0 THEN SET @nsjq_test_countdown = NULL; "
+        "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the claim exploded (test)'; END IF; "
+        "END IF;",
+    ):
+        set_variable(worker, "nsjq_test_countdown", 2)
+        with pytest.raises(DatabaseError, match="exploded"):
+            store.claim_many(worker, 5)
+    assert backend.count("status = 'pendente'") == 2
+    assert {backend.liveness_lock_holder(i) for i in ids[2:]} == {None}

@@ -18,13 +18,13 @@ def test_big_batches_go_through_copy_with_psycopg_3_and_store_the_same_rows(
     backend, client, conn, monkeypatch, count
 ):
     copied: list[int] = []
-    real = PostgresQueueStore._copy_tasks
+    real = PostgresQueueStore._copy_rows
 
-    def spy(self, copy_conn, rows):
-        copied.append(len(rows))
-        return real(self, copy_conn, rows)
+    def spy(self, cur, copy_count, rows):
+        copied.append(copy_count)
+        return real(self, cur, copy_count, rows)
 
-    monkeypatch.setattr(PostgresQueueStore, "_copy_tasks", spy)
+    monkeypatch.setattr(PostgresQueueStore, "_copy_rows", spy)
     when = datetime.datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     tasks = [
         dict(
