@@ -24,11 +24,11 @@ import pytest
 
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import connect_pg
-from tests.helpers.legacy import VENV, legacy_client, legacy_worker_env
+from tests.helpers.legacy import LEGACY_KEYS, VENV, legacy_client, legacy_worker_env
 from tests.helpers.processes import enqueue, wait_for, worker_env, workers_of
 from tests.helpers.server_process import ServerProcess, free_port, pg_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, LEGACY_KEYS]
 
 WORKER = "legacy_style_worker.py"
 LONG = 19  # seconds: longer than 1.2.2's retry period (15 s), and ours (1 s)

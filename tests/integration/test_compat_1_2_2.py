@@ -22,6 +22,7 @@ from nsj_queue_lib.runtime.service import LEGACY_MAINTENANCE_KEYS, service_lock_
 from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 from tests.helpers import services
 from tests.helpers.databases import unique_queue_name
+from tests.helpers.legacy import LEGACY_KEYS
 from tests.helpers.processes import (
     enqueue,
     settings_for,
@@ -29,6 +30,8 @@ from tests.helpers.processes import (
     statuses,
     wait_for,
 )
+
+pytestmark = LEGACY_KEYS
 
 
 @pytest.fixture
