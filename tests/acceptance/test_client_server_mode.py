@@ -522,7 +522,7 @@ def retry_runs(server: ServerProcess, queue_oid: int) -> int:
 def assert_not_rescued(server, queue, task: int, runner, dsn: str, conn, what: str) -> None:
     """Once the retry service ran twice (``what``), ``runner`` is still inside its handler:
     its task must not be rescued and started again."""
-    wait_for(lambda: retry_runs(server, table_oid(dsn, queue.table)) >= 2, 10, what)
+    wait_for(lambda: retry_runs(server, table_oid(dsn, queue.table)) >= 2, 12, what)
     assert runner.alive()
     assert statuses(conn, queue.table) == {"processando": 1}
     assert started_ids(conn, queue) == [task]
@@ -541,7 +541,8 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
     task, runner = long_task(
-        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=7, name="runner"
+        # Long enough to outlast the reconnections and two retry runs on a loaded machine.
+        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=14, name="runner"
     )
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "watcher")
     wait_subscribed(server, queue, 2)
@@ -565,7 +566,7 @@ def test_workers_spelling_the_queue_table_differently_still_see_each_others_task
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
     # QUEUE_TABLE=public.<name>
-    task, runner = long_task(cs_env(env, server), "long", sleep=6, name="runner")
+    task, runner = long_task(cs_env(env, server), "long", sleep=14, name="runner")
     # The same table, as the search_path finds it (DB mode keys its locks on the table's oid).
     watcher = workers.start(
         WORKER,
