@@ -540,8 +540,8 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
+    # Long enough to outlast the reconnections and two retry runs on a loaded machine.
     task, runner = long_task(
-        # Long enough to outlast the reconnections and two retry runs on a loaded machine.
         cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=14, name="runner"
     )
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "watcher")
