@@ -551,16 +551,8 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
     wait_subscribed(server, queue, 2)
 
     server.restart()
-    assert_not_rescued(
-        server,
-        queue,
-        task,
-        runner,
-        pg_dsn,
-        pg_autocommit,
-        "two retry runs on the restarted server",
-        timeout=25,
-    )
+    what = "two retry runs on the restarted server"
+    assert_not_rescued(server, queue, task, runner, pg_dsn, pg_autocommit, what, timeout=25)
     with server.lock_client("observer") as observer:
         assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {
             task_lock_name(table_oid(pg_dsn, queue.table), task)
