@@ -9,6 +9,8 @@ tests/acceptance/test_mixed_fleet_1_2_2.py.
 
 from __future__ import annotations
 
+import secrets
+
 import psycopg
 import pytest
 
@@ -35,8 +37,14 @@ pytestmark = LEGACY_KEYS
 
 
 @pytest.fixture
-def legacy_side(pg_dsn):
-    """A session of a 1.2.2 worker: it holds 1.2.2's task keys."""
+def legacy_side(pg_dsn, pg_queue, pg_admin):
+    """A session of a 1.2.2 worker: it holds 1.2.2's task keys.
+
+    1.2.2's keys (the bare task id) are database-wide, and a 1.2.2 worker's maintenance
+    threads take 1-3: ``pg_queue``'s ids start at a random offset, so that another test run
+    on the same server does not hold this queue's keys."""
+    start = 1000 + secrets.randbelow(10**9)
+    pg_admin.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (pg_queue.table, start))
     conn = psycopg.connect(pg_dsn, autocommit=True)
     yield conn
     conn.close()
