@@ -24,6 +24,12 @@ DOCS_STAMP  := $(VENV)/.installed-docs
 # The bench extra (pgqueuer, asyncpg) is installed on top, by `make bench` only.
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
+# make test's worker processes (pytest-xdist). The suite mostly waits on sleeps,
+# subprocesses and databases, so more workers than cores pays; XDIST=0 runs it
+# serially in one process (as does PYTEST_ARGS='-n0'). Tests that must not run
+# beside each other share an xdist_group (docs/development/testing.md).
+XDIST       ?= 4
+XDIST_ARGS  := $(if $(filter 0,$(XDIST)),,-n $(XDIST) --dist loadgroup)
 # Set to 1 to treat "pytest collected no tests" (exit 5) as success.
 ALLOW_NO_TESTS ?= 0
 # Options of scripts/mutants.py (make mutants), e.g. MUTANTS_ARGS='-k purge --jobs 2'.
@@ -44,7 +50,7 @@ help: ## List the targets (this text)
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables: PYTEST_ARGS='-k name -x' (make test), VENV=$(VENV), PYTHON=$(PYTHON),"
+	@echo "Variables: PYTEST_ARGS='-k name -x' XDIST=4 (make test; XDIST=0: serial), VENV=$(VENV), PYTHON=$(PYTHON),"
 	@echo "           TEST_PG_DSN / TEST_MYSQL_DSN / CI=true (see docs/development/testing.md)."
 
 $(STAMP): pyproject.toml
@@ -60,7 +66,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## Create or refresh the virtual environment (.venv) with the test extra
 
 test: $(STAMP) ## Run the test suite (pass options with PYTEST_ARGS='...')
-	@rc=0; $(PY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -q $(XDIST_ARGS) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ] && [ "$(ALLOW_NO_TESTS)" = "1" ]; then \
 		echo ">> pytest collected no tests (exit 5), accepted because ALLOW_NO_TESTS=1"; rc=0; \
 	fi; \

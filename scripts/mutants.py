@@ -447,7 +447,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "failed-handler-rolls-back",
         EXECUTOR,
-        "            self.store.rollback(conn)\n            self.store.begin(conn)\n",
+        "            self.store.rollback_and_begin(conn)\n",
         "            self.store.begin(conn)\n",
         _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "postgres", "mysql"),
         ("postgres", "mysql"),

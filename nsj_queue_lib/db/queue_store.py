@@ -108,6 +108,11 @@ class WorkerStore(Protocol):
 
     def rollback(self, conn: Any) -> None: ...
 
+    def rollback_and_begin(self, conn: Any) -> None:
+        """Roll back and open the next transaction with no moment outside one: PostgreSQL's
+        retry service reads a liveness lock held by an idle session as left behind."""
+        ...
+
     def in_transaction(self, conn: Any) -> bool:
         """Whether ``conn`` has a transaction open (a handler that committed or rolled back
         ``bd_conn`` ended the task's own)."""

@@ -508,8 +508,7 @@ class TaskExecutor:
         """Record a failed attempt; False when ``conn`` turned out broken."""
         status, recorded, decision = self._account_failure(task, conn, error)
         try:
-            self.store.rollback(conn)
-            self.store.begin(conn)
+            self.store.rollback_and_begin(conn)
             settle_failure(
                 self.store, conn, self.policies, task, recorded, status=status, decision=decision
             )

@@ -284,8 +284,7 @@ class GroupDrain:
             else:
                 if group.written or group.failures:
                     self._lost(conn, group)
-                ex.store.rollback(conn)
-                ex.store.begin(conn)
+                ex.store.rollback_and_begin(conn)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
             ex._fail(task, conn, error)  # records on a fresh connection
             self._after_broken(group)

@@ -519,10 +519,12 @@ def retry_runs(server: ServerProcess, queue_oid: int) -> int:
     )
 
 
-def assert_not_rescued(server, queue, task: int, runner, dsn: str, conn, what: str) -> None:
+def assert_not_rescued(
+    server, queue, task: int, runner, dsn: str, conn, what: str, timeout: float = 10
+) -> None:
     """Once the retry service ran twice (``what``), ``runner`` is still inside its handler:
     its task must not be rescued and started again."""
-    wait_for(lambda: retry_runs(server, table_oid(dsn, queue.table)) >= 2, 10, what)
+    wait_for(lambda: retry_runs(server, table_oid(dsn, queue.table)) >= 2, timeout, what)
     assert runner.alive()
     assert statuses(conn, queue.table) == {"processando": 1}
     assert started_ids(conn, queue) == [task]
@@ -540,16 +542,17 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
+    # Long enough to outlast the reconnections after the restart and two retry runs on a
+    # loaded machine (parallel tests): they took over 12 s there.
     task, runner = long_task(
-        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=7, name="runner"
+        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=30, name="runner"
     )
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "watcher")
     wait_subscribed(server, queue, 2)
 
     server.restart()
-    assert_not_rescued(
-        server, queue, task, runner, pg_dsn, pg_autocommit, "two retry runs on the restarted server"
-    )
+    what = "two retry runs on the restarted server"
+    assert_not_rescued(server, queue, task, runner, pg_dsn, pg_autocommit, what, timeout=25)
     with server.lock_client("observer") as observer:
         assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {
             task_lock_name(table_oid(pg_dsn, queue.table), task)

@@ -29,7 +29,8 @@ from tests.helpers.processes import (
 )
 from tests.helpers.recorder import WORKER, insert_many
 
-pytestmark = pytest.mark.slow
+# One worker runs the module: its private PostgreSQL starts once (a module fixture).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("database_restart")]
 
 # CPU seconds a worker may use while the database is down: reconnecting with
 # back-off costs milliseconds; a busy loop would burn the whole outage.

@@ -16,6 +16,7 @@ when its chain holds exactly one 'falha_processando' attempt.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -24,11 +25,11 @@ import pytest
 
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import connect_pg
-from tests.helpers.legacy import VENV, legacy_client, legacy_worker_env
+from tests.helpers.legacy import LEGACY_KEYS, VENV, legacy_client, legacy_worker_env
 from tests.helpers.processes import enqueue, wait_for, worker_env, workers_of
 from tests.helpers.server_process import ServerProcess, free_port, pg_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, LEGACY_KEYS]
 
 WORKER = "legacy_style_worker.py"
 LONG = 19  # seconds: longer than 1.2.2's retry period (15 s), and ours (1 s)
@@ -49,8 +50,11 @@ def fleet(legacy_queue, pg_admin, pg_dsn, legacy_python, workers, tmp_path):
         f"CREATE TABLE {table}_effects (task_id bigint, id_inicial bigint, side text, pid int);"
         f"CREATE TABLE {table}_started (task_id bigint, id_inicial bigint, side text, pid int)"
     )
-    # A queue in use: its ids are past 1-3, the keys of 1.2.2's own maintenance threads.
-    pg_admin.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), 1000)", (table,))
+    # A queue in use: its ids are past 1-3, the keys of 1.2.2's own maintenance threads, and
+    # at a random offset, since 1.2.2's task keys (the bare id) are database-wide: another
+    # test run's 1.2.2 tasks on the same server must not hold ours.
+    start = 1000 + secrets.randbelow(10**9)
+    pg_admin.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (table, start))
     side_tables = dict(TEST_EFFECTS_TABLE=f"{table}_effects", TEST_STARTED_TABLE=f"{table}_started")
 
     class Fleet:

@@ -42,6 +42,9 @@ from tests.helpers.processes import (
 from tests.helpers.recorder import WORKER, assert_rescued, drain_exactly_once, exec_rows
 from tests.helpers.services import make_service
 
+# One worker runs the module: each pooler mode's PgBouncer starts once (a module fixture).
+pytestmark = pytest.mark.xdist_group("pooler")
+
 DEAF = "deaf LISTEN detected"
 POLL_INTERVAL = 0.5
 SERVICES = ("retry", "renotify", "purge")

@@ -32,7 +32,8 @@ from tests.helpers.processes import (
 )
 from tests.helpers.recorder import WORKER
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+# One worker runs the module: its private PostgreSQL and MariaDB start once (module fixtures).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.xdist_group("tls")]
 QUEUE = {"QUEUE_NAME": "tls_probe", "QUEUE_TABLE": "tls_probe"}
 
 

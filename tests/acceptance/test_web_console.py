@@ -29,7 +29,8 @@ CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 IMAGES = ROOT / "test-artifacts" / "web"  # a run must not rewrite tracked files
 TOKEN = "browser-test-token-0123456789"
 
-pytestmark = pytest.mark.slow
+# One worker runs the module: one chromium at a time on a 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("web_console")]
 
 
 def _browser_or_skip() -> Path:

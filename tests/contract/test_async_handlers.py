@@ -166,6 +166,12 @@ def test_metrics_count_async_tasks_whose_claims_stay_awaited(backend):
     assert running.runtime.executor.liveness.awaitable is (backend.family == "postgres")
     backend.enqueue([dict(processo="async", payload="{}")] * 20, bulk=True)
     backend.wait_statuses({"sucesso": 20}, 20, "every task to succeed")
+    # A task is counted just after its commit: the table can be ahead for a moment.
+    wait_for(
+        lambda: total(samples(port), "nsjq_tasks_finished_total", outcome="sucesso") >= 20,
+        10,
+        "the metrics to count every task",
+    )
     found = samples(port)
     assert total(found, "nsjq_tasks_finished_total", outcome="sucesso") == 20
     assert total(found, "nsjq_completion_duration_seconds_count") == 20

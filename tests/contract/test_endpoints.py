@@ -132,6 +132,8 @@ def test_a_rescued_attempt_is_counted_by_the_worker_that_rescued_it(backend):
         backend.contract_worker(queue_retry_thread_interval=0.2, queue_metrics_port=port)
     )
     backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 15, "the rescue and the retry")
+    # A task is counted just after its commit: the table can be ahead for a moment.
+    wait_for(lambda: total(samples(port), FINISHED) >= 2, 10, "the metrics to count both")
     found = samples(port)
     assert total(found, FINISHED, processo="p", outcome="rescued") == 1
     assert total(found, FINISHED, processo="p", outcome="sucesso") == 1

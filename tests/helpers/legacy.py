@@ -29,6 +29,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 from tests.helpers.databases import ci_enabled, drop_queue_objects, unique_queue_name
 
+# 1.2.2 keys a task's lock by its id alone (pg_advisory_lock(id)), database-wide: task 1 of
+# every queue shares a key. Tests that take or check such keys run on one pytest-xdist
+# worker, one after the other (make test's --dist loadgroup).
+LEGACY_KEYS = pytest.mark.xdist_group("legacy_1_2_2_keys")
+
 LEGACY = "1.2.2"
 CACHE = Path(tempfile.gettempdir()) / "nsj_queue_lib-tests"
 VENV = CACHE / f"venv-nsj-queue-lib-{LEGACY}-py{sys.version_info[0]}{sys.version_info[1]}"

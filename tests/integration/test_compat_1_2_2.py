@@ -9,6 +9,8 @@ tests/acceptance/test_mixed_fleet_1_2_2.py.
 
 from __future__ import annotations
 
+import secrets
+
 import psycopg
 import pytest
 
@@ -22,6 +24,7 @@ from nsj_queue_lib.runtime.service import LEGACY_MAINTENANCE_KEYS, service_lock_
 from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 from tests.helpers import services
 from tests.helpers.databases import unique_queue_name
+from tests.helpers.legacy import LEGACY_KEYS
 from tests.helpers.processes import (
     enqueue,
     settings_for,
@@ -30,10 +33,18 @@ from tests.helpers.processes import (
     wait_for,
 )
 
+pytestmark = LEGACY_KEYS
+
 
 @pytest.fixture
-def legacy_side(pg_dsn):
-    """A session of a 1.2.2 worker: it holds 1.2.2's task keys."""
+def legacy_side(pg_dsn, pg_queue, pg_admin):
+    """A session of a 1.2.2 worker: it holds 1.2.2's task keys.
+
+    1.2.2's keys (the bare task id) are database-wide, and a 1.2.2 worker's maintenance
+    threads take 1-3: ``pg_queue``'s ids start at a random offset, so that another test run
+    on the same server does not hold this queue's keys."""
+    start = 1000 + secrets.randbelow(10**9)
+    pg_admin.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (pg_queue.table, start))
     conn = psycopg.connect(pg_dsn, autocommit=True)
     yield conn
     conn.close()

@@ -21,6 +21,7 @@ from nsj_queue_lib.runtime.retry import RetryService
 from nsj_queue_lib.runtime.service import service_lock_key
 from tests.helpers import services
 from tests.helpers.databases import collect_until_sentinel
+from tests.helpers.legacy import LEGACY_KEYS
 from tests.helpers.processes import (
     enqueue,
     fetch_rows,
@@ -279,6 +280,7 @@ WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = %s
 """
 
 
+@LEGACY_KEYS  # holds the bigint keys 1-3, as 1.2.2 does
 def test_service_locks_and_task_locks_never_collide(pg_queue, pg_dsn, pg_autocommit, holder):
     table = pg_queue.table
     # The original took its maintenance locks on bigint keys 1-3: a task with id 1

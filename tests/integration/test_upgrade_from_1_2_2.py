@@ -23,10 +23,11 @@ from tests.helpers.databases import (
     drop_queue,
     queue_catalog,
 )
-from tests.helpers.legacy import legacy_client
+from tests.helpers.legacy import LEGACY_KEYS, legacy_client
 from tests.helpers.pg_plans import CLAIM_PATHS, claim_plan, plan_nodes
 
-pytestmark = pytest.mark.slow  # the first run installs 1.2.2 from PyPI (~20 s); later runs reuse it
+# The first run installs 1.2.2 from PyPI (~20 s); later runs reuse it.
+pytestmark = [pytest.mark.slow, LEGACY_KEYS]
 
 
 @pytest.fixture

@@ -337,6 +337,11 @@ class MysqlFamilyStore:
         # The server reports it in every reply's status flags.
         return bool(conn.server_status & SERVER_STATUS_IN_TRANS)
 
+    def rollback_and_begin(self, conn: Any) -> None:
+        with wrap_driver_errors("rollback"):
+            conn.rollback()
+            conn.begin()
+
     def commit_and_begin(self, conn: Any) -> None:
         """Commit and open the next transaction in one statement."""
         with wrap_driver_errors("commit"), conn.cursor() as cur:

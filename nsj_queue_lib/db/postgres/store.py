@@ -587,6 +587,12 @@ class PostgresQueueStore:
         with wrap_driver_errors("rollback"):
             conn.execute("ROLLBACK")
 
+    def rollback_and_begin(self, conn) -> None:
+        # One statement: between a ROLLBACK and a BEGIN the session would be 'idle' while
+        # it holds the task's liveness lock, which find_orphans reads as a lock left behind.
+        with wrap_driver_errors("rollback"):
+            conn.execute("ROLLBACK AND CHAIN")
+
     def in_transaction(self, conn) -> bool:
         return bool(conn.info.transaction_status != pq.TransactionStatus.IDLE)
 

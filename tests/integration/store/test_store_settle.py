@@ -270,6 +270,23 @@ def test_find_orphans_sees_a_running_row_without_lock_only(backend, store, worke
 
 
 @on(*LOCKING)
+def test_rolling_back_a_failed_attempt_keeps_its_task_alive(backend, store, worker):
+    """The executor rolls the handler's work back and writes the failure in the transaction
+    that follows: the lock stays held inside a transaction, never read as left behind."""
+    task_id = backend.enqueue()
+    assert store.claim(worker).task.id == task_id
+    store.rollback_and_begin(worker)
+    assert backend.in_transaction(worker)
+    rescuer = backend.worker(executor=False)
+    store.begin(rescuer)
+    assert store.find_orphans(rescuer, 10, check_session_locks=True) == []
+    store.rollback(rescuer)
+    assert store.fail_and_retry(worker, task_id, model.FALHA, "failed", 60) is not None
+    store.commit(worker)
+    assert backend.row(task_id)["status"] == model.FALHA
+
+
+@on(*LOCKING)
 def test_a_killed_worker_leaves_an_orphan(backend, store, worker):
     task_id = backend.enqueue()
     victim = backend.worker()
