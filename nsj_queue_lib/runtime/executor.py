@@ -615,7 +615,14 @@ class TaskExecutor:
         their locks), then each attempt is recorded as 'falha_processando'
         with its next attempt due now. Returns how many were released.
         """
-        running = self.running_tasks()
+        with self._cond:
+            running = list(self._running.values())
+            # The release settles these attempts: their threads, woken by the end of their
+            # sessions, must not settle them too (as a lost connection, counted as a failure).
+            # A task already FINISHING is its thread's to settle.
+            releasing = [item for item in running if item.state == RUNNING]
+            for item in releasing:
+                item.state = ABANDONED
         if not running:
             return 0
         released = 0
@@ -634,7 +641,7 @@ class TaskExecutor:
             if self.group is not None:  # their groups' other tasks went with the sessions
                 for item in running:
                     self.group.given_up(item)
-            for item in running:
+            for item in releasing:
                 self.store.begin(admin)
                 try:
                     if (
