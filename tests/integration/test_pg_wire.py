@@ -20,6 +20,7 @@ from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import TaskRecord
 from tests.helpers.processes import enqueue, fetch_rows
+from tests.helpers.worker_harness import wait_until
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 INTRANS = psycopg.pq.TransactionStatus.INTRANS
@@ -281,6 +282,18 @@ def test_an_interrupted_read_closes_the_session_instead_of_leaving_results_behin
     # any more (the retry service's case).
     rows = {r["payload"]: r["status"] for r in fetch_rows(pg_autocommit, pg_queue.table)}
     assert rows in ({"a": "sucesso", "b": "processando"}, {"a": "processando", "b": "pendente"})
+    # Closing the socket does not wait for the server: a loaded one ends the backend
+    # (and frees its locks) a moment later.
+    wait_until(
+        lambda: (
+            pg_autocommit.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend_pid,)
+            ).fetchone()[0]
+            == 0
+        ),
+        timeout=10,
+        what="the closed session's backend to end",
+    )
     assert (
         pg_autocommit.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", (backend_pid,)
