@@ -29,6 +29,7 @@ from nsj_queue_lib.flow.limits import (
 from nsj_queue_lib.model import TaskRecord
 
 DIALECTS = ("postgres", "mysql")
+CAP_RECHECK_SECONDS = 1.0
 _NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
 
 
@@ -110,8 +111,8 @@ class LimitsStore:
             return LimitedClaim(None, None, rows, in_transaction=False)
         decisions = [decide(_state(row), now) for row in preview]
         if not any(d.start for d in decisions):
-            later = [d.wait for d in decisions if d.wait is not None]
-            return LimitedClaim(None, min(later) if later else None, in_transaction=False)
+            later = [_wait(d) for d in decisions]
+            return LimitedClaim(None, min(later), in_transaction=False)
         startable = [r["processo"] for r, d in zip(preview, decisions, strict=True) if d.start]
         states = self._lock_and_read(conn, startable)
         waits: list[float] = []
@@ -124,10 +125,7 @@ class LimitsStore:
                 if claimed is not None:
                     # When this processo may start its next task, to wake up then.
                     decision = Decision(False, wait_after_start(state, decision))
-            if decision.start:
-                waits.append(0.0)  # another processo may start one now
-            elif decision.wait is not None:
-                waits.append(decision.wait)
+            waits.append(0.0 if decision.start else _wait(decision))
         wait = min(waits) if waits else None
         if claimed is not None:
             return dataclasses.replace(claimed, wait=wait)
@@ -197,6 +195,14 @@ class LimitsStore:
             params = {"name": self.store.task_lock_name(conn, task_id)}
         rows = self._run(conn, "lock_task", params)
         return bool(rows) and next(iter(rows[0].values())) in (1, True)
+
+
+def _wait(decision: Decision) -> float:
+    """Seconds until a held-back processo may start a task. One held by max_concurrent
+    starts when a running task ends, which this worker is told of when the task ran
+    here (or was rescued here), and otherwise by a notification of new work: it is
+    looked at again after CAP_RECHECK_SECONDS all the same, in case none comes."""
+    return CAP_RECHECK_SECONDS if decision.wait is None else decision.wait
 
 
 def _state(row: dict[str, Any]) -> LimitState:
