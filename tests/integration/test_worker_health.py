@@ -38,7 +38,8 @@ def test_healthz_names_a_thread_that_died_while_the_worker_drains_its_task(
 
     port = free_port()
     worker = start_worker(execute, queue_metrics_port=port, queue_notify_thread_interval=0.05)
-    assert get_json(port, "/healthz") == (200, {"status": "ok"})
+    # "starting" until the runtime has registered its supervised threads.
+    wait_for(lambda: get_json(port, "/healthz") == (200, {"status": "ok"}), 10, "/healthz ok")
     enqueue(pg_dsn, pg_queue.table, [{}])
     assert started.wait(10)
     kill.set()
