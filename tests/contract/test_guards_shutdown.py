@@ -21,8 +21,10 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_a_handler_finishing_after_the_grace_period_commits_nothing(backend):
     started, finish = threading.Event(), threading.Event()
+    handler_conns = []
 
     def execute(payload, tarefa, bd_conn):
+        handler_conns.append(bd_conn)
         backend.execute(  # in the task's transaction: must never commit
             f"INSERT INTO {backend.exec_table} (task_id, chave, pid) VALUES (%s, %s, %s)",
             (tarefa["id"], tarefa["chave_externa"], os.getpid()),
@@ -40,6 +42,11 @@ def test_a_handler_finishing_after_the_grace_period_commits_nothing(backend):
 
     released = backend.row(task_id)
     assert (released["status"], released["reenfileirado"]) == ("falha_processando", True)
+    # The release ended the handler's session: its connection answers no more (the
+    # executor would also never commit an attempt taken from it, so without this check
+    # a release that left the session running would go unnoticed).
+    with pytest.raises(Exception):  # noqa: B017 - each driver names a lost session its own way
+        backend.execute("SELECT 1", conn=handler_conns[0])
     # Now the handler returns, and its executor tries to settle and commit the task.
     finish.set()
     runtime.executor.join(15)
