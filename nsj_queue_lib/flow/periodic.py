@@ -20,14 +20,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 UTC = datetime.timezone.utc
 SLOT_KEY = "slot"
 # Longest every_s: a year of seconds. A longer period is a cron expression's job.
 EVERY_S_MAX = 366 * 24 * 3600
+_MINUTE = datetime.timedelta(minutes=1)
+# Longer than any offset change (at most two hours, historically): a forward walk started
+# this long before a slot starts outside the repeated hour it may fall in.
+_DST_MARGIN = datetime.timedelta(hours=3)
+# Slots a forward walk may step over: three hours of a minutely schedule, and more.
+_FORWARD_STEPS = 1000
 CRONSIM_HINT = "cron= needs the cronsim package (pip install 'cronsim>=2.8,<3')"
 
 
@@ -138,19 +145,37 @@ class PeriodicSchedule:
         if self.every_s is not None:
             epoch = int(now.timestamp()) // self.every_s * self.every_s
             return datetime.datetime.fromtimestamp(epoch, UTC)
-        # Slots fall on whole minutes: the latest one before the next minute starts.
-        local = now.astimezone(self.zone).replace(second=0, microsecond=0)
-        edge = local + datetime.timedelta(minutes=1)
-        slot = next(_cronsim().CronSim(self.cron, edge, reverse=True))
-        return slot.astimezone(UTC)
+        # Slots fall on whole minutes: the latest one before the next minute starts. The
+        # minute is counted in UTC: wall-clock arithmetic in the zone loses the fold of a
+        # repeated hour (the night clocks go back), which put this an hour off.
+        edge = now.astimezone(UTC).replace(second=0, microsecond=0) + _MINUTE
+        candidate = next(_cronsim().CronSim(self.cron, edge.astimezone(self.zone), reverse=True))
+        # cronsim's reverse walk may still misread a repeated hour: settle it forward from a
+        # point before any offset change around it, as the schedule runs.
+        latest = None
+        for slot in self._forward(candidate.astimezone(UTC) - _DST_MARGIN):
+            if slot > now:
+                break
+            latest = slot
+        return candidate.astimezone(UTC) if latest is None else latest
 
     def next_after(self, now: datetime.datetime) -> datetime.datetime:
         """The first slot strictly after ``now`` (aware), in UTC."""
         if self.every_s is not None:
             epoch = (int(now.timestamp()) // self.every_s + 1) * self.every_s
             return datetime.datetime.fromtimestamp(epoch, UTC)
-        local = now.astimezone(self.zone)
-        return next(_cronsim().CronSim(self.cron, local)).astimezone(UTC)
+        # Inside a repeated hour cronsim starts from the hour's first pass, an hour early:
+        # skip what it gives up to ``now`` (never a slot in the past, hence no busy loop).
+        for slot in self._forward(now):
+            if slot > now:
+                return slot
+        raise ValueError(f"{self.describe()}: no slot after {now.isoformat()}")
+
+    def _forward(self, start: datetime.datetime) -> Iterator[datetime.datetime]:
+        """The cron slots from ``start`` on, in UTC (a bounded walk)."""
+        slots = _cronsim().CronSim(self.cron, start.astimezone(self.zone))
+        for slot in itertools.islice(slots, _FORWARD_STEPS):
+            yield slot.astimezone(UTC)
 
     def task_payload(self, slot: datetime.datetime) -> dict[str, Any]:
         return {**(self.payload or {}), SLOT_KEY: slot.astimezone(UTC).isoformat()}

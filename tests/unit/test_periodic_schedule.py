@@ -155,3 +155,40 @@ def test_a_wall_clock_time_that_repeats_or_is_skipped_gives_one_slot():
             if slot > taken[-1]:
                 taken.append(slot)
         assert len(taken) == 2, taken
+
+
+def continuous_slots(s: PeriodicSchedule, start: datetime.datetime, hours: int) -> list:
+    """The schedule's slots in UTC, walked forward without a break from well before
+    ``start`` (how cronsim runs it): the reference for the slot arithmetic."""
+    import cronsim
+
+    walk = cronsim.CronSim(s.cron, (start - datetime.timedelta(days=2)).astimezone(s.zone))
+    slots = []
+    for slot in walk:
+        slots.append(slot.astimezone(UTC))
+        if slots[-1] > start + datetime.timedelta(days=2, hours=hours):
+            return slots
+    raise AssertionError("a schedule without slots")
+
+
+@pytest.mark.parametrize("cron", ["*/15 * * * *", "30 1 * * *", "* * * * *", "0 2 * * *"])
+@pytest.mark.parametrize(
+    "zone, start",
+    [
+        ("America/New_York", at(2026, 11, 1, 4)),  # 02:00 EDT -> 01:00 EST at 06:00 UTC
+        ("Europe/Berlin", at(2026, 10, 25, 0)),  # 03:00 CEST -> 02:00 CET at 01:00 UTC
+        ("Australia/Lord_Howe", at(2026, 4, 4, 13)),  # back by 30 minutes
+        ("America/New_York", at(2026, 3, 8, 5)),  # spring forward
+    ],
+)
+def test_slots_across_the_nights_clocks_move_match_the_schedule_run_forward(cron, zone, start):
+    """The night clocks go back, latest_due gave a slot 46 minutes ahead (taking it early
+    and skipping the repeated hour's slots) and next_after one in the past (a busy loop)."""
+    import bisect
+
+    s = PeriodicSchedule("p", cron=cron, cron_tz=zone)
+    slots = continuous_slots(s, start, 4)
+    for step in range(4 * 60 * 2):
+        now = start + datetime.timedelta(seconds=30 * step)
+        i = bisect.bisect_right(slots, now)
+        assert (s.latest_due(now), s.next_after(now)) == (slots[i - 1], slots[i]), now
