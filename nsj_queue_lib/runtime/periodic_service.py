@@ -44,6 +44,23 @@ def utc_now() -> datetime.datetime:
     return datetime.datetime.now(UTC)
 
 
+def slot_task_row(
+    schedule: PeriodicSchedule, slot: datetime.datetime, queue_name: str
+) -> dict[str, Any]:
+    """The task of ``schedule``'s ``slot`` (also what ``InMemoryQueue.enqueue_slot`` inserts):
+    the client's checks and row shape, as ``insert_task`` would write it."""
+    return _task_row(
+        {
+            "origem": ORIGEM,
+            "destino": queue_name,
+            "processo": schedule.processo,
+            "chave_externa": slot.isoformat(),
+            "payload": schedule.task_payload(slot),
+        },
+        pub_sub=False,
+    )
+
+
 class PeriodicEnqueuer:
     name = "periodic"
 
@@ -129,17 +146,7 @@ class PeriodicEnqueuer:
             if not self.periodic_store.take_slot(conn, schedule.processo, slot_key(slot)):
                 conn.rollback()
                 return None
-            # The client's checks and row shape: the task is what insert_task would write.
-            row = _task_row(
-                {
-                    "origem": ORIGEM,
-                    "destino": self.settings.queue_name,
-                    "processo": schedule.processo,
-                    "chave_externa": slot.isoformat(),
-                    "payload": schedule.task_payload(slot),
-                },
-                pub_sub=False,
-            )
+            row = slot_task_row(schedule, slot, self.settings.queue_name)
             task_id = self.store.insert_task(conn, row)
             self.periodic_store.record_task(conn, schedule.processo, task_id)
             conn.commit()

@@ -15,8 +15,9 @@ import random
 from typing import TYPE_CHECKING, Any, cast
 
 from nsj_queue_lib import model
-from nsj_queue_lib.context import TaskContext, running
+from nsj_queue_lib.context import CANCEL_REQUESTED, TaskContext, running
 from nsj_queue_lib.exceptions import TaskCancelled
+from nsj_queue_lib.flow.periodic import PeriodicSchedule
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.pubsub import publish
 from nsj_queue_lib.retry_policy import RetryPolicies, bounded
@@ -26,6 +27,7 @@ from nsj_queue_lib.runtime.executor import (
     TaskTimeout,
     record_failure,
 )
+from nsj_queue_lib.runtime.periodic_service import slot_task_row
 from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.testing.store import UTC, MemoryConnection, MemoryStore, Row
 
@@ -65,6 +67,8 @@ class InMemoryQueue:
         self.rng = rng if rng is not None else random.Random()
         start = now or datetime.datetime.now(UTC)
         self.store = MemoryStore(start if start.tzinfo else start.replace(tzinfo=UTC))
+        self.store.on_cancel_requested = self._cancel_requested
+        self._running: dict[int, TaskContext] = {}  # the attempt a handler runs now
 
     # -- enqueue and subscribe --
 
@@ -97,6 +101,32 @@ class InMemoryQueue:
                 created_at=self.now,
             )
         )
+
+    def enqueue_slot(
+        self, worker: WorkerBase, processo: str, slot: datetime.datetime | None = None
+    ) -> int | None:
+        """Enqueue the task of a periodic processo's slot (``@Task(cron=)``/``every_s=``), as
+        the workers' periodic thread does: ``slot`` (default: the latest due at ``now``) is
+        taken to the schedule's slot at or before it; None when this queue enqueued that
+        slot, or a later one, already (once per slot)."""
+        schedule = self._schedule(worker, processo)
+        due = schedule.latest_due(self.now if slot is None else _aware(slot))
+        taken = self.store.periodic_slots.get(processo)
+        if taken is not None and due <= taken:
+            return None
+        self.store.periodic_slots[processo] = due
+        row = slot_task_row(schedule, due, self.settings.queue_name)
+        return self.store.insert_task(self.connection(), row)
+
+    @staticmethod
+    def _schedule(worker: WorkerBase, processo: str) -> PeriodicSchedule:
+        schedules = {s.processo: s for s in worker.periodic_schedules()}
+        if processo not in schedules:
+            raise ValueError(
+                f"{type(worker).__name__} has no periodic processo {processo!r} "
+                f"(periodic: {sorted(schedules) or 'none'})"
+            )
+        return schedules[processo]
 
     # -- the clock --
 
@@ -169,6 +199,7 @@ class InMemoryQueue:
         staged: list[Row] = []
         conn = bd_conn if bd_conn is not None else MemoryConnection(self.store, staged)
         context = TaskContext(task.id, task.row.get("id_inicial"))
+        self._running[task.id] = context
         try:
             if task.row["pub_sub"] and task.row["publication_id"] is None and not task.dead:
                 # As WorkerBase.publish, on this store (the fan-out reads and inserts only).
@@ -180,17 +211,28 @@ class InMemoryQueue:
                         result = asyncio.run(result)
         except BaseException as exc:  # noqa: BLE001 - as the executor: any error fails the task
             _keep_progress(row, context)
-            if isinstance(exc, TaskCancelled):  # as the executor: 'cancelada', not retried
+            # As the executor: 'cancelada', not retried, when it stopped on a cancel request
+            # (or raised TaskCancelled itself), or failed in any way after one.
+            if isinstance(exc, TaskCancelled) or row.get("cancel_requested"):
                 row.update(status=model.CANCELADA, mensagem=CANCELLED_WHILE_RUNNING)
                 return
             # record_failure calls only the fail_* methods, which MemoryStore has.
             error = str(exc) if isinstance(exc, TaskTimeout) else exc
             record_failure(cast("WorkerStore", self.store), None, policies, task, error)
             return
+        finally:
+            self._running.pop(task.id, None)
         _keep_progress(row, context)
         self.store.keep(staged)
         message = DEFAULT_SUCCESS_MESSAGE if result is None else str(result)
         row.update(status=model.SUCESSO, mensagem=bounded(message, model.MENSAGEM_LIMIT))
+
+    def _cancel_requested(self, attempt_id: int) -> None:
+        """``QueueClient.cancel_task`` on the running attempt: its handler is asked to stop
+        (``check_cancelled()`` raises, a pipeline stops at its next ``yield``)."""
+        context = self._running.get(attempt_id)
+        if context is not None:
+            context.request_stop(CANCEL_REQUESTED)
 
     # -- looking --
 
@@ -213,6 +255,10 @@ class InMemoryQueue:
         for row in self.store.rows.values():
             counts[row["status"]] = counts.get(row["status"], 0) + 1
         return counts
+
+
+def _aware(moment: datetime.datetime) -> datetime.datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _keep_progress(row: Row, context: TaskContext) -> None:

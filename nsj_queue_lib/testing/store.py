@@ -10,7 +10,7 @@ the store's clock, which only moves when told to.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
@@ -73,6 +73,9 @@ class MemoryStore:
         self.rows: dict[int, Row] = {}
         self.subscribers: list[Row] = []
         self._next_id = 1
+        # Told the id of a running attempt whose cancel was requested (InMemoryQueue).
+        self.on_cancel_requested: Callable[[int], None] = lambda attempt_id: None
+        self.periodic_slots: dict[str, datetime.datetime] = {}  # processo -> latest enqueued
 
     # -- rows --
 
@@ -145,6 +148,33 @@ class MemoryStore:
     def get_task(self, conn: MemoryConnection, task_id: int) -> Row | None:
         row = self.rows.get(task_id)
         return None if row is None else self.resolved(row)
+
+    def task_view(self, conn: MemoryConnection, task_id: int, lock: bool = False) -> Row | None:
+        """The latest attempt of the task ``task_id`` belongs to (``QueueClient.get_task``)."""
+        row = self.rows.get(task_id)
+        if row is None:
+            return None
+        first = row["id_inicial"] or row["id"]
+        attempts = [r for r in self.rows.values() if r["id"] == first or r["id_inicial"] == first]
+        latest: Row = dict.fromkeys(model.LIFECYCLE_COLUMNS)  # progress: none reported
+        latest.update(max(attempts, key=lambda r: r["id"]), id_inicial=first)
+        latest["cancel_requested"] = bool(latest["cancel_requested"])
+        return latest
+
+    def cancel_attempt(self, conn: MemoryConnection, attempt_id: int, mensagem: str) -> str | None:
+        """As the queue table's statement: a waiting attempt becomes 'cancelada', a running
+        one keeps running with its request recorded; None for a finished one."""
+        row = self.rows.get(attempt_id)
+        if row is None or row["status"] not in model.ACTIVE_STATUSES:
+            return None
+        row["cancel_requested"] = True
+        if row["status"] != model.PROCESSANDO:
+            row.update(status=model.CANCELADA, mensagem=mensagem)
+        return str(row["status"])
+
+    def notify_cancel(self, conn: MemoryConnection, attempt_id: int) -> None:
+        """The running attempt is asked to stop at once (a worker hears it within 2 s)."""
+        self.on_cancel_requested(attempt_id)
 
     def list_subscribers(
         self, conn: MemoryConnection, processo: str, tenant: int | None, grupo: str | None

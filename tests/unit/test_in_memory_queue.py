@@ -18,7 +18,9 @@ from nsj_queue_lib import (
     Task,
     WorkerBase,
     WorkerPubSubBase,
+    current_task,
 )
+from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.retry_policy import RetryPolicy
 from nsj_queue_lib.task import EXPONENTIAL
 from nsj_queue_lib.testing import InMemoryQueue
@@ -249,3 +251,118 @@ def test_the_async_example_runs_in_memory_as_its_docstring_says():
         ("sucesso", "PETR4: 42.0"),
         ("sucesso", "VALE3: 42.0"),
     ]
+
+
+# -- cancel_task and get_task, as on a database ------------------------------------------
+
+
+class Cancels(WorkerBase):
+    """Stands in for the code that cancels a running task from outside (a web request)."""
+
+    def __init__(self, queue: InMemoryQueue) -> None:
+        super().__init__()
+        self.client = QueueClient(queue.connection(), "public.fila")
+        self.trace: list[str] = []
+
+    @Task("pipeline")
+    def pipeline(self, payload, tarefa, bd_conn):
+        yield (1, 3)
+        self.trace.append(self.client.cancel_task(tarefa["id"]))  # returns "processando"
+        yield (2, 3)  # TaskCancelled is raised here
+        self.trace.append("never")
+
+    @Task("checks")
+    def checks(self, payload, tarefa, bd_conn):
+        self.client.cancel_task(tarefa["id"])
+        current_task().check_cancelled()
+        return "never"
+
+    @Task("fails_after")
+    def fails_after(self, payload, tarefa, bd_conn):
+        self.client.cancel_task(tarefa["id"])
+        raise RuntimeError("a failure after the cancel request")
+
+    @Task("ignores", max_retry=3, retry_base_s=60)
+    def ignores(self, payload, tarefa, bd_conn):
+        if tarefa["tentativa"] == 1:
+            raise RuntimeError("first attempt fails")
+        return "ran"
+
+    def execute(self, payload, tarefa, bd_conn):
+        return "ok"
+
+
+def test_cancel_task_and_get_task_work_on_an_in_memory_queue():
+    queue = InMemoryQueue(now=START)
+    worker = Cancels(queue)
+    client = worker.client
+    waiting = enqueue(queue, "other")
+    assert client.cancel_task(waiting) == "cancelada"  # never runs
+    running = {p: enqueue(queue, p) for p in ("pipeline", "checks", "fails_after")}
+    done = enqueue(queue, "other")
+    retried = enqueue(queue, "ignores")
+    queue.run(worker, advance_time=False)  # the retry of "ignores" waits a minute
+    assert worker.trace == ["processando"]
+    for task_id in running.values():
+        row = queue.task(task_id)
+        assert (row["status"], row["cancel_requested"]) == ("cancelada", True), row
+    assert queue.task(running["pipeline"])["progress_done"] == 2
+    assert client.cancel_task(done) == "sucesso"  # finished: left as it is
+    # A scheduled retry: get_task follows the task to its latest attempt, cancel_task too.
+    view = client.get_task(retried)
+    assert (view["status"], view["tentativa"], view["cancel_requested"]) == ("agendada", 2, False)
+    assert client.cancel_task(retried) == "cancelada"
+    assert queue.run(worker) == 0
+    assert client.get_task(retried)["status"] == "cancelada"
+    assert client.get_task(waiting) == {
+        "id_inicial": waiting,
+        "id": waiting,
+        "status": "cancelada",
+        "tentativa": 1,
+        "mensagem": "cancelled before it ran (QueueClient.cancel_task)",
+        "cancel_requested": True,
+        "progress": None,
+    }
+    assert client.get_task(10_000) is None
+    with pytest.raises(NotFoundError):
+        client.cancel_task(10_000)
+
+
+# -- periodic processos: a slot on demand ----------------------------------------------
+
+
+class Periodic(WorkerBase):
+    @Task("tick", cron="*/5 * * * *", cron_payload={"tenant": 7})
+    def tick(self, payload, tarefa, bd_conn):
+        return f"slot {json.loads(payload)['slot']}"
+
+    @Task("often", every_s=30)
+    def often(self, payload, tarefa, bd_conn):
+        return "often"
+
+    def execute(self, payload, tarefa, bd_conn):
+        return "ok"
+
+
+def test_enqueue_slot_enqueues_a_periodic_processos_slot_once():
+    queue = InMemoryQueue(now=START + datetime.timedelta(minutes=7, seconds=13))
+    worker = Periodic()
+    first = queue.enqueue_slot(worker, "tick")  # the slot due now: 12:05
+    assert queue.enqueue_slot(worker, "tick") is None  # once per slot
+    queue.advance(3 * 60)  # 12:10:13
+    second = queue.enqueue_slot(worker, "tick")
+    # An explicit moment is taken to its slot; an earlier slot than the latest: none.
+    assert queue.enqueue_slot(worker, "tick", START) is None
+    often = queue.enqueue_slot(worker, "often", datetime.datetime(2026, 3, 1, 13, 0, 45))
+    assert queue.run(worker) == 3
+    rows = [queue.task(task_id) for task_id in (first, second, often)]
+    assert [r["chave_externa"] for r in rows] == [
+        "2026-03-01T12:05:00+00:00",
+        "2026-03-01T12:10:00+00:00",
+        "2026-03-01T13:00:30+00:00",
+    ]
+    assert json.loads(rows[0]["payload"]) == {"tenant": 7, "slot": "2026-03-01T12:05:00+00:00"}
+    assert (rows[0]["origem"], rows[0]["processo"]) == ("nsj_queue_lib.periodic", "tick")
+    assert rows[1]["mensagem"] == "slot 2026-03-01T12:10:00+00:00"
+    with pytest.raises(ValueError, match="Periodic has no periodic processo 'other'"):
+        queue.enqueue_slot(worker, "other")
