@@ -106,6 +106,10 @@ class PeriodicEnqueuer:
 
     def seconds_to_next_slot(self) -> float:
         now = self.clock()
+        # A slot that fell due while the last round ran (a lock wait, a slow database) is
+        # enqueued now: sleeping until the next one would skip it for good.
+        if any(self._done.get(s.processo) != s.latest_due(now) for s in self.schedules):
+            return 0.0
         upcoming = min(s.next_after(now) for s in self.schedules)
         return min(max((upcoming - now).total_seconds(), 0.0), MAX_SLEEP_SECONDS)
 

@@ -98,7 +98,10 @@ def test_one_task_per_slot_across_workers_restarts_and_gaps(backend):
     assert json.loads(rows[1]["payload"]) == {"k": 1, "slot": "2026-11-24T09:05:00+00:00"}
     [marker] = periodic_rows(backend)
     assert (marker["last_slot"], marker["task_id"]) == (slot_key(at(9, 5)), rows[1]["id"])
-    # The sleep until the next slot: 09:10 is 3 minutes away, capped at a minute.
+    # The sleep after a round (a's finds 09:05 taken): 09:10 is 3 minutes away, capped at
+    # a minute. (Before its round, a's sleep is none: 09:05 is due and not looked at.)
+    assert a.seconds_to_next_slot() == 0.0
+    assert a.run_once() == []
     assert a.seconds_to_next_slot() == 60.0
     clock.now = at(9, 9, 59.5)
     assert a.seconds_to_next_slot() == pytest.approx(0.5)
@@ -125,6 +128,26 @@ def test_a_worker_dying_inside_its_enqueuing_transaction_leaves_the_slot_to_anot
     waiting.join(15)
     assert not waiting.is_alive()
     assert [r["id"] for r in backend.rows()] == enqueued and len(enqueued) == 1
+
+
+@DATABASE_BACKENDS
+def test_a_slot_that_fell_due_while_enqueuing_is_enqueued_without_sleeping(backend):
+    """An enqueue that took long (a lock wait, a slow database) must not sleep through a
+    slot that fell due meanwhile: it was skipped for good once the next one came."""
+    often = PeriodicSchedule("often", every_s=60)
+    clock = Clock(at(8, 47, 10))
+    a = enqueuer(backend, clock, (often,))
+    a.run_once()  # registers 08:47
+    clock.now = at(8, 48, 0.1)
+    assert len(a.run_once()) == 1  # 08:48
+    clock.now = at(8, 49, 2)  # the 08:49 slot came while the enqueue ran
+    assert a.seconds_to_next_slot() == 0.0
+    assert len(a.run_once()) == 1
+    assert a.seconds_to_next_slot() == pytest.approx(58.0)
+    assert [r["chave_externa"] for r in backend.rows()] == [
+        "2026-11-24T08:48:00+00:00",
+        "2026-11-24T08:49:00+00:00",
+    ]
 
 
 @PERIODIC_BACKENDS
