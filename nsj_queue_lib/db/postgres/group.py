@@ -1,11 +1,14 @@
 """Group commit on PostgreSQL.
 
-Per task, one short round trip: the savepoint the next handler rolls back to
-(``SAVEPOINT``, sent through libpq directly: no parameters, no rows). The
-group's successes are written in one statement at its end ('sucesso' and the
-liveness locks' release for all of them), then the claim function claims the
-next group and ``COMMIT AND CHAIN`` commits both, in one round trip: a group
-costs two round trips and one commit on top of its tasks.
+Per task, at most one short round trip: the savepoint the next handler rolls
+back to (``SAVEPOINT``, sent through libpq directly: no parameters, no rows),
+and only when the handler uses ``bd_conn``: it is sent right before the
+handler's first statement (first_use.py); a handler that sends none has
+nothing to roll back and costs no round trip at all. The group's successes
+are written in one statement at its end ('sucesso' and the liveness locks'
+release for all of them), then the claim function claims the next group and
+``COMMIT AND CHAIN`` commits both, in one round trip: a group costs two round
+trips and one commit on top of its tasks.
 
 Because the successes are written only at the end, a handler that commits or
 rolls back ``bd_conn`` would leave the group unable to tell whether the
@@ -51,24 +54,45 @@ class PostgresGroupOps:
         )
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+        _disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
         rows = self.store.claim_call(conn, None, None, limit, b"COMMIT AND CHAIN", begin=True)
         return self._claims(conn, rows)
 
     def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
-        pass  # written with the group's commit
+        _disarm(conn)  # written with the group's commit
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
+        arm = getattr(conn, "arm_first_use", None)
+        if arm is None:  # not an executor's connection: set it now
+            self._set_savepoint(conn, group)
+            return
+
+        def at_first_statement() -> None:
+            try:
+                self._set_savepoint(conn, group)
+            except DatabaseError:
+                # The handler's own statement goes on (and fails the same way, the connection
+                # being gone); rolling back to the missing savepoint then fails, which settles
+                # the group from a fresh connection (GroupDrain._failed).
+                pass
+
+        arm(at_first_statement)
+
+    def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
             group.tx = self._exec(conn, _FIRST_SAVEPOINT, "savepoint")
         else:
             self._exec(conn, _SAVEPOINT, "savepoint")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
+        if _disarm(conn):
+            return  # the handler sent no statement: nothing of it to roll back
         self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
 
     def commit(
         self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
     ) -> list[Claim]:
+        _disarm(conn)
         commit = b"COMMIT AND CHAIN" if claim_limit else b"COMMIT"
         if len(written) == 1:  # the claim function settles one task itself: one round trip
             [(task, mensagem)] = written
@@ -87,6 +111,7 @@ class PostgresGroupOps:
         return self._claims(conn, rows) if claim_limit else []
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
+        _disarm(conn)
         if group.tx is None:
             return None
         with wrap_driver_errors("transaction status"):
@@ -117,6 +142,13 @@ class PostgresGroupOps:
             locked = bool(row.pop("liveness_locked"))
             claims.append(Claim(TaskRecord.from_row(row), locked))
         return claims
+
+
+def _disarm(conn: Any) -> bool:
+    """The savepoint armed for the handler that just returned is no longer wanted; True when
+    it was never set (the handler sent no statement)."""
+    disarm = getattr(conn, "disarm_first_use", None)
+    return bool(disarm()) if disarm is not None else False
 
 
 GROUP_OPS_CLASS = PostgresGroupOps

@@ -1,0 +1,66 @@
+"""A hook run once, just before the next statement anything sends on a connection.
+
+Group commit (db/postgres/group.py) sets a savepoint before each handler of a
+group, so that a failing handler is rolled back alone. Most of the time the
+savepoint is a round trip for nothing: many handlers never use ``bd_conn``, and
+one that does not use it has nothing to roll back. So the group arms this hook
+instead, and the savepoint is sent only when the handler sends its first
+statement, right before it: the handler's writes and its failure's rollback are
+exactly what they were with the savepoint set in advance.
+
+Every statement psycopg sends goes through one of two places of the connection,
+which the hook wraps: ``_start_query`` (every cursor's ``execute``,
+``executemany``, ``stream``, ``copy``, a server cursor's declaration) and
+``_exec_command`` (``commit()``, ``rollback()``, ``transaction()``, a server
+cursor's fetches); ``pipeline()`` runs it before entering pipeline mode, where
+a blocking statement is not allowed. Statements sent through ``conn.pgconn``
+(libpq itself) bypass psycopg, and the hook: the worker's own claim round trips
+do, a handler must not (nor did it before: it is psycopg's private side).
+Both wrapped methods are psycopg internals (tested in
+tests/integration/test_first_use_hook.py against the pinned psycopg).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class FirstUseHook:
+    """Mixed into the executors' psycopg connections (``HandlerConnection``)."""
+
+    _nsjq_first_use: Callable[[], None] | None = None
+
+    def arm_first_use(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` before the next statement sent through psycopg (once)."""
+        self._nsjq_first_use = hook
+
+    def disarm_first_use(self) -> bool:
+        """Forget the hook; True when it was still armed (no statement was sent since)."""
+        armed = self._nsjq_first_use is not None
+        self._nsjq_first_use = None
+        return armed
+
+    def _nsjq_fire(self) -> None:
+        hook = self._nsjq_first_use
+        if hook is not None:
+            self._nsjq_first_use = None  # first: the hook's own statement must not recurse
+            hook()
+
+    # psycopg internals (generators driven by psycopg's wait loop): the hook runs when
+    # the generator is first advanced, before anything of the statement is sent.
+
+    def _start_query(self, *args: Any, **kwargs: Any) -> Any:
+        if self._nsjq_first_use is not None:
+            self._nsjq_fire()
+        return (yield from super()._start_query(*args, **kwargs))  # type: ignore[misc]
+
+    def _exec_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._nsjq_first_use is not None:
+            self._nsjq_fire()
+        return (yield from super()._exec_command(*args, **kwargs))  # type: ignore[misc]
+
+    def pipeline(self) -> Any:
+        if self._nsjq_first_use is not None:
+            self._nsjq_fire()
+        return super().pipeline()  # type: ignore[misc]
