@@ -12,8 +12,10 @@ Every statement psycopg sends goes through one of two places of the connection,
 which the hook wraps: ``_start_query`` (every cursor's ``execute``,
 ``executemany``, ``stream``, ``copy``, a server cursor's declaration) and
 ``_exec_command`` (``commit()``, ``rollback()``, ``transaction()``, a server
-cursor's fetches); ``pipeline()`` runs it before entering pipeline mode, where
-a blocking statement is not allowed. Statements sent through ``conn.pgconn``
+cursor's fetches); entering pipeline mode (``pipeline()``, and ``executemany``)
+runs it first, since a blocking statement is not allowed there. Should the
+hook fail anyway, the connection says so and group commit treats the handler
+as one without a savepoint. Statements sent through ``conn.pgconn``
 (libpq itself) bypass psycopg, and the hook: the worker's own claim round trips
 do, a handler must not (nor did it before: it is psycopg's private side).
 Both wrapped methods are psycopg internals (tested in
@@ -25,42 +27,59 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+# What became of an armed hook (``FirstUseHook.disarm_first_use``).
+UNUSED, RAN, FAILED = "unused", "ran", "failed"
+
 
 class FirstUseHook:
     """Mixed into the executors' psycopg connections (``HandlerConnection``)."""
 
     _nsjq_first_use: Callable[[], None] | None = None
+    _nsjq_first_use_state = UNUSED
 
     def arm_first_use(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` before the next statement sent through psycopg (once)."""
+        """Run ``hook`` before the next statement sent through psycopg (once). An exception
+        of the hook is kept (``disarm_first_use`` says FAILED) and the statement goes on."""
         self._nsjq_first_use = hook
+        self._nsjq_first_use_state = UNUSED
 
-    def disarm_first_use(self) -> bool:
-        """Forget the hook; True when it was still armed (no statement was sent since)."""
-        armed = self._nsjq_first_use is not None
+    def disarm_first_use(self) -> str:
+        """Forget the hook: UNUSED when no statement was sent since it was armed (it never
+        ran), RAN, or FAILED (it raised)."""
         self._nsjq_first_use = None
-        return armed
+        state, self._nsjq_first_use_state = self._nsjq_first_use_state, UNUSED
+        return state
 
     def _nsjq_fire(self) -> None:
         hook = self._nsjq_first_use
-        if hook is not None:
-            self._nsjq_first_use = None  # first: the hook's own statement must not recurse
+        if hook is None:
+            return
+        self._nsjq_first_use = None  # first: the hook's own statement must not recurse
+        try:
             hook()
+        except Exception:  # noqa: BLE001 - told by disarm_first_use, not to the handler
+            self._nsjq_first_use_state = FAILED
+        else:
+            self._nsjq_first_use_state = RAN
 
     # psycopg internals (generators driven by psycopg's wait loop): the hook runs when
     # the generator is first advanced, before anything of the statement is sent.
 
     def _start_query(self, *args: Any, **kwargs: Any) -> Any:
-        if self._nsjq_first_use is not None:
-            self._nsjq_fire()
+        self._nsjq_fire()
         return (yield from super()._start_query(*args, **kwargs))  # type: ignore[misc]
 
     def _exec_command(self, *args: Any, **kwargs: Any) -> Any:
-        if self._nsjq_first_use is not None:
-            self._nsjq_fire()
+        self._nsjq_fire()
         return (yield from super()._exec_command(*args, **kwargs))  # type: ignore[misc]
 
+    # Pipeline mode refuses the hook's blocking statement: it runs before entering it
+    # (``pipeline()``; ``_pipeline_nolock()``, entered by ``executemany``).
+
     def pipeline(self) -> Any:
-        if self._nsjq_first_use is not None:
-            self._nsjq_fire()
+        self._nsjq_fire()
         return super().pipeline()  # type: ignore[misc]
+
+    def _pipeline_nolock(self) -> Any:
+        self._nsjq_fire()
+        return super()._pipeline_nolock()  # type: ignore[misc]

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import pq
 
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
+from nsj_queue_lib.db.postgres import first_use
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -67,16 +68,9 @@ class PostgresGroupOps:
             self._set_savepoint(conn, group)
             return
 
-        def at_first_statement() -> None:
-            try:
-                self._set_savepoint(conn, group)
-            except DatabaseError:
-                # The handler's own statement goes on (and fails the same way, the connection
-                # being gone); rolling back to the missing savepoint then fails, which settles
-                # the group from a fresh connection (GroupDrain._failed).
-                pass
-
-        arm(at_first_statement)
+        # Should it fail, the handler's statement goes on (the connection says FAILED); if
+        # the handler fails too, rollback_to_savepoint raises.
+        arm(lambda: self._set_savepoint(conn, group))
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
@@ -85,8 +79,13 @@ class PostgresGroupOps:
             self._exec(conn, _SAVEPOINT, "savepoint")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
-        if _disarm(conn):
+        state = _disarm(conn)
+        if state == first_use.UNUSED:
             return  # the handler sent no statement: nothing of it to roll back
+        if state == first_use.FAILED:
+            # Not to an earlier handler's savepoint of the same name: the group's transaction
+            # is given up and its tasks settled from a fresh connection (GroupDrain._failed).
+            raise DatabaseError("rollback to savepoint failed: the savepoint could not be set")
         self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
 
     def commit(
@@ -144,11 +143,11 @@ class PostgresGroupOps:
         return claims
 
 
-def _disarm(conn: Any) -> bool:
-    """The savepoint armed for the handler that just returned is no longer wanted; True when
-    it was never set (the handler sent no statement)."""
+def _disarm(conn: Any) -> str:
+    """The savepoint armed for the handler that just returned is no longer wanted: whether it
+    was set (first_use.RAN, or FAILED), or never (UNUSED: the handler sent no statement)."""
     disarm = getattr(conn, "disarm_first_use", None)
-    return bool(disarm()) if disarm is not None else False
+    return str(disarm()) if disarm is not None else first_use.RAN  # set at once (savepoint)
 
 
 GROUP_OPS_CLASS = PostgresGroupOps
