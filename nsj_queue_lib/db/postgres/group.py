@@ -25,8 +25,9 @@ import psycopg
 from psycopg import pq
 
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
-from nsj_queue_lib.db.postgres import first_use
+from nsj_queue_lib.db.postgres import first_use, group_wire
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.db.postgres.wire import RoundTripError
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -40,19 +41,7 @@ _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 class PostgresGroupOps:
     def __init__(self, store: PostgresQueueStore):
         self.store = store
-        self._settle = (
-            "WITH done AS ("
-            " SELECT * FROM unnest(%(ids)s::bigint[], %(mensagens)s::text[]) AS m(id, mensagem)"
-            "), settled AS ("
-            f" UPDATE {store.queue_table} AS t SET status = 'sucesso', mensagem = done.mensagem"
-            # = ANY: an index scan by id, whatever the table's statistics say.
-            " FROM done WHERE t.id = ANY(%(ids)s::bigint[]) AND t.id = done.id"
-            " AND t.status = 'processando' RETURNING t.id"
-            ") SELECT (SELECT count(*) FROM settled),"
-            # Advisory unlocks are not transactional, as in the claim function.
-            " count(*) FILTER (WHERE pg_advisory_unlock(%(queue_key)s, (done.id %% %(modulus)s)::int4))"
-            " FROM done"
-        )
+        self._settle = group_wire.settle_statement(store.queue_table)
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
         _disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
@@ -97,16 +86,29 @@ class PostgresGroupOps:
             [(task, mensagem)] = written
             rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)
             return self._claims(conn, rows) if claim_limit else []
-        if written:
-            params = {
-                "ids": [task.id for task, _ in written],
-                "mensagens": [mensagem for _, mensagem in written],
-                "queue_key": self.store.queue_key,
-                "modulus": 2**31,
-            }
-            with wrap_driver_errors("complete_tasks"):
-                conn.execute(self._settle, params)
-        rows = self.store.claim_call(conn, None, None, claim_limit, commit)
+        if not written:
+            rows = self.store.claim_call(conn, None, None, claim_limit, commit)
+            return self._claims(conn, rows) if claim_limit else []
+        store = self.store
+        if store._claim_call.unnamed and not self._settle.unnamed:
+            # The claim found its prepared statement gone in a new transaction (a pooler in
+            # transaction mode): so would this one be, prepared on another server connection.
+            self._settle.unnamed = True
+            self._settle._states.clear()
+        claim = (None, None, store.queue_key, 0, claim_limit, store._handled_array)
+        with wrap_driver_errors("complete_tasks"):
+            try:
+                _, rows = group_wire.run(
+                    conn,
+                    [
+                        (self._settle, group_wire.settle_params(written, store.queue_key)),
+                        (store._claim_call, claim),
+                    ],
+                    commit,
+                )
+            except RoundTripError as exc:
+                store._unlock_uncommitted_claim(conn, exc.rows)
+                raise exc.error from None
         return self._claims(conn, rows) if claim_limit else []
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
