@@ -594,7 +594,11 @@ class PostgresQueueStore:
             conn.execute("ROLLBACK AND CHAIN")
 
     def in_transaction(self, conn) -> bool:
-        return bool(conn.info.transaction_status != pq.TransactionStatus.IDLE)
+        # Asked twice per task on the hot path: libpq's status, without building the
+        # ConnectionInfo that ``conn.info`` makes on every access (psycopg 3).
+        pgconn = getattr(conn, "pgconn", None)
+        status = conn.info.transaction_status if pgconn is None else pgconn.transaction_status
+        return bool(status != pq.TransactionStatus.IDLE)
 
     def unlock_task(self, conn, task_id: int) -> None:
         params = {"queue_key": self._queue_key, "task_key": self.task_key(task_id)}
