@@ -492,7 +492,11 @@ class PostgresQueueStore:
         params = (done_id, mensagem, self._queue_key, done_key, claim_limit, self._handled_array)
         with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
-                return (yield from self._claim_call.steps(conn, params, commit, begin=begin))
+                # A transaction of its own holds the claim alone: its commit need not wait for
+                # the disk (the task's own commit, chained after it, does, and makes the claim
+                # durable with it). Half a millisecond or more off every idle worker's latency.
+                steps = self._claim_call.steps(conn, params, commit, begin=begin, unflushed=begin)
+                return (yield from steps)
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
