@@ -3,13 +3,15 @@ way psycopg sends one (db/postgres/first_use.py): group commit's savepoint depen
 
 from __future__ import annotations
 
+import os
+
 import psycopg
 import pytest
 
 from nsj_queue_lib.db.postgres import first_use
 from nsj_queue_lib.db.postgres.driver import HandlerConnection
 
-TABLE = "nsjq_first_use"
+TABLE = f"nsjq_first_use_{os.getpid()}"  # one per xdist worker process
 
 
 @pytest.fixture
