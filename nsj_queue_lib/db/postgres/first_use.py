@@ -39,7 +39,11 @@ class FirstUseHook:
 
     def arm_first_use(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` before the next statement sent through psycopg (once). An exception
-        of the hook is kept (``disarm_first_use`` says FAILED) and the statement goes on."""
+        of the hook is kept (``disarm_first_use`` says FAILED) and the statement goes on.
+
+        The hook runs with psycopg's connection lock held: it must send its statement
+        through libpq (``conn.pgconn``), never through psycopg (which would wait for the
+        lock forever)."""
         self._nsjq_first_use = hook
         self._nsjq_first_use_state = UNUSED
 

@@ -57,6 +57,7 @@ class PostgresGroupOps:
             self._set_savepoint(conn, group)
             return
 
+        # _set_savepoint talks to libpq directly, as the hook must (psycopg's lock is held).
         # Should it fail, the handler's statement goes on (the connection says FAILED); if
         # the handler fails too, rollback_to_savepoint raises.
         arm(lambda: self._set_savepoint(conn, group))
