@@ -27,13 +27,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path({tree!r}) / "benchmarks"))
 import bench_mysql
 db = bench_mysql.Database({kind!r}, {dsn!r})
-d = bench_mysql.bench_drain(db, {processes}, {executors}, {{}}, {count}, Path({logs!r}))
-print(d.rate)
+d = bench_mysql.bench_drain(db, {processes}, {executors}, {env!r}, {count}, Path({logs!r}))
+print(d.rate, d.worker_ms_per_1k, d.db_ms_per_1k)
 """
 
 
-def drain(tree: str, kind: str, dsn: str, processes: int, executors: int, count: int) -> float:
-    """Tasks per second of one drain with the library of ``tree``."""
+def drain(
+    tree: str,
+    kind: str,
+    dsn: str,
+    processes: int,
+    executors: int,
+    count: int,
+    env: dict[str, str] | None = None,
+) -> tuple[float, float, float]:
+    """Tasks per second of one drain with the library of ``tree``, and the CPU per 1,000
+    tasks (ms) of the workers and of the database server."""
     with tempfile.TemporaryDirectory() as logs:
         code = _DRAIN.format(
             tree=tree,
@@ -43,6 +52,7 @@ def drain(tree: str, kind: str, dsn: str, processes: int, executors: int, count:
             executors=executors,
             count=count,
             logs=logs,
+            env=env or {},
         )
         env = dict(os.environ, PYTHONPATH=tree)
         out = subprocess.run(
@@ -50,7 +60,8 @@ def drain(tree: str, kind: str, dsn: str, processes: int, executors: int, count:
         )
         if out.returncode != 0:
             raise RuntimeError(f"drain with {tree} failed: {out.stderr[-2000:]}")
-        return float(out.stdout.strip().splitlines()[-1])
+        rate, worker, server = out.stdout.strip().splitlines()[-1].split()
+        return float(rate), float(worker), float(server)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,22 +81,30 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1:3306/test"),
     )
     parser.add_argument("--only", choices=("postgres", "mariadb"))
+    parser.add_argument(
+        "--env", action="append", default=[], help="KEY=VALUE for the workers (repeatable)"
+    )
     args = parser.parse_args(argv)
     databases = {"postgres": args.pg_dsn, "mariadb": args.mysql_dsn}
     if args.only:
         databases = {args.only: databases[args.only]}
+    env = dict(item.split("=", 1) for item in args.env)
     sides = {"before": args.before, "after": args.after}
-    rates = {kind: {side: [] for side in sides} for kind in databases}
+    rates: dict[str, dict[str, list[float]]] = {k: {s: [] for s in sides} for k in databases}
+    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {
+        k: {s: [] for s in sides} for k in databases
+    }
     ratios: dict[str, list[float]] = {kind: [] for kind in databases}
     for number in range(args.rounds):
         order = list(sides) if number % 2 == 0 else list(sides)[::-1]
         for kind, dsn in databases.items():
             got = {}
             for side in order:
-                got[side] = drain(
-                    sides[side], kind, dsn, args.processes, args.executors, args.count
+                got[side], *used = drain(
+                    sides[side], kind, dsn, args.processes, args.executors, args.count, env
                 )
                 rates[kind][side].append(got[side])
+                cpu[kind][side].append((used[0], used[1]))
             ratios[kind].append(got["after"] / got["before"])
             print(
                 f"round {number + 1} {kind}: before {got['before']:,.0f}/s "
@@ -101,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(rates[kind]['after']):,.0f}/s, after/before per round median "
             f"{statistics.median(r):.3f} ({min(r):.3f}-{max(r):.3f})"
         )
+        for side in sides:
+            used = cpu[kind][side]
+            print(
+                f"  {side}: CPU per 1,000 tasks, medians: workers "
+                f"{statistics.median(u[0] for u in used):,.0f} ms, database server "
+                f"{statistics.median(u[1] for u in used):,.0f} ms"
+            )
     return 0
 
 

@@ -42,10 +42,13 @@ class GroupOps(Protocol):
         ...
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
-        """The savepoint the next handler rolls back to when it fails."""
+        """The savepoint the next handler rolls back to when it fails (PostgreSQL sets it
+        only before the handler's first statement: db/postgres/first_use.py)."""
         ...
 
-    def rollback_to_savepoint(self, conn: Any) -> None: ...
+    def rollback_to_savepoint(self, conn: Any) -> None:
+        """Undo what the handler since ``savepoint`` sent (nothing to do if it sent nothing)."""
+        ...
 
     def commit(
         self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int

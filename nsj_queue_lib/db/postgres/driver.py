@@ -23,6 +23,7 @@ from nsj_queue_lib.db.driver import (
     TaskSource,
     exception_chain,
 )
+from nsj_queue_lib.db.postgres.first_use import FirstUseHook
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
@@ -120,8 +121,9 @@ def access_refused(exc: psycopg.Error) -> DatabaseAccessError | None:
     return None
 
 
-class HandlerConnection(LegacyConnAttribute, psycopg.Connection[Any]):
-    """The executors' connections: ``bd_conn.conn`` works as it did in 1.2.2 (dbapi.py)."""
+class HandlerConnection(FirstUseHook, LegacyConnAttribute, psycopg.Connection[Any]):
+    """The executors' connections: ``bd_conn.conn`` works as it did in 1.2.2 (dbapi.py); group
+    commit sets a handler's savepoint at its first statement (first_use.py)."""
 
 
 class _QuietPool(logging.Filter):

@@ -1,11 +1,14 @@
 """Group commit on PostgreSQL.
 
-Per task, one short round trip: the savepoint the next handler rolls back to
-(``SAVEPOINT``, sent through libpq directly: no parameters, no rows). The
-group's successes are written in one statement at its end ('sucesso' and the
-liveness locks' release for all of them), then the claim function claims the
-next group and ``COMMIT AND CHAIN`` commits both, in one round trip: a group
-costs two round trips and one commit on top of its tasks.
+Per task, at most one short round trip: the savepoint the next handler rolls
+back to (``SAVEPOINT``, sent through libpq directly: no parameters, no rows),
+and only when the handler uses ``bd_conn``: it is sent right before the
+handler's first statement (first_use.py); a handler that sends none has
+nothing to roll back and costs no round trip at all. The group's successes
+are written in one statement at its end ('sucesso' and the liveness locks'
+release for all of them), then the claim function claims the next group and
+``COMMIT AND CHAIN`` commits both, in one round trip: a group costs two round
+trips and one commit on top of its tasks.
 
 Because the successes are written only at the end, a handler that commits or
 rolls back ``bd_conn`` would leave the group unable to tell whether the
@@ -22,7 +25,9 @@ import psycopg
 from psycopg import pq
 
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
+from nsj_queue_lib.db.postgres import first_use, group_wire
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.db.postgres.wire import RoundTripError
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -36,57 +41,79 @@ _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 class PostgresGroupOps:
     def __init__(self, store: PostgresQueueStore):
         self.store = store
-        self._settle = (
-            "WITH done AS ("
-            " SELECT * FROM unnest(%(ids)s::bigint[], %(mensagens)s::text[]) AS m(id, mensagem)"
-            "), settled AS ("
-            f" UPDATE {store.queue_table} AS t SET status = 'sucesso', mensagem = done.mensagem"
-            # = ANY: an index scan by id, whatever the table's statistics say.
-            " FROM done WHERE t.id = ANY(%(ids)s::bigint[]) AND t.id = done.id"
-            " AND t.status = 'processando' RETURNING t.id"
-            ") SELECT (SELECT count(*) FROM settled),"
-            # Advisory unlocks are not transactional, as in the claim function.
-            " count(*) FILTER (WHERE pg_advisory_unlock(%(queue_key)s, (done.id %% %(modulus)s)::int4))"
-            " FROM done"
-        )
+        self._settle = group_wire.settle_statement(store.queue_table)
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+        _disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
         rows = self.store.claim_call(conn, None, None, limit, b"COMMIT AND CHAIN", begin=True)
         return self._claims(conn, rows)
 
     def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
-        pass  # written with the group's commit
+        _disarm(conn)  # written with the group's commit
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
+        arm = getattr(conn, "arm_first_use", None)
+        if arm is None:  # not an executor's connection: set it now
+            self._set_savepoint(conn, group)
+            return
+
+        # _set_savepoint talks to libpq directly, as the hook must (psycopg's lock is held).
+        # Should it fail, the handler's statement goes on (the connection says FAILED); if
+        # the handler fails too, rollback_to_savepoint raises.
+        arm(lambda: self._set_savepoint(conn, group))
+
+    def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
             group.tx = self._exec(conn, _FIRST_SAVEPOINT, "savepoint")
         else:
             self._exec(conn, _SAVEPOINT, "savepoint")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
+        state = _disarm(conn)
+        if state == first_use.UNUSED:
+            return  # the handler sent no statement: nothing of it to roll back
+        if state == first_use.FAILED:
+            # Not to an earlier handler's savepoint of the same name: the group's transaction
+            # is given up and its tasks settled from a fresh connection (GroupDrain._failed).
+            raise DatabaseError("rollback to savepoint failed: the savepoint could not be set")
         self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
 
     def commit(
         self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
     ) -> list[Claim]:
+        _disarm(conn)
         commit = b"COMMIT AND CHAIN" if claim_limit else b"COMMIT"
         if len(written) == 1:  # the claim function settles one task itself: one round trip
             [(task, mensagem)] = written
             rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)
             return self._claims(conn, rows) if claim_limit else []
-        if written:
-            params = {
-                "ids": [task.id for task, _ in written],
-                "mensagens": [mensagem for _, mensagem in written],
-                "queue_key": self.store.queue_key,
-                "modulus": 2**31,
-            }
-            with wrap_driver_errors("complete_tasks"):
-                conn.execute(self._settle, params)
-        rows = self.store.claim_call(conn, None, None, claim_limit, commit)
+        if not written:
+            rows = self.store.claim_call(conn, None, None, claim_limit, commit)
+            return self._claims(conn, rows) if claim_limit else []
+        store = self.store
+        if store._claim_call.unnamed and not self._settle.unnamed:
+            # The claim found its prepared statement gone in a new transaction (a pooler in
+            # transaction mode): so would this one be, prepared on another server connection.
+            self._settle.unnamed = True
+            self._settle._states.clear()
+        claim = (None, None, store.queue_key, 0, claim_limit, store._handled_array)
+        with wrap_driver_errors("complete_tasks"):
+            try:
+                _, rows = group_wire.run(
+                    conn,
+                    [
+                        (self._settle, group_wire.settle_params(written, store.queue_key)),
+                        (store._claim_call, claim),
+                    ],
+                    commit,
+                )
+            except RoundTripError as exc:
+                store._unlock_uncommitted_claim(conn, exc.rows)
+                raise exc.error from None
         return self._claims(conn, rows) if claim_limit else []
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
+        _disarm(conn)
         if group.tx is None:
             return None
         with wrap_driver_errors("transaction status"):
@@ -117,6 +144,13 @@ class PostgresGroupOps:
             locked = bool(row.pop("liveness_locked"))
             claims.append(Claim(TaskRecord.from_row(row), locked))
         return claims
+
+
+def _disarm(conn: Any) -> str:
+    """The savepoint armed for the handler that just returned is no longer wanted: whether it
+    was set (first_use.RAN, or FAILED), or never (UNUSED: the handler sent no statement)."""
+    disarm = getattr(conn, "disarm_first_use", None)
+    return str(disarm()) if disarm is not None else first_use.RAN  # set at once (savepoint)
 
 
 GROUP_OPS_CLASS = PostgresGroupOps

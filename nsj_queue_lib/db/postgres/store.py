@@ -492,7 +492,11 @@ class PostgresQueueStore:
         params = (done_id, mensagem, self._queue_key, done_key, claim_limit, self._handled_array)
         with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
-                return (yield from self._claim_call.steps(conn, params, commit, begin=begin))
+                # A transaction of its own holds the claim alone: its commit need not wait for
+                # the disk (the task's own commit, chained after it, does, and makes the claim
+                # durable with it). Half a millisecond or more off every idle worker's latency.
+                steps = self._claim_call.steps(conn, params, commit, begin=begin, unflushed=begin)
+                return (yield from steps)
             except RoundTripError as exc:
                 self._unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
@@ -594,7 +598,11 @@ class PostgresQueueStore:
             conn.execute("ROLLBACK AND CHAIN")
 
     def in_transaction(self, conn) -> bool:
-        return bool(conn.info.transaction_status != pq.TransactionStatus.IDLE)
+        # Asked twice per task on the hot path: libpq's status, without building the
+        # ConnectionInfo that ``conn.info`` makes on every access (psycopg 3).
+        pgconn = getattr(conn, "pgconn", None)
+        status = conn.info.transaction_status if pgconn is None else pgconn.transaction_status
+        return bool(status != pq.TransactionStatus.IDLE)
 
     def unlock_task(self, conn, task_id: int) -> None:
         params = {"queue_key": self._queue_key, "task_key": self.task_key(task_id)}

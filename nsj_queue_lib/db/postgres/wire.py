@@ -50,6 +50,8 @@ _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
 _BINARY = pq.Format.BINARY
 _BAD = pq.ConnStatus.BAD
+_BEGIN = (b"BEGIN",)
+_BEGIN_UNFLUSHED = (b"BEGIN", b"SET LOCAL synchronous_commit = off")
 _READ = select.POLLIN
 _READ_WRITE = select.POLLIN | select.POLLOUT
 
@@ -200,9 +202,10 @@ class PreparedRoundTrip:
         params: Sequence[Any],
         commit: bytes | None,
         begin: bool = False,
+        unflushed: bool = False,
     ) -> list[dict[str, Any]]:
         """``steps`` run blocking."""
-        return drive(conn, self.steps(conn, params, commit, begin))
+        return drive(conn, self.steps(conn, params, commit, begin, unflushed))
 
     def steps(
         self,
@@ -210,9 +213,14 @@ class PreparedRoundTrip:
         params: Sequence[Any],
         commit: bytes | None,
         begin: bool = False,
+        unflushed: bool = False,
     ) -> Steps[list[dict[str, Any]]]:
         """Execute the statement then ``commit`` (a transaction control statement) in one round
-        trip; with ``begin``, in a transaction the same round trip opens.
+        trip; with ``begin``, in a transaction the same round trip opens. With ``unflushed``
+        too, that transaction's commit does not wait for its WAL to reach the disk
+        (``SET LOCAL synchronous_commit = off``; a transaction chained to it is synchronous
+        again): its writes become durable with the session's next synchronous commit, which
+        comes after them in the WAL, or are lost with a server crash before it.
 
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
@@ -225,8 +233,9 @@ class PreparedRoundTrip:
             raise RoundTripError(psycopg.DataError(str(exc)), []) from exc  # nothing was sent
         pgconn.enter_pipeline_mode()
         try:
-            if begin:
-                pgconn.send_query_params(b"BEGIN", None)
+            opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
+            for sql in opening:
+                pgconn.send_query_params(sql, None)
             if fresh:
                 pgconn.send_prepare(state.name, self._sql_bytes)
             if state.name:
@@ -237,7 +246,10 @@ class PreparedRoundTrip:
                 pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
             yield from _flush(pgconn)
-            began = (yield from _next_results(pgconn)) if begin else None
+            began = None  # the opening's first failure, or its last result
+            for _sql in opening:
+                reply = yield from _next_results(pgconn)
+                began = reply if began is None or _status(began) == _COMMAND_OK else began
             prepared = (yield from _next_results(pgconn)) if fresh else None
             statement = yield from _next_results(pgconn)
             committed = (yield from _next_results(pgconn)) if commit is not None else None
@@ -257,7 +269,7 @@ class PreparedRoundTrip:
             error = _error(failed, conn)
             if begin and state.name and isinstance(error, psycopg.errors.InvalidSqlStatementName):
                 self._go_unnamed(conn)
-                return self.run(conn, params, commit, begin)
+                return self.run(conn, params, commit, begin, unflushed)
             if isinstance(error, _REPREPARE):
                 self.forget(conn)
             raise RoundTripError(error, [])

@@ -1,0 +1,89 @@
+"""A hook run once, just before the next statement anything sends on a connection.
+
+Group commit (db/postgres/group.py) sets a savepoint before each handler of a
+group, so that a failing handler is rolled back alone. Most of the time the
+savepoint is a round trip for nothing: many handlers never use ``bd_conn``, and
+one that does not use it has nothing to roll back. So the group arms this hook
+instead, and the savepoint is sent only when the handler sends its first
+statement, right before it: the handler's writes and its failure's rollback are
+exactly what they were with the savepoint set in advance.
+
+Every statement psycopg sends goes through one of two places of the connection,
+which the hook wraps: ``_start_query`` (every cursor's ``execute``,
+``executemany``, ``stream``, ``copy``, a server cursor's declaration) and
+``_exec_command`` (``commit()``, ``rollback()``, ``transaction()``, a server
+cursor's fetches); entering pipeline mode (``pipeline()``, and ``executemany``)
+runs it first, since a blocking statement is not allowed there. Should the
+hook fail anyway, the connection says so and group commit treats the handler
+as one without a savepoint. Statements sent through ``conn.pgconn``
+(libpq itself) bypass psycopg, and the hook: the worker's own claim round trips
+do, a handler must not (nor did it before: it is psycopg's private side).
+Both wrapped methods are psycopg internals (tested in
+tests/integration/test_first_use_hook.py against the pinned psycopg).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# What became of an armed hook (``FirstUseHook.disarm_first_use``).
+UNUSED, RAN, FAILED = "unused", "ran", "failed"
+
+
+class FirstUseHook:
+    """Mixed into the executors' psycopg connections (``HandlerConnection``)."""
+
+    _nsjq_first_use: Callable[[], None] | None = None
+    _nsjq_first_use_state = UNUSED
+
+    def arm_first_use(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` before the next statement sent through psycopg (once). An exception
+        of the hook is kept (``disarm_first_use`` says FAILED) and the statement goes on.
+
+        The hook runs with psycopg's connection lock held: it must send its statement
+        through libpq (``conn.pgconn``), never through psycopg (which would wait for the
+        lock forever)."""
+        self._nsjq_first_use = hook
+        self._nsjq_first_use_state = UNUSED
+
+    def disarm_first_use(self) -> str:
+        """Forget the hook: UNUSED when no statement was sent since it was armed (it never
+        ran), RAN, or FAILED (it raised)."""
+        self._nsjq_first_use = None
+        state, self._nsjq_first_use_state = self._nsjq_first_use_state, UNUSED
+        return state
+
+    def _nsjq_fire(self) -> None:
+        hook = self._nsjq_first_use
+        if hook is None:
+            return
+        self._nsjq_first_use = None  # first: the hook's own statement must not recurse
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - told by disarm_first_use, not to the handler
+            self._nsjq_first_use_state = FAILED
+        else:
+            self._nsjq_first_use_state = RAN
+
+    # psycopg internals (generators driven by psycopg's wait loop): the hook runs when
+    # the generator is first advanced, before anything of the statement is sent.
+
+    def _start_query(self, *args: Any, **kwargs: Any) -> Any:
+        self._nsjq_fire()
+        return (yield from super()._start_query(*args, **kwargs))  # type: ignore[misc]
+
+    def _exec_command(self, *args: Any, **kwargs: Any) -> Any:
+        self._nsjq_fire()
+        return (yield from super()._exec_command(*args, **kwargs))  # type: ignore[misc]
+
+    # Pipeline mode refuses the hook's blocking statement: it runs before entering it
+    # (``pipeline()``; ``_pipeline_nolock()``, entered by ``executemany``).
+
+    def pipeline(self) -> Any:
+        self._nsjq_fire()
+        return super().pipeline()  # type: ignore[misc]
+
+    def _pipeline_nolock(self) -> Any:
+        self._nsjq_fire()
+        return super()._pipeline_nolock()  # type: ignore[misc]
