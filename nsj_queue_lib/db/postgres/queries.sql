@@ -123,11 +123,15 @@ LEFT JOIN {queue_table} AS first_attempt
 -- name: next_due
 -- Seconds until the next waiting row becomes ready, by the database's clock
 -- (NULL when none is waiting). A retry ('agendada') already due gives a
--- negative number: it must be promoted now. Each MIN reads one index entry.
+-- negative number: it must be promoted now. Each MIN reads one index entry:
+-- the instant is a sub-select (computed once, before the scan), because
+-- clock_timestamp() itself is volatile and cannot bound an index scan; written
+-- inline it made the planner read every ready row (58 ms on a backlog of
+-- 50,000, after every wake-up).
 SELECT extract(epoch FROM least(
     (SELECT min(data_hora) FROM {queue_table} WHERE status = 'agendada'),
     (SELECT min(data_hora) FROM {queue_table}
-      WHERE status = 'pendente' AND data_hora > clock_timestamp())
+      WHERE status = 'pendente' AND data_hora > (SELECT clock_timestamp()))
 ) - clock_timestamp())::float8 AS seconds
 
 -- name: complete_task
@@ -254,10 +258,14 @@ WHERE id IN (
 )
 
 -- name: count_stale_pending
+-- The oldest ready row, if it has waited too long: one index entry (the
+-- sub-select bounds the scan, as in next_due; the ORDER BY walks the due index
+-- from its oldest entry instead of every ready row of the claim index).
 SELECT count(*) FROM (
     SELECT 1 FROM {queue_table}
     WHERE status = 'pendente'
-      AND data_hora <= clock_timestamp() - make_interval(secs => %(wait_seconds)s)
+      AND data_hora <= (SELECT clock_timestamp() - make_interval(secs => %(wait_seconds)s))
+    ORDER BY data_hora
     LIMIT 1
 ) AS stale
 
