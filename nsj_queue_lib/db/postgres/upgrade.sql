@@ -48,3 +48,6 @@ $$;
 
 {periodic_table_ddl}
 {limits_table_ddl}
+
+-- The limited claim: the start of a task of a processo with limits.
+{limited_claim_ddl}
