@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.limits import CAP_RECHECK_SECONDS, RATE_CATCH_UP, limited_states
 from nsj_queue_lib.flow.lock_keys import CLAIM_ATTEMPTS, lock_key_free
@@ -19,6 +20,12 @@ from nsj_queue_lib.flow.lock_keys import CLAIM_ATTEMPTS, lock_key_free
 # Per dialect: the clock, and the parameter holding the open windows' hashes.
 _NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
 _OPEN_WINDOWS = {"postgres": "open_windows", "mysql": "p_open_windows"}
+# The claim routine versions of the previous release (1), as its workers check them
+# at start: its routine, made a call of this release's by --upgrade, keeps them.
+PREVIOUS_CLAIM_VERSIONS = {
+    "postgres": "nsj_queue_lib claim 9ac7ae8eeb854147",
+    "mysql": "nsj_queue_lib claim d8ff69fda4465378",
+}
 # The arguments, as in COMMENT ON FUNCTION (PostgreSQL).
 POSTGRES_ARGS = "(text[], text[], double precision, boolean, integer)"
 
@@ -59,3 +66,15 @@ def limited_claim_ddl(dialect: str, template_values: dict[str, str]) -> str:
     values["limited_claim"] = template_values["limited_claim"]
     values["limited_claim_version"] = limited_claim_version(dialect)
     return render(read_sql(dialect, "limited_claim.sql"), values).strip()
+
+
+def previous_claim_ddl(dialect: str, names: DdlNames) -> str:
+    """``db_gen --upgrade``: the previous release's claim routine made a call of this
+    release's (``previous_claim.sql``), so that its workers leave limited processos alone.
+    Written for release 1 next to release 2; a later release rethinks it."""
+    if CLAIM_ROUTINE_RELEASE != 2:
+        return ""
+    values = names.template_values()
+    values["previous_claim_function"] = names.old_routine_names()[1]
+    values["previous_claim_version"] = PREVIOUS_CLAIM_VERSIONS[dialect]
+    return render(read_sql(dialect, "previous_claim.sql"), values).strip()

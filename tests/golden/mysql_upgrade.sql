@@ -400,6 +400,30 @@ BEGIN
 END//
 DELIMITER ;
 
+-- The previous release's claim procedure (release 1, claim_next_<queue>),
+-- which its workers keep calling during a rolling upgrade, becomes a call of
+-- this release's: same arguments, result and version comment (those workers
+-- check it at start), so they start and claim as before, but never take a
+-- task of a processo with limits (they know nothing of limits), and skip a
+-- task the unique index of running lock keys refuses instead of failing.
+-- NULL handled subscribers: every delivery, as that release claimed them;
+-- one task per CALL, as that release claimed.
+DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
+DELIMITER //
+CREATE PROCEDURE public.claim_next_fila_teste(
+    IN p_task_id BIGINT,
+    IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
+    IN p_lock_prefix VARCHAR(64)
+)
+    MODIFIES SQL DATA
+    SQL SECURITY INVOKER
+    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
+BEGIN
+    SET @nsjq_claim_limit = NULL;
+    CALL public.claim_next_fila_teste_v2(p_task_id, p_mensagem, p_lock_prefix, NULL);
+END//
+DELIMITER ;
+
 -- The limited claim (per-processo limits) replaces an earlier build of itself.
 DROP PROCEDURE IF EXISTS public.claim_limited_fila_teste_v2;
 -- The limited claim (per-processo limits, docs/flow-control.md) in one CALL,

@@ -180,6 +180,25 @@ $$;
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
     IS 'nsj_queue_lib claim d8b70ac123cffbc2';
 
+-- The previous release's claim function (release 1, claim_next_<queue>),
+-- which its workers keep calling during a rolling upgrade, becomes a call of
+-- this release's: same arguments, result and version comment (those workers
+-- check it at start), so they start and claim as before, but never take a
+-- task of a processo with limits (they know nothing of limits), and skip a
+-- task the unique index of running lock keys refuses instead of failing.
+-- NULL handled subscribers: every delivery, as that release claimed them.
+CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
+    done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer
+)
+RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
+LANGUAGE sql
+AS $$
+    SELECT * FROM public.claim_next_fila_teste_v2(done_id, done_mensagem, lock_queue_key, done_task_key,
+                                   claim_limit, NULL)
+$$;
+COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
+    IS 'nsj_queue_lib claim 9ac7ae8eeb854147';
+
 CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     id varchar(100) NOT NULL PRIMARY KEY,
     tenant bigint,

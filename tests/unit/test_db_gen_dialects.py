@@ -188,16 +188,17 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
         r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics) WHERE "
         r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
         r"|CREATE TABLE IF NOT EXISTS "
-        r"|DROP PROCEDURE IF EXISTS public.claim_(next|limited)_fila_teste_v2$)"
+        r"|DROP PROCEDURE IF EXISTS public.claim_(next|limited)_fila_teste(_v2)?$)"
     )
     assert len(statements) >= 40
-    # The claim and limited claim procedures are replaced: each created once, right after
-    # its DROP ... IF EXISTS.
+    # The claim procedure, the previous release's (a call of this one's) and the limited
+    # claim are replaced: each created once, right after its DROP ... IF EXISTS.
     creates = [
         i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")
     ]
     assert [statements[i - 1] for i in creates] == [
         "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2",
+        "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste",
         "DROP PROCEDURE IF EXISTS public.claim_limited_fila_teste_v2",
     ]
     for i, statement in enumerate(statements):

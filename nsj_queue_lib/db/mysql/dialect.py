@@ -13,7 +13,7 @@ import re
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
-from nsj_queue_lib.db.limited_routine import limited_claim_ddl
+from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.limits import limits_free
@@ -165,6 +165,7 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
+        values["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 
     def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:

@@ -43,6 +43,8 @@ $$;
 -- --drop-old-routines drops them afterwards.
 {claim_function_ddl}
 
+{previous_claim_ddl}
+
 {subscriber_table_ddl}
 {subscriber_indexes}
 
