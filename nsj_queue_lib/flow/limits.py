@@ -190,8 +190,11 @@ def _check_windows(value: Any) -> None:
 # How far ahead of a start's due moment a worker calls the limited claim: the
 # routine then waits, holding the processo's limits row, until that moment
 # (in the database, by the database's clock), so that the start lands on it
-# rather than a wake-up and a round trip after it.
-EARLY_SECONDS = 0.015
+# rather than a wake-up and a round trip after it. 50 ms: on a loaded machine a
+# worker's thread may wait that long for a CPU (bench_limits at load 25 was up to
+# 30 ms late with 15 ms); the cost is an executor and a connection parked for
+# as long, and the processo's row held (its other claims queue behind it).
+EARLY_SECONDS = 0.05
 # A processo held back only by max_concurrent is looked at again after this
 # long (a slot freed in another worker sends no notification).
 CAP_RECHECK_SECONDS = 1.0
