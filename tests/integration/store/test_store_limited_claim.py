@@ -103,3 +103,18 @@ def test_a_task_the_unique_index_of_running_keys_refuses_is_skipped(backend):
     assert outcome["claim"].task is not None and outcome["claim"].task.id == plain
     assert backend.statuses() == {other: "processando", keyed: "pendente", plain: "processando"}
     assert backend.liveness_lock_holder(keyed) is None
+
+
+def test_without_the_lock_the_claim_stays_uncommitted_for_the_socket_servers_lock(backend):
+    """CLIENT_SERVER_MODE: the claim's transaction stays open (the worker takes the socket
+    server's lock, then commits); until then everyone else sees the task 'pendente'."""
+    store = limits_store(backend, max_concurrent=2)
+    task = backend.enqueue(processo=LIMITED)
+    worker = backend.worker()
+    claimed = store.claim(worker, take_lock=False)
+    assert claimed.task is not None and claimed.task.id == task and claimed.locked is None
+    assert claimed.in_transaction and backend.in_transaction(worker)
+    assert backend.statuses() == {task: "pendente"}
+    assert backend.liveness_lock_holder(task) is None
+    backend.store.commit_and_begin(worker)
+    assert backend.statuses() == {task: "processando"}
