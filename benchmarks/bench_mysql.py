@@ -214,6 +214,8 @@ class Database:
                 for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
                     routine = DdlNames.routine_name(name, release)
                     self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
+                limited = DdlNames.limited_routine_name(name)
+                self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{limited}")
             admin.close()
 
     def worker_env(self, table: str, extra: dict[str, str]) -> dict[str, str]:

@@ -49,6 +49,13 @@ class DdlNames:
         """
         return f"claim_next_{queue}" if release == 1 else f"claim_next_{queue}_v{release}"
 
+    @staticmethod
+    def limited_routine_name(queue: str, release: int = CLAIM_ROUTINE_RELEASE) -> str:
+        """The limited claim's function (procedure on MySQL) of ``release``, without its
+        schema (per-processo limits; release 2 added it). 17 characters longer than the
+        queue name, less than the longest index name."""
+        return f"claim_limited_{queue}_v{release}"
+
     def old_routine_names(self) -> dict[int, str]:
         """{release: name} of the claim routines of earlier releases, with the schema."""
         return {
@@ -77,6 +84,7 @@ class DdlNames:
             "periodic": periodic_table_name(q),
             "function": f"notify_{q}_insert",
             "claim_function": self.routine_name(q),
+            "limited_claim": self.limited_routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
         }
 
@@ -89,6 +97,7 @@ class DdlNames:
         values["limits_table"] = f"{self.schema}.{names['limits']}"
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
+        values["limited_claim"] = f"{self.schema}.{names['limited_claim']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
@@ -112,6 +121,18 @@ def claim_routine_name(queue_table: str, release: int = CLAIM_ROUTINE_RELEASE) -
     name = DdlNames.routine_name(table, release)
     try:
         check_identifier(name, "claim routine")
+    except InvalidIdentifierError:
+        return None
+    return f"{schema}.{name}" if schema else name
+
+
+def limited_routine_name(queue_table: str) -> str | None:
+    """``[schema.]claim_limited_<table>_v<N>``: the limited claim routine db_gen creates
+    (None when the name would be too long: db_gen refuses such a queue)."""
+    schema, table = split_table_name(queue_table)
+    name = DdlNames.limited_routine_name(table)
+    try:
+        check_identifier(name, "limited claim routine")
     except InvalidIdentifierError:
         return None
     return f"{schema}.{name}" if schema else name

@@ -1,49 +1,54 @@
-"""The limits table's statements (``limits.sql`` of each dialect) for one queue.
+"""The limits table's statements (``limits.sql`` of each dialect) and the limited claim.
 
-``claim_one`` is the limited claim: under the lock of every limits row of the
-queue it reads, per limited processo with a ready task, the declaration, the
-shared state and the count of its running tasks, lets ``flow.limits.decide``
-choose, marks one task 'processando' and writes the processo's new state, in
-the caller's transaction (left open: the caller takes the task's liveness
-lock, then commits). Only PostgreSQL and MySQL/MariaDB have a limits table.
+``claim`` is the limited claim: one call of the queue's limited claim routine
+(``claim_limited_<queue>_v<N>``, db/<dialect>/limited_claim.sql), which picks
+the limited processo whose next start is due first, locks its limits row,
+waits there until the start is due (the worker calls a little ahead), marks
+one task 'processando' and moves the processo's state on. On PostgreSQL the
+BEGIN, the call and the commit travel in one round trip (a pipeline); on
+MySQL/MariaDB the CALL commits itself. Only PostgreSQL and MySQL/MariaDB have
+a limits table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-from collections.abc import Iterator
+import importlib
+import json
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from nsj_queue_lib.db.columns import query_values
+from nsj_queue_lib.db.dialect import UPGRADE_HINT, limited_routine_name
+from nsj_queue_lib.db.limited_routine import POSTGRES_ARGS, limited_claim_version
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError
-from nsj_queue_lib.flow.limits import (
-    Decision,
-    LimitState,
-    ProcessoLimits,
-    decide,
-    wait_after_start,
-)
-from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
+from nsj_queue_lib.flow.limits import EARLY_SECONDS, ProcessoLimits
+from nsj_queue_lib.identifiers import split_table_name
+from nsj_queue_lib.model import QUEUE_COLUMNS, TaskRecord
 
 DIALECTS = ("postgres", "mysql")
-CAP_RECHECK_SECONDS = 1.0
 _NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
+# The function's task in the claim's shape (the payload of a later attempt from its first).
+_CALL_COLUMNS = ", ".join(
+    "coalesce((f.task).payload, f.first_payload) AS payload" if c == "payload" else f"(f.task).{c}"
+    for c in QUEUE_COLUMNS
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class LimitedClaim:
-    """A limited claim's outcome: the task claimed (its transaction open), or None and
-    ``wait``, the seconds until a held-back task may start (None: when a running one ends,
-    or when a new task comes)."""
+    """A limited claim's outcome: the task claimed (its transaction open), or None; and
+    ``wait``, the seconds until a held-back task may start (None: no limited processo has a
+    ready task)."""
 
     task: TaskRecord | None
     wait: float | None = None
     limits_rows: int = 1  # 0: the queue has no limited processo at all
     locked: bool | None = None  # the liveness lock, when the claim took it
     in_transaction: bool = True  # False: nothing was claimed and no transaction is open
+    stale_windows: bool = False  # a processo has time windows this worker does not know
 
 
 def _rows(cursor: Any) -> list[dict[str, Any]]:
@@ -57,9 +62,12 @@ class LimitsStore:
             raise ValueError(f"per-processo limits are not available on {dialect}")
         self.dialect = dialect
         self.store = store
-        self.sql = render_queries(
-            dialect, query_values(queue_table, None, _NOW[dialect]), "limits.sql"
-        )
+        self.queue_table = queue_table
+        self.routine = limited_routine_name(queue_table)
+        values = query_values(queue_table, None, _NOW[dialect])
+        values["limited_claim"] = self.routine or "limited_claim_name_too_long"
+        values["call_columns"] = _CALL_COLUMNS
+        self.sql = render_queries(dialect, values, "limits.sql")
 
     @contextmanager
     def _cursor(self, conn: Any, what: str) -> Iterator[Any]:
@@ -93,128 +101,145 @@ class LimitsStore:
 
     # -- the limited claim --
 
-    def claim_one(
-        self, conn: Any, take_lock: bool, now: datetime.datetime | None = None
-    ) -> LimitedClaim:
-        """Open a transaction on ``conn`` (autocommit) and claim; see the module's docstring.
-
-        With ``take_lock`` the claimed task's database liveness lock is taken too
-        (PostgreSQL, in the claim's statement; ``locked`` says whether it was).
-        Nothing claimed: the transaction is still open when ``in_transaction`` says so
-        (the caller rolls back)."""
-        now = now or datetime.datetime.now(datetime.timezone.utc)
-        # A look without locks first (one statement, no transaction): most attempts
-        # find nothing that may start, and end here.
-        preview = self._run(conn, "states")
-        if not preview:
-            rows = int(self._run(conn, "count_limits")[0]["n"])
-            return LimitedClaim(None, None, rows, in_transaction=False)
-        decisions = [decide(_state(row), now) for row in preview]
-        if not any(d.start for d in decisions):
-            later = [_wait(d) for d in decisions]
-            return LimitedClaim(None, min(later), in_transaction=False)
-        startable = [r["processo"] for r, d in zip(preview, decisions, strict=True) if d.start]
-        states = self._lock_and_read(conn, startable)
-        waits: list[float] = []
-        claimed: LimitedClaim | None = None
-        for row in states:
-            state = _state(row)
-            decision = decide(state, now)
-            if decision.start and claimed is None:
-                claimed = self._take(conn, state.limits.processo, decision, take_lock)
-                if claimed is not None:
-                    # When this processo may start its next task, to wake up then.
-                    decision = Decision(False, wait_after_start(state, decision))
-            waits.append(0.0 if decision.start else _wait(decision))
-        wait = min(waits) if waits else None
-        if claimed is not None:
-            return dataclasses.replace(claimed, wait=wait)
-        return LimitedClaim(None, wait)
-
-    def _lock_and_read(self, conn: Any, processos: list[str]) -> list[dict[str, Any]]:
-        """BEGIN, the limits rows of ``processos`` locked, then (a statement of its own: a
-        snapshot taken after the locks) the state of the limited processos with a ready
-        task."""
-        if self.dialect != "postgres":
-            with self._cursor(conn, "begin"):
-                conn.begin()
-            self._run(conn, "lock_limits", {"processos": tuple(processos)})
-            return self._run(conn, "states")
-        # One round trip: the statements run in order, the second after the first's locks.
-        with self._cursor(conn, "limited claim") as lock_cur, conn.cursor() as states_cur:
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                lock_cur.execute(self.sql["lock_limits"], {"processos": processos})
-                states_cur.execute(self.sql["states"])
-            return _rows(states_cur)
-
-    def _take(
-        self, conn: Any, processo: str, decision: Decision, take_lock: bool
-    ) -> LimitedClaim | None:
-        def micros(seconds: float | None) -> int | None:
-            return None if seconds is None else round(seconds * 1e6)
-
-        if self.dialect == "postgres":
-            rows = self._run(
-                conn,
-                "take",
-                {
-                    "processo": processo,
-                    "interval_micros": micros(decision.next_start_in),
-                    "rate_micros": micros(decision.rate_tat_in),
-                    "take_lock": take_lock,
-                    "queue_key": self.store.queue_key if take_lock else 0,
-                },
+    def check(self, conn: Any) -> None:
+        """Raise ``ClaimRoutineError`` (a schema to upgrade) unless the queue's limited claim
+        routine is this version's."""
+        routine = self.routine
+        if routine is None:
+            raise ClaimRoutineError(
+                f"QUEUE_TABLE: {self.queue_table}'s name is too long for its limited claim "
+                "routine (claim_limited_<table>_v<N>)"
             )
-            if not rows:
-                return None
-            locked = rows[0].pop("liveness_locked")
-            return LimitedClaim(TaskRecord.from_row(rows[0]), locked=locked if take_lock else None)
-        picked = self._run(conn, "pick", {"processo": processo})
-        if not picked:
-            return None  # its ready tasks are being claimed, or wait for their lock_key
-        task_id = int(picked[0]["id"])
-        self._run(conn, "mark", {"id": task_id})
-        if decision.next_start_in is not None:
-            params = {"processo": processo, "micros": micros(decision.next_start_in)}
-            self._run(conn, "advance_interval", params)
-        if decision.rate_tat_in is not None:
-            params = {"processo": processo, "micros": micros(decision.rate_tat_in)}
-            self._run(conn, "advance_rate", params)
-        row = self.store.get_task(conn, task_id)
-        if row is None:  # cannot happen: the row is locked by this transaction
-            raise DatabaseError(f"limited claim: task {task_id} vanished")
-        locked = self.lock_task(conn, task_id) if take_lock else None
-        return LimitedClaim(TaskRecord.from_row(row), locked=locked)
-
-    def lock_task(self, conn: Any, task_id: int) -> bool:
-        """Take the claimed task's liveness lock on ``conn`` (database liveness locks)."""
+        schema, name = split_table_name(routine)
         if self.dialect == "postgres":
-            params = {"queue_key": self.store.queue_key, "task_key": self.store.task_key(task_id)}
+            rows = self._run(conn, "routine_version", {"signature": routine + POSTGRES_ARGS})
         else:
-            params = {"name": self.store.task_lock_name(conn, task_id)}
-        rows = self._run(conn, "lock_task", params)
-        return bool(rows) and next(iter(rows[0].values())) in (1, True)
+            rows = self._run(conn, "routine_version", {"schema": schema, "name": name})
+        found = next(iter(rows[0].values())) if rows else None
+        expected = limited_claim_version(self.dialect)
+        if found != expected:
+            state = "is missing" if found is None else f"is from another version ({found!r})"
+            raise ClaimRoutineError(
+                f"the queue's limited claim routine {routine} {state}; this worker declares "
+                f"per-processo limits and needs {expected!r}. Bring the queue up to date with "
+                f"{UPGRADE_HINT} (run its output once), then start the worker again"
+            )
+
+    def claim(
+        self,
+        conn: Any,
+        take_lock: bool,
+        open_windows: Sequence[str] = (),
+        known_windows: Sequence[str] = (),
+        early: float = EARLY_SECONDS,
+        commit: bool | None = None,
+    ) -> LimitedClaim:
+        """One call of the limited claim routine on ``conn`` (autocommit), in one round trip.
+
+        With ``take_lock`` the claimed task's database liveness lock is taken. With
+        ``commit`` (default: ``take_lock``; always so on MySQL) the claim is committed and
+        the task's transaction opened; otherwise the claim's transaction is left open for
+        the caller (who takes a lock elsewhere, then commits). Nothing claimed: no
+        transaction is open. ``open_windows``, ``known_windows``: flow.limits.window_states.
+        """
+        if self.dialect == "postgres":
+            commit = take_lock if commit is None else commit
+            return self._claim_postgres(conn, take_lock, commit, open_windows, known_windows, early)
+        return self._claim_mysql(conn, take_lock, open_windows, known_windows, early)
+
+    def _claim_postgres(
+        self,
+        conn: Any,
+        take_lock: bool,
+        commit: bool,
+        open_windows: Sequence[str],
+        known_windows: Sequence[str],
+        early: float,
+    ) -> LimitedClaim:
+        params = {
+            "open": list(open_windows),
+            "known": list(known_windows),
+            "early": early,
+            "take_lock": take_lock,
+            "queue_key": self.store.queue_key,
+        }
+        with self._cursor(conn, "limited claim") as cur:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    cur.execute(self.sql["claim"], params)
+                    if commit:
+                        # Kept in the pipeline: committed (and the task's transaction
+                        # opened) with no round trip of its own. Nothing claimed leaves an
+                        # empty transaction, rolled back below.
+                        conn.execute("COMMIT AND CHAIN")
+            except BaseException:
+                _rollback_quietly(conn)
+                raise
+            row = _rows(cur)[0]
+        task, locked = None, None
+        if row["id"] is not None:
+            locked = row.pop("liveness_locked")
+            task = TaskRecord.from_row({c: row[c] for c in QUEUE_COLUMNS})
+        else:
+            with self._cursor(conn, "rollback"):
+                conn.execute("ROLLBACK")  # the claim's transaction, empty
+        return self._outcome(row, task, locked, take_lock)
+
+    def _claim_mysql(
+        self,
+        conn: Any,
+        take_lock: bool,
+        open_windows: Sequence[str],
+        known_windows: Sequence[str],
+        early: float,
+    ) -> LimitedClaim:
+        # The dialect's JSON row reader, reached by name (db/mysql/rows.py).
+        task_from_json = importlib.import_module("nsj_queue_lib.db.mysql.rows").task_from_json
+        params = {
+            "open": json.dumps(list(open_windows)),
+            "known": json.dumps(list(known_windows)),
+            "early": early,
+            "take_lock": take_lock,
+            "prefix": self.store.lock_prefix(conn),
+        }
+        with self._cursor(conn, "limited claim") as cur:
+            try:
+                cur.execute(self.sql["claim"], params)
+                row = _rows(cur)[0]
+                while cur.nextset():  # the CALL's own status comes last
+                    pass
+            except BaseException:
+                _rollback_quietly(conn)
+                raise
+        task, locked = None, None
+        if row["task"] is not None:
+            found = task_from_json(row["task"])
+            got = found.pop("liveness_locked")
+            locked = None if got is None else got == 1
+            task = TaskRecord.from_row(found)
+        return self._outcome(row, task, locked, take_lock)
+
+    @staticmethod
+    def _outcome(
+        row: dict[str, Any], task: TaskRecord | None, locked: Any, take_lock: bool
+    ) -> LimitedClaim:
+        wait = row["wait_s"]
+        return LimitedClaim(
+            task,
+            None if wait is None else float(wait),
+            int(row["limits_rows"]),
+            locked=bool(locked) if take_lock and task is not None else None,
+            in_transaction=task is not None,
+            stale_windows=bool(row["stale_windows"]),
+        )
 
 
-def _wait(decision: Decision) -> float:
-    """Seconds until a held-back processo may start a task. One held by max_concurrent
-    starts when a running task ends, which this worker is told of when the task ran
-    here (or was rescued here), and otherwise by a notification of new work: it is
-    looked at again after CAP_RECHECK_SECONDS all the same, in case none comes."""
-    return CAP_RECHECK_SECONDS if decision.wait is None else decision.wait
-
-
-def _state(row: dict[str, Any]) -> LimitState:
-    def seconds(name: str) -> float | None:
-        return None if row[name] is None else float(row[name])
-
-    return LimitState(
-        ProcessoLimits.from_row(row),
-        int(row["running"]),
-        seconds("next_start_in"),
-        seconds("rate_tat_in"),
-    )
+def _rollback_quietly(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # noqa: BLE001 - a broken connection rolled back already
+        pass
 
 
 def _driver_error(exc: BaseException) -> bool:

@@ -5,20 +5,23 @@ Declared with ``@Task`` (task.py), held cluster-wide in the queue's
 and the shared state the claims read and update (the next start an
 ``interval_s`` allows, the rate limiter's theoretical arrival time). Tasks of
 a processo with a row are never taken by the ordinary claims (``limits_free``
-below); a worker claims them one at a time with the limited claim
-(runtime/limited_claim.py), which locks the limits rows, so that counting the
-running tasks of a processo and updating its state cannot race another claim.
+below); a worker claims them one at a time with the limited claim routine
+(``claim_limited_<queue>_v<N>``, db/<dialect>/limited_claim.sql, called by
+db/limits_store.py), which locks the processo's limits row, so that counting
+its running tasks and moving its state on cannot race another claim.
 
 The rate limiter spreads starts evenly (one every period/N) and lets a late
 claim catch up by at most ``RATE_CATCH_UP`` of the period, so that no window
 of the period's length sees more than N plus that share (docs/flow-control.md).
+Time windows are the worker's to judge (zoneinfo): it tells the routine which
+are open.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import random
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -182,28 +185,98 @@ def _check_windows(value: Any) -> None:
         raise ValueError(f"must be at most {WINDOWS_COLUMN_LIMIT} characters in all")
 
 
-# -- the decision a limited claim makes for one processo --
+# -- what the limited claim routine decides (db/<dialect>/limited_claim.sql) --
+
+# How far ahead of a start's due moment a worker calls the limited claim: the
+# routine then waits, holding the processo's limits row, until that moment
+# (in the database, by the database's clock), so that the start lands on it
+# rather than a wake-up and a round trip after it. 50 ms: on a loaded machine a
+# worker's thread may wait that long for a CPU (bench_limits at load 25 was up to
+# 30 ms late with 15 ms); the cost is an executor and a connection parked for
+# as long, and the processo's row held (its other claims queue behind it).
+EARLY_SECONDS = 0.05
+# A processo held back only by max_concurrent is looked at again after this
+# long (a slot freed in another worker sends no notification).
+CAP_RECHECK_SECONDS = 1.0
+
+# Per limited processo with a ready task (one its lock_key lets start) whose
+# time windows are open (by the worker's clock: ``{open}`` is the list of
+# window_hash() of the open ones): ``due_in``, the seconds until its
+# interval_s and rate_limit allow the next start (NULL: now, or never started;
+# negative: late), and ``capped``, max_concurrent reached.
+_STATES = {
+    "postgres": (
+        "SELECT l.processo,"
+        " extract(epoch FROM GREATEST("
+        "CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END,"
+        " CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8"
+        " AS due_in,"
+        " {capped} AS capped"
+        " FROM {limits_table} AS l"
+        " WHERE (l.time_windows IS NULL"
+        " OR md5(l.processo || chr(10) || l.time_windows) = ANY({open}))"
+        " AND {ready}"
+    ),
+    "mysql": (
+        "SELECT l.processo,"
+        " NULLIF(GREATEST("
+        "IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18,"
+        " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)),"
+        " IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18,"
+        " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in,"
+        " {capped} AS capped"
+        " FROM {limits_table} AS l"
+        " WHERE (l.time_windows IS NULL"
+        " OR JSON_CONTAINS({open}, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows)))))"
+        " AND {ready}"
+    ),
+}
+_CAPPED = (
+    "(l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM {table} AS r"
+    " WHERE r.processo = l.processo AND r.status = 'processando'))"
+)
+_READY = (
+    "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
+    " AND t.data_hora <= {now} AND {lock_key_free})"
+)
 
 
-@dataclasses.dataclass(frozen=True)
-class LimitState:
-    """What the limited claim read of one processo, under the lock of its limits row."""
+def limited_states(
+    dialect: str, table: str, limits_table: str, open_windows: str, lock_key_free: str, now: str
+) -> str:
+    """SQL: the limited processos' states the limited claim routine decides on (``_STATES``).
+    Every argument is an identifier or expression of this library, never user input."""
+    return _STATES[dialect].format(
+        limits_table=limits_table,
+        open=open_windows,
+        capped=_CAPPED.format(table=table),
+        ready=_READY.format(table=table, now=now, lock_key_free=lock_key_free),
+    )
 
-    limits: ProcessoLimits
-    running: int
-    next_start_in: float | None  # seconds until interval_s allows a start (<= 0: now)
-    rate_tat_in: float | None  # the rate limiter's theoretical arrival time, from now
+
+def window_hash(processo: str, windows: str) -> str:
+    """How the limited claim routine names a processo's time windows (both dialects'
+    ``md5(processo || chr(10) || time_windows)``): the worker tells it which are open."""
+    return hashlib.md5(f"{processo}\n{windows}".encode(), usedforsecurity=False).hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """``start``: one task may start now. Otherwise ``wait``: seconds until one may (None:
-    only when a running task ends). With ``start``, the new state to store."""
-
-    start: bool
-    wait: float | None = None
-    next_start_in: float | None = None
-    rate_tat_in: float | None = None
+def window_states(
+    declared: Sequence[ProcessoLimits], now: datetime.datetime
+) -> tuple[list[str], list[str], float | None]:
+    """(window_hash of the open windows, of all known windows, seconds until the first
+    closed one opens) of the processos in ``declared`` with time windows."""
+    open_hashes, known, opens_in = [], [], []
+    for limits in declared:
+        if not limits.time_windows:
+            continue
+        digest = window_hash(limits.processo, limits.time_windows)
+        known.append(digest)
+        windows = _windows(limits.time_windows)
+        if is_open(windows, now):
+            open_hashes.append(digest)
+        else:
+            opens_in.append(seconds_until_open(windows, now))
+    return open_hashes, known, min(opens_in) if opens_in else None
 
 
 _window_cache: dict[str, tuple[TimeWindow, ...]] = {}
@@ -216,53 +289,6 @@ def _windows(text: str) -> tuple[TimeWindow, ...]:
         if len(_window_cache) < 1000:
             _window_cache[text] = found
     return found
-
-
-def decide(state: LimitState, now: datetime.datetime, rng: random.Random | None = None) -> Decision:
-    """Whether the next task of the processo may start now, and the state after it does."""
-    lim = state.limits
-    waits: list[float] = []
-    if lim.time_windows:
-        windows = _windows(lim.time_windows)
-        if not is_open(windows, now):
-            waits.append(seconds_until_open(windows, now))
-    capped = lim.max_concurrent is not None and state.running >= lim.max_concurrent
-    if (
-        lim.interval_min_s is not None
-        and state.next_start_in is not None
-        and state.next_start_in > 0
-    ):
-        waits.append(state.next_start_in)
-    spacing = None
-    if lim.rate_count is not None and lim.rate_period_s is not None:
-        spacing = lim.rate_period_s / lim.rate_count
-        if state.rate_tat_in is not None and state.rate_tat_in > 0:
-            waits.append(state.rate_tat_in)
-    if capped:
-        return Decision(False, None)
-    if waits:
-        return Decision(False, max(waits))
-    next_start_in = None
-    if lim.interval_min_s is not None and lim.interval_max_s is not None:
-        next_start_in = (rng or random).uniform(lim.interval_min_s, lim.interval_max_s)
-    rate_tat_in = None
-    if spacing is not None:
-        assert lim.rate_period_s is not None
-        # A claim that comes late keeps the credit of at most RATE_CATCH_UP of the period.
-        floor = -RATE_CATCH_UP * lim.rate_period_s
-        tat = state.rate_tat_in if state.rate_tat_in is not None else floor
-        rate_tat_in = max(tat, floor) + spacing
-    return Decision(True, None, next_start_in, rate_tat_in)
-
-
-def wait_after_start(state: LimitState, decision: Decision) -> float | None:
-    """After ``decision`` started a task: seconds until the processo may start the next
-    (None: when a running task ends, its max_concurrent being reached)."""
-    lim = state.limits
-    if lim.max_concurrent is not None and state.running + 1 >= lim.max_concurrent:
-        return None
-    waits = [w for w in (decision.next_start_in, decision.rate_tat_in) if w is not None]
-    return max(0.0, *waits) if waits else 0.0
 
 
 def limits_free(limits_table: str, row: str) -> str:
@@ -307,14 +333,14 @@ def disagreements(
 
 __all__ = [
     "MAX_WINDOW_TEXT",
-    "Decision",
-    "LimitState",
     "ProcessoLimits",
     "check_declaration",
-    "decide",
     "disagreements",
+    "limited_states",
     "limits_free",
     "limits_table_name",
     "parse_interval",
     "parse_rate",
+    "window_hash",
+    "window_states",
 ]

@@ -3,17 +3,22 @@
 The ordinary claims never take a task of a limited processo (flow/limits.py).
 ``LimitedLiveness`` wraps the worker's liveness: while the ``Limiter`` says a
 limited task may be startable (``due``), an executor first tries the limited
-claim (db/limits_store.py), then the ordinary one. When the limited claim
-finds nothing startable it reports the earliest moment one may start; the
-limiter's waker thread sleeps until then and wakes one executor (no polling).
-Whatever may let a held-back task start makes the limiter due again: a
-notification or the dispatcher's periodic wake-up (a new task, a rescue), and
-the end of a limited task in this worker (a slot freed).
+claim (db/limits_store.py), then the ordinary one. The limited claim reports
+the seconds until the next start is due; the limiter's waker thread sleeps
+until ``EARLY_SECONDS`` before that moment and wakes one executor, whose claim
+waits in the database, holding the processo's limits row, until the moment
+itself (no polling, and the start lands on its due time). Whatever may let a
+held-back task start makes the limiter due again: a notification or the
+dispatcher's periodic wake-up (a new task, a rescue), and the end of a limited
+task in this worker (a slot freed). Time windows are judged here (zoneinfo)
+and passed to the claim as the list of the open ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import os
 import socket
 import threading
@@ -22,7 +27,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nsj_queue_lib.db.limits_store import LimitedClaim, LimitsStore
-from nsj_queue_lib.flow.limits import ProcessoLimits, disagreements
+from nsj_queue_lib.flow.limits import (
+    EARLY_SECONDS,
+    ProcessoLimits,
+    disagreements,
+    window_states,
+)
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 
@@ -31,12 +41,11 @@ logger = get_logger("limits")
 NEVER = float("inf")
 # With no limits row at all, look again this often (a worker declaring limits may start).
 INACTIVE_RECHECK_SECONDS = 30.0
-# A wait reported by the claim is rounded up by this much: waking a little after the
-# moment, never before it (the claim would then find nothing yet and wait again).
-WAKE_MARGIN_SECONDS = 0.001
-# How much later than the worker that claimed last the other workers look (a
-# whole cluster waking at one moment would queue on the processo's limits row).
-FOLLOWER_DELAY_SECONDS = 0.01
+# How much later than the worker that claimed last the other workers look: after
+# its claim, which waits for the due moment holding the processo's limits row
+# (a whole cluster calling at one moment would queue on that row). They take
+# over when it does not claim (its executors are busy, or it is gone).
+FOLLOWER_DELAY_SECONDS = EARLY_SECONDS + 0.015
 
 
 class Limiter:
@@ -55,6 +64,8 @@ class Limiter:
         self.declared = dict(declared)
         self.handled = handled
         self.limited: set[str] = set(declared)
+        # Every limits row known (this worker's and the others'), for their time windows.
+        self.known: dict[str, ProcessoLimits] = dict(declared)
         # Processos with max_concurrent: the end of one of their tasks frees a slot.
         self.capped = {p for p, lim in declared.items() if lim.max_concurrent is not None}
         self.wake_executor: Callable[[int], None] = lambda count: None
@@ -70,6 +81,7 @@ class Limiter:
     def register(self, conn: Any) -> None:
         """Write this worker's declarations (autocommit ``conn``), logging any disagreement
         with those of workers that started before it: the latest declaration applies."""
+        self.store.check(conn)  # ClaimRoutineError: the queue needs db_gen --upgrade
         stored = self.store.declared(conn)
         for line in disagreements(self.declared, stored, self.handled):
             logger.warning(
@@ -84,6 +96,7 @@ class Limiter:
         for processo in sorted((set(stored) & self.handled) - set(self.declared)):
             self.store.undeclare(conn, processo)
         self.limited = set(self.declared) | (set(stored) - self.handled)
+        self.known = {**stored, **self.declared}
         self.capped |= {
             p for p, lim in stored.items() if p in self.limited and lim.max_concurrent is not None
         }
@@ -117,8 +130,19 @@ class Limiter:
                 return None
             return max(0.0, self._due_at - time.monotonic())
 
-    def claimed(self, result: LimitedClaim, generation: int) -> None:
-        """Record a limited claim's outcome (``generation``: ``generation()`` before it)."""
+    def windows(self) -> tuple[list[str], list[str], float | None]:
+        """The time windows as the limited claim takes them (flow.limits.window_states)."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return window_states(list(self.known.values()), now)
+
+    def reload(self, conn: Any) -> None:
+        """Read every processo's declaration again (another worker declared time windows
+        this one does not know: until then the claim holds that processo back)."""
+        self.known = {**self.store.declared(conn), **self.declared}
+
+    def claimed(self, result: LimitedClaim, generation: int, opens_in: float | None = None) -> None:
+        """Record a limited claim's outcome (``generation``: ``generation()`` before it;
+        ``opens_in``: seconds until a closed time window opens)."""
         now = time.monotonic()
         with self._cond:
             if not result.limits_rows:
@@ -126,18 +150,22 @@ class Limiter:
                 self._recheck_at = now + INACTIVE_RECHECK_SECONDS
                 return
             self._active = True
-            if self._generation != generation:
+            waits = [w for w in (result.wait, opens_in) if w is not None]
+            if self._generation != generation or result.stale_windows:
                 # Something changed during the claim: the waker wakes an executor to
                 # look again (nobody else may be about to).
                 self._due_at = now
-            elif result.wait is None:
+            elif not waits:
                 self._due_at = NEVER
             elif result.task is not None:
-                self._due_at = now + result.wait + WAKE_MARGIN_SECONDS
+                # The claim returns when its task starts: the next call goes out
+                # EARLY_SECONDS ahead of the next start and waits for it in the database.
+                self._due_at = now + min(waits) - EARLY_SECONDS
             else:
                 # The worker that claimed last looks first when the next start is due;
                 # the others a little later, when it has not (it is busy, or gone).
-                self._due_at = now + result.wait + FOLLOWER_DELAY_SECONDS
+                self._due_at = now + min(waits) - EARLY_SECONDS + FOLLOWER_DELAY_SECONDS
+            self._due_at = max(self._due_at, 1e-9)  # 0.0 means "now, without the waker"
             self._cond.notify_all()
 
     def ended(self, task: TaskRecord) -> None:
@@ -172,21 +200,30 @@ class Limiter:
 
 
 class LimitedLiveness:
-    """A liveness that tries the limited claim first while the limiter is due."""
+    """A liveness that tries the limited claim first while the limiter is due.
+
+    ``take_lock``: the claim takes the task's database liveness lock. ``after_claim``
+    (None: the claim commits itself) runs on the claim's open transaction before it
+    commits: the socket server's lock (True, or it raises), or nsj-queue-lib 1.2.2's key
+    under QUEUE_COMPAT_1_2_2 (False: a 1.2.2 worker holds it; the claim is undone and
+    the task left to that worker). ``unlock`` releases what a failed claim took.
+    """
 
     def __init__(
         self,
         inner: Any,
         limiter: Limiter,
         store: Any,
-        lock: Callable[[Any, TaskRecord], bool] | None,
+        after_claim: Callable[[Any, TaskRecord], bool] | None,
         unlock: Callable[[Any, TaskRecord], None],
+        take_lock: bool = True,
     ):
         self.inner = inner
         self.limiter = limiter
         self.store = store
-        self._lock = lock  # None: the claim takes the database liveness lock itself
+        self._after_claim = after_claim
         self._unlock = unlock
+        self._take_lock = take_lock
 
     def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
         if claim_next and self.limiter.due():
@@ -241,32 +278,46 @@ class LimitedLiveness:
         self.inner.after_settled(task, conn)
 
     def _limited(self, conn: Any) -> Claim | None:
-        generation = self.limiter.generation()
+        limiter = self.limiter
+        generation = limiter.generation()
+        open_windows, known_windows, opens_in = limiter.windows()
         try:
-            result = self.limiter.store.claim_one(conn, take_lock=self._lock is None)
+            result = limiter.store.claim(
+                conn,
+                self._take_lock,
+                open_windows,
+                known_windows,
+                commit=self._after_claim is None,
+            )
         except BaseException:
             _rollback_quietly(self.store, conn)
             raise
         task = result.task
         if task is None:
-            if result.in_transaction:
-                self.store.rollback(conn)
-            self.limiter.claimed(result, generation)
+            if result.stale_windows:
+                limiter.reload(conn)
+            limiter.claimed(result, generation, opens_in)
             return None
-        locked = result.locked
-        try:
-            if locked is None:
-                assert self._lock is not None
-                locked = self._lock(conn, task)
-            self.store.commit_and_begin(conn)
-        except BaseException:
-            _rollback_quietly(self.store, conn)
-            if locked:
-                self._unlock(conn, task)
-            raise
-        self.limiter.limited.add(str(task.row.get("processo")))
-        self.limiter.claimed(result, generation)
-        return Claim(task, bool(locked))
+        locked = bool(result.locked) if self._take_lock else True
+        if self._after_claim is not None:
+            try:
+                go_on = self._after_claim(conn, task)
+                if go_on:
+                    self.store.commit_and_begin(conn)
+            except BaseException:
+                _rollback_quietly(self.store, conn)
+                if locked:
+                    self._unlock(conn, task)
+                raise
+            if not go_on:
+                _rollback_quietly(self.store, conn)
+                if self._take_lock and locked:
+                    self._unlock(conn, task)
+                limiter.claimed(dataclasses.replace(result, task=None), generation, opens_in)
+                return None
+        limiter.limited.add(str(task.row.get("processo")))
+        limiter.claimed(result, generation, opens_in)
+        return Claim(task, locked)
 
 
 def _rollback_quietly(store: Any, conn: Any) -> None:

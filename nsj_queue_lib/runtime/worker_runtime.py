@@ -51,6 +51,7 @@ from nsj_queue_lib.runtime.limited import LimitedLiveness, Limiter
 from nsj_queue_lib.runtime.liveness import (
     CompatLiveness,
     DatabaseLiveness,
+    LegacyKeys,
     Liveness,
     ServerLiveness,
     task_lock_name,
@@ -286,8 +287,9 @@ class WorkerRuntime:
             return None
         return Limiter(self.settings.queue_name, limits_store, limits, handled, self.stop_event)
 
-    def _limited(self, liveness: Liveness) -> Liveness:
-        """``liveness`` with the limited claim first (runtime/limited.py)."""
+    def _limited(self, liveness: Liveness, legacy: LegacyKeys | None = None) -> Liveness:
+        """``liveness`` with the limited claim first (runtime/limited.py); ``legacy``: the
+        1.2.2 keys a limited task holds too (QUEUE_COMPAT_1_2_2)."""
         if self.limiter is None:
             return liveness
         lock_client = self.lock_client
@@ -304,13 +306,22 @@ class WorkerRuntime:
             def unlock(conn: Any, task: TaskRecord) -> None:
                 lock_client.unlock(task_lock_name(queue.queue_number, task.id))
 
-            return LimitedLiveness(liveness, self.limiter, self.store, lock, unlock)
+            return LimitedLiveness(
+                liveness, self.limiter, self.store, lock, unlock, take_lock=False
+            )
         locking = self._locking_store()
 
         def unlock_task(conn: Any, task: TaskRecord) -> None:
             locking.unlock_task(conn, task.id)
 
-        # The limited claim takes the database liveness lock itself.
+        if legacy is not None:
+
+            def hold_legacy_key(conn: Any, task: TaskRecord) -> bool:
+                # Before the claim commits, as for any task (db/postgres/legacy_keys.py).
+                return task.id in legacy.hold(conn, [task.id])
+
+            return LimitedLiveness(liveness, self.limiter, self.store, hold_legacy_key, unlock_task)
+        # The limited claim takes the database liveness lock and commits itself.
         return LimitedLiveness(liveness, self.limiter, self.store, None, unlock_task)
 
     def _listener(self) -> Listener:
@@ -472,7 +483,7 @@ class WorkerRuntime:
         keys = self.driver.legacy_keys(self.store, conn)
         if keys is None:
             return
-        self.executor.liveness = self._limited(CompatLiveness(keys))
+        self.executor.liveness = self._limited(CompatLiveness(keys), keys)
         for service in self.services:
             if isinstance(service, RetryService):
                 service.legacy_keys = keys

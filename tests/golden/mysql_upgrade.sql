@@ -399,3 +399,157 @@ BEGIN
     SELECT v_task AS task;
 END//
 DELIMITER ;
+
+-- The previous release's claim procedure (release 1, claim_next_<queue>),
+-- which its workers keep calling during a rolling upgrade, becomes a call of
+-- this release's: same arguments, result and version comment (those workers
+-- check it at start), so they start and claim as before, but never take a
+-- task of a processo with limits (they know nothing of limits), and skip a
+-- task the unique index of running lock keys refuses instead of failing.
+-- NULL handled subscribers: every delivery, as that release claimed them;
+-- one task per CALL, as that release claimed.
+DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
+DELIMITER //
+CREATE PROCEDURE public.claim_next_fila_teste(
+    IN p_task_id BIGINT,
+    IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
+    IN p_lock_prefix VARCHAR(64)
+)
+    MODIFIES SQL DATA
+    SQL SECURITY INVOKER
+    COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
+BEGIN
+    SET @nsjq_claim_limit = NULL;
+    CALL public.claim_next_fila_teste_v2(p_task_id, p_mensagem, p_lock_prefix, NULL);
+END//
+DELIMITER ;
+
+-- The limited claim (per-processo limits) replaces an earlier build of itself.
+DROP PROCEDURE IF EXISTS public.claim_limited_fila_teste_v2;
+-- The limited claim (per-processo limits, docs/flow-control.md) in one CALL,
+-- the steps of PostgreSQL's limited_claim.sql (which says why each is there):
+-- a look without locks for the processo whose next start comes first within
+-- p_early_s; its limits row locked, its state read again after the lock
+-- (READ COMMITTED for this transaction: each read takes a fresh snapshot);
+-- SLEEP until the start is due; one ready task marked 'processando' (a task
+-- the unique index of running lock keys refuses is skipped, up to
+-- 3 times) and the processo's state moved on. With p_take_lock the
+-- task's liveness lock is taken and the claim committed, the task's own
+-- transaction opened (the executors' isolation level, REPEATABLE READ);
+-- without it the claim's transaction stays open for the caller (the socket
+-- server's lock comes first). Nothing claimed: the transaction is rolled back.
+-- The CALL's one result set is one row: the task as JSON (NULL when none,
+-- with liveness_locked), wait_s, limits_rows and stale_windows as on
+-- PostgreSQL. p_open_windows and p_known_windows are JSON arrays of
+-- MD5(processo, newline, time_windows).
+DELIMITER //
+CREATE PROCEDURE public.claim_limited_fila_teste_v2(
+    IN p_open_windows LONGTEXT CHARACTER SET utf8mb4,
+    IN p_known_windows LONGTEXT CHARACTER SET utf8mb4,
+    IN p_early_s DOUBLE,
+    IN p_take_lock BOOLEAN,
+    IN p_lock_prefix VARCHAR(64)
+)
+    MODIFIES SQL DATA
+    SQL SECURITY INVOKER
+    COMMENT 'nsj_queue_lib limited claim e3b788ee074182ea'
+BEGIN
+    DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_due_in DOUBLE DEFAULT NULL;
+    DECLARE v_startable BOOLEAN DEFAULT FALSE;
+    DECLARE v_claimed BIGINT DEFAULT NULL;
+    DECLARE v_first_attempt BIGINT DEFAULT NULL;
+    DECLARE v_task LONGTEXT CHARACTER SET utf8mb4 DEFAULT NULL;
+    DECLARE v_attempt INT DEFAULT 0;
+    DECLARE v_keys_lost BOOLEAN DEFAULT FALSE;
+    DECLARE v_floor TIMESTAMP(6) DEFAULT NULL;
+    DECLARE v_wait DOUBLE DEFAULT NULL;
+    DECLARE v_rows BIGINT DEFAULT 0;
+    DECLARE v_stale BOOLEAN DEFAULT FALSE;
+    -- Nothing found: SELECT ... INTO assigns nothing, and that is no error here.
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    SELECT s.processo, s.due_in INTO v_chosen, v_due_in
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s)
+    ORDER BY s.due_in IS NOT NULL, s.due_in, s.processo
+    LIMIT 1;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    IF v_chosen IS NOT NULL THEN
+        SELECT l.processo INTO v_locked FROM public.fila_teste_limits AS l WHERE l.processo = v_chosen FOR UPDATE;
+        SET v_due_in = NULL;
+        SELECT TRUE, s.due_in INTO v_startable, v_due_in
+        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
+    END IF;
+    IF v_startable THEN
+        IF v_due_in > 0 THEN
+            DO SLEEP(v_due_in);
+        END IF;
+        claim: LOOP
+            SET v_attempt = v_attempt + 1, v_claimed = NULL, v_keys_lost = FALSE;
+            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade)
+            INTO v_claimed, v_first_attempt, v_task
+            FROM public.fila_teste AS t
+            WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)
+              AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+            ORDER BY t.prioridade DESC, t.data_hora, t.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            IF v_claimed IS NULL THEN
+                LEAVE claim;
+            END IF;
+            BEGIN
+                DECLARE CONTINUE HANDLER FOR 1062 SET v_keys_lost = TRUE;
+                UPDATE public.fila_teste SET status = 'processando' WHERE id = v_claimed;
+            END;
+            IF NOT v_keys_lost THEN
+                LEAVE claim;
+            END IF;
+            SET v_claimed = NULL, v_task = NULL;
+            IF v_attempt >= 3 THEN
+                LEAVE claim;
+            END IF;
+        END LOOP;
+    END IF;
+    IF v_claimed IS NOT NULL THEN
+        -- The rate limiter's credit: at most 0.08 of the period behind this start.
+        SELECT TIMESTAMPADD(MICROSECOND, -ROUND(1e6 * 0.08 * l.rate_period_s), NOW(6))
+        INTO v_floor
+        FROM public.fila_teste_limits AS l WHERE l.processo = v_chosen;
+        UPDATE public.fila_teste_limits AS l
+        SET l.next_start_at = IF(l.interval_min_s IS NULL, l.next_start_at,
+                TIMESTAMPADD(MICROSECOND,
+                             ROUND(1e6 * (l.interval_min_s + RAND() * (l.interval_max_s - l.interval_min_s))),
+                             NOW(6))),
+            l.rate_tat = IF(l.rate_count IS NULL, l.rate_tat,
+                TIMESTAMPADD(MICROSECOND, ROUND(1e6 * l.rate_period_s / l.rate_count),
+                             IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor)))
+        WHERE l.processo = v_chosen;
+        IF v_first_attempt IS NOT NULL THEN
+            SET v_task = JSON_SET(v_task, '$.payload',
+                                  (SELECT f.payload FROM public.fila_teste AS f WHERE f.id = v_first_attempt));
+        END IF;
+        SET v_task = JSON_SET(v_task, '$.liveness_locked',
+                              IF(p_take_lock, GET_LOCK(CONCAT(p_lock_prefix, v_claimed), 0), NULL));
+    END IF;
+    -- Read before the commit: the task's own transaction takes its snapshot
+    -- at its handler's first read.
+    SELECT MIN(IF(s.capped, 1.0, GREATEST(COALESCE(s.due_in, 0), 0))) INTO v_wait
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
+    SELECT COUNT(*) INTO v_rows FROM public.fila_teste_limits;
+    SELECT EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
+                   WHERE l.time_windows IS NOT NULL
+                     AND NOT JSON_CONTAINS(p_known_windows,
+                                           JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows)))))
+    INTO v_stale;
+    IF v_claimed IS NULL THEN
+        ROLLBACK;
+    ELSEIF p_take_lock THEN
+        COMMIT;
+        START TRANSACTION;
+    END IF;
+    SELECT v_task AS task, v_wait AS wait_s, v_rows AS limits_rows, v_stale AS stale_windows;
+END//
+DELIMITER ;

@@ -223,3 +223,126 @@ CREATE TABLE public.fila_teste_limits (
     declared_by varchar(200),
     declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
 );
+
+-- The limited claim: the start of a task of a processo with limits.
+-- The limited claim (per-processo limits, docs/flow-control.md): the next
+-- start of a limited processo, in one call, in the caller's transaction.
+-- 1. Without locks, the processo whose next start comes first among those
+--    with a ready task, if it comes within early_s seconds (most calls end
+--    here: nothing may start yet).
+-- 2. Its limits row locked (waiting for a claim of it that holds the row),
+--    then its state read again by a statement of its own, whose snapshot is
+--    taken after the lock: the count of its running tasks cannot miss
+--    another claim's task.
+-- 3. The wait until the start is due, here, holding the row: the worker
+--    calls up to early_s ahead, and the task starts at the due moment of the
+--    database's clock (pg_sleep wakes up to a millisecond late: it sleeps to
+--    a millisecond before, then looks at the clock until the moment).
+-- 4. One ready task of the processo in claim order marked 'processando'
+--    (one the unique index of running lock keys refuses is skipped: another
+--    claim took its key after this statement's snapshot; the next statement
+--    sees the key busy), and the processo's state moved on: the next start
+--    interval_s allows, drawn from [min, max] after this start, and the rate
+--    limiter's theoretical arrival time, which a late start may leave at
+--    most 0.08 of the period behind it.
+-- The row returned: the task (all NULL when none), the first attempt's
+-- payload when the task has none, its liveness lock (take_lock), the seconds
+-- until the next start may be due (NULL: no limited processo has a ready
+-- task; a processo at its max_concurrent counts 1.0 s), the number of
+-- limits rows, and whether a processo has time windows the worker does not
+-- know (it reads the declarations again). Time windows are judged by the
+-- worker: open_windows and known_windows hold md5(processo, newline,
+-- time_windows) of the open ones and of all it knows (flow/limits.py).
+CREATE OR REPLACE FUNCTION public.claim_limited_fila_teste_v2(
+    open_windows text[], known_windows text[], early_s double precision, take_lock boolean,
+    lock_queue_key integer
+)
+RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean, wait_s double precision,
+               limits_rows bigint, stale_windows boolean)
+LANGUAGE plpgsql
+SET jit = off
+AS $$
+DECLARE
+    v_chosen varchar;
+    v_due_in double precision;
+    v_due_at timestamptz;
+    v_claimed public.fila_teste;
+BEGIN
+    SELECT s.processo, s.due_in INTO v_chosen, v_due_in
+    FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= early_s)
+    ORDER BY s.due_in NULLS FIRST, s.processo
+    LIMIT 1;
+    IF v_chosen IS NOT NULL THEN
+        PERFORM 1 FROM public.fila_teste_limits AS l WHERE l.processo = v_chosen FOR UPDATE;
+        SELECT s.due_in INTO v_due_in
+        FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= early_s);
+        IF NOT FOUND THEN
+            v_chosen := NULL;
+        END IF;
+    END IF;
+    IF v_chosen IS NOT NULL THEN
+        IF v_due_in > 0 THEN
+            v_due_at := clock_timestamp() + v_due_in * interval '1 second';
+            IF v_due_in > 0.002 THEN
+                PERFORM pg_sleep(v_due_in - 0.001);
+            END IF;
+            WHILE clock_timestamp() < v_due_at LOOP
+            END LOOP;
+        END IF;
+        FOR attempt IN 1..3 LOOP
+            BEGIN
+                WITH picked AS (
+                    SELECT t.id
+                    FROM public.fila_teste AS t
+                    WHERE t.processo = v_chosen AND t.status = 'pendente'
+                      AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                    ORDER BY t.prioridade DESC, t.data_hora, t.id
+                    LIMIT 1
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE public.fila_teste AS t
+                SET status = 'processando'
+                FROM picked
+                WHERE t.id = picked.id
+                RETURNING t.* INTO v_claimed;
+                EXIT;
+            EXCEPTION WHEN unique_violation THEN
+                v_claimed := NULL;
+            END;
+        END LOOP;
+        IF v_claimed.id IS NOT NULL THEN
+            UPDATE public.fila_teste_limits AS l
+            SET next_start_at = CASE
+                    WHEN l.interval_min_s IS NULL THEN l.next_start_at
+                    ELSE clock_timestamp() + (l.interval_min_s
+                         + random() * (l.interval_max_s - l.interval_min_s)) * interval '1 second'
+                END,
+                rate_tat = CASE
+                    WHEN l.rate_count IS NULL THEN l.rate_tat
+                    ELSE GREATEST(l.rate_tat,
+                                  clock_timestamp() - 0.08 * l.rate_period_s * interval '1 second')
+                         + l.rate_period_s / l.rate_count * interval '1 second'
+                END
+            WHERE l.processo = v_chosen;
+        END IF;
+    END IF;
+    RETURN QUERY
+    SELECT v_claimed,
+           (SELECT f.payload FROM public.fila_teste AS f
+            WHERE f.id = v_claimed.id_inicial AND v_claimed.payload IS NULL),
+           CASE WHEN take_lock AND v_claimed.id IS NOT NULL
+                THEN pg_try_advisory_lock(lock_queue_key, (v_claimed.id % 2147483648)::int4) END,
+           (SELECT min(CASE WHEN s.capped THEN 1.0 ELSE GREATEST(s.due_in, 0) END)
+            FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s),
+           (SELECT count(*) FROM public.fila_teste_limits),
+           EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
+                   WHERE l.time_windows IS NOT NULL
+                     AND NOT md5(l.processo || chr(10) || l.time_windows) = ANY(known_windows));
+END;
+$$;
+-- Workers check this at start: a function of another version stops them
+-- with a message naming db_gen --upgrade.
+COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer)
+    IS 'nsj_queue_lib limited claim ecf385912e32b2c6';

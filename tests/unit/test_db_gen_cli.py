@@ -76,6 +76,9 @@ def test_upgrade_statements_are_all_idempotent_forms():
         r"|DROP TRIGGER IF EXISTS|CREATE TABLE IF NOT EXISTS"
         # The claim function's version, which workers check at start: replaced, never added.
         r"|COMMENT ON FUNCTION public\.claim_next_fila_teste_v2\("
+        r"|COMMENT ON FUNCTION public\.claim_limited_fila_teste_v2\("
+        # ... and the previous release's, made a call of this release's.
+        r"|COMMENT ON FUNCTION public\.claim_next_fila_teste\("
         # The block that drops indexes whose definition changed: only when it differs
         # (run twice for real in tests/integration/test_upgrade_from_1_2_2.py).
         r"|DO \$\$body\$\$$)"

@@ -187,16 +187,22 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
     idempotent = re.compile(
         r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics) WHERE "
         r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
-        r"|CREATE TABLE IF NOT EXISTS |DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2$)"
+        r"|CREATE TABLE IF NOT EXISTS "
+        r"|DROP PROCEDURE IF EXISTS public.claim_(next|limited)_fila_teste(_v2)?$)"
     )
     assert len(statements) >= 40
-    # The claim procedure is replaced: created once, right after its DROP ... IF EXISTS.
-    [create] = [
+    # The claim procedure, the previous release's (a call of this one's) and the limited
+    # claim are replaced: each created once, right after its DROP ... IF EXISTS.
+    creates = [
         i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")
     ]
-    assert statements[create - 1] == "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2"
-    for statement in statements[:create] + statements[create + 1 :]:
-        assert idempotent.match(statement), statement
+    assert [statements[i - 1] for i in creates] == [
+        "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2",
+        "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste",
+        "DROP PROCEDURE IF EXISTS public.claim_limited_fila_teste_v2",
+    ]
+    for i, statement in enumerate(statements):
+        assert i in creates or idempotent.match(statement), statement
     # MySQL 8 has neither of these: the script must not depend on them.
     assert "ADD COLUMN IF NOT EXISTS" not in code and "CREATE INDEX IF NOT EXISTS" not in code
     for column in UPGRADE_COLUMNS:
@@ -225,7 +231,7 @@ def test_split_script_honours_delimiter_lines():
 
 def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     statements = split_script(render("public", "fila_teste", "mysql"))
-    [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE")]
+    [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE public.claim_next")]
     assert procedure.startswith(
         "CREATE PROCEDURE public.claim_next_fila_teste_v2(\n    IN p_task_id BIGINT,"
     )

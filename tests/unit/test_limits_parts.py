@@ -1,20 +1,21 @@
-"""Per-processo limits, the pure parts: parsing, window arithmetic, the claim's decision."""
+"""Per-processo limits, the pure parts: parsing, window arithmetic, the windows the claim
+is told are open."""
 
 from __future__ import annotations
 
 import datetime
-import random
+import hashlib
 
 import pytest
 
 from nsj_queue_lib import Task
 from nsj_queue_lib.flow.limits import (
-    LimitState,
     ProcessoLimits,
-    decide,
     disagreements,
     parse_interval,
     parse_rate,
+    window_hash,
+    window_states,
 )
 from nsj_queue_lib.flow.windows import is_open, parse_window, parse_windows, seconds_until_open
 from nsj_queue_lib.task import TaskRegistry, checked_limits
@@ -86,41 +87,20 @@ def test_bad_windows(text):
         parse_window(text)
 
 
-def state(running=0, next_in=None, tat_in=None, **limits):
-    return LimitState(ProcessoLimits("p", **limits), running, next_in, tat_in)
-
-
 NOW = at("2026-11-24T12:00:00")
 
 
-def test_max_concurrent_waits_for_a_running_task_to_end():
-    assert decide(state(running=2, max_concurrent=2), NOW).start is False
-    assert decide(state(running=2, max_concurrent=2), NOW).wait is None
-    assert decide(state(running=1, max_concurrent=2), NOW).start
-
-
-def test_rate_spreads_starts_and_catches_up_eight_percent_of_the_period():
-    first = decide(state(rate_count=50, rate_period_s=1.0), NOW)
-    assert first.start and first.rate_tat_in == pytest.approx(-0.08 + 0.02)
-    assert decide(state(tat_in=0.015, rate_count=50, rate_period_s=1.0), NOW).wait == 0.015
-    late = decide(state(tat_in=-0.5, rate_count=50, rate_period_s=1.0), NOW)
-    assert late.rate_tat_in == pytest.approx(-0.08 + 0.02)  # credit is capped
-
-
-def test_interval_draws_the_next_spacing_uniformly():
-    rng = random.Random(2)
-    spacings = [
-        decide(state(next_in=-1, interval_min_s=0.2, interval_max_s=0.4), NOW, rng).next_start_in
-        for _ in range(200)
-    ]
-    assert all(0.2 <= s <= 0.4 for s in spacings)
-    assert max(spacings) - min(spacings) > 0.15
-    assert decide(state(next_in=0.1, interval_min_s=0.2, interval_max_s=0.4), NOW).wait == 0.1
-
-
-def test_the_latest_of_several_holds_decides_the_wait():
-    closed = state(next_in=3.0, interval_min_s=1, interval_max_s=2, time_windows="13:00-14:00 UTC")
-    assert decide(closed, NOW).wait == 3600
+def test_the_claim_is_told_which_windows_are_open_and_when_the_first_closed_one_opens():
+    lunch = ProcessoLimits("lunch", time_windows="12:00-13:00 UTC")
+    later = ProcessoLimits("later", time_windows="13:00-14:00 UTC\n15:00-16:00 UTC")
+    plain = ProcessoLimits("plain", max_concurrent=1)
+    open_hashes, known, opens_in = window_states([lunch, later, plain], NOW)
+    assert open_hashes == [window_hash("lunch", "12:00-13:00 UTC")]
+    assert known == [open_hashes[0], window_hash("later", "13:00-14:00 UTC\n15:00-16:00 UTC")]
+    assert opens_in == 3600
+    # The routine's md5(processo || chr(10) || time_windows), in both dialects.
+    assert window_hash("p", "w") == hashlib.md5(b"p\nw").hexdigest()
+    assert window_states([plain], NOW) == ([], [], None)
 
 
 def test_disagreements_name_the_processo_and_both_declarations():

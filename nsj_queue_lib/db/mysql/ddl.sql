@@ -61,3 +61,6 @@ CREATE TABLE {table} (
 {subscriber_indexes}
 
 {periodic_table_ddl}
+
+-- The limited claim: the start of a task of a processo with limits.
+{limited_claim_ddl}

@@ -13,6 +13,7 @@ import re
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
+from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.limits import limits_free
@@ -52,6 +53,8 @@ TASK_JSON = _task_json(payload="COALESCE(t.payload, first_attempt.payload)")
 # UPDATE: status is what that UPDATE writes, and the payload of a later
 # attempt is filled in from the first attempt afterwards.
 CLAIMED_TASK_JSON = _task_json(status="'processando'")
+# What the limited claim procedure (limited_claim.sql) needs of this dialect.
+LIMITED_CLAIM_VALUES = {"claimed_task_json": CLAIMED_TASK_JSON}
 
 
 def claim_procedure_version() -> str:
@@ -122,6 +125,7 @@ class MysqlDialect(Dialect):
         values["claim_procedure_ddl"] = render(
             read_sql(self.name, "claim_procedure.sql"), procedure_values
         ).strip()
+        values["limited_claim_ddl"] = limited_claim_ddl("mysql", values)
         return values
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
@@ -161,6 +165,7 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
+        values["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 
     def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:

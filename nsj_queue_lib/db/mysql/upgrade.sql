@@ -19,3 +19,9 @@
 -- during a rolling upgrade: db_gen --drop-old-routines drops them afterwards.
 DROP PROCEDURE IF EXISTS {claim_function};
 {claim_procedure_ddl}
+
+{previous_claim_ddl}
+
+-- The limited claim (per-processo limits) replaces an earlier build of itself.
+DROP PROCEDURE IF EXISTS {limited_claim};
+{limited_claim_ddl}

@@ -52,3 +52,6 @@ CREATE TABLE {table} (
 
 {periodic_table_ddl}
 {limits_table_ddl}
+
+-- The limited claim: the start of a task of a processo with limits.
+{limited_claim_ddl}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
+from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.limits import limits_free
@@ -55,6 +56,7 @@ class PostgresDialect(Dialect):
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values
         ).strip()
+        parts["limited_claim_ddl"] = limited_claim_ddl("postgres", values)
         return parts
 
     def _render(self, names: DdlNames, template: str, if_not_exists: bool) -> str:
@@ -69,6 +71,7 @@ class PostgresDialect(Dialect):
         parts["limits_table_ddl"] = render(
             read_sql("postgres", "limits_table.sql"), table_values
         ).strip()
+        parts["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
         return render(read_sql("postgres", template), parts)
 
     def create_ddl(self, names: DdlNames) -> str:

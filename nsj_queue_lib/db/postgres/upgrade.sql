@@ -43,8 +43,13 @@ $$;
 -- --drop-old-routines drops them afterwards.
 {claim_function_ddl}
 
+{previous_claim_ddl}
+
 {subscriber_table_ddl}
 {subscriber_indexes}
 
 {periodic_table_ddl}
 {limits_table_ddl}
+
+-- The limited claim: the start of a task of a processo with limits.
+{limited_claim_ddl}

@@ -11,6 +11,7 @@ queue together: every task runs once.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,18 @@ from typing import Any
 import pytest
 
 from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
+from nsj_queue_lib.db.limits_store import LimitsStore
+from nsj_queue_lib.db.postgres.dialect import OLD_CLAIM_FUNCTION_ARGS
 from nsj_queue_lib.db.postgres.store import queue_lock_key
 from nsj_queue_lib.db_gen import render
+from nsj_queue_lib.flow.limits import ProcessoLimits
 from tests.helpers import databases
 from tests.helpers import mysql_queue as mysql_helpers
 from tests.integration.store.backends import MYSQL, POSTGRES, Backend, execute, fetch, value
 
 pytestmark = pytest.mark.timeout(90)
 
+OLD_ARGS = OLD_CLAIM_FUNCTION_ARGS[1]
 PREVIOUS = Path(__file__).resolve().parents[2] / "golden" / "previous"
 TASKS = 40
 
@@ -162,3 +167,38 @@ def test_the_previous_release_routine_stays_and_both_fleets_run_every_task_once(
         mysql_helpers.execute_script(backend.admin, drop)
     assert _routines(backend) == {f"claim_next_{name}_v{CLAIM_ROUTINE_RELEASE}"}
     assert backend.new_store().bind(backend.worker())  # this release's workers still start
+
+
+def test_the_previous_release_routine_leaves_limited_processos_alone(upgraded):
+    """--upgrade made the previous release's routine a call of this release's: its workers
+    (which know nothing of limits) never take a task of a processo with limits, and the
+    routine keeps the version comment they check at start."""
+    backend = upgraded
+    name = backend.queue.name
+    admin = backend.client_conn()
+    LimitsStore(backend.dialect, backend.table, backend.store).declare(
+        admin, ProcessoLimits("limitado", max_concurrent=5), "test"
+    )
+    admin.commit()
+    limited = backend.enqueue(processo="limitado")
+    plain = backend.enqueue(processo="livre")
+    old = OldWorker(backend)
+    assert old.call(None) == plain
+    assert old.call(plain) is None
+    assert backend.statuses() == {limited: "pendente", plain: "sucesso"}
+
+    golden = (PREVIOUS / f"{backend.dialect}_create_v1.sql").read_text()
+    [created_with] = re.findall(r"'(nsj_queue_lib claim [0-9a-f]{16})'", golden)
+    if backend.dialect == "postgres":
+        signature = f"{backend.table.split('.')[0]}.claim_next_{name}{OLD_ARGS}"
+        comment = value(
+            backend.admin, "SELECT obj_description(to_regprocedure(%s), 'pg_proc')", (signature,)
+        )
+    else:
+        comment = value(
+            backend.admin,
+            "SELECT routine_comment FROM information_schema.routines "
+            "WHERE routine_schema = %s AND routine_name = %s",
+            (backend.queue.database, f"claim_next_{name}"),
+        )
+    assert comment == created_with

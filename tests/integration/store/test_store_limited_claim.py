@@ -1,0 +1,120 @@
+"""The limited claim routine (claim_limited_<queue>_v<N>, db/<dialect>/limited_claim.sql)
+called directly, on PostgreSQL and MariaDB: it waits in the database until a start is due,
+lets a late rate limiter catch up by at most 8% of the period, and skips a task that the
+unique index of running lock keys refuses (as the ordinary claims do)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from nsj_queue_lib.db.limits_store import LimitsStore
+from nsj_queue_lib.flow.limits import ProcessoLimits
+from tests.helpers.processes import wait_for
+from tests.integration.store.backends import execute
+from tests.integration.store.test_store_lock_key_race import _waits_for_a_lock
+
+pytestmark = pytest.mark.timeout(60)
+
+LIMITED = "limitado"
+
+
+def limits_store(backend, **limits: Any) -> LimitsStore:
+    store = LimitsStore(backend.dialect, backend.table, backend.store)
+    admin = backend.client_conn()
+    store.declare(admin, ProcessoLimits(LIMITED, **limits), "test")
+    admin.commit()
+    return store
+
+
+def test_the_claim_waits_in_the_database_until_the_next_start_is_due(backend):
+    store = limits_store(backend, interval_min_s=0.3, interval_max_s=0.3)
+    first, second = backend.enqueue(dict(processo=LIMITED), dict(processo=LIMITED))
+    worker = backend.worker()
+    claimed = store.claim(worker, take_lock=True)
+    assert claimed.task is not None and claimed.task.id == first
+    assert claimed.wait == pytest.approx(0.3, abs=0.05)
+    backend.store.rollback(worker)
+    # Called too early (beyond the routine's wait ahead): nothing, and when to come back.
+    too_early = store.claim(worker, take_lock=True, early=0.01)
+    assert too_early.task is None and 0.2 < too_early.wait <= 0.3
+    assert not too_early.in_transaction and not backend.in_transaction(worker)
+    # Called ahead, within its wait: the routine starts the task at the due moment.
+    started = time.monotonic()
+    claimed = store.claim(worker, take_lock=True, early=0.5)
+    assert claimed.task is not None and claimed.task.id == second
+    assert time.monotonic() - started >= 0.15
+    assert backend.statuses()[second] == "processando"
+    assert claimed.locked and backend.liveness_lock_holder(second) is not None
+
+
+def test_a_late_rate_limiter_catches_up_eight_percent_of_the_period_and_no_more(backend):
+    store = limits_store(backend, rate_count=1, rate_period_s=1.0)
+    backend.enqueue(*[dict(processo=LIMITED)] * 3)
+    worker = backend.worker()
+    assert store.claim(worker, take_lock=True).task is not None  # never started: now
+    backend.store.rollback(worker)
+    # Its theoretical arrival time far behind: it keeps 80 ms of credit, not more.
+    execute(
+        backend.admin,
+        f"UPDATE {backend.table}_limits SET rate_tat = %s WHERE processo = %s",
+        (backend.now().replace(year=2020), LIMITED),
+    )
+    claimed = store.claim(worker, take_lock=True)
+    assert claimed.task is not None
+    assert claimed.wait == pytest.approx(1.0 - 0.08, abs=0.05)
+
+
+def test_a_task_the_unique_index_of_running_keys_refuses_is_skipped(backend):
+    """A task of another processo with the same lock_key is claimed (not committed yet)
+    while the limited claim's snapshot sees the key free: the limited claim waits for
+    that commit, is refused, skips the keyed task and takes the next one."""
+    store = limits_store(backend, max_concurrent=5)
+    other = backend.enqueue(processo="outro", lock_key="k")
+    keyed = backend.enqueue(processo=LIMITED, lock_key="k", prioridade=90)
+    plain = backend.enqueue(processo=LIMITED, prioridade=10)
+    holder = backend.client_conn()
+    execute(holder, f"UPDATE {backend.table} SET status = 'processando' WHERE id = %s", (other,))
+
+    worker = backend.worker()
+    outcome: dict[str, Any] = {}
+
+    def claim() -> None:
+        try:
+            outcome["claim"] = store.claim(worker, take_lock=True)
+        except BaseException as exc:  # the test reads it below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    wait_for(
+        lambda: not thread.is_alive() or _waits_for_a_lock(backend, backend.session_id(worker)),
+        20,
+        "the limited claim to wait for the other claim's commit",
+        interval=0.25,  # InnoDB refreshes innodb_trx only when nobody read it for 0.1 s
+    )
+    holder.commit()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert "error" not in outcome, outcome
+    assert outcome["claim"].task is not None and outcome["claim"].task.id == plain
+    assert backend.statuses() == {other: "processando", keyed: "pendente", plain: "processando"}
+    assert backend.liveness_lock_holder(keyed) is None
+
+
+def test_without_the_lock_the_claim_stays_uncommitted_for_the_socket_servers_lock(backend):
+    """CLIENT_SERVER_MODE: the claim's transaction stays open (the worker takes the socket
+    server's lock, then commits); until then everyone else sees the task 'pendente'."""
+    store = limits_store(backend, max_concurrent=2)
+    task = backend.enqueue(processo=LIMITED)
+    worker = backend.worker()
+    claimed = store.claim(worker, take_lock=False)
+    assert claimed.task is not None and claimed.task.id == task and claimed.locked is None
+    assert claimed.in_transaction and backend.in_transaction(worker)
+    assert backend.statuses() == {task: "pendente"}
+    assert backend.liveness_lock_holder(task) is None
+    backend.store.commit_and_begin(worker)
+    assert backend.statuses() == {task: "processando"}
