@@ -157,7 +157,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim bd15ed7c30365ece'
+    COMMENT 'nsj_queue_lib claim eb75bbb9d3ed54f3'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -237,18 +237,18 @@ BEGIN
                                 ORDER BY c.prioridade, c.data_hora DESC, c.id DESC LIMIT 1)
             INTO v_count, v_ids, v_unlocked, v_last
             FROM (
-                SELECT t.id, t.prioridade, t.data_hora,
-                       GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
-                FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-                  AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
-                  AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-                       OR (t.prioridade = v_prioridade
-                           AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-                  AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
-                ORDER BY t.prioridade DESC, t.data_hora, t.id
-                LIMIT v_limit
-                FOR UPDATE SKIP LOCKED
+                    SELECT t.id, t.prioridade, t.data_hora,
+                           GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
+                    FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
+                    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+                      AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
+                           OR (t.prioridade = v_prioridade
+                               AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+                    ORDER BY t.prioridade DESC, t.data_hora, t.id
+                    LIMIT v_limit
+                    FOR UPDATE SKIP LOCKED
             ) AS c;
             IF v_count > 0 THEN
                 SET @nsjq_claimed_batch = v_ids;

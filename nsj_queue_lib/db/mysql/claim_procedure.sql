@@ -157,18 +157,18 @@ BEGIN
                                 ORDER BY c.prioridade, c.data_hora DESC, c.id DESC LIMIT 1)
             INTO v_count, v_ids, v_unlocked, v_last
             FROM (
-                SELECT t.id, t.prioridade, t.data_hora,
-                       GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
-                FROM {table} AS t FORCE INDEX ({idx_claim})
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
-                  AND {deliverable}
-                  AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-                       OR (t.prioridade = v_prioridade
-                           AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-                  AND {limits_free}
-                ORDER BY t.prioridade DESC, t.data_hora, t.id
-                LIMIT v_limit
-                FOR UPDATE SKIP LOCKED
+                    SELECT t.id, t.prioridade, t.data_hora,
+                           GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
+                    FROM {table} AS t FORCE INDEX ({idx_claim})
+                    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+                      AND {deliverable}
+                      AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
+                           OR (t.prioridade = v_prioridade
+                               AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+                      AND {limits_free}
+                    ORDER BY t.prioridade DESC, t.data_hora, t.id
+                    LIMIT v_limit
+                    FOR UPDATE SKIP LOCKED
             ) AS c;
             IF v_count > 0 THEN
                 SET @nsjq_claimed_batch = v_ids;
