@@ -570,9 +570,7 @@ def test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit(backend, s
     assert backend.count("status = 'pendente'") == 2 and same_key
 
 
-def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(
-    backend, store, worker
-):
+def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backend, store, worker):
     """The set-based batch's UPDATE meets the unique index of running keys (another session
     took the key after the batch's read): the batch is undone and claimed one task at a
     time, which skips the busy key."""
