@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     if maria is not None:
         maria_best = screen(
             "MariaDB ours (processes, concurrency, batch)",
-            [(2, 4, 1), (2, 2, 25), (3, 2, 25), (4, 1, 50)],
+            [(2, 4, 1), (2, 2, 25), (2, 2, 50), (3, 2, 25), (4, 1, 50)],
             lambda c: ours_drain(maria, c[0], c[1], c[2], n, n, log_dir, maria_extra),
         )
     o, p = ours_best, pgq_best

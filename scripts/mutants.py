@@ -114,6 +114,7 @@ STORE_CLIENT = "tests/integration/store/test_store_client.py"
 STORE_MAINTENANCE = "tests/integration/store/test_store_maintenance.py"
 STORE_SETTLE = "tests/integration/store/test_store_settle.py"
 STORE_LIFECYCLE = "tests/integration/store/test_store_lifecycle.py"
+MY_STORE_ONLY = "tests/integration/store/test_store_mysql_only.py"
 LIFECYCLE = "tests/contract/test_lifecycle.py"
 
 PG_SKIP_TEST = f"{GUARDS_PG}::test_a_claim_passes_a_ready_row_another_session_holds_without_waiting"
@@ -387,6 +388,17 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",),
         ("mysql",),
         "the claim procedure takes a task before its data_hora",
+    ),
+    Mutant(
+        "mysql-procedure-batch-due-time",
+        MY_PROCEDURE,
+        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
+        "                      AND {deliverable}\n",
+        "WHERE t.status = 'pendente' AND {lock_key_free}\n"
+        "                      AND {deliverable}\n",
+        (f"{MY_STORE_ONLY}::test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit",),
+        ("mysql",),
+        "the claim procedure's set-based batch takes a task before its data_hora",
     ),
     # -- retry delay and dead letter ------------------------------------------------------
     Mutant(

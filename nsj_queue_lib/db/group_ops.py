@@ -25,9 +25,11 @@ class GroupLost(Exception):
 
 
 class GroupState(Protocol):
-    """What a dialect may remember about the open group (``tx``: its own token)."""
+    """What a dialect may remember about the open group (``tx``: its own token), and its
+    successes since its last commit (``written``)."""
 
     tx: Any
+    written: list[tuple[TaskRecord, str]]
 
 
 class GroupOps(Protocol):
@@ -43,7 +45,9 @@ class GroupOps(Protocol):
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
         """The savepoint the next handler rolls back to when it fails (PostgreSQL sets it
-        only before the handler's first statement: db/postgres/first_use.py)."""
+        only before the handler's first statement: db/postgres/first_use.py). Raises
+        ``GroupLost`` when what the group wrote since its last commit is gone, or cannot
+        be told apart."""
         ...
 
     def rollback_to_savepoint(self, conn: Any) -> None:

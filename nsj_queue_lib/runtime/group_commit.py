@@ -218,6 +218,8 @@ class GroupDrain:
         try:
             self.ops.savepoint(conn, group)
             group.savepoint = True
+        except GroupLost:  # what the group wrote is gone or unknown (MySQL's first savepoint)
+            self._lost(conn, group)
         except DatabaseError:
             group.savepoint = False  # the next failure rolls the whole transaction back
 

@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim d8b70ac123cffbc2",
-        "mysql": "nsj_queue_lib claim 10d2053e120dff17",
+        "mysql": "nsj_queue_lib claim eb75bbb9d3ed54f3",
     },
 }
 

@@ -245,7 +245,8 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     keys = re.findall(r"(?:^|, )'([a-z_]+)', (?:t\.|HEX\(|GET_LOCK\(|'processando')", json_object)
     assert keys == ["liveness_locked", *model.QUEUE_COLUMNS]
     assert "'status', 'processando'" in json_object
-    assert procedure.count("JSON_OBJECT(") == 2  # the positioned claim and the claim from the start
+    # The positioned claim, the claim from the start, and the set-based batch's row read.
+    assert procedure.count("JSON_OBJECT(") == 3
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

@@ -62,6 +62,7 @@ def claim_procedure_version() -> str:
     source = (
         sql_code(read_sql("mysql", "claim_procedure.sql"))
         + CLAIMED_TASK_JSON
+        + TASK_JSON
         + lock_key_free("t", "t", "n")
         + deliverable("mysql", "t", "h")
         + limits_free("l", "t")
@@ -117,6 +118,8 @@ class MysqlDialect(Dialect):
         procedure_values = dict(
             values,
             claimed_task_json=CLAIMED_TASK_JSON,
+            # Inside the string the batch's row read is built from.
+            task_json_sql=_sql_string(TASK_JSON),
             claim_procedure_version=claim_procedure_version(),
             lock_key_free=lock_key_free(values["table"], "t", "NOW(6)"),
             deliverable=deliverable("mysql", "t", "p_handled_subscribers"),

@@ -3,11 +3,21 @@
 A group's tasks are claimed by one CALL of the claim procedure with
 @nsjq_claim_limit set: up to QUEUE_BATCH_SIZE tasks in one transaction and
 one commit, before the first handler runs, so that commit never carries a
-handler's work. Each success is written
-('sucesso', lock released) as its handler returns, in the group's
-transaction, which commits once. A deadlock rolls back InnoDB's whole
-transaction, not only the statement: the group is then lost (``GroupLost``)
-and its written successes go back to the queue (runtime/group_commit.py).
+handler's work.
+
+MariaDB spends more CPU on running a statement than on the rows it touches
+(docs/benchmarks.md), so the group sends as few as it can. Per task, one
+short round trip: the savepoint the next handler rolls back to. The group's
+successes are written in one UPDATE at its end, their liveness locks
+released in one statement, then the commit.
+
+Because most successes are written only at the end, a handler that commits
+or rolls back ``bd_conn`` would leave the group unable to tell whether the
+earlier tasks' writes were kept (MariaDB has no transaction status to ask,
+as PostgreSQL's ``pg_xact_status``). So the first savepoint of each
+transaction also writes the successes before it (usually the transaction's
+first task): that row, read after the transaction ended under the group,
+says whether it committed (``transaction_committed``).
 """
 
 from __future__ import annotations
@@ -17,9 +27,9 @@ from typing import Any
 
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupLost, GroupState
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
-from nsj_queue_lib.db.mysql.family_store import LOST
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
 
 
 class MysqlGroupOps:
@@ -40,13 +50,19 @@ class MysqlGroupOps:
         return claims
 
     def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
-        with wrap_driver_errors("complete_task"):
-            # Lock wait timeouts are retried there; LOST: a deadlock rolled the group back.
-            if self.store._complete(conn, task.id, mensagem) is LOST:
-                raise GroupLost(f"task {task.id}: a deadlock rolled back its group's transaction")
-        self.store.unlock_task(conn, task.id)
+        pass  # written by the transaction's first savepoint, or with the group's commit
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
+        if group.tx is None:
+            written = list(group.written)
+            if written:
+                # The transaction's marker: its first successes, written now. Without it
+                # the group could not tell its commit from its rollback: it is lost.
+                try:
+                    self._write_successes(conn, written)
+                except DatabaseError as exc:
+                    raise GroupLost(f"writing the group's first successes failed: {exc}") from exc
+                group.tx = written[0][0].id
         self._execute(conn, "savepoint", f"SAVEPOINT {SAVEPOINT}")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
@@ -55,11 +71,40 @@ class MysqlGroupOps:
     def commit(
         self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
     ) -> list[Claim]:
+        if written:
+            # Those the first savepoint wrote are 'sucesso' already: the UPDATE skips them.
+            self._write_successes(conn, written)
+            self._release_locks(conn, [task.id for task, _ in written])
         self.store.commit(conn)
         return self.claim_batch(conn, claim_limit) if claim_limit else []
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
-        return None  # each success was written as it came: the rows say
+        if group.tx is None:
+            return None  # no success was written before it ended: the rows say
+        row = self.store.get_task(conn, int(group.tx))
+        return row is not None and row.get("status") == SUCESSO
+
+    def _write_successes(self, conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> None:
+        """'sucesso' and each task's mensagem, in one statement, for the tasks still running."""
+        ids = [task.id for task, _ in written]
+        marks = ", ".join(["%s"] * len(ids))
+        sql = (
+            f"UPDATE {self.store.queue_table} SET status = 'sucesso', "
+            f"mensagem = ELT(FIELD(id, {marks}), {marks}) "
+            f"WHERE id IN ({marks}) AND status = 'processando'"
+        )
+        params = [*ids, *(mensagem for _, mensagem in written), *ids]
+        with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
+            cur.execute(sql, params)
+
+    def _release_locks(self, conn: Any, task_ids: list[int]) -> None:
+        """The tasks' liveness locks, in one statement (named locks are not transactional:
+        released before the commit, a task whose commit then fails is 'processando' without
+        its lock, which the retry service rescues, as after a crash)."""
+        sql = "DO " + ", ".join(["RELEASE_LOCK(%s)"] * len(task_ids))
+        names = [self.store.task_lock_name(conn, task_id) for task_id in task_ids]
+        with wrap_driver_errors("unlock_tasks"), conn.cursor() as cur:
+            cur.execute(sql, names)
 
     def _execute(self, conn: Any, what: str, sql: str) -> None:
         with wrap_driver_errors(what), conn.cursor() as cur:

@@ -136,7 +136,7 @@ class MysqlQueueStore(MysqlFamilyStore):
                 conn.rollback()  # the empty transaction opened for the tasks
                 return []
             claims = []
-            for item in json.loads(documents[0]):
+            for item in _claimed_objects(documents):
                 row = task_from_object(item)
                 locked = row.pop("liveness_locked") == 1
                 claims.append(Claim(TaskRecord.from_row(row), locked))
@@ -366,6 +366,16 @@ class MysqlQueueStore(MysqlFamilyStore):
 
 
 _T = TypeVar("_T")
+
+
+def _claimed_objects(documents: list[Any]) -> list[Any]:
+    """A batch CALL's tasks: one JSON object per row (claimed set-based), or one JSON array
+    (claimed one by one)."""
+    objects: list[Any] = []
+    for document in documents:
+        parsed = json.loads(document)
+        objects.extend(parsed if isinstance(parsed, list) else [parsed])
+    return objects
 
 
 def _retried_claim(conn: Any, attempt: Callable[[], _T]) -> _T:

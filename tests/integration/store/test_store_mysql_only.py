@@ -570,6 +570,50 @@ def test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit(backend, s
     assert backend.count("status = 'pendente'") == 2 and same_key
 
 
+def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backend, store, worker):
+    """The set-based batch's UPDATE meets the unique index of running keys (another session
+    took the key after the batch's read): the batch is undone and claimed one task at a
+    time, which skips the busy key."""
+    first, keyed, last = backend.enqueue(
+        {"prioridade": 90}, {"prioridade": 50, "lock_key": "k"}, {"prioridade": 10}
+    )
+    other = backend.client_conn()  # holds key k running, not yet committed
+    execute(
+        other,
+        f"INSERT INTO {backend.table} (status, lock_key, data_hora) "
+        "VALUES ('processando', 'k', '2037-01-01')",
+    )
+    result: dict = {}
+
+    def claim() -> None:
+        try:
+            result["claims"] = store.claim_many(worker, 10)
+        except BaseException as exc:  # the test thread asserts on it
+            result["error"] = exc
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    # The batch's UPDATE has read its rows (with the key free in its snapshot) and waits for
+    # the uncommitted key, or meets it committed: server-side state, no sleep.
+    deadline = time.monotonic() + 20
+    while not value(
+        other,
+        "SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = %s AND INFO LIKE %s",
+        (worker.thread_id(), "UPDATE%processando%"),
+    ):
+        assert time.monotonic() < deadline, "the batch claim never reached its UPDATE"
+        time.sleep(0.01)
+    other.commit()
+    thread.join(20)
+    assert "error" not in result, result.get("error")
+    claims = result["claims"]
+    assert [c.task.id for c in claims] == [first, last]
+    assert all(c.liveness_locked for c in claims)
+    assert backend.liveness_lock_holder(keyed) is None  # the undone batch's lock released
+    worker.commit()
+    assert backend.count("status = 'pendente'") == 1
+
+
 def test_a_batch_claim_stops_at_its_limit_and_a_failed_one_gives_everything_back(
     backend, store, worker
 ):
