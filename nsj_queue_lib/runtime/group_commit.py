@@ -54,6 +54,7 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.retry_policy import Decision
 from nsj_queue_lib.runtime.executor import RunningTask, TaskExecutor, settle_failure
+from nsj_queue_lib.runtime.group_claim import GroupClaims, liveness_chain
 from nsj_queue_lib.runtime.group_isolation import Isolation
 from nsj_queue_lib.runtime.group_pace import Pace
 from nsj_queue_lib.runtime.liveness import DatabaseLiveness
@@ -110,6 +111,7 @@ class GroupDrain:
         self._groups: dict[int, _Group] = {}  # by executor thread id
         self.pace = Pace()  # recent handlers' durations
         self.isolation = Isolation()  # after a group's commit failed: claims of one
+        self.claims = GroupClaims(ops, executor.liveness)  # per-processo limits first
 
     # -- the thread's loop (TaskExecutor._thread_main) --
 
@@ -119,7 +121,7 @@ class GroupDrain:
         if conn is None:
             return
         try:
-            claims = self.ops.claim_batch(conn, self._claim_limit())
+            claims = self.claims.claim(conn, self._claim_limit())
             while claims and conn is not None:
                 ex._wake_idle_thread()  # there may be more: let an idle thread look
                 conn, claims = self._run_group(conn, claims)
@@ -233,14 +235,19 @@ class GroupDrain:
             if not self.ex.store.in_transaction(conn):
                 self.ex.store.begin(conn)  # a replacement connection (the group's was broken)
             self._give_back_waiting(conn, group)
-            claims = self.ops.commit(conn, group.written, self._claim_limit())
+            limit = self._claim_limit()
+            for task, _ in group.written:
+                self.claims.ended(task)  # before the look below, as a single commit does
+            # A limited task may start: it is claimed after the commit (group_claim.py).
+            limited = bool(limit) and self.claims.limited_due()
+            claims = self.ops.commit(conn, group.written, 0 if limited else limit)
         except (DatabaseError, GroupLost) as exc:
             conn = self._commit_failed(conn, group, exc)
             # Go on draining (what went back to the queue is ready now, and no wake-up
             # announces it), one task at a time if the group's tasks are suspects.
-            return conn, [] if conn is None else self.ops.claim_batch(conn, self._claim_limit())
+            return conn, [] if conn is None else self.claims.claim(conn, self._claim_limit())
         self._committed([task for task, _ in group.written])
-        return conn, claims
+        return conn, self.claims.claim(conn, limit) if limited else claims
 
     def _commit_failed(self, conn: Any, group: _Group, exc: BaseException) -> Any:
         """The group's commit failed (a deferred constraint, a serialization failure, a lost
@@ -291,6 +298,7 @@ class GroupDrain:
 
     def _committed(self, tasks: list[TaskRecord]) -> None:
         for task in tasks:
+            self.claims.ended(task)
             self.ex._succeeded(task)
 
     # -- failures --
@@ -467,9 +475,11 @@ def group_drain(executor: TaskExecutor) -> GroupDrain | None:
     if settings.batch_size <= 1:
         return None
     ops = group_ops_for(settings.db_driver, executor.store)
-    liveness = getattr(executor.liveness, "inner", executor.liveness)  # MeasuredLiveness
+    # Measured and limited livenesses wrap the one that takes the locks.
+    chain = liveness_chain(executor.liveness)
+    in_database = any(isinstance(liveness, DatabaseLiveness) for liveness in chain)
     synchronous = type(executor) is TaskExecutor  # the async executor commits per task
-    if ops is None or not synchronous or not isinstance(liveness, DatabaseLiveness):
+    if ops is None or not synchronous or not in_database:
         if settings.queue_batch_size is not None:
             logger.warning(
                 "queue=%s: QUEUE_BATCH_SIZE=%s ignored: group commit needs synchronous "
