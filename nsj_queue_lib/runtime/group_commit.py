@@ -240,7 +240,9 @@ class GroupDrain:
                 self.claims.ended(task)  # before the look below, as a single commit does
             # A limited task may start: it is claimed after the commit (group_claim.py).
             limited = bool(limit) and self.claims.limited_due()
+            started = time.perf_counter()
             claims = self.ops.commit(conn, group.written, 0 if limited else limit)
+            self.claims.committed(started, claims)
         except (DatabaseError, GroupLost) as exc:
             conn = self._commit_failed(conn, group, exc)
             # Go on draining (what went back to the queue is ready now, and no wake-up
