@@ -80,6 +80,8 @@ class _Group:
     def __init__(self, claims: list[Claim]):
         self.started = time.monotonic()
         self.waiting: collections.deque[Claim] = collections.deque(claims)
+        # Unstarted tasks given back in the open transaction: claimed again if it fails.
+        self.released: list[Claim] = []
         # Successes since the group's last commit, with their mensagem.
         self.written: list[tuple[TaskRecord, str]] = []
         # Failures written there: (task, how to settle it again if the transaction is lost).
@@ -261,6 +263,9 @@ class GroupDrain:
         run alone from now on (group_isolation.py), where the culprit fails by itself.
         Returns a connection or None."""
         queue = self.ex.settings.queue_name
+        # The unstarted tasks given back in the failed transaction are still claimed.
+        group.waiting.extend(reversed(group.released))
+        group.released = []
         if len(group.written) > 1:
             logger.warning(
                 "queue=%s: committing a group of %d finished tasks failed (%s); they go back "
@@ -293,7 +298,7 @@ class GroupDrain:
             # The group is emptied: _run_group commits nothing and claims again.
             return self._commit_failed(conn, group, exc)
         self._committed([task for task, _ in group.written])
-        group.written, group.failures = [], []
+        group.written, group.failures, group.released = [], [], []
         group.savepoint, group.tx, group.started = False, None, time.monotonic()
         self.ex._wake_idle_thread()  # tasks given back: an idle executor may take them
         return conn
@@ -437,7 +442,9 @@ class GroupDrain:
         """Unstarted tasks of a group beyond ``keep``: 'pendente' again, in its transaction
         (the last claimed first: the queue's order stays)."""
         while len(group.waiting) > keep:
-            task = group.waiting.pop().task
+            claim = group.waiting.pop()
+            group.released.append(claim)
+            task = claim.task
             self.ex.store.release(conn, task.id)
             self.ex.liveness.unlock_in_transaction(conn, task)
 
