@@ -292,8 +292,9 @@ class GroupDrain:
         try:
             # Slow handlers: keep what the recent pace runs in QUEUE_BATCH_MAX_MS.
             self._give_back_waiting(conn, group, keep=self._claim_limit())
-            self.ops.commit(conn, group.written, 0)
-            self.ex.store.begin(conn)
+            self.ops.commit(conn, group.written, 0, chain=True)
+            if not self.ex.store.in_transaction(conn):
+                self.ex.store.begin(conn)
         except (DatabaseError, GroupLost) as exc:
             # The group is emptied: _run_group commits nothing and claims again.
             return self._commit_failed(conn, group, exc)

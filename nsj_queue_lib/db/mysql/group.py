@@ -53,7 +53,11 @@ class MysqlGroupOps:
         self._execute(conn, "rollback to savepoint", f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
 
     def commit(
-        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+        self,
+        conn: Any,
+        written: Sequence[tuple[TaskRecord, str]],
+        claim_limit: int,
+        chain: bool = False,
     ) -> list[Claim]:
         self.store.commit(conn)
         return self.claim_batch(conn, claim_limit) if claim_limit else []
