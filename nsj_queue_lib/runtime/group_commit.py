@@ -168,6 +168,14 @@ class GroupDrain:
         finally:
             with self._lock:
                 self._groups.pop(me, None)
+            with self.ex._finished:  # wait_idle waits for the group's commit too
+                self.ex._finished.notify_all()
+
+    def open(self) -> bool:
+        """Whether a group is running or committing (a stopping worker waits for it); one
+        whose handler was given up after its timeout is settled already."""
+        with self._lock:
+            return any(not group.abandoned for group in self._groups.values())
 
     def _run_tasks(self, conn: Any, group: _Group) -> Any:
         """Run the group's tasks until it closes; the connection to commit on, or None."""
