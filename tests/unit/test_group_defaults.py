@@ -121,3 +121,16 @@ def test_pace_expects_a_processo_to_take_what_its_recent_handlers_took():
     assert pace.expected(fast) == pytest.approx(0.001)
     assert pace.seconds < 0.01  # every handler's: the claim's size follows the many fast ones
     assert pace.expected(claim(3, "new").task) == pace.seconds
+
+
+def test_a_stopping_worker_waits_for_an_open_group_not_for_one_given_up():
+    from nsj_queue_lib.runtime.group_commit import _Group
+
+    ex = executor(TaskExecutor, True, db_driver="POSTGRES")
+    ex.group = group_drain(ex)
+    assert ex.wait_idle(0.01)
+    group = _Group([claim(1)])  # its handler returned, its commit still to come
+    ex.group._groups[1] = group
+    assert not ex.wait_idle(0.05)
+    group.abandoned = True  # given up after its timeout: settled elsewhere
+    assert ex.wait_idle(0.01)
