@@ -48,6 +48,8 @@ WAKEUP_MODES = ("listen", "poll", "server")
 # A commit group's savepoints are subtransactions: PostgreSQL caches 64 per
 # transaction; past that every snapshot of every session gets slower.
 MAX_BATCH_SIZE = 50
+# QUEUE_BATCH_SIZE when unset, where group commit applies (docs/group-commit.md).
+DEFAULT_BATCH_SIZE = 20
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -105,8 +107,10 @@ class Settings:
     queue_task_timeout: float | None = None
     queue_task_timeout_grace: float = 5.0
     # Group commit (docs/group-commit.md): up to this many tasks claimed at once and
-    # committed together, each handler in a savepoint; 1: one commit per task.
-    queue_batch_size: int = 1
+    # committed together, each handler in a savepoint; 1: one commit per task. None
+    # (unset): DEFAULT_BATCH_SIZE where group commit applies, one commit per task
+    # elsewhere without a word (``batch_size``).
+    queue_batch_size: int | None = None
     # Milliseconds a commit group stays open: past it, the group commits its finished
     # tasks after its running one; a group claims as many tasks as the recent handlers
     # run in that time (at least one).
@@ -190,6 +194,11 @@ class Settings:
     def async_pool_size(self) -> int:
         """Connections of a worker with async handlers: QUEUE_POOL_SIZE, else QUEUE_CONCURRENCY."""
         return self.queue_pool_size or self.queue_concurrency
+
+    @property
+    def batch_size(self) -> int:
+        """Tasks per commit group: QUEUE_BATCH_SIZE, else DEFAULT_BATCH_SIZE."""
+        return self.queue_batch_size or DEFAULT_BATCH_SIZE
 
     def postgres_conninfo(self) -> str:
         """libpq connection string for these settings."""
@@ -420,7 +429,7 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_poll_interval=reader.number("QUEUE_POLL_INTERVAL", 0.5),
         queue_task_timeout=reader.number("QUEUE_TASK_TIMEOUT", None),
         queue_task_timeout_grace=reader.number("QUEUE_TASK_TIMEOUT_GRACE", 5.0),
-        queue_batch_size=reader.integer("QUEUE_BATCH_SIZE", 1),
+        queue_batch_size=reader.optional_integer("QUEUE_BATCH_SIZE"),
         queue_batch_max_ms=reader.number("QUEUE_BATCH_MAX_MS", 20.0),
         queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
@@ -510,6 +519,7 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
 _INTEGERS = {f.name for f in dataclasses.fields(Settings) if isinstance(f.default, int)} | {
     "queue_metrics_port",  # optional (None: off), an integer when set
     "queue_pool_size",  # optional (None: QUEUE_CONCURRENCY)
+    "queue_batch_size",  # optional (None: DEFAULT_BATCH_SIZE where group commit applies)
 }
 _REQUIRED = {"db_host": "DB_HOST", "db_name": "DB_BASE", "db_user": "DB_USER"}
 _NAMES = {

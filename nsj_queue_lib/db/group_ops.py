@@ -55,10 +55,16 @@ class GroupOps(Protocol):
         ...
 
     def commit(
-        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+        self,
+        conn: Any,
+        written: Sequence[tuple[TaskRecord, str]],
+        claim_limit: int,
+        chain: bool = False,
     ) -> list[Claim]:
         """Write what ``succeeded`` left of ``written`` ('sucesso', locks released), commit,
-        then claim up to ``claim_limit`` tasks as ``claim_batch`` does."""
+        then claim up to ``claim_limit`` tasks as ``claim_batch`` does. ``chain``: the
+        group goes on, a new transaction opens with the commit where the dialect can
+        (the session is never idle while it holds the group's liveness locks)."""
         ...
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:

@@ -230,10 +230,11 @@ class TaskExecutor:
             return self._done, self._failed
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until no task runs; False if some still run after ``timeout``."""
+        """Wait until no task runs, nor a commit group whose handlers returned is still to
+        commit; False if some still run after ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._finished:
-            while self._running:
+            while self._running or (self.group is not None and self.group.open()):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False

@@ -54,6 +54,9 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.retry_policy import Decision
 from nsj_queue_lib.runtime.executor import RunningTask, TaskExecutor, settle_failure
+from nsj_queue_lib.runtime.group_claim import GroupClaims, liveness_chain
+from nsj_queue_lib.runtime.group_isolation import Isolation
+from nsj_queue_lib.runtime.group_pace import Pace
 from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 
 logger = get_logger("group_commit")
@@ -77,6 +80,8 @@ class _Group:
     def __init__(self, claims: list[Claim]):
         self.started = time.monotonic()
         self.waiting: collections.deque[Claim] = collections.deque(claims)
+        # Unstarted tasks given back in the open transaction: claimed again if it fails.
+        self.released: list[Claim] = []
         # Successes since the group's last commit, with their mensagem.
         self.written: list[tuple[TaskRecord, str]] = []
         # Failures written there: (task, how to settle it again if the transaction is lost).
@@ -102,11 +107,13 @@ class GroupDrain:
     def __init__(self, executor: TaskExecutor, ops: GroupOps):
         self.ex = executor
         self.ops = ops
-        self.size = executor.settings.queue_batch_size
+        self.size = executor.settings.batch_size
         self.max_seconds = executor.settings.queue_batch_max_ms / 1000.0
         self._lock = threading.Lock()
         self._groups: dict[int, _Group] = {}  # by executor thread id
-        self._handler_seconds = 0.0  # recent handlers' duration (moving average)
+        self.pace = Pace()  # recent handlers' durations
+        self.isolation = Isolation()  # after a group's commit failed: claims of one
+        self.claims = GroupClaims(ops, executor.liveness)  # per-processo limits first
 
     # -- the thread's loop (TaskExecutor._thread_main) --
 
@@ -116,7 +123,7 @@ class GroupDrain:
         if conn is None:
             return
         try:
-            claims = self.ops.claim_batch(conn, self._claim_limit())
+            claims = self.claims.claim(conn, self._claim_limit())
             while claims and conn is not None:
                 ex._wake_idle_thread()  # there may be more: let an idle thread look
                 conn, claims = self._run_group(conn, claims)
@@ -132,17 +139,16 @@ class GroupDrain:
         never holds tasks other workers could start sooner."""
         if not self.ex._claim_next():
             return 0
-        pace = self._handler_seconds
+        if self.isolation.active():
+            return 1
+        pace = self.pace.seconds
         if pace <= 0:
             return self.size
         return max(1, min(self.size, int(self.max_seconds / pace)))
 
-    def _handler_took(self, seconds: float) -> None:
-        # A moving average (threads update it without a lock: a float store is atomic).
-        self._handler_seconds += (seconds - self._handler_seconds) * 0.2
-
     def _run_group(self, conn: Any, claims: list[Claim]) -> tuple[Any, list[Claim]]:
         """Run one group; (the connection to go on with or None, the next group's claims)."""
+        self.isolation.claimed(claims)
         group = _Group(claims)
         me = threading.get_ident()
         with self._lock:
@@ -162,6 +168,14 @@ class GroupDrain:
         finally:
             with self._lock:
                 self._groups.pop(me, None)
+            with self.ex._finished:  # wait_idle waits for the group's commit too
+                self.ex._finished.notify_all()
+
+    def open(self) -> bool:
+        """Whether a group is running or committing (a stopping worker waits for it); one
+        whose handler was given up after its timeout is settled already."""
+        with self._lock:
+            return any(not group.abandoned for group in self._groups.values())
 
     def _run_tasks(self, conn: Any, group: _Group) -> Any:
         """Run the group's tasks until it closes; the connection to commit on, or None."""
@@ -177,7 +191,7 @@ class GroupDrain:
                     ex.after_handler(item.context)
             finally:
                 ex._ended(task)
-            self._handler_took(time.monotonic() - item.started)
+            self.pace.took(task, time.monotonic() - item.started)
             if outcome is None:  # given up after its timeout: given_up() settled the group
                 ex._discard(conn, replace=False)
                 return None
@@ -209,10 +223,14 @@ class GroupDrain:
         return conn
 
     def _closing(self, group: _Group) -> bool:
-        """Whether the group commits after its running task (time bound, or stopping)."""
+        """Whether the group commits after its running task: stopping, open
+        QUEUE_BATCH_MAX_MS, or about to be by the end of its next handler (group_pace.py)."""
         if not self.ex._claim_next():
             return True
-        return time.monotonic() - group.started >= self.max_seconds
+        open_for = time.monotonic() - group.started
+        if group.waiting:
+            open_for += self.pace.expected(group.waiting[0].task)
+        return open_for >= self.max_seconds
 
     def _savepoint(self, conn: Any, group: _Group) -> None:
         try:
@@ -229,24 +247,52 @@ class GroupDrain:
             if not self.ex.store.in_transaction(conn):
                 self.ex.store.begin(conn)  # a replacement connection (the group's was broken)
             self._give_back_waiting(conn, group)
-            claims = self.ops.commit(conn, group.written, self._claim_limit())
+            limit = self._claim_limit()
+            for task, _ in group.written:
+                self.claims.ended(task)  # before the look below, as a single commit does
+            # A limited task may start: it is claimed after the commit (group_claim.py).
+            limited = bool(limit) and self.claims.limited_due()
+            started = time.perf_counter()
+            claims = self.ops.commit(conn, group.written, 0 if limited else limit)
+            self.claims.committed(started, claims)
         except (DatabaseError, GroupLost) as exc:
-            return self._commit_failed(conn, group, exc), []
+            conn = self._commit_failed(conn, group, exc)
+            # Go on draining (what went back to the queue is ready now, and no wake-up
+            # announces it), one task at a time if the group's tasks are suspects.
+            return conn, [] if conn is None else self.claims.claim(conn, self._claim_limit())
         self._committed([task for task, _ in group.written])
-        return conn, claims
+        return conn, self.claims.claim(conn, limit) if limited else claims
 
     def _commit_failed(self, conn: Any, group: _Group, exc: BaseException) -> Any:
-        """The group's commit failed (a deferred constraint, a lost connection): nothing of
-        it was committed, so each finished task's attempt failed, as a failed commit always
-        made it; its retry runs in a group of its own (``_run_tasks``), so that one task's
-        bad commit does not keep failing the others. Returns a connection or None."""
-        logger.warning("queue=%s: committing a group failed (%s)", self.ex.settings.queue_name, exc)
-        error = exc.__cause__ or exc
-        written, group.written = group.written, []
-        for task, _ in written:
-            if not self.ex._fail(task, conn, error):
-                conn = self.ex._discard(conn)
-        self._after_broken(group)
+        """The group's commit failed (a deferred constraint, a serialization failure, a lost
+        connection): nothing of it was committed, its next claim neither.
+
+        One finished task: its commit failed, its attempt failed, exactly as with one
+        commit per task. Several: nothing tells whose work failed the commit, so none has
+        failed its attempt; they go back to 'pendente' (the retry's count untouched) and
+        run alone from now on (group_isolation.py), where the culprit fails by itself.
+        Returns a connection or None."""
+        queue = self.ex.settings.queue_name
+        # The unstarted tasks given back in the failed transaction are still claimed.
+        group.waiting.extend(reversed(group.released))
+        group.released = []
+        if len(group.written) > 1:
+            logger.warning(
+                "queue=%s: committing a group of %d finished tasks failed (%s); they go back "
+                "to the queue and run one commit each until they ran again",
+                queue,
+                len(group.written),
+                exc,
+            )
+            self.isolation.suspect(task.id for task, _ in group.written)
+        else:
+            logger.warning("queue=%s: committing a group failed (%s)", queue, exc)
+            error = exc.__cause__ or exc
+            written, group.written = group.written, []
+            for task, _ in written:
+                if not self.ex._fail(task, conn, error):
+                    conn = self.ex._discard(conn)
+        self._after_broken(group)  # the suspects go back with the unstarted tasks
         if conn is not None and not self.ex.store.in_transaction(conn):
             return conn
         return self.ex._discard(conn)
@@ -256,20 +302,21 @@ class GroupDrain:
         try:
             # Slow handlers: keep what the recent pace runs in QUEUE_BATCH_MAX_MS.
             self._give_back_waiting(conn, group, keep=self._claim_limit())
-            self.ops.commit(conn, group.written, 0)
-            self.ex.store.begin(conn)
+            self.ops.commit(conn, group.written, 0, chain=True)
+            if not self.ex.store.in_transaction(conn):
+                self.ex.store.begin(conn)
         except (DatabaseError, GroupLost) as exc:
-            conn = self._commit_failed(conn, group, exc)
-            self.ex._put_back(conn)
-            return None
+            # The group is emptied: _run_group commits nothing and claims again.
+            return self._commit_failed(conn, group, exc)
         self._committed([task for task, _ in group.written])
-        group.written, group.failures = [], []
+        group.written, group.failures, group.released = [], [], []
         group.savepoint, group.tx, group.started = False, None, time.monotonic()
         self.ex._wake_idle_thread()  # tasks given back: an idle executor may take them
         return conn
 
     def _committed(self, tasks: list[TaskRecord]) -> None:
         for task in tasks:
+            self.claims.ended(task)
             self.ex._succeeded(task)
 
     # -- failures --
@@ -406,7 +453,9 @@ class GroupDrain:
         """Unstarted tasks of a group beyond ``keep``: 'pendente' again, in its transaction
         (the last claimed first: the queue's order stays)."""
         while len(group.waiting) > keep:
-            task = group.waiting.pop().task
+            claim = group.waiting.pop()
+            group.released.append(claim)
+            task = claim.task
             self.ex.store.release(conn, task.id)
             self.ex.liveness.unlock_in_transaction(conn, task)
 
@@ -438,20 +487,26 @@ class GroupDrain:
 
 
 def group_drain(executor: TaskExecutor) -> GroupDrain | None:
-    """The executor's group drain when QUEUE_BATCH_SIZE > 1 and its database and liveness
-    locks allow it; None (one commit per task) otherwise."""
+    """The executor's group drain when its batch size (QUEUE_BATCH_SIZE, else the default)
+    is above one and its handlers, database and liveness locks allow it; None (one commit
+    per task) otherwise. Where they do not, only a QUEUE_BATCH_SIZE the user set is worth a
+    warning: the default falls back to one commit per task without a word."""
     settings = executor.settings
-    if settings.queue_batch_size <= 1:
+    if settings.batch_size <= 1:
         return None
     ops = group_ops_for(settings.db_driver, executor.store)
-    liveness = getattr(executor.liveness, "inner", executor.liveness)  # MeasuredLiveness
-    if ops is None or not isinstance(liveness, DatabaseLiveness):
-        logger.warning(
-            "queue=%s: QUEUE_BATCH_SIZE=%s ignored: group commit needs PostgreSQL or "
-            "MySQL/MariaDB with the liveness locks in the database (not CLIENT_SERVER_MODE nor "
-            "QUEUE_COMPAT_1_2_2); one commit per task",
-            settings.queue_name,
-            settings.queue_batch_size,
-        )
+    # Measured and limited livenesses wrap the one that takes the locks.
+    chain = liveness_chain(executor.liveness)
+    in_database = any(isinstance(liveness, DatabaseLiveness) for liveness in chain)
+    synchronous = type(executor) is TaskExecutor  # the async executor commits per task
+    if ops is None or not synchronous or not in_database:
+        if settings.queue_batch_size is not None:
+            logger.warning(
+                "queue=%s: QUEUE_BATCH_SIZE=%s ignored: group commit needs synchronous "
+                "handlers on PostgreSQL or MySQL/MariaDB with the liveness locks in the "
+                "database (not CLIENT_SERVER_MODE nor QUEUE_COMPAT_1_2_2); one commit per task",
+                settings.queue_name,
+                settings.queue_batch_size,
+            )
         return None
     return GroupDrain(executor, ops)

@@ -277,6 +277,10 @@ class LimitedLiveness:
     def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
         self.inner.after_settled(task, conn)
 
+    def claim_limited(self, conn: Any) -> Claim | None:
+        """The limited claim alone (a commit group claims its batch after it)."""
+        return self._limited(conn)
+
     def _limited(self, conn: Any) -> Claim | None:
         limiter = self.limiter
         generation = limiter.generation()

@@ -546,8 +546,7 @@ class WorkerRuntime:
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
-        if type(self.executor) is TaskExecutor:  # the async executor commits per task
-            self.executor.group = group_drain(self.executor)
+        self.executor.group = group_drain(self.executor)  # None: one commit per task
         self.executor.start()
         for thread in threads:
             thread.start()

@@ -227,3 +227,86 @@ def test_kill_9_mid_group_loses_nothing_and_commits_nothing_twice(backend):
         "every task rescued and run again",
     )
     assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_failed_group_commit_costs_no_attempt_and_its_culprit_then_fails_alone(backend):
+    # MariaDB has no equivalent: InnoDB checks constraints at each statement, never at
+    # COMMIT, so there a group's COMMIT fails only with its connection (docs/group-commit.md).
+    refuse = f"{backend.table}_refuse"
+    backend.execute(
+        f"CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.chave = 'poison' THEN RAISE EXCEPTION 'poison refused at commit'; END IF; "
+        "RETURN NULL; END $$"
+    )
+    try:
+        backend.execute(
+            f"CREATE CONSTRAINT TRIGGER {backend.name}_refuse AFTER INSERT ON "
+            f"{backend.exec_table} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+            f"EXECUTE FUNCTION {refuse}()"
+        )
+        ran = []  # task ids as handlers start
+
+        def execute(payload, tarefa, bd_conn):
+            ran.append(tarefa["id"])
+            poison = payload == "poison" and tarefa["tentativa"] == 1  # its retry succeeds
+            backend.execute(
+                f"INSERT INTO {backend.exec_table} (task_id, chave, pid) "
+                "VALUES (%s, %s, (pg_current_xact_id()::text::bigint %% 1000000000)::int)",
+                (tarefa["id"], "poison" if poison else "ok"),
+                conn=bd_conn,
+            )
+            return "ok"
+
+        payloads = ["ok"] * 4 + ["poison"] + ["ok"] * 5
+        ids = backend.enqueue([dict(payload=p) for p in payloads])
+        worker = backend.run(backend.function_worker(execute, **GROUP))
+        backend.wait_statuses({"sucesso": 10, "falha": 1}, 30, "the group run again alone")
+        rows = {r["id"]: r for r in backend.rows()}
+        # The group's commit failed: none of its tasks lost an attempt but the culprit's,
+        # whose commit failed again alone and recorded its failure.
+        assert [rows[i]["status"] for i in ids] == ["sucesso"] * 4 + ["falha"] + ["sucesso"] * 5
+        assert all(rows[i]["tentativa"] == 1 for i in ids)
+        assert "poison refused at commit" in rows[ids[4]]["mensagem"]
+        assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+        # All ten ran in the group, then each again in a transaction of its own.
+        assert ran[:10] == ids and [i for i in ran[10:] if i in ids] == ids, ran
+        transactions = [r["pid"] for r in backend.exec_rows()]
+        assert len(set(transactions)) == len(transactions) == 10, transactions
+        assert worker.alive() and worker.stop() == 0
+    finally:
+        backend.execute(f"DROP FUNCTION IF EXISTS {refuse}() CASCADE")
+
+
+@BOTH
+def test_tasks_finished_before_a_known_slow_handler_commit_before_it_starts(backend):
+    side = backend.connect(autocommit=True)
+    seen = []  # at each slow handler's start: the statuses of the tasks enqueued before it
+
+    def execute(payload, tarefa, bd_conn):
+        write_exec(backend, bd_conn, tarefa)
+        if tarefa["processo"] == "slow":
+            before = f"id < {int(tarefa['id'])} AND id > %s"
+            seen.append(
+                backend.query(
+                    f"SELECT status FROM {backend.table} WHERE {before}", (int(payload),), conn=side
+                )
+            )
+            time.sleep(0.3)  # three times QUEUE_BATCH_MAX_MS
+        return "ok"
+
+    worker = backend.run(
+        backend.function_worker(execute, queue_batch_size=10, queue_batch_max_ms=100)
+    )
+    # The worker learns how long "slow" takes, then that the others are fast.
+    backend.enqueue([dict(processo="slow", payload="0")])
+    backend.enqueue([dict(processo="fast")] * 20)
+    backend.wait_statuses({"sucesso": 21}, 20, "the first tasks")
+    last = max(r["id"] for r in backend.rows())
+    backend.enqueue([dict(processo="fast")] * 2 + [dict(processo="slow", payload=str(last))])
+    backend.wait_statuses({"sucesso": 24}, 20, "the fast tasks and the slow one")
+    # Without looking ahead, the group would have held the two fast tasks' commit for the
+    # slow handler's 0.3 s: they committed before it started.
+    assert [r["status"] for r in seen[-1]] == ["sucesso", "sucesso"], seen
+    assert worker.stop() == 0
+    side.close()

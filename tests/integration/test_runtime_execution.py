@@ -524,8 +524,9 @@ def test_a_handler_that_breaks_its_connection_fails_its_task_and_the_worker_goes
     assert worker.stop() == 0
 
 
+@pytest.mark.parametrize("batch_size", [1, None])
 def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
-    start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
+    batch_size, start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin
 ):
     """The next task is claimed in the finished task's transaction: when that commit fails, both go.
 
@@ -533,6 +534,9 @@ def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
     success row and the claim of the second task were written. The second
     task must be 'pendente' again and its liveness lock released: the same
     session claims it once more, and a lock taken twice would outlive it.
+    QUEUE_BATCH_SIZE=1: the one-commit path. Unset (group commit): both tasks
+    are claimed in one group whose commit fails; they go back to the queue
+    without an attempt, run alone, and only the culprit's commit fails.
     """
     deferred = f"{pg_queue.table}_deferred"
     pg_admin.execute(
@@ -549,7 +553,12 @@ def test_a_commit_that_fails_fails_the_task_and_returns_the_next_claim_unlocked(
         bad, good = enqueue(
             pg_dsn, pg_queue.table, [dict(payload="bad", prioridade=90), dict(payload="good")]
         )
-        worker = start_worker(execute, queue_base_interval_retry=60, queue_concurrency=1)
+        worker = start_worker(
+            execute,
+            queue_base_interval_retry=60,
+            queue_concurrency=1,
+            queue_batch_size=batch_size,
+        )
         wait_for(
             lambda: (
                 statuses(pg_autocommit, pg_queue.table) == {"falha": 1, "agendada": 1, "sucesso": 1}

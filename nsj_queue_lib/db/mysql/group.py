@@ -69,7 +69,11 @@ class MysqlGroupOps:
         self._execute(conn, "rollback to savepoint", f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
 
     def commit(
-        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+        self,
+        conn: Any,
+        written: Sequence[tuple[TaskRecord, str]],
+        claim_limit: int,
+        chain: bool = False,
     ) -> list[Claim]:
         if written:
             # Those the first savepoint wrote are 'sucesso' already: the UPDATE skips them.

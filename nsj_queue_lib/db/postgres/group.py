@@ -79,10 +79,17 @@ class PostgresGroupOps:
         self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
 
     def commit(
-        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], claim_limit: int
+        self,
+        conn: Any,
+        written: Sequence[tuple[TaskRecord, str]],
+        claim_limit: int,
+        chain: bool = False,
     ) -> list[Claim]:
         _disarm(conn)
-        commit = b"COMMIT AND CHAIN" if claim_limit else b"COMMIT"
+        # AND CHAIN when the group goes on: idle between a COMMIT and a BEGIN, the session
+        # could be handed to another client by a transaction pooler with the group's
+        # liveness locks (docs/how-to/poolers.md).
+        commit = b"COMMIT AND CHAIN" if claim_limit or chain else b"COMMIT"
         if len(written) == 1:  # the claim function settles one task itself: one round trip
             [(task, mensagem)] = written
             rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)

@@ -1,0 +1,77 @@
+"""How a commit group claims: per-processo limits first, then the dialect's batch claim.
+
+The batch claim, like every ordinary claim, never takes a task of a limited
+processo (flow/limits.py): those start only through the limited claim, one at
+a time, when the worker's limiter says one may be startable
+(runtime/limited.py). A group drain therefore tries the limited claim first
+while the limiter is due, and runs a task it gets as a group of one (its
+commit then frees its max_concurrent slot at once); otherwise it claims a
+batch. Every task a group settles tells the limiter it ended.
+
+With the metrics endpoint on, the claims and the commits are reported as the
+measured liveness reports a single task's (observability/measured.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nsj_queue_lib.db.group_ops import GroupOps
+from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.observability.measured import MeasuredLiveness
+from nsj_queue_lib.runtime.limited import LimitedLiveness
+
+
+def liveness_chain(liveness: Any) -> list[Any]:
+    """``liveness`` and the ones it wraps (``inner``: measured, limited), outermost first."""
+    chain = [liveness]
+    while getattr(chain[-1], "inner", None) is not None:
+        chain.append(chain[-1].inner)
+    return chain
+
+
+class GroupClaims:
+    def __init__(self, ops: GroupOps, liveness: Any):
+        self.ops = ops
+        limited = [item for item in liveness_chain(liveness) if isinstance(item, LimitedLiveness)]
+        self.limited: LimitedLiveness | None = limited[0] if limited else None
+        measured = [item for item in liveness_chain(liveness) if isinstance(item, MeasuredLiveness)]
+        self.observer = measured[0].observer if measured else None
+
+    def limited_due(self) -> bool:
+        """Whether the next claim tries the limited claim first (the caller then claims
+        with ``claim``, not in its commit's round trip)."""
+        return self.limited is not None and self.limited.limiter.due()
+
+    def claim(self, conn: Any, limit: int) -> list[Claim]:
+        """Up to ``limit`` tasks, a transaction open on ``conn`` when any was claimed."""
+        started = time.perf_counter()
+        claims = self._claim(conn, limit)
+        if self.observer is not None and limit:
+            self.observer.claim_round_trip(time.perf_counter() - started, bool(claims))
+            self._claimed(claims)
+        return claims
+
+    def _claim(self, conn: Any, limit: int) -> list[Claim]:
+        if limit and self.limited is not None and self.limited.limiter.due():
+            claimed = self.limited.claim_limited(conn)
+            if claimed is not None:
+                return [claimed]
+        return self.ops.claim_batch(conn, limit)
+
+    def committed(self, started: float, claims: list[Claim]) -> None:
+        """A group's commit (since ``perf_counter`` ``started``), with the claims it made."""
+        if self.observer is not None:
+            self.observer.completion_round_trip(time.perf_counter() - started)
+            self._claimed(claims)
+
+    def _claimed(self, claims: list[Claim]) -> None:
+        assert self.observer is not None
+        for claim in claims:
+            self.observer.task_claimed(claim.task)
+
+    def ended(self, task: TaskRecord) -> None:
+        """A task of the group was settled: a max_concurrent slot may be free."""
+        if self.limited is not None:
+            self.limited.limiter.ended(task)
