@@ -239,7 +239,16 @@ def ours_drain(
             QueueClient(conn, table).insert_tasks(task_rows(total))
             conn.commit()
             t0 = time.perf_counter()
-            return watch(done, measured, t0)
+            drain = watch(done, measured, t0)
+            # A drain only counts if its tasks succeeded: a failing handler settles fast too.
+            failed = db.execute(
+                poll,
+                f"SELECT count(*) FROM {table}"
+                " WHERE status NOT IN ('pendente', 'agendada', 'processando', 'sucesso')",
+            )[0][0]
+            if failed:
+                raise BenchError(f"{failed} tasks did not end 'sucesso'")
+            return drain
         finally:
             conn.close()
             poll.close()
