@@ -344,16 +344,21 @@ class GroupDrain:
         try:
             self._settle_failure(conn, task, settle)
             group.failures.append((task, settle))
-        except Exception as exc:  # noqa: BLE001 - the retry service rescues the task
+        except Exception as exc:  # noqa: BLE001 - recorded again below, on a fresh connection
+            # A deadlock here (MySQL: two executors' groups) ends the whole transaction. The
+            # failure goes with the group's other tasks to a fresh connection, once this one
+            # is closed: its transaction's row locks would block that connection's updates.
             logger.warning(
-                "queue=%s task=%s: could not record the failure (%s); the retry service will "
-                "rescue the task",
+                "queue=%s task=%s: recording the failure failed (%s); recording it again on a "
+                "fresh connection",
                 ex.settings.queue_name,
                 task.id,
                 exc,
             )
+            group.failures.append((task, settle))
+            conn = ex._discard(conn)
             self._after_broken(group)
-            return ex._discard(conn)
+            return conn
         return conn
 
     def _after_broken(self, group: _Group) -> None:
