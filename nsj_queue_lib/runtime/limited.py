@@ -75,6 +75,9 @@ class Limiter:
         self._generation = 0
         self._active = True
         self._recheck_at = 0.0
+        # This worker claimed the last start it knows of: when its call for the next one
+        # goes out (time.monotonic()), or None (a follower).
+        self._lead_at: float | None = None
 
     # -- start --
 
@@ -140,31 +143,50 @@ class Limiter:
         this one does not know: until then the claim holds that processo back)."""
         self.known = {**self.store.declared(conn), **self.declared}
 
-    def claimed(self, result: LimitedClaim, generation: int, opens_in: float | None = None) -> None:
+    def claimed(
+        self,
+        result: LimitedClaim,
+        generation: int,
+        opens_in: float | None = None,
+        started: float | None = None,
+    ) -> None:
         """Record a limited claim's outcome (``generation``: ``generation()`` before it;
-        ``opens_in``: seconds until a closed time window opens)."""
+        ``opens_in``: seconds until a closed time window opens; ``started``: the
+        ``time.monotonic()`` the call went out at)."""
         now = time.monotonic()
         with self._cond:
             if not result.limits_rows:
                 self._active = False
                 self._recheck_at = now + INACTIVE_RECHECK_SECONDS
+                self._lead_at = None
                 return
             self._active = True
             waits = [w for w in (result.wait, opens_in) if w is not None]
+            if not waits:
+                self._lead_at = None
+            elif result.task is not None:
+                # The claim returns when its task starts: the next call goes out
+                # EARLY_SECONDS ahead of the next start and waits for it in the database.
+                self._lead_at = now + min(waits) - EARLY_SECONDS
+            elif self._lead_at is not None and started is not None and started < self._lead_at:
+                # Nothing yet from a call that went before this worker's lead moment (a
+                # wake-up's look, or a look again): it leads still. Made a follower, it
+                # would leave the start to the others' later look (FOLLOWER_DELAY_SECONDS
+                # late; MariaDB's polling wake-ups made that 3 in 100 gaps of bench_limits).
+                pass
+            else:
+                self._lead_at = None
             if self._generation != generation or result.stale_windows:
                 # Something changed during the claim: the waker wakes an executor to
                 # look again (nobody else may be about to).
                 self._due_at = now
             elif not waits:
                 self._due_at = NEVER
-            elif result.task is not None:
-                # The claim returns when its task starts: the next call goes out
-                # EARLY_SECONDS ahead of the next start and waits for it in the database.
-                self._due_at = now + min(waits) - EARLY_SECONDS
             else:
                 # The worker that claimed last looks first when the next start is due;
                 # the others a little later, when it has not (it is busy, or gone).
-                self._due_at = now + min(waits) - EARLY_SECONDS + FOLLOWER_DELAY_SECONDS
+                follower = now + min(waits) - EARLY_SECONDS + FOLLOWER_DELAY_SECONDS
+                self._due_at = min(follower, NEVER if self._lead_at is None else self._lead_at)
             self._due_at = max(self._due_at, 1e-9)  # 0.0 means "now, without the waker"
             self._cond.notify_all()
 
@@ -284,6 +306,7 @@ class LimitedLiveness:
     def _limited(self, conn: Any) -> Claim | None:
         limiter = self.limiter
         generation = limiter.generation()
+        started = time.monotonic()
         open_windows, known_windows, opens_in = limiter.windows()
         try:
             result = limiter.store.claim(
@@ -300,7 +323,7 @@ class LimitedLiveness:
         if task is None:
             if result.stale_windows:
                 limiter.reload(conn)
-            limiter.claimed(result, generation, opens_in)
+            limiter.claimed(result, generation, opens_in, started)
             return None
         locked = bool(result.locked) if self._take_lock else True
         if self._after_claim is not None:
@@ -317,10 +340,12 @@ class LimitedLiveness:
                 _rollback_quietly(self.store, conn)
                 if self._take_lock and locked:
                     self._unlock(conn, task)
-                limiter.claimed(dataclasses.replace(result, task=None), generation, opens_in)
+                limiter.claimed(
+                    dataclasses.replace(result, task=None), generation, opens_in, started
+                )
                 return None
         limiter.limited.add(str(task.row.get("processo")))
-        limiter.claimed(result, generation, opens_in)
+        limiter.claimed(result, generation, opens_in, started)
         return Claim(task, locked)
 
 

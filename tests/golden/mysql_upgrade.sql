@@ -521,11 +521,12 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim e3b788ee074182ea'
+    COMMENT 'nsj_queue_lib limited claim ad3fd2446644a857'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_due_in DOUBLE DEFAULT NULL;
+    DECLARE v_due_at TIMESTAMP(6) DEFAULT NULL;
     DECLARE v_startable BOOLEAN DEFAULT FALSE;
     DECLARE v_claimed BIGINT DEFAULT NULL;
     DECLARE v_first_attempt BIGINT DEFAULT NULL;
@@ -548,13 +549,16 @@ BEGIN
     IF v_chosen IS NOT NULL THEN
         SELECT l.processo INTO v_locked FROM public.fila_teste_limits AS l WHERE l.processo = v_chosen FOR UPDATE;
         SET v_due_in = NULL;
-        SELECT TRUE, s.due_in INTO v_startable, v_due_in
+        SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
+        INTO v_startable, v_due_in, v_due_at
         FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
         IF v_due_in > 0 THEN
-            DO SLEEP(v_due_in);
+            -- To the due moment itself: this statement starts a little after the
+            -- one that measured v_due_in.
+            DO SLEEP(GREATEST(TIMESTAMPDIFF(MICROSECOND, NOW(6), v_due_at), 0) / 1e6);
         END IF;
         claim: LOOP
             SET v_attempt = v_attempt + 1, v_claimed = NULL, v_keys_lost = FALSE;

@@ -29,6 +29,7 @@ BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_due_in DOUBLE DEFAULT NULL;
+    DECLARE v_due_at TIMESTAMP(6) DEFAULT NULL;
     DECLARE v_startable BOOLEAN DEFAULT FALSE;
     DECLARE v_claimed BIGINT DEFAULT NULL;
     DECLARE v_first_attempt BIGINT DEFAULT NULL;
@@ -51,13 +52,16 @@ BEGIN
     IF v_chosen IS NOT NULL THEN
         SELECT l.processo INTO v_locked FROM {limits_table} AS l WHERE l.processo = v_chosen FOR UPDATE;
         SET v_due_in = NULL;
-        SELECT TRUE, s.due_in INTO v_startable, v_due_in
+        SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
+        INTO v_startable, v_due_in, v_due_at
         FROM ({limited_states}) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
         IF v_due_in > 0 THEN
-            DO SLEEP(v_due_in);
+            -- To the due moment itself: this statement starts a little after the
+            -- one that measured v_due_in.
+            DO SLEEP(GREATEST(TIMESTAMPDIFF(MICROSECOND, NOW(6), v_due_at), 0) / 1e6);
         END IF;
         claim: LOOP
             SET v_attempt = v_attempt + 1, v_claimed = NULL, v_keys_lost = FALSE;
