@@ -98,12 +98,14 @@ MY_DRIVER = "nsj_queue_lib/db/mysql/driver.py"
 SS_QUERIES = "nsj_queue_lib/db/singlestore/queries.sql"
 EXECUTOR = "nsj_queue_lib/runtime/executor.py"
 WORKER_RUNTIME = "nsj_queue_lib/runtime/worker_runtime.py"
+PG_GROUP = "nsj_queue_lib/db/postgres/group.py"
 
 GUARDS_PG = "tests/integration/test_guards_pg.py"
 GUARDS_MY = "tests/integration/test_guards_mysql.py"
 GUARDS_SERVER = "tests/integration/test_guards_server.py"
 GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
 CONTRACT = "tests/contract/test_contract.py"
+GROUP_COMMIT = "tests/contract/test_group_commit.py"
 POLICIES = "tests/contract/test_task_policies.py"
 RUNTIME = "tests/integration/test_runtime_execution.py"
 SERVICES = "tests/integration/test_runtime_services.py"
@@ -464,6 +466,17 @@ MUTANTS: tuple[Mutant, ...] = (
         _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "postgres", "mysql"),
         ("postgres", "mysql"),
         "a failed handler's writes commit with its failure",
+    ),
+    Mutant(
+        "pg-group-failed-handler-rolls-back",
+        PG_GROUP,
+        '        self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")\n',
+        "        pass\n",
+        (
+            f"{GROUP_COMMIT}::test_a_failing_handler_is_rolled_back_alone_and_the_group_commits_once[postgres]",
+        ),
+        ("postgres",),
+        "a failed handler's writes commit with its group",
     ),
     # -- liveness lock on claim ---------------------------------------------------------------
     Mutant(

@@ -191,7 +191,11 @@ def test_a_failure_rolls_back_and_schedules_the_next_attempt(backend):
         failed_at.append(backend.now(conn=bd_conn))
         raise RuntimeError(f"boom {tarefa['tentativa']}")
 
-    worker = backend.run(backend.function_worker(execute, queue_base_interval_retry=base_minutes))
+    # One commit per task (the executor's rollback); a group's savepoint rollback is
+    # test_group_commit's.
+    worker = backend.run(
+        backend.function_worker(execute, queue_base_interval_retry=base_minutes, queue_batch_size=1)
+    )
     [first_id] = backend.enqueue([dict(payload="p", chave_externa="chain", prioridade=70)])
     backend.wait_statuses(
         {"falha": 1, "agendada": 1}, 10, "the attempt to fail and the retry to be scheduled"
@@ -285,7 +289,11 @@ def test_ready_tasks_run_by_priority_then_age(backend):
     # Started after the inserts: it claims what is ready without any wake-up.
     worker = backend.run(
         backend.function_worker(
-            lambda payload, tarefa, conn: order.append(payload), queue_concurrency=1
+            lambda payload, tarefa, conn: order.append(payload),
+            queue_concurrency=1,
+            # Groups of two: which two a claim takes is the claim's order, not the sort of
+            # what it took.
+            queue_batch_size=2,
         )
     )
     backend.wait_statuses({"sucesso": 6}, 10, "all six tasks to succeed")
