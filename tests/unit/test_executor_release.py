@@ -32,11 +32,13 @@ class Admin:
 
 
 class Groups:
-    def __init__(self) -> None:
-        self.given_up: list[int] = []
+    """The executor's group drain, as far as the release calls it."""
 
-    def given_up_item(self, item: RunningTask) -> None:
-        self.given_up.append(item.task.id)
+    def __init__(self) -> None:
+        self.settled: list[int] = []  # tasks whose groups were given up
+
+    def given_up(self, item: RunningTask) -> None:
+        self.settled.append(item.task.id)
 
 
 def task(task_id: int) -> TaskRecord:
@@ -54,8 +56,7 @@ def test_release_running_gives_up_the_groups_of_the_released_attempts_only():
         None,  # type: ignore[arg-type]
         lambda admin, conn: terminated.append(conn),
     )
-    groups = Groups()
-    executor.group = type("Group", (), {"given_up": lambda self, item: groups.given_up_item(item)})()
+    groups = executor.group = Groups()
     running, finishing = RunningTask(task(1), "conn 1"), RunningTask(task(2), "conn 2")
     finishing.state = FINISHING  # its handler returned: its thread settles its group
     executor._running = {1: running, 2: finishing}
@@ -64,4 +65,4 @@ def test_release_running_gives_up_the_groups_of_the_released_attempts_only():
 
     assert terminated == ["conn 1", "conn 2"]  # both sessions end
     assert running.state == ABANDONED and finishing.state == FINISHING
-    assert groups.given_up == [1]
+    assert groups.settled == [1]
