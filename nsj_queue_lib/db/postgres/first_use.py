@@ -81,11 +81,12 @@ def _fires(conn: Any) -> bool:
         return False
     if not isinstance(conn, FirstUseHook):
         return False
-    conn.arm_first_use(lambda: None)
+    hooked: Any = conn  # a psycopg connection with the hook mixed in
+    hooked.arm_first_use(lambda: None)
     try:
-        conn.execute("SELECT 1").fetchone()
+        hooked.execute("SELECT 1").fetchone()
     finally:
-        state = conn.disarm_first_use()
+        state = hooked.disarm_first_use()
     return state == RAN
 
 
