@@ -640,7 +640,10 @@ class TaskExecutor:
                         exc,
                     )
             if self.group is not None:  # their groups' other tasks went with the sessions
-                for item in running:
+                # Only the groups of the attempts released here: a FINISHING task's thread
+                # goes on settling its own group (its commit fails with the session), and
+                # settling it from here too would race with it.
+                for item in releasing:
                     self.group.given_up(item)
             for item in releasing:
                 self.store.begin(admin)

@@ -52,8 +52,14 @@ from nsj_queue_lib.db.group_ops import GroupLost, GroupOps, group_ops_for
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.queue_client import CANCELLED_MESSAGE
 from nsj_queue_lib.retry_policy import Decision
-from nsj_queue_lib.runtime.executor import RunningTask, TaskExecutor, settle_failure
+from nsj_queue_lib.runtime.executor import (
+    CANCELLED_WHILE_RUNNING,
+    RunningTask,
+    TaskExecutor,
+    settle_failure,
+)
 from nsj_queue_lib.runtime.group_claim import GroupClaims, liveness_chain
 from nsj_queue_lib.runtime.group_isolation import Isolation
 from nsj_queue_lib.runtime.group_pace import Pace
@@ -130,6 +136,12 @@ class GroupDrain:
         except DatabaseError as exc:
             logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
             conn = ex._discard(conn, replace=False)
+        except BaseException:
+            # Unexpected (a bug): conn may hold a group's liveness locks, which outlive a
+            # rollback. Pooled again, it would keep its tasks 'processando' for the
+            # connection's life; closed, they are the retry service's to rescue.
+            conn = ex._discard(conn, replace=False)
+            raise
         finally:
             ex._put_back(conn)
 
@@ -192,8 +204,12 @@ class GroupDrain:
             finally:
                 ex._ended(task)
             self.pace.took(task, time.monotonic() - item.started)
-            if outcome is None:  # given up after its timeout: given_up() settled the group
-                ex._discard(conn, replace=False)
+            if outcome is None:  # given up after its timeout (timeouts.py)
+                ex._discard(conn, replace=False)  # the group's transaction rolls back
+                # The handler may have returned before the timeout's thread called
+                # given_up(): the group leaves _groups when this returns, where given_up()
+                # would no longer find it. Its other tasks go back now (once: either call).
+                self.given_up(item)
                 return None
             if group.written and not ex.store.in_transaction(conn):
                 # The handler ended the transaction (its own failure says so).
@@ -440,14 +456,13 @@ class GroupDrain:
                     if row is not None and row.get("status") == model.SUCESSO:
                         done.append(task)
                         continue
-                if store.release(conn, task.id):
+                if self._release(conn, task, started=mensagem is not None):
                     logger.info(
                         "queue=%s task=%s: back to the queue (%s)",
                         self.ex.settings.queue_name,
                         task.id,
                         GROUP_LOST,
                     )
-                self.ex.liveness.unlock_in_transaction(conn, task)
             store.commit(conn)
         except BaseException:
             store.rollback(conn)
@@ -460,9 +475,22 @@ class GroupDrain:
         while len(group.waiting) > keep:
             claim = group.waiting.pop()
             group.released.append(claim)
-            task = claim.task
-            self.ex.store.release(conn, task.id)
-            self.ex.liveness.unlock_in_transaction(conn, task)
+            self._release(conn, claim.task, started=False)
+
+    def _release(self, conn: Any, task: TaskRecord, started: bool) -> bool:
+        """A claimed task whose attempt did not count goes back to 'pendente', its liveness
+        lock released; True if it did. One whose cancel was requested meanwhile ends
+        'cancelada' instead: cancel_task told its caller it would stop, and given back it
+        could start anywhere."""
+        store = self.ex.store
+        mensagem = CANCELLED_WHILE_RUNNING if started else CANCELLED_MESSAGE
+        if store.cancel_if_requested(conn, task.id, mensagem):
+            logger.info("queue=%s task=%s: cancelled", self.ex.settings.queue_name, task.id)
+            released = False
+        else:
+            released = bool(store.release(conn, task.id))
+        self.ex.liveness.unlock_in_transaction(conn, task)
+        return released
 
     def _settle_failure(self, conn: Any, task: TaskRecord, settle: _Settle) -> None:
         ex = self.ex

@@ -1,6 +1,5 @@
 """Group commit (docs/group-commit.md): cases found by a second reading of
-runtime/group_commit.py. Each ``xfail(strict=True)`` names what is wrong; it turns into a
-failure (to drop the mark) once that is fixed.
+runtime/group_commit.py (each failed before its fix).
 """
 
 from __future__ import annotations
@@ -12,30 +11,15 @@ from collections import Counter
 import pytest
 
 from nsj_queue_lib import Task, WorkerBase, current_task
+from nsj_queue_lib.runtime.group_commit import GroupDrain
 from tests.contract.test_group_commit import BOTH, GROUP, chains, worker_running, write_exec
 from tests.helpers.endpoints import free_port
 from tests.helpers.processes import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
-GIVEN_BACK_CANCEL = (
-    "group_commit._give_back_waiting/_give_back_on release a claimed task to 'pendente' "
-    "without looking at its cancel request: cancel_task said it would stop, and any "
-    "worker may now run it (fix: store.cancel_if_requested before store.release)"
-)
 
-
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param("postgres", marks=pytest.mark.xfail(strict=True, reason=GIVEN_BACK_CANCEL)),
-        pytest.param(
-            "mysql",
-            marks=[pytest.mark.mysql, pytest.mark.xfail(strict=True, reason=GIVEN_BACK_CANCEL)],
-        ),
-    ],
-    indirect=True,
-)
+@BOTH
 def test_a_cancelled_task_the_group_gives_back_unstarted_ends_cancelled(backend):
     gate, hold = threading.Event(), threading.Event()
 
@@ -93,32 +77,7 @@ def test_a_handler_that_commits_then_raises_does_not_run_the_earlier_tasks_again
     assert worker.stop() == 0
 
 
-METRICS_DISABLE_GROUPS = (
-    "group_commit.group_drain unwraps one liveness wrapper (``inner``) before its "
-    "isinstance(DatabaseLiveness) check: with QUEUE_METRICS_PORT, MeasuredLiveness wraps "
-    "LimitedLiveness (always there on PostgreSQL and MySQL), so QUEUE_BATCH_SIZE is ignored with a warning that "
-    "blames CLIENT_SERVER_MODE/QUEUE_COMPAT_1_2_2; and once on, group claims bypass "
-    "MeasuredLiveness, so nsjq_queue_wait_seconds/claim/completion histograms stay empty "
-    "(fix: unwrap every ``inner``; GroupDrain reports claims and commits to the observer)"
-)
-
-
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param(
-            "postgres", marks=pytest.mark.xfail(strict=True, reason=METRICS_DISABLE_GROUPS)
-        ),
-        pytest.param(
-            "mysql",
-            marks=[
-                pytest.mark.mysql,
-                pytest.mark.xfail(strict=True, reason=METRICS_DISABLE_GROUPS),
-            ],
-        ),
-    ],
-    indirect=True,
-)
+@BOTH
 def test_metrics_keep_group_commit_on_and_observe_its_claims(backend):
     backend.enqueue([dict(payload="ok")] * 4)
     worker = backend.run(
@@ -128,22 +87,17 @@ def test_metrics_keep_group_commit_on_and_observe_its_claims(backend):
     assert worker.worker._runtime.executor.group is not None, "QUEUE_BATCH_SIZE was ignored"
     registry = worker.worker._runtime.endpoints.observer.registry
     labels = {"queue": backend.name, "processo": "processar"}
-    finished = registry.get_sample_value(
-        "nsjq_tasks_finished_total", {**labels, "outcome": "sucesso"}
+    # Counted as the group's commit returns, just after another session can see it.
+    wait_for(
+        lambda: (
+            registry.get_sample_value("nsjq_tasks_finished_total", {**labels, "outcome": "sucesso"})
+            == 4.0
+        ),
+        10,
+        "the successes counted",
     )
-    assert finished == 4.0
     assert registry.get_sample_value("nsjq_queue_wait_seconds_count", labels) == 4.0
     assert worker.stop() == 0
-
-
-LIMITED_NEVER_CLAIMED = (
-    "group_commit.GroupDrain claims through GroupOps.claim_batch, the ordinary claim, which "
-    "never takes a task of a limited processo (flow/limits.py); LimitedLiveness.claim is "
-    "bypassed, so a group worker never runs a processo that has a limits row (declared by "
-    "it or by any other worker of the queue) "
-    "(fix: group_drain returns None while a Limiter is active, or GroupDrain tries "
-    "liveness' limited claim first, as a group of one)"
-)
 
 
 class LimitedWorker(WorkerBase):
@@ -155,21 +109,68 @@ class LimitedWorker(WorkerBase):
         return "ok"
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param(
-            "postgres", marks=pytest.mark.xfail(strict=True, reason=LIMITED_NEVER_CLAIMED)
-        ),
-        pytest.param(
-            "mysql",
-            marks=[pytest.mark.mysql, pytest.mark.xfail(strict=True, reason=LIMITED_NEVER_CLAIMED)],
-        ),
-    ],
-    indirect=True,
-)
+@BOTH
 def test_a_group_worker_runs_the_tasks_of_a_limited_processo(backend):
     backend.enqueue([dict(processo="limitado")] * 2 + [dict(processo="processar")] * 2)
     worker = backend.run(LimitedWorker(settings=backend.settings(**GROUP)))
     backend.wait_statuses({"sucesso": 4}, 8, "the limited and the ordinary tasks")
+    assert worker.stop() == 0
+
+
+SLEEP = {"postgres": "SELECT pg_sleep(60)", "mysql": "SELECT SLEEP(60)"}
+
+
+@BOTH
+def test_a_handler_returning_as_it_is_given_up_leaves_no_task_of_its_group_behind(backend):
+    def execute(payload, tarefa, bd_conn):
+        write_exec(backend, bd_conn, tarefa)
+        if payload == "hangs" and tarefa["tentativa"] == 1:
+            # Ignores the stop request; returns (an error) as soon as its session is ended.
+            backend.execute(SLEEP[backend.family], conn=bd_conn)
+        return "ok"
+
+    ids = backend.enqueue([dict(payload=p) for p in ["ok", "hangs", "ok", "ok"]])
+    worker = backend.run(
+        backend.function_worker(
+            execute, queue_task_timeout=1.0, queue_task_timeout_grace=0.5, **GROUP
+        )
+    )
+    executor = worker.worker._runtime.executor
+    given_up = executor.given_up
+
+    def late(item):
+        # The timeout's thread is slow: the handler returned and its thread is done with
+        # the group before given_up() runs here.
+        wait_for(lambda: item.thread_id not in executor.group._groups, 15, "the group to end")
+        given_up(item)
+
+    executor.given_up = late
+    # The group's other tasks went back to the queue at once (not left 'processando' for
+    # the retry service) and ran again.
+    backend.wait_statuses({"sucesso": 4, "falha": 1}, 20, "every task done")
+    assert backend.row(ids[1])["mensagem"].startswith("timeout")
+    assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+    assert worker.stop() == 0
+
+
+@BOTH
+def test_an_unexpected_error_in_a_group_does_not_pool_its_liveness_locks(backend, monkeypatch):
+    commit = GroupDrain._commit
+    raised = []
+
+    def fails_once(self, conn, group):
+        if not raised:
+            raised.append(True)
+            raise RuntimeError("a bug")
+        return commit(self, conn, group)
+
+    monkeypatch.setattr(GroupDrain, "_commit", fails_once)
+    backend.enqueue([dict(payload="ok")] * 3)
+    worker = backend.run(
+        backend.function_worker(lambda *args: "ok", queue_retry_thread_interval=0.3, **GROUP)
+    )
+    # The group's connection was closed, its locks with it: the retry service rescues the
+    # tasks (pooled, it held them 'processando' for the connection's life).
+    backend.wait_statuses({"falha_processando": 3, "sucesso": 3}, 20, "the tasks rescued")
+    assert raised
     assert worker.stop() == 0

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import psycopg
+import pytest
+
+from nsj_queue_lib.db.postgres import driver as postgres_driver
+from nsj_queue_lib.db.postgres import first_use
+from nsj_queue_lib.db.postgres.driver import HandlerConnection
 from tests.contract.test_group_commit import BOTH, GROUP, chains, write_exec
 
 
@@ -40,4 +46,43 @@ def test_quiet_handlers_between_writers_keep_every_failure_alone(backend):
     # not run again.
     assert chains(backend) == Counter({ids[0]: 1, ids[4]: 1, ids[5]: 1})
     assert all(runs[task_id] == 1 for task_id in ids), runs
+    assert worker.stop() == 0
+
+
+class HookNeverRuns(HandlerConnection):
+    """As if a psycopg release had renamed the methods first_use.py wraps: psycopg's own
+    run, the hook's never."""
+
+    def _start_query(self, *args, **kwargs):
+        return (yield from psycopg.Connection._start_query(self, *args, **kwargs))
+
+    def _exec_command(self, *args, **kwargs):
+        return (yield from psycopg.Connection._exec_command(self, *args, **kwargs))
+
+    def pipeline(self):
+        return psycopg.Connection.pipeline(self)
+
+    def _pipeline_nolock(self):
+        return psycopg.Connection._pipeline_nolock(self)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_where_psycopg_no_longer_runs_the_hook_each_savepoint_is_set_before_its_handler(
+    backend, monkeypatch
+):
+    monkeypatch.setattr(postgres_driver, "HandlerConnection", HookNeverRuns)
+
+    def execute(payload, tarefa, bd_conn):
+        write_exec(backend, bd_conn, tarefa)
+        if payload == "write fails" and tarefa["tentativa"] == 1:
+            raise RuntimeError("planned failure")
+        return "ok"
+
+    ids = backend.enqueue([dict(payload=p) for p in ["write", "write fails", "write"]])
+    worker = backend.run(backend.function_worker(execute, **GROUP))
+    backend.wait_statuses({"sucesso": 3, "falha": 1}, 20, "the group and the retry")
+    # The failure rolled back its own write only (its retry wrote once); its neighbours'
+    # writes committed.
+    assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+    assert first_use._checked[HookNeverRuns] is False  # the self-check saw it
     assert worker.stop() == 0

@@ -259,7 +259,13 @@ def test_deliveries_are_inserted_in_the_transaction_that_marks_the_publication(
         add_subscriber(db, pg_queue, "todos")
         publication_id = publish(pg_queue)
 
-        worker = FanOutWorker(worker_settings(pg_queue, queue_max_retry=2))
+        # No retry service: the settling statement releases the task's liveness lock before
+        # its COMMIT (advisory unlocks are not transactional), so between the refused COMMIT
+        # and the executor's failure record the task is 'processando' with no lock, and a
+        # retry service running then rescues it ('falha_processando', "rescued an abandoned
+        # attempt") instead of the failure this test reads.
+        settings = worker_settings(pg_queue, queue_max_retry=2, queue_retry_thread_interval=3600)
+        worker = FanOutWorker(settings)
         with running(worker):
             wait_until(lambda: settled(db, pg_queue, "dead"), what="the publication's dead letter")
             time.sleep(0.2)

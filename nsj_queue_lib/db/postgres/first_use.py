@@ -20,15 +20,74 @@ as one without a savepoint. Statements sent through ``conn.pgconn``
 do, a handler must not (nor did it before: it is psycopg's private side).
 Both wrapped methods are psycopg internals (tested in
 tests/integration/test_first_use_hook.py against the pinned psycopg).
+
+Should a psycopg release rename them, the hook would silently never run: a
+failing handler's writes would look like none (``UNUSED``) and commit with
+its group. So ``hook_fires`` checks, once per process and connection class,
+that they exist and that an armed hook runs before a real ``SELECT 1``; where
+it does not, group commit sets each savepoint before its handler, as it did
+before this hook (one WARNING names the psycopg version).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
+
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("group_commit")
+
 # What became of an armed hook (``FirstUseHook.disarm_first_use``).
 UNUSED, RAN, FAILED = "unused", "ran", "failed"
+
+# The psycopg methods the hook wraps (private: a release may rename them).
+WRAPPED = ("_start_query", "_exec_command", "pipeline", "_pipeline_nolock")
+
+_checked: dict[type, bool] = {}  # connection class -> whether the hook fires there
+_checked_lock = threading.Lock()
+
+
+def hook_fires(conn: Any) -> bool:
+    """Whether the first-use hook works on ``conn``'s class (checked on ``conn`` the first
+    time: a ``SELECT 1`` in its open transaction, nothing else armed). False, with one
+    WARNING, when it does not: the caller sets its savepoints at once."""
+    cls = type(conn)
+    known = _checked.get(cls)
+    if known is not None:
+        return known
+    try:
+        fires = _fires(conn)
+    except psycopg.Error:
+        return False  # a broken connection tells nothing: the eager savepoint fails there
+    with _checked_lock:
+        if cls not in _checked:
+            _checked[cls] = fires
+            if not fires:
+                logger.warning(
+                    "psycopg %s: the hook that sets a group's savepoint before a handler's "
+                    "first statement does not run (psycopg internals changed); group commit "
+                    "sets each savepoint before its handler instead (one round trip more)",
+                    psycopg.__version__,
+                )
+        return _checked[cls]
+
+
+def _fires(conn: Any) -> bool:
+    if not all(callable(getattr(psycopg.Connection, name, None)) for name in WRAPPED):
+        return False
+    if not isinstance(conn, FirstUseHook):
+        return False
+    hooked: Any = conn  # a psycopg connection with the hook mixed in
+    hooked.arm_first_use(lambda: None)
+    try:
+        hooked.execute("SELECT 1").fetchone()
+    finally:
+        state = hooked.disarm_first_use()
+    return state == RAN
 
 
 class FirstUseHook:
@@ -46,6 +105,12 @@ class FirstUseHook:
         lock forever)."""
         self._nsjq_first_use = hook
         self._nsjq_first_use_state = UNUSED
+
+    def run_first_use_now(self, hook: Callable[[], None]) -> None:
+        """Arm ``hook`` and run it at once (where the hook would not fire: ``hook_fires``);
+        ``disarm_first_use`` then says RAN or FAILED, as if a statement had been sent."""
+        self.arm_first_use(hook)
+        self._nsjq_fire()
 
     def disarm_first_use(self) -> str:
         """Forget the hook: UNUSED when no statement was sent since it was armed (it never

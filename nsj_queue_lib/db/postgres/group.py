@@ -60,7 +60,13 @@ class PostgresGroupOps:
         # _set_savepoint talks to libpq directly, as the hook must (psycopg's lock is held).
         # Should it fail, the handler's statement goes on (the connection says FAILED); if
         # the handler fails too, rollback_to_savepoint raises.
-        arm(lambda: self._set_savepoint(conn, group))
+        def hook() -> None:
+            self._set_savepoint(conn, group)
+
+        if first_use.hook_fires(conn):
+            arm(hook)
+        else:  # psycopg no longer runs the hook: set it now (the connection says RAN)
+            conn.run_first_use_now(hook)
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:

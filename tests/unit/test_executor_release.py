@@ -1,0 +1,68 @@
+"""After the grace period, ``release_running`` gives up the commit groups of the attempts it
+releases, and only those: a task whose handler already returned (FINISHING) is its own
+thread's to settle, group and all, and settling its group from here too raced with it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.runtime.executor import ABANDONED, FINISHING, RunningTask, TaskExecutor
+from nsj_queue_lib.settings import Settings
+
+SETTINGS = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
+
+
+class Store:
+    """As much of a worker store as releasing an attempt whose cancel was requested uses."""
+
+    def begin(self, conn: Any) -> None: ...
+
+    def commit(self, conn: Any) -> None: ...
+
+    def rollback(self, conn: Any) -> None: ...
+
+    def cancel_if_requested(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        return True
+
+
+class Admin:
+    def close(self) -> None: ...
+
+
+class Groups:
+    """The executor's group drain, as far as the release calls it."""
+
+    def __init__(self) -> None:
+        self.settled: list[int] = []  # tasks whose groups were given up
+
+    def given_up(self, item: RunningTask) -> None:
+        self.settled.append(item.task.id)
+
+
+def task(task_id: int) -> TaskRecord:
+    return TaskRecord.from_row(dict(id=task_id, tentativa=1, dead=False, payload="{}"))
+
+
+def test_release_running_gives_up_the_groups_of_the_released_attempts_only():
+    terminated = []
+    executor = TaskExecutor(
+        SETTINGS,
+        Store(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        threading.Event(),
+        None,  # type: ignore[arg-type]
+        lambda admin, conn: terminated.append(conn),
+    )
+    groups = executor.group = Groups()
+    running, finishing = RunningTask(task(1), "conn 1"), RunningTask(task(2), "conn 2")
+    finishing.state = FINISHING  # its handler returned: its thread settles its group
+    executor._running = {1: running, 2: finishing}
+
+    executor.release_running(Admin)
+
+    assert terminated == ["conn 1", "conn 2"]  # both sessions end
+    assert running.state == ABANDONED and finishing.state == FINISHING
+    assert groups.settled == [1]
