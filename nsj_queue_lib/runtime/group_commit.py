@@ -48,6 +48,7 @@ import time
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.driver import driver_module_name
 from nsj_queue_lib.db.group_ops import GroupLost, GroupOps, group_ops_for
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
@@ -66,6 +67,9 @@ from nsj_queue_lib.runtime.group_pace import Pace
 from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 
 logger = get_logger("group_commit")
+
+# Tries at giving a broken group's tasks back before leaving them to the retry service.
+GIVE_BACK_ATTEMPTS = 3
 
 # Why a task that ran in a lost group goes back to the queue (logged).
 GROUP_LOST = "its commit group's transaction was rolled back before it committed"
@@ -308,8 +312,10 @@ class GroupDrain:
             for task, _ in written:
                 if not self.ex._fail(task, conn, error):
                     conn = self.ex._discard(conn)
-        self._after_broken(group)  # the suspects go back with the unstarted tasks
-        if conn is not None and not self.ex.store.in_transaction(conn):
+        # The suspects go back with the unstarted tasks. Where that failed, the connection
+        # holding their liveness locks is closed, so that the retry service can rescue them.
+        given_back = self._after_broken(group)
+        if given_back and conn is not None and not self.ex.store.in_transaction(conn):
             return conn
         return self.ex._discard(conn)
 
@@ -377,12 +383,13 @@ class GroupDrain:
             return conn
         return conn
 
-    def _after_broken(self, group: _Group) -> None:
+    def _after_broken(self, group: _Group) -> bool:
         """The group's transaction is gone with its connection: settle the rest on a fresh
-        one."""
+        one. False when that failed."""
         tasks, failures = group.take()
         if tasks or failures:
-            self._give_back(tasks, failures, None, None)
+            return self._give_back(tasks, failures, None, None)
+        return True
 
     def _lost(self, conn: Any, group: _Group) -> None:
         """The transaction ended under the group (or must be rolled back): settle what it
@@ -410,26 +417,39 @@ class GroupDrain:
         failures: list[tuple[TaskRecord, _Settle]],
         conn: Any,
         committed: bool | None,
-    ) -> None:
+    ) -> bool:
         """Settle the tasks of a group whose transaction is gone (``committed``: whether it
         committed, None: unknown, the rows say). A success that was committed counts as
         done (written now if it was left for the group's commit); any other task goes back
         to 'pendente' (its work was rolled back: as far as the queue is concerned its
-        attempt never ran); a failure whose record was lost is recorded again."""
+        attempt never ran); a failure whose record was lost is recorded again.
+
+        A deadlock with another executor's claim (MySQL's gap locks) is worth another
+        try. False when every try failed: the caller frees the tasks' liveness locks."""
         ex = self.ex
-        try:
-            if conn is None:
-                with ex.pool.connection() as fresh:
-                    self._give_back_on(fresh, tasks, failures, committed)
-            else:
-                self._give_back_on(conn, tasks, failures, committed)
-        except Exception as exc:  # noqa: BLE001 - the retry service rescues them
-            logger.warning(
-                "queue=%s: could not give back tasks %s (%s); the retry service will rescue them",
-                ex.settings.queue_name,
-                [task.id for task, _ in tasks],
-                exc,
-            )
+        for attempt in range(1, GIVE_BACK_ATTEMPTS + 1):
+            try:
+                if conn is None:
+                    with ex.pool.connection() as fresh:
+                        self._give_back_on(fresh, tasks, failures, committed)
+                else:
+                    self._give_back_on(conn, tasks, failures, committed)
+                return True
+            except Exception as exc:  # noqa: BLE001 - tried again, then left to the rescue
+                if conn is not None:
+                    try:
+                        ex.store.rollback(conn)
+                    except Exception:  # noqa: BLE001 - a broken connection: the next try says
+                        pass
+                if attempt == GIVE_BACK_ATTEMPTS:
+                    logger.warning(
+                        "queue=%s: could not give back tasks %s (%s); the retry service will "
+                        "rescue them",
+                        ex.settings.queue_name,
+                        [task.id for task, _ in tasks],
+                        exc,
+                    )
+        return False
 
     def _give_back_on(
         self,
@@ -526,6 +546,11 @@ def group_drain(executor: TaskExecutor) -> GroupDrain | None:
     warning: the default falls back to one commit per task without a word."""
     settings = executor.settings
     if settings.batch_size <= 1:
+        return None
+    if settings.queue_batch_size is None and driver_module_name(settings.db_driver) != "postgres":
+        # On by default on PostgreSQL only: MySQL/MariaDB groups deadlock with each other
+        # under lock-key contention (InnoDB's gap locks) and a task one group gives back can
+        # be claimed while its liveness lock is still held (docs/group-commit.md).
         return None
     ops = group_ops_for(settings.db_driver, executor.store)
     # Measured and limited livenesses wrap the one that takes the locks.
