@@ -18,6 +18,7 @@ from nsj_queue_lib.db.driver import (
 )
 from nsj_queue_lib.db.mysql.dialect import split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
+from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
@@ -60,8 +61,9 @@ def configure_session(conn: Any, executor: bool) -> None:
         cur.execute(EXECUTOR_ISOLATION if executor else SESSION_ISOLATION)
 
 
-class HandlerConnection(LegacyConnAttribute, pymysql.connections.Connection):
-    """Every worker connection: ``bd_conn.conn`` works in handlers as in 1.2.2 (dbapi.py)."""
+class HandlerConnection(FirstUseHook, LegacyConnAttribute, pymysql.connections.Connection):
+    """Every worker connection: ``bd_conn.conn`` works in handlers as in 1.2.2 (dbapi.py);
+    group commit sets a handler's savepoint before its first statement (first_use.py)."""
 
 
 class MysqlFamilyDriver(Driver):

@@ -6,10 +6,11 @@ one commit, before the first handler runs, so that commit never carries a
 handler's work.
 
 MariaDB spends more CPU on running a statement than on the rows it touches
-(docs/benchmarks.md), so the group sends as few as it can. Per task, one
-short round trip: the savepoint the next handler rolls back to. The group's
-successes are written in one UPDATE at its end, their liveness locks
-released in one statement, then the commit.
+(docs/benchmarks.md), so the group sends as few as it can. Per task, at most
+one short round trip: the savepoint the next handler rolls back to, sent only
+before the handler's first statement (first_use.py); a handler that sends
+none costs none. The group's successes are written in one UPDATE at its end,
+their liveness locks released in one statement, then the commit.
 
 Because most successes are written only at the end, a handler that commits
 or rolls back ``bd_conn`` would leave the group unable to tell whether the
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupLost, GroupState
+from nsj_queue_lib.db.mysql import first_use
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
@@ -37,6 +39,7 @@ class MysqlGroupOps:
         self.store = store
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+        _disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
         if limit > 1:
             return self.store.claim_many(conn, limit)
         claims: list[Claim] = []
@@ -50,9 +53,31 @@ class MysqlGroupOps:
         return claims
 
     def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
-        pass  # written by the transaction's first savepoint, or with the group's commit
+        # Written by the transaction's first savepoint, or with the group's commit. When
+        # that first savepoint, set before this handler's first statement, found the
+        # group's transaction gone, the handler's statements ran in a new one: the group
+        # is lost, this task with it.
+        if _disarm(conn) == first_use.FAILED and isinstance(conn.first_use_error, GroupLost):
+            raise conn.first_use_error
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
+        arm = getattr(conn, "arm_first_use", None)
+        if arm is None:  # not a worker's connection: set it now
+            self._set_savepoint(conn, group)
+            return
+
+        # Should the hook fail (GroupLost included), the handler's statement goes on and
+        # the connection says FAILED: if the handler fails too, rollback_to_savepoint
+        # raises, and the group's transaction is given up (GroupDrain._failed).
+        def hook() -> None:
+            self._set_savepoint(conn, group)
+
+        if first_use.hook_fires(conn):
+            arm(hook)
+        else:  # PyMySQL no longer runs the hook: set it now (raising as before)
+            self._set_savepoint(conn, group)
+
+    def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
             written = list(group.written)
             if written:
@@ -66,6 +91,13 @@ class MysqlGroupOps:
         self._execute(conn, "savepoint", f"SAVEPOINT {SAVEPOINT}")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
+        state = _disarm(conn)
+        if state == first_use.UNUSED:
+            return  # the handler sent no statement: nothing of it to roll back
+        if state == first_use.FAILED:
+            # Not to an earlier handler's savepoint of the same name: the group's transaction
+            # is given up and its tasks settled from a fresh connection (GroupDrain._failed).
+            raise DatabaseError("rollback to savepoint failed: the savepoint could not be set")
         self._execute(conn, "rollback to savepoint", f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
 
     def commit(
@@ -113,6 +145,13 @@ class MysqlGroupOps:
     def _execute(self, conn: Any, what: str, sql: str) -> None:
         with wrap_driver_errors(what), conn.cursor() as cur:
             cur.execute(sql)
+
+
+def _disarm(conn: Any) -> str:
+    """The savepoint armed for the handler that just returned is no longer wanted: whether it
+    was set (first_use.RAN, or FAILED), or never (UNUSED: the handler sent no statement)."""
+    disarm = getattr(conn, "disarm_first_use", None)
+    return str(disarm()) if disarm is not None else first_use.RAN  # set at once (savepoint)
 
 
 GROUP_OPS_CLASS = MysqlGroupOps
