@@ -1,8 +1,8 @@
 """Group commit with handlers that never use ``bd_conn`` next to handlers that write.
 
-On PostgreSQL a handler's savepoint is set only when it sends its first
-statement (db/postgres/first_use.py): a handler that sends none has nothing
-to roll back. Failure isolation must be exactly as with a savepoint before
+A handler's savepoint is set only when it sends its first statement
+(db/postgres/first_use.py, db/mysql/first_use.py): a handler that sends none
+has nothing to roll back. Failure isolation must be exactly as with a savepoint before
 every handler, on both databases.
 """
 
@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections import Counter
 
 import psycopg
+import pymysql
 import pytest
 
+from nsj_queue_lib.db.mysql import driver as mysql_driver
+from nsj_queue_lib.db.mysql import first_use as mysql_first_use
 from nsj_queue_lib.db.postgres import driver as postgres_driver
 from nsj_queue_lib.db.postgres import first_use
 from nsj_queue_lib.db.postgres.driver import HandlerConnection
@@ -66,11 +69,25 @@ class HookNeverRuns(HandlerConnection):
         return psycopg.Connection._pipeline_nolock(self)
 
 
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_where_psycopg_no_longer_runs_the_hook_each_savepoint_is_set_before_its_handler(
+class MysqlHookNeverRuns(mysql_driver.HandlerConnection):
+    """As if a PyMySQL release had renamed the method first_use.py wraps."""
+
+    def _execute_command(self, command, sql):
+        return pymysql.connections.Connection._execute_command(self, command, sql)
+
+
+@pytest.mark.parametrize(
+    "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
+)
+def test_where_the_driver_no_longer_runs_the_hook_each_savepoint_is_set_before_its_handler(
     backend, monkeypatch
 ):
-    monkeypatch.setattr(postgres_driver, "HandlerConnection", HookNeverRuns)
+    if backend.kind == "mysql":
+        never_runs, checked = MysqlHookNeverRuns, mysql_first_use._checked
+        monkeypatch.setattr(mysql_driver, "HandlerConnection", MysqlHookNeverRuns)
+    else:
+        never_runs, checked = HookNeverRuns, first_use._checked
+        monkeypatch.setattr(postgres_driver, "HandlerConnection", HookNeverRuns)
 
     def execute(payload, tarefa, bd_conn):
         write_exec(backend, bd_conn, tarefa)
@@ -84,5 +101,5 @@ def test_where_psycopg_no_longer_runs_the_hook_each_savepoint_is_set_before_its_
     # The failure rolled back its own write only (its retry wrote once); its neighbours'
     # writes committed.
     assert chains(backend) == Counter({task_id: 1 for task_id in ids})
-    assert first_use._checked[HookNeverRuns] is False  # the self-check saw it
+    assert checked[never_runs] is False  # the self-check saw it
     assert worker.stop() == 0

@@ -74,8 +74,8 @@ class MysqlGroupOps:
 
         if first_use.hook_fires(conn):
             arm(hook)
-        else:  # PyMySQL no longer runs the hook: set it now (raising as before)
-            self._set_savepoint(conn, group)
+        else:  # PyMySQL no longer runs the hook: set it now (the connection says RAN)
+            conn.run_first_use_now(hook)
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
