@@ -50,8 +50,8 @@ CREATE TABLE public.fila_teste (
     lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
--- MySQL has no partial indexes: status leads every index the workers use,
--- so each scan reads only the rows of the status it looks for.
+-- MySQL has no partial indexes: status leads every index the workers' claims
+-- and scans use, so each reads only the rows of the status it looks for.
 -- The claim: ready rows in claim order (higher priority first, then older),
 -- read in index order up to the LIMIT, without sorting.
 CREATE INDEX idx_fila_teste_claim ON public.fila_teste (status, prioridade DESC, data_hora, id);
@@ -61,9 +61,13 @@ CREATE INDEX idx_fila_teste_due ON public.fila_teste (status, data_hora);
 -- Purge: oldest rows first.
 CREATE INDEX idx_fila_teste_data_hora ON public.fila_teste (data_hora);
 -- Purge keeps a first attempt while a later attempt still needs its payload.
-CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial, status);
+-- No status here nor in the next index: a task changes status twice (claim,
+-- outcome), and InnoDB rewrites every index holding it (a delete-mark and an
+-- insert each); the few rows of one chain, or of one key and payload, are
+-- read and their status checked on the row instead.
+CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial);
 -- QueueClient.list_equivalent_task.
-CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash);
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task

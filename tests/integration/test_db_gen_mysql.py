@@ -395,6 +395,12 @@ def tables_in(plan) -> list[dict]:
         ),
         ("count_stale_pending", "sql", {"wait_us": 1_000_000}, "due"),
         ("purge", "select", {"limit": 100, "max_age_days": 0}, "data_hora"),
+        (
+            "list_equivalent",
+            "sql",
+            {"chave_externa": "k", "payload_hash": b"h", "statuses": ("pendente", "falha")},
+            "equivalent",
+        ),
     ],
 )
 def test_worker_scans_read_their_index_without_sorting(

@@ -35,6 +35,10 @@ UPGRADE_COLUMNS = (
     "lock_key_running",
 )
 
+# Indexes of an earlier release that held status, and no longer do (indexes.sql):
+# --upgrade rebuilds them where their status column is still there.
+REDEFINED_INDEXES = ("idx_chain", "idx_equivalent")
+
 _CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
@@ -164,6 +168,7 @@ class MysqlDialect(Dialect):
             for column in UPGRADE_COLUMNS
         ]
         values["add_columns"] = "\n".join(steps)
+        values["redefine_indexes"] = self._redefine_steps(names, values)
         values["add_indexes"] = self._index_steps(names, values["indexes"])
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
@@ -186,6 +191,27 @@ class MysqlDialect(Dialect):
             )
         return "\n".join(out)
 
+    def _redefine_steps(self, names: DdlNames, values: dict[str, str]) -> str:
+        """For each of REDEFINED_INDEXES: drop and add it again, in one statement, when it
+        still has a status column (a table of an earlier release)."""
+        created = {m.group(1): m.groups() for m in _CREATE_INDEX.finditer(values["indexes"])}
+        steps = []
+        for key in REDEFINED_INDEXES:
+            index, table, columns = created[values[key]]
+            statement = f"ALTER TABLE {table} DROP INDEX {index}, ADD INDEX {index} ({columns})"
+            steps.append(
+                self._step(
+                    names,
+                    "statistics",
+                    table.split(".")[-1],
+                    "index_name",
+                    index,
+                    statement,
+                    condition=" AND column_name = 'status') > 0",
+                )
+            )
+        return "\n".join(steps)
+
     def _step(
         self,
         names: DdlNames,
@@ -194,10 +220,14 @@ class MysqlDialect(Dialect):
         name_column: str,
         object_name: str,
         statement: str,
+        condition: str = ") = 0",
     ) -> str:
+        """Run ``statement`` when the catalog's rows for the object, counted, meet
+        ``condition`` (by default: when there are none, the object is missing)."""
         return render(
             read_sql(self.name, "upgrade_step.sql"),
             {
+                "condition": condition,
                 "catalog": catalog,
                 "schema": names.schema,
                 "object_table": object_table,

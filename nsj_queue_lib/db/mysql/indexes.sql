@@ -1,5 +1,5 @@
--- MySQL has no partial indexes: status leads every index the workers use,
--- so each scan reads only the rows of the status it looks for.
+-- MySQL has no partial indexes: status leads every index the workers' claims
+-- and scans use, so each reads only the rows of the status it looks for.
 -- The claim: ready rows in claim order (higher priority first, then older),
 -- read in index order up to the LIMIT, without sorting.
 CREATE INDEX {idx_claim} ON {table} (status, prioridade DESC, data_hora, id);
@@ -9,9 +9,13 @@ CREATE INDEX {idx_due} ON {table} (status, data_hora);
 -- Purge: oldest rows first.
 CREATE INDEX {idx_data_hora} ON {table} (data_hora);
 -- Purge keeps a first attempt while a later attempt still needs its payload.
-CREATE INDEX {idx_chain} ON {table} (id_inicial, status);
+-- No status here nor in the next index: a task changes status twice (claim,
+-- outcome), and InnoDB rewrites every index holding it (a delete-mark and an
+-- insert each); the few rows of one chain, or of one key and payload, are
+-- read and their status checked on the row instead.
+CREATE INDEX {idx_chain} ON {table} (id_inicial);
 -- QueueClient.list_equivalent_task.
-CREATE INDEX {idx_equivalent} ON {table} (chave_externa, payload_hash, status);
+CREATE INDEX {idx_equivalent} ON {table} (chave_externa, payload_hash);
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task

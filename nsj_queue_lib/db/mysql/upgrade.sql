@@ -7,6 +7,10 @@
 -- Existing column types are left as they are.
 {add_columns}
 
+-- Indexes whose columns changed since an earlier release (status left out:
+-- indexes.sql says why) are rebuilt in place, under their own names.
+{redefine_indexes}
+
 {add_indexes}
 
 {subscriber_table_ddl}
