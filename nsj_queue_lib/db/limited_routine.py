@@ -34,6 +34,8 @@ def _values(dialect: str, table: str, limits_table: str) -> dict[str, str]:
     now = _NOW[dialect]
     # The dialect's own placeholders (MySQL: the claimed row as JSON), reached by name.
     own = importlib.import_module(f"nsj_queue_lib.db.{dialect}.dialect")
+    # flow/lock_keys.py's condition, unless the dialect spells it its own way.
+    free = getattr(own, "LOCK_KEY_FREE", lock_key_free)(table, "t", now)
     return {
         **getattr(own, "LIMITED_CLAIM_VALUES", {}),
         "table": table,
@@ -43,10 +45,10 @@ def _values(dialect: str, table: str, limits_table: str) -> dict[str, str]:
             table,
             limits_table,
             _OPEN_WINDOWS[dialect],
-            lock_key_free(table, "t", now),
+            free,
             now,
         ),
-        "lock_key_free": lock_key_free(table, "t", now),
+        "lock_key_free": free,
         "catch_up": repr(RATE_CATCH_UP),
         "cap_recheck": repr(CAP_RECHECK_SECONDS),
         "attempts": str(CLAIM_ATTEMPTS),

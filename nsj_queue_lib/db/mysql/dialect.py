@@ -14,10 +14,10 @@ import re
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
+from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.limits import limits_free
-from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The columns --upgrade adds to a table that lacks them (the same as on
 # PostgreSQL); their definitions are read from ddl.sql, the single source.
@@ -59,6 +59,8 @@ TASK_JSON = _task_json(payload="COALESCE(t.payload, first_attempt.payload)")
 CLAIMED_TASK_JSON = _task_json(status="'processando'")
 # What the limited claim procedure (limited_claim.sql) needs of this dialect.
 LIMITED_CLAIM_VALUES = {"claimed_task_json": CLAIMED_TASK_JSON}
+# ... and its lock_key condition (db/mysql/lock_keys.py), as the other claims'.
+LOCK_KEY_FREE = lock_key_free
 
 
 def claim_procedure_version() -> str:

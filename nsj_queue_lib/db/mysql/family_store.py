@@ -27,6 +27,7 @@ from nsj_queue_lib.db.mysql.errors import (
     retry_on_lock_errors,
     wrap_driver_errors,
 )
+from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.mysql.names import (
     MARIADB,
     SINGLESTORE,
@@ -67,6 +68,8 @@ class MysqlFamilyStore:
             self.dialect,
             {
                 **query_values(queue_table, subscriber_table, "NOW(6)", "mysql"),
+                # The socket-server claim's lock_key condition: the claim procedure's.
+                "lock_key_free": lock_key_free(queue_table, "t", "NOW(6)"),
                 "task_json": TASK_JSON,
             },
         )

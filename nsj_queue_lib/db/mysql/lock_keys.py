@@ -1,0 +1,29 @@
+"""lock_key's condition in MySQL/MariaDB's claims: flow/lock_keys.py's, another spelling.
+
+The same two probes of a keyed candidate (is a task of its key running, is it
+the first ready task of its key in claim order), on the same index
+(``idx_<queue>_lock_key``). Only the first is written as a scalar subquery
+instead of ``NOT EXISTS``: MariaDB 10.11 did not run that ``NOT EXISTS`` as a
+probe of one index entry per candidate, but as a scan, about 330
+``Handler_read_next`` and 370 ``Handler_read_rnd_next`` per claimed task in
+a drain of 100 keys (a ``LIMIT 1`` inside it changed nothing). The scalar
+subquery reads one index entry, as the candidate's unkeyed neighbours cost:
+keyed claims then did no row reads beyond ``Handler_read_key``.
+"""
+
+from __future__ import annotations
+
+_LOCK_KEY_FREE = (
+    "({row}.lock_key IS NULL OR ("
+    "(SELECT held.id FROM {table} AS held"
+    " WHERE held.lock_key = {row}.lock_key AND held.status = 'processando' LIMIT 1) IS NULL"
+    " AND {row}.id = (SELECT head.id FROM {table} AS head"
+    " WHERE head.lock_key = {row}.lock_key AND head.status = 'pendente' AND head.data_hora <= {now}"
+    " ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))"
+)
+
+
+def lock_key_free(table: str, row: str, now: str) -> str:
+    """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all three
+    arguments are identifiers or expressions of this library, never user input)."""
+    return _LOCK_KEY_FREE.format(table=table, row=row, now=now)
