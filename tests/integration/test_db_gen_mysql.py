@@ -425,3 +425,43 @@ def test_next_due_reads_one_index_entry_per_status(busy_queue, mysql_admin):
     text = json.dumps(explain(mysql_admin, store.sql["next_due"]["sql"], None))
     # MIN() on the (status, data_hora) index is answered while planning.
     assert len(re.findall(r"No matching min/max row|Select tables optimized away", text)) == 2, text
+
+
+def test_a_keyed_claim_probes_index_entries_and_scans_no_range(
+    mysql_queue, mysql_admin, mysql_kwargs
+):
+    """db/mysql/lock_keys.py: MariaDB ran the 'is a task of the key running' probe, written
+    NOT EXISTS, as a scan (hundreds of row reads per claim in a drain of 100 keys)."""
+    table = mysql_queue.table
+    with mysql_admin.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {table} (processo, payload, lock_key, data_hora) "
+            "SELECT 'p', '{}', CONCAT('k', seq % 100), NOW(6) - INTERVAL 1 SECOND "
+            "FROM seq_1_to_1000"
+        )
+    store = MysqlQueueStore(table)
+    worker = connect(mysql_kwargs, autocommit=True)
+    try:
+        configure_session(worker, executor=True)
+        store.bind(worker)
+        claimed = store.claim(worker)
+        for _ in range(200):  # a drain under way: running and finished tasks of every key
+            claimed = store.complete_and_claim(worker, claimed.task.id, "ok", claim_next=True)
+        reads = "Handler_read_next", "Handler_read_prev", "Handler_read_rnd_next"
+        sql = "SHOW SESSION STATUS WHERE Variable_name IN (%s, %s, %s)"
+        before = sum(int(v) for _, v in fetch_rows(worker, sql, reads))
+        for _ in range(20):
+            claimed = store.complete_and_claim(worker, claimed.task.id, "ok", claim_next=True)
+        after = sum(int(v) for _, v in fetch_rows(worker, sql, reads))
+        assert claimed is not None
+        store.rollback(worker)
+    finally:
+        worker.close()
+    # NOT EXISTS read about 1,000 rows per claim here (the whole table); the scalar probe none.
+    assert after - before < 20 * 5, after - before
+
+
+def fetch_rows(conn, sql: str, args) -> list[tuple]:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
