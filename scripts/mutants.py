@@ -380,27 +380,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "mysql-procedure-due-time",
-        MY_PROCEDURE,
-        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
-        "                  AND {deliverable}\n"
-        "                  AND (t.prioridade < v_prioridade",
-        "WHERE t.status = 'pendente' AND {lock_key_free}\n"
-        "                  AND {deliverable}\n"
-        "                  AND (t.prioridade < v_prioridade",
-        (f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",),
+        "nsj_queue_lib/db/mysql/claim_where.py",
+        "_READY = \"t.status = 'pendente' AND t.data_hora <= {now}\"\n",
+        "_READY = \"t.status = 'pendente'\"\n",
+        (
+            f"{MY_HELD_THEN_FUTURE}{PROCEDURE}",
+            f"{MY_STORE_ONLY}::test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit",
+        ),
         ("mysql",),
-        "the claim procedure takes a task before its data_hora",
-    ),
-    Mutant(
-        "mysql-procedure-batch-due-time",
-        MY_PROCEDURE,
-        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
-        "                      AND {deliverable}\n",
-        "WHERE t.status = 'pendente' AND {lock_key_free}\n"
-        "                      AND {deliverable}\n",
-        (f"{MY_STORE_ONLY}::test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit",),
-        ("mysql",),
-        "the claim procedure's set-based batch takes a task before its data_hora",
+        "the claim procedure (one by one, and its set-based batch) takes a task before its"
+        " data_hora",
     ),
     # -- retry delay and dead letter ------------------------------------------------------
     Mutant(

@@ -147,6 +147,10 @@ CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, dat
 -- position, ends that batch. Any error after the first claim of a batch
 -- fails the CALL (a deadlock has rolled the whole transaction back).
 --
+-- The three locking reads' conditions (ready, its lock_key free, deliverable,
+-- no limits; the same from the position on) are one text,
+-- db/mysql/claim_where.py.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -161,7 +165,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 3343e972dbf4ff8b'
+    COMMENT 'nsj_queue_lib claim d7e3e41afcd18922'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -244,12 +248,11 @@ BEGIN
                     SELECT t.id, t.prioridade, t.data_hora,
                            GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-                      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
-                      AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-                           OR (t.prioridade = v_prioridade
-                               AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-                      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+                    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+      AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT v_limit
                     FOR UPDATE SKIP LOCKED
@@ -297,12 +300,11 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-                  AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
-                  AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-                       OR (t.prioridade = v_prioridade
-                           AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-                  AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+      AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -314,9 +316,10 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-              AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
-              AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim d8b70ac123cffbc2",
-        "mysql": "nsj_queue_lib claim 3343e972dbf4ff8b",
+        "mysql": "nsj_queue_lib claim d7e3e41afcd18922",
     },
 }
 

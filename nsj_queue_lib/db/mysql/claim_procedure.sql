@@ -63,6 +63,10 @@
 -- position, ends that batch. Any error after the first claim of a batch
 -- fails the CALL (a deadlock has rolled the whole transaction back).
 --
+-- The three locking reads' conditions (ready, its lock_key free, deliverable,
+-- no limits; the same from the position on) are one text,
+-- db/mysql/claim_where.py.
+--
 -- MariaDB spends more on running a statement than on the rows it touches,
 -- hence the claim's shape: the locking read itself builds the row's JSON and
 -- takes the liveness lock (status already says 'processando', which the
@@ -160,12 +164,7 @@ BEGIN
                     SELECT t.id, t.prioridade, t.data_hora,
                            GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
                     FROM {table} AS t FORCE INDEX ({idx_claim})
-                    WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
-                      AND {deliverable}
-                      AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-                           OR (t.prioridade = v_prioridade
-                               AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-                      AND {limits_free}
+                    WHERE {claimable_after_position}
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT v_limit
                     FOR UPDATE SKIP LOCKED
@@ -213,12 +212,7 @@ BEGIN
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
                 FROM {table} AS t FORCE INDEX ({idx_claim})
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
-                  AND {deliverable}
-                  AND (t.prioridade < v_prioridade OR t.prioridade IS NULL
-                       OR (t.prioridade = v_prioridade
-                           AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-                  AND {limits_free}
+                WHERE {claimable_after_position}
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -230,9 +224,7 @@ BEGIN
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM {table} AS t
-            WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
-              AND {deliverable}
-              AND {limits_free}
+            WHERE {claimable}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

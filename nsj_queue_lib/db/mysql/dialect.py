@@ -14,10 +14,9 @@ import re
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
+from nsj_queue_lib.db.mysql.claim_where import claim_where
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
-from nsj_queue_lib.flow.deliveries import deliverable
-from nsj_queue_lib.flow.limits import limits_free
 
 # The columns --upgrade adds to a table that lacks them (the same as on
 # PostgreSQL); their definitions are read from ddl.sql, the single source.
@@ -69,9 +68,8 @@ def claim_procedure_version() -> str:
         sql_code(read_sql("mysql", "claim_procedure.sql"))
         + CLAIMED_TASK_JSON
         + TASK_JSON
-        + lock_key_free("t", "t", "n")
-        + deliverable("mysql", "t", "h")
-        + limits_free("l", "t")
+        + claim_where("t", "l", after_position=True)
+        + claim_where("t", "l", after_position=False)
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
@@ -127,9 +125,8 @@ class MysqlDialect(Dialect):
             # Inside the string the batch's row read is built from.
             task_json_sql=_sql_string(TASK_JSON),
             claim_procedure_version=claim_procedure_version(),
-            lock_key_free=lock_key_free(values["table"], "t", "NOW(6)"),
-            deliverable=deliverable("mysql", "t", "p_handled_subscribers"),
-            limits_free=limits_free(values["limits_table"], "t"),
+            claimable=claim_where(values["table"], values["limits_table"], False),
+            claimable_after_position=claim_where(values["table"], values["limits_table"], True),
         )
         values["claim_procedure_ddl"] = render(
             read_sql(self.name, "claim_procedure.sql"), procedure_values

@@ -1,0 +1,37 @@
+"""The claim procedure's WHERE (claim_procedure.sql), one text for its three locking reads.
+
+A task is claimable when it is ready ('pendente', due), its lock_key is free
+(db/mysql/lock_keys.py), this worker handles its deliveries
+(flow/deliveries.py) and its processo has no limits (flow/limits.py). The
+batch claim and the one-by-one claim read from the session's position
+(v_prioridade, v_data_hora, v_id: claim order is prioridade DESC, data_hora,
+id) on; the claim without a claim index reads all. The position comes before
+the subqueries: the cheap test first.
+"""
+
+from __future__ import annotations
+
+from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
+from nsj_queue_lib.flow.deliveries import deliverable
+from nsj_queue_lib.flow.limits import limits_free
+
+_READY = "t.status = 'pendente' AND t.data_hora <= {now}"
+_AFTER_POSITION = (
+    "(t.prioridade < v_prioridade OR t.prioridade IS NULL"
+    " OR (t.prioridade = v_prioridade"
+    " AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))"
+)
+
+
+def claim_where(table: str, limits_table: str, after_position: bool) -> str:
+    """The condition on the candidate ``t`` of ``table`` (identifiers of this library)."""
+    now = "NOW(6)"
+    conditions = [_READY.format(now=now)]
+    if after_position:
+        conditions.append(_AFTER_POSITION)
+    conditions += [
+        lock_key_free(table, "t", now),
+        deliverable("mysql", "t", "p_handled_subscribers"),
+        limits_free(limits_table, "t"),
+    ]
+    return "\n      AND ".join(conditions)
