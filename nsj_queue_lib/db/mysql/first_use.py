@@ -71,13 +71,14 @@ def _fires(conn: Any) -> bool:
         return False
     if not callable(getattr(pymysql.connections.Connection, "_execute_command", None)):
         return False
-    conn.arm_first_use(lambda: None)
+    hooked: Any = conn  # a PyMySQL connection with the hook mixed in
+    hooked.arm_first_use(lambda: None)
     try:
-        with conn.cursor() as cur:
+        with hooked.cursor() as cur:
             cur.execute("SELECT 1")
             cur.fetchall()
     finally:
-        state = conn.disarm_first_use()
+        state = hooked.disarm_first_use()
     return state == RAN
 
 
