@@ -83,7 +83,7 @@ def test_where_the_driver_no_longer_runs_the_hook_each_savepoint_is_set_before_i
     backend, monkeypatch
 ):
     if backend.kind == "mysql":
-        never_runs, checked = MysqlHookNeverRuns, mysql_first_use._checked
+        never_runs, checked = MysqlHookNeverRuns, mysql_first_use._check.checked
         monkeypatch.setattr(mysql_driver, "HandlerConnection", MysqlHookNeverRuns)
     else:
         never_runs, checked = HookNeverRuns, first_use._checked

@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nsj_queue_lib.db import first_use
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupLost, GroupState
-from nsj_queue_lib.db.mysql import first_use
+from nsj_queue_lib.db.mysql import first_use as mysql_first_use
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
@@ -39,7 +40,7 @@ class MysqlGroupOps:
         self.store = store
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
-        _disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
+        first_use.disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
         if limit > 1:
             return self.store.claim_many(conn, limit)
         claims: list[Claim] = []
@@ -57,25 +58,17 @@ class MysqlGroupOps:
         # that first savepoint, set before this handler's first statement, found the
         # group's transaction gone, the handler's statements ran in a new one: the group
         # is lost, this task with it.
-        if _disarm(conn) == first_use.FAILED and isinstance(conn.first_use_error, GroupLost):
-            raise conn.first_use_error
+        if first_use.disarm(conn) == first_use.FAILED:
+            error = conn.first_use_error
+            if isinstance(error, GroupLost):
+                raise error
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
-        arm = getattr(conn, "arm_first_use", None)
-        if arm is None:  # not a worker's connection: set it now
-            self._set_savepoint(conn, group)
-            return
-
         # Should the hook fail (GroupLost included), the handler's statement goes on and
-        # the connection says FAILED: if the handler fails too, rollback_to_savepoint
-        # raises, and the group's transaction is given up (GroupDrain._failed).
-        def hook() -> None:
-            self._set_savepoint(conn, group)
-
-        if first_use.hook_fires(conn):
-            arm(hook)
-        else:  # PyMySQL no longer runs the hook: set it now (the connection says RAN)
-            conn.run_first_use_now(hook)
+        # the connection says FAILED: succeeded() and rollback_to_savepoint() tell.
+        first_use.arm_savepoint(
+            conn, lambda: self._set_savepoint(conn, group), mysql_first_use.hook_fires
+        )
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
@@ -91,14 +84,8 @@ class MysqlGroupOps:
         self._execute(conn, "savepoint", f"SAVEPOINT {SAVEPOINT}")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
-        state = _disarm(conn)
-        if state == first_use.UNUSED:
-            return  # the handler sent no statement: nothing of it to roll back
-        if state == first_use.FAILED:
-            # Not to an earlier handler's savepoint of the same name: the group's transaction
-            # is given up and its tasks settled from a fresh connection (GroupDrain._failed).
-            raise DatabaseError("rollback to savepoint failed: the savepoint could not be set")
-        self._execute(conn, "rollback to savepoint", f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+        if first_use.savepoint_to_roll_back(conn):
+            self._execute(conn, "rollback to savepoint", f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
 
     def commit(
         self,
@@ -145,13 +132,6 @@ class MysqlGroupOps:
     def _execute(self, conn: Any, what: str, sql: str) -> None:
         with wrap_driver_errors(what), conn.cursor() as cur:
             cur.execute(sql)
-
-
-def _disarm(conn: Any) -> str:
-    """The savepoint armed for the handler that just returned is no longer wanted: whether it
-    was set (first_use.RAN, or FAILED), or never (UNUSED: the handler sent no statement)."""
-    disarm = getattr(conn, "disarm_first_use", None)
-    return str(disarm()) if disarm is not None else first_use.RAN  # set at once (savepoint)
 
 
 GROUP_OPS_CLASS = MysqlGroupOps
