@@ -204,12 +204,13 @@ class Database:
         finally:
             if self.kind == "postgres":
                 admin.execute(
-                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits CASCADE;"
+                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits, {table}_periodic CASCADE;"
                     f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE"
                 )
             else:
                 self.execute(
-                    admin, f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits"
+                    admin,
+                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits, {table}_periodic",
                 )
                 for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
                     routine = DdlNames.routine_name(name, release)
