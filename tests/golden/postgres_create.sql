@@ -58,8 +58,13 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_data_hora ON public.fila_teste (data_h
 CREATE INDEX IF NOT EXISTS idx_fila_teste_chain ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- A task's latest attempt (QueueClient.get_task, cancel_task): later attempts only.
 CREATE INDEX IF NOT EXISTS idx_fila_teste_attempts ON public.fila_teste (id_inicial) WHERE id_inicial IS NOT NULL;
--- QueueClient.list_equivalent_task.
-CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash, status);
+-- QueueClient.list_equivalent_task (and 1.2.2's): the rows of one chave_externa,
+-- whose payload_hash and status are checked on the row. Only the key: every claim
+-- and every settle adds an entry to each full index (the status change rules out
+-- HOT updates), and with payload_hash (64 bytes of hex) and status this index was
+-- larger than the table itself; on a backlog of 50,000 that made each claimed
+-- task's index upkeep about a tenth dearer than on 5,000 (docs/benchmarks.md).
+CREATE INDEX IF NOT EXISTS idx_fila_teste_equivalent ON public.fila_teste (chave_externa);
 -- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
 -- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
 CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');

@@ -66,12 +66,17 @@ def test_upgrade_on_a_current_queue_changes_nothing(pg_queue, pg_admin, pg_autoc
 
 
 def test_upgrade_replaces_indexes_whose_definition_changed(pg_queue, pg_admin, pg_autocommit):
-    """Queues made before the purge and chain indexes became narrower get the current definitions."""
+    """Queues made before the purge, chain and equivalent-task indexes became narrower get
+    the current definitions."""
     current = queue_catalog(pg_autocommit, "public", pg_queue.name)
     table, q = pg_queue.table, pg_queue.name
     pg_admin.execute(f"DROP INDEX public.idx_{q}_data_hora")
     pg_admin.execute(f"DROP INDEX public.idx_{q}_chain")
+    pg_admin.execute(f"DROP INDEX public.idx_{q}_equivalent")
     pg_admin.execute(f"CREATE INDEX idx_{q}_data_hora ON {table} (data_hora)")
+    pg_admin.execute(
+        f"CREATE INDEX idx_{q}_equivalent ON {table} (chave_externa, payload_hash, status)"
+    )
     pg_admin.execute(
         f"CREATE INDEX idx_{q}_chain ON {table} (id_inicial) "
         "WHERE status IN ('pendente', 'agendada', 'processando')"
@@ -230,6 +235,32 @@ def test_wake_up_queries_read_a_few_index_entries_on_a_backlog(pg_queue, pg_admi
         ]
         assert read and max(read) <= 1, json.dumps(plan, indent=1)
     assert 55 < pg_autocommit.execute(sql["next_due"]).fetchone()[0] <= 60
+
+
+@pytest.mark.parametrize("chave_externa", ["pedido-7", None])
+def test_list_equivalent_reads_the_equivalent_index(
+    chave_externa, pg_queue, pg_admin, pg_autocommit
+):
+    """list_equivalent_task's lookup is an index scan of one chave_externa (or of the rows
+    without one), not a read of the whole table: written IS NOT DISTINCT FROM, the key
+    could not use any index."""
+    table = pg_queue.table
+    pg_admin.execute(
+        f"INSERT INTO {table} (processo, chave_externa, status) "
+        "SELECT 'p', CASE WHEN g % 100 = 0 THEN NULL ELSE 'pedido-' || g END, 'sucesso' "
+        "FROM generate_series(1, 20000) AS g"
+    )
+    pg_admin.execute(f"ANALYZE {table}")
+    params = {"chave_externa": chave_externa, "payload_hash": None, "statuses": ["sucesso"]}
+    query = PostgresQueueStore(table).sql["list_equivalent"]
+    [[plan]] = pg_autocommit.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchall()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    nodes = list(plan_nodes(plan[0]["Plan"]))
+    assert f"idx_{pg_queue.name}_equivalent" in {n.get("Index Name") for n in nodes}, plan
+    assert "Seq Scan" not in {n["Node Type"] for n in nodes}, plan
+    found = pg_autocommit.execute(query, params).fetchall()
+    assert len(found) == (1 if chave_externa else 200)
 
 
 def test_generated_names_are_dropped_cleanly(pg_dsn, pg_admin, pg_autocommit):

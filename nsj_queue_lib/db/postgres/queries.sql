@@ -66,7 +66,10 @@ RETURNING id
 -- name: list_equivalent
 SELECT {task_columns}
 FROM {queue_table} AS t
-WHERE t.chave_externa IS NOT DISTINCT FROM %(chave_externa)s
+-- The key as = or IS NULL, not IS NOT DISTINCT FROM: PostgreSQL cannot use an
+-- index for IS NOT DISTINCT FROM, and this is what idx_equivalent is for.
+WHERE (t.chave_externa = %(chave_externa)s
+       OR (%(chave_externa)s::varchar IS NULL AND t.chave_externa IS NULL))
   AND t.payload_hash IS NOT DISTINCT FROM %(payload_hash)s
   AND t.status = ANY(%(statuses)s)
 ORDER BY t.id

@@ -15,8 +15,10 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), the chain index leaves first
--- attempts out, and the index of running lock keys is unique. An index with the old definition is dropped here so that the
--- CREATE INDEX IF NOT EXISTS below builds the current one.
+-- attempts out, the index of running lock keys is unique, and the equivalent-task
+-- index holds chave_externa alone (it held payload_hash and status too). An index
+-- with the old definition is dropped here so that the CREATE INDEX IF NOT EXISTS
+-- below builds the current one.
 DO $$
 DECLARE
     stale record;
@@ -28,6 +30,7 @@ BEGIN
            OR (i.indexrelid = to_regclass('{schema}.{idx_chain}')
                AND coalesce(pg_get_expr(i.indpred, i.indrelid), '') NOT LIKE '%id_inicial IS NOT NULL%')
            OR (i.indexrelid = to_regclass('{schema}.{idx_lock_key_running}') AND NOT i.indisunique)
+           OR (i.indexrelid = to_regclass('{schema}.{idx_equivalent}') AND i.indnatts <> 1)
     LOOP
         EXECUTE format('DROP INDEX %s', stale.name);
     END LOOP;
