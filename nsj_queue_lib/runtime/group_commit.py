@@ -159,10 +159,11 @@ class GroupDrain:
         (issue 19: with 100 lock keys and 8x20 slots, one such walk per group)."""
         if limit is None:
             limit = self._claim_limit()
+        claims = self.claims.claim(conn, limit)
         # The limited claim takes one task whatever the limit: a claim of one then says
         # nothing about what else is ready.
-        self._asked.limit = 1 if self.claims.limited_due() else limit
-        return self.claims.claim(conn, limit)
+        self._asked.limit = 1 if self.claims.last_was_limited() else limit
+        return claims
 
     def _claim_limit(self) -> int:
         """Up to QUEUE_BATCH_SIZE tasks, fewer when handlers are slow: as many as take
@@ -287,7 +288,7 @@ class GroupDrain:
                 self.claims.ended(task)  # before the look below, as a single commit does
             # A limited task may start: it is claimed after the commit (group_claim.py).
             limited = bool(limit) and self.claims.limited_due()
-            self._asked.limit = 1 if limited else limit
+            self._asked.limit = limit  # when limited, _claim_next_group below says
             started = time.perf_counter()
             claims = self.ops.commit(conn, group.written, 0 if limited else limit)
             self.claims.committed(started, claims)
