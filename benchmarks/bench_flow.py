@@ -37,10 +37,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mysql-dsn", default=os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1/test")
     )
+    parser.add_argument(
+        "--only",
+        choices=("postgres", "mariadb"),
+        help="measure one database only (both by default)",
+    )
     args = parser.parse_args(argv)
     databases = {
-        "PostgreSQL": bench_mysql.Database("postgres", args.pg_dsn),
-        "MariaDB": bench_mysql.Database("mariadb", args.mysql_dsn),
+        label: bench_mysql.Database(kind, dsn)
+        for label, kind, dsn in (
+            ("PostgreSQL", "postgres", args.pg_dsn),
+            ("MariaDB", "mariadb", args.mysql_dsn),
+        )
+        if args.only in (None, kind)
     }
     rates = {db: {mode: [] for mode in MODES} for db in databases}
     ratios: dict[str, list[float]] = {db: [] for db in databases}

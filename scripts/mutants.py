@@ -88,7 +88,8 @@ class Mutant:
 # -- the mutants ------------------------------------------------------------------------
 
 PG_QUERIES = "nsj_queue_lib/db/postgres/queries.sql"
-PG_CLAIM_FUNCTION = "nsj_queue_lib/db/postgres/claim_function.sql"
+# The claim function's claim statement (claim_function.sql runs it, window first).
+PG_CLAIM_FUNCTION = "nsj_queue_lib/db/postgres/claim_query.sql"
 PG_STORE = "nsj_queue_lib/db/postgres/store.py"
 PG_DRIVER = "nsj_queue_lib/db/postgres/driver.py"
 MY_QUERIES = "nsj_queue_lib/db/mysql/queries.sql"
@@ -159,8 +160,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-function-skip-locked",
         PG_CLAIM_FUNCTION,
-        "            FOR UPDATE SKIP LOCKED\n",
-        "            FOR UPDATE\n",
+        "    FOR UPDATE SKIP LOCKED\n",
+        "    FOR UPDATE\n",
         (f"{PG_SKIP_TEST}[first claim]", f"{PG_SKIP_TEST}[after a completion]"),
         ("postgres",),
         "the claim function waits on a held row",
@@ -313,8 +314,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-function-priority-order",
         PG_CLAIM_FUNCTION,
-        "            ORDER BY q.prioridade DESC, q.data_hora, q.id",
-        "            ORDER BY q.data_hora, q.id",
+        "    ORDER BY q.prioridade DESC, q.data_hora, q.id",
+        "    ORDER BY q.data_hora, q.id",
         _contract("test_ready_tasks_run_by_priority_then_age", "postgres"),
         ("postgres",),
         "the claim function ignores prioridade",

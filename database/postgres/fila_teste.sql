@@ -128,6 +128,13 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET jit = off
 AS $$
+DECLARE
+    window_size integer := greatest(claim_limit * 8, 128);
+    top_prioridade public.fila_teste.prioridade%TYPE;
+    edge_prioridade public.fila_teste.prioridade%TYPE;
+    edge_data_hora public.fila_teste.data_hora%TYPE;
+    edge_id public.fila_teste.id%TYPE;
+    claimed bigint;
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE public.fila_teste AS d
@@ -138,43 +145,90 @@ BEGIN
         PERFORM pg_advisory_unlock(lock_queue_key, done_task_key);
     END IF;
     IF claim_limit > 0 THEN
-        -- lock_key: the unique index of running keys refuses a second running
-        -- task of a key that this statement's snapshot saw free (another claim
-        -- committed one since, docs/flow-control.md). The row is not this
-        -- claim's to take: claim again, with a snapshot that sees the key busy.
-        -- The liveness locks are output columns after the ORDER BY, evaluated
-        -- after the sort (volatile), so after every row's UPDATE: a refused
-        -- claim has taken no lock and returned no row.
+        -- claim_query.sql, at most three times: lock_key's unique index of
+        -- running keys refuses a row another claim took the key of since this
+        -- statement's snapshot; claimed again, the snapshot sees the key busy.
         FOR attempt IN 1..3 LOOP
             BEGIN
-                RETURN QUERY
-                WITH next AS (
-                    SELECT q.id
-                    FROM public.fila_teste AS q
-                    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-                      -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
-                      AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-                      -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
-                      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
-                      -- limited processos: only the limited claim takes them (flow/limits.py).
-                      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
-                    ORDER BY q.prioridade DESC, q.data_hora, q.id
-                    LIMIT claim_limit
-                    FOR UPDATE SKIP LOCKED
-                ), claimed AS (
-                    UPDATE public.fila_teste AS t
-                    SET status = 'processando'
-                    FROM next
-                    WHERE t.id = next.id
-                    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
-                              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
-                              t.data_hora AS claimed_data_hora
-                )
-                SELECT c.claimed_row, fa.payload,
-                       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
-                FROM claimed AS c
-                LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
-                ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                -- First among the first ready rows only (the window: eight per task asked
+                -- for, its edge read from the claim index without a probe). A claim that
+                -- finds fewer than claim_limit walks every ready row to the end, two
+                -- probes each for a keyed row: with most keys busy (more executor slots
+                -- than keys) nearly every claim did (issue 19). The window's claimable
+                -- rows are the ones the whole walk would claim first, in the same order;
+                -- rows beyond it wait for the next claim. Every ready row is walked when
+                -- the window gives nothing: a claim still says "nothing" only when
+                -- nothing is claimable. Only a window of one prioridade (the usual
+                -- backlog) is walked apart, where the index scan can stop at its edge.
+                SELECT w.prioridade, w.data_hora, w.id
+                INTO edge_prioridade, edge_data_hora, edge_id
+                FROM public.fila_teste AS w
+                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                ORDER BY w.prioridade DESC, w.data_hora, w.id
+                OFFSET window_size - 1 LIMIT 1;
+                IF FOUND THEN
+                    SELECT w.prioridade INTO top_prioridade
+                    FROM public.fila_teste AS w
+                    WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                    ORDER BY w.prioridade DESC, w.data_hora, w.id
+                    LIMIT 1;
+                END IF;
+                claimed := 0;
+                IF top_prioridade = edge_prioridade THEN
+                    RETURN QUERY WITH next AS (
+    SELECT q.id
+    FROM public.fila_teste AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
+      AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE public.fila_teste AS t
+    SET status = 'processando'
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+FROM claimed AS c
+LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                END IF;
+                IF claimed = 0 THEN
+                    RETURN QUERY WITH next AS (
+    SELECT q.id
+    FROM public.fila_teste AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND TRUE
+      AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE public.fila_teste AS t
+    SET status = 'processando'
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+FROM claimed AS c
+LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                END IF;
                 RETURN;
             EXCEPTION WHEN unique_violation THEN
                 NULL;
@@ -186,7 +240,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
-    IS 'nsj_queue_lib claim d8b70ac123cffbc2';
+    IS 'nsj_queue_lib claim 223e1013cb678e1a';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (

@@ -14,6 +14,7 @@ measured liveness reports a single task's (observability/measured.py).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -38,6 +39,7 @@ class GroupClaims:
         self.limited: LimitedLiveness | None = limited[0] if limited else None
         measured = [item for item in liveness_chain(liveness) if isinstance(item, MeasuredLiveness)]
         self.observer = measured[0].observer if measured else None
+        self._last = threading.local()  # per executor thread: what its last claim was
 
     def limited_due(self) -> bool:
         """Whether the next claim tries the limited claim first (the caller then claims
@@ -53,10 +55,17 @@ class GroupClaims:
             self._claimed(claims)
         return claims
 
+    def last_was_limited(self) -> bool:
+        """Whether this thread's last ``claim`` got its task from the limited claim (one
+        task, whatever the limit asked for)."""
+        return bool(getattr(self._last, "limited", False))
+
     def _claim(self, conn: Any, limit: int) -> list[Claim]:
+        self._last.limited = False
         if limit and self.limited is not None and self.limited.limiter.due():
             claimed = self.limited.claim_limited(conn)
             if claimed is not None:
+                self._last.limited = True
                 return [claimed]
         return self.ops.claim_batch(conn, limit)
 

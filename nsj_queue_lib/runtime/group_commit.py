@@ -124,6 +124,8 @@ class GroupDrain:
         self.pace = Pace()  # recent handlers' durations
         self.isolation = Isolation()  # after a group's commit failed: claims of one
         self.claims = GroupClaims(ops, executor.liveness)  # per-processo limits first
+        # Per executor thread: how many tasks its last claim asked for (_claim_next_group).
+        self._asked = threading.local()
 
     # -- the thread's loop (TaskExecutor._thread_main) --
 
@@ -133,9 +135,10 @@ class GroupDrain:
         if conn is None:
             return
         try:
-            claims = self.claims.claim(conn, self._claim_limit())
+            claims = self._claim_next_group(conn)
             while claims and conn is not None:
-                ex._wake_idle_thread()  # there may be more: let an idle thread look
+                if len(claims) >= self._asked.limit:
+                    ex._wake_idle_thread()  # there may be more: let an idle thread look
                 conn, claims = self._run_group(conn, claims)
         except DatabaseError as exc:
             logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
@@ -148,6 +151,19 @@ class GroupDrain:
             raise
         finally:
             ex._put_back(conn)
+
+    def _claim_next_group(self, conn: Any, limit: int | None = None) -> list[Claim]:
+        """The next group's claim, remembering how many tasks it asked for: a claim that got
+        fewer found no more it could take (lock keys busy, a short backlog), and waking an
+        idle executor to look again costs a claim that walks the whole backlog for nothing
+        (issue 19: with 100 lock keys and 8x20 slots, one such walk per group)."""
+        if limit is None:
+            limit = self._claim_limit()
+        claims = self.claims.claim(conn, limit)
+        # The limited claim takes one task whatever the limit: a claim of one then says
+        # nothing about what else is ready.
+        self._asked.limit = 1 if self.claims.last_was_limited() else limit
+        return claims
 
     def _claim_limit(self) -> int:
         """Up to QUEUE_BATCH_SIZE tasks, fewer when handlers are slow: as many as take
@@ -272,6 +288,7 @@ class GroupDrain:
                 self.claims.ended(task)  # before the look below, as a single commit does
             # A limited task may start: it is claimed after the commit (group_claim.py).
             limited = bool(limit) and self.claims.limited_due()
+            self._asked.limit = limit  # when limited, _claim_next_group below says
             started = time.perf_counter()
             claims = self.ops.commit(conn, group.written, 0 if limited else limit)
             self.claims.committed(started, claims)
@@ -279,9 +296,9 @@ class GroupDrain:
             conn = self._commit_failed(conn, group, exc)
             # Go on draining (what went back to the queue is ready now, and no wake-up
             # announces it), one task at a time if the group's tasks are suspects.
-            return conn, [] if conn is None else self.claims.claim(conn, self._claim_limit())
+            return conn, [] if conn is None else self._claim_next_group(conn)
         self._committed([task for task, _ in group.written])
-        return conn, self.claims.claim(conn, limit) if limited else claims
+        return conn, self._claim_next_group(conn, limit) if limited else claims
 
     def _commit_failed(self, conn: Any, group: _Group, exc: BaseException) -> Any:
         """The group's commit failed (a deferred constraint, a serialization failure, a lost

@@ -174,3 +174,42 @@ def test_an_unexpected_error_in_a_group_does_not_pool_its_liveness_locks(backend
     backend.wait_statuses({"falha_processando": 3, "sucesso": 3}, 20, "the tasks rescued")
     assert raised
     assert worker.stop() == 0
+
+
+@BOTH
+@pytest.mark.parametrize(("tasks", "wakes"), [(3, False), (25, True)])
+def test_a_group_wakes_an_idle_executor_only_when_its_claim_was_full(
+    backend, monkeypatch, tasks, wakes
+):
+    # A claim that got fewer tasks than it asked for found no more it could take: an idle
+    # executor woken to look again walked the whole backlog for nothing (issue 19).
+    woken = []
+    init = GroupDrain.__init__
+
+    def counting(self, executor, ops):
+        init(self, executor, ops)
+        original = executor._wake_idle_thread
+
+        def from_drain():
+            woken.append(True)
+            original()
+
+        self.ex = _WakeSpy(executor, from_drain)
+
+    monkeypatch.setattr(GroupDrain, "__init__", counting)
+    backend.enqueue([dict(payload="ok")] * tasks)
+    worker = backend.run(backend.function_worker(lambda *args: "ok", queue_concurrency=2, **GROUP))
+    backend.wait_statuses({"sucesso": tasks}, 20, "every task done")
+    assert bool(woken) is wakes
+    assert worker.stop() == 0
+
+
+class _WakeSpy:
+    """The executor as GroupDrain sees it, its idle-thread wake-ups counted."""
+
+    def __init__(self, executor, wake):
+        self._executor = executor
+        self._wake_idle_thread = wake
+
+    def __getattr__(self, name):
+        return getattr(self._executor, name)

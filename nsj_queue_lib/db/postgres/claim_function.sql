@@ -15,6 +15,13 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET jit = off
 AS $$
+DECLARE
+    window_size integer := greatest(claim_limit * 8, 128);
+    top_prioridade {table}.prioridade%TYPE;
+    edge_prioridade {table}.prioridade%TYPE;
+    edge_data_hora {table}.data_hora%TYPE;
+    edge_id {table}.id%TYPE;
+    claimed bigint;
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE {table} AS d
@@ -25,43 +32,42 @@ BEGIN
         PERFORM pg_advisory_unlock(lock_queue_key, done_task_key);
     END IF;
     IF claim_limit > 0 THEN
-        -- lock_key: the unique index of running keys refuses a second running
-        -- task of a key that this statement's snapshot saw free (another claim
-        -- committed one since, docs/flow-control.md). The row is not this
-        -- claim's to take: claim again, with a snapshot that sees the key busy.
-        -- The liveness locks are output columns after the ORDER BY, evaluated
-        -- after the sort (volatile), so after every row's UPDATE: a refused
-        -- claim has taken no lock and returned no row.
+        -- claim_query.sql, at most three times: lock_key's unique index of
+        -- running keys refuses a row another claim took the key of since this
+        -- statement's snapshot; claimed again, the snapshot sees the key busy.
         FOR attempt IN 1..3 LOOP
             BEGIN
-                RETURN QUERY
-                WITH next AS (
-                    SELECT q.id
-                    FROM {table} AS q
-                    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-                      -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
-                      AND {lock_key_free}
-                      -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
-                      AND {deliverable}
-                      -- limited processos: only the limited claim takes them (flow/limits.py).
-                      AND {limits_free}
-                    ORDER BY q.prioridade DESC, q.data_hora, q.id
-                    LIMIT claim_limit
-                    FOR UPDATE SKIP LOCKED
-                ), claimed AS (
-                    UPDATE {table} AS t
-                    SET status = 'processando'
-                    FROM next
-                    WHERE t.id = next.id
-                    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
-                              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
-                              t.data_hora AS claimed_data_hora
-                )
-                SELECT c.claimed_row, fa.payload,
-                       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
-                FROM claimed AS c
-                LEFT JOIN {table} AS fa ON fa.id = c.chain_id AND c.needs_payload
-                ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                -- First among the first ready rows only (the window: eight per task asked
+                -- for, its edge read from the claim index without a probe). A claim that
+                -- finds fewer than claim_limit walks every ready row to the end, two
+                -- probes each for a keyed row: with most keys busy (more executor slots
+                -- than keys) nearly every claim did (issue 19). The window's claimable
+                -- rows are the ones the whole walk would claim first, in the same order;
+                -- rows beyond it wait for the next claim. Every ready row is walked when
+                -- the window gives nothing: a claim still says "nothing" only when
+                -- nothing is claimable. Only a window of one prioridade (the usual
+                -- backlog) is walked apart, where the index scan can stop at its edge.
+                SELECT w.prioridade, w.data_hora, w.id
+                INTO edge_prioridade, edge_data_hora, edge_id
+                FROM {table} AS w
+                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                ORDER BY w.prioridade DESC, w.data_hora, w.id
+                OFFSET window_size - 1 LIMIT 1;
+                IF FOUND THEN
+                    SELECT w.prioridade INTO top_prioridade
+                    FROM {table} AS w
+                    WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                    ORDER BY w.prioridade DESC, w.data_hora, w.id
+                    LIMIT 1;
+                END IF;
+                claimed := 0;
+                IF top_prioridade = edge_prioridade THEN
+                    RETURN QUERY {claim_in_window};
+                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                END IF;
+                IF claimed = 0 THEN
+                    RETURN QUERY {claim_anywhere};
+                END IF;
                 RETURN;
             EXCEPTION WHEN unique_violation THEN
                 NULL;

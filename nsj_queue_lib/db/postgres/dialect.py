@@ -19,11 +19,25 @@ OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 # What the claims put in {lock_key_free}: the candidate row is q (claim_function.sql).
 CLAIM_NOW = "clock_timestamp()"
 
+# The claim function's first walk: the claim index up to the window's last row (edge_*,
+# claim_function.sql), all of the window of one prioridade. Equality on the index's first
+# column and a row comparison on the next two are bounds of the index scan, which stops at
+# the edge: the same walk as the whole one, in the same order, only shorter.
+CLAIM_IN_WINDOW = (
+    "q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)"
+)
+
+
+def _claim(query: str, values: dict[str, str], window: str) -> str:
+    return render(query, dict(values, window=window))
+
 
 def claim_function_version() -> str:
     """The claim function's COMMENT: changes whenever its code does."""
     source = (
         sql_code(read_sql("postgres", "claim_function.sql"))
+        + sql_code(read_sql("postgres", "claim_query.sql"))
+        + CLAIM_IN_WINDOW
         + lock_key_free("t", "q", "n")
         + deliverable("postgres", "q", "h")
         + limits_free("l", "q")
@@ -46,12 +60,18 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
-        function_values = dict(
+        query_values = dict(
             values,
-            claim_function_version=claim_function_version(),
             lock_key_free=lock_key_free(values["table"], "q", CLAIM_NOW),
             deliverable=deliverable("postgres", "q", "handled_subscribers"),
             limits_free=limits_free(values["limits_table"], "q"),
+        )
+        query = sql_code(read_sql("postgres", "claim_query.sql")).strip()
+        function_values = dict(
+            values,
+            claim_function_version=claim_function_version(),
+            claim_in_window=_claim(query, query_values, CLAIM_IN_WINDOW),
+            claim_anywhere=_claim(query, query_values, "TRUE"),
         )
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values

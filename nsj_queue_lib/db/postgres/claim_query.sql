@@ -1,0 +1,38 @@
+-- The claim function's claim (claim_function.sql): up to claim_limit ready rows
+-- in claim order, 'processando', their liveness locks taken. The window
+-- condition keeps the walk to the window's rows, or is TRUE (dialect.py).
+-- lock_key: the unique index of running keys refuses a second running task of
+-- a key that this statement's snapshot saw free (another claim committed one
+-- since, docs/flow-control.md). The row is not this claim's to take: the
+-- function claims again, with a snapshot that sees the key busy. The liveness
+-- locks are output columns after the ORDER BY, evaluated after the sort
+-- (volatile), so after every row's UPDATE: a refused claim has taken no lock
+-- and returned no row.
+WITH next AS (
+    SELECT q.id
+    FROM {table} AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND {window}
+      -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
+      AND {lock_key_free}
+      -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
+      AND {deliverable}
+      -- limited processos: only the limited claim takes them (flow/limits.py).
+      AND {limits_free}
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {table} AS t
+    SET status = 'processando'
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+FROM claimed AS c
+LEFT JOIN {table} AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id

@@ -1,0 +1,57 @@
+"""The claim function's window (claim_function.sql, issue 19): a claim first walks only the
+first ready rows (eight per task asked for, at least 128); it walks every ready row when
+the window gives nothing, and a window of two prioridades is not walked apart.
+
+The backlogs here are larger than the window, which the worker-level lock_key tests never
+reach.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.backends("postgres"), pytest.mark.timeout(60)]
+
+WINDOW = 128  # greatest(claim_limit * 8, 128) for claim_limit up to 16
+
+
+def _claim(backend, worker, limit: int) -> list[int]:
+    rows = backend.store.claim_call(worker, None, None, limit, b"COMMIT", begin=True)
+    return [row["id"] for row in rows]
+
+
+def test_a_window_of_busy_keys_only_then_every_ready_row_is_walked(backend):
+    hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(WINDOW + 40)])
+    other = backend.enqueue(dict(lock_key="other"))
+    free = backend.enqueue(dict())
+    worker = backend.worker()
+    assert _claim(backend, worker, 1) == [hot[0]]  # the key "hot" is running now
+
+    # The window holds the hot key's waiting tasks only: nothing there; beyond it, two.
+    assert _claim(backend, worker, 10) == [*other, *free]
+    assert _claim(backend, worker, 10) == []
+
+
+def test_the_window_claims_what_the_whole_walk_would_claim_first(backend):
+    keyed = backend.enqueue(*[dict(lock_key=f"k{i % 4}") for i in range(WINDOW + 40)])
+    worker = backend.worker()
+    # The first task of each key, in claim order; the second tasks wait for their keys.
+    assert _claim(backend, worker, 10) == keyed[:4]
+    assert _claim(backend, worker, 10) == []
+
+
+def test_a_claim_finding_some_in_the_window_leaves_the_rows_beyond_it(backend):
+    hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(WINDOW + 40)])
+    beyond = backend.enqueue(*[dict() for _ in range(3)])
+    worker = backend.worker()
+    # The window holds one claimable row (the key's head): the claim takes it alone.
+    assert _claim(backend, worker, 10) == [hot[0]]
+    # Then the window gives nothing: the whole walk finds the rows beyond it.
+    assert _claim(backend, worker, 10) == beyond
+
+
+def test_a_window_of_two_prioridades_is_walked_as_one_claim_order(backend):
+    low = backend.enqueue(*[dict(lock_key="low") for _ in range(WINDOW + 40)])
+    high = backend.enqueue(dict(prioridade=90), dict(lock_key="high", prioridade=90))
+    worker = backend.worker()
+    assert _claim(backend, worker, 10) == [*high, low[0]]
