@@ -215,9 +215,6 @@ class GroupDrain:
                 # would no longer find it. Its other tasks go back now (once: either call).
                 self.given_up(item)
                 return None
-            if group.written and not ex.store.in_transaction(conn):
-                # The handler ended the transaction (its own failure says so).
-                self._lost(conn, group)
             last = not group.waiting or task.tentativa > 1 or self._closing(group)
             if isinstance(outcome, str):
                 try:
@@ -225,7 +222,8 @@ class GroupDrain:
                 except GroupLost:
                     # A deadlock, not the handler's failure: the task runs again.
                     group.written.append((task, outcome))
-                    self._lost(conn, group)
+                    if not self._lost(conn, group):
+                        return self._drop(conn, group)
                     if last:
                         break
                     continue
@@ -235,7 +233,7 @@ class GroupDrain:
                     group.written.append((task, outcome))
                     if last:
                         break
-                    self._savepoint(conn, group)
+                    conn = self._savepoint(conn, group)
                     continue
             # A failure commits at once (with the successes before it): its record, its
             # retry or dead letter show without waiting for the rest of the group.
@@ -252,14 +250,17 @@ class GroupDrain:
             open_for += self.pace.expected(group.waiting[0].task)
         return open_for >= self.max_seconds
 
-    def _savepoint(self, conn: Any, group: _Group) -> None:
+    def _savepoint(self, conn: Any, group: _Group) -> Any:
+        """Set the next handler's savepoint; the connection to go on with."""
         try:
             self.ops.savepoint(conn, group)
             group.savepoint = True
         except GroupLost:  # what the group wrote is gone or unknown (MySQL's first savepoint)
-            self._lost(conn, group)
+            if not self._lost(conn, group):
+                return self._drop(conn, group)
         except DatabaseError:
             group.savepoint = False  # the next failure rolls the whole transaction back
+        return conn
 
     def _commit(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
         """Unstarted tasks back (the group closed early), commit, claim the next group."""
@@ -353,8 +354,10 @@ class GroupDrain:
             if group.savepoint and ex.store.in_transaction(conn):
                 self.ops.rollback_to_savepoint(conn)
             else:
-                if group.written or group.failures:
-                    self._lost(conn, group)
+                # (Also where the handler ended the transaction: its own failure says so.)
+                if (group.written or group.failures) and not self._lost(conn, group):
+                    ex._fail(task, conn, error)
+                    return self._drop(conn, group)
                 ex.store.rollback_and_begin(conn)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
             ex._fail(task, conn, error)  # records on a fresh connection
@@ -391,9 +394,13 @@ class GroupDrain:
             return self._give_back(tasks, failures, None, None)
         return True
 
-    def _lost(self, conn: Any, group: _Group) -> None:
+    def _lost(self, conn: Any, group: _Group) -> bool:
         """The transaction ended under the group (or must be rolled back): settle what it
-        had written, then open a new one for the group's next handlers."""
+        had written, then open a new one for the group's next handlers.
+
+        False when that settling failed on every try: those tasks are still 'processando'
+        with their liveness locks held by ``conn``, so the caller must not go on with it
+        but end the group with ``_drop``."""
         try:
             committed = self.ops.transaction_committed(conn, group)
         except DatabaseError:
@@ -405,11 +412,24 @@ class GroupDrain:
             self.ex.store.rollback(conn)  # the server may still hold an aborted transaction
         except DatabaseError:
             pass
-        self._give_back(tasks, failures, conn, committed)
+        if not self._give_back(tasks, failures, conn, committed):
+            return False
         try:
             self.ex.store.begin(conn)
         except DatabaseError:
             pass  # the next statement on conn fails and is handled there
+        return True
+
+    def _drop(self, conn: Any, group: _Group) -> Any:
+        """End a group whose tasks could not be given back on its connection, which is
+        alive and holds their liveness locks: closed, it frees them, and the retry service
+        rescues those tasks (their work was rolled back or is known by their rows: nothing
+        runs twice, nothing is lost). Pooled again, it would keep them 'processando' for its
+        whole life. The group's unstarted tasks go back from a fresh connection, after the
+        close (their locks gone with it). Returns a fresh connection, or None."""
+        self.ex._discard(conn, replace=False)
+        self._after_broken(group)
+        return self.ex._discard(None)
 
     def _give_back(
         self,
