@@ -313,10 +313,16 @@ class GroupDrain:
             for task, _ in written:
                 if not self.ex._fail(task, conn, error):
                     conn = self.ex._discard(conn)
-        # The suspects go back with the unstarted tasks. Where that failed, the connection
-        # holding their liveness locks is closed, so that the retry service can rescue them.
+        # The suspects go back with the unstarted tasks, from a fresh connection. A
+        # connection that cannot go on (still in a transaction: aborted, or broken) is closed
+        # first: its liveness locks go with it before the tasks are 'pendente' again, where
+        # another worker's claim could meet them still held. Where giving back failed, the
+        # connection holding their liveness locks is closed, so that the retry service can
+        # rescue them.
+        if conn is not None and self.ex.store.in_transaction(conn):
+            conn = self.ex._discard(conn, replace=False)
         given_back = self._after_broken(group)
-        if given_back and conn is not None and not self.ex.store.in_transaction(conn):
+        if given_back and conn is not None:
             return conn
         return self.ex._discard(conn)
 
@@ -361,8 +367,7 @@ class GroupDrain:
                 ex.store.rollback_and_begin(conn)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
             ex._fail(task, conn, error)  # records on a fresh connection
-            self._after_broken(group)
-            return ex._discard(conn)
+            return self._drop(conn, group)
         group.savepoint = False
         status, recorded, decision = ex._account_failure(task, conn, error)
         settle = _Settle(status, recorded, decision)
