@@ -132,22 +132,23 @@ class GroupDrain:
         conn = ex._connection()
         if conn is None:
             return
-        try:
-            claims = self.claims.claim(conn, self._claim_limit())
-            while claims and conn is not None:
-                ex._wake_idle_thread()  # there may be more: let an idle thread look
-                conn, claims = self._run_group(conn, claims)
-        except DatabaseError as exc:
-            logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
-            conn = ex._discard(conn, replace=False)
-        except BaseException:
-            # Unexpected (a bug): conn may hold a group's liveness locks, which outlive a
-            # rollback. Pooled again, it would keep its tasks 'processando' for the
-            # connection's life; closed, they are the retry service's to rescue.
-            conn = ex._discard(conn, replace=False)
-            raise
-        finally:
-            ex._put_back(conn)
+        with ex.draining():
+            try:
+                claims = self.claims.claim(conn, self._claim_limit())
+                while claims and conn is not None:
+                    ex._wake_idle_thread()  # there may be more: let an idle thread look
+                    conn, claims = self._run_group(conn, claims)
+            except DatabaseError as exc:
+                logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
+                conn = ex._discard(conn, replace=False)
+            except BaseException:
+                # Unexpected (a bug): conn may hold a group's liveness locks, which outlive a
+                # rollback. Pooled again, it would keep its tasks 'processando' for the
+                # connection's life; closed, they are the retry service's to rescue.
+                conn = ex._discard(conn, replace=False)
+                raise
+            finally:
+                ex._put_back(conn)
 
     def _claim_limit(self) -> int:
         """Up to QUEUE_BATCH_SIZE tasks, fewer when handlers are slow: as many as take
