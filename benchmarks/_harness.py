@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from nsj_queue_lib.db.dialect import DdlNames
 from nsj_queue_lib.db_gen import render
 
 HERE = Path(__file__).resolve().parent
@@ -64,10 +65,19 @@ def fresh_queue(dsn: str) -> Iterator[str]:
         yield name
     finally:
         with connect(dsn, autocommit=True) as admin:
-            admin.execute(
-                f"DROP TABLE IF EXISTS public.{name}, public.{name}_subscriber CASCADE;"
-                f"DROP FUNCTION IF EXISTS public.notify_{name}_insert() CASCADE"
-            )
+            admin.execute(drop_queue_sql("public", name))
+
+
+def drop_queue_sql(schema: str, name: str) -> str:
+    """PostgreSQL: drop every object of queue ``schema.name``, also those its workers made
+    (``_limits``, ``_periodic``: not dependent on the queue table, CASCADE misses them).
+    The claim functions return the table's row type: CASCADE takes them."""
+    names = DdlNames(schema, name).object_names()
+    tables = [name] + [names[key] for key in ("subscriber", "limits", "periodic")]
+    return (
+        f"DROP TABLE IF EXISTS {', '.join(f'{schema}.{t}' for t in tables)} CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['function']}() CASCADE"
+    )
 
 
 def task_rows(count: int, start: int = 0) -> list[dict]:

@@ -151,6 +151,7 @@ def tail(path: Path, lines: int = 15) -> str:
 def fresh_queue(dsn: str) -> Iterator[str]:
     import psycopg
 
+    from benchmarks._harness import drop_queue_sql
     from nsj_queue_lib.db_gen import render
 
     name = f"bsw_{os.getpid()}_{secrets.token_hex(3)}"
@@ -160,10 +161,7 @@ def fresh_queue(dsn: str) -> Iterator[str]:
         yield name
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(
-                f"DROP TABLE IF EXISTS public.{name}, public.{name}_subscriber CASCADE;"
-                f"DROP FUNCTION IF EXISTS public.notify_{name}_insert() CASCADE"
-            )
+            admin.execute(drop_queue_sql("public", name))
 
 
 class Process:

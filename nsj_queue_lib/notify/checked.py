@@ -7,7 +7,9 @@ and each reconnect) and, while no notification arrives, every
 ``PROBE_QUIET_SECONDS``, a NOTIFY is sent from another connection and awaited
 on the listening one. When it does not arrive the listener says why, once per
 change, and polls every QUEUE_POLL_INTERVAL until a later probe finds LISTEN
-working again.
+working again, or the LISTEN connection turns out to have heard something (a
+probe answered late on a loaded machine). What a probe hears besides its own
+NOTIFY (a HALT) is delivered, never dropped.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class CheckedListener:
         self._deaf = False
         self._warned = False
         self._last_heard = time.monotonic()
+        # Payloads heard while a probe waited for its own (a HALT sent just after LISTEN,
+        # while the probe's connection was being made): delivered by the next wait.
+        self._heard: list[str] = []
 
     @property
     def mode(self) -> str:
@@ -74,11 +79,20 @@ class CheckedListener:
         self._inner.close()
 
     def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
+        if self._heard:
+            heard, self._heard = self._heard, []
+            return heard
         if self._deaf:
-            # The LISTEN connection stays open (probed again now and then) but
-            # nothing is awaited on it.
+            # The LISTEN connection stays open (probed again now and then) and is not
+            # waited on; what it received is looked at once per poll, without waiting.
             if time.monotonic() - self._last_heard >= PROBE_QUIET_SECONDS:
                 self._check()
+            late = self._inner.wait(0.0, interrupt_fd)
+            if late:
+                # It hears after all: a probe answered after PROBE_TIMEOUT_SECONDS (a
+                # loaded machine). Polling on would lose a HALT until the next probe.
+                self._hears_again()
+                return [p for p in late if not is_probe(p)] or [""]
             return self._polling.wait(timeout, interrupt_fd)
         payloads = [p for p in self._inner.wait(timeout, interrupt_fd) if not is_probe(p)]
         now = time.monotonic()
@@ -91,16 +105,17 @@ class CheckedListener:
         return payloads
 
     def _check(self) -> None:
-        heard, _ = self._inner.probe(f"{PROBE_PREFIX}{secrets.token_hex(8)}", PROBE_TIMEOUT_SECONDS)
-        # Payloads received during the probe need no delivery: after open the
-        # dispatcher looks at everything, and a periodic probe found a quiet channel.
+        heard, others = self._inner.probe(
+            f"{PROBE_PREFIX}{secrets.token_hex(8)}", PROBE_TIMEOUT_SECONDS
+        )
+        # Payloads received during the probe are delivered: a wake-up would be harmless to
+        # lose (after open the dispatcher looks at everything), a HALT would not.
+        self._heard += [p for p in others if not is_probe(p)]
         with self._lock:
             self._deaf = not heard
             self._last_heard = time.monotonic()
         if heard:
-            if self._warned:
-                logger.info("queue=%s: LISTEN receives again; wake-ups: listen", self._queue_name)
-                self._warned = False
+            self._hears_again()
             return
         if not self._warned:
             logger.warning(
@@ -116,3 +131,11 @@ class CheckedListener:
                 self._polling.interval,
             )
             self._warned = True
+
+    def _hears_again(self) -> None:
+        with self._lock:
+            self._deaf = False
+            self._last_heard = time.monotonic()
+        if self._warned:
+            logger.info("queue=%s: LISTEN receives again; wake-ups: listen", self._queue_name)
+            self._warned = False

@@ -245,19 +245,20 @@ class AsyncTaskExecutor(TaskExecutor):
                 exc,
             )
             return
-        try:
-            await self._adopt(conn)
-            claimed = await self._claim(conn)
-            while claimed is not None:
-                self._wake_idle_thread()
-                conn, claimed = await self._run_async(conn, claimed)
-        except DatabaseError as exc:
-            logger.warning("queue=%s: %s", self.settings.queue_name, exc)
-            conn = await self._call(self._discard, conn, False)
-        except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
-            logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)
-        finally:
-            await self._call(self._put_back, conn)
+        with self.draining():
+            try:
+                await self._adopt(conn)
+                claimed = await self._claim(conn)
+                while claimed is not None:
+                    self._wake_idle_thread()
+                    conn, claimed = await self._run_async(conn, claimed)
+            except DatabaseError as exc:
+                logger.warning("queue=%s: %s", self.settings.queue_name, exc)
+                conn = await self._call(self._discard, conn, False)
+            except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
+                logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)
+            finally:
+                await self._call(self._put_back, conn)
 
     async def _run_async(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; (the connection to go on with, the next claimed task)."""

@@ -18,11 +18,12 @@ retry service rescues: it is never lost.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nsj_queue_lib import model
@@ -168,6 +169,8 @@ class TaskExecutor:
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
         self._stuck: list[threading.Thread] = []  # threads whose task was abandoned
+        # Threads draining with a connection: they may hold claimed tasks not running yet.
+        self._draining: collections.Counter[threading.Thread] = collections.Counter()
         # Stop requests for attempts not running here (yet): a cancel notified between a
         # claim's commit and the task's start is applied when it starts.
         self._early_stops: collections.OrderedDict[int, str] = collections.OrderedDict()
@@ -234,12 +237,41 @@ class TaskExecutor:
         commit; False if some still run after ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._finished:
-            while self._running or (self.group is not None and self.group.open()):
+            while (
+                self._running
+                or self._drains_in_flight()
+                or (self.group is not None and self.group.open())
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._finished.wait(remaining)
         return True
+
+    def _drains_in_flight(self) -> bool:
+        """Under the lock: whether a drain may hold claimed tasks whose handlers have not
+        started (or a task just ended and the next one claimed with it). A thread whose
+        handler was given up after its timeout does not count: it was replaced."""
+        return any(thread not in self._stuck for thread in self._draining)
+
+    @contextlib.contextmanager
+    def draining(self) -> Iterator[None]:
+        """Around a drain, from its connection on: between a claim's commit and its
+        handler's start the task is 'processando' but not yet in ``_running``, where a
+        loaded machine can leave a thread for a long while; a stopping worker waits for
+        it as for a running task, instead of exiting with the task left to the retry
+        service."""
+        thread = threading.current_thread()
+        with self._finished:
+            self._draining[thread] += 1
+        try:
+            yield
+        finally:
+            with self._finished:
+                self._draining[thread] -= 1
+                if self._draining[thread] <= 0:
+                    del self._draining[thread]
+                self._finished.notify_all()
 
     def dead_threads(self) -> list[threading.Thread]:
         """Executor threads that ended while the worker was not stopping."""
@@ -348,18 +380,19 @@ class TaskExecutor:
         conn = self._connection()
         if conn is None:
             return
-        try:
-            claimed = self.liveness.claim(conn, self._claim_next())
-            while claimed is not None:
-                self._wake_idle_thread()  # there may be more: let an idle thread look too
-                conn, claimed = self._run(conn, claimed)
-        except DatabaseError as exc:
-            logger.warning("queue=%s: %s", self.settings.queue_name, exc)  # "claim failed: ..."
-            conn = self._discard(conn, replace=False)
-        except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
-            logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)
-        finally:
-            self._put_back(conn)
+        with self.draining():
+            try:
+                claimed = self.liveness.claim(conn, self._claim_next())
+                while claimed is not None:
+                    self._wake_idle_thread()  # there may be more: let an idle thread look too
+                    conn, claimed = self._run(conn, claimed)
+            except DatabaseError as exc:
+                logger.warning("queue=%s: %s", self.settings.queue_name, exc)  # "claim failed: ..."
+                conn = self._discard(conn, replace=False)
+            except Exception as exc:  # noqa: BLE001 - the lock server is unreachable: claim again when woken
+                logger.warning("queue=%s: claim abandoned: %s", self.settings.queue_name, exc)
+            finally:
+                self._put_back(conn)
 
     def _wake_idle_thread(self) -> None:
         with self._cond:

@@ -134,23 +134,24 @@ class GroupDrain:
         conn = ex._connection()
         if conn is None:
             return
-        try:
-            claims = self._claim_next_group(conn)
-            while claims and conn is not None:
-                if len(claims) >= self._asked.limit:
-                    ex._wake_idle_thread()  # there may be more: let an idle thread look
-                conn, claims = self._run_group(conn, claims)
-        except DatabaseError as exc:
-            logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
-            conn = ex._discard(conn, replace=False)
-        except BaseException:
-            # Unexpected (a bug): conn may hold a group's liveness locks, which outlive a
-            # rollback. Pooled again, it would keep its tasks 'processando' for the
-            # connection's life; closed, they are the retry service's to rescue.
-            conn = ex._discard(conn, replace=False)
-            raise
-        finally:
-            ex._put_back(conn)
+        with ex.draining():
+            try:
+                claims = self._claim_next_group(conn)
+                while claims and conn is not None:
+                    if len(claims) >= self._asked.limit:
+                        ex._wake_idle_thread()  # there may be more: let an idle thread look
+                    conn, claims = self._run_group(conn, claims)
+            except DatabaseError as exc:
+                logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
+                conn = ex._discard(conn, replace=False)
+            except BaseException:
+                # Unexpected (a bug): conn may hold a group's liveness locks, which outlive a
+                # rollback. Pooled again, it would keep its tasks 'processando' for the
+                # connection's life; closed, they are the retry service's to rescue.
+                conn = ex._discard(conn, replace=False)
+                raise
+            finally:
+                ex._put_back(conn)
 
     def _claim_next_group(self, conn: Any, limit: int | None = None) -> list[Claim]:
         """The next group's claim, remembering how many tasks it asked for: a claim that got
@@ -231,9 +232,6 @@ class GroupDrain:
                 # would no longer find it. Its other tasks go back now (once: either call).
                 self.given_up(item)
                 return None
-            if group.written and not ex.store.in_transaction(conn):
-                # The handler ended the transaction (its own failure says so).
-                self._lost(conn, group)
             last = not group.waiting or task.tentativa > 1 or self._closing(group)
             if isinstance(outcome, str):
                 try:
@@ -241,7 +239,8 @@ class GroupDrain:
                 except GroupLost:
                     # A deadlock, not the handler's failure: the task runs again.
                     group.written.append((task, outcome))
-                    self._lost(conn, group)
+                    if not self._lost(conn, group):
+                        return self._drop(conn, group)
                     if last:
                         break
                     continue
@@ -251,7 +250,7 @@ class GroupDrain:
                     group.written.append((task, outcome))
                     if last:
                         break
-                    self._savepoint(conn, group)
+                    conn = self._savepoint(conn, group)
                     continue
             # A failure commits at once (with the successes before it): its record, its
             # retry or dead letter show without waiting for the rest of the group.
@@ -268,14 +267,17 @@ class GroupDrain:
             open_for += self.pace.expected(group.waiting[0].task)
         return open_for >= self.max_seconds
 
-    def _savepoint(self, conn: Any, group: _Group) -> None:
+    def _savepoint(self, conn: Any, group: _Group) -> Any:
+        """Set the next handler's savepoint; the connection to go on with."""
         try:
             self.ops.savepoint(conn, group)
             group.savepoint = True
         except GroupLost:  # what the group wrote is gone or unknown (MySQL's first savepoint)
-            self._lost(conn, group)
+            if not self._lost(conn, group):
+                return self._drop(conn, group)
         except DatabaseError:
             group.savepoint = False  # the next failure rolls the whole transaction back
+        return conn
 
     def _commit(self, conn: Any, group: _Group) -> tuple[Any, list[Claim]]:
         """Unstarted tasks back (the group closed early), commit, claim the next group."""
@@ -329,10 +331,16 @@ class GroupDrain:
             for task, _ in written:
                 if not self.ex._fail(task, conn, error):
                     conn = self.ex._discard(conn)
-        # The suspects go back with the unstarted tasks. Where that failed, the connection
-        # holding their liveness locks is closed, so that the retry service can rescue them.
+        # The suspects go back with the unstarted tasks, from a fresh connection. A
+        # connection that cannot go on (still in a transaction: aborted, or broken) is closed
+        # first: its liveness locks go with it before the tasks are 'pendente' again, where
+        # another worker's claim could meet them still held. Where giving back failed, the
+        # connection holding their liveness locks is closed, so that the retry service can
+        # rescue them.
+        if conn is not None and self.ex.store.in_transaction(conn):
+            conn = self.ex._discard(conn, replace=False)
         given_back = self._after_broken(group)
-        if given_back and conn is not None and not self.ex.store.in_transaction(conn):
+        if given_back and conn is not None:
             return conn
         return self.ex._discard(conn)
 
@@ -370,13 +378,14 @@ class GroupDrain:
             if group.savepoint and ex.store.in_transaction(conn):
                 self.ops.rollback_to_savepoint(conn)
             else:
-                if group.written or group.failures:
-                    self._lost(conn, group)
+                # (Also where the handler ended the transaction: its own failure says so.)
+                if (group.written or group.failures) and not self._lost(conn, group):
+                    ex._fail(task, conn, error)
+                    return self._drop(conn, group)
                 ex.store.rollback_and_begin(conn)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
             ex._fail(task, conn, error)  # records on a fresh connection
-            self._after_broken(group)
-            return ex._discard(conn)
+            return self._drop(conn, group)
         group.savepoint = False
         status, recorded, decision = ex._account_failure(task, conn, error)
         settle = _Settle(status, recorded, decision)
@@ -408,9 +417,13 @@ class GroupDrain:
             return self._give_back(tasks, failures, None, None)
         return True
 
-    def _lost(self, conn: Any, group: _Group) -> None:
+    def _lost(self, conn: Any, group: _Group) -> bool:
         """The transaction ended under the group (or must be rolled back): settle what it
-        had written, then open a new one for the group's next handlers."""
+        had written, then open a new one for the group's next handlers.
+
+        False when that settling failed on every try: those tasks are still 'processando'
+        with their liveness locks held by ``conn``, so the caller must not go on with it
+        but end the group with ``_drop``."""
         try:
             committed = self.ops.transaction_committed(conn, group)
         except DatabaseError:
@@ -422,11 +435,24 @@ class GroupDrain:
             self.ex.store.rollback(conn)  # the server may still hold an aborted transaction
         except DatabaseError:
             pass
-        self._give_back(tasks, failures, conn, committed)
+        if not self._give_back(tasks, failures, conn, committed):
+            return False
         try:
             self.ex.store.begin(conn)
         except DatabaseError:
             pass  # the next statement on conn fails and is handled there
+        return True
+
+    def _drop(self, conn: Any, group: _Group) -> Any:
+        """End a group whose tasks could not be given back on its connection, which is
+        alive and holds their liveness locks: closed, it frees them, and the retry service
+        rescues those tasks (their work was rolled back or is known by their rows: nothing
+        runs twice, nothing is lost). Pooled again, it would keep them 'processando' for its
+        whole life. The group's unstarted tasks go back from a fresh connection, after the
+        close (their locks gone with it). Returns a fresh connection, or None."""
+        self.ex._discard(conn, replace=False)
+        self._after_broken(group)
+        return self.ex._discard(None)
 
     def _give_back(
         self,

@@ -91,12 +91,22 @@ def test_two_workers_metrics_match_the_table_after_a_drain(backend):
     # Dead letters succeed (the default execute_dead).
     expected = {"sucesso": OK + FAIL_ONCE + DEAD, "falha": FAIL_ONCE + DEAD, "dead": DEAD}
     assert table_outcomes(backend) == expected
-    scraped = [samples(port) for port in ports]
-    counted = {
-        outcome: sum(total(found, FINISHED, outcome=outcome) for found in scraped)
-        for outcome in expected
-    }
-    assert counted == expected
+
+    def counted(scraped: list) -> dict:
+        return {
+            outcome: sum(total(found, FINISHED, outcome=outcome) for found in scraped)
+            for outcome in expected
+        }
+
+    # A worker counts a task once its commit returned: the table can show the last tasks
+    # settled a moment before the metrics do.
+    scraped: list = []
+
+    def all_counted() -> bool:
+        scraped[:] = [samples(port) for port in ports]
+        return counted(scraped) == expected
+
+    wait_for(all_counted, 10, "the metrics to count every settled task")
     assert (
         sum(total(found, FINISHED, processo="never", outcome="dead") for found in scraped) == DEAD
     )

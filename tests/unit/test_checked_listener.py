@@ -67,9 +67,22 @@ def test_a_deaf_listen_warns_once_and_polls(pipe, caplog):
     assert len(warnings) == 1
     assert "queue=fila" in warnings[0] and "transaction mode" in warnings[0]
     assert "QUEUE_POLL_INTERVAL" in warnings[0] and "QUEUE_WAKEUP=poll" in warnings[0]
-    inner.pending = ["never read"]
     assert listener.wait(1.0, pipe) == [""]  # a poll, after QUEUE_POLL_INTERVAL
-    assert inner.pending == ["never read"]
+    assert listener.mode == "poll"
+
+
+def test_a_listen_found_deaf_that_hears_later_listens_again(pipe, caplog):
+    # Its probe's answer came after PROBE_TIMEOUT_SECONDS (a loaded machine): polling on,
+    # the worker would not hear a HALT until the next probe, minutes later.
+    inner = StandInListen(hears=False)
+    listener = CheckedListener(inner, 0.01, "fila")
+    listener.open()
+    assert listener.mode == "poll"
+    inner.pending = [f"{PROBE_PREFIX}late", "HALT"]
+    with caplog.at_level(logging.INFO, logger="nsj_queue_lib"):
+        assert listener.wait(1.0, pipe) == ["HALT"]
+    assert listener.mode == "listen"
+    assert any("LISTEN receives again" in r.getMessage() for r in caplog.records)
 
 
 def test_a_quiet_listen_is_probed_again_and_may_recover(pipe, caplog, monkeypatch):
@@ -86,3 +99,16 @@ def test_a_quiet_listen_is_probed_again_and_may_recover(pipe, caplog, monkeypatc
     assert listener.mode == "listen"
     assert any("LISTEN receives again" in r.getMessage() for r in caplog.records)
     assert len(inner.probes) == 3
+
+
+def test_what_a_probe_hears_besides_its_own_is_delivered(pipe):
+    # A HALT sent right after LISTEN, while the probe waited for its own NOTIFY (its
+    # connection slow to be made on a loaded machine), used to be dropped: the worker
+    # never stopped.
+    inner = StandInListen(hears=True)
+    inner.probe = lambda token, timeout: (True, ["HALT", f"{PROBE_PREFIX}other-worker"])
+    listener = CheckedListener(inner, 0.01, "fila")
+    listener.open()
+    inner.pending = ["later"]
+    assert listener.wait(1.0, pipe) == ["HALT"]
+    assert listener.wait(1.0, pipe) == ["later"]

@@ -20,6 +20,7 @@ from nsj_queue_lib.model import PROCESSANDO
 from tests.integration.store.backends import (
     EVERY_STORE,
     LOCKING,
+    POSTGRES,
     SINGLESTORE,
     drain_concurrently,
     on,
@@ -310,3 +311,29 @@ def test_singlestore_has_no_database_locks_and_says_so(backend, store, worker):
     with pytest.raises(ConfigError, match="CLIENT_SERVER_MODE"):
         store.find_orphans(worker, 10, check_session_locks=True)
     assert "CLIENT_SERVER_MODE" in backend.driver.check_settings()
+
+
+@on(POSTGRES)
+def test_a_success_between_its_unlock_and_its_commit_is_not_rescued(backend, store, worker):
+    """The claim function releases the finished task's liveness lock before the COMMIT
+    (advisory unlocks are not transactional: nsj-queue-lib 1.2.2's order). In between, the
+    row lock its UPDATE took keeps the retry service off the row, which its COMMIT makes
+    'sucesso': the task is never rescued to run again."""
+    task_id = backend.enqueue()
+    assert store.claim(worker).task.id == task_id
+    store.claim_call(worker, task_id, "ok", 0, None)  # 'sucesso', unlocked; not committed
+    rescuer = backend.worker(executor=False)
+    store.begin(rescuer)
+    # No liveness lock is held for the 'processando' row the others see, yet it is skipped.
+    assert store.find_orphans(rescuer, 10, check_session_locks=True) == []
+    store.rollback(rescuer)
+    store.commit(worker)
+    assert backend.row(task_id)["status"] == model.SUCESSO
+    # The control: the same moment with the row lock gone (the COMMIT failed) is an orphan.
+    second = backend.enqueue(chave_externa="second")
+    assert store.claim(worker).task.id == second
+    store.claim_call(worker, second, "ok", 0, None)
+    store.rollback(worker)
+    store.begin(rescuer)
+    assert [t.id for t in store.find_orphans(rescuer, 10, check_session_locks=True)] == [second]
+    store.rollback(rescuer)
