@@ -19,7 +19,8 @@ import pytest
 
 from nsj_queue_lib import TaskCancelled, current_task
 from nsj_queue_lib.db.driver import client_inspection_store
-from nsj_queue_lib.exceptions import NoCurrentTaskError, NotFoundError
+from nsj_queue_lib.db.mysql.errors import is_retryable
+from nsj_queue_lib.exceptions import DatabaseError, NoCurrentTaskError, NotFoundError
 from nsj_queue_lib.runtime.worker_runtime import EXIT_THREAD_DIED
 from tests.contract.test_contract import RETRY_BASE_MINUTES, write_exec
 from tests.helpers.processes import wait_for
@@ -40,8 +41,16 @@ def view(backend, task_id):
 
 
 def cancel(backend, task_id) -> str:
-    with backend.transaction() as conn:
-        return backend.client(conn).cancel_task(task_id)
+    # InnoDB may choose the caller's transaction as the victim of a deadlock with a worker
+    # settling the same task; the caller retries its transaction (docs/lifecycle.md).
+    for attempt in range(3):
+        try:
+            with backend.transaction() as conn:
+                return backend.client(conn).cancel_task(task_id)
+        except DatabaseError as exc:
+            if attempt == 2 or not is_retryable(exc.__cause__):
+                raise
+    raise AssertionError("unreachable")
 
 
 TIMEOUT_SETTINGS = dict(
