@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("postgres", "mariadb"),
         help="measure one database only (both by default)",
     )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        help="QUEUE_BATCH_SIZE for the workers (default: the library's, 20 on PostgreSQL)",
+    )
     args = parser.parse_args(argv)
     databases = {
         label: bench_mysql.Database(kind, dsn)
@@ -63,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                         db,
                         PROCESSES,
                         EXECUTORS,
-                        {},
+                        {}
+                        if args.batch_size is None
+                        else {"QUEUE_BATCH_SIZE": str(args.batch_size)},
                         args.count,
                         Path(logs),
                         lock_keys=MODES[mode],
