@@ -39,7 +39,7 @@ from tests.helpers.processes import (
     wait_for,
     worker_env,
 )
-from tests.helpers.recorder import WORKER, assert_rescued, drain_exactly_once, exec_rows
+from tests.helpers.recorder import WORKER, assert_rescued, drain_exactly_once, exec_rows, spec
 from tests.helpers.services import make_service
 
 # One worker runs the module: each pooler mode's PgBouncer starts once (a module fixture).
@@ -163,7 +163,10 @@ def test_two_workers_run_two_thousand_tasks_exactly_once(
 ):
     procs = [workers.start(WORKER, pooled_env(QUEUE_CONCURRENCY=2), f"w{i}") for i in range(2)]
     started(procs, pooler, pg_autocommit, side)
-    pids = drain_exactly_once(pg_dsn, pg_autocommit, side, 4, 500, 40)
+    # Polling every 0.5 s behind a transaction-mode pooler, one process could drain 2,000
+    # no-op tasks in groups before the other's first poll: 2 ms each keep the drain longer
+    # than a poll interval, so that both take part.
+    pids = drain_exactly_once(pg_dsn, pg_autocommit, side, 4, 500, 40, spec(sleep=0.002))
     assert pids == {p.pid for p in procs}, "both processes should have taken part"
     assert idle_holders(pg_autocommit, side.table) == []
     for proc in procs:

@@ -73,12 +73,14 @@ def assert_rescued(conn, queue, task: int, key: str, rescuer: WorkerProcess) -> 
     return second
 
 
-def drain_exactly_once(dsn: str, conn, queue, batches: int, per_batch: int, timeout: float) -> set:
+def drain_exactly_once(
+    dsn: str, conn, queue, batches: int, per_batch: int, timeout: float, payload: str = "{}"
+) -> set:
     """Enqueue ``batches`` commits of ``per_batch`` tasks, wait until all succeeded, check each
     ran exactly once (one committed execution each); the pids of the processes that ran them."""
     total_tasks = batches * per_batch
     for batch in range(batches):  # one commit each: one notification each while workers drain
-        insert_many(dsn, queue.table, per_batch, payload="{}", prefix=f"k{batch}-")
+        insert_many(dsn, queue.table, per_batch, payload=payload, prefix=f"k{batch}-")
     wait_for(
         lambda: statuses(conn, queue.table) == {"sucesso": total_tasks},
         timeout,
