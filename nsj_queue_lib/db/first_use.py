@@ -3,9 +3,8 @@
 The driver-neutral part: the hook's state on the connection, and the
 once-per-process check that a driver still runs it. A driver's mixin wraps
 the place its connection sends every command through and calls
-``_nsjq_fire`` there (db/mysql/first_use.py for PyMySQL;
-db/postgres/first_use.py, for psycopg, predates this module and keeps its own
-copy of the same logic). Group commit arms the hook with the savepoint a
+``_nsjq_fire`` there (db/postgres/first_use.py for psycopg,
+db/mysql/first_use.py for PyMySQL). Group commit arms the hook with the savepoint a
 handler would roll back to, so that a handler that sends nothing costs no
 round trip (docs/group-commit.md).
 """

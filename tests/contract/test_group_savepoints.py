@@ -86,7 +86,7 @@ def test_where_the_driver_no_longer_runs_the_hook_each_savepoint_is_set_before_i
         never_runs, checked = MysqlHookNeverRuns, mysql_first_use._check.checked
         monkeypatch.setattr(mysql_driver, "HandlerConnection", MysqlHookNeverRuns)
     else:
-        never_runs, checked = HookNeverRuns, first_use._checked
+        never_runs, checked = HookNeverRuns, first_use._check.checked
         monkeypatch.setattr(postgres_driver, "HandlerConnection", HookNeverRuns)
 
     def execute(payload, tarefa, bd_conn):

@@ -112,7 +112,7 @@ def test_a_failing_hook_is_told_and_the_statement_goes_on(conn):
 
 
 def test_the_self_check_finds_the_hook_running_on_the_pinned_psycopg(conn):
-    first_use._checked.pop(HandlerConnection, None)
+    first_use._check.checked.pop(HandlerConnection, None)
     assert first_use.hook_fires(conn)
     assert conn.disarm_first_use() == first_use.UNUSED  # the check left nothing armed
-    assert first_use._checked[HandlerConnection] is True
+    assert first_use._check.checked[HandlerConnection] is True

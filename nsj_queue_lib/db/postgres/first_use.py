@@ -18,7 +18,7 @@ hook fail anyway, the connection says so and group commit treats the handler
 as one without a savepoint. Statements sent through ``conn.pgconn``
 (libpq itself) bypass psycopg, and the hook: the worker's own claim round trips
 do, a handler must not (nor did it before: it is psycopg's private side).
-Both wrapped methods are psycopg internals (tested in
+The wrapped methods are psycopg internals (tested in
 tests/integration/test_first_use_hook.py against the pinned psycopg).
 
 Should a psycopg release rename them, the hook would silently never run: a
@@ -26,110 +26,52 @@ failing handler's writes would look like none (``UNUSED``) and commit with
 its group. So ``hook_fires`` checks, once per process and connection class,
 that they exist and that an armed hook runs before a real ``SELECT 1``; where
 it does not, group commit sets each savepoint before its handler, as it did
-before this hook (one WARNING names the psycopg version).
+before this hook (one WARNING names the psycopg version). The hook's state and
+that check are shared with PyMySQL's hook (db/first_use.py).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.db.first_use import (
+    FAILED,
+    RAN,
+    UNUSED,
+    FiresCheck,
+    FirstUseState,
+    probe_select_1,
+)
 
-logger = get_logger("group_commit")
-
-# What became of an armed hook (``FirstUseHook.disarm_first_use``).
-UNUSED, RAN, FAILED = "unused", "ran", "failed"
+__all__ = ["FAILED", "RAN", "UNUSED", "WRAPPED", "FirstUseHook", "hook_fires"]
 
 # The psycopg methods the hook wraps (private: a release may rename them).
 WRAPPED = ("_start_query", "_exec_command", "pipeline", "_pipeline_nolock")
 
-_checked: dict[type, bool] = {}  # connection class -> whether the hook fires there
-_checked_lock = threading.Lock()
+_check = FiresCheck(f"psycopg {psycopg.__version__}", psycopg.Error)
 
 
 def hook_fires(conn: Any) -> bool:
     """Whether the first-use hook works on ``conn``'s class (checked on ``conn`` the first
     time: a ``SELECT 1`` in its open transaction, nothing else armed). False, with one
     WARNING, when it does not: the caller sets its savepoints at once."""
-    cls = type(conn)
-    known = _checked.get(cls)
-    if known is not None:
-        return known
-    try:
-        fires = _fires(conn)
-    except psycopg.Error:
-        return False  # a broken connection tells nothing: the eager savepoint fails there
-    with _checked_lock:
-        if cls not in _checked:
-            _checked[cls] = fires
-            if not fires:
-                logger.warning(
-                    "psycopg %s: the hook that sets a group's savepoint before a handler's "
-                    "first statement does not run (psycopg internals changed); group commit "
-                    "sets each savepoint before its handler instead (one round trip more)",
-                    psycopg.__version__,
-                )
-        return _checked[cls]
+    return _check(conn, _fires)
 
 
 def _fires(conn: Any) -> bool:
     if not all(callable(getattr(psycopg.Connection, name, None)) for name in WRAPPED):
         return False
-    if not isinstance(conn, FirstUseHook):
-        return False
-    hooked: Any = conn  # a psycopg connection with the hook mixed in
-    hooked.arm_first_use(lambda: None)
-    try:
-        hooked.execute("SELECT 1").fetchone()
-    finally:
-        state = hooked.disarm_first_use()
-    return state == RAN
+    return probe_select_1(conn, lambda c: c.execute("SELECT 1").fetchone())
 
 
-class FirstUseHook:
-    """Mixed into the executors' psycopg connections (``HandlerConnection``)."""
+class FirstUseHook(FirstUseState):
+    """Mixed into the executors' psycopg connections (``HandlerConnection``).
 
-    _nsjq_first_use: Callable[[], None] | None = None
-    _nsjq_first_use_state = UNUSED
-
-    def arm_first_use(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` before the next statement sent through psycopg (once). An exception
-        of the hook is kept (``disarm_first_use`` says FAILED) and the statement goes on.
-
-        The hook runs with psycopg's connection lock held: it must send its statement
-        through libpq (``conn.pgconn``), never through psycopg (which would wait for the
-        lock forever)."""
-        self._nsjq_first_use = hook
-        self._nsjq_first_use_state = UNUSED
-
-    def run_first_use_now(self, hook: Callable[[], None]) -> None:
-        """Arm ``hook`` and run it at once (where the hook would not fire: ``hook_fires``);
-        ``disarm_first_use`` then says RAN or FAILED, as if a statement had been sent."""
-        self.arm_first_use(hook)
-        self._nsjq_fire()
-
-    def disarm_first_use(self) -> str:
-        """Forget the hook: UNUSED when no statement was sent since it was armed (it never
-        ran), RAN, or FAILED (it raised)."""
-        self._nsjq_first_use = None
-        state, self._nsjq_first_use_state = self._nsjq_first_use_state, UNUSED
-        return state
-
-    def _nsjq_fire(self) -> None:
-        hook = self._nsjq_first_use
-        if hook is None:
-            return
-        self._nsjq_first_use = None  # first: the hook's own statement must not recurse
-        try:
-            hook()
-        except Exception:  # noqa: BLE001 - told by disarm_first_use, not to the handler
-            self._nsjq_first_use_state = FAILED
-        else:
-            self._nsjq_first_use_state = RAN
+    The hook runs with psycopg's connection lock held: it must send its statement
+    through libpq (``conn.pgconn``), never through psycopg (which would wait for the
+    lock forever)."""
 
     # psycopg internals (generators driven by psycopg's wait loop): the hook runs when
     # the generator is first advanced, before anything of the statement is sent.
