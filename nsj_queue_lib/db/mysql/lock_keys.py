@@ -13,17 +13,15 @@ keyed claims then did no row reads beyond ``Handler_read_key``.
 
 from __future__ import annotations
 
-_LOCK_KEY_FREE = (
-    "({row}.lock_key IS NULL OR ("
+from nsj_queue_lib.flow import lock_keys
+
+_KEY_IDLE = (
     "(SELECT held.id FROM {table} AS held"
     " WHERE held.lock_key = {row}.lock_key AND held.status = 'processando' LIMIT 1) IS NULL"
-    " AND {row}.id = (SELECT head.id FROM {table} AS head"
-    " WHERE head.lock_key = {row}.lock_key AND head.status = 'pendente' AND head.data_hora <= {now}"
-    " ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))"
 )
 
 
 def lock_key_free(table: str, row: str, now: str) -> str:
     """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all three
     arguments are identifiers or expressions of this library, never user input)."""
-    return _LOCK_KEY_FREE.format(table=table, row=row, now=now)
+    return lock_keys.lock_key_free(table, row, now, key_idle=_KEY_IDLE)
