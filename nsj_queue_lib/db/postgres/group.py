@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from nsj_queue_lib.db import first_use as shared_first_use
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
 from nsj_queue_lib.db.postgres import first_use, group_wire
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
@@ -44,29 +45,21 @@ class PostgresGroupOps:
         self._settle = group_wire.settle_statement(store.queue_table)
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
-        _disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
+        # Whatever an earlier drain left armed (an unexpected error) goes.
+        shared_first_use.disarm(conn)
         rows = self.store.claim_call(conn, None, None, limit, b"COMMIT AND CHAIN", begin=True)
         return self._claims(conn, rows)
 
     def succeeded(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
-        _disarm(conn)  # written with the group's commit
+        shared_first_use.disarm(conn)  # written with the group's commit
 
     def savepoint(self, conn: Any, group: GroupState) -> None:
-        arm = getattr(conn, "arm_first_use", None)
-        if arm is None:  # not an executor's connection: set it now
-            self._set_savepoint(conn, group)
-            return
-
         # _set_savepoint talks to libpq directly, as the hook must (psycopg's lock is held).
         # Should it fail, the handler's statement goes on (the connection says FAILED); if
         # the handler fails too, rollback_to_savepoint raises.
-        def hook() -> None:
-            self._set_savepoint(conn, group)
-
-        if first_use.hook_fires(conn):
-            arm(hook)
-        else:  # psycopg no longer runs the hook: set it now (the connection says RAN)
-            conn.run_first_use_now(hook)
+        shared_first_use.arm_savepoint(
+            conn, lambda: self._set_savepoint(conn, group), first_use.hook_fires
+        )
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
@@ -75,14 +68,8 @@ class PostgresGroupOps:
             self._exec(conn, _SAVEPOINT, "savepoint")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
-        state = _disarm(conn)
-        if state == first_use.UNUSED:
-            return  # the handler sent no statement: nothing of it to roll back
-        if state == first_use.FAILED:
-            # Not to an earlier handler's savepoint of the same name: the group's transaction
-            # is given up and its tasks settled from a fresh connection (GroupDrain._failed).
-            raise DatabaseError("rollback to savepoint failed: the savepoint could not be set")
-        self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
+        if shared_first_use.savepoint_to_roll_back(conn):
+            self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")
 
     def commit(
         self,
@@ -91,7 +78,7 @@ class PostgresGroupOps:
         claim_limit: int,
         chain: bool = False,
     ) -> list[Claim]:
-        _disarm(conn)
+        shared_first_use.disarm(conn)
         # AND CHAIN when the group goes on: idle between a COMMIT and a BEGIN, the session
         # could be handed to another client by a transaction pooler with the group's
         # liveness locks (docs/how-to/poolers.md).
@@ -126,7 +113,7 @@ class PostgresGroupOps:
         return self._claims(conn, rows) if claim_limit else []
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
-        _disarm(conn)
+        shared_first_use.disarm(conn)
         if group.tx is None:
             return None
         with wrap_driver_errors("transaction status"):
@@ -157,13 +144,6 @@ class PostgresGroupOps:
             locked = bool(row.pop("liveness_locked"))
             claims.append(Claim(TaskRecord.from_row(row), locked))
         return claims
-
-
-def _disarm(conn: Any) -> str:
-    """The savepoint armed for the handler that just returned is no longer wanted: whether it
-    was set (first_use.RAN, or FAILED), or never (UNUSED: the handler sent no statement)."""
-    disarm = getattr(conn, "disarm_first_use", None)
-    return str(disarm()) if disarm is not None else first_use.RAN  # set at once (savepoint)
 
 
 GROUP_OPS_CLASS = PostgresGroupOps
