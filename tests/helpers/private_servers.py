@@ -209,8 +209,13 @@ class PrivateMariadb:
     def __init__(self, directory: Path, certificates: Certificates) -> None:
         self.port = free_port()
         self.data = directory / f"mariadb{self.port}"
+        # Its own temporary directory: in the shared /tmp a bootstrap once failed, its
+        # temporary table gone before it removed it ("Could not remove temporary table").
+        tmp = directory / f"mariadb{self.port}-tmp"
+        tmp.mkdir(parents=True)
         _run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data}", "--user=root",
-              "--auth-root-authentication-method=normal", "--skip-test-db"])  # fmt: skip
+              f"--tmpdir={tmp}", "--auth-root-authentication-method=normal",
+              "--skip-test-db"])  # fmt: skip
         (self.data / "test").mkdir()
         self._log = (directory / f"mariadb{self.port}.log").open("w")
         self.process = subprocess.Popen(
@@ -218,6 +223,7 @@ class PrivateMariadb:
                 "/usr/sbin/mariadbd",
                 "--no-defaults",
                 f"--datadir={self.data}",
+                f"--tmpdir={tmp}",
                 "--user=root",
                 f"--port={self.port}",
                 "--bind-address=127.0.0.1",
