@@ -34,6 +34,9 @@ pytestmark = [pytest.mark.slow, LEGACY_KEYS]
 WORKER = "legacy_style_worker.py"
 LONG = 19  # seconds: longer than 1.2.2's retry period (15 s), and ours (1 s)
 COMPAT_LINE = "compatible with nsj-queue-lib 1.2.2 workers"
+# seconds a process may take to start or pick a task up: generous, because a loaded CI
+# machine (load 11, other tests' workers) once took more than 15 s to start 1.2.2's worker.
+START = 45
 
 
 @pytest.fixture
@@ -81,7 +84,7 @@ def fleet(legacy_queue, pg_admin, pg_dsn, legacy_python, workers, tmp_path):
                 **{**short, **overrides},
             )
             worker = workers.start(WORKER, env, name)
-            wait_for(lambda: ready in worker.output(), 15, f"{name} to start ({ready!r})")
+            wait_for(lambda: ready in worker.output(), START, f"{name} to start ({ready!r})")
             return worker
 
     try:
@@ -141,7 +144,7 @@ def test_upgrade_while_1_2_2_runs_then_a_mixed_fleet_runs_each_task_once(
     legacy_client(legacy_python, tmp_path, pg_dsn, queue, [t1])
     [(first,)] = pg_autocommit.execute(f"SELECT id FROM {queue.table}").fetchall()
     assert first > 3
-    wait_for(lambda: _started_by(pg_autocommit, queue, first, "legacy"), 15, "1.2.2 to start t1")
+    wait_for(lambda: _started_by(pg_autocommit, queue, first, "legacy"), START, "1.2.2 to start t1")
 
     # db_gen --upgrade while the 1.2.2 worker runs a task: nothing waits on it for long.
     began = time.monotonic()
@@ -182,17 +185,17 @@ def test_1_2_2_rescues_once_the_task_of_a_killed_worker_of_ours(fleet, pg_dsn, p
     pg_autocommit.execute(render("public", queue.name, upgrade=True))
     victim = fleet.ours("ours-victim")
     [task] = enqueue(pg_dsn, queue.table, [_task("v", 600)])
-    wait_for(lambda: _started_by(pg_autocommit, queue, task, "ours-victim"), 15, "ours to start v")
+    wait_for(lambda: _started_by(pg_autocommit, queue, task, "ours-victim"), START, "ours to start v")
     # A worker of ours that never rescues (1.2.2's retry thread must do it) but promotes
     # retries; its own task outlives 1.2.2's retry period.
     survivor = fleet.ours("ours-b", QUEUE_RETRY_THREAD_INTERVAL=3600)
     [other] = enqueue(pg_dsn, queue.table, [_task("w", LONG + 1)])
-    wait_for(lambda: _started_by(pg_autocommit, queue, other, "ours-b"), 15, "ours to start w")
+    wait_for(lambda: _started_by(pg_autocommit, queue, other, "ours-b"), START, "ours to start w")
     legacy = fleet.legacy("legacy")
     wait_for(lambda: _listening(pg_autocommit, queue), 20, "the 1.2.2 worker to listen")
     # Ours are busy: 1.2.2's worker claims and runs a task on the upgraded table.
     [free] = enqueue(pg_dsn, queue.table, [_task("l", 0)])
-    wait_for(lambda: _settled(pg_autocommit, queue, [free]), 15, "1.2.2 to run l")
+    wait_for(lambda: _settled(pg_autocommit, queue, [free]), START, "1.2.2 to run l")
     assert _started_by(pg_autocommit, queue, free, "legacy")
     victim.kill9()
     wait_for(lambda: _settled(pg_autocommit, queue, [task, other]), 40, "v rescued, w done")
@@ -225,12 +228,12 @@ def test_client_server_roll_old_fleet_out_then_ours_in_on_a_second_server(
     old = dict(NOTIFY_SERVICE_PORT=str(free_port()), LOCK_SERVICE_PORT=str(free_port()))
     [server_main] = VENV.glob("lib/python*/site-packages/nsj_queue_lib/server/server_main.py")
     old_server = fleet.legacy("legacy-server", server_main, CHECK_TASKS_INTERVAL="1", **old)
-    wait_for(lambda: _accepts(int(old["NOTIFY_SERVICE_PORT"])), 15, "1.2.2's server")
+    wait_for(lambda: _accepts(int(old["NOTIFY_SERVICE_PORT"])), START, "1.2.2's server")
     fleet.legacy("legacy", CLIENT_SERVER_MODE="true", SERVER_HOST="127.0.0.1", **old)
     t1 = dict(origem="o", destino="d", processo="p", chave_externa="t1", payload='{"sleep": 600}')
     legacy_client(legacy_python, tmp_path, pg_dsn, queue, [t1])
     [(first,)] = pg_autocommit.execute(f"SELECT id FROM {queue.table}").fetchall()
-    wait_for(lambda: _started_by(pg_autocommit, queue, first, "legacy"), 15, "1.2.2 to start t1")
+    wait_for(lambda: _started_by(pg_autocommit, queue, first, "legacy"), START, "1.2.2 to start t1")
 
     # 1. db_gen --upgrade while the 1.2.2 fleet runs; 2. our server on other ports.
     with connect_pg(pg_dsn, "psycopg") as conn:
