@@ -185,7 +185,9 @@ def test_1_2_2_rescues_once_the_task_of_a_killed_worker_of_ours(fleet, pg_dsn, p
     pg_autocommit.execute(render("public", queue.name, upgrade=True))
     victim = fleet.ours("ours-victim")
     [task] = enqueue(pg_dsn, queue.table, [_task("v", 600)])
-    wait_for(lambda: _started_by(pg_autocommit, queue, task, "ours-victim"), START, "ours to start v")
+    wait_for(
+        lambda: _started_by(pg_autocommit, queue, task, "ours-victim"), START, "ours to start v"
+    )
     # A worker of ours that never rescues (1.2.2's retry thread must do it) but promotes
     # retries; its own task outlives 1.2.2's retry period.
     survivor = fleet.ours("ours-b", QUEUE_RETRY_THREAD_INTERVAL=3600)
