@@ -29,9 +29,9 @@ of percent within minutes). Rows:
 - MariaDB: our best drain on MariaDB, same round;
 - floor: the bare SQL of a transactional group drain, no library
   (``drain_floor.py``: claim up to 50 ready rows, commit, mark them
-  'sucesso', commit), on each engine, 2 clients and the best client count
-  (screened once): what the engine itself allows on this machine, next to
-  which our drains are read (ours / floor).
+  'sucesso', commit), on each engine at 1-4 clients every round, and the
+  best of them in that round: what the engine itself allows on this
+  machine, next to which our drains are read (ours / floor).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ MARIA_CANDIDATES = [
     (3, 2, 25),
     (4, 1, 50),
 ]
-# The floor's client counts (drain_floor.py), screened once per engine.
+# The floor's client counts (drain_floor.py), each measured every round.
 FLOOR_CLIENTS = [1, 2, 3, 4]
 FLOOR_BATCH = 50
 
@@ -394,32 +394,21 @@ def screen(label: str, candidates, measure) -> tuple:
 
 @dataclass
 class Floors:
-    """The floor rows (drain_floor.py): each engine at 2 clients and at its best count."""
+    """The floor rows (drain_floor.py): each engine at each client count of FLOOR_CLIENTS,
+    every round, and its best of them in that round."""
 
     engines: list[Database]
     tasks: int
-    best: dict[str, int]
-
-    @classmethod
-    def screened(cls, engines: list[Database], tasks: int) -> Floors:
-        best = {
-            db.kind: screen(
-                f"{db.label} floor (clients)",
-                FLOOR_CLIENTS,
-                lambda c, db=db: Drain(floor_drain(db, c, tasks, FLOOR_BATCH), 0.0),
-            )
-            for db in engines
-        }
-        return cls(engines, tasks, best)
 
     def row(self, db: Database, clients: int) -> str:
         return f"floor, {db.label}: bare group drain SQL, {clients} clients (tasks/s)"
 
-    def counts(self, db: Database) -> list[int]:
-        return sorted({2, self.best[db.kind]})
+    def best_row(self, db: Database) -> str:
+        return f"floor, {db.label}: best of {FLOOR_CLIENTS} clients in the round (tasks/s)"
 
     def names(self) -> list[str]:
-        names = [self.row(db, c) for db in self.engines for c in self.counts(db)]
+        names = [self.row(db, c) for db in self.engines for c in FLOOR_CLIENTS]
+        names += [self.best_row(db) for db in self.engines]
         names.append("PostgreSQL ours best / PostgreSQL floor best (ratio)")
         if len(self.engines) > 1:
             names += [
@@ -428,11 +417,15 @@ class Floors:
             ]
         return names
 
-    def measure_round(self, r, add, results, pg_best: float, maria_best: float | None) -> None:
+    def measure_round(self, r, add, pg_best: float, maria_best: float | None) -> None:
+        floor = {}
         for db in self.engines if r % 2 else self.engines[::-1]:
-            for clients in self.counts(db):
-                add(self.row(db, clients), floor_drain(db, clients, self.tasks, FLOOR_BATCH))
-        floor = {db.kind: results[self.row(db, self.best[db.kind])][-1] for db in self.engines}
+            counts = FLOOR_CLIENTS if r % 2 else FLOOR_CLIENTS[::-1]
+            rates = [floor_drain(db, c, self.tasks, FLOOR_BATCH) for c in counts]
+            for clients, rate in zip(counts, rates, strict=True):
+                add(self.row(db, clients), rate)
+            floor[db.kind] = max(rates)
+            add(self.best_row(db), floor[db.kind])
         add("PostgreSQL ours best / PostgreSQL floor best (ratio)", pg_best / floor["postgres"])
         if maria_best is not None:
             add("MariaDB floor best / PostgreSQL ours best (ratio)", floor["mariadb"] / pg_best)
@@ -475,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             MARIA_CANDIDATES,
             lambda c: ours_drain(maria, c[0], c[1], c[2], n, n, log_dir, maria_extra),
         )
-    floors = Floors.screened([pg] if maria is None else [pg, maria], n)
+    floors = Floors([pg] if maria is None else [pg, maria], n)
     o, p = ours_best, pgq_best
     drains: dict[str, Callable[[], Drain]] = {
         "drain, pgqueuer default (1 process, batch 10)": lambda: pgq_drain(
@@ -582,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
             add(maria_row, rate)
             add("MariaDB best / PostgreSQL ours best (ratio)", rate / best_now)
         maria_now = results[maria_row][-1] if maria is not None else None
-        floors.measure_round(r, add, results, best_now, maria_now)
+        floors.measure_round(r, add, best_now, maria_now)
     table = render(results, args.rounds, n)
     print(table)
     if args.markdown:

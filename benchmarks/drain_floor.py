@@ -70,18 +70,41 @@ def _mariadb_loop(conn, table: str, batch: int) -> int:
     )
     done = 0
     with conn.cursor() as cur:
-        while True:
+
+        def claimed() -> str:
             cur.execute(claim)
-            ids = [r[0] for r in cur.fetchall()]
-            if not ids:
-                conn.commit()
+            in_list = ",".join(str(int(r[0])) for r in cur.fetchall())  # the table's own ids
+            if in_list:
+                cur.execute(f"UPDATE {table} SET status = 'processando' WHERE id IN ({in_list})")
+            conn.commit()
+            return in_list
+
+        while True:
+            in_list = _retrying_deadlocks(conn, claimed)
+            if not in_list:
                 return done
-            in_list = ",".join(str(int(i)) for i in ids)  # the table's own integer ids
-            cur.execute(f"UPDATE {table} SET status = 'processando' WHERE id IN ({in_list})")
-            conn.commit()
-            cur.execute(f"UPDATE {table} SET status = 'sucesso' WHERE id IN ({in_list})")
-            conn.commit()
-            done += len(ids)
+
+            def settle(in_list: str = in_list) -> None:
+                cur.execute(f"UPDATE {table} SET status = 'sucesso' WHERE id IN ({in_list})")
+                conn.commit()
+
+            _retrying_deadlocks(conn, settle)
+            done += in_list.count(",") + 1
+
+
+def _retrying_deadlocks(conn, step):
+    """``step()`` again after InnoDB's deadlocks: its status UPDATEs insert into the claim
+    index's gaps that concurrent locking reads hold (REPEATABLE READ's next-key locks), as
+    the library's own claims do (it retries them too)."""
+    import pymysql
+
+    while True:
+        try:
+            return step()
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] not in (1213, 1205):  # deadlock, lock wait timeout
+                raise
+            conn.rollback()
 
 
 def _client(db: Database, table: str, batch: int, start, results) -> None:
@@ -96,6 +119,20 @@ def _client(db: Database, table: str, batch: int, start, results) -> None:
         results.put(loop(conn, table, batch))
     finally:
         conn.close()
+
+
+def _result(results, procs, timeout: float = 300.0) -> int:
+    """The next client's count; a client that died fails the run at once."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return results.get(timeout=0.2)
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                raise BenchError("a floor client failed (its traceback is above)") from None
+    raise BenchError(f"the floor did not finish in {timeout:.0f} s")
 
 
 def floor_drain(db: Database, clients: int, total: int, batch: int = 50) -> float:
@@ -120,7 +157,7 @@ def floor_drain(db: Database, clients: int, total: int, batch: int = 50) -> floa
             p.start()
         start.wait(timeout=60)
         t0 = time.perf_counter()
-        done = sum(results.get(timeout=300) for _ in procs)
+        done = sum(_result(results, procs) for _ in procs)
         elapsed = time.perf_counter() - t0
         for p in procs:
             p.join(30)
