@@ -26,7 +26,12 @@ of percent within minutes). Rows:
   the same workers measured the same way, seconds apart;
 - enqueue: ``insert_tasks`` against pgqueuer's ``Queries.enqueue`` with
   lists (its batch enqueue), 5,000 and 50,000 tasks, one call, one commit;
-- MariaDB: our best drain on MariaDB, same round.
+- MariaDB: our best drain on MariaDB, same round;
+- floor: the bare SQL of a transactional group drain, no library
+  (``drain_floor.py``: claim up to 50 ready rows, commit, mark them
+  'sucesso', commit), on each engine at 1-4 clients every round, and the
+  best of them in that round: what the engine itself allows on this
+  machine, next to which our drains are read (ours / floor).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_mysql  # noqa: E402 - the MariaDB/PostgreSQL harness next to this file
 from bench_mysql import BenchError, Database, running_workers, task_rows  # noqa: E402
+from drain_floor import floor_drain  # noqa: E402
 
 PG_DSN = os.environ.get("BENCH_PG_DSN", "host=127.0.0.1 user=postgres dbname=test")
 MYSQL_DSN = os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1:3306/test")
@@ -65,6 +71,19 @@ BACKLOG, BACKLOG_WINDOW = 50_000, 5_000  # the first 5,000 of a backlog of 50,00
 # ours: (processes, QUEUE_CONCURRENCY, QUEUE_BATCH_SIZE); pgqueuer: (processes, batch_size).
 OURS_CANDIDATES = [(1, 1, 50), (2, 1, 50), (2, 1, 20), (2, 2, 25), (3, 1, 50)]
 PGQ_CANDIDATES = [(1, 50), (2, 50), (2, 10), (4, 50)]
+# MariaDB: group commit is opt-in there (QUEUE_BATCH_SIZE); 50 is the largest batch.
+MARIA_CANDIDATES = [
+    (2, 4, 1),
+    (2, 1, 50),
+    (1, 2, 50),
+    (2, 2, 25),
+    (2, 2, 50),
+    (3, 2, 25),
+    (4, 1, 50),
+]
+# The floor's client counts (drain_floor.py), each measured every round.
+FLOOR_CLIENTS = [1, 2, 3, 4]
+FLOOR_BATCH = 50
 
 
 def ours_env(concurrency: int, batch: int | None) -> dict[str, str]:
@@ -373,6 +392,46 @@ def screen(label: str, candidates, measure) -> tuple:
     return best
 
 
+@dataclass
+class Floors:
+    """The floor rows (drain_floor.py): each engine at each client count of FLOOR_CLIENTS,
+    every round, and its best of them in that round."""
+
+    engines: list[Database]
+    tasks: int
+
+    def row(self, db: Database, clients: int) -> str:
+        return f"floor, {db.label}: bare group drain SQL, {clients} clients (tasks/s)"
+
+    def best_row(self, db: Database) -> str:
+        return f"floor, {db.label}: best of {FLOOR_CLIENTS} clients in the round (tasks/s)"
+
+    def names(self) -> list[str]:
+        names = [self.row(db, c) for db in self.engines for c in FLOOR_CLIENTS]
+        names += [self.best_row(db) for db in self.engines]
+        names.append("PostgreSQL ours best / PostgreSQL floor best (ratio)")
+        if len(self.engines) > 1:
+            names += [
+                "MariaDB floor best / PostgreSQL ours best (ratio)",
+                "MariaDB ours best / MariaDB floor best (ratio)",
+            ]
+        return names
+
+    def measure_round(self, r, add, pg_best: float, maria_best: float | None) -> None:
+        floor = {}
+        for db in self.engines if r % 2 else self.engines[::-1]:
+            counts = FLOOR_CLIENTS if r % 2 else FLOOR_CLIENTS[::-1]
+            rates = [floor_drain(db, c, self.tasks, FLOOR_BATCH) for c in counts]
+            for clients, rate in zip(counts, rates, strict=True):
+                add(self.row(db, clients), rate)
+            floor[db.kind] = max(rates)
+            add(self.best_row(db), floor[db.kind])
+        add("PostgreSQL ours best / PostgreSQL floor best (ratio)", pg_best / floor["postgres"])
+        if maria_best is not None:
+            add("MariaDB floor best / PostgreSQL ours best (ratio)", floor["mariadb"] / pg_best)
+            add("MariaDB ours best / MariaDB floor best (ratio)", maria_best / floor["mariadb"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -406,9 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     if maria is not None:
         maria_best = screen(
             "MariaDB ours (processes, concurrency, batch)",
-            [(2, 4, 1), (2, 2, 25), (2, 2, 50), (3, 2, 25), (4, 1, 50)],
+            MARIA_CANDIDATES,
             lambda c: ours_drain(maria, c[0], c[1], c[2], n, n, log_dir, maria_extra),
         )
+    floors = Floors([pg] if maria is None else [pg, maria], n)
     o, p = ours_best, pgq_best
     drains: dict[str, Callable[[], Drain]] = {
         "drain, pgqueuer default (1 process, batch 10)": lambda: pgq_drain(
@@ -453,11 +513,16 @@ def main(argv: list[str] | None = None) -> int:
     names += [r[0] for r in ratios]
     names += [f"enqueue {c:,}: ours / pgqueuer (ratio)" for c in (5_000, 50_000)]
     if maria is not None:
-        names += [
+        maria_row = (
             f"drain, MariaDB ours best ({maria_best[0]} x {maria_best[1]}, "
-            f"QUEUE_BATCH_SIZE={maria_best[2]}, poll 0.1 s) (tasks/s)",
+            f"QUEUE_BATCH_SIZE={maria_best[2]}, poll 0.1 s) (tasks/s)"
+        )
+        names += [
+            maria_row,
             "MariaDB best / PostgreSQL ours best (ratio)",
         ]
+
+    names += floors.names()
     for name in names:
         results[name] = []
 
@@ -507,8 +572,10 @@ def main(argv: list[str] | None = None) -> int:
         if maria is not None and maria_best is not None:
             m = maria_best
             rate = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra).rate
-            add(names[-2], rate)
-            add(names[-1], rate / best_now)
+            add(maria_row, rate)
+            add("MariaDB best / PostgreSQL ours best (ratio)", rate / best_now)
+        maria_now = results[maria_row][-1] if maria is not None else None
+        floors.measure_round(r, add, best_now, maria_now)
     table = render(results, args.rounds, n)
     print(table)
     if args.markdown:
