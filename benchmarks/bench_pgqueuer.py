@@ -517,9 +517,13 @@ def main(argv: list[str] | None = None) -> int:
             f"drain, MariaDB ours best ({maria_best[0]} x {maria_best[1]}, "
             f"QUEUE_BATCH_SIZE={maria_best[2]}, poll 0.1 s) (tasks/s)"
         )
+        # After the first task too: MariaDB has no LISTEN, so its workers find the batch
+        # at their next poll (0.1 s), a start-up PostgreSQL's notification does not pay.
         names += [
             maria_row,
+            f"{maria_row[: -len(' (tasks/s)')]}, after the first task (tasks/s)",
             "MariaDB best / PostgreSQL ours best (ratio)",
+            "MariaDB best / PostgreSQL ours best, after the first task (ratio)",
         ]
 
     names += floors.names()
@@ -560,9 +564,9 @@ def main(argv: list[str] | None = None) -> int:
         add("backlog 50,000, first 5,000, ours best (tasks/s)", rates["backlog"])
         add("backlog reference: 5,000 from an empty table, ours best (tasks/s)", rates["empty"])
         add("backlog / empty table, ours best (ratio)", rates["backlog"] / rates["empty"])
-        best_now = results[
-            f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]}) (tasks/s)"
-        ][-1]
+        pg_best_row = f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})"
+        best_now = results[f"{pg_best_row} (tasks/s)"][-1]
+        best_after_now = results[f"{pg_best_row}, after the first task (tasks/s)"][-1]
         for count in (5_000, 50_000):
             theirs = pgq_enqueue(PG_DSN, count)
             ours = bench_mysql.bench_enqueue_bulk(pg, count)
@@ -571,9 +575,17 @@ def main(argv: list[str] | None = None) -> int:
             add(f"enqueue {count:,}: ours / pgqueuer (ratio)", ours / theirs)
         if maria is not None and maria_best is not None:
             m = maria_best
-            rate = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra).rate
-            add(maria_row, rate)
-            add("MariaDB best / PostgreSQL ours best (ratio)", rate / best_now)
+            drain = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra)
+            add(maria_row, drain.rate)
+            add(
+                f"{maria_row[: -len(' (tasks/s)')]}, after the first task (tasks/s)",
+                drain.after_first,
+            )
+            add("MariaDB best / PostgreSQL ours best (ratio)", drain.rate / best_now)
+            add(
+                "MariaDB best / PostgreSQL ours best, after the first task (ratio)",
+                drain.after_first / best_after_now,
+            )
         maria_now = results[maria_row][-1] if maria is not None else None
         floors.measure_round(r, add, best_now, maria_now)
     table = render(results, args.rounds, n)
