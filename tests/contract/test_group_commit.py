@@ -310,3 +310,44 @@ def test_tasks_finished_before_a_known_slow_handler_commit_before_it_starts(back
     assert [r["status"] for r in seen[-1]] == ["sucesso", "sucesso"], seen
     assert worker.stop() == 0
     side.close()
+
+
+@BOTH
+def test_an_executor_stepping_back_leaves_no_freed_key_waiting_for_a_slow_handler(backend):
+    """The executor whose claim came back short commits without claiming and goes idle
+    (runtime/group_commit.py, issue 19): the next tasks of the keys it freed were its
+    to claim, and the other executor is in a slow handler. They start after
+    QUEUE_BATCH_MAX_MS all the same (the stepped-back thread claims them itself), not
+    once the slow handler returns."""
+    max_ms = 300
+    slow_started = threading.Event()
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+
+    def execute(payload, tarefa, bd_conn):
+        started[payload] = time.monotonic()
+        if payload == "slow":
+            slow_started.set()
+            time.sleep(6.0)
+        ended[payload] = time.monotonic()
+        return "ok"
+
+    backend.enqueue([dict(payload="slow")])
+    worker = backend.run(
+        backend.function_worker(
+            execute, queue_concurrency=2, queue_batch_size=10, queue_batch_max_ms=max_ms
+        )
+    )
+    assert slow_started.wait(20), "the slow task never started"
+    keyed = [dict(payload=f"{key}{n}", lock_key=key) for n in (1, 2) for key in "ab"]
+    backend.enqueue(keyed, bulk=True)
+    wait_for(lambda: {"a2", "b2"} <= set(ended), 20, "the freed keys' next tasks")
+    first_group_done = max(ended["a1"], ended["b1"])
+    waited = min(started["a2"], started["b2"]) - first_group_done
+    # Bounded: QUEUE_BATCH_MAX_MS, not the slow handler's 6 s.
+    assert waited < 3.0, waited
+    assert "slow" not in ended, "the freed keys waited for the slow handler"
+    if backend.kind == "postgres":
+        # It stepped back: its group's commit claimed nothing (else a2, b2 at once).
+        assert waited >= max_ms / 1000.0 * 0.8, waited
+    assert worker.stop() == 0
