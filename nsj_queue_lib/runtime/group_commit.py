@@ -91,7 +91,7 @@ class _Settle:
 class _Group:
     """The tasks of one commit group, as its thread goes through them."""
 
-    def __init__(self, claims: list[Claim], asked: int):
+    def __init__(self, claims: list[Claim], asked: int = 0):
         self.started = time.monotonic()
         # Its claim got fewer tasks than it asked for: no more were free (lock keys held by
         # other executors, a short backlog). Such a group's commit may step back (GroupDrain).
