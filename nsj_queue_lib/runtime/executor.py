@@ -421,10 +421,16 @@ class TaskExecutor:
                 self._put_back(conn)
 
     def _wake_idle_thread(self) -> None:
+        self._wake_one_idle()
+
+    def _wake_one_idle(self) -> bool:
+        """Wake one idle thread, if one is idle and no token is left; whether it did."""
         with self._cond:
             if self._idle_threads and self._tokens == 0:
                 self._tokens = 1
                 self._cond.notify(1)
+                return True
+            return False
 
     def _started(self, conn: Any, claimed: Claim) -> RunningTask:
         """A claimed task starts running on ``conn`` (logged, listed as running, and asked to

@@ -142,6 +142,7 @@ class GroupDrain:
         # _wake_backoff_until (WAKE_BACKOFF_STEPS doublings of QUEUE_BATCH_MAX_MS at most).
         self._wasted_wakes = 0
         self._wake_backoff_until = 0.0
+        self._claim_wakes = 0  # threads woken by a full claim, their drain not started
 
     # -- the thread's loop (TaskExecutor._thread_main) --
 
@@ -161,7 +162,8 @@ class GroupDrain:
                 self._woken(found=bool(claims))
                 while claims and conn is not None:
                     if len(claims) >= self._asked.limit and self._may_wake():
-                        ex._wake_idle_thread()  # there may be more: let an idle thread look
+                        # There may be more: let an idle thread look.
+                        self._woke(ex._wake_one_idle())
                     conn, claims = self._run_group(conn, claims)
             except DatabaseError as exc:
                 logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
@@ -190,6 +192,9 @@ class GroupDrain:
         wake an idle executor whose claim walks the backlog for nothing. Such wasted
         wake-ups hold the next ones back, longer each time in a row."""
         with self._lock:
+            if self._claim_wakes == 0:
+                return  # woken by the dispatcher, or after a step-back: not by a full claim
+            self._claim_wakes -= 1
             if found:
                 self._wasted_wakes = 0
                 self._wake_backoff_until = 0.0
@@ -197,6 +202,11 @@ class GroupDrain:
             self._wasted_wakes = min(WAKE_BACKOFF_STEPS, self._wasted_wakes + 1)
             backoff = self.max_seconds * (1 << self._wasted_wakes)
             self._wake_backoff_until = time.monotonic() + backoff
+
+    def _woke(self, woken: bool) -> None:
+        if woken:
+            with self._lock:
+                self._claim_wakes += 1
 
     def _may_wake(self) -> bool:
         with self._lock:

@@ -69,10 +69,14 @@ def test_a_full_claim_never_steps_back():
 def test_wasted_wake_ups_hold_the_next_ones_back_until_one_finds_work():
     drain = a_drain(max_ms=1000.0)
     assert drain._may_wake()
+    drain._woken(found=False)  # woken by the dispatcher: no full claim's wake-up
+    assert drain._may_wake()
     for _ in range(WAKE_BACKOFF_STEPS + 2):
+        drain._woke(True)
         drain._woken(found=False)
         assert not drain._may_wake()
     assert drain._wasted_wakes == WAKE_BACKOFF_STEPS
+    drain._woke(True)
     drain._woken(found=True)
     assert drain._may_wake()
 
