@@ -203,12 +203,21 @@ class TaskExecutor:
         with self._cond:
             self._cond.notify_all()
 
-    def _take_token(self) -> bool:
+    def _take_token(self, timeout: float | None = None) -> bool | None:
+        """Wait, idle, for a wake-up token: True once taken, False when the worker stops,
+        None when ``timeout`` seconds passed without one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._idle_threads += 1
             try:
                 while self._tokens == 0 and not self.stop_event.is_set():
-                    self._cond.wait()
+                    if deadline is None:
+                        self._cond.wait()
+                        continue
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    self._cond.wait(remaining)
             finally:
                 self._idle_threads -= 1
             if self.stop_event.is_set():
@@ -349,15 +358,32 @@ class TaskExecutor:
     # -- the thread --
 
     def _thread_main(self) -> None:
-        drain = self._drain if self.group is None else self.group.drain
-        while not self._retired() and self._take_token():
+        woken = True
+        while not self._retired() and (woken or self._take_token()):
+            woken = False
             try:
-                drain()
+                if self.group is None:
+                    self._drain()
+                else:
+                    woken = self._after_group_drain(self.group.drain())
             except BaseException:  # an executor thread must never die silently
                 logger.exception(
                     "queue=%s: unexpected error in an executor thread", self.settings.queue_name
                 )
                 self.stop_event.wait(1.0)
+
+    def _after_group_drain(self, stepped_back: Any) -> bool:
+        """After a group drain: whether the thread drains again at once. A drain that
+        stepped back (runtime/group_commit.py) freed lock keys whose next tasks it left to
+        the executors still draining; it waits idle (a wake-up takes it back) for
+        QUEUE_BATCH_MAX_MS, then claims itself unless a claim that started since its
+        commit saw those tasks: never is a freed task left with every executor idle."""
+        if stepped_back is None:
+            return False
+        woken = self._take_token(timeout=self.settings.queue_batch_max_ms / 1000.0)
+        if woken is not None:
+            return woken
+        return not self.stop_event.is_set() and not self.group.claimed_since(stepped_back)
 
     def _claim_next(self) -> bool:
         return not self.stop_event.is_set()
@@ -395,10 +421,16 @@ class TaskExecutor:
                 self._put_back(conn)
 
     def _wake_idle_thread(self) -> None:
+        self._wake_one_idle()
+
+    def _wake_one_idle(self) -> bool:
+        """Wake one idle thread, if one is idle and no token is left; whether it did."""
         with self._cond:
             if self._idle_threads and self._tokens == 0:
                 self._tokens = 1
                 self._cond.notify(1)
+                return True
+            return False
 
     def _started(self, conn: Any, claimed: Claim) -> RunningTask:
         """A claimed task starts running on ``conn`` (logged, listed as running, and asked to

@@ -71,6 +71,10 @@ logger = get_logger("group_commit")
 # Tries at giving a broken group's tasks back before leaving them to the retry service.
 GIVE_BACK_ATTEMPTS = 3
 
+# A full claim wakes no idle executor for QUEUE_BATCH_MAX_MS x 2**n after n wake-ups in a
+# row found nothing to claim, n up to this (GroupDrain._woken).
+WAKE_BACKOFF_STEPS = 3
+
 # Why a task that ran in a lost group goes back to the queue (logged).
 GROUP_LOST = "its commit group's transaction was rolled back before it committed"
 
@@ -87,8 +91,11 @@ class _Settle:
 class _Group:
     """The tasks of one commit group, as its thread goes through them."""
 
-    def __init__(self, claims: list[Claim]):
+    def __init__(self, claims: list[Claim], asked: int = 0):
         self.started = time.monotonic()
+        # Its claim got fewer tasks than it asked for: no more were free (lock keys held by
+        # other executors, a short backlog). Such a group's commit may step back (GroupDrain).
+        self.short = len(claims) < asked
         self.waiting: collections.deque[Claim] = collections.deque(claims)
         # Unstarted tasks given back in the open transaction: claimed again if it fails.
         self.released: list[Claim] = []
@@ -124,22 +131,39 @@ class GroupDrain:
         self.pace = Pace()  # recent handlers' durations
         self.isolation = Isolation()  # after a group's commit failed: claims of one
         self.claims = GroupClaims(ops, executor.liveness)  # per-processo limits first
-        # Per executor thread: how many tasks its last claim asked for (_claim_next_group).
+        # Per executor thread: how many tasks its last claim asked for (_claim_next_group),
+        # and whether its drain stepped back (_steps_back).
         self._asked = threading.local()
+        # Executor threads draining that have not stepped back, and claims started so far
+        # (a stepped-back thread knows from it whether a claim saw what its commit freed).
+        self._active = 0
+        self._claims_started = 0
+        # Wake-ups that found nothing: a full claim wakes no idle executor until
+        # _wake_backoff_until (WAKE_BACKOFF_STEPS doublings of QUEUE_BATCH_MAX_MS at most).
+        self._wasted_wakes = 0
+        self._wake_backoff_until = 0.0
+        self._claim_wakes = 0  # threads woken by a full claim, their drain not started
 
     # -- the thread's loop (TaskExecutor._thread_main) --
 
-    def drain(self) -> None:
+    def drain(self) -> int | None:
+        """Claim and run groups until a claim comes back empty or the worker stops. Returns
+        None, or when the drain stepped back (``_steps_back``) the claim count after its
+        last commit (``claimed_since``)."""
         ex = self.ex
         conn = ex._connection()
         if conn is None:
-            return
+            return None
+        self._asked.stepped_back = None
+        self._count_active(True)
         with ex.draining():
             try:
                 claims = self._claim_next_group(conn)
+                self._woken(found=bool(claims))
                 while claims and conn is not None:
-                    if len(claims) >= self._asked.limit:
-                        ex._wake_idle_thread()  # there may be more: let an idle thread look
+                    if len(claims) >= self._asked.limit and self._may_wake():
+                        # There may be more: let an idle thread look.
+                        self._woke(ex._wake_one_idle())
                     conn, claims = self._run_group(conn, claims)
             except DatabaseError as exc:
                 logger.warning("queue=%s: %s", ex.settings.queue_name, exc)  # "claim failed: ..."
@@ -152,6 +176,70 @@ class GroupDrain:
                 raise
             finally:
                 ex._put_back(conn)
+                self._count_active(False)
+        return self._asked.stepped_back
+
+    def _count_active(self, active: bool) -> None:
+        """This thread in or out of ``_active`` (once either way)."""
+        with self._lock:
+            if active != getattr(self._asked, "active", False):
+                self._active += 1 if active else -1
+                self._asked.active = active
+
+    def _woken(self, found: bool) -> None:
+        """A drain's first claim found tasks or not. Where lock keys are scarce, the
+        executors draining hold them all and their claims still come back full: each would
+        wake an idle executor whose claim walks the backlog for nothing. Such wasted
+        wake-ups hold the next ones back, longer each time in a row."""
+        with self._lock:
+            if self._claim_wakes == 0:
+                return  # woken by the dispatcher, or after a step-back: not by a full claim
+            self._claim_wakes -= 1
+            if found:
+                self._wasted_wakes = 0
+                self._wake_backoff_until = 0.0
+                return
+            self._wasted_wakes = min(WAKE_BACKOFF_STEPS, self._wasted_wakes + 1)
+            backoff = self.max_seconds * (1 << self._wasted_wakes)
+            self._wake_backoff_until = time.monotonic() + backoff
+
+    def _woke(self, woken: bool) -> None:
+        if woken:
+            with self._lock:
+                self._claim_wakes += 1
+
+    def _may_wake(self) -> bool:
+        with self._lock:
+            return time.monotonic() >= self._wake_backoff_until
+
+    def claimed_since(self, mark: int) -> bool:
+        """Whether a claim started after ``mark`` (a count of claims started)."""
+        with self._lock:
+            return self._claims_started > mark
+
+    def _claim_started(self) -> None:
+        with self._lock:
+            self._claims_started += 1
+
+    def _steps_back(self, group: _Group) -> bool:
+        """Whether this thread commits its group without claiming the next and goes idle.
+
+        With lock keys scarce (issue 19), each draining executor holds its group's keys
+        until the group commits: with 100 keys and 8 executors, groups of ~12 tasks, one
+        commit and one claim (walking the backlog) per 12 tasks, whatever
+        QUEUE_BATCH_SIZE is. An executor whose claim got fewer tasks than it asked for
+        leaves the work to the others, whose groups grow with the keys it frees; a full
+        claim wakes an idle executor again when there is more work than they hold. Under
+        the lock, so that two executors never both step back counting on each other: the
+        last one draining never does."""
+        if not group.short:
+            return False
+        with self._lock:
+            if self._active <= 1:
+                return False
+            self._active -= 1
+            self._asked.active = False
+        return True
 
     def _claim_next_group(self, conn: Any, limit: int | None = None) -> list[Claim]:
         """The next group's claim, remembering how many tasks it asked for: a claim that got
@@ -160,6 +248,7 @@ class GroupDrain:
         (issue 19: with 100 lock keys and 8x20 slots, one such walk per group)."""
         if limit is None:
             limit = self._claim_limit()
+        self._claim_started()
         claims = self.claims.claim(conn, limit)
         # The limited claim takes one task whatever the limit: a claim of one then says
         # nothing about what else is ready.
@@ -182,7 +271,7 @@ class GroupDrain:
     def _run_group(self, conn: Any, claims: list[Claim]) -> tuple[Any, list[Claim]]:
         """Run one group; (the connection to go on with or None, the next group's claims)."""
         self.isolation.claimed(claims)
-        group = _Group(claims)
+        group = _Group(claims, self._asked.limit)
         me = threading.get_ident()
         with self._lock:
             self._groups[me] = group
@@ -290,9 +379,19 @@ class GroupDrain:
                 self.claims.ended(task)  # before the look below, as a single commit does
             # A limited task may start: it is claimed after the commit (group_claim.py).
             limited = bool(limit) and self.claims.limited_due()
+            stepping_back = bool(limit) and not limited and self._steps_back(group)
+            if stepping_back:
+                limit = 0
             self._asked.limit = limit  # when limited, _claim_next_group below says
+            if limit and not limited:
+                self._claim_started()
             started = time.perf_counter()
-            claims = self.ops.commit(conn, group.written, 0 if limited else limit)
+            try:
+                claims = self.ops.commit(conn, group.written, 0 if limited else limit)
+            except BaseException:
+                if stepping_back:
+                    self._count_active(True)  # it goes on draining after all
+                raise
             self.claims.committed(started, claims)
         except (DatabaseError, GroupLost) as exc:
             conn = self._commit_failed(conn, group, exc)
@@ -300,6 +399,10 @@ class GroupDrain:
             # announces it), one task at a time if the group's tasks are suspects.
             return conn, [] if conn is None else self._claim_next_group(conn)
         self._committed([task for task, _ in group.written])
+        if stepping_back:
+            with self._lock:
+                self._asked.stepped_back = self._claims_started
+            return conn, []
         return conn, self._claim_next_group(conn, limit) if limited else claims
 
     def _commit_failed(self, conn: Any, group: _Group, exc: BaseException) -> Any:

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from nsj_queue_lib import current_task
+from nsj_queue_lib.runtime.group_commit import GroupDrain
 from tests.contract.test_contract import RETRY_BASE_MINUTES
 from tests.helpers.processes import wait_for
 
@@ -310,3 +311,54 @@ def test_tasks_finished_before_a_known_slow_handler_commit_before_it_starts(back
     assert [r["status"] for r in seen[-1]] == ["sucesso", "sucesso"], seen
     assert worker.stop() == 0
     side.close()
+
+
+@BOTH
+def test_an_executor_stepping_back_leaves_no_freed_key_waiting_for_a_slow_handler(
+    backend, monkeypatch
+):
+    """The executor whose claim came back short commits without claiming and goes idle
+    (runtime/group_commit.py, issue 19): the next tasks of the keys it freed were its
+    to claim, and the other executor is in a slow handler. They start after
+    QUEUE_BATCH_MAX_MS all the same (the stepped-back thread claims them itself), not
+    once the slow handler returns."""
+    max_ms = 300
+    slow_started = threading.Event()
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+
+    def execute(payload, tarefa, bd_conn):
+        started[payload] = time.monotonic()
+        if payload == "slow":
+            slow_started.set()
+            time.sleep(6.0)
+        ended[payload] = time.monotonic()
+        return "ok"
+
+    stepped_back = []
+    steps_back = GroupDrain._steps_back
+
+    def recording(self, group):
+        stepped_back.append(steps_back(self, group))
+        return stepped_back[-1]
+
+    monkeypatch.setattr(GroupDrain, "_steps_back", recording)
+    backend.enqueue([dict(payload="slow")])
+    worker = backend.run(
+        backend.function_worker(
+            execute, queue_concurrency=2, queue_batch_size=10, queue_batch_max_ms=max_ms
+        )
+    )
+    assert slow_started.wait(20), "the slow task never started"
+    keyed = [dict(payload=f"{key}{n}", lock_key=key) for n in (1, 2) for key in "ab"]
+    backend.enqueue(keyed, bulk=True)
+    wait_for(lambda: {"a2", "b2"} <= set(ended), 20, "the freed keys' next tasks")
+    first_group_done = max(ended["a1"], ended["b1"])
+    waited = min(started["a2"], started["b2"]) - first_group_done
+    # Bounded: QUEUE_BATCH_MAX_MS, not the slow handler's 6 s.
+    assert waited < 3.0, waited
+    assert "slow" not in ended, "the freed keys waited for the slow handler"
+    # The executor of a1 and b1 stepped back (the slow one draining): its group's commit
+    # claimed nothing.
+    assert True in stepped_back, stepped_back
+    assert worker.stop() == 0

@@ -188,11 +188,11 @@ def test_a_group_wakes_an_idle_executor_only_when_its_claim_was_full(
 
     def counting(self, executor, ops):
         init(self, executor, ops)
-        original = executor._wake_idle_thread
+        original = executor._wake_one_idle
 
         def from_drain():
             woken.append(True)
-            original()
+            return original()
 
         self.ex = _WakeSpy(executor, from_drain)
 
@@ -209,7 +209,7 @@ class _WakeSpy:
 
     def __init__(self, executor, wake):
         self._executor = executor
-        self._wake_idle_thread = wake
+        self._wake_one_idle = wake
 
     def __getattr__(self, name):
         return getattr(self._executor, name)

@@ -117,7 +117,10 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- the caller's transaction. One statement instead of two saves a fifth of the
 -- worker's CPU per task. The planner settings hold for this function's own
 -- statements only: the claim must walk the partial claim index in order and
--- stop at the limit even when the table's statistics are stale.
+-- stop at the limit even when the table's statistics are stale, and read the
+-- running lock keys from their own index, in its order (no sort: with
+-- statistics, the planner read them from the processo index, which holds every
+-- ready row too; db/postgres/claim_sets.py).
 CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
     handled_subscribers varchar[]
@@ -126,6 +129,7 @@ RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boole
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_bitmapscan = off
+SET enable_sort = off
 SET jit = off
 AS $$
 DECLARE
@@ -180,9 +184,9 @@ BEGIN
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
-      AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
+      AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
@@ -208,9 +212,9 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND TRUE
-      AND (q.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = q.lock_key AND held.status = 'processando') AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = q.processo LIMIT 1 OFFSET 0)
+      AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
@@ -240,7 +244,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
-    IS 'nsj_queue_lib claim 223e1013cb678e1a';
+    IS 'nsj_queue_lib claim 59b8eb1315708ef0';
 
 -- Subscribers of pub/sub and webhook publications.
 CREATE TABLE public.fila_teste_subscriber (

@@ -49,7 +49,12 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
         "SELECT proconfig FROM pg_proc WHERE oid = %s::regprocedure",
         (f"public.claim_next_{pg_queue.name}_v{CLAIM_ROUTINE_RELEASE}{CLAIM_FUNCTION_ARGS}",),
     ).fetchone()[0]
-    assert sorted(config) == ["enable_bitmapscan=off", "enable_seqscan=off", "jit=off"]
+    assert sorted(config) == [
+        "enable_bitmapscan=off",
+        "enable_seqscan=off",
+        "enable_sort=off",
+        "jit=off",
+    ]
     subscriber = pg_autocommit.execute(
         "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns "
         "WHERE table_schema = 'public' AND table_name = %s",

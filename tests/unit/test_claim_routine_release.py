@@ -23,7 +23,7 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim 223e1013cb678e1a",
+        "postgres": "nsj_queue_lib claim 59b8eb1315708ef0",
         "mysql": "nsj_queue_lib claim d7e3e41afcd18922",
     },
 }

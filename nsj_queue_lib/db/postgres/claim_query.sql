@@ -13,11 +13,13 @@ WITH next AS (
     FROM {table} AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND {window}
-      -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py).
+      -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py; the running
+      -- keys read once per claim as a hashed set, db/postgres/claim_sets.py).
       AND {lock_key_free}
       -- Deliveries of subscribers the worker handles only (nsj_queue_lib/flow/deliveries.py).
       AND {deliverable}
-      -- limited processos: only the limited claim takes them (flow/limits.py).
+      -- limited processos: only the limited claim takes them (flow/limits.py; read once
+      -- per claim as a hashed set, db/postgres/claim_sets.py).
       AND {limits_free}
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit

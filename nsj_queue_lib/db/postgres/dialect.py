@@ -6,9 +6,9 @@ import hashlib
 
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
+from nsj_queue_lib.db.postgres import claim_sets
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 from nsj_queue_lib.flow.deliveries import deliverable
-from nsj_queue_lib.flow.limits import limits_free
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
@@ -18,6 +18,12 @@ OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 
 # What the claims put in {lock_key_free}: the candidate row is q (claim_function.sql).
 CLAIM_NOW = "clock_timestamp()"
+
+
+def _lock_key_free(table: str) -> str:
+    # The running keys read once per claim (claim_sets.py), the rest flow/lock_keys.py's.
+    return lock_key_free(table, "q", CLAIM_NOW, key_idle=claim_sets.KEY_IDLE)
+
 
 # The claim function's first walk: the claim index up to the window's last row (edge_*,
 # claim_function.sql), all of the window of one prioridade. Equality on the index's first
@@ -38,9 +44,9 @@ def claim_function_version() -> str:
         sql_code(read_sql("postgres", "claim_function.sql"))
         + sql_code(read_sql("postgres", "claim_query.sql"))
         + CLAIM_IN_WINDOW
-        + lock_key_free("t", "q", "n")
+        + _lock_key_free("t")
         + deliverable("postgres", "q", "h")
-        + limits_free("l", "q")
+        + claim_sets.limits_free("l", "q")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
@@ -62,9 +68,9 @@ class PostgresDialect(Dialect):
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
         query_values = dict(
             values,
-            lock_key_free=lock_key_free(values["table"], "q", CLAIM_NOW),
+            lock_key_free=_lock_key_free(values["table"]),
             deliverable=deliverable("postgres", "q", "handled_subscribers"),
-            limits_free=limits_free(values["limits_table"], "q"),
+            limits_free=claim_sets.limits_free(values["limits_table"], "q"),
         )
         query = sql_code(read_sql("postgres", "claim_query.sql")).strip()
         function_values = dict(
