@@ -113,6 +113,7 @@ SERVICES = "tests/integration/test_runtime_services.py"
 LOGS = "tests/integration/test_runtime_logs.py"
 OPERATE = "tests/contract/test_operate.py"
 STORE_CLAIM = "tests/integration/store/test_store_claim.py"
+STORE_CLAIM_SETS = "tests/integration/store/test_store_claim_sets.py"
 STORE_CLIENT = "tests/integration/store/test_store_client.py"
 STORE_MAINTENANCE = "tests/integration/store/test_store_maintenance.py"
 STORE_SETTLE = "tests/integration/store/test_store_settle.py"
@@ -467,6 +468,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         ("postgres",),
         "a failed handler's writes commit with its group",
+    ),
+    Mutant(
+        "group-step-back-never-claims-again",
+        EXECUTOR,
+        "        return not self.stop_event.is_set() and not self.group.claimed_since(stepped_back)\n",
+        "        return False\n",
+        (
+            f"{GROUP_COMMIT}::"
+            "test_an_executor_stepping_back_leaves_no_freed_key_waiting_for_a_slow_handler[postgres]",
+        ),
+        ("postgres",),
+        "a stepped-back executor leaves the keys it freed to a slow handler's executor",
+    ),
+    Mutant(
+        "pg-claim-running-keys-set",
+        "nsj_queue_lib/db/postgres/claim_sets.py",
+        "\" WHERE held.lock_key IS NOT NULL AND held.status = 'processando'\"",
+        "\" WHERE held.lock_key IS NOT NULL AND held.status = 'sucesso'\"",
+        (
+            f"{STORE_CLAIM_SETS}::"
+            "test_with_hundreds_of_keys_running_only_the_idle_keys_heads_are_claimed[postgres]",
+        ),
+        ("postgres",),
+        "the claim takes a task whose lock_key is running",
     ),
     # -- liveness lock on claim ---------------------------------------------------------------
     Mutant(
