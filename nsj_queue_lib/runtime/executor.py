@@ -358,7 +358,9 @@ class TaskExecutor:
     # -- the thread --
 
     def _thread_main(self) -> None:
-        woken = True
+        # A thread drains when woken (a token), or at once again after a drain that
+        # stepped back and found nobody claimed what it freed (_after_group_drain).
+        woken = False
         while not self._retired() and (woken or self._take_token()):
             woken = False
             try:
