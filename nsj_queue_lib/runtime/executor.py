@@ -374,7 +374,7 @@ class TaskExecutor:
                 )
                 self.stop_event.wait(1.0)
 
-    def _after_group_drain(self, stepped_back: Any) -> bool:
+    def _after_group_drain(self, stepped_back: int | None) -> bool:
         """After a group drain: whether the thread drains again at once. A drain that
         stepped back (runtime/group_commit.py) freed lock keys whose next tasks it left to
         the executors still draining; it waits idle (a wake-up takes it back) for
