@@ -36,7 +36,7 @@ _LOCK_KEY_FREE = (
     "({row}.lock_key IS NULL OR ("
     "{key_idle}"
     " AND {row}.id = (SELECT head.id FROM {table} AS head"
-    " WHERE head.lock_key = {row}.lock_key AND head.status = 'pendente' AND head.data_hora <= {now}"
+    " WHERE head.lock_key = {row}.lock_key AND head.{keyed_status} = 'pendente' AND head.data_hora <= {now}"
     " ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))"
 )
 
@@ -48,11 +48,18 @@ KEY_IDLE = (
 )
 
 
-def lock_key_free(table: str, row: str, now: str, key_idle: str = KEY_IDLE) -> str:
+def lock_key_free(
+    table: str, row: str, now: str, key_idle: str = KEY_IDLE, keyed_status: str = "status"
+) -> str:
     """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all
-    arguments are identifiers, expressions or templates of this library, never user input)."""
+    arguments are identifiers, expressions or templates of this library, never user input).
+
+    ``keyed_status``: the column the key index holds a keyed row's status in (MySQL's
+    ``lock_key_status``, NULL on unkeyed rows: db/mysql/indexes.sql says why)."""
     idle = key_idle.format(table=table, row=row)
-    return _LOCK_KEY_FREE.format(table=table, row=row, now=now, key_idle=idle)
+    return _LOCK_KEY_FREE.format(
+        table=table, row=row, now=now, key_idle=idle, keyed_status=keyed_status
+    )
 
 
 # How often a claim that lost a key to a concurrent claim tries again. The

@@ -47,7 +47,11 @@ CREATE TABLE public.fila_teste (
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
     -- lock_key while the task runs, NULL otherwise: its unique index admits one
     -- running task per key, whatever the claims' snapshots saw.
-    lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL
+    lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL,
+    -- status of a keyed task, NULL on an unkeyed one: the key index holds this
+    -- instead of status, so that the two status changes of an unkeyed task
+    -- (claim, outcome) leave that index alone (indexes.sql).
+    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- MySQL has no partial indexes: status leads every index the workers' claims
@@ -71,8 +75,10 @@ CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payl
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
--- of its key in claim order, and whether a task of its key is running.
-CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id);
+-- of its key in claim order, and whether a task of its key is running. The
+-- status is lock_key_status, NULL on unkeyed rows: their index entries never
+-- change, where status would cost each unkeyed task two index rewrites.
+CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, lock_key_status, prioridade DESC, data_hora, id);
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
 CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running);
@@ -165,7 +171,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d7e3e41afcd18922'
+    COMMENT 'nsj_queue_lib claim 9d6967d7ead490f2'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -250,7 +256,7 @@ BEGIN
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -302,7 +308,7 @@ BEGIN
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -317,7 +323,7 @@ BEGIN
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -460,7 +466,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim a4fbf2f19e5899be'
+    COMMENT 'nsj_queue_lib limited claim 5b8a5056894d3dea'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -479,7 +485,7 @@ BEGIN
     -- Nothing found: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s)
     ORDER BY s.due_in IS NOT NULL, s.due_in, s.processo
     LIMIT 1;
@@ -490,7 +496,7 @@ BEGIN
         SET v_due_in = NULL;
         SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
         INTO v_startable, v_due_in, v_due_at
-        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
@@ -505,7 +511,7 @@ BEGIN
             INTO v_claimed, v_first_attempt, v_task
             FROM public.fila_teste AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)
-              AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+              AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -549,7 +555,7 @@ BEGIN
     -- Read before the commit: the task's own transaction takes its snapshot
     -- at its handler's first read.
     SELECT MIN(IF(s.capped, 1.0, GREATEST(COALESCE(s.due_in, 0), 0))) INTO v_wait
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
     SELECT COUNT(*) INTO v_rows FROM public.fila_teste_limits;
     SELECT EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL

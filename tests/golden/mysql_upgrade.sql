@@ -61,6 +61,10 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'lock_key_status') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 
 -- Indexes whose columns changed since an earlier release (status left out:
 -- indexes.sql says why) are rebuilt in place, under their own names.
@@ -69,6 +73,10 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_equivalent' AND column_name = 'status') > 0, 'ALTER TABLE public.fila_teste DROP INDEX idx_fila_teste_equivalent, ADD INDEX idx_fila_teste_equivalent (chave_externa, payload_hash)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key' AND column_name = 'status') > 0, 'ALTER TABLE public.fila_teste DROP INDEX idx_fila_teste_lock_key, ADD INDEX idx_fila_teste_lock_key (lock_key, lock_key_status, prioridade DESC, data_hora, id)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -112,8 +120,10 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
--- of its key in claim order, and whether a task of its key is running.
-SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key') = 0, 'CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, status, prioridade DESC, data_hora, id)', 'DO 0');
+-- of its key in claim order, and whether a task of its key is running. The
+-- status is lock_key_status, NULL on unkeyed rows: their index entries never
+-- change, where status would cost each unkeyed task two index rewrites.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key') = 0, 'CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, lock_key_status, prioridade DESC, data_hora, id)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -260,7 +270,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d7e3e41afcd18922'
+    COMMENT 'nsj_queue_lib claim 9d6967d7ead490f2'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -345,7 +355,7 @@ BEGIN
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -397,7 +407,7 @@ BEGIN
                 FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
-      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -412,7 +422,7 @@ BEGIN
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
-      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -539,7 +549,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim a4fbf2f19e5899be'
+    COMMENT 'nsj_queue_lib limited claim 5b8a5056894d3dea'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -558,7 +568,7 @@ BEGIN
     -- Nothing found: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s)
     ORDER BY s.due_in IS NOT NULL, s.due_in, s.processo
     LIMIT 1;
@@ -569,7 +579,7 @@ BEGIN
         SET v_due_in = NULL;
         SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
         INTO v_startable, v_due_in, v_due_at
-        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
@@ -584,7 +594,7 @@ BEGIN
             INTO v_claimed, v_first_attempt, v_task
             FROM public.fila_teste AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)
-              AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+              AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -628,7 +638,7 @@ BEGIN
     -- Read before the commit: the task's own transaction takes its snapshot
     -- at its handler's first read.
     SELECT MIN(IF(s.capped, 1.0, GREATEST(COALESCE(s.due_in, 0), 0))) INTO v_wait
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
     SELECT COUNT(*) INTO v_rows FROM public.fila_teste_limits;
     SELECT EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL

@@ -88,6 +88,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         *model.EXTRA_COLUMNS,
         "dedupe_active",
         "lock_key_running",
+        "lock_key_status",
     ]
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
@@ -234,6 +235,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
         *model.EXTRA_COLUMNS,
         "dedupe_active",
         "lock_key_running",
+        "lock_key_status",
     }
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
     assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (

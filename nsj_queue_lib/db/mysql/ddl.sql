@@ -47,7 +47,11 @@ CREATE TABLE {table} (
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
     -- lock_key while the task runs, NULL otherwise: its unique index admits one
     -- running task per key, whatever the claims' snapshots saw.
-    lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL
+    lock_key_running varchar(200) GENERATED ALWAYS AS (CASE WHEN status = 'processando' THEN lock_key END) VIRTUAL,
+    -- status of a keyed task, NULL on an unkeyed one: the key index holds this
+    -- instead of status, so that the two status changes of an unkeyed task
+    -- (claim, outcome) leave that index alone (indexes.sql).
+    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 {indexes}

@@ -32,11 +32,13 @@ UPGRADE_COLUMNS = (
     "dedupe_active",
     # Generated from lock_key and status: the unique index of running lock keys.
     "lock_key_running",
+    # Generated from lock_key and status: the key index's status (indexes.sql).
+    "lock_key_status",
 )
 
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
-REDEFINED_INDEXES = ("idx_chain", "idx_equivalent")
+REDEFINED_INDEXES = ("idx_chain", "idx_equivalent", "idx_lock_key")
 
 _CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)

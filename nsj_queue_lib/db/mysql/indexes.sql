@@ -19,8 +19,10 @@ CREATE INDEX {idx_equivalent} ON {table} (chave_externa, payload_hash);
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
--- of its key in claim order, and whether a task of its key is running.
-CREATE INDEX {idx_lock_key} ON {table} (lock_key, status, prioridade DESC, data_hora, id);
+-- of its key in claim order, and whether a task of its key is running. The
+-- status is lock_key_status, NULL on unkeyed rows: their index entries never
+-- change, where status would cost each unkeyed task two index rewrites.
+CREATE INDEX {idx_lock_key} ON {table} (lock_key, lock_key_status, prioridade DESC, data_hora, id);
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
 CREATE UNIQUE INDEX {idx_lock_key_running} ON {table} (lock_key_running);

@@ -9,6 +9,10 @@ probe of one index entry per candidate, but as a scan, about 330
 a drain of 100 keys (a ``LIMIT 1`` inside it changed nothing). The scalar
 subquery reads one index entry, as the candidate's unkeyed neighbours cost:
 keyed claims then did no row reads beyond ``Handler_read_key``.
+
+Both probes read a keyed row's status from ``lock_key_status`` (the status of
+a keyed row, NULL on an unkeyed one), which the index holds instead of
+``status``: a status change of an unkeyed task leaves that index alone.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from nsj_queue_lib.flow import lock_keys
 
 _KEY_IDLE = (
     "(SELECT held.id FROM {table} AS held"
-    " WHERE held.lock_key = {row}.lock_key AND held.status = 'processando' LIMIT 1) IS NULL"
+    " WHERE held.lock_key = {row}.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL"
 )
 
 
 def lock_key_free(table: str, row: str, now: str) -> str:
     """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all three
     arguments are identifiers or expressions of this library, never user input)."""
-    return lock_keys.lock_key_free(table, row, now, key_idle=_KEY_IDLE)
+    return lock_keys.lock_key_free(
+        table, row, now, key_idle=_KEY_IDLE, keyed_status="lock_key_status"
+    )
