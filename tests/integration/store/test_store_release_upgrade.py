@@ -206,24 +206,29 @@ def test_the_previous_release_routine_leaves_limited_processos_alone(upgraded):
 
 @pytest.mark.parametrize("upgraded", [MYSQL], indirect=True)
 def test_the_upgrade_rebuilds_the_indexes_that_no_longer_hold_status(upgraded):
-    """The previous release's chain and equivalent indexes held status (a rewrite of both
-    at every status change); the upgraded table has this release's, as a created one."""
+    """The previous release's chain, equivalent and lock_key indexes held status (a rewrite
+    of each at every status change); the upgraded table has this release's, as a created
+    one (the lock_key index holds lock_key_status, NULL on unkeyed rows)."""
     backend = upgraded
     rows = fetch(
         backend.admin,
         "SELECT index_name AS i, GROUP_CONCAT(column_name ORDER BY seq_in_index) AS c "
         "FROM information_schema.statistics WHERE table_schema = %s AND table_name = %s "
-        "AND index_name IN (%s, %s) GROUP BY index_name",
+        "AND index_name IN (%s, %s, %s) GROUP BY index_name",
         (backend.queue.database, backend.queue.name, *_redefined(backend.queue.name)),
     )
     assert {r["i"]: r["c"] for r in rows} == dict(
         zip(
             _redefined(backend.queue.name),
-            ["id_inicial", "chave_externa,payload_hash"],
+            [
+                "id_inicial",
+                "chave_externa,payload_hash",
+                "lock_key,lock_key_status,prioridade,data_hora,id",
+            ],
             strict=True,
         )
     )
 
 
-def _redefined(name: str) -> tuple[str, str]:
-    return (f"idx_{name}_chain", f"idx_{name}_equivalent")
+def _redefined(name: str) -> tuple[str, str, str]:
+    return (f"idx_{name}_chain", f"idx_{name}_equivalent", f"idx_{name}_lock_key")
