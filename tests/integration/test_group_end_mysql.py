@@ -9,7 +9,7 @@ import pytest
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.db.mysql.group import MysqlGroupOps
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-from tests.helpers.mysql_queue import connect, fetch_dicts, fetch_value
+from tests.helpers.mysql_queue import connect, fetch_dicts, fetch_value, in_transaction, questions
 
 pytestmark = pytest.mark.mysql
 
@@ -118,3 +118,19 @@ def test_a_task_no_longer_processando_is_skipped(
     }
     ids = [task.id for task in tasks]
     assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [False] * 3
+
+
+def test_a_group_end_is_five_statements_with_the_next_claim(
+    ops, enqueue, mysql_worker_conn, mysql_admin, mysql_queue
+):
+    enqueue(4)
+    tasks = claim(ops, mysql_worker_conn, 2)
+    before = questions(mysql_worker_conn)
+    next_group = ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], 2)
+    # The successes, the locks, COMMIT AND CHAIN (the claim's transaction opened with the
+    # commit), the claim limit, the CALL; questions() counts itself once.
+    assert questions(mysql_worker_conn) - before - 1 == 5
+    assert len(next_group) == 2 and in_transaction(mysql_worker_conn)
+    statuses = {i: status for i, (status, _) in rows(mysql_admin, mysql_queue.table).items()}
+    assert sorted(statuses.values()) == ["processando"] * 2 + ["sucesso"] * 2
+    ops.store.rollback(mysql_worker_conn)
