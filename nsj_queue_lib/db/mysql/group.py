@@ -23,7 +23,7 @@ says whether it committed (``transaction_committed``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nsj_queue_lib.db import first_use
@@ -39,10 +39,12 @@ class MysqlGroupOps:
     def __init__(self, store: MysqlQueueStore):
         self.store = store
 
-    def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
+    def claim_batch(self, conn: Any, limit: int, begun: bool = False) -> list[Claim]:
         first_use.disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
         if limit > 1:
-            return self.store.claim_many(conn, limit)
+            return self.store.claim_many(conn, limit, begun)
+        if begun:
+            self.store.rollback(conn)  # the single claim opens its own transactions
         claims: list[Claim] = []
         while len(claims) < limit:
             claimed = self.store.claim(conn)  # commits (and chains) its claim
@@ -98,6 +100,10 @@ class MysqlGroupOps:
             # Those the first savepoint wrote are 'sucesso' already: the UPDATE skips them.
             self._write_successes(conn, written)
             self._release_locks(conn, [task.id for task, _ in written])
+        if claim_limit > 1:
+            # The next claim's transaction opens with the commit: one round trip fewer.
+            self.store.commit_and_begin(conn)
+            return self.claim_batch(conn, claim_limit, begun=True)
         self.store.commit(conn)
         return self.claim_batch(conn, claim_limit) if claim_limit else []
 
@@ -109,29 +115,56 @@ class MysqlGroupOps:
 
     def _write_successes(self, conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> None:
         """'sucesso' and each task's mensagem, in one statement, for the tasks still running."""
-        ids = [task.id for task, _ in written]
-        marks = ", ".join(["%s"] * len(ids))
         sql = (
             f"UPDATE {self.store.queue_table} SET status = 'sucesso', "
-            f"mensagem = ELT(FIELD(id, {marks}), {marks}) "
-            f"WHERE id IN ({marks}) AND status = 'processando'"
+            f"mensagem = {mensagem_by_id(conn, written)} "
+            f"WHERE id IN ({id_list(task.id for task, _ in written)}) AND status = 'processando'"
         )
-        params = [*ids, *(mensagem for _, mensagem in written), *ids]
         with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
-            cur.execute(sql, params)
+            cur.execute(sql)
 
     def _release_locks(self, conn: Any, task_ids: list[int]) -> None:
         """The tasks' liveness locks, in one statement (named locks are not transactional:
         released before the commit, a task whose commit then fails is 'processando' without
         its lock, which the retry service rescues, as after a crash)."""
-        sql = "DO " + ", ".join(["RELEASE_LOCK(%s)"] * len(task_ids))
-        names = [self.store.task_lock_name(conn, task_id) for task_id in task_ids]
+        # The names are the prefix and the id (store.task_lock_name): the prefix is escaped
+        # once, left open, and each id, digits only, closes its own literal.
+        open_prefix = conn.escape(self.store.lock_prefix(conn))[:-1]
+        sql = "DO " + ", ".join(
+            f"RELEASE_LOCK({open_prefix}{int(task_id)}')" for task_id in task_ids
+        )
         with wrap_driver_errors("unlock_tasks"), conn.cursor() as cur:
-            cur.execute(sql, names)
+            cur.execute(sql)
 
     def _execute(self, conn: Any, what: str, sql: str) -> None:
         with wrap_driver_errors(what), conn.cursor() as cur:
             cur.execute(sql)
+
+
+# The group's end is statement text, not parameters: PyMySQL escaping each of a group's ids
+# and messages costs the worker more than the statement costs the server (docs/benchmarks.md).
+# Ids are the table's own BIGINTs, validated by int(); messages go through the
+# connection's own escaping (its charset and sql_mode), once per distinct message.
+
+
+def id_list(ids: Iterable[Any]) -> str:
+    return ", ".join(str(int(task_id)) for task_id in ids)
+
+
+def mensagem_by_id(conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> str:
+    """The SQL expression giving each written task its mensagem: the literal itself when
+    they are all equal (the usual case), else a CASE over the ids grouped by mensagem
+    (cheaper for server and worker than ELT(FIELD(...)) over every id)."""
+    ids_by_mensagem: dict[str, list[int]] = {}
+    for task, mensagem in written:
+        ids_by_mensagem.setdefault(mensagem, []).append(task.id)
+    *others, (last, _) = ids_by_mensagem.items()
+    if not others:
+        return str(conn.escape(last))
+    whens = " ".join(
+        f"WHEN id IN ({id_list(ids)}) THEN {conn.escape(mensagem)}" for mensagem, ids in others
+    )
+    return f"CASE {whens} ELSE {conn.escape(last)} END"
 
 
 GROUP_OPS_CLASS = MysqlGroupOps
