@@ -280,11 +280,12 @@ BEGIN
     LEAVE batch;
     END LOOP batch;
     IF v_ids IS NOT NULL THEN
-        -- The set-based batch: its rows as committed, one JSON document each.
+        -- The set-based batch: its rows as committed, one JSON array each (the
+        -- values of QUEUE_COLUMNS in order, then the liveness lock's result).
         COMMIT AND CHAIN;
         EXECUTE IMMEDIATE CONCAT(
-            'SELECT JSON_OBJECT(''liveness_locked'', IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
-            '), 0, 1), {task_json_sql}) AS task FROM {table} AS t LEFT JOIN {table} AS first_attempt',
+            'SELECT JSON_ARRAY({task_values_sql}, IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
+            '), 0, 1)) AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
             ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
             ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
     ELSE

@@ -39,6 +39,7 @@ from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed,
 from nsj_queue_lib.db.mysql.rows import (
     claimed_row,
     rows_as_dicts,
+    claims_from_task_rows,
     task_from_json,
     task_from_object,
 )
@@ -131,6 +132,8 @@ class MysqlQueueStore(MysqlFamilyStore):
             except StatementFailed:
                 self._release_batch_locks(conn)
                 raise
+            if result.names == ("task_row",):  # claimed set-based: one JSON array per task
+                return claims_from_task_rows([document for (document,) in result.rows])
             documents = [document for (document,) in result.rows if document is not None]
             if not documents:
                 conn.rollback()  # the empty transaction opened for the tasks
