@@ -229,6 +229,22 @@ def test_split_script_honours_delimiter_lines():
     ]
 
 
+def _leading_arguments(text: str, count: int) -> list[str]:
+    """The first ``count`` comma-separated arguments of ``text`` (nested parentheses kept)."""
+    arguments, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if (char == "," and depth == 0) or depth < 0:
+            arguments.append(text[start:position].strip())
+            start = position + 1
+            if len(arguments) == count or depth < 0:
+                break
+    return arguments
+
+
 def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     statements = split_script(render("public", "fila_teste", "mysql"))
     [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE public.claim_next")]
@@ -239,14 +255,29 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure
     assert f"COMMENT '{claim_procedure_version()}'" in procedure
     assert "FOR UPDATE SKIP LOCKED" in procedure and "SQL SECURITY INVOKER" in procedure
-    # Every column of the row the store decodes, after the liveness lock's result (and nothing else);
-    # the claimed row's status is the one the claim writes.
-    json_object = procedure.split("JSON_OBJECT(")[1].split(")\n")[0]
-    keys = re.findall(r"(?:^|, )'([a-z_]+)', (?:t\.|HEX\(|GET_LOCK\(|'processando')", json_object)
-    assert keys == ["liveness_locked", *model.QUEUE_COLUMNS]
-    assert "'status', 'processando'" in json_object
-    # The positioned claim, the claim from the start, and the set-based batch's row read.
-    assert procedure.count("JSON_OBJECT(") == 3
+    # The rows the store decodes by position (rows.claims_from_task_rows): the value of every
+    # column, in QUEUE_COLUMNS order, then the liveness lock's result; the claimed row's
+    # status is the one the claim writes. The positioned claim, the claim from the start,
+    # and the set-based batch's row read.
+    rows = [
+        _leading_arguments(part, len(model.QUEUE_COLUMNS) + 1)
+        for part in procedure.split("JSON_ARRAY(t.id, ")[1:]
+    ]
+    assert len(rows) == 3
+    for row in rows:
+        values, liveness = ["t.id", *row[:-1]], row[-1]
+        assert liveness.startswith(("GET_LOCK(", "IF(FIND_IN_SET("))
+        for column, value in zip(model.QUEUE_COLUMNS, values, strict=True):
+            assert re.search(rf"\bt\.{column}\b", value) or (column, value) == (
+                "status",
+                "'processando'",
+            ), (column, value)
+    assert [row[model.QUEUE_COLUMNS.index("status") - 1] for row in rows] == [
+        "'processando'",
+        "'processando'",
+        "t.status",
+    ]
+    assert "JSON_OBJECT(" not in procedure
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

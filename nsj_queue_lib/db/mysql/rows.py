@@ -69,11 +69,7 @@ def normalize(item: dict[str, Any]) -> dict[str, Any]:
 def task_from_json(document: str) -> dict[str, Any]:
     """A claimed row sent as the claim procedure's JSON object, with the types a plain SELECT
     gives (``liveness_locked`` stays in it, as GET_LOCK's result)."""
-    return task_from_object(json.loads(document))
-
-
-def task_from_object(task: dict[str, Any]) -> dict[str, Any]:
-    """``task_from_json`` of a document already parsed (one item of a batch claim's array)."""
+    task = json.loads(document)
     for column in _TIMESTAMP_COLUMNS:
         value = task[column]
         if value is not None:
@@ -83,11 +79,13 @@ def task_from_object(task: dict[str, Any]) -> dict[str, Any]:
     return normalize(task)
 
 
-# The set-based batch claim's rows (claim_procedure.sql, dialect.TASK_VALUES): one JSON array
-# each, the values of QUEUE_COLUMNS in that order and then the liveness lock's GET_LOCK
+# The claim procedure's rows (claim_procedure.sql, dialect.TASK_VALUES): one JSON array per
+# task, the values of QUEUE_COLUMNS in that order and then the liveness lock's GET_LOCK
 # result. The positions of the values converted to what a plain SELECT gives:
 _ROW_TIMESTAMPS = tuple(model.QUEUE_COLUMNS.index(c) for c in _TIMESTAMP_COLUMNS)
-_ROW_BOOLEANS = tuple(model.QUEUE_COLUMNS.index(c) for c in BOOLEAN_COLUMNS if c in model.QUEUE_COLUMNS)
+_ROW_BOOLEANS = tuple(
+    model.QUEUE_COLUMNS.index(c) for c in BOOLEAN_COLUMNS if c in model.QUEUE_COLUMNS
+)
 _ROW_PAYLOAD_HASH = model.QUEUE_COLUMNS.index("payload_hash")
 _ROW_ID = model.QUEUE_COLUMNS.index("id")
 _ROW_TENTATIVA = model.QUEUE_COLUMNS.index("tentativa")
@@ -95,14 +93,13 @@ _ROW_DEAD = model.QUEUE_COLUMNS.index("dead")
 _ROW_PAYLOAD = model.QUEUE_COLUMNS.index("payload")
 
 
-def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
-    """The claims of a set-based batch, from its JSON arrays (one per task), with the types a
-    plain SELECT gives. Converts by position, before the row becomes a dict: this runs once
-    per claimed task, on the worker's critical path (docs/benchmarks.md)."""
-    loads, fromisoformat, fromhex = json.loads, datetime.datetime.fromisoformat, bytes.fromhex
+def claims_from_task_rows(task_rows: list[list[Any]]) -> list[model.Claim]:
+    """The claims of the claim procedure's parsed task rows, with the types a plain SELECT
+    gives. Converts by position, before the row becomes a dict: this runs once per claimed
+    task, on the worker's critical path (docs/benchmarks.md)."""
+    fromisoformat, fromhex = datetime.datetime.fromisoformat, bytes.fromhex
     claims = []
-    for document in documents:
-        values = loads(document)
+    for values in task_rows:
         for position in _ROW_TIMESTAMPS:
             value = values[position]
             if value is not None:
@@ -114,8 +111,9 @@ def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
         value = values[_ROW_PAYLOAD_HASH]
         if value is not None:
             values[_ROW_PAYLOAD_HASH] = fromhex(value)
-        # zip stops at the last column: the liveness lock's result, last, stays out of the row.
-        row = dict(zip(model.QUEUE_COLUMNS, values))
+        # zip stops at the last column: the liveness lock's result, last, stays out of the
+        # row. The length is the procedure's, whose version the worker checked at start.
+        row = dict(zip(model.QUEUE_COLUMNS, values, strict=False))
         task = model.TaskRecord(
             values[_ROW_ID],
             values[_ROW_TENTATIVA] or 1,

@@ -664,6 +664,8 @@ def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backen
     claims = result["claims"]
     assert [c.task.id for c in claims] == [first, last]
     assert all(c.liveness_locked for c in claims)
+    reader = backend.worker(executor=False)  # their rows as a plain SELECT reads them
+    assert [c.task.row for c in claims] == [store.get_task(reader, c.task.id) for c in claims]
     assert backend.liveness_lock_holder(keyed) is None  # the undone batch's lock released
     worker.commit()
     assert backend.count("status = 'pendente'") == 1
