@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim 59b8eb1315708ef0",
-        "mysql": "nsj_queue_lib claim c7f771dd324fcf02",
+        "mysql": "nsj_queue_lib claim c631b0c5f5d23e16",
     },
 }
 

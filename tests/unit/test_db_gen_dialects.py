@@ -255,29 +255,21 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     assert "IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4," in procedure
     assert f"COMMENT '{claim_procedure_version()}'" in procedure
     assert "FOR UPDATE SKIP LOCKED" in procedure and "SQL SECURITY INVOKER" in procedure
-    # The rows the store decodes by position (rows.claims_from_task_rows): the value of every
-    # column, in QUEUE_COLUMNS order, then the liveness lock's result; the claimed row's
-    # status is the one the claim writes. The positioned claim, the claim from the start,
-    # and the set-based batch's row read.
-    rows = [
-        _leading_arguments(part, len(model.QUEUE_COLUMNS) + 1)
-        for part in procedure.split("JSON_ARRAY(t.id, ")[1:]
-    ]
-    assert len(rows) == 3
-    for row in rows:
-        values, liveness = ["t.id", *row[:-1]], row[-1]
-        assert liveness.startswith(("GET_LOCK(", "IF(FIND_IN_SET("))
-        for column, value in zip(model.QUEUE_COLUMNS, values, strict=True):
-            assert re.search(rf"\bt\.{column}\b", value) or (column, value) == (
-                "status",
-                "'processando'",
-            ), (column, value)
-    assert [row[model.QUEUE_COLUMNS.index("status") - 1] for row in rows] == [
-        "'processando'",
-        "'processando'",
-        "t.status",
-    ]
-    assert "JSON_OBJECT(" not in procedure
+    # Every column of the row the store decodes, after the liveness lock's result (and nothing else);
+    # the claimed row's status is the one the claim writes.
+    json_object = procedure.split("JSON_OBJECT(")[1].split(")\n")[0]
+    keys = re.findall(r"(?:^|, )'([a-z_]+)', (?:t\.|HEX\(|GET_LOCK\(|'processando')", json_object)
+    assert keys == ["liveness_locked", *model.QUEUE_COLUMNS]
+    assert "'status', 'processando'" in json_object
+    # The positioned claim and the claim from the start.
+    assert procedure.count("JSON_OBJECT(") == 2
+    # The set-based batch's row read, decoded by position (rows.claims_from_task_rows): the
+    # value of every column in QUEUE_COLUMNS order, then the liveness lock's result.
+    [batch_row] = procedure.split("JSON_ARRAY(t.id, ")[1:]
+    values = ["t.id", *_leading_arguments(batch_row, len(model.QUEUE_COLUMNS))]
+    assert values[-1].startswith("IF(FIND_IN_SET(t.id, ")
+    for column, value in zip(model.QUEUE_COLUMNS, values, strict=False):
+        assert re.search(rf"\bt\.{column}\b", value), (column, value)
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

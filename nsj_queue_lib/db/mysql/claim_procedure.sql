@@ -5,11 +5,8 @@
 -- its liveness lock taken by this session; then COMMIT AND CHAIN, which
 -- commits the claim and opens the task's transaction. Workers check the
 -- COMMENT at start and refuse a procedure of another version. The CALL's one
--- result set is one row, one JSON column (task_row): the claimed task as a
--- JSON array, the values of model.QUEUE_COLUMNS in that order and then the
--- liveness lock's GET_LOCK result, or NULL when nothing was ready. Values
--- without their names: cheaper to build for the server and to parse for the
--- worker (db/mysql/rows.py claims_from_task_rows) than a JSON object.
+-- result set is one row, one JSON column: the claimed task with the liveness
+-- lock's GET_LOCK result, or NULL when nothing was ready.
 -- After a failed call, @nsjq_completed = p_task_id tells the caller that the
 -- completion was committed (only the claim failed), and @nsjq_claimed which
 -- task's lock the claim may have taken. Neither is reset at the start: a
@@ -50,19 +47,23 @@
 --
 -- Group commit (QUEUE_BATCH_SIZE > 1) sets @nsjq_claim_limit before the CALL
 -- (each CALL resets it): the procedure then claims up to that many tasks in
--- one transaction and returns them as one task_row each, in claim order (one
--- NULL task_rows when none), their ids also in @nsjq_claimed_batch for the caller
+-- one transaction and returns them as one row each, in claim order (one
+-- NULL row when none), their ids also in @nsjq_claimed_batch for the caller
 -- to release after a failed CALL. The batch is claimed set-based: one
 -- locking read of up to that many rows (their liveness locks taken as it
 -- reads them), one UPDATE of their ids, the commit, then one read of the
--- claimed rows (with the first attempt's payload). MariaDB pays more per
+-- claimed rows (with the first attempt's payload), each a JSON array
+-- (column task_row): the values of model.QUEUE_COLUMNS in that order, then
+-- the liveness lock's GET_LOCK result. Without the names the server builds
+-- and the worker parses less per task (db/mysql/rows.py); a task claimed
+-- alone stays an object, which the previous release's workers read
+-- (previous_claim.sql calls this procedure). MariaDB pays more per
 -- statement than per row: one statement per claimed task cost about four
 -- times the server CPU of this. If that UPDATE meets the unique index of
 -- running keys (two tasks of one lock_key, or a concurrent claim took a
 -- key), the batch is undone and claimed one task at a time instead, each
 -- claim going on from the previous one's position (the statements between
--- "batch: LOOP" and its end, not re-indented), returned as one row, one
--- JSON array of their arrays (task_rows):
+-- "batch: LOOP" and its end, not re-indented), returned as one JSON array:
 -- a lock_key lost to the unique index, or nothing ready after the
 -- position, ends that batch. Any error after the first claim of a batch
 -- fails the CALL (a deadlock has rolled the whole transaction back).
@@ -211,7 +212,7 @@ BEGIN
                         @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
                 END;
                 SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                       JSON_ARRAY({claimed_task_values}, GET_LOCK(CONCAT(p_lock_prefix, t.id), 0)),
+                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), {claimed_task_json}),
                        t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -223,7 +224,7 @@ BEGIN
             END;
         ELSEIF v_lookup_failed THEN
             SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                   JSON_ARRAY({claimed_task_values}, GET_LOCK(CONCAT(p_lock_prefix, t.id), 0)),
+                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), {claimed_task_json}),
                    t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -267,7 +268,7 @@ BEGIN
     END LOOP;
     IF v_claimed IS NOT NULL THEN
         IF v_first_attempt IS NOT NULL THEN
-            SET v_task = JSON_SET(v_task, '{payload_path}',
+            SET v_task = JSON_SET(v_task, '$.payload',
                                   (SELECT f.payload FROM {table} AS f WHERE f.id = v_first_attempt));
         END IF;
     END IF;
@@ -292,13 +293,12 @@ BEGIN
             '), 0, 1)) AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
             ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
             ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
-    ELSEIF v_limit > 1 THEN
-        -- Claimed one by one: their rows in one JSON array.
-        COMMIT AND CHAIN;
-        SELECT IF(v_count = 0, NULL, CONCAT('[', v_batch, ']')) AS task_rows;
     ELSE
+        IF v_limit > 1 THEN
+            SET v_task = IF(v_count = 0, NULL, CONCAT('[', v_batch, ']'));
+        END IF;
         COMMIT AND CHAIN;
-        SELECT v_task AS task_row;
+        SELECT v_task AS task;
     END IF;
 END//
 DELIMITER ;

@@ -62,17 +62,16 @@ def _task_values(**overrides: str) -> str:
 # PyMySQL parses a column definition per column of every result. Times are
 # text and the payload hash hex; the store converts them back.
 TASK_JSON = _task_json(payload="COALESCE(t.payload, first_attempt.payload)")
-# The same row as the claim procedure returns it: a JSON array of the values
-# without their names (rows.claims_from_task_rows puts the names back), which
-# costs the server and the worker less per claimed task than the object.
+# The same row as the set-based batch claim returns it: a JSON array of the
+# values without their names (rows.claims_from_task_rows puts the names back),
+# cheaper for the server to build and for the worker to parse, per claimed task.
+# A task claimed alone stays an object: the previous release's workers call
+# this release's procedure (previous_claim.sql) and read its keys.
 TASK_VALUES = _task_values(payload="COALESCE(t.payload, first_attempt.payload)")
 # The same row as the claim procedure's locking read builds it, before its
 # UPDATE: status is what that UPDATE writes, and the payload of a later
 # attempt is filled in from the first attempt afterwards.
 CLAIMED_TASK_JSON = _task_json(status="'processando'")
-CLAIMED_TASK_VALUES = _task_values(status="'processando'")
-# Where the payload is in those arrays (JSON_SET fills in a later attempt's).
-TASK_VALUES_PAYLOAD_PATH = f"$[{model.QUEUE_COLUMNS.index('payload')}]"
 # What the limited claim procedure (limited_claim.sql) needs of this dialect.
 LIMITED_CLAIM_VALUES = {"claimed_task_json": CLAIMED_TASK_JSON}
 # ... and its lock_key condition (db/mysql/lock_keys.py), as the other claims'.
@@ -83,8 +82,8 @@ def claim_procedure_version() -> str:
     """The claim procedure's COMMENT: changes whenever its code (or the row it returns) does."""
     source = (
         sql_code(read_sql("mysql", "claim_procedure.sql"))
-        + CLAIMED_TASK_VALUES
-        + TASK_VALUES_PAYLOAD_PATH
+        + CLAIMED_TASK_JSON
+        + TASK_JSON
         + TASK_VALUES
         + claim_where("t", "l", after_position=True)
         + claim_where("t", "l", after_position=False)
@@ -139,8 +138,7 @@ class MysqlDialect(Dialect):
         ).strip()
         procedure_values = dict(
             values,
-            claimed_task_values=CLAIMED_TASK_VALUES,
-            payload_path=TASK_VALUES_PAYLOAD_PATH,
+            claimed_task_json=CLAIMED_TASK_JSON,
             # Inside the string the batch's row read is built from.
             task_values_sql=_sql_string(TASK_VALUES),
             claim_procedure_version=claim_procedure_version(),

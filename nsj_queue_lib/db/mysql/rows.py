@@ -69,7 +69,11 @@ def normalize(item: dict[str, Any]) -> dict[str, Any]:
 def task_from_json(document: str) -> dict[str, Any]:
     """A claimed row sent as the claim procedure's JSON object, with the types a plain SELECT
     gives (``liveness_locked`` stays in it, as GET_LOCK's result)."""
-    task = json.loads(document)
+    return task_from_object(json.loads(document))
+
+
+def task_from_object(task: dict[str, Any]) -> dict[str, Any]:
+    """``task_from_json`` of a document already parsed (one item of a batch claim's array)."""
     for column in _TIMESTAMP_COLUMNS:
         value = task[column]
         if value is not None:
@@ -79,9 +83,11 @@ def task_from_json(document: str) -> dict[str, Any]:
     return normalize(task)
 
 
-# The claim procedure's rows (claim_procedure.sql, dialect.TASK_VALUES): one JSON array per
-# task, the values of QUEUE_COLUMNS in that order and then the liveness lock's GET_LOCK
-# result. The positions of the values converted to what a plain SELECT gives:
+# The set-based batch claim's rows (claim_procedure.sql, dialect.TASK_VALUES): one JSON array
+# each, the values of QUEUE_COLUMNS in that order and then the liveness lock's GET_LOCK
+# result (a task claimed alone stays a JSON object: the previous release's workers read it
+# too, through previous_claim.sql). The positions of the values converted to what a plain
+# SELECT gives:
 _ROW_TIMESTAMPS = tuple(model.QUEUE_COLUMNS.index(c) for c in _TIMESTAMP_COLUMNS)
 _ROW_BOOLEANS = tuple(
     model.QUEUE_COLUMNS.index(c) for c in BOOLEAN_COLUMNS if c in model.QUEUE_COLUMNS
@@ -93,13 +99,14 @@ _ROW_DEAD = model.QUEUE_COLUMNS.index("dead")
 _ROW_PAYLOAD = model.QUEUE_COLUMNS.index("payload")
 
 
-def claims_from_task_rows(task_rows: list[list[Any]]) -> list[model.Claim]:
-    """The claims of the claim procedure's parsed task rows, with the types a plain SELECT
-    gives. Converts by position, before the row becomes a dict: this runs once per claimed
-    task, on the worker's critical path (docs/benchmarks.md)."""
-    fromisoformat, fromhex = datetime.datetime.fromisoformat, bytes.fromhex
+def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
+    """The claims of a set-based batch, from its JSON arrays (one per task), with the types a
+    plain SELECT gives. Converts by position, before the row becomes a dict: this runs once
+    per claimed task, on the worker's critical path (docs/benchmarks.md)."""
+    loads, fromisoformat, fromhex = json.loads, datetime.datetime.fromisoformat, bytes.fromhex
     claims = []
-    for values in task_rows:
+    for document in documents:
+        values = loads(document)
         for position in _ROW_TIMESTAMPS:
             value = values[position]
             if value is not None:

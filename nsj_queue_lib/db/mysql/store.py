@@ -40,6 +40,8 @@ from nsj_queue_lib.db.mysql.rows import (
     claimed_row,
     claims_from_task_rows,
     rows_as_dicts,
+    task_from_json,
+    task_from_object,
 )
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
 from nsj_queue_lib.flow.deliveries import json_array
@@ -130,9 +132,17 @@ class MysqlQueueStore(MysqlFamilyStore):
             except StatementFailed:
                 self._release_batch_locks(conn)
                 raise
-            claims = _claims(result)
-            if not claims:
+            if result.names == ("task_row",):  # claimed set-based: one JSON array per task
+                return claims_from_task_rows([document for (document,) in result.rows])
+            documents = [document for (document,) in result.rows if document is not None]
+            if not documents:
                 conn.rollback()  # the empty transaction opened for the tasks
+                return []
+            claims = []
+            for item in _claimed_objects(documents):
+                row = task_from_object(item)
+                locked = row.pop("liveness_locked") == 1
+                claims.append(Claim(TaskRecord.from_row(row), locked))
             return claims
 
         return _retried_claim(conn, attempt)
@@ -191,12 +201,18 @@ class MysqlQueueStore(MysqlFamilyStore):
         )
 
     def _claimed(self, conn: Any, result: Result) -> Claim | None:
-        """The task the CALL returned (its COMMIT AND CHAIN ran), or None with ``conn`` idle."""
-        claims = _claims(result)
-        if not claims:
+        """The task the CALL returned (its COMMIT AND CHAIN ran), or None with ``conn`` idle.
+
+        The row is one JSON document that also holds ``liveness_locked``, the
+        GET_LOCK result; nothing claimed is a NULL document.
+        """
+        documents = [document for (document,) in result.rows if document is not None]
+        if not documents:
             conn.rollback()  # the empty transaction opened for a task
             return None
-        return claims[0]
+        row = task_from_json(documents[0])
+        locked = row.pop("liveness_locked") == 1
+        return Claim(TaskRecord.from_row(row), locked)
 
     def _release_claimed_lock(self, conn: Any) -> None:
         """After a failed CALL: the liveness lock its claim may have taken (best effort)."""
@@ -355,17 +371,14 @@ class MysqlQueueStore(MysqlFamilyStore):
 _T = TypeVar("_T")
 
 
-def _claims(result: Result) -> list[Claim]:
-    """The tasks a CALL of the claim procedure returned, as JSON arrays of their values (the
-    liveness lock's GET_LOCK result last): ``task_row``, one row per task (claimed alone or
-    set-based), or ``task_rows``, one row holding them all (claimed one by one); nothing
-    claimed is a NULL row."""
-    documents = [document for (document,) in result.rows if document is not None]
-    if result.names == ("task_rows",):
-        return claims_from_task_rows(
-            [row for document in documents for row in json.loads(document)]
-        )
-    return claims_from_task_rows([json.loads(document) for document in documents])
+def _claimed_objects(documents: list[Any]) -> list[Any]:
+    """A batch CALL's tasks: one JSON object per row (claimed set-based), or one JSON array
+    (claimed one by one)."""
+    objects: list[Any] = []
+    for document in documents:
+        parsed = json.loads(document)
+        objects.extend(parsed if isinstance(parsed, list) else [parsed])
+    return objects
 
 
 def _retried_claim(conn: Any, attempt: Callable[[], _T]) -> _T:
