@@ -241,7 +241,12 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2;
 -- to release after a failed CALL. The batch is claimed set-based: one
 -- locking read of up to that many rows (their liveness locks taken as it
 -- reads them), one UPDATE of their ids, the commit, then one read of the
--- claimed rows (with the first attempt's payload). MariaDB pays more per
+-- claimed rows (with the first attempt's payload), each a JSON array
+-- (column task_row): the values of model.QUEUE_COLUMNS in that order, then
+-- the liveness lock's GET_LOCK result. Without the names the server builds
+-- and the worker parses less per task (db/mysql/rows.py); a task claimed
+-- alone stays an object, which the previous release's workers read
+-- (previous_claim.sql calls this procedure). MariaDB pays more per
 -- statement than per row: one statement per claimed task cost about four
 -- times the server CPU of this. If that UPDATE meets the unique index of
 -- running keys (two tasks of one lock_key, or a concurrent claim took a
@@ -270,7 +275,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 9d6967d7ead490f2'
+    COMMENT 'nsj_queue_lib claim 227db040c376d9ef'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -480,11 +485,12 @@ BEGIN
     LEAVE batch;
     END LOOP batch;
     IF v_ids IS NOT NULL THEN
-        -- The set-based batch: its rows as committed, one JSON document each.
+        -- The set-based batch: its rows as committed, one JSON array each (the
+        -- values of QUEUE_COLUMNS in order, then the liveness lock's result).
         COMMIT AND CHAIN;
         EXECUTE IMMEDIATE CONCAT(
-            'SELECT JSON_OBJECT(''liveness_locked'', IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
-            '), 0, 1), ''id'', t.id, ''id_inicial'', t.id_inicial, ''data_hora_inicial'', t.data_hora_inicial, ''data_hora'', t.data_hora, ''origem'', t.origem, ''destino'', t.destino, ''processo'', t.processo, ''chave_externa'', t.chave_externa, ''proxima_tentativa'', t.proxima_tentativa, ''tentativa'', t.tentativa, ''status'', t.status, ''reenfileirado'', t.reenfileirado, ''estouro_tentativas'', t.estouro_tentativas, ''mensagem'', t.mensagem, ''id_anterior'', t.id_anterior, ''data_hora_anterior'', t.data_hora_anterior, ''status_anterior'', t.status_anterior, ''mensagem_anterior'', t.mensagem_anterior, ''payload'', COALESCE(t.payload, first_attempt.payload), ''tenant'', t.tenant, ''grupo_empresarial'', t.grupo_empresarial, ''payload_hash'', HEX(t.payload_hash), ''pub_sub'', t.pub_sub, ''publication_id'', t.publication_id, ''subscriber_id'', t.subscriber_id, ''dead'', t.dead, ''live_id'', t.live_id, ''prioridade'', t.prioridade) AS task FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
+            'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
+            '), 0, 1)) AS task_row FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
             ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
             ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
     ELSE

@@ -229,6 +229,22 @@ def test_split_script_honours_delimiter_lines():
     ]
 
 
+def _leading_arguments(text: str, count: int) -> list[str]:
+    """The first ``count`` comma-separated arguments of ``text`` (nested parentheses kept)."""
+    arguments, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if (char == "," and depth == 0) or depth < 0:
+            arguments.append(text[start:position].strip())
+            start = position + 1
+            if len(arguments) == count or depth < 0:
+                break
+    return arguments
+
+
 def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     statements = split_script(render("public", "fila_teste", "mysql"))
     [procedure] = [s for s in statements if s.startswith("CREATE PROCEDURE public.claim_next")]
@@ -245,8 +261,15 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     keys = re.findall(r"(?:^|, )'([a-z_]+)', (?:t\.|HEX\(|GET_LOCK\(|'processando')", json_object)
     assert keys == ["liveness_locked", *model.QUEUE_COLUMNS]
     assert "'status', 'processando'" in json_object
-    # The positioned claim, the claim from the start, and the set-based batch's row read.
-    assert procedure.count("JSON_OBJECT(") == 3
+    # The positioned claim and the claim from the start.
+    assert procedure.count("JSON_OBJECT(") == 2
+    # The set-based batch's row read, decoded by position (rows.claims_from_task_rows): the
+    # value of every column in QUEUE_COLUMNS order, then the liveness lock's result.
+    [batch_row] = procedure.split("JSON_ARRAY(t.id, ")[1:]
+    values = ["t.id", *_leading_arguments(batch_row, len(model.QUEUE_COLUMNS))]
+    assert values[-1].startswith("IF(FIND_IN_SET(t.id, ")
+    for column, value in zip(model.QUEUE_COLUMNS, values, strict=False):
+        assert re.search(rf"\bt\.{column}\b", value), (column, value)
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

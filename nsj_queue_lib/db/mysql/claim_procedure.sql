@@ -52,7 +52,12 @@
 -- to release after a failed CALL. The batch is claimed set-based: one
 -- locking read of up to that many rows (their liveness locks taken as it
 -- reads them), one UPDATE of their ids, the commit, then one read of the
--- claimed rows (with the first attempt's payload). MariaDB pays more per
+-- claimed rows (with the first attempt's payload), each a JSON array
+-- (column task_row): the values of model.QUEUE_COLUMNS in that order, then
+-- the liveness lock's GET_LOCK result. Without the names the server builds
+-- and the worker parses less per task (db/mysql/rows.py); a task claimed
+-- alone stays an object, which the previous release's workers read
+-- (previous_claim.sql calls this procedure). MariaDB pays more per
 -- statement than per row: one statement per claimed task cost about four
 -- times the server CPU of this. If that UPDATE meets the unique index of
 -- running keys (two tasks of one lock_key, or a concurrent claim took a
@@ -280,11 +285,12 @@ BEGIN
     LEAVE batch;
     END LOOP batch;
     IF v_ids IS NOT NULL THEN
-        -- The set-based batch: its rows as committed, one JSON document each.
+        -- The set-based batch: its rows as committed, one JSON array each (the
+        -- values of QUEUE_COLUMNS in order, then the liveness lock's result).
         COMMIT AND CHAIN;
         EXECUTE IMMEDIATE CONCAT(
-            'SELECT JSON_OBJECT(''liveness_locked'', IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
-            '), 0, 1), {task_json_sql}) AS task FROM {table} AS t LEFT JOIN {table} AS first_attempt',
+            'SELECT JSON_ARRAY({task_values_sql}, IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
+            '), 0, 1)) AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
             ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
             ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
     ELSE

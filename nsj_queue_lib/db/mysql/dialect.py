@@ -44,16 +44,32 @@ _CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
-def _task_json(**overrides: str) -> str:
-    """A task row as JSON_OBJECT arguments, ``t`` being the row; ``overrides``: column -> expression."""
+def _task_expressions(overrides: dict[str, str]) -> list[tuple[str, str]]:
+    """(column, expression) of a task row, ``t`` being the row; ``overrides``: column -> expression."""
     expressions = {"payload_hash": "HEX(t.payload_hash)", **overrides}
-    return ", ".join(f"'{c}', {expressions.get(c, f't.{c}')}" for c in model.QUEUE_COLUMNS)
+    return [(c, expressions.get(c, f"t.{c}")) for c in model.QUEUE_COLUMNS]
+
+
+def _task_json(**overrides: str) -> str:
+    """A task row as JSON_OBJECT arguments."""
+    return ", ".join(f"'{c}', {e}" for c, e in _task_expressions(overrides))
+
+
+def _task_values(**overrides: str) -> str:
+    """A task row as JSON_ARRAY arguments: the values of QUEUE_COLUMNS, in that order."""
+    return ", ".join(e for _, e in _task_expressions(overrides))
 
 
 # A claimed row as JSON_OBJECT arguments: one column instead of 29, because
 # PyMySQL parses a column definition per column of every result. Times are
 # text and the payload hash hex; the store converts them back.
 TASK_JSON = _task_json(payload="COALESCE(t.payload, first_attempt.payload)")
+# The same row as the set-based batch claim returns it: a JSON array of the
+# values without their names (rows.claims_from_task_rows puts the names back),
+# cheaper for the server to build and for the worker to parse, per claimed task.
+# A task claimed alone stays an object: the previous release's workers call
+# this release's procedure (previous_claim.sql) and read its keys.
+TASK_VALUES = _task_values(payload="COALESCE(t.payload, first_attempt.payload)")
 # The same row as the claim procedure's locking read builds it, before its
 # UPDATE: status is what that UPDATE writes, and the payload of a later
 # attempt is filled in from the first attempt afterwards.
@@ -70,6 +86,7 @@ def claim_procedure_version() -> str:
         sql_code(read_sql("mysql", "claim_procedure.sql"))
         + CLAIMED_TASK_JSON
         + TASK_JSON
+        + TASK_VALUES
         + claim_where("t", "l", after_position=True)
         + claim_where("t", "l", after_position=False)
     )
@@ -125,7 +142,7 @@ class MysqlDialect(Dialect):
             values,
             claimed_task_json=CLAIMED_TASK_JSON,
             # Inside the string the batch's row read is built from.
-            task_json_sql=_sql_string(TASK_JSON),
+            task_values_sql=_sql_string(TASK_VALUES),
             claim_procedure_version=claim_procedure_version(),
             claimable=claim_where(values["table"], values["limits_table"], False),
             claimable_after_position=claim_where(values["table"], values["limits_table"], True),

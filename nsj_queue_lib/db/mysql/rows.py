@@ -83,6 +83,55 @@ def task_from_object(task: dict[str, Any]) -> dict[str, Any]:
     return normalize(task)
 
 
+# The set-based batch claim's rows (claim_procedure.sql, dialect.TASK_VALUES): one JSON array
+# each, the values of QUEUE_COLUMNS in that order and then the liveness lock's GET_LOCK
+# result (a task claimed alone stays a JSON object: the previous release's workers read it
+# too, through previous_claim.sql). The positions of the values converted to what a plain
+# SELECT gives:
+_ROW_TIMESTAMPS = tuple(model.QUEUE_COLUMNS.index(c) for c in _TIMESTAMP_COLUMNS)
+_ROW_BOOLEANS = tuple(
+    model.QUEUE_COLUMNS.index(c) for c in BOOLEAN_COLUMNS if c in model.QUEUE_COLUMNS
+)
+_ROW_PAYLOAD_HASH = model.QUEUE_COLUMNS.index("payload_hash")
+_ROW_ID = model.QUEUE_COLUMNS.index("id")
+_ROW_TENTATIVA = model.QUEUE_COLUMNS.index("tentativa")
+_ROW_DEAD = model.QUEUE_COLUMNS.index("dead")
+_ROW_PAYLOAD = model.QUEUE_COLUMNS.index("payload")
+
+
+def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
+    """The claims of a set-based batch, from its JSON arrays (one per task), with the types a
+    plain SELECT gives. Converts by position, before the row becomes a dict: this runs once
+    per claimed task, on the worker's critical path (docs/benchmarks.md)."""
+    loads, fromisoformat, fromhex = json.loads, datetime.datetime.fromisoformat, bytes.fromhex
+    claims = []
+    for document in documents:
+        values = loads(document)
+        for position in _ROW_TIMESTAMPS:
+            value = values[position]
+            if value is not None:
+                values[position] = fromisoformat(value)  # naive, the session's zone (UTC)
+        for position in _ROW_BOOLEANS:
+            value = values[position]
+            if value is not None:
+                values[position] = value != 0
+        value = values[_ROW_PAYLOAD_HASH]
+        if value is not None:
+            values[_ROW_PAYLOAD_HASH] = fromhex(value)
+        # zip stops at the last column: the liveness lock's result, last, stays out of the
+        # row. The length is the procedure's, whose version the worker checked at start.
+        row = dict(zip(model.QUEUE_COLUMNS, values, strict=False))
+        task = model.TaskRecord(
+            values[_ROW_ID],
+            values[_ROW_TENTATIVA] or 1,
+            values[_ROW_DEAD],
+            values[_ROW_PAYLOAD],
+            row,
+        )
+        claims.append(model.Claim(task, values[-1] == 1))
+    return claims
+
+
 def claimed_row(row: dict[str, Any], first_payloads: dict[int, str | None]) -> dict[str, Any]:
     """A row selected by a claim as the handler sees it: 'processando', payload resolved."""
     row["status"] = model.PROCESSANDO

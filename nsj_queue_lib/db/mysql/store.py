@@ -38,6 +38,7 @@ from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_tab
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import (
     claimed_row,
+    claims_from_task_rows,
     rows_as_dicts,
     task_from_json,
     task_from_object,
@@ -136,6 +137,8 @@ class MysqlQueueStore(MysqlFamilyStore):
             except StatementFailed:
                 self._release_batch_locks(conn)
                 raise
+            if result.names == ("task_row",):  # claimed set-based: one JSON array per task
+                return claims_from_task_rows([document for (document,) in result.rows])
             documents = [document for (document,) in result.rows if document is not None]
             if not documents:
                 conn.rollback()  # the empty transaction opened for the tasks

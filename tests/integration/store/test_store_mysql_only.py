@@ -33,7 +33,8 @@ from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import PROCESSANDO
 from tests.helpers import mysql_queue as mysql_helpers
-from tests.integration.store.backends import MYSQL, TASK, UTC, execute, on, value
+from tests.integration.store.backends import MYSQL, TASK, UTC, ago, execute, on, value
+from tests.integration.store.test_store_claim import HOSTILE_PAYLOADS
 
 pytestmark = on(MYSQL)
 
@@ -570,6 +571,60 @@ def test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit(backend, s
     assert backend.count("status = 'pendente'") == 2 and same_key
 
 
+def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(backend, store, worker):
+    """The set-based batch's rows (JSON arrays, dialect.TASK_VALUES): the same keys, order,
+    values and types as get_task, a later attempt's payload its first's, and each task's
+    liveness lock as GET_LOCK gave it."""
+    at = ago(60).replace(microsecond=678901)
+    ids = backend.enqueue(
+        *[
+            dict(
+                payload=p,
+                chave_externa=f"h{n}",
+                tenant=2**40 + n,
+                grupo_empresarial="g",
+                data_hora=at,
+                prioridade=90 - n,
+            )
+            for n, p in enumerate(HOSTILE_PAYLOADS)
+        ]
+    )
+    # A later attempt keeps no payload of its own: the claim resolves it from the first attempt.
+    backend.execute(
+        f"INSERT INTO {backend.table} (id_inicial, processo, payload, payload_hash, tentativa, "
+        "data_hora, prioridade, proxima_tentativa, reenfileirado, estouro_tentativas) "
+        "SELECT id, processo, NULL, payload_hash, 2, data_hora, 1, data_hora, TRUE, NULL "
+        f"FROM {backend.table} WHERE id = %s",
+        (ids[0],),
+    )
+    backend.set_status("sucesso", ids[0])
+    elsewhere = backend.worker()
+    backend.lock_elsewhere(elsewhere, ids[1])  # a worker of another version runs it
+    claims = store.claim_many(worker, 10)
+    assert len(claims) == len(HOSTILE_PAYLOADS)
+    reader = backend.worker(executor=False)  # autocommit, UTC like the worker's session
+    for claim in claims:
+        task = claim.task
+        expected = store.get_task(reader, task.id)
+        assert task.row == expected and list(task.row) == list(expected)
+        assert {k: type(v) for k, v in task.row.items()} == {
+            k: type(v) for k, v in expected.items()
+        }
+        assert (task.id, task.payload, task.tentativa, task.dead) == (
+            expected["id"],
+            expected["payload"],
+            expected["tentativa"],
+            False,
+        )
+        assert claim.liveness_locked is (task.id != ids[1])
+        if task.tentativa == 2:
+            assert task.payload == HOSTILE_PAYLOADS[0] and task.row["reenfileirado"] is True
+            assert task.row["estouro_tentativas"] is None
+        else:
+            assert task.row["data_hora"] == at.astimezone(UTC).replace(tzinfo=None)
+            assert isinstance(task.row["payload_hash"], bytes) or task.payload == ""
+
+
 def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backend, store, worker):
     """The set-based batch's UPDATE meets the unique index of running keys (another session
     took the key after the batch's read): the batch is undone and claimed one task at a
@@ -609,6 +664,8 @@ def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backen
     claims = result["claims"]
     assert [c.task.id for c in claims] == [first, last]
     assert all(c.liveness_locked for c in claims)
+    reader = backend.worker(executor=False)  # their rows as a plain SELECT reads them
+    assert [c.task.row for c in claims] == [store.get_task(reader, c.task.id) for c in claims]
     assert backend.liveness_lock_holder(keyed) is None  # the undone batch's lock released
     worker.commit()
     assert backend.count("status = 'pendente'") == 1
