@@ -493,6 +493,28 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "the claim takes a task whose lock_key is running",
     ),
+    Mutant(
+        "mysql-claim-running-key-status",
+        "nsj_queue_lib/db/mysql/lock_keys.py",
+        "AND held.lock_key_status = 'processando' LIMIT 1",
+        "AND held.lock_key_status = 'sucesso' LIMIT 1",
+        (
+            "tests/contract/test_lock_key.py::test_tasks_of_a_key_never_overlap_and_start_in_claim_order[mysql]",
+        ),
+        ("mysql",),
+        "two tasks of one lock_key run at the same time on MariaDB",
+    ),
+    Mutant(
+        "mysql-group-end-one-message",
+        "nsj_queue_lib/db/mysql/group.py",
+        "    if not others:\n",
+        "    if True:\n",
+        (
+            "tests/integration/test_group_end_mysql.py::test_different_messages_each_reach_their_task",
+        ),
+        ("mysql",),
+        "a MariaDB group writes one task's mensagem on every task",
+    ),
     # -- liveness lock on claim ---------------------------------------------------------------
     Mutant(
         "pg-claim-function-liveness-lock",

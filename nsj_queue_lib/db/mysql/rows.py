@@ -124,7 +124,7 @@ def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
         task = model.TaskRecord(
             values[_ROW_ID],
             values[_ROW_TENTATIVA] or 1,
-            values[_ROW_DEAD],
+            bool(values[_ROW_DEAD]),
             values[_ROW_PAYLOAD],
             row,
         )
