@@ -198,8 +198,10 @@ HOSTILE_PAYLOADS = [
 ]
 
 
-def test_a_claimed_task_is_the_row_a_plain_select_reads(backend, store, worker):
-    """Same keys, order, values and types as get_task; a later attempt's payload is its first's."""
+def enqueue_hostile_payloads(backend, null_boolean: bool = False):
+    """A task per HOSTILE_PAYLOADS (ids, and their data_hora), and a later attempt of the first
+    (its first settled), which keeps no payload of its own: the claim resolves it from the
+    first attempt. ``null_boolean``: that attempt's estouro_tentativas is NULL."""
     at = ago(60).replace(microsecond=678901)
     ids = backend.enqueue(
         *[
@@ -214,15 +216,21 @@ def test_a_claimed_task_is_the_row_a_plain_select_reads(backend, store, worker):
             for n, p in enumerate(HOSTILE_PAYLOADS)
         ]
     )
-    # A later attempt keeps no payload of its own: the claim resolves it from the first attempt.
+    extra_column, extra_value = (", estouro_tentativas", ", NULL") if null_boolean else ("", "")
     backend.execute(
         f"INSERT INTO {backend.table} (id_inicial, processo, payload, payload_hash, "
-        "tentativa, data_hora, prioridade, proxima_tentativa, reenfileirado) "
-        "SELECT id, processo, NULL, payload_hash, 2, data_hora, 1, data_hora, TRUE "
+        f"tentativa, data_hora, prioridade, proxima_tentativa, reenfileirado{extra_column}) "
+        f"SELECT id, processo, NULL, payload_hash, 2, data_hora, 1, data_hora, TRUE{extra_value} "
         f"FROM {backend.table} WHERE id = %s",
         (ids[0],),
     )
     backend.set_status("sucesso", ids[0])
+    return ids, at
+
+
+def test_a_claimed_task_is_the_row_a_plain_select_reads(backend, store, worker):
+    """Same keys, order, values and types as get_task; a later attempt's payload is its first's."""
+    ids, at = enqueue_hostile_payloads(backend)
     reader = backend.worker(executor=False)  # autocommit, UTC like the worker's session
     claimed, seen = store.claim(worker), 0
     while claimed is not None:

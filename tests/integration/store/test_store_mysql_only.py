@@ -33,8 +33,8 @@ from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import PROCESSANDO
 from tests.helpers import mysql_queue as mysql_helpers
-from tests.integration.store.backends import MYSQL, TASK, UTC, ago, execute, on, value
-from tests.integration.store.test_store_claim import HOSTILE_PAYLOADS
+from tests.integration.store.backends import MYSQL, TASK, UTC, execute, on, value
+from tests.integration.store.test_store_claim import HOSTILE_PAYLOADS, enqueue_hostile_payloads
 
 pytestmark = on(MYSQL)
 
@@ -575,29 +575,7 @@ def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(backend, store, w
     """The set-based batch's rows (JSON arrays, dialect.TASK_VALUES): the same keys, order,
     values and types as get_task, a later attempt's payload its first's, and each task's
     liveness lock as GET_LOCK gave it."""
-    at = ago(60).replace(microsecond=678901)
-    ids = backend.enqueue(
-        *[
-            dict(
-                payload=p,
-                chave_externa=f"h{n}",
-                tenant=2**40 + n,
-                grupo_empresarial="g",
-                data_hora=at,
-                prioridade=90 - n,
-            )
-            for n, p in enumerate(HOSTILE_PAYLOADS)
-        ]
-    )
-    # A later attempt keeps no payload of its own: the claim resolves it from the first attempt.
-    backend.execute(
-        f"INSERT INTO {backend.table} (id_inicial, processo, payload, payload_hash, tentativa, "
-        "data_hora, prioridade, proxima_tentativa, reenfileirado, estouro_tentativas) "
-        "SELECT id, processo, NULL, payload_hash, 2, data_hora, 1, data_hora, TRUE, NULL "
-        f"FROM {backend.table} WHERE id = %s",
-        (ids[0],),
-    )
-    backend.set_status("sucesso", ids[0])
+    ids, at = enqueue_hostile_payloads(backend, null_boolean=True)
     elsewhere = backend.worker()
     backend.lock_elsewhere(elsewhere, ids[1])  # a worker of another version runs it
     claims = store.claim_many(worker, 10)
