@@ -40,11 +40,11 @@ class MysqlGroupOps:
         self.store = store
 
     def claim_batch(self, conn: Any, limit: int, begun: bool = False) -> list[Claim]:
+        """``begun`` (only with ``limit`` > 1, the set-based claim): the commit before it
+        opened the claim's transaction (COMMIT AND CHAIN)."""
         first_use.disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
         if limit > 1:
             return self.store.claim_many(conn, limit, begun)
-        if begun:
-            self.store.rollback(conn)  # the single claim opens its own transactions
         claims: list[Claim] = []
         while len(claims) < limit:
             claimed = self.store.claim(conn)  # commits (and chains) its claim
