@@ -137,18 +137,14 @@ class MysqlQueueStore(MysqlFamilyStore):
             except StatementFailed:
                 self._release_batch_locks(conn)
                 raise
-            if result.names == ("task_row",):  # claimed set-based: one JSON array per task
-                return claims_from_task_rows([document for (document,) in result.rows])
-            documents = [document for (document,) in result.rows if document is not None]
-            if not documents:
-                conn.rollback()  # the empty transaction opened for the tasks
-                return []
-            claims = []
-            for item in _claimed_objects(documents):
-                row = task_from_object(item)
-                locked = row.pop("liveness_locked") == 1
-                claims.append(Claim(TaskRecord.from_row(row), locked))
-            return claims
+            try:
+                return _claims_of_batch(conn, result)
+            except Exception:
+                # The CALL has committed its claims. Tasks nobody will run must not keep
+                # their liveness locks on a connection that stays open: without them the
+                # retry service rescues the tasks, as after a crash.
+                self._release_batch_locks(conn)
+                raise
 
         return _retried_claim(conn, attempt)
 
@@ -192,7 +188,13 @@ class MysqlQueueStore(MysqlFamilyStore):
     def _call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Claim | None:
         """One CALL: complete ``task_id`` (when given), then claim; the claimed task or None."""
         result = call_procedure(conn, self._procedure_call(conn, task_id, mensagem))
-        return self._claimed(conn, result)
+        try:
+            return self._claimed(conn, result)
+        except Exception:
+            # Committed, its task will not run here: its liveness lock goes, so that the
+            # retry service rescues it, as after a crash.
+            self._release_claimed_lock(conn)
+            raise
 
     def _procedure_call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Statement:
         return (
@@ -374,6 +376,22 @@ class MysqlQueueStore(MysqlFamilyStore):
 
 
 _T = TypeVar("_T")
+
+
+def _claims_of_batch(conn: Any, result: Result) -> list[Claim]:
+    """A batch CALL's tasks, decoded; with none, ``conn``'s empty transaction ends."""
+    if result.names == ("task_row",):  # claimed set-based: one JSON array per task
+        return claims_from_task_rows([document for (document,) in result.rows])
+    documents = [document for (document,) in result.rows if document is not None]
+    if not documents:
+        conn.rollback()  # the empty transaction opened for the tasks
+        return []
+    claims = []
+    for item in _claimed_objects(documents):
+        row = task_from_object(item)
+        locked = row.pop("liveness_locked") == 1
+        claims.append(Claim(TaskRecord.from_row(row), locked))
+    return claims
 
 
 def _claimed_objects(documents: list[Any]) -> list[Any]:

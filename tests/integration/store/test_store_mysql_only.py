@@ -251,6 +251,41 @@ def test_the_release_after_a_failed_call_frees_the_lock_its_claim_took_and_no_ot
     assert backend.liveness_lock_holder(first) is None
 
 
+@pytest.mark.parametrize(
+    ("decoder", "claim"),
+    [
+        ("claims_from_task_rows", lambda store, conn: store.claim_many(conn, 10)),
+        ("task_from_json", lambda store, conn: store.claim(conn)),
+    ],
+    ids=["batch", "single"],
+)
+def test_a_claim_its_worker_cannot_decode_leaves_its_tasks_to_the_retry_service(
+    backend, store, worker, monkeypatch, decoder, claim
+):
+    """The CALL committed the claims, then decoding its rows failed (a bug of ours): no
+    handler will run those tasks, so their liveness locks go at once and the retry service
+    sees them as orphans, as after a crash, though the worker's connection stays open."""
+    ids = backend.enqueue({"prioridade": 50}, {"prioridade": 40})
+    expected = ids if decoder == "claims_from_task_rows" else ids[:1]
+
+    def broken(*args, **kwargs):
+        raise ValueError("decoder bug (test)")
+
+    monkeypatch.setattr(f"nsj_queue_lib.db.mysql.store.{decoder}", broken)
+    with pytest.raises(ValueError, match="decoder bug"):
+        claim(store, worker)
+    assert backend.count("status = 'processando'") == len(expected)
+    assert {backend.liveness_lock_holder(i) for i in ids} == {None}
+    rescuer = backend.worker(executor=False)
+    store.begin(rescuer)
+    assert sorted(t.id for t in store.find_orphans(rescuer, 10, True)) == expected
+    store.rollback(rescuer)
+    monkeypatch.undo()
+    worker.rollback()
+    rest = [i for i in ids if i not in expected]  # the connection claims normally after
+    assert [c.task.id for c in store.claim_many(worker, 10)] == rest
+
+
 def test_null_priorities_are_claimed_last(backend, store, worker):
     """Rows written by hand may lack a priority: after every other band."""
     no_priority = backend.enqueue(data_hora=datetime.datetime(2020, 1, 1, tzinfo=UTC))
