@@ -139,13 +139,14 @@ CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, dat
 -- (each CALL resets it): the procedure then claims up to that many tasks in
 -- one transaction and returns them as one row each, in claim order (one
 -- NULL row when none), their ids also in @nsjq_claimed_batch for the caller
--- to release after a failed CALL. The batch is claimed set-based: one
--- locking read of up to that many rows (their liveness locks taken as it
--- reads them), one UPDATE of their ids, the commit, then one read of the
--- claimed rows (with the first attempt's payload), each a JSON array
+-- to release after a failed CALL (named as their locks are taken). The
+-- batch is claimed set-based: one locking read of up to that many rows (their
+-- liveness locks taken as it reads them), one UPDATE of their ids, the
+-- position of the last one read by primary key, the commit, then one read of
+-- the claimed rows (with the first attempt's payload), each a JSON array
 -- (column task_row): the values of model.QUEUE_COLUMNS in that order, then
--- the liveness lock's GET_LOCK result. Without the names the server builds
--- and the worker parses less per task (db/mysql/rows.py); a task claimed
+-- whether its liveness lock was taken (1 or 0). Without the names the server
+-- builds and the worker parses less per task (db/mysql/rows.py); a task claimed
 -- alone stays an object, which the previous release's workers read
 -- (previous_claim.sql calls this procedure). MariaDB pays more per
 -- statement than per row: one statement per claimed task cost about four
@@ -176,7 +177,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 227db040c376d9ef'
+    COMMENT 'nsj_queue_lib claim ddbd8e264dca6409'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -190,12 +191,12 @@ BEGIN
     DECLARE v_limit INT DEFAULT GREATEST(COALESCE(@nsjq_claim_limit, 1), 1);
     DECLARE v_count INT DEFAULT 0;
     DECLARE v_batch LONGTEXT CHARACTER SET utf8mb4;
-    -- The set-based batch: its ids (NULL once undone), those whose liveness
-    -- lock was not taken, its last row's position; v_one_by_one after a
-    -- lock_key conflict.
+    -- The set-based batch: its ids (NULL once undone), how many of its
+    -- liveness locks were taken; v_one_by_one after a lock_key conflict.
     DECLARE v_ids LONGTEXT CHARACTER SET ascii;
-    DECLARE v_unlocked LONGTEXT CHARACTER SET ascii;
-    DECLARE v_last LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_locked INT;
+    DECLARE v_min_id BIGINT;
+    DECLARE v_max_id BIGINT;
     DECLARE v_one_by_one BOOLEAN DEFAULT FALSE;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
@@ -248,15 +249,18 @@ BEGIN
             START TRANSACTION;
         END IF;
         IF v_limit > 1 AND NOT v_one_by_one AND v_id IS NOT NULL THEN
-            -- The batch in one locking read (GET_LOCK runs for the rows the
-            -- derived table keeps, no others). A failure fails the CALL.
-            SELECT COUNT(*), GROUP_CONCAT(c.id ORDER BY c.prioridade DESC, c.data_hora, c.id),
-                   GROUP_CONCAT(IF(c.locked = 1, NULL, c.id)),
-                   GROUP_CONCAT(JSON_ARRAY(c.prioridade, UNIX_TIMESTAMP(c.data_hora), c.id)
-                                ORDER BY c.prioridade, c.data_hora DESC, c.id DESC LIMIT 1)
-            INTO v_count, v_ids, v_unlocked, v_last
+            -- The batch in one locking read. The derived table's select list
+            -- runs for the rows it keeps, no others, in claim order (the claim
+            -- index's): each row's id is appended to @nsjq_claimed_batch, then
+            -- its liveness lock is taken. So the ids come in claim order
+            -- without a GROUP_CONCAT (each aggregate of it costs the server a
+            -- temporary table), and a failure, which fails the CALL, leaves
+            -- the locks taken so far named for the caller.
+            SELECT COUNT(c.listed), SUM(c.locked = 1), MIN(c.id), MAX(c.id)
+            INTO v_count, v_locked, v_min_id, v_max_id
             FROM (
-                    SELECT t.id, t.prioridade, t.data_hora,
+                    SELECT t.id, (@nsjq_claimed_batch := CONCAT_WS(',', @nsjq_claimed_batch, t.id)) IS NOT NULL
+                               AS listed,
                            GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
@@ -269,7 +273,7 @@ BEGIN
                     FOR UPDATE SKIP LOCKED
             ) AS c;
             IF v_count > 0 THEN
-                SET @nsjq_claimed_batch = v_ids;
+                SET v_ids = @nsjq_claimed_batch;
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_one_by_one = TRUE;
                     -- v_ids: the table's own BIGINT ids, digits and commas only.
@@ -284,9 +288,11 @@ BEGIN
                         v_remembered = FALSE, v_id = NULL;
                     ITERATE claim;
                 END IF;
-                SET @nsjq_position_prioridade = JSON_VALUE(v_last, '$[0]'),
-                    @nsjq_position_data_hora = JSON_VALUE(v_last, '$[1]'),
-                    @nsjq_position_id = JSON_VALUE(v_last, '$[2]');
+                -- The position: the batch's last task in claim order, the last of v_ids.
+                SELECT p.prioridade, UNIX_TIMESTAMP(p.data_hora), p.id
+                INTO @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
+                FROM public.fila_teste AS p
+                WHERE p.id = CAST(SUBSTRING_INDEX(v_ids, ',', -1) AS SIGNED);
             ELSE
                 SET v_ids = NULL;
             END IF;
@@ -387,13 +393,32 @@ BEGIN
     END LOOP batch;
     IF v_ids IS NOT NULL THEN
         -- The set-based batch: its rows as committed, one JSON array each (the
-        -- values of QUEUE_COLUMNS in order, then the liveness lock's result).
+        -- values of QUEUE_COLUMNS in order, then the liveness lock's result:
+        -- 1 when every lock was taken, the usual case, else whether this
+        -- session holds the task's).
         COMMIT AND CHAIN;
-        EXECUTE IMMEDIATE CONCAT(
-            'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, IF(FIND_IN_SET(t.id, ', QUOTE(COALESCE(v_unlocked, '')),
-            '), 0, 1)) AS task_row FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
-            ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
-            ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
+        IF v_max_id - v_min_id < 2 * v_count THEN
+            -- Ids close together (a drain in order, the usual case): a static
+            -- statement reading that stretch of the primary key costs the
+            -- server less than building, parsing and planning one with the
+            -- ids in it; FIND_IN_SET keeps the batch's rows only.
+            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade,
+                              IF(v_locked = v_count, 1,
+                                 IS_USED_LOCK(CONCAT(p_lock_prefix, t.id)) <=> CONNECTION_ID())) AS task_row
+            FROM public.fila_teste AS t
+            LEFT JOIN public.fila_teste AS first_attempt
+                ON first_attempt.id = t.id_inicial AND t.payload IS NULL
+            WHERE t.id BETWEEN v_min_id AND v_max_id AND FIND_IN_SET(t.id, v_ids)
+            ORDER BY t.prioridade DESC, t.data_hora, t.id;
+        ELSE
+            EXECUTE IMMEDIATE CONCAT(
+                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, ',
+                IF(v_locked = v_count, '1',
+                   CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
+                ') AS task_row FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
+                ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
+                ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
+        END IF;
     ELSE
         IF v_limit > 1 THEN
             SET v_task = IF(v_count = 0, NULL, CONCAT('[', v_batch, ']'));

@@ -266,12 +266,18 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     # The positioned claim and the claim from the start.
     assert procedure.count("JSON_OBJECT(") == 2
     # The set-based batch's row read, decoded by position (rows.claims_from_task_rows): the
-    # value of every column in QUEUE_COLUMNS order, then the liveness lock's result.
-    [batch_row] = procedure.split("JSON_ARRAY(t.id, ")[1:]
-    values = ["t.id", *_leading_arguments(batch_row, len(model.QUEUE_COLUMNS))]
-    assert values[-1].startswith("IF(FIND_IN_SET(t.id, ")
-    for column, value in zip(model.QUEUE_COLUMNS, values, strict=False):
-        assert re.search(rf"\bt\.{column}\b", value), (column, value)
+    # value of every column in QUEUE_COLUMNS order, then the liveness lock's result. Two
+    # forms: a static statement (ids close together), and one built as text (the IN list).
+    static_row, built_row = procedure.split("JSON_ARRAY(t.id, ")[1:]
+    values = ["t.id", *_leading_arguments(static_row, len(model.QUEUE_COLUMNS))]
+    assert values[-1].startswith("IF(v_locked = v_count, 1,")
+    built = ["t.id", *_leading_arguments(built_row, len(model.QUEUE_COLUMNS) - 1)]
+    assert built_row.split(f"{built[-1]}, ", 1)[1].startswith("',\n")
+    assert "IF(v_locked = v_count, '1'," in built_row
+    for row_values in (values, built):
+        for column, value in zip(model.QUEUE_COLUMNS, row_values, strict=False):
+            assert re.search(rf"\bt\.{column}\b", value), (column, value)
+        assert len(row_values) >= len(model.QUEUE_COLUMNS)
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

@@ -141,7 +141,8 @@ class MysqlDialect(Dialect):
         procedure_values = dict(
             values,
             claimed_task_json=CLAIMED_TASK_JSON,
-            # Inside the string the batch's row read is built from.
+            # The batch's row read, static and inside the string the other form is built from.
+            task_values=TASK_VALUES,
             task_values_sql=_sql_string(TASK_VALUES),
             claim_procedure_version=claim_procedure_version(),
             claimable=claim_where(values["table"], values["limits_table"], False),

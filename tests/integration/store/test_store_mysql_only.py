@@ -606,6 +606,27 @@ def test_a_batch_claim_takes_ready_tasks_in_claim_order_in_one_commit(backend, s
     assert backend.count("status = 'pendente'") == 2 and same_key
 
 
+def test_a_batch_claim_of_ids_far_apart_keeps_claim_order_and_the_lock_results(
+    backend, store, worker
+):
+    """The batch's row read has two forms: ids close together read a stretch of the primary
+    key, ids far apart (here: tasks not yet due between them) are named in the statement.
+    Both return the rows in claim order, with each liveness lock's result."""
+    later = {"data_hora": datetime.datetime(2037, 1, 1, tzinfo=UTC)}
+    low, *_not_due, high, middle = backend.enqueue(
+        {"prioridade": 10}, *[later] * 10, {"prioridade": 90}, {"prioridade": 50}
+    )
+    elsewhere = backend.worker()
+    backend.lock_elsewhere(elsewhere, middle)
+    claims = store.claim_many(worker, 10)
+    assert [(c.task.id, c.liveness_locked) for c in claims] == [
+        (high, True),
+        (middle, False),
+        (low, True),
+    ]
+    worker.rollback()
+
+
 def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(backend, store, worker):
     """The set-based batch's rows (JSON arrays, dialect.TASK_VALUES): the same keys, order,
     values and types as get_task, a later attempt's payload its first's, and each task's
