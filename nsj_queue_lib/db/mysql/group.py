@@ -38,6 +38,9 @@ from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
 class MysqlGroupOps:
     def __init__(self, store: MysqlQueueStore):
         self.store = store
+        # Connection classes whose first-use hook is known to fire (mysql_first_use's check,
+        # once per process): their savepoints are armed without asking again, per task.
+        self._hook_fires: set[type] = set()
 
     def claim_batch(self, conn: Any, limit: int, begun: bool = False) -> list[Claim]:
         """``begun`` (only with ``limit`` > 1, the set-based claim): the commit before it
@@ -68,9 +71,17 @@ class MysqlGroupOps:
     def savepoint(self, conn: Any, group: GroupState) -> None:
         # Should the hook fail (GroupLost included), the handler's statement goes on and
         # the connection says FAILED: succeeded() and rollback_to_savepoint() tell.
-        first_use.arm_savepoint(
-            conn, lambda: self._set_savepoint(conn, group), mysql_first_use.hook_fires
-        )
+        hook = lambda: self._set_savepoint(conn, group)  # noqa: E731
+        if type(conn) in self._hook_fires:
+            conn.arm_first_use(hook)
+            return
+        first_use.arm_savepoint(conn, hook, self._fires)
+
+    def _fires(self, conn: Any) -> bool:
+        fires = mysql_first_use.hook_fires(conn)
+        if fires:  # for good: the check keeps what it found once per class
+            self._hook_fires.add(type(conn))
+        return fires
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
@@ -118,7 +129,7 @@ class MysqlGroupOps:
         sql = (
             f"UPDATE {self.store.queue_table} SET status = 'sucesso', "
             f"mensagem = {mensagem_by_id(conn, written)} "
-            f"WHERE id IN ({id_list(task.id for task, _ in written)}) AND status = 'processando'"
+            f"WHERE id IN ({id_list([task.id for task, _ in written])}) AND status = 'processando'"
         )
         with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
             cur.execute(sql)
@@ -131,7 +142,7 @@ class MysqlGroupOps:
         # once, left open, and each id, digits only, closes its own literal.
         open_prefix = conn.escape(self.store.lock_prefix(conn))[:-1]
         sql = "DO " + ", ".join(
-            f"RELEASE_LOCK({open_prefix}{int(task_id)}')" for task_id in task_ids
+            [f"RELEASE_LOCK({open_prefix}{int(task_id)}')" for task_id in task_ids]
         )
         with wrap_driver_errors("unlock_tasks"), conn.cursor() as cur:
             cur.execute(sql)
@@ -148,7 +159,7 @@ class MysqlGroupOps:
 
 
 def id_list(ids: Iterable[Any]) -> str:
-    return ", ".join(str(int(task_id)) for task_id in ids)
+    return ", ".join([str(int(task_id)) for task_id in ids])
 
 
 def mensagem_by_id(conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> str:
