@@ -86,8 +86,6 @@ class GroupClaims:
             self.limited.limiter.ended(task)
 
     def ended_all(self, tasks: list[TaskRecord]) -> None:
-        """``ended`` for each of a group's tasks (the limiter looked up once)."""
+        """``ended`` for each of a group's tasks."""
         if self.limited is not None:
-            ended = self.limited.limiter.ended
-            for task in tasks:
-                ended(task)
+            self.limited.limiter.ended_all(tasks)
