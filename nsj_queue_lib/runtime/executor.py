@@ -487,6 +487,8 @@ class TaskExecutor:
                 logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
         with self._lock:
             self._done += len(tasks)
+        if self.observer is NULL_OBSERVER:
+            return  # its task_finished does nothing
         finished = self.observer.task_finished
         for task in tasks:
             finished(task, outcomes.SUCESSO)

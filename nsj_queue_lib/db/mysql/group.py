@@ -172,12 +172,13 @@ def mensagem_by_id(conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> str:
     """The SQL expression giving each written task its mensagem: the literal itself when
     they are all equal (the usual case), else a CASE over the ids grouped by mensagem
     (cheaper for server and worker than ELT(FIELD(...)) over every id)."""
+    distinct = {mensagem for _, mensagem in written}  # no call per task: most are equal
+    if len(distinct) == 1:
+        return str(conn.escape(distinct.pop()))
     ids_by_mensagem: dict[str, list[int]] = {}
     for task, mensagem in written:
         ids_by_mensagem.setdefault(mensagem, []).append(task.id)
     *others, (last, _) = ids_by_mensagem.items()
-    if not others:
-        return str(conn.escape(last))
     whens = " ".join(
         f"WHEN id IN ({id_list(ids)}) THEN {conn.escape(mensagem)}" for mensagem, ids in others
     )
