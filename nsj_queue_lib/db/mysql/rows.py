@@ -14,7 +14,7 @@ import datetime
 import decimal
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from nsj_queue_lib import model
@@ -103,7 +103,7 @@ _ROW_PAYLOAD = model.QUEUE_COLUMNS.index("payload")
 # whitespace the server never puts around its JSON) before the C scanner; once per claimed
 # task that is a fair part of the worker's CPU. The scanner itself, then, with json.loads
 # for anything else (whitespace, bytes, a malformed document: its result, or its error).
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _loads(document: Any) -> Any:
