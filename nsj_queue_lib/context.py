@@ -15,8 +15,6 @@ import contextvars
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from nsj_queue_lib.exceptions import NoCurrentTaskError, TaskCancelled
 from nsj_queue_lib.model import MENSAGEM_LIMIT
@@ -148,11 +146,24 @@ def current_task() -> TaskContext:
     return context
 
 
-@contextmanager
-def running(context: TaskContext) -> Iterator[TaskContext]:
+class _Running:
+    """``with running(context):`` - a class rather than a ``@contextmanager`` generator: it
+    wraps every handler call, and the generator's machinery costs the worker a few Python
+    calls per task more (docs/benchmarks.md)."""
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: TaskContext):
+        self._context = context
+
+    def __enter__(self) -> TaskContext:
+        self._token = _current.set(self._context)
+        return self._context
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)
+
+
+def running(context: TaskContext) -> _Running:
     """Make ``context`` the current task for the code run inside (the worker's handler call)."""
-    token = _current.set(context)
-    try:
-        yield context
-    finally:
-        _current.reset(token)
+    return _Running(context)

@@ -507,7 +507,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-group-end-one-message",
         "nsj_queue_lib/db/mysql/group.py",
-        "    if not others:\n",
+        "    if len(distinct) == 1:\n",
         "    if True:\n",
         (
             "tests/integration/test_group_end_mysql.py::test_different_messages_each_reach_their_task",

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -163,8 +164,14 @@ class TaskExecutor:
         # Reentrant: a SIGTERM handler (WorkerRuntime.stop -> interrupt) runs in the main
         # thread between any two bytecodes, also while the supervisor holds this lock there.
         lock = threading.RLock()
+        # The hot paths (once per task: _started, _ended, _handler_done, _succeeded) take
+        # the lock itself: a Condition's ``with`` is two Python calls more around it.
+        self._lock = lock
         self._cond = threading.Condition(lock)  # wake-up tokens for idle threads
         self._finished = threading.Condition(lock)  # a running task ended (for wait_idle)
+        # wait_idle calls waiting on _finished (under the lock): with none, a task's end
+        # notifies nobody, and skips the Condition's Python calls that would tell so.
+        self._idle_waiters = 0
         self._tokens = 0
         self._idle_threads = 0
         self._running: dict[int, RunningTask] = {}
@@ -254,7 +261,11 @@ class TaskExecutor:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._finished.wait(remaining)
+                self._idle_waiters += 1
+                try:
+                    self._finished.wait(remaining)
+                finally:
+                    self._idle_waiters -= 1
         return True
 
     def _drains_in_flight(self) -> bool:
@@ -447,7 +458,7 @@ class TaskExecutor:
         if task.tentativa > 1:
             self._log_retry(task)
         item = RunningTask(task, conn)
-        with self._cond:
+        with self._lock:
             self._running[task.id] = item
             early = self._early_stops.pop(task.id, None)
         if early is not None:
@@ -455,15 +466,32 @@ class TaskExecutor:
         return item
 
     def _ended(self, task: TaskRecord) -> None:
-        with self._finished:
+        with self._lock:
             self._running.pop(task.id, None)
-            self._finished.notify_all()
+            if self._idle_waiters:
+                self._finished.notify_all()
 
     def _succeeded(self, task: TaskRecord) -> None:
         logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
-        with self._cond:
+        with self._lock:
             self._done += 1
         self.observer.task_finished(task, outcomes.SUCESSO)
+
+    def _succeeded_all(self, tasks: list[TaskRecord]) -> None:
+        """``_succeeded`` for each of a commit group's tasks: counted under one lock, the
+        disabled DEBUG line asked about once."""
+        if not tasks:
+            return
+        if logger.isEnabledFor(logging.DEBUG):
+            for task in tasks:
+                logger.debug("queue=%s task=%s: sucesso", self.settings.queue_name, task.id)
+        with self._lock:
+            self._done += len(tasks)
+        if self.observer is NULL_OBSERVER:
+            return  # its task_finished does nothing
+        finished = self.observer.task_finished
+        for task in tasks:
+            finished(task, outcomes.SUCESSO)
 
     def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
@@ -531,7 +559,7 @@ class TaskExecutor:
         self, item: RunningTask, outcome: str | BaseException
     ) -> str | BaseException | None:
         """The handler's ``outcome``; None when its task was abandoned meanwhile."""
-        with self._cond:
+        with self._lock:
             if item.state == ABANDONED:
                 return None
             item.state = FINISHING

@@ -84,3 +84,8 @@ class GroupClaims:
         """A task of the group was settled: a max_concurrent slot may be free."""
         if self.limited is not None:
             self.limited.limiter.ended(task)
+
+    def ended_all(self, tasks: list[TaskRecord]) -> None:
+        """``ended`` for each of a group's tasks."""
+        if self.limited is not None:
+            self.limited.limiter.ended_all(tasks)

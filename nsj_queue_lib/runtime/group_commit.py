@@ -375,8 +375,8 @@ class GroupDrain:
                 self.ex.store.begin(conn)  # a replacement connection (the group's was broken)
             self._give_back_waiting(conn, group)
             limit = self._claim_limit()
-            for task, _ in group.written:
-                self.claims.ended(task)  # before the look below, as a single commit does
+            finished = [task for task, _ in group.written]
+            self.claims.ended_all(finished)  # before the look below, as a single commit does
             # A limited task may start: it is claimed after the commit (group_claim.py).
             limited = bool(limit) and self.claims.limited_due()
             stepping_back = bool(limit) and not limited and self._steps_back(group)
@@ -398,7 +398,7 @@ class GroupDrain:
             # Go on draining (what went back to the queue is ready now, and no wake-up
             # announces it), one task at a time if the group's tasks are suspects.
             return conn, [] if conn is None else self._claim_next_group(conn)
-        self._committed([task for task, _ in group.written])
+        self._committed(finished)
         if stepping_back:
             with self._lock:
                 self._asked.stepped_back = self._claims_started
@@ -465,9 +465,8 @@ class GroupDrain:
         return conn
 
     def _committed(self, tasks: list[TaskRecord]) -> None:
-        for task in tasks:
-            self.claims.ended(task)
-            self.ex._succeeded(task)
+        self.claims.ended_all(tasks)
+        self.ex._succeeded_all(tasks)
 
     # -- failures --
 

@@ -195,6 +195,15 @@ class Limiter:
         if task.row.get("processo") in self.capped:
             self.mark_due()
 
+    def ended_all(self, tasks: list[TaskRecord]) -> None:
+        """``ended`` for each of a commit group's tasks (nothing to look at per task when no
+        processo has max_concurrent, the usual case)."""
+        capped = self.capped
+        if capped:
+            for task in tasks:
+                if task.row.get("processo") in capped:
+                    self.mark_due()
+
     # -- the waker thread --
 
     def run_waker(self) -> None:

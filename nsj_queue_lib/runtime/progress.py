@@ -34,8 +34,16 @@ class ProgressWriter:
             progress = context.take_unwritten_progress()
             if progress is not None:
                 pending.append((context, progress))
-        if not pending:
-            return
+        if pending:
+            self._write(pending)
+
+    def flush_one(self, context: TaskContext) -> None:
+        """``flush([context])``, as each handler returns (most reported nothing)."""
+        progress = context.take_unwritten_progress()
+        if progress is not None:
+            self._write([(context, progress)])
+
+    def _write(self, pending: list[tuple[TaskContext, Progress]]) -> None:
         try:
             with self.pool.connection() as conn:
                 for context, progress in pending:

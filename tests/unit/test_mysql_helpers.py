@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
+import re
 
 import pymysql
 import pytest
@@ -127,3 +129,29 @@ def test_retry_helper():
     with pytest.raises(DatabaseError, match="failed 5 times") as info:
         retry_on_lock_errors("op", always, lambda: None)
     assert info.value.__cause__ is DEADLOCK
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '[1, "a", null, true, 1.5]',
+        " [1]",
+        "[1] ",
+        "[1]x",
+        "",
+        "\ufeff[1]",
+        b"[1, 2]",
+        "[NaN]",
+        "[1",
+    ],
+)
+def test_the_claim_rows_json_fast_path_gives_what_json_loads_gives(document):
+    """rows._loads (the C scanner, json.loads for the rest): the same value, or the same
+    error, as json.loads."""
+    try:
+        expected: object = json.loads(document)
+    except ValueError as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            mysql_rows._loads(document)
+    else:
+        assert mysql_rows._loads(document) == expected

@@ -34,6 +34,11 @@ from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
 
+# Connection classes whose first-use hook is known to fire: what mysql_first_use's check
+# found True, which it keeps for the process's life. Their savepoints are armed (and
+# disarmed) without asking again, per task.
+_HOOK_FIRES: set[type] = set()
+
 
 class MysqlGroupOps:
     def __init__(self, store: MysqlQueueStore):
@@ -60,7 +65,11 @@ class MysqlGroupOps:
         # that first savepoint, set before this handler's first statement, found the
         # group's transaction gone, the handler's statements ran in a new one: the group
         # is lost, this task with it.
-        if first_use.disarm(conn) == first_use.FAILED:
+        if type(conn) in _HOOK_FIRES:
+            state = conn.disarm_first_use()  # first_use.disarm, without its look-up per task
+        else:
+            state = first_use.disarm(conn)
+        if state == first_use.FAILED:
             error = conn.first_use_error
             if isinstance(error, GroupLost):
                 raise error
@@ -68,9 +77,17 @@ class MysqlGroupOps:
     def savepoint(self, conn: Any, group: GroupState) -> None:
         # Should the hook fail (GroupLost included), the handler's statement goes on and
         # the connection says FAILED: succeeded() and rollback_to_savepoint() tell.
-        first_use.arm_savepoint(
-            conn, lambda: self._set_savepoint(conn, group), mysql_first_use.hook_fires
-        )
+        hook = lambda: self._set_savepoint(conn, group)  # noqa: E731
+        if type(conn) in _HOOK_FIRES:
+            conn.arm_first_use(hook)
+            return
+        first_use.arm_savepoint(conn, hook, self._fires)
+
+    def _fires(self, conn: Any) -> bool:
+        fires = mysql_first_use.hook_fires(conn)
+        if fires:  # for good: the check keeps what it found once per class
+            _HOOK_FIRES.add(type(conn))
+        return fires
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:
@@ -118,7 +135,7 @@ class MysqlGroupOps:
         sql = (
             f"UPDATE {self.store.queue_table} SET status = 'sucesso', "
             f"mensagem = {mensagem_by_id(conn, written)} "
-            f"WHERE id IN ({id_list(task.id for task, _ in written)}) AND status = 'processando'"
+            f"WHERE id IN ({id_list([task.id for task, _ in written])}) AND status = 'processando'"
         )
         with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
             cur.execute(sql)
@@ -131,7 +148,7 @@ class MysqlGroupOps:
         # once, left open, and each id, digits only, closes its own literal.
         open_prefix = conn.escape(self.store.lock_prefix(conn))[:-1]
         sql = "DO " + ", ".join(
-            f"RELEASE_LOCK({open_prefix}{int(task_id)}')" for task_id in task_ids
+            [f"RELEASE_LOCK({open_prefix}{int(task_id)}')" for task_id in task_ids]
         )
         with wrap_driver_errors("unlock_tasks"), conn.cursor() as cur:
             cur.execute(sql)
@@ -148,19 +165,20 @@ class MysqlGroupOps:
 
 
 def id_list(ids: Iterable[Any]) -> str:
-    return ", ".join(str(int(task_id)) for task_id in ids)
+    return ", ".join([str(int(task_id)) for task_id in ids])
 
 
 def mensagem_by_id(conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> str:
     """The SQL expression giving each written task its mensagem: the literal itself when
     they are all equal (the usual case), else a CASE over the ids grouped by mensagem
     (cheaper for server and worker than ELT(FIELD(...)) over every id)."""
+    distinct = {mensagem for _, mensagem in written}  # no call per task: most are equal
+    if len(distinct) == 1:
+        return str(conn.escape(distinct.pop()))
     ids_by_mensagem: dict[str, list[int]] = {}
     for task, mensagem in written:
         ids_by_mensagem.setdefault(mensagem, []).append(task.id)
     *others, (last, _) = ids_by_mensagem.items()
-    if not others:
-        return str(conn.escape(last))
     whens = " ".join(
         f"WHEN id IN ({id_list(ids)}) THEN {conn.escape(mensagem)}" for mensagem, ids in others
     )
