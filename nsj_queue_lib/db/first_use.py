@@ -67,6 +67,11 @@ class FirstUseState:
             self._nsjq_first_use_state = RAN
 
 
+# Connection classes a FiresCheck found running the hook: arm_savepoint, run once per task,
+# arms theirs without asking the check again.
+_FIRING: set[type] = set()
+
+
 class FiresCheck:
     """Whether the hook works on a connection's class: ``probe(conn)`` runs once per process
     and class (a real statement with a no-op hook armed); False, with one WARNING naming
@@ -90,6 +95,8 @@ class FiresCheck:
         with self._lock:
             if cls not in self.checked:
                 self.checked[cls] = fires
+                if fires:
+                    _FIRING.add(cls)
                 if not fires:
                     logger.warning(
                         "%s: the hook that sets a group's savepoint before a handler's first "
@@ -120,6 +127,9 @@ def arm_savepoint(
 ) -> None:
     """Set the savepoint before the handler's first statement on ``conn``: now when ``conn``
     has no hook (not a worker's connection) or the driver no longer runs it (``fires``)."""
+    if type(conn) in _FIRING:
+        conn.arm_first_use(set_savepoint)
+        return
     arm = getattr(conn, "arm_first_use", None)
     if arm is None:
         set_savepoint()

@@ -34,11 +34,6 @@ from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
 
-# Connection classes whose first-use hook is known to fire: what mysql_first_use's check
-# found True, which it keeps for the process's life. Their savepoints are armed (and
-# disarmed) without asking again, per task.
-_HOOK_FIRES: set[type] = set()
-
 
 class MysqlGroupOps:
     def __init__(self, store: MysqlQueueStore):
@@ -65,11 +60,7 @@ class MysqlGroupOps:
         # that first savepoint, set before this handler's first statement, found the
         # group's transaction gone, the handler's statements ran in a new one: the group
         # is lost, this task with it.
-        if type(conn) in _HOOK_FIRES:
-            state = conn.disarm_first_use()  # first_use.disarm, without its look-up per task
-        else:
-            state = first_use.disarm(conn)
-        if state == first_use.FAILED:
+        if first_use.disarm(conn) == first_use.FAILED:
             error = conn.first_use_error
             if isinstance(error, GroupLost):
                 raise error
@@ -77,17 +68,9 @@ class MysqlGroupOps:
     def savepoint(self, conn: Any, group: GroupState) -> None:
         # Should the hook fail (GroupLost included), the handler's statement goes on and
         # the connection says FAILED: succeeded() and rollback_to_savepoint() tell.
-        hook = lambda: self._set_savepoint(conn, group)  # noqa: E731
-        if type(conn) in _HOOK_FIRES:
-            conn.arm_first_use(hook)
-            return
-        first_use.arm_savepoint(conn, hook, self._fires)
-
-    def _fires(self, conn: Any) -> bool:
-        fires = mysql_first_use.hook_fires(conn)
-        if fires:  # for good: the check keeps what it found once per class
-            _HOOK_FIRES.add(type(conn))
-        return fires
+        first_use.arm_savepoint(
+            conn, lambda: self._set_savepoint(conn, group), mysql_first_use.hook_fires
+        )
 
     def _set_savepoint(self, conn: Any, group: GroupState) -> None:
         if group.tx is None:

@@ -217,9 +217,7 @@ class MysqlQueueStore(MysqlFamilyStore):
         if not documents:
             conn.rollback()  # the empty transaction opened for a task
             return None
-        row = task_from_json(documents[0])
-        locked = row.pop("liveness_locked") == 1
-        return Claim(TaskRecord.from_row(row), locked)
+        return _claim_of_object(task_from_json(documents[0]))
 
     def _release_claimed_lock(self, conn: Any) -> None:
         """After a failed CALL: the liveness lock its claim may have taken (best effort)."""
@@ -386,22 +384,18 @@ def _claims_of_batch(conn: Any, result: Result) -> list[Claim]:
     if not documents:
         conn.rollback()  # the empty transaction opened for the tasks
         return []
-    claims = []
-    for item in _claimed_objects(documents):
-        row = task_from_object(item)
-        locked = row.pop("liveness_locked") == 1
-        claims.append(Claim(TaskRecord.from_row(row), locked))
-    return claims
+    # Claimed one by one: one row, a JSON array of the tasks' objects.
+    return [
+        _claim_of_object(task_from_object(item))
+        for document in documents
+        for item in json.loads(document)
+    ]
 
 
-def _claimed_objects(documents: list[Any]) -> list[Any]:
-    """A batch CALL's tasks: one JSON object per row (claimed set-based), or one JSON array
-    (claimed one by one)."""
-    objects: list[Any] = []
-    for document in documents:
-        parsed = json.loads(document)
-        objects.extend(parsed if isinstance(parsed, list) else [parsed])
-    return objects
+def _claim_of_object(row: dict[str, Any]) -> Claim:
+    """A task claimed as a JSON object (``task_from_object``), its GET_LOCK result in it."""
+    locked = row.pop("liveness_locked") == 1
+    return Claim(TaskRecord.from_row(row), locked)
 
 
 def _retried_claim(conn: Any, attempt: Callable[[], _T]) -> _T:
