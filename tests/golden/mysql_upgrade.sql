@@ -236,20 +236,25 @@ DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2;
 --
 -- Group commit (QUEUE_BATCH_SIZE > 1) sets @nsjq_claim_limit before the CALL
 -- (each CALL resets it): the procedure then claims up to that many tasks in
--- one transaction and returns them as one row each, in claim order (one
--- NULL row when none), their ids also in @nsjq_claimed_batch for the caller
--- to release after a failed CALL (named as their locks are taken). The
--- batch is claimed set-based: one locking read of up to that many rows (their
--- liveness locks taken as it reads them), one UPDATE of their ids, the
--- position of the last one read by primary key, the commit, then one read of
--- the claimed rows (with the first attempt's payload), each a JSON array
--- (column task_row): the values of model.QUEUE_COLUMNS in that order, then
--- whether its liveness lock was taken (1 or 0). Without the names the server
--- builds and the worker parses less per task (db/mysql/rows.py); a task claimed
--- alone stays an object, which the previous release's workers read
--- (previous_claim.sql calls this procedure). MariaDB pays more per
--- statement than per row: one statement per claimed task cost about four
--- times the server CPU of this. If that UPDATE meets the unique index of
+-- one transaction and returns them in claim order (one NULL row when none),
+-- their ids also in @nsjq_claimed_batch for the caller to release after a
+-- failed CALL (named as their locks are taken). The batch is claimed
+-- set-based: one locking read of up to that many rows (their liveness locks
+-- taken, and the position set, as it reads them), one UPDATE of their ids,
+-- the commit. Each task is a JSON array: the values of model.QUEUE_COLUMNS in
+-- that order, then whether its liveness lock was taken (1 or 0); without the
+-- names the server builds and the worker parses less per task
+-- (db/mysql/rows.py). Usually the locking read builds them as it reads, and
+-- the CALL returns one row (column task_rows): the JSON array of the tasks'
+-- arrays, one row for the worker to read instead of one per task. The rows
+-- are read again after the commit, one per task (column task_row), when
+-- what the locking read built will not do: a later attempt needs its first
+-- attempt's payload, a liveness lock was held elsewhere, or the text
+-- outgrew max_allowed_packet (CONCAT gives NULL). A task claimed alone stays
+-- an object, which the previous release's workers read (previous_claim.sql
+-- calls this procedure). MariaDB pays more per statement than per row: one
+-- statement per claimed task cost about four times the server CPU of this
+-- (and reading the rows again, about a tenth more). If that UPDATE meets the unique index of
 -- running keys (two tasks of one lock_key, or a concurrent claim took a
 -- key), the batch is undone and claimed one task at a time instead, each
 -- claim going on from the previous one's position (the statements between
@@ -276,7 +281,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim ddbd8e264dca6409'
+    COMMENT 'nsj_queue_lib claim 14b3acf7630c5915'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -297,6 +302,10 @@ BEGIN
     DECLARE v_min_id BIGINT;
     DECLARE v_max_id BIGINT;
     DECLARE v_one_by_one BOOLEAN DEFAULT FALSE;
+    -- The set-based batch's rows as its locking read built them (one JSON
+    -- array of arrays), unless a row needs reading again (see below).
+    DECLARE v_needs_read INT;
+    DECLARE v_rows LONGTEXT CHARACTER SET utf8mb4;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
@@ -354,13 +363,23 @@ BEGIN
             -- its liveness lock is taken. So the ids come in claim order
             -- without a GROUP_CONCAT (each aggregate of it costs the server a
             -- temporary table), and a failure, which fails the CALL, leaves
-            -- the locks taken so far named for the caller.
-            SELECT COUNT(c.listed), SUM(c.locked = 1), MIN(c.id), MAX(c.id)
-            INTO v_count, v_locked, v_min_id, v_max_id
+            -- the locks taken so far named for the caller. The tasks' arrays
+            -- are appended to @nsjq_claimed_rows the same way: a user variable
+            -- keeps the text out of the derived table, whose rows stay short.
+            -- The position is set to each row read: the last one's stays.
+            SET @nsjq_claimed_rows = '';
+            SELECT COUNT(c.listed), SUM(c.locked = 1), MIN(c.id), MAX(c.id), SUM(c.needs_read)
+            INTO v_count, v_locked, v_min_id, v_max_id, v_needs_read
             FROM (
-                    SELECT t.id, (@nsjq_claimed_batch := CONCAT_WS(',', @nsjq_claimed_batch, t.id)) IS NOT NULL
-                               AS listed,
-                           GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked
+                    SELECT t.id,
+                           CONCAT_WS(',', @nsjq_claimed_batch := CONCAT_WS(',', @nsjq_claimed_batch, t.id),
+                                     @nsjq_position_prioridade := t.prioridade,
+                                     @nsjq_position_data_hora := UNIX_TIMESTAMP(t.data_hora),
+                                     @nsjq_position_id := t.id) IS NOT NULL AS listed,
+                           GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked,
+                           (@nsjq_claimed_rows := CONCAT(@nsjq_claimed_rows, ',',
+                                                         JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, 1))) IS NULL
+                               OR (t.payload IS NULL AND t.id_inicial IS NOT NULL) AS needs_read
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
@@ -384,14 +403,13 @@ BEGIN
                     SELECT COUNT(RELEASE_LOCK(CONCAT(p_lock_prefix, j.id))) INTO v_count
                     FROM JSON_TABLE(CONCAT('[', v_ids, ']'), '$[*]' COLUMNS (id BIGINT PATH '$')) AS j;
                     SET @nsjq_claimed_batch = NULL, v_count = 0, v_ids = NULL,
+                        @nsjq_claimed_rows = NULL,
+                        @nsjq_position_prioridade = v_prioridade,
+                        @nsjq_position_data_hora = UNIX_TIMESTAMP(v_data_hora),
+                        @nsjq_position_id = v_id,
                         v_remembered = FALSE, v_id = NULL;
                     ITERATE claim;
                 END IF;
-                -- The position: the batch's last task in claim order, the last of v_ids.
-                SELECT p.prioridade, UNIX_TIMESTAMP(p.data_hora), p.id
-                INTO @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
-                FROM public.fila_teste AS p
-                WHERE p.id = CAST(SUBSTRING_INDEX(v_ids, ',', -1) AS SIGNED);
             ELSE
                 SET v_ids = NULL;
             END IF;
@@ -495,8 +513,13 @@ BEGIN
         -- values of QUEUE_COLUMNS in order, then the liveness lock's result:
         -- 1 when every lock was taken, the usual case, else whether this
         -- session holds the task's).
+        SET v_rows = IF(v_needs_read = 0 AND v_locked = v_count,
+                        CONCAT('[', SUBSTRING(@nsjq_claimed_rows, 2), ']'), NULL),
+            @nsjq_claimed_rows = NULL;
         COMMIT AND CHAIN;
-        IF v_max_id - v_min_id < 2 * v_count THEN
+        IF v_rows IS NOT NULL THEN
+            SELECT v_rows AS task_rows;
+        ELSEIF v_max_id - v_min_id < 2 * v_count THEN
             -- Ids close together (a drain in order, the usual case): a static
             -- statement reading that stretch of the primary key costs the
             -- server less than building, parsing and planning one with the

@@ -74,6 +74,7 @@ TASK_VALUES = _task_values(payload="COALESCE(t.payload, first_attempt.payload)")
 # UPDATE: status is what that UPDATE writes, and the payload of a later
 # attempt is filled in from the first attempt afterwards.
 CLAIMED_TASK_JSON = _task_json(status="'processando'")
+CLAIMED_TASK_VALUES = _task_values(status="'processando'")
 # What the limited claim procedure (limited_claim.sql) needs of this dialect.
 LIMITED_CLAIM_VALUES = {"claimed_task_json": CLAIMED_TASK_JSON}
 # ... and its lock_key condition (db/mysql/lock_keys.py), as the other claims'.
@@ -87,6 +88,7 @@ def claim_procedure_version() -> str:
         + CLAIMED_TASK_JSON
         + TASK_JSON
         + TASK_VALUES
+        + CLAIMED_TASK_VALUES
         + claim_where("t", "l", after_position=True)
         + claim_where("t", "l", after_position=False)
     )
@@ -141,6 +143,7 @@ class MysqlDialect(Dialect):
         procedure_values = dict(
             values,
             claimed_task_json=CLAIMED_TASK_JSON,
+            claimed_task_values=CLAIMED_TASK_VALUES,
             # The batch's row read, static and inside the string the other form is built from.
             task_values=TASK_VALUES,
             task_values_sql=_sql_string(TASK_VALUES),

@@ -117,13 +117,23 @@ def _loads(document: Any) -> Any:
 
 
 def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
-    """The claims of a set-based batch, from its JSON arrays (one per task), with the types a
-    plain SELECT gives. Converts by position, before the row becomes a dict: this runs once
-    per claimed task, on the worker's critical path (docs/benchmarks.md)."""
-    loads, fromisoformat, fromhex = _loads, datetime.datetime.fromisoformat, bytes.fromhex
+    """The claims of a set-based batch sent as one JSON array per task (a row each)."""
+    loads = _loads
+    return claims_from_task_values([loads(document) for document in documents])
+
+
+def claims_from_batch_document(document: str) -> list[model.Claim]:
+    """The claims of a set-based batch sent as one JSON array of the tasks' arrays."""
+    return claims_from_task_values(_loads(document))
+
+
+def claims_from_task_values(tasks: list[list[Any]]) -> list[model.Claim]:
+    """The claims of a set-based batch, from its tasks' parsed arrays, with the types a plain
+    SELECT gives. Converts by position, before the row becomes a dict: this runs once per
+    claimed task, on the worker's critical path (docs/benchmarks.md)."""
+    fromisoformat, fromhex = datetime.datetime.fromisoformat, bytes.fromhex
     claims = []
-    for document in documents:
-        values = loads(document)
+    for values in tasks:
         for position in _ROW_TIMESTAMPS:
             value = values[position]
             if value is not None:

@@ -38,6 +38,7 @@ from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_tab
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import (
     claimed_row,
+    claims_from_batch_document,
     claims_from_task_rows,
     rows_as_dicts,
     task_from_json,
@@ -378,7 +379,9 @@ _T = TypeVar("_T")
 
 def _claims_of_batch(conn: Any, result: Result) -> list[Claim]:
     """A batch CALL's tasks, decoded; with none, ``conn``'s empty transaction ends."""
-    if result.names == ("task_row",):  # claimed set-based: one JSON array per task
+    if result.names == ("task_rows",):  # claimed set-based, as its locking read built them
+        return claims_from_batch_document(result.rows[0][0])
+    if result.names == ("task_row",):  # claimed set-based, read again: one JSON array per task
         return claims_from_task_rows([document for (document,) in result.rows])
     documents = [document for (document,) in result.rows if document is not None]
     if not documents:

@@ -26,6 +26,7 @@ import pytest
 
 from nsj_queue_lib.db.mysql import errors as mysql_errors
 from nsj_queue_lib.db.mysql import rows as mysql_rows
+from nsj_queue_lib.db.mysql import store as mysql_store
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
 from nsj_queue_lib.db.mysql.names import ServerInfo
 from nsj_queue_lib.db.mysql.procedure import StatementFailed, call_procedure
@@ -254,10 +255,11 @@ def test_the_release_after_a_failed_call_frees_the_lock_its_claim_took_and_no_ot
 @pytest.mark.parametrize(
     ("decoder", "claim"),
     [
+        ("claims_from_batch_document", lambda store, conn: store.claim_many(conn, 10)),
         ("claims_from_task_rows", lambda store, conn: store.claim_many(conn, 10)),
         ("task_from_json", lambda store, conn: store.claim(conn)),
     ],
-    ids=["batch", "single"],
+    ids=["batch", "batch-read-again", "single"],
 )
 def test_a_claim_its_worker_cannot_decode_leaves_its_tasks_to_the_retry_service(
     backend, store, worker, monkeypatch, decoder, claim
@@ -266,7 +268,11 @@ def test_a_claim_its_worker_cannot_decode_leaves_its_tasks_to_the_retry_service(
     handler will run those tasks, so their liveness locks go at once and the retry service
     sees them as orphans, as after a crash, though the worker's connection stays open."""
     ids = backend.enqueue({"prioridade": 50}, {"prioridade": 40})
-    expected = ids if decoder == "claims_from_task_rows" else ids[:1]
+    expected = ids[:1] if decoder == "task_from_json" else ids
+    if decoder == "claims_from_task_rows":  # a later attempt: the rows are read again
+        backend.execute(
+            f"UPDATE {backend.table} SET id_inicial = %s, payload = NULL WHERE id = %s", ids
+        )
 
     def broken(*args, **kwargs):
         raise ValueError("decoder bug (test)")
@@ -627,14 +633,30 @@ def test_a_batch_claim_of_ids_far_apart_keeps_claim_order_and_the_lock_results(
     worker.rollback()
 
 
-def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(backend, store, worker):
-    """The set-based batch's rows (JSON arrays, dialect.TASK_VALUES): the same keys, order,
-    values and types as get_task, a later attempt's payload its first's, and each task's
-    liveness lock as GET_LOCK gave it."""
+@pytest.mark.parametrize("rows", ["as_read", "read_again"])
+def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(
+    backend, store, worker, monkeypatch, rows
+):
+    """The set-based batch's rows: the same keys, order, values and types as get_task, a
+    later attempt's payload its first's, and each task's liveness lock as GET_LOCK gave it.
+    Two forms: as its locking read built them (dialect.CLAIMED_TASK_VALUES, one document),
+    or read again after the commit (dialect.TASK_VALUES, a row each), when a later attempt
+    needs its first's payload or a liveness lock was held elsewhere."""
     ids, at = enqueue_hostile_payloads(backend, null_boolean=True)
-    elsewhere = backend.worker()
-    backend.lock_elsewhere(elsewhere, ids[1])  # a worker of another version runs it
-    claims = store.claim_many(worker, 10)
+    decoded = {"claims_from_batch_document": 0, "claims_from_task_rows": 0}
+    for name in decoded:
+        monkeypatch.setattr(f"nsj_queue_lib.db.mysql.store.{name}", counted(decoded, name))
+    if rows == "read_again":
+        backend.lock_elsewhere(backend.worker(), ids[1])  # a worker of another version runs it
+        claims = store.claim_many(worker, 10)
+        assert decoded == {"claims_from_batch_document": 0, "claims_from_task_rows": 1}
+    else:
+        # The later attempt comes last (priority 1): the first batch is built as read.
+        claims = store.claim_many(worker, len(HOSTILE_PAYLOADS) - 1)
+        assert decoded == {"claims_from_batch_document": 1, "claims_from_task_rows": 0}
+        worker.commit()
+        claims += store.claim_many(worker, 10)
+        assert decoded == {"claims_from_batch_document": 1, "claims_from_task_rows": 1}
     assert len(claims) == len(HOSTILE_PAYLOADS)
     reader = backend.worker(executor=False)  # autocommit, UTC like the worker's session
     for claim in claims:
@@ -650,13 +672,46 @@ def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(backend, store, w
             expected["tentativa"],
             False,
         )
-        assert claim.liveness_locked is (task.id != ids[1])
+        assert claim.liveness_locked is (rows == "as_read" or task.id != ids[1])
         if task.tentativa == 2:
             assert task.payload == HOSTILE_PAYLOADS[0] and task.row["reenfileirado"] is True
             assert task.row["estouro_tentativas"] is None
         else:
             assert task.row["data_hora"] == at.astimezone(UTC).replace(tzinfo=None)
             assert isinstance(task.row["payload_hash"], bytes) or task.payload == ""
+
+
+def test_a_batch_too_large_for_one_packet_is_read_again_row_by_row(
+    backend, store, worker, monkeypatch
+):
+    """The batch's text built by its locking read would outgrow max_allowed_packet (CONCAT
+    gives NULL): the rows are read again after the commit, one per task, none lost."""
+    packet = value(worker, "SELECT @@max_allowed_packet")
+    size = packet // 2 + 1024  # one fits a packet, two do not
+    payloads = [("a" * size), ("b" * size)]
+    ids = backend.enqueue(*({"payload": p, "prioridade": 50} for p in payloads))
+    decoded = {"claims_from_batch_document": 0, "claims_from_task_rows": 0}
+    for name in decoded:
+        monkeypatch.setattr(f"nsj_queue_lib.db.mysql.store.{name}", counted(decoded, name))
+    claims = store.claim_many(worker, 10)
+    assert decoded == {"claims_from_batch_document": 0, "claims_from_task_rows": 1}
+    assert [(c.task.id, c.task.payload, c.liveness_locked) for c in claims] == [
+        (ids[0], payloads[0], True),
+        (ids[1], payloads[1], True),
+    ]
+    assert value(worker, "SELECT @nsjq_claimed_rows") is None  # no text left in the session
+    worker.rollback()
+
+
+def counted(calls: dict[str, int], name: str):
+    """The store's decoder ``name``, its calls counted in ``calls``."""
+    decoder = getattr(mysql_store, name)
+
+    def decode(*args, **kwargs):
+        calls[name] += 1
+        return decoder(*args, **kwargs)
+
+    return decode
 
 
 def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backend, store, worker):
