@@ -45,9 +45,13 @@ _ALIASES = {
     "DB_PASS": ("DATABASE_PASS",),
 }
 WAKEUP_MODES = ("listen", "poll", "server")
-# A commit group's savepoints are subtransactions: PostgreSQL caches 64 per
-# transaction; past that every snapshot of every session gets slower.
-MAX_BATCH_SIZE = 50
+# The largest commit group. On PostgreSQL a group's savepoints are
+# subtransactions, of which it caches 64 per transaction; past that every
+# snapshot of every session gets slower. InnoDB has no such cache, and
+# MySQL/MariaDB, which pay more per statement than per row, drain faster with
+# larger groups (docs/group-commit.md).
+MAX_BATCH_SIZE = 200
+MAX_BATCH_SIZE_POSTGRES = 50
 # QUEUE_BATCH_SIZE when unset, where group commit applies (docs/group-commit.md).
 DEFAULT_BATCH_SIZE = 20
 
@@ -569,7 +573,22 @@ def check_values(values: Mapping[str, Any]) -> dict[str, str]:
             why = _out_of_bounds(values[field], field in _INTEGERS, *bounds[1:])
             if why:
                 problems[bounds[0]] = why
+    problems.update(_batch_size_problems(values))
     return problems
+
+
+def _batch_size_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """QUEUE_BATCH_SIZE within PostgreSQL's own bound (its subtransaction cache)."""
+    size = values.get("queue_batch_size")
+    driver = str(values.get("db_driver", "POSTGRES")).upper()
+    if driver != "POSTGRES" or not isinstance(size, int) or size <= MAX_BATCH_SIZE_POSTGRES:
+        return {}
+    if size > MAX_BATCH_SIZE:
+        return {}  # out of every driver's bounds: said above
+    return {
+        "QUEUE_BATCH_SIZE": f"must be <= {MAX_BATCH_SIZE_POSTGRES} on PostgreSQL (a group's "
+        f"savepoints are subtransactions, of which it caches 64 per transaction), got {size!r}"
+    }
 
 
 _CHOICES = {

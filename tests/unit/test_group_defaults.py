@@ -32,6 +32,25 @@ def test_the_batch_size_defaults_to_groups_and_one_still_means_one_commit_per_ta
             Settings.from_env({**ENV, "QUEUE_BATCH_SIZE": bad})
 
 
+def test_the_batch_size_bound_is_postgresqls_subtransaction_cache_there_only():
+    """PostgreSQL caches 64 subtransactions per transaction: 50 at most there. InnoDB has
+    no such cache: up to 200 on MySQL/MariaDB (and SingleStore, where it is ignored)."""
+    assert Settings.from_env({**ENV, "QUEUE_BATCH_SIZE": "50"}).batch_size == 50
+    with pytest.raises(ConfigError, match=r"QUEUE_BATCH_SIZE: must be <= 50 on PostgreSQL"):
+        Settings.from_env({**ENV, "QUEUE_BATCH_SIZE": "51"})
+    for driver in ("MYSQL", "SINGLE_STORE"):
+        env = {**ENV, "DB_DRIVER": driver}
+        assert Settings.from_env({**env, "QUEUE_BATCH_SIZE": "200"}).batch_size == 200
+        with pytest.raises(ConfigError, match=r"QUEUE_BATCH_SIZE: must be <= 200, got 201"):
+            Settings.from_env({**env, "QUEUE_BATCH_SIZE": "201"})
+    with pytest.raises(ConfigError, match=r"QUEUE_BATCH_SIZE: must be <= 200, got 201"):
+        Settings.from_env({**ENV, "QUEUE_BATCH_SIZE": "201"})  # the bound of every driver
+    required = dict(db_host="h", db_name="b", db_user="u")
+    with pytest.raises(ConfigError, match="on PostgreSQL"):
+        Settings(**required, db_driver="postgres", queue_batch_size=100)  # built in code
+    assert Settings(**required, db_driver="MYSQL", queue_batch_size=100).batch_size == 100
+
+
 def executor(cls, database_locks: bool = False, **settings) -> TaskExecutor:
     """An executor that never starts; without ``database_locks`` its liveness locks are not
     the database's (as with CLIENT_SERVER_MODE or QUEUE_COMPAT_1_2_2)."""

@@ -33,6 +33,7 @@ from nsj_queue_lib.db.mysql.procedure import StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import PROCESSANDO
+from nsj_queue_lib.settings import MAX_BATCH_SIZE
 from tests.helpers import mysql_queue as mysql_helpers
 from tests.integration.store.backends import MYSQL, TASK, UTC, execute, on, value
 from tests.integration.store.test_store_claim import HOSTILE_PAYLOADS, enqueue_hostile_payloads
@@ -679,6 +680,17 @@ def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(
         else:
             assert task.row["data_hora"] == at.astimezone(UTC).replace(tzinfo=None)
             assert isinstance(task.row["payload_hash"], bytes) or task.payload == ""
+
+
+def test_a_batch_of_the_largest_size_is_claimed_as_read_in_claim_order(backend, store, worker):
+    """QUEUE_BATCH_SIZE's bound on MySQL/MariaDB (settings.MAX_BATCH_SIZE): every task of a
+    full batch claimed in one CALL, in claim order, as its locking read built them."""
+    ids = backend.enqueue(*({"prioridade": 50} for _ in range(MAX_BATCH_SIZE + 5)))
+    claims = store.claim_many(worker, MAX_BATCH_SIZE)
+    assert [c.task.id for c in claims] == ids[:MAX_BATCH_SIZE]
+    assert all(c.liveness_locked and c.task.payload == TASK["payload"] for c in claims)
+    worker.commit()
+    assert backend.count("status = 'processando'") == MAX_BATCH_SIZE
 
 
 def test_a_batch_too_large_for_one_packet_is_read_again_row_by_row(
