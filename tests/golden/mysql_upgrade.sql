@@ -281,7 +281,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 14b3acf7630c5915'
+    COMMENT 'nsj_queue_lib claim 245904721556accb'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -364,10 +364,18 @@ BEGIN
             -- without a GROUP_CONCAT (each aggregate of it costs the server a
             -- temporary table), and a failure, which fails the CALL, leaves
             -- the locks taken so far named for the caller. The tasks' arrays
-            -- are appended to @nsjq_claimed_rows the same way: a user variable
-            -- keeps the text out of the derived table, whose rows stay short.
+            -- are appended the same way, to user variables, which keep the
+            -- text out of the derived table (its rows stay short). Each append
+            -- copies the whole text: to @nsjq_claimed_chunk, moved to the end
+            -- of @nsjq_claimed_rows past 32 KiB, so that a row costs a copy of
+            -- at most 32 KiB, not of all rows before it. Past about 128 KiB
+            -- the copies would cost more than reading the rows again after the
+            -- commit: @nsjq_claimed_rows becomes NULL, which stops the appends
+            -- and makes the rows read again.
+            -- (Not "x IS NULL" of an expression that cannot be NULL: MariaDB
+            -- answers FALSE without evaluating it, the assignment with it.)
             -- The position is set to each row read: the last one's stays.
-            SET @nsjq_claimed_rows = '';
+            SET @nsjq_claimed_rows = '', @nsjq_claimed_chunk = '';
             SELECT COUNT(c.listed), SUM(c.locked = 1), MIN(c.id), MAX(c.id), SUM(c.needs_read)
             INTO v_count, v_locked, v_min_id, v_max_id, v_needs_read
             FROM (
@@ -377,8 +385,13 @@ BEGIN
                                      @nsjq_position_data_hora := UNIX_TIMESTAMP(t.data_hora),
                                      @nsjq_position_id := t.id) IS NOT NULL AS listed,
                            GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked,
-                           (@nsjq_claimed_rows := CONCAT(@nsjq_claimed_rows, ',',
-                                                         JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, 1))) IS NULL
+                           (@nsjq_claimed_chunk := IF(@nsjq_claimed_rows IS NULL, NULL,
+                                                      CONCAT(@nsjq_claimed_chunk, ',',
+                                                             JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, 1)))) IS NULL
+                               OR (LENGTH(@nsjq_claimed_chunk) > 32768
+                                   AND ((@nsjq_claimed_rows := IF(LENGTH(@nsjq_claimed_rows) > 98304, NULL,
+                                                                  CONCAT(@nsjq_claimed_rows, @nsjq_claimed_chunk))) IS NULL
+                                        OR LENGTH(@nsjq_claimed_chunk := '') > 0))
                                OR (t.payload IS NULL AND t.id_inicial IS NOT NULL) AS needs_read
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
@@ -403,7 +416,7 @@ BEGIN
                     SELECT COUNT(RELEASE_LOCK(CONCAT(p_lock_prefix, j.id))) INTO v_count
                     FROM JSON_TABLE(CONCAT('[', v_ids, ']'), '$[*]' COLUMNS (id BIGINT PATH '$')) AS j;
                     SET @nsjq_claimed_batch = NULL, v_count = 0, v_ids = NULL,
-                        @nsjq_claimed_rows = NULL,
+                        @nsjq_claimed_rows = NULL, @nsjq_claimed_chunk = NULL,
                         @nsjq_position_prioridade = v_prioridade,
                         @nsjq_position_data_hora = UNIX_TIMESTAMP(v_data_hora),
                         @nsjq_position_id = v_id,
@@ -514,8 +527,9 @@ BEGIN
         -- 1 when every lock was taken, the usual case, else whether this
         -- session holds the task's).
         SET v_rows = IF(v_needs_read = 0 AND v_locked = v_count,
-                        CONCAT('[', SUBSTRING(@nsjq_claimed_rows, 2), ']'), NULL),
-            @nsjq_claimed_rows = NULL;
+                        CONCAT('[', SUBSTRING(CONCAT(@nsjq_claimed_rows, @nsjq_claimed_chunk), 2), ']'),
+                        NULL),
+            @nsjq_claimed_rows = NULL, @nsjq_claimed_chunk = NULL;
         COMMIT AND CHAIN;
         IF v_rows IS NOT NULL THEN
             SELECT v_rows AS task_rows;

@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim 59b8eb1315708ef0",
-        "mysql": "nsj_queue_lib claim 14b3acf7630c5915",
+        "mysql": "nsj_queue_lib claim 245904721556accb",
     },
 }
 

@@ -175,10 +175,18 @@ BEGIN
             -- without a GROUP_CONCAT (each aggregate of it costs the server a
             -- temporary table), and a failure, which fails the CALL, leaves
             -- the locks taken so far named for the caller. The tasks' arrays
-            -- are appended to @nsjq_claimed_rows the same way: a user variable
-            -- keeps the text out of the derived table, whose rows stay short.
+            -- are appended the same way, to user variables, which keep the
+            -- text out of the derived table (its rows stay short). Each append
+            -- copies the whole text: to @nsjq_claimed_chunk, moved to the end
+            -- of @nsjq_claimed_rows past 32 KiB, so that a row costs a copy of
+            -- at most 32 KiB, not of all rows before it. Past about 128 KiB
+            -- the copies would cost more than reading the rows again after the
+            -- commit: @nsjq_claimed_rows becomes NULL, which stops the appends
+            -- and makes the rows read again.
+            -- (Not "x IS NULL" of an expression that cannot be NULL: MariaDB
+            -- answers FALSE without evaluating it, the assignment with it.)
             -- The position is set to each row read: the last one's stays.
-            SET @nsjq_claimed_rows = '';
+            SET @nsjq_claimed_rows = '', @nsjq_claimed_chunk = '';
             SELECT COUNT(c.listed), SUM(c.locked = 1), MIN(c.id), MAX(c.id), SUM(c.needs_read)
             INTO v_count, v_locked, v_min_id, v_max_id, v_needs_read
             FROM (
@@ -188,8 +196,13 @@ BEGIN
                                      @nsjq_position_data_hora := UNIX_TIMESTAMP(t.data_hora),
                                      @nsjq_position_id := t.id) IS NOT NULL AS listed,
                            GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked,
-                           (@nsjq_claimed_rows := CONCAT(@nsjq_claimed_rows, ',',
-                                                         JSON_ARRAY({claimed_task_values}, 1))) IS NULL
+                           (@nsjq_claimed_chunk := IF(@nsjq_claimed_rows IS NULL, NULL,
+                                                      CONCAT(@nsjq_claimed_chunk, ',',
+                                                             JSON_ARRAY({claimed_task_values}, 1)))) IS NULL
+                               OR (LENGTH(@nsjq_claimed_chunk) > 32768
+                                   AND ((@nsjq_claimed_rows := IF(LENGTH(@nsjq_claimed_rows) > 98304, NULL,
+                                                                  CONCAT(@nsjq_claimed_rows, @nsjq_claimed_chunk))) IS NULL
+                                        OR LENGTH(@nsjq_claimed_chunk := '') > 0))
                                OR (t.payload IS NULL AND t.id_inicial IS NOT NULL) AS needs_read
                     FROM {table} AS t FORCE INDEX ({idx_claim})
                     WHERE {claimable_after_position}
@@ -210,7 +223,7 @@ BEGIN
                     SELECT COUNT(RELEASE_LOCK(CONCAT(p_lock_prefix, j.id))) INTO v_count
                     FROM JSON_TABLE(CONCAT('[', v_ids, ']'), '$[*]' COLUMNS (id BIGINT PATH '$')) AS j;
                     SET @nsjq_claimed_batch = NULL, v_count = 0, v_ids = NULL,
-                        @nsjq_claimed_rows = NULL,
+                        @nsjq_claimed_rows = NULL, @nsjq_claimed_chunk = NULL,
                         @nsjq_position_prioridade = v_prioridade,
                         @nsjq_position_data_hora = UNIX_TIMESTAMP(v_data_hora),
                         @nsjq_position_id = v_id,
@@ -314,8 +327,9 @@ BEGIN
         -- 1 when every lock was taken, the usual case, else whether this
         -- session holds the task's).
         SET v_rows = IF(v_needs_read = 0 AND v_locked = v_count,
-                        CONCAT('[', SUBSTRING(@nsjq_claimed_rows, 2), ']'), NULL),
-            @nsjq_claimed_rows = NULL;
+                        CONCAT('[', SUBSTRING(CONCAT(@nsjq_claimed_rows, @nsjq_claimed_chunk), 2), ']'),
+                        NULL),
+            @nsjq_claimed_rows = NULL, @nsjq_claimed_chunk = NULL;
         COMMIT AND CHAIN;
         IF v_rows IS NOT NULL THEN
             SELECT v_rows AS task_rows;

@@ -682,25 +682,32 @@ def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(
             assert isinstance(task.row["payload_hash"], bytes) or task.payload == ""
 
 
-def test_a_batch_of_the_largest_size_is_claimed_as_read_in_claim_order(backend, store, worker):
+def test_a_batch_of_the_largest_size_is_claimed_as_read_in_claim_order(
+    backend, store, worker, monkeypatch
+):
     """QUEUE_BATCH_SIZE's bound on MySQL/MariaDB (settings.MAX_BATCH_SIZE): every task of a
-    full batch claimed in one CALL, in claim order, as its locking read built them."""
-    ids = backend.enqueue(*({"prioridade": 50} for _ in range(MAX_BATCH_SIZE + 5)))
+    full batch claimed in one CALL, in claim order, as its locking read built them (in
+    chunks of 32 KiB: here about 80 KiB in all)."""
+    payloads = [f"{n:04d}" + "x" * 60 for n in range(MAX_BATCH_SIZE + 5)]
+    ids = backend.enqueue(*({"prioridade": 50, "payload": p} for p in payloads))
+    decoded = {"claims_from_batch_document": 0, "claims_from_task_rows": 0}
+    for name in decoded:
+        monkeypatch.setattr(f"nsj_queue_lib.db.mysql.store.{name}", counted(decoded, name))
     claims = store.claim_many(worker, MAX_BATCH_SIZE)
-    assert [c.task.id for c in claims] == ids[:MAX_BATCH_SIZE]
-    assert all(c.liveness_locked and c.task.payload == TASK["payload"] for c in claims)
+    assert decoded == {"claims_from_batch_document": 1, "claims_from_task_rows": 0}
+    assert [(c.task.id, c.task.payload) for c in claims] == list(
+        zip(ids[:MAX_BATCH_SIZE], payloads[:MAX_BATCH_SIZE], strict=True)
+    )
+    assert all(c.liveness_locked for c in claims)
     worker.commit()
     assert backend.count("status = 'processando'") == MAX_BATCH_SIZE
 
 
-def test_a_batch_too_large_for_one_packet_is_read_again_row_by_row(
-    backend, store, worker, monkeypatch
-):
-    """The batch's text built by its locking read would outgrow max_allowed_packet (CONCAT
-    gives NULL): the rows are read again after the commit, one per task, none lost."""
-    packet = value(worker, "SELECT @@max_allowed_packet")
-    size = packet // 2 + 1024  # one fits a packet, two do not
-    payloads = [("a" * size), ("b" * size)]
+def test_a_batch_of_large_rows_is_read_again_row_by_row(backend, store, worker, monkeypatch):
+    """Past about 128 KiB of text the locking read stops building the batch's rows (each
+    append copies a chunk of up to 32 KiB): they are read again after the commit, one per
+    task, none lost, and no text is left in the session."""
+    payloads = [letter * 60_000 for letter in "abc"]
     ids = backend.enqueue(*({"payload": p, "prioridade": 50} for p in payloads))
     decoded = {"claims_from_batch_document": 0, "claims_from_task_rows": 0}
     for name in decoded:
@@ -708,10 +715,14 @@ def test_a_batch_too_large_for_one_packet_is_read_again_row_by_row(
     claims = store.claim_many(worker, 10)
     assert decoded == {"claims_from_batch_document": 0, "claims_from_task_rows": 1}
     assert [(c.task.id, c.task.payload, c.liveness_locked) for c in claims] == [
-        (ids[0], payloads[0], True),
-        (ids[1], payloads[1], True),
+        (task_id, payload, True) for task_id, payload in zip(ids, payloads, strict=True)
     ]
-    assert value(worker, "SELECT @nsjq_claimed_rows") is None  # no text left in the session
+    assert value(worker, "SELECT @nsjq_claimed_rows IS NULL AND @nsjq_claimed_chunk IS NULL")
+    worker.commit()
+    # Two of them stay within the bound: built by the locking read.
+    more = backend.enqueue(*({"payload": p, "prioridade": 50} for p in payloads[:2]))
+    assert [c.task.id for c in store.claim_many(worker, 10)] == more
+    assert decoded == {"claims_from_batch_document": 1, "claims_from_task_rows": 1}
     worker.rollback()
 
 
