@@ -515,6 +515,41 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "a MariaDB group writes one task's mensagem on every task",
     ),
+    Mutant(
+        "mysql-batch-rows-ignore-foreign-locks",
+        MY_PROCEDURE,
+        "IF(v_needs_read = 0 AND v_locked = v_count,",
+        "IF(v_needs_read = 0,",
+        (
+            f"{MY_STORE_ONLY}::test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads"
+            "[mysql-read_again]",
+        ),
+        ("mysql",),
+        "a MariaDB batch reports a liveness lock held elsewhere as its own",
+    ),
+    Mutant(
+        "mysql-batch-rows-later-attempt-payload",
+        MY_PROCEDURE,
+        "\n                               OR (t.payload IS NULL AND t.id_inicial IS NOT NULL) AS needs_read",
+        "\n                               AS needs_read",
+        (
+            f"{MY_STORE_ONLY}::test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads[mysql-as_read]",
+        ),
+        ("mysql",),
+        "a later attempt claimed in a MariaDB batch runs without its first attempt's payload",
+    ),
+    Mutant(
+        "mysql-batch-rows-chunk-kept",
+        MY_PROCEDURE,
+        "OR LENGTH(@nsjq_claimed_chunk := '') > 0))",
+        "OR FALSE))",
+        (
+            f"{MY_STORE_ONLY}::"
+            "test_a_batch_of_the_largest_size_is_claimed_as_read_in_claim_order[mysql]",
+        ),
+        ("mysql",),
+        "a MariaDB batch past 32 KiB of text appends its rows more than once",
+    ),
     # -- liveness lock on claim ---------------------------------------------------------------
     Mutant(
         "pg-claim-function-liveness-lock",

@@ -647,17 +647,16 @@ def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(
     decoded = {"claims_from_batch_document": 0, "claims_from_task_rows": 0}
     for name in decoded:
         monkeypatch.setattr(f"nsj_queue_lib.db.mysql.store.{name}", counted(decoded, name))
-    if rows == "read_again":
-        backend.lock_elsewhere(backend.worker(), ids[1])  # a worker of another version runs it
-        claims = store.claim_many(worker, 10)
-        assert decoded == {"claims_from_batch_document": 0, "claims_from_task_rows": 1}
-    else:
-        # The later attempt comes last (priority 1): the first batch is built as read.
-        claims = store.claim_many(worker, len(HOSTILE_PAYLOADS) - 1)
-        assert decoded == {"claims_from_batch_document": 1, "claims_from_task_rows": 0}
-        worker.commit()
-        claims += store.claim_many(worker, 10)
-        assert decoded == {"claims_from_batch_document": 1, "claims_from_task_rows": 1}
+    if rows == "read_again":  # a worker of another version runs one: the lock alone tells
+        backend.lock_elsewhere(backend.worker(), ids[1])
+    # The later attempt comes last (priority 1): without it in the first batch, only the
+    # lock held elsewhere makes its rows read again.
+    claims = store.claim_many(worker, len(HOSTILE_PAYLOADS) - 1)
+    as_read = int(rows == "as_read")
+    assert decoded == {"claims_from_batch_document": as_read, "claims_from_task_rows": 1 - as_read}
+    worker.commit()
+    claims += store.claim_many(worker, 10)  # the later attempt: read again, for its payload
+    assert decoded == {"claims_from_batch_document": as_read, "claims_from_task_rows": 2 - as_read}
     assert len(claims) == len(HOSTILE_PAYLOADS)
     reader = backend.worker(executor=False)  # autocommit, UTC like the worker's session
     for claim in claims:
