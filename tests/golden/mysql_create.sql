@@ -151,11 +151,11 @@ CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, dat
 -- are read again after the commit, one per task (column task_row), when
 -- what the locking read built will not do: a later attempt needs its first
 -- attempt's payload, a liveness lock was held elsewhere, or the text
--- outgrew max_allowed_packet (CONCAT gives NULL). A task claimed alone stays
--- an object, which the previous release's workers read (previous_claim.sql
--- calls this procedure). MariaDB pays more per statement than per row: one
--- statement per claimed task cost about four times the server CPU of this
--- (and reading the rows again, about a tenth more). If that UPDATE meets the unique index of
+-- reached about 128 KiB (or max_allowed_packet: CONCAT gives NULL). A task
+-- claimed alone stays an object, which the previous release's workers read
+-- (previous_claim.sql calls this procedure). MariaDB pays more per statement
+-- than per row: one statement per claimed task cost about four times the
+-- server CPU of this. If that UPDATE meets the unique index of
 -- running keys (two tasks of one lock_key, or a concurrent claim took a
 -- key), the batch is undone and claimed one task at a time instead, each
 -- claim going on from the previous one's position (the statements between
@@ -423,10 +423,11 @@ BEGIN
     LEAVE batch;
     END LOOP batch;
     IF v_ids IS NOT NULL THEN
-        -- The set-based batch: its rows as committed, one JSON array each (the
-        -- values of QUEUE_COLUMNS in order, then the liveness lock's result:
-        -- 1 when every lock was taken, the usual case, else whether this
-        -- session holds the task's).
+        -- The set-based batch: the arrays its locking read built, in one row,
+        -- when every liveness lock was taken and no row needs reading again;
+        -- else its rows as committed, one JSON array each (the values of
+        -- QUEUE_COLUMNS in order, then the liveness lock's result: 1 when
+        -- every lock was taken, else whether this session holds the task's).
         SET v_rows = IF(v_needs_read = 0 AND v_locked = v_count,
                         CONCAT('[', SUBSTRING(CONCAT(@nsjq_claimed_rows, @nsjq_claimed_chunk), 2), ']'),
                         NULL),
