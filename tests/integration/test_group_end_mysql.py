@@ -9,6 +9,7 @@ import pytest
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.db.mysql.group import MysqlGroupOps
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+from nsj_queue_lib.settings import MAX_BATCH_SIZE
 from tests.helpers.mysql_queue import connect, fetch_dicts, fetch_value, in_transaction, questions
 
 pytestmark = pytest.mark.mysql
@@ -57,16 +58,25 @@ def claim(ops: MysqlGroupOps, conn, count: int):
     return [c.task for c in claims]
 
 
+@pytest.mark.parametrize("size", [5, MAX_BATCH_SIZE], ids=["small", "largest"])
 def test_equal_messages_are_written_and_the_locks_released(
-    ops, enqueue, mysql_worker_conn, mysql_admin, mysql_queue
+    ops, enqueue, mysql_worker_conn, mysql_admin, mysql_queue, size
 ):
-    enqueue(5)
-    tasks = claim(ops, mysql_worker_conn, 5)
+    """Also for a group of QUEUE_BATCH_SIZE's largest value on MySQL/MariaDB, whose commit
+    claims the next full group (COMMIT AND CHAIN, then the claim)."""
+    enqueue(2 * size)
+    tasks = claim(ops, mysql_worker_conn, size)
     ids = [task.id for task in tasks]
-    assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [True] * 5
-    ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], 0)
-    assert rows(mysql_admin, mysql_queue.table) == {i: ("sucesso", "ok") for i in ids}
-    assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [False] * 5
+    assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [True] * size
+    next_group = ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], size)
+    found = rows(mysql_admin, mysql_queue.table)
+    assert {i: found[i] for i in ids} == {i: ("sucesso", "ok") for i in ids}
+    assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [False] * size
+    held = [c.task.id for c in next_group]
+    assert len(held) == size and not set(held) & set(ids)
+    assert locks_in_use(mysql_admin, ops, mysql_worker_conn, held) == [True] * size
+    assert all(found[i] == ("processando", None) for i in held)
+    ops.store.rollback(mysql_worker_conn)
 
 
 def test_different_messages_each_reach_their_task(

@@ -118,8 +118,7 @@ def _loads(document: Any) -> Any:
 
 def claims_from_task_rows(documents: list[str]) -> list[model.Claim]:
     """The claims of a set-based batch sent as one JSON array per task (a row each)."""
-    loads = _loads
-    return claims_from_task_values([loads(document) for document in documents])
+    return claims_from_task_values([_loads(document) for document in documents])
 
 
 def claims_from_batch_document(document: str) -> list[model.Claim]:
