@@ -30,6 +30,12 @@ class DatabaseError(QueueLibError):
     """A database operation failed; the driver's error is ``__cause__``."""
 
 
+class AttemptFenced(DatabaseError):
+    """An attempt's success was refused because the attempt no longer owns its task's row
+    (another worker rescued it and runs it again): its transaction, the handler's writes
+    with it, was rolled back. Its liveness lock was released."""
+
+
 class NotFoundError(QueueLibError, LookupError):
     """A row the caller asked for does not exist."""
 

@@ -182,7 +182,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 245904721556accb'
+    COMMENT 'nsj_queue_lib claim f3e6fde429739253'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -214,6 +214,14 @@ BEGIN
         UPDATE public.fila_teste
         SET status = 'sucesso', mensagem = p_mensagem
         WHERE id = p_task_id AND status = 'processando';
+        -- The fence: an attempt that no longer owns its row (another worker
+        -- rescued it and runs it again) must not commit its handler's writes.
+        IF ROW_COUNT() = 0 THEN
+            ROLLBACK;
+            DO RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id));
+            SIGNAL SQLSTATE '45000'
+                SET MESSAGE_TEXT = 'nsjq fenced: the task is no longer processando';
+        END IF;
     END IF;
     -- Also ends the empty transaction a first claim is called in. The
     -- liveness lock goes once the task is 'sucesso' for everyone.

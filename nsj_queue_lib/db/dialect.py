@@ -56,6 +56,12 @@ class DdlNames:
         queue name, less than the longest index name."""
         return f"claim_limited_{queue}_v{release}"
 
+    @staticmethod
+    def settle_routine_name(queue: str, release: int = CLAIM_ROUTINE_RELEASE) -> str:
+        """The function that settles a commit group's successes (PostgreSQL), without its
+        schema; shorter than the claim function's name."""
+        return f"settle_{queue}_v{release}"
+
     def old_routine_names(self) -> dict[int, str]:
         """{release: name} of the claim routines of earlier releases, with the schema."""
         return {
@@ -85,6 +91,7 @@ class DdlNames:
             "function": f"notify_{q}_insert",
             "claim_function": self.routine_name(q),
             "limited_claim": self.limited_routine_name(q),
+            "settle_function": self.settle_routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
         }
 
@@ -98,6 +105,7 @@ class DdlNames:
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
         values["limited_claim"] = f"{self.schema}.{names['limited_claim']}"
+        values["settle_function"] = f"{self.schema}.{names['settle_function']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
@@ -123,6 +131,16 @@ def claim_routine_name(queue_table: str, release: int = CLAIM_ROUTINE_RELEASE) -
         check_identifier(name, "claim routine")
     except InvalidIdentifierError:
         return None
+    return f"{schema}.{name}" if schema else name
+
+
+def settle_routine_name(queue_table: str) -> str | None:
+    """``[schema.]settle_<table>_v<N>``: the group settle function db_gen creates next to the
+    claim function (PostgreSQL); None where the claim function's name would be too long."""
+    if claim_routine_name(queue_table) is None:
+        return None
+    schema, table = split_table_name(queue_table)
+    name = DdlNames.settle_routine_name(table)
     return f"{schema}.{name}" if schema else name
 
 

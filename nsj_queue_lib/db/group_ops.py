@@ -60,11 +60,17 @@ class GroupOps(Protocol):
         written: Sequence[tuple[TaskRecord, str]],
         claim_limit: int,
         chain: bool = False,
+        group: GroupState | None = None,
     ) -> list[Claim]:
         """Write what ``succeeded`` left of ``written`` ('sucesso', locks released), commit,
         then claim up to ``claim_limit`` tasks as ``claim_batch`` does. ``chain``: the
         group goes on, a new transaction opens with the commit where the dialect can
-        (the session is never idle while it holds the group's liveness locks)."""
+        (the session is never idle while it holds the group's liveness locks). ``group``:
+        the open group, whose ``tx`` says what the dialect wrote already.
+
+        The fence: raises ``AttemptFenced`` (nothing committed, the handlers' writes rolled
+        back) when a task of ``written`` is no longer 'processando': another worker rescued
+        it and runs it again."""
         ...
 
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:

@@ -45,7 +45,7 @@ from typing import Any, TypeVar, cast
 from nsj_queue_lib.context import running
 from nsj_queue_lib.db.driver import ConnectionPool
 from nsj_queue_lib.db.queue_store import WorkerStore
-from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
+from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
@@ -275,6 +275,10 @@ class AsyncTaskExecutor(TaskExecutor):
             if isinstance(outcome, str):
                 try:
                     return conn, await self._complete(conn, task, outcome)
+                except AttemptFenced as exc:  # rolled back: its new attempt runs elsewhere
+                    self.fenced(task, exc)
+                    await self._call(self.liveness.after_settled, task, conn)
+                    return conn, await self._claim(conn)
                 except DatabaseError as exc:
                     outcome = exc.__cause__ or exc  # the commit failed: the attempt failed
         finally:

@@ -31,7 +31,12 @@ from nsj_queue_lib import model
 from nsj_queue_lib.context import TIMED_OUT, TaskContext, running
 from nsj_queue_lib.db.driver import ConnectionPool, close_quietly
 from nsj_queue_lib.db.queue_store import WorkerStore
-from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError, TaskCancelled
+from nsj_queue_lib.exceptions import (
+    AttemptFenced,
+    DatabaseError,
+    HandlerTransactionError,
+    TaskCancelled,
+)
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
@@ -508,6 +513,10 @@ class TaskExecutor:
                     )
                     self._succeeded(task)
                     return conn, next_claim
+                except AttemptFenced as exc:
+                    self.fenced(task, exc)
+                    self.liveness.after_settled(task, conn)
+                    return conn, self.liveness.claim(conn, self._claim_next())
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost
                     # connection): nothing was committed, so the attempt failed.
@@ -567,6 +576,17 @@ class TaskExecutor:
             # Past its timeout the attempt fails, whatever the handler did.
             return TaskTimeout(item.timeout_message or "timeout")
         return outcome
+
+    def fenced(self, task: TaskRecord, error: BaseException) -> None:
+        """The attempt's success was refused, its transaction rolled back: another worker
+        rescued the task, whose new attempt runs the handler again (nothing to settle)."""
+        logger.warning(
+            "queue=%s task=%s: no longer 'processando' when its handler returned (rescued by "
+            "another worker); its work was rolled back (%s)",
+            self.settings.queue_name,
+            task.id,
+            error,
+        )
 
     def _fail_and_release(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """``_fail``, then the liveness' release; False when ``conn`` turned out broken."""

@@ -50,7 +50,7 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import driver_module_name
 from nsj_queue_lib.db.group_ops import GroupLost, GroupOps, group_ops_for
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.queue_client import CANCELLED_MESSAGE
@@ -387,7 +387,7 @@ class GroupDrain:
                 self._claim_started()
             started = time.perf_counter()
             try:
-                claims = self.ops.commit(conn, group.written, 0 if limited else limit)
+                claims = self.ops.commit(conn, group.written, 0 if limited else limit, group=group)
             except BaseException:
                 if stepping_back:
                     self._count_active(True)  # it goes on draining after all
@@ -418,7 +418,13 @@ class GroupDrain:
         # The unstarted tasks given back in the failed transaction are still claimed.
         group.waiting.extend(reversed(group.released))
         group.released = []
-        if len(group.written) > 1:
+        if isinstance(exc, AttemptFenced):
+            # A task was rescued under the group: all its writes were rolled back; the
+            # others go back to the queue (no suspect among them), the rescued one is left
+            # to its new attempt.
+            for task, _ in group.written:
+                self.ex.fenced(task, exc)
+        elif len(group.written) > 1:
             logger.warning(
                 "queue=%s: committing a group of %d finished tasks failed (%s); they go back "
                 "to the queue and run one commit each until they ran again",
@@ -452,7 +458,7 @@ class GroupDrain:
         try:
             # Slow handlers: keep what the recent pace runs in QUEUE_BATCH_MAX_MS.
             self._give_back_waiting(conn, group, keep=self._claim_limit())
-            self.ops.commit(conn, group.written, 0, chain=True)
+            self.ops.commit(conn, group.written, 0, chain=True, group=group)
             if not self.ex.store.in_transaction(conn):
                 self.ex.store.begin(conn)
         except (DatabaseError, GroupLost) as exc:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 logger = get_logger("retry")
 
 BATCH = 100
+# Between the two looks at a suspect attempt (RetryService._confirmed).
+CONFIRM_SECONDS = 0.25
 ORPHAN_MESSAGE = "the worker running this attempt died or lost its database connection"
 
 
@@ -74,9 +76,11 @@ class RetryService(PeriodicService):
             held: list[int] = []
             if self.lock_client is None:
                 found = self.store.find_orphans(conn, BATCH, check_session_locks=True)
+                batch_full = len(found) == BATCH
+                found = self._confirmed(conn, found)
                 orphans, held = self._free_of_1_2_2(conn, found)
                 # A batch of 1.2.2's running tasks only would come back unchanged.
-                batch_full = len(found) == BATCH and bool(orphans)
+                batch_full = batch_full and bool(orphans)
             else:
                 candidates = self.store.find_orphans(conn, BATCH, check_session_locks=False)
                 free = self._free_on_server(candidates)
@@ -110,6 +114,24 @@ class RetryService(PeriodicService):
             if not batch_full:
                 break
         return rescued
+
+    def _confirmed(self, conn: Any, found: list[TaskRecord]) -> list[TaskRecord]:
+        """The rows of ``found`` still without a live worker at a second look, in a new
+        transaction ``CONFIRM_SECONDS`` later, row-locked.
+
+        One look reads each row, its liveness lock and its holder's state at slightly
+        different moments (PostgreSQL's pg_stat_activity is a snapshot taken once per
+        transaction), and under a busy drain a live attempt was seen as abandoned now and
+        then (issue 36). A live attempt is not seen so twice; the fence keeps a rescue that
+        gets through anyway from committing anything twice."""
+        if not found:
+            return found
+        first = {task.id for task in found}
+        conn.rollback()  # its row locks go while waiting, its snapshots with them
+        if self.stop.wait(CONFIRM_SECONDS):
+            return []
+        again = self.store.find_orphans(conn, BATCH, check_session_locks=True)
+        return [task for task in again if task.id in first]
 
     def _free_of_1_2_2(
         self, conn: Any, found: list[TaskRecord]

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from nsj_queue_lib.db.dialect import DdlNames
 from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS as PG_CLAIM_FUNCTION_ARGS
 
 CONNECT_TIMEOUT = 5  # seconds; an unreachable database is reported quickly
@@ -251,7 +252,10 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"DROP TABLE IF EXISTS {schema}.{name}_subscriber CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_periodic;"
         f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
-        f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE"
+        f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE;"
+        # The group settle function names no table type: CASCADE does not reach it.
+        f"DROP FUNCTION IF EXISTS {schema}.{DdlNames.settle_routine_name(name)}"
+        "(bigint[], text[], integer)"
     )
 
 

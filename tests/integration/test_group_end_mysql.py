@@ -4,11 +4,14 @@ driven through ``MysqlGroupOps`` as the group drain does."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.db.mysql.group import MysqlGroupOps
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+from nsj_queue_lib.exceptions import AttemptFenced
 from nsj_queue_lib.settings import MAX_BATCH_SIZE
 from tests.helpers.mysql_queue import connect, fetch_dicts, fetch_value, in_transaction, questions
 
@@ -109,25 +112,44 @@ def test_backslashes_survive_no_backslash_escapes(
     assert [found[task.id][1] for task in tasks] == messages
 
 
-def test_a_task_no_longer_processando_is_skipped(
+def test_tasks_the_first_savepoint_wrote_are_skipped(
     ops, enqueue, mysql_worker_conn, mysql_admin, mysql_queue
 ):
     enqueue(3)
     tasks = claim(ops, mysql_worker_conn, 3)
-    done, cancelled, running = (task.id for task in tasks)
-    # Written earlier (by the transaction's first savepoint), and cancelled meanwhile.
+    ids = [task.id for task in tasks]
+    # Written earlier by the transaction's first savepoint (the group's tx says one).
     with mysql_admin.cursor() as cur:
         sql = f"UPDATE {mysql_queue.table} SET status = %s, mensagem = %s WHERE id = %s"
-        cur.execute(sql, ("sucesso", "first", done))
-        cur.execute(sql, ("falha", "cancelled", cancelled))
-    ops.commit(mysql_worker_conn, [(tasks[0], "again"), (tasks[1], "x"), (tasks[2], "y")], 0)
+        cur.execute(sql, ("sucesso", "first", ids[0]))
+    group = SimpleNamespace(tx=(ids[0], 1), written=[])
+    written = [(tasks[0], "again"), (tasks[1], "x"), (tasks[2], "y")]
+    ops.commit(mysql_worker_conn, written, 0, group=group)
     assert rows(mysql_admin, mysql_queue.table) == {
-        done: ("sucesso", "first"),
-        cancelled: ("falha", "cancelled"),
-        running: ("sucesso", "y"),
+        ids[0]: ("sucesso", "first"),
+        ids[1]: ("sucesso", "x"),
+        ids[2]: ("sucesso", "y"),
     }
-    ids = [task.id for task in tasks]
     assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [False] * 3
+
+
+def test_a_task_no_longer_processando_fences_the_group_commit(
+    ops, enqueue, mysql_worker_conn, mysql_admin, mysql_queue
+):
+    enqueue(3)
+    tasks = claim(ops, mysql_worker_conn, 3)
+    ids = [task.id for task in tasks]
+    with mysql_admin.cursor() as cur:  # rescued by another worker meanwhile
+        sql = f"UPDATE {mysql_queue.table} SET status = %s, mensagem = %s WHERE id = %s"
+        cur.execute(sql, ("falha_processando", "rescued", ids[1]))
+    with pytest.raises(AttemptFenced):
+        ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], 0)
+    mysql_worker_conn.rollback()  # what the group drain does (its connection closed)
+    assert rows(mysql_admin, mysql_queue.table) == {
+        ids[0]: ("processando", None),
+        ids[1]: ("falha_processando", "rescued"),
+        ids[2]: ("processando", None),
+    }
 
 
 def test_a_group_end_is_five_statements_with_the_next_claim(

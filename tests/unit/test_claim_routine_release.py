@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim 59b8eb1315708ef0",
-        "mysql": "nsj_queue_lib claim 245904721556accb",
+        "postgres": "nsj_queue_lib claim b7a3e10e071c5b95",
+        "mysql": "nsj_queue_lib claim f3e6fde429739253",
     },
 }
 

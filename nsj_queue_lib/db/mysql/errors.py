@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from nsj_queue_lib.db.mysql.procedure import StatementFailed
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.log import get_logger
 
 logger = get_logger("mysql")
@@ -22,6 +22,10 @@ ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 RETRYABLE_ERRORS = (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK)
 ER_DUP_ENTRY = 1062
+# SIGNAL SQLSTATE '45000' of the claim procedure's fence (claim_procedure.sql): the finished
+# task is no longer 'processando'; its transaction was rolled back, its lock released.
+ER_SIGNAL_EXCEPTION = 1644
+FENCED_MESSAGE = "nsjq fenced"
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY = 0.005  # seconds; doubled per attempt, with jitter
 
@@ -42,6 +46,13 @@ def error_code(exc: BaseException | None) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
+def is_fenced(exc: BaseException | None) -> bool:
+    """The claim procedure refused a success: the attempt no longer owns its row."""
+    if isinstance(exc, StatementFailed):
+        exc = exc.error
+    return error_code(exc) == ER_SIGNAL_EXCEPTION and FENCED_MESSAGE in str(exc)
+
+
 def is_retryable(exc: BaseException | None) -> bool:
     """A deadlock or lock wait timeout: the transaction may simply be tried again."""
     return error_code(exc) in RETRYABLE_ERRORS
@@ -53,12 +64,18 @@ def wrap_driver_errors(what: str) -> Iterator[None]:
         yield
     except StatementFailed as failed:
         if is_driver_error(failed.error):
-            raise DatabaseError(f"{what} failed: {failed.error}".strip()) from failed.error
+            raise _wrapped(what, failed.error) from failed.error
         raise failed.error from None
     except Exception as exc:
         if is_driver_error(exc):
-            raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
+            raise _wrapped(what, exc) from exc
         raise
+
+
+def _wrapped(what: str, exc: BaseException) -> DatabaseError:
+    if is_fenced(exc):
+        return AttemptFenced(f"{what}: {exc}".strip())
+    return DatabaseError(f"{what} failed: {exc}".strip())
 
 
 def retry_on_lock_errors(

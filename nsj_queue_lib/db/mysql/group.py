@@ -31,7 +31,7 @@ from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupLost, GroupState
 from nsj_queue_lib.db.mysql import first_use as mysql_first_use
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
 
 
@@ -79,10 +79,11 @@ class MysqlGroupOps:
                 # The transaction's marker: its first successes, written now. Without it
                 # the group could not tell its commit from its rollback: it is lost.
                 try:
-                    self._write_successes(conn, written)
+                    self._write_successes(conn, written, len(written))
                 except DatabaseError as exc:
                     raise GroupLost(f"writing the group's first successes failed: {exc}") from exc
-                group.tx = written[0][0].id
+                # (the marker task, how many successes this write settled)
+                group.tx = (written[0][0].id, len(written))
         self._execute(conn, "savepoint", f"SAVEPOINT {SAVEPOINT}")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
@@ -95,10 +96,12 @@ class MysqlGroupOps:
         written: Sequence[tuple[TaskRecord, str]],
         claim_limit: int,
         chain: bool = False,
+        group: GroupState | None = None,
     ) -> list[Claim]:
         if written:
             # Those the first savepoint wrote are 'sucesso' already: the UPDATE skips them.
-            self._write_successes(conn, written)
+            early = group.tx[1] if group is not None and group.tx is not None else 0
+            self._write_successes(conn, written, len(written) - early)
             self._release_locks(conn, [task.id for task, _ in written])
         if claim_limit > 1:
             # The next claim's transaction opens with the commit: one round trip fewer.
@@ -110,18 +113,29 @@ class MysqlGroupOps:
     def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
         if group.tx is None:
             return None  # no success was written before it ended: the rows say
-        row = self.store.get_task(conn, int(group.tx))
+        row = self.store.get_task(conn, int(group.tx[0]))
         return row is not None and row.get("status") == SUCESSO
 
-    def _write_successes(self, conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> None:
-        """'sucesso' and each task's mensagem, in one statement, for the tasks still running."""
+    def _write_successes(
+        self, conn: Any, written: Sequence[tuple[TaskRecord, str]], expected: int
+    ) -> None:
+        """'sucesso' and each task's mensagem, in one statement, for the tasks still running.
+
+        The fence: fewer than ``expected`` rows changed means a task is no longer
+        'processando' (another worker rescued it): ``AttemptFenced``, and the caller rolls
+        the transaction back with its handlers' writes."""
         sql = (
             f"UPDATE {self.store.queue_table} SET status = 'sucesso', "
             f"mensagem = {mensagem_by_id(conn, written)} "
             f"WHERE id IN ({id_list([task.id for task, _ in written])}) AND status = 'processando'"
         )
         with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
-            cur.execute(sql)
+            changed = cur.execute(sql)
+        if changed < expected:
+            raise AttemptFenced(
+                f"complete_tasks: {expected - changed} of tasks {[t.id for t, _ in written]} "
+                "are no longer 'processando'"
+            )
 
     def _release_locks(self, conn: Any, task_ids: list[int]) -> None:
         """The tasks' liveness locks, in one statement (named locks are not transactional:

@@ -33,7 +33,7 @@ from nsj_queue_lib.db.mysql.errors import (
     retry_on_lock_errors,
     wrap_driver_errors,
 )
-from nsj_queue_lib.db.mysql.family_store import LOST, MysqlFamilyStore
+from nsj_queue_lib.db.mysql.family_store import LOST, NOT_RUNNING, MysqlFamilyStore
 from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_table
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import (
@@ -44,7 +44,7 @@ from nsj_queue_lib.db.mysql.rows import (
     task_from_json,
     task_from_object,
 )
-from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
+from nsj_queue_lib.exceptions import AttemptFenced, ClaimRoutineError, DatabaseError
 from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
@@ -291,9 +291,14 @@ class MysqlQueueStore(MysqlFamilyStore):
     def _complete_and_commit(self, conn: Any, task_id: int, mensagem: str) -> None:
         """'sucesso' and the lock's release, committed, with nothing claimed after it."""
         with wrap_driver_errors("complete_task"):
-            if self._complete(conn, task_id, mensagem) is LOST:
+            outcome = self._complete(conn, task_id, mensagem)
+            if outcome is LOST:
                 self._give_back(conn, task_id, lambda: self.unlock_task(conn, task_id))
                 return
+            if outcome is NOT_RUNNING:  # the fence, as in the claim procedure
+                conn.rollback()
+                self.unlock_task(conn, task_id)
+                raise AttemptFenced(f"complete_task: task {task_id} is no longer 'processando'")
             self.unlock_task(conn, task_id)
             conn.commit()
 

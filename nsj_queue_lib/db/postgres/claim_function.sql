@@ -26,14 +26,24 @@ DECLARE
     edge_data_hora {table}.data_hora%TYPE;
     edge_id {table}.id%TYPE;
     claimed bigint;
+    settled bigint;
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE {table} AS d
         SET status = 'sucesso', mensagem = done_mensagem
         WHERE d.id = done_id AND d.status = 'processando';
-        -- Advisory unlocks are not transactional: the lock goes even if the
-        -- row was no longer 'processando'.
+        GET DIAGNOSTICS settled = ROW_COUNT;
+        -- After the UPDATE, whose row lock keeps the retry service away until the
+        -- commit. Advisory unlocks are not transactional: the lock goes even when
+        -- the fence below rolls the transaction back.
         PERFORM pg_advisory_unlock(lock_queue_key, done_task_key);
+        -- The fence: an attempt that no longer owns its row (another worker rescued
+        -- it, and its new attempt runs the handler again) must not commit its
+        -- handler's writes. The error rolls the whole transaction back.
+        IF settled = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'NQ001',
+                MESSAGE = format('nsjq fenced: task %s is no longer ''processando''', done_id);
+        END IF;
     END IF;
     IF claim_limit > 0 THEN
         -- claim_query.sql, at most three times: lock_key's unique index of
@@ -84,3 +94,43 @@ $$;
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer, varchar[])
     IS '{claim_function_version}';
+
+-- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
+-- with its mensagem, then the liveness locks released, in the caller's
+-- transaction. The locks go only after the UPDATE holds every row: released
+-- first, a task would be 'processando' without its lock (committed) and not
+-- locked by this transaction, which the retry service reads as abandoned
+-- (issue 36). The fence: when a task is no longer 'processando' (rescued by
+-- another worker), the error rolls the group's transaction back, its
+-- handlers' writes with it; the group gives its other tasks back.
+CREATE OR REPLACE FUNCTION {settle_function}(
+    done_ids bigint[], done_mensagens text[], lock_queue_key integer
+)
+RETURNS bigint
+LANGUAGE plpgsql
+SET jit = off
+AS $$
+DECLARE
+    settled bigint;
+    fenced bigint[];
+BEGIN
+    -- Each row's mensagem by its id's position (a join with the unnested arrays
+    -- became a nested loop over them once planned generically with a backlog).
+    UPDATE {table} AS t
+    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)]
+    WHERE t.id = ANY(done_ids) AND t.status = 'processando';
+    GET DIAGNOSTICS settled = ROW_COUNT;
+    PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)
+    FROM unnest(done_ids) AS done(id);
+    IF settled < cardinality(done_ids) THEN
+        SELECT array_agg(done.id ORDER BY done.id) INTO fenced
+        FROM unnest(done_ids) AS done(id)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {table} AS t WHERE t.id = done.id AND t.status = 'sucesso'
+        );
+        RAISE EXCEPTION USING ERRCODE = 'NQ001',
+            MESSAGE = format('nsjq fenced: tasks %s are no longer ''processando''', fenced);
+    END IF;
+    RETURN settled;
+END;
+$$;

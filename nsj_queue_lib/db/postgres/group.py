@@ -25,6 +25,7 @@ import psycopg
 from psycopg import pq
 
 from nsj_queue_lib.db import first_use as shared_first_use
+from nsj_queue_lib.db.dialect import settle_routine_name
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
 from nsj_queue_lib.db.postgres import first_use, group_wire
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
@@ -42,7 +43,9 @@ _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 class PostgresGroupOps:
     def __init__(self, store: PostgresQueueStore):
         self.store = store
-        self._settle = group_wire.settle_statement(store.queue_table)
+        # The settle function db_gen creates next to the claim function (claim_function.sql).
+        settle_function = settle_routine_name(store.queue_table) or "settle_routine_unavailable"
+        self._settle = group_wire.settle_statement(settle_function)
 
     def claim_batch(self, conn: Any, limit: int) -> list[Claim]:
         # Whatever an earlier drain left armed (an unexpected error) goes.
@@ -77,6 +80,7 @@ class PostgresGroupOps:
         written: Sequence[tuple[TaskRecord, str]],
         claim_limit: int,
         chain: bool = False,
+        group: GroupState | None = None,
     ) -> list[Claim]:
         shared_first_use.disarm(conn)
         # AND CHAIN when the group goes on: idle between a COMMIT and a BEGIN, the session

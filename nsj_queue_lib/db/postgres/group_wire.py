@@ -4,8 +4,9 @@ commit.
 Sent as three statements of one pipeline (wire.py's prepared statements, so
 neither the settling statement nor the claim is parsed and planned again):
 
-1. the settling statement: every success of the group 'sucesso' with its
-   ``mensagem``, and the liveness locks of all of them released;
+1. the settle function: every success of the group 'sucesso' with its ``mensagem``, then
+   the liveness locks of all of them released; an error (the fence) when one of them is
+   no longer 'processando', which aborts the claim and the commit after it;
 2. the claim function, claiming the next group (``claim_limit`` 0: none);
 3. ``COMMIT AND CHAIN`` (or ``COMMIT``).
 
@@ -39,28 +40,15 @@ from nsj_queue_lib.db.postgres.wire import (
 )
 
 
-def settle_sql(queue_table: str) -> str:
+def settle_sql(settle_function: str) -> str:
     """The settling statement: $1 the tasks' ids (bigint[]), $2 their messages (text[], in the
-    same order), $3 the queue's lock key. One row: (rows settled, locks released)."""
-    return (
-        "WITH settled AS ("
-        f" UPDATE {queue_table} AS t SET status = 'sucesso',"
-        # Each row's mensagem by its id's position in $1, not a join with the unnested arrays:
-        # planned generically (prepared, no statistics), the join became a nested loop over
-        # the arrays once the table held a backlog (issue 16: the settle 1.2-1.3x as slow on
-        # 50,000 rows as on 5,000; this form 1.1x, benchmarks/settle_backlog.py).
-        " mensagem = ($2::text[])[array_position($1::bigint[], t.id)]"
-        # = ANY: an index scan by id, whatever the table's statistics say.
-        " WHERE t.id = ANY($1::bigint[]) AND t.status = 'processando' RETURNING t.id"
-        ") SELECT (SELECT count(*) FROM settled) AS settled,"
-        # Advisory unlocks are not transactional, as in the claim function.
-        " count(*) FILTER (WHERE pg_advisory_unlock($3::int4, (done.id % 2147483648)::int4))"
-        " AS unlocked FROM unnest($1::bigint[]) AS done(id)"
-    )
+    same order), $3 the queue's lock key. One row: the rows settled. The settle function
+    (claim_function.sql) raises NQ001 when a task is no longer 'processando' (the fence)."""
+    return f"SELECT {settle_function}($1::bigint[], $2::text[], $3::int4) AS settled"
 
 
-def settle_statement(queue_table: str) -> PreparedRoundTrip:
-    return PreparedRoundTrip(settle_sql(queue_table), ("settled", "unlocked"))
+def settle_statement(settle_function: str) -> PreparedRoundTrip:
+    return PreparedRoundTrip(settle_sql(settle_function), ("settled",))
 
 
 def text_array(values: Iterable[str]) -> str:

@@ -37,7 +37,12 @@ from nsj_queue_lib.db.postgres.wire import (
     statement_steps,
 )
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
+from nsj_queue_lib.exceptions import (
+    AttemptFenced,
+    ClaimRoutineError,
+    DatabaseError,
+    QueueTableMissingError,
+)
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.flow.deliveries import postgres_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
@@ -73,6 +78,18 @@ def queue_lock_key(queue_oid: int) -> int:
     return queue_oid - 2**32 if queue_oid >= 2**31 else queue_oid
 
 
+# What the claim and settle functions raise when a task is no longer 'processando' as its
+# success is written (claim_function.sql): the transaction is rolled back.
+FENCED_SQLSTATE = "NQ001"
+FENCED_MESSAGE = "nsjq fenced:"
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """The fence's error, whether psycopg raised it (its SQLSTATE) or wire.py rebuilt it
+    from a pipeline's result (by message: an unknown SQLSTATE has no class of its own)."""
+    return getattr(exc, "sqlstate", None) == FENCED_SQLSTATE or FENCED_MESSAGE in str(exc)
+
+
 def _is_driver_error(exc: BaseException) -> bool:
     root = type(exc).__module__.split(".")[0]
     return root in ("psycopg", "psycopg2", "psycopg_pool")
@@ -84,6 +101,8 @@ def wrap_driver_errors(what: str) -> Iterator[None]:
         yield
     except Exception as exc:
         if _is_driver_error(exc):
+            if is_fenced(exc):
+                raise AttemptFenced(f"{what}: {exc}".strip()) from exc
             raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
         raise
 

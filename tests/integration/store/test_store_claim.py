@@ -13,7 +13,12 @@ import time
 import pytest
 
 from nsj_queue_lib.db.mysql.names import qualified_table, stable_queue_number
-from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
+from nsj_queue_lib.exceptions import (
+    AttemptFenced,
+    ClaimRoutineError,
+    DatabaseError,
+    QueueTableMissingError,
+)
 from nsj_queue_lib.model import PROCESSANDO, Claim, TaskRecord
 from tests.integration.store.backends import (
     EVERY_STORE,
@@ -181,12 +186,20 @@ def test_complete_and_claim_commits_the_handlers_work_and_claims_the_next(backen
     assert backend.row(second)["status"] == PROCESSANDO
 
 
-def test_complete_of_a_task_no_longer_running_writes_nothing(backend, store, worker):
+@pytest.mark.parametrize("claim_next", [False, True])
+def test_complete_of_a_task_no_longer_running_is_fenced_and_commits_nothing(
+    backend, store, worker, claim_next
+):
     task_id = backend.enqueue()
+    other = backend.enqueue()
     store.claim(worker)
     backend.set_status("falha_processando", task_id)  # settled by the retry service meanwhile
-    store.complete_and_claim(worker, task_id, "ok", claim_next=False)
+    with pytest.raises(AttemptFenced):
+        store.complete_and_claim(worker, task_id, "ok", claim_next=claim_next)
     assert backend.row(task_id)["status"] == "falha_processando"
+    assert backend.row(other)["status"] == "pendente"  # the claim after it did not happen
+    # The transaction was rolled back and the connection goes on.
+    assert store.claim(worker).task.id == other
 
 
 HOSTILE_PAYLOADS = [
