@@ -117,7 +117,11 @@ def drain(cluster: GaleraCluster, tasks: int, ms: int, seed: int) -> dict:
         conn.autocommit(True)
         while True:
             with conn.cursor() as cur:
-                cur.execute(f"SELECT count(*) FROM {queue.table} WHERE status = 'sucesso'")
+                # Settled: 'sucesso', or 'falha' (a retry is due later: see docs/how-to/galera.md).
+                cur.execute(
+                    f"SELECT count(DISTINCT chave_externa) FROM {queue.table} "
+                    "WHERE status IN ('sucesso', 'falha')"
+                )
                 done = int(cur.fetchone()[0])
             if done >= tasks:
                 break
@@ -131,8 +135,15 @@ def drain(cluster: GaleraCluster, tasks: int, ms: int, seed: int) -> dict:
                 "HAVING count(*) > 1) d"
             )
             doubles = int(cur.fetchone()[0])
+            cur.execute(f"SELECT count(*) FROM {queue.table} WHERE status = 'falha'")
+            failed = int(cur.fetchone()[0])
         conn.close()
-        return {"seconds": seconds, "tasks_per_second": tasks / seconds, "doubles": doubles}
+        return {
+            "seconds": seconds,
+            "tasks_per_second": tasks / seconds,
+            "doubles": doubles,
+            "failed": failed,
+        }
     finally:
         for w in workers:
             w.close()
@@ -166,7 +177,7 @@ def main() -> int:
             rows.append((r + 1, got["galera"], got["single"], ratio))
             print(
                 f"round {r + 1}: galera {got['galera']['tasks_per_second']:.0f}/s "
-                f"({got['galera']['doubles']} doubles), single "
+                f"({got['galera']['doubles']} doubles, {got['galera']['failed']} failed), single "
                 f"{got['single']['tasks_per_second']:.0f}/s ({got['single']['doubles']} doubles), "
                 f"ratio {ratio:.2f}",
                 flush=True,
