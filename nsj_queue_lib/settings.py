@@ -133,6 +133,10 @@ class Settings:
     # CLIENT_SERVER_MODE=false): "AUTO" (on for a table 1.2.2's db_gen made),
     # "ON" or "OFF". See docs/upgrading.md.
     queue_compat_1_2_2: str = "AUTO"
+    # MariaDB Galera only: the wsrep_node_name of the one node every worker writes
+    # through (a single writer, the other nodes standbys). Without it a worker on
+    # Galera needs CLIENT_SERVER_MODE (docs/how-to/galera.md).
+    queue_galera_writer_node: str | None = None
 
     default_webhook_timeout: float = 20.0
 
@@ -438,6 +442,7 @@ def _queue_values(reader: _Reader) -> dict[str, Any]:
         queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
         queue_compat_1_2_2=reader.choice("QUEUE_COMPAT_1_2_2", COMPAT_MODES, "AUTO"),
+        queue_galera_writer_node=reader.text("QUEUE_GALERA_WRITER_NODE", None),
         default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),
     )
 

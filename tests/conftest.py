@@ -10,6 +10,9 @@
 - ``mysql_dsn`` (session): ``TEST_MYSQL_DSN``; skips with the reason when it is
   missing or unreachable, fails instead under ``CI=true``; ``mysql_kwargs``
   gives its PyMySQL ``connect()`` arguments.
+- ``galera_cluster`` (module): a private 3-node MariaDB Galera cluster
+  (``tests/helpers/galera.py``); skips with the reason where galera-4 or
+  MariaDB is missing, fails instead under ``CI=true``.
 
 The logic lives in ``tests/helpers/databases.py``.
 """
@@ -33,6 +36,7 @@ pytest_plugins = [
     "tests.helpers.mysql_queue",
     "tests.helpers.server_process",
     "tests.helpers.legacy",
+    "tests.helpers.galera",
 ]
 
 

@@ -176,6 +176,11 @@ class Driver(abc.ABC):
         """Whether ``exc`` comes from this database's driver (an outage, not a bug)."""
         return isinstance(exc, DatabaseError)
 
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (or an error it wraps) is one the same work may simply be tried
+        again after: a deadlock, a lock wait timeout, a certification failure. Default: no."""
+        return False
+
     def is_connection_lost(self, conn: Any, exc: BaseException) -> bool:
         """Whether ``exc``, raised while a handler ran on ``conn``, is the loss of ``conn``
         itself (server shutdown, failover, network), not the handler's own error."""
@@ -241,6 +246,12 @@ class Driver(abc.ABC):
     def check_session_state(self, conn: Any) -> None:
         """At start, after ``bind``: raise ``ConfigError`` when a setting needs session state
         the connection does not keep (behind a pooler in transaction mode). Default: none."""
+        return None
+
+    def check_topology(self, conn: Any) -> str | None:
+        """At start, after ``bind``: raise ``ConfigError`` when the database's topology breaks
+        the liveness scheme the settings chose (MariaDB Galera: GET_LOCK holds on one node
+        only); else a line to log about the topology, or None. Default: nothing to check."""
         return None
 
     def listen_receives(self) -> bool:

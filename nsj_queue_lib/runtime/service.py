@@ -5,7 +5,11 @@ cluster-wide lock (a session lock in the database, on a second connection
 whose transaction stays open for the run, or the socket server's);
 a worker that does not get it skips the run, so one worker in the cluster
 does the work. Errors are logged and the loop goes on; the stop event ends
-it between runs or between rounds.
+it between runs or between rounds. A run that failed on an error the database
+calls transient (``transient``, from the driver: a deadlock, a lock wait
+timeout, a Galera certification failure) is run again at once, up to
+``TRANSIENT_RETRIES`` times a few tens of ms apart, instead of waiting for the
+next scheduled run (every 5 minutes by default).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import abc
 import datetime
 import hashlib
+import random
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,6 +33,10 @@ if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
 
 logger = get_logger("service")
+
+# A run failed on a transient database error is tried again this many times at once.
+TRANSIENT_RETRIES = 3
+TRANSIENT_DELAY_SECONDS = 0.05  # doubled per retry, with jitter
 
 # The one-bigint advisory locks of nsj-queue-lib 1.2.2's retry, purge and notify threads.
 LEGACY_MAINTENANCE_KEYS = (1, 2, 3)
@@ -152,6 +161,8 @@ class PeriodicService(abc.ABC):
         self.lock = lock
         self.stop = stop
         self.schedule = schedule
+        # Whether a failed run's error is transient (set by the runtime from its driver).
+        self.transient: Callable[[BaseException], bool] = lambda exc: False
 
     def run(self) -> None:
         logger.info(
@@ -163,11 +174,31 @@ class PeriodicService(abc.ABC):
             if self.stop.wait(max(0.0, wait)):
                 break
             try:
-                self.run_once()
+                self.run_retrying()
             except Exception as exc:  # noqa: BLE001 - a failed run must not end the service
                 logger.warning(
                     "queue=%s: %s run failed: %s", self.settings.queue_name, self.name, exc
                 )
+
+    def run_retrying(self) -> int | None:
+        """``run_once``, run again at once (``TRANSIENT_RETRIES`` times) when it failed on a
+        transient database error; the last error leaves."""
+        for retry in range(TRANSIENT_RETRIES + 1):
+            try:
+                return self.run_once()
+            except Exception as exc:
+                if retry == TRANSIENT_RETRIES or not self.transient(exc):
+                    raise
+                logger.info(
+                    "queue=%s: %s run failed on a transient error (%s); running it again",
+                    self.settings.queue_name,
+                    self.name,
+                    exc,
+                )
+                delay = TRANSIENT_DELAY_SECONDS * (2**retry) * (0.5 + random.random())
+                if self.stop.wait(delay):
+                    return None
+        return None  # pragma: no cover - the loop returns or raises
 
     def run_once(self) -> int | None:
         """One run under the cluster-wide lock; None when another worker holds it."""

@@ -353,7 +353,7 @@ class WorkerRuntime:
         def build(
             cls: type[PeriodicService], minutes: tuple[int, ...], interval: float | None, **kw: Any
         ) -> PeriodicService:
-            return cls(
+            service = cls(
                 s,
                 self.store,
                 lambda: self.driver.connect(autocommit=False),
@@ -362,6 +362,8 @@ class WorkerRuntime:
                 make_schedule(minutes, interval),
                 **kw,
             )
+            service.transient = self.driver.is_transient
+            return service
 
         return [
             build(
@@ -459,6 +461,9 @@ class WorkerRuntime:
                     self.limiter.register(conn)
                 self._check_wake_ups(conn)
                 self.driver.check_session_state(conn)
+                topology = self.driver.check_topology(conn)  # ConfigError: MariaDB Galera
+                if topology:
+                    logger.info("queue=%s: %s", self.settings.queue_name, topology)
                 return True
             except Exception as exc:
                 if isinstance(exc, _START_REFUSALS):

@@ -19,6 +19,7 @@ from nsj_queue_lib.db.driver import (
 from nsj_queue_lib.db.mysql.dialect import split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
+from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
@@ -135,6 +136,11 @@ class MysqlFamilyDriver(Driver):
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (pymysql.err.Error, DatabaseError))
 
+    def is_transient(self, exc: BaseException) -> bool:
+        # Deadlock / lock wait timeout, and on Galera a certification failure or a brute-force
+        # abort (reported as 1213) or a node not ready yet (1047): galera.py.
+        return any(is_transient_error(e) for e in exception_chain(exc))
+
     def is_connection_lost(self, conn: Any, exc: BaseException) -> bool:
         # A lost connection is no longer open; one the handler closed raised no such error.
         return not getattr(conn, "open", True) and any(
@@ -172,6 +178,11 @@ class MysqlDriver(MysqlFamilyDriver):
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:
         return MysqlQueueStore(queue_table, subscriber_table)
+
+    def check_topology(self, conn: Any) -> str | None:
+        """MariaDB Galera: refused unless the liveness locks hold cluster-wide (galera.py)."""
+        s = self.settings
+        return check_galera(conn, s.client_server_mode, s.queue_galera_writer_node)
 
 
 DRIVER_CLASS = MysqlDriver

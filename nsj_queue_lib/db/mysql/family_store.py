@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, missing_columns_error
+from nsj_queue_lib.db.mysql import galera
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
@@ -334,7 +335,7 @@ class MysqlFamilyStore:
 
     def rollback(self, conn: Any) -> None:
         with wrap_driver_errors("rollback"):
-            conn.rollback()
+            galera.rollback(conn)  # a 1213 answering ROLLBACK: rolled back already
 
     def in_transaction(self, conn: Any) -> bool:
         # The server reports it in every reply's status flags.
