@@ -500,6 +500,8 @@ class TaskExecutor:
 
     def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
+        if not self.store.in_transaction(conn):
+            return self._give_back_unstarted(conn, claimed.task)
         item = self._started(conn, claimed)
         task = item.task
         try:
@@ -576,6 +578,29 @@ class TaskExecutor:
             # Past its timeout the attempt fails, whatever the handler did.
             return TaskTimeout(item.timeout_message or "timeout")
         return outcome
+
+    def _give_back_unstarted(self, conn: Any, task: TaskRecord) -> tuple[Any, Claim | None]:
+        """The task's transaction ended before its handler started (on Galera, a replicated
+        write aborted it): run now, the handler's statements would commit one by one. The
+        task goes back to 'pendente' instead; (the connection, the next claim)."""
+        logger.warning(
+            "queue=%s task=%s: its transaction was gone before its handler started; given "
+            "back to the queue, not run",
+            self.settings.queue_name,
+            task.id,
+        )
+        try:
+            self.store.begin(conn)
+            self.store.release(conn, task.id)
+            self.liveness.unlock_in_transaction(conn, task)
+            self.store.commit(conn)
+            self.liveness.after_settled(task, conn)
+            return conn, self.liveness.claim(conn, self._claim_next())
+        except DatabaseError as exc:  # closed, the connection frees its lock: rescued later
+            logger.warning(
+                "queue=%s task=%s: giving back failed (%s)", self.settings.queue_name, task.id, exc
+            )
+            return self._discard(conn), None
 
     def fenced(self, task: TaskRecord, error: BaseException) -> None:
         """The attempt's success was refused, its transaction rolled back: another worker

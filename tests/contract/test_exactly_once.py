@@ -124,3 +124,40 @@ def test_a_busy_drain_with_the_retry_service_every_second_commits_each_write_onc
     done = chains(backend)
     assert len(done) == DRAIN_TASKS and set(done.values()) == {1}
     assert set(done) == set(ids)
+
+
+@BOTH
+def test_a_task_whose_transaction_ended_before_its_handler_is_given_back_not_run(
+    backend, monkeypatch, caplog
+):
+    """On Galera a replicated write can abort the task's open transaction before its handler
+    starts; run then, each of the handler's statements would commit on its own."""
+    from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+
+    claim = DatabaseLiveness.claim
+    aborted: list[int] = []
+
+    def aborted_once(self, conn, claim_next=True):
+        claimed = claim(self, conn, claim_next)
+        if claimed is not None and not aborted:
+            aborted.append(claimed.task.id)
+            self.store.rollback(conn)  # what the abort leaves: no transaction
+        return claimed
+
+    monkeypatch.setattr(DatabaseLiveness, "claim", aborted_once)
+    in_transaction = []
+
+    def execute(payload, tarefa, bd_conn):
+        in_transaction.append(tarefa["id"])
+        write_exec(backend, bd_conn, tarefa)
+        return "ok"
+
+    caplog.set_level(logging.WARNING)
+    ids = backend.enqueue([dict(payload="x")] * 3)
+    worker = backend.run(backend.function_worker(execute, queue_batch_size=1))
+    backend.wait_statuses({"sucesso": 3}, 20, "every task")
+    assert aborted == [ids[0]]
+    assert sorted(in_transaction) == ids  # the first ran once, after it went back
+    assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+    assert any("given back to the queue, not run" in r.getMessage() for r in caplog.records)
+    assert worker.alive() and worker.stop() == 0
