@@ -33,6 +33,7 @@ pytest_plugins = [
     "tests.helpers.mysql_queue",
     "tests.helpers.server_process",
     "tests.helpers.legacy",
+    "tests.helpers.skip_summary",
 ]
 
 
