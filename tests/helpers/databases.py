@@ -73,8 +73,9 @@ def start_pgserver(directory: str | Path, cleanup_mode: str | None) -> Any:
     """``pgserver.get_server(directory)``, one process of the machine at a time.
 
     As root, pgserver runs PostgreSQL as a system user ``pgserver`` that it creates on
-    first use, outside its own lock: xdist workers starting together on a fresh machine
-    raced there and initdb failed in all but one. A ``CalledProcessError`` of initdb or
+    first use, outside its own lock. On this machine's first run, when that user was
+    created, initdb failed on 2 of 4 xdist workers starting together (329 tests skipped);
+    starting one at a time leaves no such window. A ``CalledProcessError`` of initdb or
     pg_ctl carries no output; pgserver logs it, so the error raised here ends with the
     last lines of that log.
     """
