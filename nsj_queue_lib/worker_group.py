@@ -9,10 +9,11 @@ starts them together and stops them together on SIGTERM/SIGINT (or
 
 HALT (``NOTIFY <queue>, 'HALT'``) stops only the workers of that queue: the
 other queues of the process go on, and the process exits 0 once every queue
-has stopped. A worker that ends with an error (a thread of it died, a start
-refused: exit codes 2 and 3) stops the whole group, which exits with that
-code, so a supervisor restarts the process rather than leaving a queue
-unserved.
+has stopped. A worker that ends with an error (a start refused: exit code 2;
+a thread of it died: 3) or whose runtime raises (a crash: 3) stops the whole
+group: the other queues stop as on SIGTERM, each within its grace period, and
+the process exits with that code, so a supervisor (Kubernetes) restarts it
+rather than leaving a queue unserved.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ logger = get_logger("group")
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
+EXIT_WORKER_DIED = 3  # as a worker whose thread died (runtime.worker_runtime.EXIT_THREAD_DIED)
 JOIN_POLL_SECONDS = 0.2  # the main thread wakes this often, so signals are handled at once
 
 
@@ -149,9 +151,16 @@ class WorkerGroup:
 
     def _run_one(self, index: int) -> None:
         runtime = self.runtimes[index]
-        if self._stopping.is_set():  # stopped while the others were being built
-            runtime.stop()
-        code = runtime.run(install_signal_handlers=False)
+        try:
+            if self._stopping.is_set():  # stopped while the others were being built
+                runtime.stop()
+            code = runtime.run(install_signal_handlers=False)
+        except BaseException as exc:  # a crashed queue must stop the group
+            # Without this the thread ended with no code: the other queues went on and the
+            # process exited 0 once they stopped, so nothing restarted it.
+            logger.exception("queue=%s: worker crashed", runtime.settings.queue_name)
+            runtime.exit_message = f"worker crashed: {type(exc).__name__}: {exc}"
+            code = EXIT_WORKER_DIED
         self._codes[index] = code
         if runtime.exit_message:
             print(f"nsj_queue_lib: {runtime.exit_message}", file=sys.stderr)

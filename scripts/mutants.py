@@ -291,6 +291,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "a worker whose executor thread died runs on without it",
     ),
     Mutant(
+        "group-stops-on-a-crashed-runtime",
+        "nsj_queue_lib/worker_group.py",
+        "            code = EXIT_WORKER_DIED\n",
+        "            return\n",
+        (
+            "tests/contract/test_worker_group.py::"
+            "test_a_crashed_runtime_stops_the_other_queues_gracefully_and_the_process_exits_3"
+            "[postgres]",
+        ),
+        ("postgres",),
+        "a queue of a WorkerGroup whose runtime crashed leaves the others running (exit 0 later)",
+    ),
+    Mutant(
         "singlestore-claim-is-conditional",
         SS_QUERIES,
         "WHERE id = %(id)s AND status = 'pendente';",

@@ -37,6 +37,7 @@ pytest_plugins = [
     "tests.helpers.server_process",
     "tests.helpers.legacy",
     "tests.helpers.galera",
+    "tests.helpers.skip_summary",
 ]
 
 

@@ -117,16 +117,36 @@ def masked_url(
     database: str,
     options: Mapping[str, str | None],
 ) -> str:
-    """``scheme://user:***@host:port/database?sslmode=...``: a connection for the logs."""
+    """``scheme://user:***@host:port/database?sslmode=...``: a connection for the logs.
+
+    A PostgreSQL unix-socket directory (a host starting with ``/`` or ``@``) cannot be
+    written plainly as a URL's host, so the hosts and ports go into the query as libpq
+    reads them: ``postgresql://user:***@/database?host=/run/postgresql&port=5432``. Paths
+    (socket directories, certificates) are shown as they are, not percent-encoded: the
+    line is for people to read, and stays a URL libpq accepts.
+    """
     quote = urllib.parse.quote
     ports = port_text(port).split(",")
-    if len(ports) == 1:
-        ports = ports * len(hosts)
-    netloc = ",".join(f"{quote(host, safe='')}:{p}" for host, p in zip(hosts, ports, strict=False))
-    query = urllib.parse.urlencode([(key, value) for key, value in options.items() if value])
+    pairs = [(key, value) for key, value in options.items() if value]
+    if any(_is_socket_directory(host) for host in hosts):
+        netloc = ""
+        pairs = [("host", ",".join(hosts)), ("port", ",".join(ports)), *pairs]
+    else:
+        if len(ports) == 1:
+            ports = ports * len(hosts)
+        netloc = ",".join(
+            f"{quote(host, safe='')}:{p}" for host, p in zip(hosts, ports, strict=False)
+        )
+    query = urllib.parse.urlencode(pairs, safe="/,")
     secret = ":***" if has_password else ""
     url = f"{_URL_SCHEMES.get(driver, 'db')}://{quote(user, safe='')}{secret}@{netloc}/"
     return url + quote(database, safe="") + (f"?{query}" if query else "")
+
+
+def _is_socket_directory(host: str) -> bool:
+    """libpq's rule: a host starting with a slash (or ``@``, Linux's abstract namespace) names
+    the directory of a unix socket, not a machine."""
+    return host.startswith(("/", "@"))
 
 
 def port_text(port: int | tuple[int, ...]) -> str:

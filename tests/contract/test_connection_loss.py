@@ -89,6 +89,11 @@ def test_the_start_up_line_shows_the_connection_with_its_password_masked(backend
     backend.run(backend.function_worker(lambda *a: None, db_pass="hunter2", db_sslmode="prefer"))
     [line] = [r.getMessage() for r in caplog.records if "worker starting" in r.getMessage()]
     db = backend.db
-    assert f"database postgresql://{db['user']}:***@{db['host']}:{db['port']}/" in line, line
+    if db["host"].startswith("/"):
+        # A unix socket (the embedded PostgreSQL): its directory plainly, in libpq's host=.
+        assert f"database postgresql://{db['user']}:***@/{db['name']}?" in line, line
+        assert f"host={db['host']}&port={db['port']}&" in line, line
+    else:
+        assert f"database postgresql://{db['user']}:***@{db['host']}:{db['port']}/" in line, line
     assert "sslmode=prefer" in line, line
     assert not [r for r in caplog.records if "hunter2" in r.getMessage()]

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from nsj_queue_lib import WorkerGroup
+from nsj_queue_lib.runtime.worker_runtime import EXIT_THREAD_DIED
+from nsj_queue_lib.worker_group import EXIT_WORKER_DIED
 from tests.contract.workers.async_worker import AsyncContractWorker
 from tests.contract.workers.contract_worker import ContractWorker
 from tests.helpers.processes import wait_for
@@ -23,13 +25,14 @@ GROUP_WORKER = Path(__file__).resolve().parent / "workers" / "group_worker.py"
 BOTH = ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)]
 
 
-def start_group(backend, second):
+def start_group(backend, second, **overrides):
     return backend.start_process(
         "group",
         script=GROUP_WORKER,
         GROUP_SECOND_QUEUE=second.name,
         GROUP_SECOND_TABLE=second.table,
         QUEUE_CONCURRENCY="4",
+        **overrides,
     )
 
 
@@ -74,6 +77,32 @@ def test_halt_on_one_queue_stops_only_that_queues_part_of_the_process(backend, s
     assert backend.row(a)["status"] == "pendente"  # nobody serves the halted queue here
     group.send(signal.SIGTERM)
     assert group.wait(15) == 0
+
+
+@pytest.mark.parametrize("backend", BOTH, indirect=True)
+def test_a_crashed_runtime_stops_the_other_queues_gracefully_and_the_process_exits_3(
+    backend, second
+):
+    """Issue 37: the second queue's runtime raises (its supervisor, an unexpected exception).
+    Before, that thread just ended: the first queue went on, and the process exited 0 once
+    stopped, so Kubernetes never restarted the pod for the dead queue."""
+    crash = backend.directory / f"{second.name}.crash"
+    group = start_group(backend, second, GROUP_CRASH_FILE=str(crash))
+    [a] = backend.enqueue([dict(processo="async", payload="{}")])
+    wait_for(lambda: backend.row(a)["status"] == "sucesso", 15, "the first queue to serve")
+    # In flight when the other queue crashes: finished within the grace period (5 s).
+    [slow] = backend.enqueue(
+        [dict(processo="async", payload=json.dumps({"sleep": 1.5, "started": True}))]
+    )
+    wait_for(lambda: backend.started_ids() == [slow], 10, "the slow task to start")
+    crash.touch()
+    assert group.wait(20) == EXIT_WORKER_DIED == EXIT_THREAD_DIED, group.output()
+    assert backend.row(slow)["status"] == "sucesso"
+    log = group.output()
+    assert f"queue={second.name}: worker crashed" in log, log
+    assert "RuntimeError: fake runtime crash" in log, log
+    assert f"queue={second.name}: stopped with exit code 3; stopping every queue" in log, log
+    assert f"queue={backend.name}: worker stopped (exit code 0)" in log, log
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)

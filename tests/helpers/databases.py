@@ -14,7 +14,9 @@ MariaDB / MySQL
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import logging
 import os
 import re
 import secrets
@@ -23,6 +25,7 @@ import tempfile
 import urllib.parse
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from nsj_queue_lib.db.dialect import DdlNames
@@ -63,6 +66,47 @@ def check_pg(dsn: str) -> None:
         raise DatabaseUnavailable(f"cannot connect to TEST_PG_DSN={redact(dsn)!r}: {exc}") from exc
 
 
+# Serializes pgserver starts of every test process of the machine (see start_pgserver).
+PGSERVER_LOCK = Path(tempfile.gettempdir()) / "nsj_queue_lib-tests" / "pgserver.lock"
+
+
+def start_pgserver(directory: str | Path, cleanup_mode: str | None) -> Any:
+    """``pgserver.get_server(directory)``, one process of the machine at a time.
+
+    As root, pgserver runs PostgreSQL as a system user ``pgserver`` that it creates on
+    first use, outside its own lock. On this machine's first run, when that user was
+    created, initdb failed on 2 of 4 xdist workers starting together (329 tests skipped);
+    starting one at a time leaves no such window. A ``CalledProcessError`` of initdb or
+    pg_ctl carries no output; pgserver logs it, so the error raised here ends with the
+    last lines of that log.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
+        import pgserver
+
+    errors: list[str] = []
+
+    class _Errors(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            errors.append(record.getMessage())
+
+    handler = _Errors(logging.ERROR)
+    logger = logging.getLogger("pgserver")
+    logger.addHandler(handler)
+    PGSERVER_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(PGSERVER_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return pgserver.get_server(Path(directory), cleanup_mode=cleanup_mode)
+    except Exception as exc:
+        if not errors:
+            raise
+        tail = " | ".join(line for line in errors[-1].splitlines()[-6:] if line.strip())
+        raise RuntimeError(f"{exc} -- pgserver's log: {tail}") from exc
+    finally:
+        logger.removeHandler(handler)
+
+
 class EmbeddedPostgres:
     """A throwaway PostgreSQL started with pgserver in a fresh temporary directory."""
 
@@ -70,7 +114,7 @@ class EmbeddedPostgres:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-                import pgserver
+                import pgserver  # noqa: F401 - only: is it installed?
         except ImportError as exc:
             raise DatabaseUnavailable(
                 "TEST_PG_DSN is unset and pgserver is not installed "
@@ -79,7 +123,7 @@ class EmbeddedPostgres:
         # Short path: the unix socket lives in this directory (108-byte limit).
         self.directory = tempfile.mkdtemp(prefix="nsjq-pg-")
         try:
-            self._server = pgserver.get_server(self.directory, cleanup_mode="stop")
+            self._server = start_pgserver(self.directory, cleanup_mode="stop")
             self.dsn = self._server.get_uri()
             check_pg(self.dsn)
         except BaseException as exc:

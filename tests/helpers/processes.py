@@ -436,12 +436,13 @@ class ThrowawayPostgres:
     def __init__(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import pgserver
             from pgserver._commands import pg_ctl
+
+        from tests.helpers.databases import start_pgserver
 
         self._pg_ctl = pg_ctl
         self.directory = Path(tempfile.mkdtemp(prefix="nsjq-rs-"))
-        self._server = pgserver.get_server(self.directory, cleanup_mode=None)
+        self._server = start_pgserver(self.directory, cleanup_mode=None)
         info = self._server.get_postmaster_info()
         self.socket_dir = info.socket_dir
         self.dsn = self._server.get_uri()

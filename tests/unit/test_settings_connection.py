@@ -115,6 +115,34 @@ def test_the_masked_dsn_hides_the_password_and_shows_the_rest():
     assert shown == "postgresql://w:***@a:5432,b:5433/app?sslmode=verify-full"
 
 
+def test_the_masked_dsn_shows_a_socket_directory_and_paths_plainly_in_a_url_libpq_reads(
+    tmp_path,
+):
+    from psycopg.conninfo import conninfo_to_dict
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    s = from_env(
+        DB_HOST="/tmp/nsjq-pg-ab,db2",
+        DB_PORT="5432,5433",
+        DB_BASE="app",
+        DB_USER="w",
+        DB_PASS="hunter2",
+        DB_SSLROOTCERT=str(ca),
+    )
+    shown = s.masked_dsn()
+    assert shown == (
+        f"postgresql://w:***@/app?host=/tmp/nsjq-pg-ab,db2&port=5432,5433&sslrootcert={ca}"
+    )
+    assert conninfo_to_dict(shown.replace(":***", "")) == {
+        "user": "w",
+        "dbname": "app",
+        "host": "/tmp/nsjq-pg-ab,db2",
+        "port": "5432,5433",
+        "sslrootcert": str(ca),
+    }
+
+
 def test_mysql_refuses_several_hosts_and_target_session_attrs():
     s = from_env(
         DB_DRIVER="MYSQL", DB_HOST="a,b", DB_BASE="d", DB_USER="u", DB_TARGET_SESSION_ATTRS="any"

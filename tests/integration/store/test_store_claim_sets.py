@@ -15,6 +15,7 @@ import pytest
 
 from nsj_queue_lib.db.limits_store import LimitsStore
 from nsj_queue_lib.flow.limits import ProcessoLimits
+from tests.helpers.pg_plans import load_auto_explain
 from tests.integration.store.backends import fetch
 
 pytestmark = [pytest.mark.backends("postgres"), pytest.mark.timeout(60)]
@@ -75,7 +76,7 @@ def _window_claim_plan(backend, worker, limit: int) -> tuple[list[int], str]:
     (auto_explain); the window claim's plan."""
     notices: list[str] = []
     worker.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
-    worker.execute("LOAD 'auto_explain'")
+    load_auto_explain(worker)
     for setting, value in (
         ("log_min_duration", "0"),
         ("log_analyze", "on"),
