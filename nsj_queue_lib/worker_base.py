@@ -101,6 +101,20 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         return frozenset()
 
     @classmethod
+    def handled_processos(cls) -> frozenset[str] | None:
+        """The processos whose tasks this worker claims; None: every one.
+
+        A worker that overrides ``execute`` handles every processo (as 1.2.2's did).
+        One that routes with ``@Task`` methods only claims their processos, and their
+        dead letters: several deployments can share one queue table, each with its own
+        processos, and a task no running worker handles waits 'pendente' instead of
+        failing (docs/handlers.md, "Deployments that share a queue").
+        """
+        if cls.execute is not WorkerBase.execute:
+            return None
+        return frozenset(cls._task_registry.methods)
+
+    @classmethod
     def task_options(cls, processo: str) -> TaskOptions:
         """The options ``@Task`` declared for ``processo`` (``None`` fields: the queue's
         defaults); all ``None`` for a processo without a ``@Task`` method."""
@@ -214,6 +228,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             pool=pool,
             periodic=self.periodic_schedules(),
             handled_subscribers=self.handled_subscribers(),
+            handled_processos=self.handled_processos(),
             limits=checked_limits(registry),
             handled=frozenset(registry.methods),
         )

@@ -107,6 +107,7 @@ GUARDS_SERVER = "tests/integration/test_guards_server.py"
 GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
 CONTRACT = "tests/contract/test_contract.py"
 GROUP_COMMIT = "tests/contract/test_group_commit.py"
+EXACTLY_ONCE = "tests/contract/test_exactly_once.py"
 POLICIES = "tests/contract/test_task_policies.py"
 RUNTIME = "tests/integration/test_runtime_execution.py"
 SERVICES = "tests/integration/test_runtime_services.py"
@@ -740,6 +741,39 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{OPERATE}::test_a_handler_that_ends_the_tasks_transaction_is_told_so",),
         ("postgres", "mysql"),
         "a handler that commits bd_conn gets COMMIT AND CHAIN errors (PostgreSQL) or silence",
+    ),
+    Mutant(
+        "a-task-whose-transaction-is-gone-runs-anyway",
+        EXECUTOR,
+        "        return not self.store.in_transaction(conn)\n",
+        "        return False\n",
+        (
+            f"{EXACTLY_ONCE}::test_a_task_whose_transaction_ended_before_its_handler_is_given_back_not_run",
+        ),
+        ("postgres", "mysql"),
+        "a handler runs with no transaction: its statements commit one by one",
+    ),
+    Mutant(
+        "group-settle-unfenced",
+        "nsj_queue_lib/db/postgres/claim_function.sql",
+        "    IF settled < cardinality(done_ids) THEN\n",
+        "    IF false THEN\n",
+        (
+            f"{EXACTLY_ONCE}::test_an_attempt_rescued_under_its_running_handler_commits_none_of_its_writes",
+        ),
+        ("postgres",),
+        "a group whose task was rescued commits its handlers' writes (they run twice)",
+    ),
+    Mutant(
+        "single-settle-unfenced",
+        "nsj_queue_lib/db/postgres/claim_function.sql",
+        "        IF settled = 0 THEN\n",
+        "        IF false THEN\n",
+        (
+            f"{EXACTLY_ONCE}::test_an_attempt_rescued_under_its_running_handler_commits_none_of_its_writes",
+        ),
+        ("postgres",),
+        "a rescued attempt commits its handler's writes (they run twice)",
     ),
     Mutant(
         "queue-name-checked-against-the-trigger",

@@ -48,6 +48,10 @@ _HANDLED_PARAMETER = {
     "postgres": "%(handled_subscribers)s::varchar[]",
     "mysql": "%(handled_subscribers)s",
 }
+_PROCESSOS_PARAMETER = {
+    "postgres": "%(handled_processos)s::varchar[]",
+    "mysql": "%(handled_processos)s",
+}
 
 
 def query_values(
@@ -69,7 +73,9 @@ def query_values(
         # The socket-server claims' lock_key condition, on the candidate row t.
         "lock_key_free": lock_key_free(queue_table, "t", now),
         # ... and which deliveries the claiming worker handles (flow/deliveries.py).
-        "deliverable": deliverable(dialect, "t", _HANDLED_PARAMETER[dialect]),
+        "deliverable": deliverable(
+            dialect, "t", _HANDLED_PARAMETER[dialect], _PROCESSOS_PARAMETER[dialect]
+        ),
         # Tasks of limited processos are left to the limited claim (flow/limits.py).
         "limits_free": limits_free(limits_table_name(queue_table), "t"),
         "limits_table": limits_table_name(queue_table),

@@ -98,6 +98,10 @@ class WorkerStore(Protocol):
     @property
     def queue_number(self) -> int: ...
 
+    def set_handled_processos(self, handled: frozenset[str] | None) -> None:
+        """The processos whose tasks the claims take (None: every processo)."""
+        ...
+
     def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
         """Claim only the pub/sub deliveries of these subscribers (None: every delivery)."""
         ...

@@ -1,4 +1,5 @@
-"""Pub/sub deliveries a worker cannot handle are left to the workers that can.
+"""Tasks a worker cannot handle are left to the workers that can: pub/sub deliveries of
+subscribers it has no method for, and tasks of processos it has no handler for.
 
 A delivery row (and its retries and dead letter) carries its ``subscriber_id``;
 any other row has none. The claim takes a delivery only when its subscriber is
@@ -30,11 +31,24 @@ _DELIVERABLE = {
     ),
 }
 
+# The processos a worker handles (issue 37): those of its @Task methods, or every
+# processo (NULL) when it overrides execute. Dead letters carry their task's processo, so
+# they go to a worker that handles it too.
+_HANDLED_PROCESSO = {
+    "postgres": "({processos} IS NULL OR {row}.processo = ANY({processos}))",
+    "mysql": "({processos} IS NULL OR JSON_CONTAINS({processos}, JSON_QUOTE({row}.processo)))",
+}
 
-def deliverable(dialect: str, row: str, handled: str) -> str:
-    """SQL: the candidate ``row`` is not a delivery, or one of a handled subscriber
-    (``row`` and ``handled`` are this library's identifiers or placeholders, never input)."""
-    return _DELIVERABLE[dialect].format(row=row, handled=handled)
+
+def deliverable(dialect: str, row: str, handled: str, processos: str | None = None) -> str:
+    """SQL: the candidate ``row`` is one the claiming worker handles: not a delivery, or one
+    of a handled subscriber, and (with ``processos``) of a handled processo. ``row``,
+    ``handled`` and ``processos`` are this library's identifiers or placeholders, never
+    input."""
+    condition = _DELIVERABLE[dialect].format(row=row, handled=handled)
+    if processos is None:
+        return condition
+    return f"{condition} AND {_HANDLED_PROCESSO[dialect].format(row=row, processos=processos)}"
 
 
 def postgres_array(handled: Collection[str] | None) -> str | None:

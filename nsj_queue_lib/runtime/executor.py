@@ -500,7 +500,7 @@ class TaskExecutor:
 
     def _run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; returns (the connection to go on with, the next claimed task)."""
-        if not self.store.in_transaction(conn):
+        if self._transaction_gone(conn):
             return self._give_back_unstarted(conn, claimed.task)
         item = self._started(conn, claimed)
         task = item.task
@@ -578,6 +578,9 @@ class TaskExecutor:
             # Past its timeout the attempt fails, whatever the handler did.
             return TaskTimeout(item.timeout_message or "timeout")
         return outcome
+
+    def _transaction_gone(self, conn: Any) -> bool:
+        return not self.store.in_transaction(conn)
 
     def _give_back_unstarted(self, conn: Any, task: TaskRecord) -> tuple[Any, Claim | None]:
         """The task's transaction ended before its handler started (on Galera, a replicated

@@ -132,6 +132,7 @@ class WorkerRuntime:
         handled_subscribers: frozenset[str] | None = None,
         limits: ProcessoLimits_Map | None = None,
         handled: frozenset[str] = frozenset(),
+        handled_processos: frozenset[str] | None = None,
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
@@ -165,6 +166,7 @@ class WorkerRuntime:
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
         self.store.set_handled_subscribers(handled_subscribers)
+        self.store.set_handled_processos(handled_processos)
         self._owns_pool = pool is None
         size = settings.queue_concurrency if async_route is None else settings.async_pool_size
         self.pool = (

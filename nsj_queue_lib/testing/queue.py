@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_ATTEMPTS = 10_000  # a run() bound: handlers that enqueue forever end with an error
 
+# The subscribers and processos a worker handles (None: every one).
+Handled = tuple[frozenset[str] | None, frozenset[str] | None]
+
 
 class InMemoryQueue:
     """A queue without a database for application tests.
@@ -155,7 +158,7 @@ class InMemoryQueue:
         ``MemoryConnection``, on which a ``QueueClient`` enqueues here).
         """
         policies = worker.retry_policies(self.settings, self.rng)
-        handled = worker.handled_subscribers()
+        handled = (worker.handled_subscribers(), worker.handled_processos())
         attempts = 0
         while True:
             row = self._next_ready(handled)
@@ -173,24 +176,31 @@ class InMemoryQueue:
             self._run_one(worker, row, policies, bd_conn)
             attempts += 1
 
-    def _ready(self, handled: frozenset[str] | None) -> list[Row]:
+    def _ready(self, handled: Handled) -> list[Row]:
         """Waiting rows the worker claims: as the real claim, not the deliveries of
-        subscribers it does not handle (they stay 'pendente')."""
+        subscribers it does not handle, nor tasks of processos it has no handler for (they
+        stay 'pendente')."""
         waiting = (model.PENDENTE, model.AGENDADA)
+        subscribers, processos = handled
         return [
             r
             for r in self.store.rows.values()
             if r["status"] in waiting
-            and (r["subscriber_id"] is None or handled is None or r["subscriber_id"] in handled)
+            and (
+                r["subscriber_id"] is None
+                or subscribers is None
+                or r["subscriber_id"] in subscribers
+            )
+            and (processos is None or r["processo"] in processos)
         ]
 
-    def _next_ready(self, handled: frozenset[str] | None) -> Row | None:
+    def _next_ready(self, handled: Handled) -> Row | None:
         ready = [r for r in self._ready(handled) if r["data_hora"] <= self.now]
         if not ready:
             return None
         return min(ready, key=lambda r: (-r["prioridade"], r["data_hora"], r["id"]))
 
-    def _next_due(self, handled: frozenset[str] | None) -> datetime.datetime | None:
+    def _next_due(self, handled: Handled) -> datetime.datetime | None:
         return min((r["data_hora"] for r in self._ready(handled)), default=None)
 
     def _run_one(self, worker: WorkerBase, row: Row, policies: RetryPolicies, bd_conn: Any) -> None:

@@ -123,7 +123,7 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- ready row too; db/postgres/claim_sets.py).
 CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
-    handled_subscribers varchar[]
+    handled_subscribers varchar[], handled_processos varchar[]
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -195,7 +195,7 @@ BEGIN
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
@@ -223,7 +223,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND TRUE
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
@@ -253,8 +253,8 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[])
-    IS 'nsj_queue_lib claim b7a3e10e071c5b95';
+COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[])
+    IS 'nsj_queue_lib claim 6b123842bb572cf9';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

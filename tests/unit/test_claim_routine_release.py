@@ -23,7 +23,7 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim b7a3e10e071c5b95",
+        "postgres": "nsj_queue_lib claim 6b123842bb572cf9",
         "mysql": "nsj_queue_lib claim f3e6fde429739253",
     },
 }

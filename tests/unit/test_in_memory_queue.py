@@ -110,15 +110,37 @@ def test_a_permanent_error_dead_letters_at_once():
     assert worker.seen == [("dead", "recusar", task_id)]
 
 
-def test_a_processo_without_a_handler_fails_permanently_naming_the_known_ones():
+def test_a_processo_without_a_handler_waits_for_a_worker_that_handles_it():
     class Only(WorkerBase):
         @Task("a")
         def a(self, payload, tarefa, bd_conn):
             return "a"
 
+    class Other(WorkerBase):
+        @Task("z")
+        def z(self, payload, tarefa, bd_conn):
+            return "z done"
+
     queue = InMemoryQueue(now=START)
     task_id = enqueue(queue, "z")
-    queue.run(Only())
+    assert queue.run(Only()) == 0  # not claimed: another deployment's processo
+    assert queue.statuses() == {"pendente": 1}
+    queue.run(Other())
+    assert queue.task(task_id)["mensagem"] == "z done"
+
+
+def test_a_worker_overriding_execute_claims_every_processo_and_fails_unknown_ones():
+    class Routing(WorkerBase):
+        @Task("a")
+        def a(self, payload, tarefa, bd_conn):
+            return "a"
+
+        def execute(self, payload, tarefa, bd_conn):
+            return super().execute(payload, tarefa, bd_conn)
+
+    queue = InMemoryQueue(now=START)
+    task_id = enqueue(queue, "z")
+    queue.run(Routing())
     assert "processos it handles: 'a'" in queue.task(task_id)["mensagem"]
     assert queue.statuses() == {"falha": 1, "sucesso": 1}  # the attempt and its dead letter
 

@@ -78,11 +78,16 @@ class MysqlFamilyStore:
         self._table_schema = split_table_name(queue_table)[0]
         self._queue_number: int | None = None
         self.handled_subscribers: frozenset[str] | None = None
+        self.handled_processos: frozenset[str] | None = None
 
     def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
         """The subscribers whose deliveries this store's claims take (None: all of them;
         nsj_queue_lib/flow/deliveries.py)."""
         self.handled_subscribers = handled
+
+    def set_handled_processos(self, handled: frozenset[str] | None) -> None:
+        """The processos whose tasks this store's claims take (None: all of them)."""
+        self.handled_processos = handled
 
     def server(self, conn: Any) -> ServerInfo:
         """The server flavour behind ``conn`` (MariaDB, MySQL or SingleStore)."""

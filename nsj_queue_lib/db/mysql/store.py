@@ -325,7 +325,10 @@ class MysqlQueueStore(MysqlFamilyStore):
             with conn.cursor() as cur:
                 cur.execute(
                     steps["select"],
-                    {"handled_subscribers": json_array(self.handled_subscribers)},
+                    {
+                        "handled_subscribers": json_array(self.handled_subscribers),
+                        "handled_processos": json_array(self.handled_processos),
+                    },
                 )
                 rows = rows_as_dicts(cur)
                 if not rows:

@@ -10,7 +10,7 @@
 -- ready row too; db/postgres/claim_sets.py).
 CREATE OR REPLACE FUNCTION {claim_function}(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
-    handled_subscribers varchar[]
+    handled_subscribers varchar[], handled_processos varchar[]
 )
 RETURNS TABLE (task {table}, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -92,7 +92,7 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer, varchar[])
+COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer, varchar[], varchar[])
     IS '{claim_function_version}';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'

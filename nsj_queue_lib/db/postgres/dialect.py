@@ -12,7 +12,7 @@ from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
-CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[])"
+CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[], varchar[])"
 # ... and those of earlier releases' claim functions, by release (dialect.CLAIM_ROUTINE_RELEASE).
 OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 
@@ -45,7 +45,7 @@ def claim_function_version() -> str:
         + sql_code(read_sql("postgres", "claim_query.sql"))
         + CLAIM_IN_WINDOW
         + _lock_key_free("t")
-        + deliverable("postgres", "q", "h")
+        + deliverable("postgres", "q", "h", "p")
         + claim_sets.limits_free("l", "q")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -69,7 +69,7 @@ class PostgresDialect(Dialect):
         query_values = dict(
             values,
             lock_key_free=_lock_key_free(values["table"]),
-            deliverable=deliverable("postgres", "q", "handled_subscribers"),
+            deliverable=deliverable("postgres", "q", "handled_subscribers", "handled_processos"),
             limits_free=claim_sets.limits_free(values["limits_table"], "q"),
         )
         query = sql_code(read_sql("postgres", "claim_query.sql")).strip()

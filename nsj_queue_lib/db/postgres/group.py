@@ -100,7 +100,15 @@ class PostgresGroupOps:
             # transaction mode): so would this one be, prepared on another server connection.
             self._settle.unnamed = True
             self._settle._states.clear()
-        claim = (None, None, store.queue_key, 0, claim_limit, store._handled_array)
+        claim = (
+            None,
+            None,
+            store.queue_key,
+            0,
+            claim_limit,
+            store._handled_array,
+            store._processos_array,
+        )
         with wrap_driver_errors("complete_tasks"):
             try:
                 _, rows = group_wire.run(

@@ -165,11 +165,14 @@ class PostgresQueueStore:
         self.sql["claim_call"] = (
             f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
             f"FROM {self.claim_function or 'claim_routine_unavailable'}"
-            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[]) AS f"
+            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[], $7::varchar[])"
+            " AS f"
         )
         self._claim_call = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
         self.handled_subscribers: frozenset[str] | None = None
         self._handled_array: str | None = None
+        self.handled_processos: frozenset[str] | None = None
+        self._processos_array: str | None = None
         self._queue_oid: int | None = None
         self._queue_key = 0
         # Where cancel requests are announced: the channel of the queue's insert trigger.
@@ -180,6 +183,12 @@ class PostgresQueueStore:
         nsj_queue_lib/flow/deliveries.py)."""
         self.handled_subscribers = handled
         self._handled_array = postgres_array(handled)
+
+    def set_handled_processos(self, handled: frozenset[str] | None) -> None:
+        """The processos whose tasks this store's claims take (None: all of them;
+        nsj_queue_lib/flow/deliveries.py)."""
+        self.handled_processos = handled
+        self._processos_array = postgres_array(handled)
 
     # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
 
@@ -508,7 +517,15 @@ class PostgresQueueStore:
         begin: bool = False,
     ) -> Steps[list[dict[str, Any]]]:
         done_key = 0 if done_id is None else self.task_key(done_id)
-        params = (done_id, mensagem, self._queue_key, done_key, claim_limit, self._handled_array)
+        params = (
+            done_id,
+            mensagem,
+            self._queue_key,
+            done_key,
+            claim_limit,
+            self._handled_array,
+            self._processos_array,
+        )
         with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
             try:
                 # A transaction of its own holds the claim alone: its commit need not wait for
@@ -561,9 +578,13 @@ class PostgresQueueStore:
                 conn.execute(self.sql["claim_settings"])
                 cursor = conn.cursor()
                 handled = self.handled_subscribers
+                processos = self.handled_processos
                 cursor.execute(
                     self.sql["claim_uncommitted"],
-                    {"handled_subscribers": None if handled is None else sorted(handled)},
+                    {
+                        "handled_subscribers": None if handled is None else sorted(handled),
+                        "handled_processos": None if processos is None else sorted(processos),
+                    },
                     binary=True,
                 )
             rows = _claimed_rows(cursor)

@@ -41,6 +41,10 @@ $$;
 
 {trigger}
 
+-- This release's claim function as its first builds declared it, before it took
+-- the handled processos (never released): gone, so that one signature remains.
+DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer, varchar[]);
+
 -- The claim function of this release (claim_next_<queue>_v<N>). Earlier releases'
 -- functions stay, for their workers during a rolling upgrade: db_gen
 -- --drop-old-routines drops them afterwards.
