@@ -20,6 +20,7 @@ from nsj_queue_lib.db.mysql.dialect import split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
+from nsj_queue_lib.db.mysql.names import server_family
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
@@ -172,6 +173,9 @@ class MysqlDriver(MysqlFamilyDriver):
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:
         return MysqlQueueStore(queue_table, subscriber_table)
+
+    def server_family(self, conn: Any) -> str | None:
+        return server_family(conn)  # SELECT VERSION(): 'mariadb' or 'mysql'
 
 
 DRIVER_CLASS = MysqlDriver
