@@ -248,7 +248,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim-routine-any-version",
         "nsj_queue_lib/db/dialect.py",
-        "    if found == expected:\n        return\n",
+        "    if found in accepted:\n        return\n",
         "    if found is not None:\n        return\n",
         (f"{BIND_OTHER_VERSION}[postgres]", f"{BIND_OTHER_VERSION}[mysql]"),
         ("postgres", "mysql"),
