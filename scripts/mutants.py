@@ -266,7 +266,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-bind-checks-the-claim-procedure",
         MY_STORE,
-        "check_claim_routine_version(self.claim_procedure, found, claim_procedure_version())",
+        "check_claim_routine_version(self.claim_procedure, found, claim_procedure_versions())",
         "check_claim_routine_version(self.claim_procedure, found, found)",
         (f"{BIND_MISSING}[mysql]", f"{BIND_OTHER_VERSION}[mysql]"),
         ("mysql",),
