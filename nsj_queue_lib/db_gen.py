@@ -3,9 +3,12 @@
 Options: ``--dialect postgres`` (default), ``--upgrade`` (idempotent
 statements that bring a queue created by nsj-queue-lib 1.2.2, or by an earlier
 release of this library, to the current schema, keeping the earlier release's
-claim routine) and ``--drop-old-routines`` (drop the earlier releases' claim
-routines once their workers are gone). Anything that is not a plain identifier exits with code 2 and a
-message on stderr; nothing is printed on stdout then.
+claim routine), ``--drop-old-routines`` (drop the earlier releases' claim
+routines once their workers are gone) and, with ``--dialect mysql``,
+``--server mariadb|mysql`` (the server family the script is for; MariaDB by
+default, whose script stops on MySQL before it changes anything). Anything
+that is not a plain identifier exits with code 2 and a message on stderr;
+nothing is printed on stdout then.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nsj_queue_lib.db.dialect import DIALECT_NAMES, DdlNames, get_dialect
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES, DdlNames, get_dialect
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 EXIT_USAGE = 2
@@ -25,10 +28,17 @@ def render(
     dialect: str = "postgres",
     upgrade: bool = False,
     drop_old_routines: bool = False,
+    server: str | None = None,
 ) -> str:
-    """The DDL text; raises InvalidIdentifierError for a bad schema or queue name."""
+    """The DDL text; raises InvalidIdentifierError for a bad schema or queue name.
+
+    ``server`` (``mariadb`` or ``mysql``, the MySQL dialect only): the server family the
+    script is for; None is MariaDB.
+    """
     names = DdlNames(schema, queue)
     chosen = get_dialect(dialect)
+    if server is not None:
+        chosen = chosen.for_server(server)  # ValueError for a dialect without families
     if drop_old_routines:
         text = chosen.drop_old_routines_ddl(names)
     else:
@@ -50,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print idempotent statements that upgrade a queue made by nsj-queue-lib 1.2.2",
     )
     parser.add_argument(
+        "--server",
+        choices=SERVER_FAMILIES,
+        help="with --dialect mysql: the server family the script is for (default mariadb; "
+        "its script stops on MySQL before changing anything; mysql's runs on both)",
+    )
+    parser.add_argument(
         "--drop-old-routines",
         action="store_true",
         help="print statements that drop the claim routines of earlier releases "
@@ -59,9 +75,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)  # argparse itself exits with 2 on usage errors
+    parser = _parser()
+    args = parser.parse_args(argv)  # argparse itself exits with 2 on usage errors
+    if args.server is not None and args.dialect != "mysql":
+        parser.error(f"--server applies to --dialect mysql only, not {args.dialect}")
     try:
-        text = render(args.schema, args.queue, args.dialect, args.upgrade, args.drop_old_routines)
+        text = render(
+            args.schema,
+            args.queue,
+            args.dialect,
+            args.upgrade,
+            args.drop_old_routines,
+            server=args.server,
+        )
     except InvalidIdentifierError as exc:
         print(f"db_gen: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -249,7 +249,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim-routine-any-version",
         "nsj_queue_lib/db/dialect.py",
-        "    if found == expected:\n        return\n",
+        "    if found in accepted:\n        return\n",
         "    if found is not None:\n        return\n",
         (f"{BIND_OTHER_VERSION}[postgres]", f"{BIND_OTHER_VERSION}[mysql]"),
         ("postgres", "mysql"),
@@ -267,7 +267,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-bind-checks-the-claim-procedure",
         MY_STORE,
-        "check_claim_routine_version(self.claim_procedure, found, claim_procedure_version())",
+        "check_claim_routine_version(self.claim_procedure, found, claim_procedure_versions())",
         "check_claim_routine_version(self.claim_procedure, found, found)",
         (f"{BIND_MISSING}[mysql]", f"{BIND_OTHER_VERSION}[mysql]"),
         ("mysql",),

@@ -3,6 +3,13 @@
 -- session's time zone (the workers' sessions use UTC). TIMESTAMP ends at
 -- 2038-01-19 03:14:07 UTC. Text compares byte for byte (utf8mb4_bin), as
 -- on PostgreSQL.
+-- db_gen --server mariadb (the default): for MariaDB 10.6+. On MySQL the next
+-- statements stop the script before it changes anything: use db_gen --server mysql.
+SET @nsjq_ddl = IF(VERSION() LIKE '%MariaDB%', 'DO 0', 'DO `MariaDB script: print the MySQL one with db_gen --server mysql`');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+
 CREATE TABLE public.fila_teste (
     id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
     id_inicial bigint,

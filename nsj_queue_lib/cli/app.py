@@ -15,7 +15,7 @@ from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, Usag
 from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
 from nsj_queue_lib.cli.operate_commands import cancel, retry
 from nsj_queue_lib.cli.schema_commands import ddl, upgrade
-from nsj_queue_lib.db.dialect import DIALECT_NAMES
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError
 from nsj_queue_lib.web.__main__ import add_arguments as web_arguments
 from nsj_queue_lib.web.__main__ import serve as serve_web
@@ -155,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
             database=False,
         )
         sub.add_argument("--dialect", choices=DIALECT_NAMES, help="instead of DB_DRIVER (printing)")
+        sub.add_argument(
+            "--server",
+            choices=SERVER_FAMILIES,
+            help="MySQL dialect: the server family (db_gen --server); printing defaults to "
+            "mariadb, --apply asks the server (SELECT VERSION())",
+        )
         sub.add_argument("--apply", action="store_true", help="run it on the database")
 
     what = "serve the HTTP API and the console (needs the web extra; docs/web.md)"

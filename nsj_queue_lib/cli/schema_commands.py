@@ -12,12 +12,20 @@ from nsj_queue_lib.db_gen import render
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 
-def _script(config: Config, upgrade: bool) -> str:
+def _script(config: Config, upgrade: bool, server: str | None = None) -> str:
     schema, name = config.schema_and_name()
     try:
-        return render(schema, name, config.dialect, upgrade=upgrade)
+        return render(schema, name, config.dialect, upgrade=upgrade, server=server)
     except InvalidIdentifierError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _server(args: argparse.Namespace, config: Config) -> str | None:
+    """``--server``, which only the MySQL dialect has (None: its default, MariaDB's)."""
+    server: str | None = getattr(args, "server", None)
+    if server is not None and config.dialect != "mysql":
+        raise UsageError(f"--server applies to the mysql dialect only, not {config.dialect}")
+    return server
 
 
 def ddl(args: argparse.Namespace, config: Config) -> int:
@@ -29,11 +37,16 @@ def upgrade(args: argparse.Namespace, config: Config) -> int:
 
 
 def _run(args: argparse.Namespace, config: Config, upgrade: bool) -> int:
-    script = _script(config, upgrade)
+    server = _server(args, config)
     if not args.apply:
-        write(script)
+        write(_script(config, upgrade, server))
         return EXIT_OK
     with open_session(config, autocommit=False) as session:
+        if server is None:
+            # The mysql dialect's variant for the server at hand (MySQL 8 cannot run
+            # MariaDB's); None for a database with one.
+            server = session.driver.server_family(session.conn)
+        script = _script(config, upgrade, server)
         statements = session.driver.run_script(session.conn, script)
         session.conn.commit()
         atomic = session.driver.capabilities.transactional_ddl

@@ -15,6 +15,9 @@ from nsj_queue_lib.exceptions import ClaimRoutineError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
 
 DIALECT_NAMES = ("postgres", "mysql", "singlestore")
+# The server families the mysql dialect renders its DDL for (db_gen --server):
+# MariaDB's (the default) and MySQL 8's, which MariaDB runs too.
+SERVER_FAMILIES = ("mariadb", "mysql")
 _DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
 UPGRADE_HINT = "python -m nsj_queue_lib.db_gen <schema> <queue> --dialect <dialect> --upgrade"
 
@@ -165,13 +168,18 @@ def notify_channel(queue_name: str) -> str:
     return queue_name.lower()
 
 
-def check_claim_routine_version(routine: str, found: str | None, expected: str) -> None:
-    """Raise ``ClaimRoutineError`` unless the database's claim routine is this version's."""
-    if found == expected:
+def check_claim_routine_version(
+    routine: str, found: str | None, expected: str | tuple[str, ...]
+) -> None:
+    """Raise ``ClaimRoutineError`` unless the database's claim routine is this version's
+    (``expected``: its version, or the versions of its variants, any of which will do)."""
+    accepted = (expected,) if isinstance(expected, str) else expected
+    if found in accepted:
         return
     state = "is missing" if found is None else f"is from another version ({found!r})"
+    needs = " or ".join(repr(version) for version in accepted)
     raise ClaimRoutineError(
-        f"the queue's claim routine {routine} {state}; this worker needs {expected!r}. "
+        f"the queue's claim routine {routine} {state}; this worker needs {needs}. "
         f"Bring the queue up to date with {UPGRADE_HINT} (run its output once), then start "
         "the worker again"
     )
@@ -205,6 +213,11 @@ class Dialect(abc.ABC):
         )
 
     routine_kind = "FUNCTION"
+
+    def for_server(self, server: str) -> Dialect:
+        """This dialect rendering for the ``server`` family (SERVER_FAMILIES); only the
+        mysql dialect has more than one."""
+        raise ValueError(f"--server applies to the mysql dialect only, not {self.name}")
 
     def old_routine_arguments(self, release: int) -> str:
         """What DROP needs after an earlier release's routine name (PostgreSQL: its arguments)."""

@@ -216,6 +216,11 @@ class Driver(abc.ABC):
         """The inspection store of the configured queue (QUEUE_TABLE)."""
         return self.new_inspection_store(self.settings.queue_table)
 
+    def server_family(self, conn: Any) -> str | None:
+        """Which of its dialect's DDL variants (``db_gen --server``, SERVER_FAMILIES) the
+        server behind ``conn`` needs; None for a dialect with one."""
+        return None
+
     @abc.abstractmethod
     def run_script(self, conn: Any, script: str) -> int:
         """Run a DDL script (``db_gen``'s output) on ``conn``; the number of statements sent.

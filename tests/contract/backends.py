@@ -220,7 +220,9 @@ class Backend:
         if self.driver == "SINGLE_STORE":
             ddl = singlestore_ddl_for_mariadb(render(self.schema, self.name, "singlestore"))
         else:
-            ddl = render(self.schema, self.name, "mysql")
+            # TEST_MYSQL_SERVER_VARIANT=mysql: db_gen --server mysql's DDL (tests/helpers/mysql_queue.py).
+            server = os.environ.get("TEST_MYSQL_SERVER_VARIANT") or None
+            ddl = render(self.schema, self.name, "mysql", server=server)
         execute_script(self.admin, ddl)
         self.execute(
             f"CREATE TABLE {self.exec_table} (task_id bigint NOT NULL, chave varchar(200), "

@@ -5,6 +5,13 @@
 -- first and runs its statement only when the column or index is missing:
 -- the script is idempotent and runs unchanged on MySQL 8 and MariaDB.
 -- Existing column types are left as they are.
+-- db_gen --server mariadb (the default): for MariaDB 10.6+. On MySQL the next
+-- statements stop the script before it changes anything: use db_gen --server mysql.
+SET @nsjq_ddl = IF(VERSION() LIKE '%MariaDB%', 'DO 0', 'DO `MariaDB script: print the MySQL one with db_gen --server mysql`');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'prioridade') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN prioridade integer DEFAULT 50', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;

@@ -27,6 +27,24 @@ OUTPUTS: dict[str, list[str]] = {
     "tests/golden/mysql_create.sql": ["public", "fila_teste", "--dialect", "mysql"],
     "tests/golden/mysql_upgrade.sql": ["public", "fila_teste", "--dialect", "mysql", "--upgrade"],
     "database/mysql/fila_teste.sql": ["public", "fila_teste", "--dialect", "mysql"],
+    # The MySQL 8 variant (db_gen --server mysql).
+    "tests/golden/mysql8_create.sql": [
+        "public",
+        "fila_teste",
+        "--dialect",
+        "mysql",
+        "--server",
+        "mysql",
+    ],
+    "tests/golden/mysql8_upgrade.sql": [
+        "public",
+        "fila_teste",
+        "--dialect",
+        "mysql",
+        "--server",
+        "mysql",
+        "--upgrade",
+    ],
     "tests/golden/postgres_drop_old_routines.sql": ["public", "fila_teste", "--drop-old-routines"],
     "tests/golden/mysql_drop_old_routines.sql": [
         "public",

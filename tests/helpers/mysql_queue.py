@@ -13,12 +13,18 @@ Fixtures (import them into a test module to use them):
 
 They build on ``mysql_kwargs`` (tests/conftest.py), so they skip (or fail
 under CI=true) when TEST_MYSQL_DSN is missing.
+
+``TEST_MYSQL_SERVER_VARIANT=mysql`` makes ``create_queue`` render the MySQL
+variant of the DDL (``db_gen --server mysql``) instead of the default
+(MariaDB's): MariaDB runs both, so the MariaDB suite can check the variant
+that no MySQL 8 server here can run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,7 +72,8 @@ def create_queue(
     from nsj_queue_lib.db_gen import render
 
     queue = MysqlQueue(name or unique_queue_name(), database)
-    execute_script(admin, render(database, queue.name, "mysql", upgrade=upgrade))
+    server = os.environ.get("TEST_MYSQL_SERVER_VARIANT") or None
+    execute_script(admin, render(database, queue.name, "mysql", upgrade=upgrade, server=server))
     return queue
 
 

@@ -329,6 +329,12 @@ def test_ddl_prints_what_db_gen_prints(capsys):
     assert code == 0 and out == render("s", "q", "mysql")
     code, out, _ = run(capsys, "upgrade", "--table", "s.q")  # DB_DRIVER unset: PostgreSQL
     assert code == 0 and out == render("s", "q", "postgres", upgrade=True)
+    code, out, _ = run(
+        capsys, "--table", "s.q", "upgrade", "--dialect", "mysql", "--server", "mysql"
+    )
+    assert code == 0 and out == render("s", "q", "mysql", upgrade=True, server="mysql")
+    code, _, err = run(capsys, "--table", "s.q", "ddl", "--server", "mysql")  # PostgreSQL
+    assert code != 0 and "--server applies to the mysql dialect only" in err
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql"])
@@ -353,6 +359,45 @@ def test_ddl_apply_creates_a_usable_queue(dialect, request, capsys):
     code, out, err = run(capsys, *queue.args("upgrade", "--apply"))  # idempotent
     assert code == 0, err
     t = populate(queue)  # claims through the queue's own claim routine path
+    assert run_json(capsys, *queue.args("show", str(t["ok"])))["status"] == "sucesso"
+    if dialect == "mysql":
+        # --apply asked the server (SELECT VERSION()): MariaDB's variant.
+        from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
+
+        with admin.cursor() as cur:
+            cur.execute(
+                "SELECT routine_comment FROM information_schema.routines "
+                "WHERE routine_schema = %s AND routine_name = %s",
+                (schema, f"claim_next_{name}_v2"),
+            )
+            assert cur.fetchone()[0] == claim_procedure_version("mariadb")
+
+
+def test_ddl_apply_with_server_mysql_creates_the_mysql_variant(request, capsys):
+    """MariaDB runs the MySQL variant too: --server mysql is applied as asked, and the
+    worker's claims work on it."""
+    from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
+    from tests.helpers.databases import unique_queue_name
+    from tests.helpers.mysql_queue import drop_queue_tables
+
+    name = unique_queue_name("cli_")
+    dsn = request.getfixturevalue("mysql_dsn")
+    schema = request.getfixturevalue("mysql_kwargs")["database"]
+    admin = request.getfixturevalue("mysql_admin")
+    request.addfinalizer(lambda: drop_queue_tables(admin, schema, name))
+    queue = Queue(dsn, f"{schema}.{name}", schema, name)
+    code, _, err = run(capsys, *queue.args("ddl", "--apply", "--server", "mysql"))
+    assert code == 0, err
+    code, _, err = run(capsys, *queue.args("upgrade", "--apply", "--server", "mysql"))
+    assert code == 0, err
+    with admin.cursor() as cur:
+        cur.execute(
+            "SELECT routine_comment FROM information_schema.routines "
+            "WHERE routine_schema = %s AND routine_name = %s",
+            (schema, f"claim_next_{name}_v2"),
+        )
+        assert cur.fetchone()[0] == claim_procedure_version("mysql")
+    t = populate(queue)
     assert run_json(capsys, *queue.args("show", str(t["ok"])))["status"] == "sucesso"
 
 

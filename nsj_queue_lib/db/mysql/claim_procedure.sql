@@ -83,6 +83,14 @@
 -- takes the liveness lock (status already says 'processando', which the
 -- next statement writes), and the result is sent after the commit, so the
 -- worker reads the row and the end of the CALL in one go.
+-- server: mysql
+--
+-- This is the MySQL variant (db_gen --server mysql): MySQL 8.0 has no
+-- EXECUTE IMMEDIATE and deprecates assigning user variables inside
+-- expressions, so the set-based batch reads its rows with a cursor and runs
+-- its dynamic statements with PREPARE/EXECUTE. It also runs on MariaDB; the
+-- MariaDB variant (the default) costs MariaDB fewer statements per batch.
+-- server: end
 DELIMITER //
 CREATE PROCEDURE {claim_function}(
     IN p_task_id BIGINT,
@@ -176,6 +184,7 @@ BEGIN
             START TRANSACTION;
         END IF;
         IF v_limit > 1 AND NOT v_one_by_one AND v_id IS NOT NULL THEN
+            -- server: mariadb
             -- The batch in one locking read. The derived table's select list
             -- runs for the rows it keeps, no others, in claim order (the claim
             -- index's): each row's id is appended to @nsjq_claimed_batch, then
@@ -218,12 +227,71 @@ BEGIN
                     LIMIT v_limit
                     FOR UPDATE SKIP LOCKED
             ) AS c;
+            -- server: mysql
+            -- MySQL 8 deprecates assigning user variables inside expressions,
+            -- so this variant reads the batch with a cursor: its locking read
+            -- locks the rows (OPEN), then each row, in claim order, is named
+            -- in @nsjq_claimed_batch, its liveness lock taken, its array
+            -- appended and the position set, one SET at a time. The same
+            -- results as the MariaDB variant's one statement (text that would
+            -- pass 128 KiB makes the rows read again after the commit).
+            BEGIN
+                DECLARE v_done BOOLEAN DEFAULT FALSE;
+                DECLARE v_row_id BIGINT;
+                DECLARE v_row_prioridade INT;
+                DECLARE v_row_data_hora DECIMAL(24, 6);
+                DECLARE v_row LONGTEXT CHARACTER SET utf8mb4;
+                DECLARE v_row_needs_read INT;
+                DECLARE v_row_locked INT;
+                DECLARE c_batch CURSOR FOR
+                    SELECT t.id, t.prioridade, UNIX_TIMESTAMP(t.data_hora),
+                           JSON_ARRAY({claimed_task_values}, 1),
+                           t.payload IS NULL AND t.id_inicial IS NOT NULL
+                    FROM {table} AS t FORCE INDEX ({idx_claim})
+                    WHERE {claimable_after_position}
+                    ORDER BY t.prioridade DESC, t.data_hora, t.id
+                    LIMIT v_limit
+                    FOR UPDATE SKIP LOCKED;
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+                SET @nsjq_claimed_rows = '', @nsjq_claimed_chunk = '',
+                    v_count = 0, v_locked = 0, v_needs_read = 0, v_min_id = NULL, v_max_id = NULL;
+                OPEN c_batch;
+                batch_rows: LOOP
+                    FETCH c_batch INTO v_row_id, v_row_prioridade, v_row_data_hora, v_row, v_row_needs_read;
+                    IF v_done THEN
+                        LEAVE batch_rows;
+                    END IF;
+                    SET @nsjq_claimed_batch = CONCAT_WS(',', @nsjq_claimed_batch, v_row_id);
+                    SET v_row_locked = GET_LOCK(CONCAT(p_lock_prefix, v_row_id), 0);
+                    SET v_count = v_count + 1,
+                        v_locked = v_locked + IF(v_row_locked = 1, 1, 0),
+                        v_min_id = LEAST(COALESCE(v_min_id, v_row_id), v_row_id),
+                        v_max_id = GREATEST(COALESCE(v_max_id, v_row_id), v_row_id),
+                        @nsjq_position_prioridade = v_row_prioridade,
+                        @nsjq_position_data_hora = v_row_data_hora,
+                        @nsjq_position_id = v_row_id,
+                        @nsjq_claimed_rows = IF(LENGTH(@nsjq_claimed_rows) + LENGTH(v_row) > 131072, NULL,
+                                                CONCAT(@nsjq_claimed_rows, ',', v_row));
+                    SET v_needs_read = v_needs_read + COALESCE(v_row_needs_read, 0)
+                                       + IF(@nsjq_claimed_rows IS NULL, 1, 0);
+                END LOOP;
+                CLOSE c_batch;
+            END;
+            -- server: end
             IF v_count > 0 THEN
                 SET v_ids = @nsjq_claimed_batch;
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_one_by_one = TRUE;
                     -- v_ids: the table's own BIGINT ids, digits and commas only.
+                    -- server: mariadb
                     EXECUTE IMMEDIATE CONCAT('UPDATE {table} SET status = ''processando'' WHERE id IN (', v_ids, ')');
+                    -- server: mysql
+                    SET @nsjq_statement = CONCAT('UPDATE {table} SET status = ''processando'' WHERE id IN (', v_ids, ')');
+                    PREPARE nsjq_claim_statement FROM @nsjq_statement;
+                    EXECUTE nsjq_claim_statement;
+                    DEALLOCATE PREPARE nsjq_claim_statement;
+                    SET @nsjq_statement = NULL;
+                    -- server: end
                 END;
                 IF v_one_by_one THEN
                     -- Undo the batch, its liveness locks too, and claim one by one.
@@ -356,6 +424,7 @@ BEGIN
             WHERE t.id BETWEEN v_min_id AND v_max_id AND FIND_IN_SET(t.id, v_ids)
             ORDER BY t.prioridade DESC, t.data_hora, t.id;
         ELSE
+            -- server: mariadb
             EXECUTE IMMEDIATE CONCAT(
                 'SELECT JSON_ARRAY({task_values_sql}, ',
                 IF(v_locked = v_count, '1',
@@ -363,6 +432,19 @@ BEGIN
                 ') AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
                 ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
                 ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
+            -- server: mysql
+            SET @nsjq_statement = CONCAT(
+                'SELECT JSON_ARRAY({task_values_sql}, ',
+                IF(v_locked = v_count, '1',
+                   CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
+                ') AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
+                ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
+                ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
+            PREPARE nsjq_claim_statement FROM @nsjq_statement;
+            EXECUTE nsjq_claim_statement;
+            DEALLOCATE PREPARE nsjq_claim_statement;
+            SET @nsjq_statement = NULL;
+            -- server: end
         END IF;
     ELSE
         IF v_limit > 1 THEN

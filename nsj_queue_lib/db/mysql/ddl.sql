@@ -3,6 +3,8 @@
 -- session's time zone (the workers' sessions use UTC). TIMESTAMP ends at
 -- 2038-01-19 03:14:07 UTC. Text compares byte for byte (utf8mb4_bin), as
 -- on PostgreSQL.
+{server_check}
+
 CREATE TABLE {table} (
     id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
     id_inicial bigint,

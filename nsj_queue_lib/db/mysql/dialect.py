@@ -4,6 +4,14 @@ The schema of ``db_gen <schema> <queue>`` is a MySQL database. The DDL has
 no trigger: workers poll (or the socket server wakes them). It has a stored
 procedure, the executors' claim, so its script uses the mysql client's
 ``DELIMITER`` lines; ``split_script`` turns it into statements for a driver.
+
+Two server families, one template per file: lines between ``-- server:
+mariadb`` (or ``mysql``) and ``-- server: end`` belong to that family's
+rendering only (``for_server``). ``db_gen --server mariadb`` (the default)
+renders what MariaDB runs cheapest (EXECUTE IMMEDIATE, user variables
+assigned inside the batch claim's locking read); ``--server mysql`` renders
+only syntax MySQL 8.0 keeps (PREPARE/EXECUTE, a cursor, SET), which MariaDB
+runs too. Workers accept the claim procedure of either variant.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import hashlib
 import re
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db.dialect import DdlNames, Dialect
+from nsj_queue_lib.db.dialect import SERVER_FAMILIES, DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.mysql.claim_where import claim_where
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
@@ -39,6 +47,56 @@ UPGRADE_COLUMNS = (
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
 REDEFINED_INDEXES = ("idx_chain", "idx_equivalent", "idx_lock_key")
+
+# The server families db_gen renders the MySQL dialect for (db_gen --server).
+MARIADB_SERVER, MYSQL_SERVER = SERVER_FAMILIES
+SERVERS = SERVER_FAMILIES
+DEFAULT_SERVER = MARIADB_SERVER
+_SERVER_LINE = re.compile(r"^\s*-- server: ([a-z]+)\s*$")
+# The first statements of a MariaDB script: on MySQL its PREPARE fails (an unknown
+# column whose name says what to do) before anything is changed.
+_MARIADB_ONLY = (
+    "-- db_gen --server mariadb (the default): for MariaDB 10.6+. On MySQL the next\n"
+    "-- statements stop the script before it changes anything: use db_gen --server mysql.\n"
+    "SET @nsjq_ddl = IF(VERSION() LIKE '%MariaDB%', 'DO 0', "
+    "'DO `MariaDB script: print the MySQL one with db_gen --server mysql`');\n"
+    "PREPARE nsjq_step FROM @nsjq_ddl;\n"
+    "EXECUTE nsjq_step;\n"
+    "DEALLOCATE PREPARE nsjq_step;"
+)
+_FOR_MYSQL = "-- db_gen --server mysql: for MySQL 8.0+ (and MariaDB 10.6+)."
+SERVER_CHECKS = {MARIADB_SERVER: _MARIADB_ONLY, MYSQL_SERVER: _FOR_MYSQL}
+
+
+def check_server(server: str) -> str:
+    if server not in SERVERS:
+        raise ValueError(f"unknown server family {server!r}; known: {', '.join(SERVERS)}")
+    return server
+
+
+def for_server(text: str, server: str) -> str:
+    """``text`` for one server family: the lines of the other family's sections dropped,
+    and every ``-- server:`` line."""
+    check_server(server)
+    out: list[str] = []
+    section: str | None = None
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        match = _SERVER_LINE.match(line)
+        if match is None:
+            if section in (None, server):
+                out.append(line)
+            continue
+        marker = match.group(1)
+        if marker == "end" and section is not None:
+            section = None
+        elif marker in SERVERS and section in (None, *[s for s in SERVERS if s != marker]):
+            section = marker
+        else:
+            raise ValueError(f"line {number}: '-- server: {marker}' where {section!r} is open")
+    if section is not None:
+        raise ValueError(f"'-- server: {section}' is never ended ('-- server: end')")
+    return "".join(out)
+
 
 _CREATE_INDEX = re.compile(r"^CREATE (?:UNIQUE )?INDEX (\w+) ON (\S+) \((.*)\);$", re.MULTILINE)
 _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
@@ -81,10 +139,12 @@ LIMITED_CLAIM_VALUES = {"claimed_task_json": CLAIMED_TASK_JSON}
 LOCK_KEY_FREE = lock_key_free
 
 
-def claim_procedure_version() -> str:
-    """The claim procedure's COMMENT: changes whenever its code (or the row it returns) does."""
+def claim_procedure_version(server: str = DEFAULT_SERVER) -> str:
+    """The claim procedure's COMMENT: changes whenever its code (or the row it returns) does.
+    Each server family's variant has its own (the MariaDB one is that of the code before
+    the variants: the MySQL sections are left out of its digest)."""
     source = (
-        sql_code(read_sql("mysql", "claim_procedure.sql"))
+        sql_code(for_server(read_sql("mysql", "claim_procedure.sql"), server))
         + CLAIMED_TASK_JSON
         + TASK_JSON
         + TASK_VALUES
@@ -94,6 +154,11 @@ def claim_procedure_version() -> str:
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
     return f"nsj_queue_lib claim {digest[:16]}"
+
+
+def claim_procedure_versions() -> tuple[str, ...]:
+    """The COMMENTs a worker accepts: the claim procedure of either server family's variant."""
+    return tuple(claim_procedure_version(server) for server in SERVERS)
 
 
 def split_script(script: str) -> list[str]:
@@ -134,8 +199,16 @@ class MysqlDialect(Dialect):
     name = "mysql"
     routine_kind = "PROCEDURE"
 
+    def __init__(self, server: str = DEFAULT_SERVER):
+        self.server = check_server(server)
+
+    def for_server(self, server: str) -> MysqlDialect:
+        """This dialect rendering for the ``server`` family (``SERVERS``)."""
+        return self if server == self.server else MysqlDialect(server)
+
     def _values(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
+        values["server_check"] = SERVER_CHECKS[self.server]
         values["indexes"] = render(read_sql(self.name, "indexes.sql"), values).strip()
         values["subscriber_indexes"] = render(
             read_sql(self.name, "subscriber_indexes.sql"), values
@@ -147,12 +220,12 @@ class MysqlDialect(Dialect):
             # The batch's row read, static and inside the string the other form is built from.
             task_values=TASK_VALUES,
             task_values_sql=_sql_string(TASK_VALUES),
-            claim_procedure_version=claim_procedure_version(),
+            claim_procedure_version=claim_procedure_version(self.server),
             claimable=claim_where(values["table"], values["limits_table"], False),
             claimable_after_position=claim_where(values["table"], values["limits_table"], True),
         )
         values["claim_procedure_ddl"] = render(
-            read_sql(self.name, "claim_procedure.sql"), procedure_values
+            for_server(read_sql(self.name, "claim_procedure.sql"), self.server), procedure_values
         ).strip()
         values["limited_claim_ddl"] = limited_claim_ddl("mysql", values)
         return values

@@ -21,6 +21,7 @@ from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
+from nsj_queue_lib.db.mysql.names import server_family
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
@@ -183,6 +184,9 @@ class MysqlDriver(MysqlFamilyDriver):
         """MariaDB Galera: refused unless the liveness locks hold cluster-wide (galera.py)."""
         s = self.settings
         return check_galera(conn, s.client_server_mode, s.queue_galera_writer_node)
+
+    def server_family(self, conn: Any) -> str | None:
+        return server_family(conn)  # SELECT VERSION(): 'mariadb' or 'mysql'
 
 
 DRIVER_CLASS = MysqlDriver

@@ -13,12 +13,14 @@ WHERE routine_schema = COALESCE(%(schema)s, DATABASE())
   AND routine_type = 'PROCEDURE'
 
 -- name: declare
+-- The new values are the parameters again, not VALUES(column): MySQL 8.0.20
+-- deprecates VALUES() here, and MariaDB lacks MySQL's row alias.
 INSERT INTO {limits_table} (processo, max_concurrent, rate_count, rate_period_s,
                             interval_min_s, interval_max_s, time_windows, declared_by)
 VALUES (%(processo)s, %(max_concurrent)s, %(rate_count)s, %(rate_period_s)s,
         %(interval_min_s)s, %(interval_max_s)s, %(time_windows)s, %(declared_by)s)
 ON DUPLICATE KEY UPDATE
-    max_concurrent = VALUES(max_concurrent), rate_count = VALUES(rate_count),
-    rate_period_s = VALUES(rate_period_s), interval_min_s = VALUES(interval_min_s),
-    interval_max_s = VALUES(interval_max_s), time_windows = VALUES(time_windows),
-    declared_by = VALUES(declared_by), declared_at = NOW(6)
+    max_concurrent = %(max_concurrent)s, rate_count = %(rate_count)s,
+    rate_period_s = %(rate_period_s)s, interval_min_s = %(interval_min_s)s,
+    interval_max_s = %(interval_max_s)s, time_windows = %(time_windows)s,
+    declared_by = %(declared_by)s, declared_at = NOW(6)

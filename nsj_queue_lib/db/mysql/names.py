@@ -54,6 +54,18 @@ def stable_queue_number(qualified: str) -> int:
     return int.from_bytes(digest, "big") & 0x7FFF_FFFF
 
 
+def server_family(conn: Any) -> str:
+    """``mariadb`` or ``mysql``: which variant of db_gen's DDL (``--server``) the server
+    behind ``conn`` needs, from ``SELECT VERSION()`` (MariaDB's says so)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        row = cur.fetchone()
+    version = row[0] if row else ""
+    if isinstance(version, bytes):
+        version = version.decode("ascii", "replace")
+    return MARIADB if "mariadb" in str(version).lower() else MYSQL
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerInfo:
     flavour: str  # MARIADB, MYSQL or SINGLESTORE

@@ -22,7 +22,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import check_claim_routine_version, claim_routine_name
-from nsj_queue_lib.db.mysql.dialect import claim_procedure_version
+from nsj_queue_lib.db.mysql.dialect import claim_procedure_versions
 from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
     ER_LOCK_WAIT_TIMEOUT,
@@ -96,7 +96,8 @@ class MysqlQueueStore(MysqlFamilyStore):
             )
             row = cur.fetchone()
         found = None if row is None else row[0]
-        check_claim_routine_version(self.claim_procedure, found, claim_procedure_version())
+        # Either server family's variant (db_gen --server): MariaDB runs both.
+        check_claim_routine_version(self.claim_procedure, found, claim_procedure_versions())
         return number
 
     # -- claiming (the liveness lock in the database) --

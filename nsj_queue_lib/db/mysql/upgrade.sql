@@ -5,6 +5,8 @@
 -- first and runs its statement only when the column or index is missing:
 -- the script is idempotent and runs unchanged on MySQL 8 and MariaDB.
 -- Existing column types are left as they are.
+{server_check}
+
 {add_columns}
 
 -- Indexes whose columns changed since an earlier release (status left out:
