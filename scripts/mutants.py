@@ -743,6 +743,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "a handler that commits bd_conn gets COMMIT AND CHAIN errors (PostgreSQL) or silence",
     ),
     Mutant(
+        "a-routing-worker-claims-every-processo",
+        "nsj_queue_lib/worker_base.py",
+        "        return frozenset(cls._task_registry.methods)\n",
+        "        return None\n",
+        ("tests/contract/test_deployments.py",),
+        ("postgres", "mysql"),
+        "a deployment claims another's processos and dead-letters them (no handler)",
+    ),
+    Mutant(
         "a-task-whose-transaction-is-gone-runs-anyway",
         EXECUTOR,
         "        return not self.store.in_transaction(conn)\n",

@@ -20,6 +20,8 @@ from nsj_queue_lib.flow.lock_keys import CLAIM_ATTEMPTS, lock_key_free
 # Per dialect: the clock, and the parameter holding the open windows' hashes.
 _NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
 _OPEN_WINDOWS = {"postgres": "open_windows", "mysql": "p_open_windows"}
+# ... and the one holding the processos the worker handles (NULL: every one).
+_HANDLED_PROCESSOS = {"postgres": "handled_processos", "mysql": "p_handled_processos"}
 # The claim routine versions of the previous release (1), as its workers check them
 # at start: its routine, made a call of this release's by --upgrade, keeps them.
 PREVIOUS_CLAIM_VERSIONS = {
@@ -27,7 +29,7 @@ PREVIOUS_CLAIM_VERSIONS = {
     "mysql": "nsj_queue_lib claim d8ff69fda4465378",
 }
 # The arguments, as in COMMENT ON FUNCTION (PostgreSQL).
-POSTGRES_ARGS = "(text[], text[], double precision, boolean, integer)"
+POSTGRES_ARGS = "(text[], text[], double precision, boolean, integer, varchar[])"
 
 
 def _values(dialect: str, table: str, limits_table: str) -> dict[str, str]:
@@ -47,6 +49,7 @@ def _values(dialect: str, table: str, limits_table: str) -> dict[str, str]:
             _OPEN_WINDOWS[dialect],
             free,
             now,
+            _HANDLED_PROCESSOS[dialect],
         ),
         "lock_key_free": free,
         "catch_up": repr(RATE_CATCH_UP),

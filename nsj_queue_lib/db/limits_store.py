@@ -162,6 +162,7 @@ class LimitsStore:
             "early": early,
             "take_lock": take_lock,
             "queue_key": self.store.queue_key,
+            "handled_processos": _sorted(self.store.handled_processos),
         }
         with self._cursor(conn, "limited claim") as cur:
             try:
@@ -202,6 +203,7 @@ class LimitsStore:
             "early": early,
             "take_lock": take_lock,
             "prefix": self.store.lock_prefix(conn),
+            "handled_processos": _json(self.store.handled_processos),
         }
         with self._cursor(conn, "limited claim") as cur:
             try:
@@ -245,3 +247,11 @@ def _rollback_quietly(conn: Any) -> None:
 def _driver_error(exc: BaseException) -> bool:
     module = type(exc).__module__
     return module.startswith(("psycopg", "pymysql"))
+
+
+def _sorted(handled: frozenset[str] | None) -> list[str] | None:
+    return None if handled is None else sorted(handled)
+
+
+def _json(handled: frozenset[str] | None) -> str | None:
+    return None if handled is None else json.dumps(sorted(handled))

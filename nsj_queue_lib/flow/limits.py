@@ -215,6 +215,7 @@ _STATES = {
         " FROM {limits_table} AS l"
         " WHERE (l.time_windows IS NULL"
         " OR md5(l.processo || chr(10) || l.time_windows) = ANY({open}))"
+        " AND ({handled} IS NULL OR l.processo = ANY({handled}))"
         " AND {ready}"
     ),
     "mysql": (
@@ -228,6 +229,7 @@ _STATES = {
         " FROM {limits_table} AS l"
         " WHERE (l.time_windows IS NULL"
         " OR JSON_CONTAINS({open}, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows)))))"
+        " AND ({handled} IS NULL OR JSON_CONTAINS({handled}, JSON_QUOTE(l.processo)))"
         " AND {ready}"
     ),
 }
@@ -242,13 +244,21 @@ _READY = (
 
 
 def limited_states(
-    dialect: str, table: str, limits_table: str, open_windows: str, lock_key_free: str, now: str
+    dialect: str,
+    table: str,
+    limits_table: str,
+    open_windows: str,
+    lock_key_free: str,
+    now: str,
+    handled: str = "NULL",
 ) -> str:
-    """SQL: the limited processos' states the limited claim routine decides on (``_STATES``).
-    Every argument is an identifier or expression of this library, never user input."""
+    """SQL: the limited processos' states the limited claim routine decides on (``_STATES``),
+    of the processos in ``handled`` (the worker's; NULL: every one). Every argument is an
+    identifier or expression of this library, never user input."""
     return _STATES[dialect].format(
         limits_table=limits_table,
         open=open_windows,
+        handled=handled,
         capped=_CAPPED.format(table=table),
         ready=_READY.format(table=table, now=now, lock_key_free=lock_key_free),
     )

@@ -98,7 +98,12 @@ class Limiter:
             self.store.declare(conn, limits, me)
         for processo in sorted((set(stored) & self.handled) - set(self.declared)):
             self.store.undeclare(conn, processo)
-        self.limited = set(self.declared) | (set(stored) - self.handled)
+        # Other workers' limited processos matter only to a worker that claims every processo
+        # (it overrides execute); one routing by @Task never claims them.
+        foreign = set(stored) - self.handled
+        if self.store.store.handled_processos is not None:
+            foreign = set()
+        self.limited = set(self.declared) | foreign
         self.known = {**stored, **self.declared}
         self.capped |= {
             p for p, lim in stored.items() if p in self.limited and lim.max_concurrent is not None

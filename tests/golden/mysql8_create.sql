@@ -133,7 +133,9 @@ CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, dat
 --
 -- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
 -- in p_handled_subscribers, a JSON array (NULL: every subscriber;
--- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+-- nsj_queue_lib/flow/deliveries.py), and tasks only of the processos in
+-- p_handled_processos (NULL: every processo). The look-up ignores both, as
+-- lock_key.
 -- Nor do they take a task of a limited processo: only the limited claim does
 -- (flow/limits.py).
 --
@@ -186,11 +188,12 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),
-    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4,
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 4bdd38e63931ad56'
+    COMMENT 'nsj_queue_lib claim 2b419cc0fe21c794'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -297,7 +300,7 @@ BEGIN
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT v_limit
@@ -378,7 +381,7 @@ BEGIN
                 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
@@ -393,7 +396,7 @@ BEGIN
             FROM public.fila_teste AS t
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
-      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id)))
+      AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
@@ -562,11 +565,12 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
     IN p_known_windows LONGTEXT CHARACTER SET utf8mb4,
     IN p_early_s DOUBLE,
     IN p_take_lock BOOLEAN,
-    IN p_lock_prefix VARCHAR(64)
+    IN p_lock_prefix VARCHAR(64),
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 5b8a5056894d3dea'
+    COMMENT 'nsj_queue_lib limited claim 159647946606bf7f'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -585,7 +589,7 @@ BEGIN
     -- Nothing found: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s)
     ORDER BY s.due_in IS NOT NULL, s.due_in, s.processo
     LIMIT 1;
@@ -596,7 +600,7 @@ BEGIN
         SET v_due_in = NULL;
         SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
         INTO v_startable, v_due_in, v_due_at
-        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
@@ -655,7 +659,7 @@ BEGIN
     -- Read before the commit: the task's own transaction takes its snapshot
     -- at its handler's first read.
     SELECT MIN(IF(s.capped, 1.0, GREATEST(COALESCE(s.due_in, 0), 0))) INTO v_wait
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
     SELECT COUNT(*) INTO v_rows FROM public.fila_teste_limits;
     SELECT EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL

@@ -368,7 +368,7 @@ CREATE TABLE public.fila_teste_limits (
 -- time_windows) of the open ones and of all it knows (flow/limits.py).
 CREATE OR REPLACE FUNCTION public.claim_limited_fila_teste_v2(
     open_windows text[], known_windows text[], early_s double precision, take_lock boolean,
-    lock_queue_key integer
+    lock_queue_key integer, handled_processos varchar[]
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean, wait_s double precision,
                limits_rows bigint, stale_windows boolean)
@@ -382,14 +382,14 @@ DECLARE
     v_claimed public.fila_teste;
 BEGIN
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= early_s)
     ORDER BY s.due_in NULLS FIRST, s.processo
     LIMIT 1;
     IF v_chosen IS NOT NULL THEN
         PERFORM 1 FROM public.fila_teste_limits AS l WHERE l.processo = v_chosen FOR UPDATE;
         SELECT s.due_in INTO v_due_in
-        FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= early_s);
         IF NOT FOUND THEN
             v_chosen := NULL;
@@ -448,7 +448,7 @@ BEGIN
            CASE WHEN take_lock AND v_claimed.id IS NOT NULL
                 THEN pg_try_advisory_lock(lock_queue_key, (v_claimed.id % 2147483648)::int4) END,
            (SELECT min(CASE WHEN s.capped THEN 1.0 ELSE GREATEST(s.due_in, 0) END)
-            FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s),
+            FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s),
            (SELECT count(*) FROM public.fila_teste_limits),
            EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL
@@ -457,5 +457,5 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer)
-    IS 'nsj_queue_lib limited claim ecf385912e32b2c6';
+COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[])
+    IS 'nsj_queue_lib limited claim 098fe4b6e1da3243';

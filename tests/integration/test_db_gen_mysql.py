@@ -387,7 +387,12 @@ def tables_in(plan) -> list[dict]:
 @pytest.mark.parametrize(
     "query, step, params, index",
     [
-        ("claim_tasks", "select", {"limit": 10, "handled_subscribers": None}, "claim"),
+        (
+            "claim_tasks",
+            "select",
+            {"limit": 10, "handled_subscribers": None, "handled_processos": None},
+            "claim",
+        ),
         ("promote_due", "select", {"limit": 10}, "due"),
         (
             "find_orphans",

@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim 6b123842bb572cf9",
-        "mysql": "nsj_queue_lib claim f3e6fde429739253",
+        "mysql": "nsj_queue_lib claim 726797608290f42c",
     },
 }
 

@@ -41,7 +41,9 @@
 --
 -- Deliveries (rows with a subscriber_id) are claimed only for the subscribers
 -- in p_handled_subscribers, a JSON array (NULL: every subscriber;
--- nsj_queue_lib/flow/deliveries.py). The look-up ignores it, as lock_key.
+-- nsj_queue_lib/flow/deliveries.py), and tasks only of the processos in
+-- p_handled_processos (NULL: every processo). The look-up ignores both, as
+-- lock_key.
 -- Nor do they take a task of a limited processo: only the limited claim does
 -- (flow/limits.py).
 --
@@ -96,7 +98,8 @@ CREATE PROCEDURE {claim_function}(
     IN p_task_id BIGINT,
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),
-    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4,
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER

@@ -31,7 +31,7 @@ def claim_where(table: str, limits_table: str, after_position: bool) -> str:
         conditions.append(_AFTER_POSITION)
     conditions += [
         lock_key_free(table, "t", now),
-        deliverable("mysql", "t", "p_handled_subscribers"),
+        deliverable("mysql", "t", "p_handled_subscribers", "p_handled_processos"),
         limits_free(limits_table, "t"),
     ]
     return "\n      AND ".join(conditions)

@@ -20,7 +20,8 @@ CREATE PROCEDURE {limited_claim}(
     IN p_known_windows LONGTEXT CHARACTER SET utf8mb4,
     IN p_early_s DOUBLE,
     IN p_take_lock BOOLEAN,
-    IN p_lock_prefix VARCHAR(64)
+    IN p_lock_prefix VARCHAR(64),
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER

@@ -3,7 +3,8 @@
 -- base: postgres
 
 -- name: claim
-CALL {limited_claim}(%(open)s, %(known)s, %(early)s, %(take_lock)s, %(prefix)s)
+CALL {limited_claim}(%(open)s, %(known)s, %(early)s, %(take_lock)s, %(prefix)s,
+                     %(handled_processos)s)
 
 -- name: routine_version
 SELECT routine_comment

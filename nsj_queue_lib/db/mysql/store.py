@@ -200,12 +200,14 @@ class MysqlQueueStore(MysqlFamilyStore):
 
     def _procedure_call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Statement:
         return (
-            f"CALL {self.claim_procedure}(%(id)s, %(mensagem)s, %(lock_prefix)s, %(handled)s)",
+            f"CALL {self.claim_procedure}"
+            "(%(id)s, %(mensagem)s, %(lock_prefix)s, %(handled)s, %(processos)s)",
             {
                 "id": task_id,
                 "mensagem": mensagem,
                 "lock_prefix": self.lock_prefix(conn),
                 "handled": json_array(self.handled_subscribers),
+                "processos": json_array(self.handled_processos),
             },
         )
 

@@ -58,5 +58,7 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 {periodic_table_ddl}
 {limits_table_ddl}
 
--- The limited claim: the start of a task of a processo with limits.
+-- The limited claim: the start of a task of a processo with limits (its first
+-- builds' signature, before it took the handled processos, dropped first).
+DROP FUNCTION IF EXISTS {limited_claim}(text[], text[], double precision, boolean, integer);
 {limited_claim_ddl}

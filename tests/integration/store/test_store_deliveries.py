@@ -125,3 +125,36 @@ def backend_db(backend) -> dict:
         info = dsn_params(backend.connect_args)
         return dict(info, name=info["dbname"])
     return dict(backend.connect_args, name=backend.connect_args["database"])
+
+
+@pytest.mark.parametrize("path", ["routine", "socket"])
+def test_the_claim_takes_only_the_processos_the_worker_handles(backend, path):
+    """Issue 37: deployments that share a table, each with its own processos."""
+    beta = backend.enqueue(processo="beta", chave_externa="beta")  # first in claim order
+    alpha = backend.enqueue(processo="alpha", chave_externa="alpha")
+    quoted = backend.enqueue(processo="q\"u\\o'te", chave_externa="quoted")
+    store = backend.store
+    store.set_handled_processos(frozenset({"alpha"}))
+    assert _claim(backend, path) == alpha
+    store.set_handled_processos(frozenset({"q\"u\\o'te", "gamma"}))  # data, never SQL
+    assert _claim(backend, path) == quoted
+    store.set_handled_processos(frozenset({"gamma"}))
+    assert _claim(backend, path) is None
+    store.set_handled_processos(None)  # a worker that overrides execute: every processo
+    assert _claim(backend, path) == beta
+    assert set(backend.statuses().values()) == {"pendente"}
+
+
+def test_a_group_claims_only_the_processos_the_worker_handles(backend):
+    from nsj_queue_lib.db.group_ops import group_ops_for
+
+    ids = backend.enqueue(*[{"processo": p} for p in ["beta", "alpha", "beta", "alpha"]])
+    store = backend.store
+    store.set_handled_processos(frozenset({"alpha"}))
+    ops = group_ops_for(backend.driver.settings.db_driver, store)
+    if ops is None:
+        pytest.skip("no group commit on this backend")
+    worker = backend.worker()
+    claims = ops.claim_batch(worker, 10)
+    assert sorted(c.task.id for c in claims) == [ids[1], ids[3]]
+    store.rollback(worker)

@@ -118,3 +118,17 @@ def test_without_the_lock_the_claim_stays_uncommitted_for_the_socket_servers_loc
     assert backend.liveness_lock_holder(task) is None
     backend.store.commit_and_begin(worker)
     assert backend.statuses() == {task: "processando"}
+
+
+def test_the_limited_claim_takes_only_the_processos_the_worker_handles(backend):
+    """Issue 37: a limited processo of another deployment is left to it."""
+    store = limits_store(backend, max_concurrent=5)
+    task_id = backend.enqueue(processo=LIMITED)
+    worker = backend.worker()
+    backend.store.set_handled_processos(frozenset({"outro"}))
+    assert store.claim(worker, take_lock=True).task is None
+    assert backend.statuses()[task_id] == "pendente"
+    backend.store.set_handled_processos(frozenset({LIMITED}))
+    claimed = store.claim(worker, take_lock=True)
+    assert claimed.task is not None and claimed.task.id == task_id
+    backend.store.rollback(worker)
