@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +16,9 @@ from nsj_queue_lib.cli.output import cell, duration, table, write, write_json
 from nsj_queue_lib.cli.session import open_session
 from nsj_queue_lib.db.driver import Driver
 from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.notify.checked import DEAF_REASON
+from nsj_queue_lib.runtime.registry import STALE_SECONDS
 
 MESSAGE_WIDTH = 60
 PAYLOAD_WIDTH = 200
@@ -68,13 +71,51 @@ def _wakeups(driver: Driver) -> dict[str, str]:
     return {"mode": mode}
 
 
+def _live_workers(session: Any) -> list[dict[str, Any]] | None:
+    """The workers seen recently (runtime/registry.py); None where the workers table is
+    missing (a schema before db_gen --upgrade)."""
+    try:
+        workers: list[dict[str, Any]] = session.store.live_workers(session.conn, STALE_SECONDS)
+        return workers
+    except DatabaseError:
+        session.conn.rollback()
+        return None
+
+
+def _unhandled(processos: list[dict[str, Any]], workers: list[dict[str, Any]]) -> list[str]:
+    """The processos with ready tasks that no live worker claims (none: a worker claims
+    every processo)."""
+    claimed: set[str] = set()
+    for worker in workers:
+        if worker["processos"] is None:
+            return []
+        claimed.update(json.loads(worker["processos"]))
+    return [
+        e["processo"]
+        for e in processos
+        if e["counts"].get(model.PENDENTE) and e["processo"] not in claimed
+    ]
+
+
+def _workers_lines(workers: list[dict[str, Any]] | None, unhandled: list[str]) -> str:
+    if workers is None:
+        return "workers: unknown (no workers table: db_gen --upgrade creates it)"
+    names = ", ".join(w["worker"] for w in workers) or "none seen"
+    line = f"workers: {len(workers)} ({names})"
+    if unhandled:
+        line += "\nno worker handles these: " + ", ".join(str(p) for p in unhandled)
+    return line
+
+
 def status(args: argparse.Namespace, config: Config) -> int:
     with open_session(config) as session:
         rows = session.store.summary(session.conn)
         running = session.store.running(session.conn, args.limit)
+        workers = _live_workers(session)
         dialect = session.driver.name
         wakeups = _wakeups(session.driver)
     processos, total = _summaries(rows)
+    unhandled = _unhandled(processos, workers or [])
     if args.json:
         write_json(
             {
@@ -84,6 +125,8 @@ def status(args: argparse.Namespace, config: Config) -> int:
                 "processos": processos,
                 "total": total,
                 "running": running,
+                "workers": workers,
+                "unhandled_processos": unhandled,
             }
         )
         return EXIT_OK
@@ -102,7 +145,8 @@ def status(args: argparse.Namespace, config: Config) -> int:
     ]
     reason = f" ({wakeups['reason']})" if "reason" in wakeups else ""
     write(
-        f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n\n"
+        f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n"
+        f"{_workers_lines(workers, unhandled)}\n\n"
         f"{table(headers, lines)}"
     )
     write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.dialect import workers_table_name
 from nsj_queue_lib.flow.deliveries import deliverable
 from nsj_queue_lib.flow.limits import limits_free, limits_table_name
 from nsj_queue_lib.flow.lock_keys import lock_key_free
@@ -79,4 +80,5 @@ def query_values(
         # Tasks of limited processos are left to the limited claim (flow/limits.py).
         "limits_free": limits_free(limits_table_name(queue_table), "t"),
         "limits_table": limits_table_name(queue_table),
+        "workers_table": workers_table_name(queue_table),
     }

@@ -91,6 +91,7 @@ class DdlNames:
             "limits": f"{q}_limits",
             "subscriber": f"{q}_subscriber",
             "periodic": periodic_table_name(q),
+            "workers": workers_table_name(q),
             "function": f"notify_{q}_insert",
             "claim_function": self.routine_name(q),
             "limited_claim": self.limited_routine_name(q),
@@ -104,6 +105,7 @@ class DdlNames:
         values["table"] = f"{self.schema}.{self.queue}"
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
         values["periodic_table"] = f"{self.schema}.{names['periodic']}"
+        values["workers_table"] = f"{self.schema}.{names['workers']}"
         values["limits_table"] = f"{self.schema}.{names['limits']}"
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
@@ -119,6 +121,12 @@ def periodic_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_periodic``: the last slot enqueued per periodic processo
     (``flow/periodic.py``), next to the queue table."""
     return f"{queue_table}_periodic"
+
+
+def workers_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_workers``: the workers running on the queue and the processos each
+    claims (runtime/registry.py), next to the queue table."""
+    return f"{queue_table}_workers"
 
 
 def claim_routine_name(queue_table: str, release: int = CLAIM_ROUTINE_RELEASE) -> str | None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.dialect import workers_table_name
 
 # An attempt as the inspection queries show it: the contract's columns but the
 # payload's hash (binary, never useful to an operator); the payload only where asked.
@@ -73,6 +74,7 @@ def query_values(queue_table: str, time_column: str, task_filter: str) -> dict[s
     column (``{c}``) as an instant the store reads, ``task_filter`` is ``task_filter()``'s."""
     return {
         "queue_table": queue_table,
+        "workers_table": workers_table_name(queue_table),
         "task_filter": task_filter,
         "attempt_columns": attempt_columns(time_column),
         "attempt_columns_with_payload": attempt_columns(time_column, "t.payload"),
@@ -207,6 +209,12 @@ class InspectionQueries(abc.ABC):
     @abc.abstractmethod
     def _fetch(self, conn: Any, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """The rows of the named query of ``inspection.sql`` as dicts."""
+
+    def live_workers(self, conn: Any, seen_within: float) -> list[dict[str, Any]]:
+        """The workers whose heartbeat is at most ``seen_within`` seconds old: worker,
+        processos (a JSON array, None: every processo), started_at, seen_at. Empty where
+        the workers table is missing (a schema before db_gen --upgrade)."""
+        return self._fetch(conn, "live_workers", {"seen_within": seen_within})
 
     def summary(self, conn: Any) -> list[dict[str, Any]]:
         rows = self._fetch(conn, "summary", {"recent_seconds": RECENT_SECONDS})

@@ -143,6 +143,13 @@ class WorkerStore(Protocol):
 
     def release(self, conn: Any, task_id: int) -> bool: ...
 
+    def worker_seen(self, conn: Any, worker: str, processos: str | None) -> None:
+        """This worker's row in the workers table (``processos``: a JSON array, None: every
+        processo), in the caller's transaction."""
+        ...
+
+    def worker_left(self, conn: Any, worker: str) -> None: ...
+
     def cancel_running(self, conn: Any, task_id: int, mensagem: str) -> bool:
         """A running attempt whose handler stopped on a cancel becomes 'cancelada'."""
         ...

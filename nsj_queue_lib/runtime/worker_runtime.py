@@ -59,6 +59,7 @@ from nsj_queue_lib.runtime.liveness import (
 from nsj_queue_lib.runtime.periodic_service import PeriodicEnqueuer
 from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.purge import PurgeService
+from nsj_queue_lib.runtime.registry import WorkerRegistry
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
 from nsj_queue_lib.runtime.schedule import make_schedule
@@ -202,6 +203,9 @@ class WorkerRuntime:
         self.lifecycle = self._lifecycle()
         self.services = self._services()
         self.periodic = self._periodic(periodic)
+        self.registry = WorkerRegistry(
+            settings.queue_name, self.store, self._connect, handled_processos, self.stop_event
+        )
         if self.limiter is not None:
             for service in self.services:
                 if isinstance(service, RetryService):
@@ -551,6 +555,7 @@ class WorkerRuntime:
         if self.periodic is not None:
             threads.append(_Supervised("nsj-periodic", self.periodic.run))
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
+        threads.append(_Supervised("nsj-registry", self.registry.run))
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
         self.executor.group = group_drain(self.executor)  # None: one commit per task

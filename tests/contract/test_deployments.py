@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -71,6 +73,29 @@ def test_two_deployments_on_one_table_each_run_their_own_processos(backend):
     gamma = backend.row(ids[-1])
     assert (gamma["status"], gamma["tentativa"]) == ("pendente", 1)
     assert "no handler" not in (gamma["mensagem"] or "")
+    # nsjq status names it, and the two deployments it sees (the workers table).
+    status = nsjq_status(backend)
+    assert status["unhandled_processos"] == ["gamma"]
+    assert sorted(json.loads(w["processos"]) for w in status["workers"]) == [["alpha"], ["beta"]]
+    text = nsjq_status(backend, as_json=False)
+    assert "workers: 2 (" in text and "no worker handles these: gamma" in text
     for proc in procs:
         proc.send(signal.SIGTERM)
     assert [proc.wait(30) for proc in procs] == [0, 0]
+    # Stopped, they left the workers table.
+    assert nsjq_status(backend)["workers"] == []
+
+
+def nsjq_status(backend, as_json: bool = True):
+    """``nsjq status`` as a user runs it, with the workers' environment."""
+    argv = ["status", "--json"] if as_json else ["status"]
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from nsj_queue_lib.cli import main; sys.exit(main())"]
+        + argv,
+        env=backend.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(result.stdout) if as_json else result.stdout

@@ -185,6 +185,17 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_periodic (
     updated_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- The workers running on the queue (issue 37): each writes its row at start and
+-- every heartbeat, with the processos it claims (a JSON array; NULL: every
+-- processo), and deletes it when it stops. nsjq status names the ready
+-- processos no live worker claims.
+CREATE TABLE IF NOT EXISTS public.fila_teste_workers (
+    worker varchar(200) NOT NULL PRIMARY KEY,
+    processos longtext,
+    started_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    seen_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
 -- earlier build of itself. Earlier releases' procedures stay, for their workers
 -- during a rolling upgrade: db_gen --drop-old-routines drops them afterwards.

@@ -526,6 +526,17 @@ CREATE TABLE public.fila_teste_periodic (
     updated_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- The workers running on the queue (issue 37): each writes its row at start and
+-- every heartbeat, with the processos it claims (a JSON array; NULL: every
+-- processo), and deletes it when it stops. nsjq status names the ready
+-- processos no live worker claims.
+CREATE TABLE public.fila_teste_workers (
+    worker varchar(200) NOT NULL PRIMARY KEY,
+    processos longtext,
+    started_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    seen_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The limited claim: the start of a task of a processo with limits.
 -- The limited claim (per-processo limits, docs/flow-control.md) in one CALL,
 -- the steps of PostgreSQL's limited_claim.sql (which says why each is there):

@@ -319,6 +319,16 @@ CREATE TABLE public.fila_teste_periodic (
     task_id bigint,
     updated_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
 );
+-- The workers running on the queue (issue 37): each writes its row at start and
+-- every heartbeat, with the processos it claims (a JSON array; NULL: every
+-- processo), and deletes it when it stops. nsjq status names the ready
+-- processos no live worker claims.
+CREATE TABLE public.fila_teste_workers (
+    worker varchar(200) NOT NULL PRIMARY KEY,
+    processos text,
+    started_at timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
+    seen_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+);
 -- Per-processo limits (docs/flow-control.md): one row per limited processo,
 -- written by the workers at start from their @Task declarations, with the
 -- state the limited claim shares across the cluster (the next start an

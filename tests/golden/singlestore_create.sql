@@ -74,6 +74,15 @@ CREATE ROWSTORE TABLE public.fila_teste_subscriber (
     KEY idx_fila_teste_subscriber_processo (processo, tenant, grupo_empresarial)
 ) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- The workers running on the queue and the processos each claims (nsjq status).
+CREATE ROWSTORE TABLE public.fila_teste_workers (
+    worker varchar(200) NOT NULL,
+    processos longtext,
+    started_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    seen_at datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (worker)
+) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- Periodic tasks (docs/periodic-tasks.md): the latest slot enqueued per processo.
 CREATE ROWSTORE TABLE public.fila_teste_periodic (
     processo varchar(250) NOT NULL,

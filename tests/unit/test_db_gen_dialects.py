@@ -181,7 +181,7 @@ def test_mysql_claim_index_follows_the_claim_order():
 
 def test_singlestore_is_a_sharded_rowstore():
     ddl = render("public", "fila_teste", "singlestore")
-    assert ddl.count("CREATE ROWSTORE TABLE") == 3  # queue, subscriber, periodic
+    assert ddl.count("CREATE ROWSTORE TABLE") == 4  # queue, subscriber, workers, periodic
     assert "SHARD KEY (id)" in ddl
     assert "KEY idx_fila_teste_claim (status, prioridade DESC, data_hora, id)" in ddl
     assert "AUTO_INCREMENT" in ddl and "bigint NOT NULL AUTO_INCREMENT" in ddl

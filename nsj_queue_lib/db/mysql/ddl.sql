@@ -68,5 +68,7 @@ CREATE TABLE {table} (
 
 {periodic_table_ddl}
 
+{workers_table_ddl}
+
 -- The limited claim: the start of a task of a processo with limits.
 {limited_claim_ddl}

@@ -245,6 +245,7 @@ class MysqlDialect(Dialect):
         values = self._values(names)
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
+        values["workers_table_ddl"] = self._table("workers_table.sql", values, False)
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -268,6 +269,7 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
+        values["workers_table_ddl"] = self._table("workers_table.sql", values, True)
         values["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 

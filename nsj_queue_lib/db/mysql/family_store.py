@@ -443,6 +443,12 @@ class MysqlFamilyStore:
         params = {"id": task_id, "status": status, "mensagem": mensagem}
         return self._run(conn, "fail_final", params) == 1
 
+    def worker_seen(self, conn: Any, worker: str, processos: str | None) -> None:
+        self._run(conn, "worker_seen", {"worker": worker, "processos": processos})
+
+    def worker_left(self, conn: Any, worker: str) -> None:
+        self._run(conn, "worker_left", {"worker": worker})
+
     def release(self, conn: Any, task_id: int) -> bool:
         return self._run(conn, "release_task", {"id": task_id}) == 1
 

@@ -105,3 +105,12 @@ INSERT INTO {queue_table} ({next_attempt_columns})
 SELECT {next_attempt_values}
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
+
+-- name: live_workers
+-- The workers whose heartbeat is recent (runtime/registry.py).
+SELECT w.worker, w.processos,
+       UNIX_TIMESTAMP(w.started_at) AS started_at,
+       UNIX_TIMESTAMP(w.seen_at) AS seen_at
+FROM {workers_table} AS w
+WHERE w.seen_at >= NOW(6) - INTERVAL %(seen_within)s SECOND
+ORDER BY w.worker

@@ -51,6 +51,7 @@ CREATE TABLE {table} (
 {subscriber_indexes}
 
 {periodic_table_ddl}
+{workers_table_ddl}
 {limits_table_ddl}
 
 -- The limited claim: the start of a task of a processo with limits.

@@ -97,6 +97,9 @@ class PostgresDialect(Dialect):
         parts["limits_table_ddl"] = render(
             read_sql("postgres", "limits_table.sql"), table_values
         ).strip()
+        parts["workers_table_ddl"] = render(
+            read_sql("postgres", "workers_table.sql"), table_values
+        ).strip()
         parts["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
         return render(read_sql("postgres", template), parts)
 

@@ -119,3 +119,12 @@ INSERT INTO {queue_table} ({next_attempt_columns})
 SELECT {next_attempt_values}
 FROM failed AS f
 RETURNING id
+
+-- name: live_workers
+-- The workers whose heartbeat is recent (runtime/registry.py).
+SELECT w.worker, w.processos,
+       extract(epoch FROM w.started_at)::float8 AS started_at,
+       extract(epoch FROM w.seen_at)::float8 AS seen_at
+FROM {workers_table} AS w
+WHERE w.seen_at >= clock_timestamp() - %(seen_within)s * interval '1 second'
+ORDER BY w.worker

@@ -388,3 +388,15 @@ WHERE id = %(id)s AND status = 'processando'
 -- name: lifecycle_columns
 -- Checked at start: a table from before db_gen --upgrade lacks them.
 SELECT {lifecycle_columns} FROM {queue_table} WHERE 1 = 0
+
+-- name: worker_seen
+-- A worker's row in the workers table, at start and every heartbeat
+-- (runtime/registry.py): the processos it claims, a JSON array or NULL.
+INSERT INTO {workers_table} AS w (worker, processos)
+VALUES (%(worker)s, %(processos)s)
+ON CONFLICT (worker) DO UPDATE
+SET processos = EXCLUDED.processos, seen_at = clock_timestamp()
+
+-- name: worker_left
+-- A worker that stops removes its row.
+DELETE FROM {workers_table} WHERE worker = %(worker)s

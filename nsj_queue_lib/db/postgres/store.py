@@ -675,6 +675,14 @@ class PostgresQueueStore:
         with wrap_driver_errors("fail_final"):
             return conn.execute(self.sql["fail_final"], params).fetchone() is not None
 
+    def worker_seen(self, conn, worker: str, processos: str | None) -> None:
+        with wrap_driver_errors("worker_seen"):
+            conn.execute(self.sql["worker_seen"], {"worker": worker, "processos": processos})
+
+    def worker_left(self, conn, worker: str) -> None:
+        with wrap_driver_errors("worker_left"):
+            conn.execute(self.sql["worker_left"], {"worker": worker})
+
     def release(self, conn, task_id: int) -> bool:
         with wrap_driver_errors("release_task"):
             return conn.execute(self.sql["release_task"], {"id": task_id}).rowcount == 1

@@ -56,6 +56,7 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 {subscriber_indexes}
 
 {periodic_table_ddl}
+{workers_table_ddl}
 {limits_table_ddl}
 
 -- The limited claim: the start of a task of a processo with limits (its first

@@ -1,0 +1,10 @@
+-- The workers running on the queue (issue 37): each writes its row at start and
+-- every heartbeat, with the processos it claims (a JSON array; NULL: every
+-- processo), and deletes it when it stops. nsjq status names the ready
+-- processos no live worker claims.
+CREATE TABLE {if_not_exists}{workers_table} (
+    worker varchar(200) NOT NULL PRIMARY KEY,
+    processos longtext,
+    started_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    seen_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
