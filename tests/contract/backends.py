@@ -241,7 +241,12 @@ class Backend:
             )
             return
         tables = (self.table, self.subscriber_table, self.exec_table, self.started_table)
-        for table in (*tables, f"{self.table}_periodic", f"{self.table}_limits"):
+        for table in (
+            *tables,
+            f"{self.table}_periodic",
+            f"{self.table}_limits",
+            f"{self.table}_workers",
+        ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
             routine = DdlNames.routine_name(self.name, release)

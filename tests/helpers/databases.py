@@ -295,6 +295,7 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"DROP TABLE IF EXISTS {schema}.{name} CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_subscriber CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_periodic;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_workers;"
         f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE;"
         # The group settle function names no table type: CASCADE does not reach it.

@@ -114,7 +114,8 @@ def test_demo_runs_end_to_end(pg_dsn, pg_admin):
     # It ends with what `nsjq status` says of the queue: nothing left to run.
     status = out[out.index("nsjq status") :].splitlines()
     assert status[2] == "wake-ups: listen", status
-    assert status[4].split()[:2] == ["PROCESSO", "PENDENTE"], status
+    assert status[3].startswith("workers: "), status  # the demo's worker has stopped
+    assert status[5].split()[:2] == ["PROCESSO", "PENDENTE"], status
     assert status[-1] == "running: 0"
 
     header = next(line for line in out.splitlines() if line.startswith("id |"))
