@@ -10,6 +10,11 @@ whose connection died under its handler; whichever of the two comes first
 settles it (the update is conditional on 'processando'). When its cancel was
 requested it ends 'cancelada' instead (it never runs again).
 
+A suspect is rescued only when a second look, in a new transaction a moment
+later, finds it still without a live worker (``_confirmed``); should a live
+attempt be rescued anyway, the fence at its settle rolls its work back
+(docs/group-commit.md, "Exactly once: the fence").
+
 
 In compatibility mode (QUEUE_COMPAT_1_2_2) a row is an orphan only if its
 nsj-queue-lib 1.2.2 key is free too: this service takes that key before
