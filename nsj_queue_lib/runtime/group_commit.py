@@ -419,11 +419,15 @@ class GroupDrain:
         group.waiting.extend(reversed(group.released))
         group.released = []
         if isinstance(exc, AttemptFenced):
-            # A task was rescued under the group: all its writes were rolled back; the
-            # others go back to the queue (no suspect among them), the rescued one is left
-            # to its new attempt.
-            for task, _ in group.written:
-                self.ex.fenced(task, exc)
+            # The others go back to the queue (no suspect among them); the rescued one is
+            # left to the attempt its rescuer created.
+            logger.warning(
+                "queue=%s: a task of a group of %d was rescued by another worker while it ran "
+                "(%s); the group's work was rolled back, its other tasks go back to the queue",
+                queue,
+                len(group.written),
+                exc,
+            )
         elif len(group.written) > 1:
             logger.warning(
                 "queue=%s: committing a group of %d finished tasks failed (%s); they go back "
