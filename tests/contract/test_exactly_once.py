@@ -112,14 +112,16 @@ def test_a_busy_drain_with_the_retry_service_every_second_commits_each_write_onc
             execute, queue_concurrency=32, queue_retry_thread_interval=1.0, **batch
         )
     )
+    unfinished = ("pendente", "processando", "agendada")
     wait_for(
-        lambda: backend.statuses() == {"sucesso": DRAIN_TASKS},
-        200,
+        lambda: not any(backend.statuses().get(s) for s in unfinished),
+        300,
         "the drain",
         interval=1.0,
     )
     rescued = [r.getMessage() for r in caplog.records if "rescued" in r.getMessage()]
     assert rescued == []
+    assert backend.statuses() == {"sucesso": DRAIN_TASKS}
     assert worker.alive() and worker.stop() == 0
     done = chains(backend)
     assert len(done) == DRAIN_TASKS and set(done.values()) == {1}
