@@ -44,6 +44,9 @@ PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 START_SECONDS = 90  # a joiner's rsync SST on a loaded 2-core machine
 
 
+START_ATTEMPTS = 2
+
+
 def galera_unavailable() -> str | None:
     """Why a Galera cluster cannot be started on this machine, or None."""
     if not os.access(MARIADBD, os.X_OK):
@@ -388,13 +391,25 @@ class GaleraCluster:
 
 @contextlib.contextmanager
 def galera_cluster_of(nodes: int = 3, wsrep: bool = True) -> Iterator[GaleraCluster]:
-    """A started cluster for a ``with`` block; killed and its files removed at the end."""
-    with temporary_directory("nsjq-galera-") as directory:
-        cluster = GaleraCluster(directory, nodes, wsrep=wsrep)
-        try:
-            yield cluster.start()
-        finally:
-            cluster.close()
+    """A started cluster for a ``with`` block; killed and its files removed at the end.
+
+    A start that fails is tried once more from scratch, on new ports: now and then a
+    joiner never joins (a port picked as free taken meanwhile on a busy machine)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        with temporary_directory("nsjq-galera-") as directory:
+            cluster = GaleraCluster(directory, nodes, wsrep=wsrep)
+            try:
+                cluster.start()
+            except RuntimeError as exc:
+                if attempt == START_ATTEMPTS:
+                    raise
+                print(f"galera: start {attempt} failed, starting again ({str(exc)[:200]})")
+                continue
+            try:
+                yield cluster
+            finally:
+                cluster.close()
+            return
 
 
 def _unavailable(reason: str) -> None:
