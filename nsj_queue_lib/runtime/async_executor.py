@@ -262,6 +262,10 @@ class AsyncTaskExecutor(TaskExecutor):
 
     async def _run_async(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; (the connection to go on with, the next claimed task)."""
+        if not self._awaitable and self._transaction_gone(conn):
+            # MySQL's threaded connection (on Galera a replicated write can abort it); an
+            # awaitable PostgreSQL session loses its transaction only with its connection.
+            return await self._call(self._give_back_unstarted, conn, claimed.task)
         item = self._started(conn, claimed)
         task = item.task
         asynchronous = self._is_async(task.row)

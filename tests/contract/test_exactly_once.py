@@ -163,3 +163,30 @@ def test_a_task_whose_transaction_ended_before_its_handler_is_given_back_not_run
     assert chains(backend) == Counter({task_id: 1 for task_id in ids})
     assert any("given back to the queue, not run" in r.getMessage() for r in caplog.records)
     assert worker.alive() and worker.stop() == 0
+
+
+@pytest.mark.parametrize("backend", [pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True)
+def test_an_async_task_whose_transaction_ended_before_its_handler_is_given_back(
+    backend, monkeypatch, caplog
+):
+    from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+
+    claim = DatabaseLiveness.claim
+    aborted: list[int] = []
+
+    def aborted_once(self, conn, claim_next=True):
+        claimed = claim(self, conn, claim_next)
+        if claimed is not None and not aborted:
+            aborted.append(claimed.task.id)
+            self.store.rollback(conn)
+        return claimed
+
+    monkeypatch.setattr(DatabaseLiveness, "claim", aborted_once)
+    caplog.set_level(logging.WARNING)
+    ids = backend.enqueue([dict(processo="async", payload="{}")] * 2)
+    worker = backend.run(async_worker(backend, queue_concurrency=1))
+    backend.wait_statuses({"sucesso": 2}, 20, "both tasks")
+    assert aborted == [ids[0]]
+    assert chains(backend) == Counter({task_id: 1 for task_id in ids})
+    assert any("given back to the queue, not run" in r.getMessage() for r in caplog.records)
+    assert worker.alive() and worker.stop() == 0
