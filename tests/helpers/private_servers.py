@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 STARTUP_SECONDS = 30
+START_ATTEMPTS = 3
 
 
 def free_port() -> int:
@@ -207,6 +208,18 @@ class PrivateMariadb:
     with TLS from ``certificates``; user root, empty password, database ``test``."""
 
     def __init__(self, directory: Path, certificates: Certificates) -> None:
+        # A port free when picked can be taken before mariadbd binds it (another test's
+        # private servers, a Galera node's ports): such a start fails fast (the server
+        # exits, or the port answers no MySQL handshake) and is tried on another port.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start(directory, certificates)
+                return
+            except RuntimeError:
+                if attempt == START_ATTEMPTS:
+                    raise
+
+    def _start(self, directory: Path, certificates: Certificates) -> None:
         self.port = free_port()
         self.data = directory / f"mariadb{self.port}"
         # Its own temporary directory: in the shared /tmp a bootstrap once failed, its
@@ -246,7 +259,14 @@ class PrivateMariadb:
         deadline = time.monotonic() + STARTUP_SECONDS
         while True:
             try:
-                pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="").close()
+                pymysql.connect(
+                    host="127.0.0.1",
+                    port=self.port,
+                    user="root",
+                    password="",
+                    connect_timeout=2,
+                    read_timeout=5,
+                ).close()
                 return
             except pymysql.err.OperationalError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
