@@ -24,6 +24,7 @@ from nsj_queue_lib.db.dialect import UPGRADE_HINT, limited_routine_name
 from nsj_queue_lib.db.limited_routine import POSTGRES_ARGS, limited_claim_version
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError
+from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.flow.limits import EARLY_SECONDS, ProcessoLimits
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import QUEUE_COLUMNS, TaskRecord
@@ -203,7 +204,7 @@ class LimitsStore:
             "early": early,
             "take_lock": take_lock,
             "prefix": self.store.lock_prefix(conn),
-            "handled_processos": _json(self.store.handled_processos),
+            "handled_processos": json_array(self.store.handled_processos),
         }
         with self._cursor(conn, "limited claim") as cur:
             try:
@@ -251,7 +252,3 @@ def _driver_error(exc: BaseException) -> bool:
 
 def _sorted(handled: frozenset[str] | None) -> list[str] | None:
     return None if handled is None else sorted(handled)
-
-
-def _json(handled: frozenset[str] | None) -> str | None:
-    return None if handled is None else json.dumps(sorted(handled))

@@ -599,11 +599,15 @@ class TaskExecutor:
             self.store.commit(conn)
             self.liveness.after_settled(task, conn)
             return conn, self.liveness.claim(conn, self._claim_next())
-        except DatabaseError as exc:  # closed, the connection frees its lock: rescued later
+        except DatabaseError as exc:
+            # Closed, the connection frees its database locks; a lock on the socket server
+            # goes here. Either way the retry service rescues the task.
             logger.warning(
                 "queue=%s task=%s: giving back failed (%s)", self.settings.queue_name, task.id, exc
             )
-            return self._discard(conn), None
+            replacement = self._discard(conn)
+            self.liveness.after_settled(task)
+            return replacement, None
 
     def fenced(self, task: TaskRecord, error: BaseException) -> None:
         """The attempt's success was refused, its transaction rolled back: another worker

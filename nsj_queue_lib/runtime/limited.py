@@ -58,11 +58,14 @@ class Limiter:
         declared: Mapping[str, ProcessoLimits],
         handled: set[str],
         stop: threading.Event,
+        claims_every_processo: bool = True,
     ):
         self.queue_name = queue_name
         self.store = limits_store
         self.declared = dict(declared)
         self.handled = handled
+        # False for a worker routing by @Task: it never claims other workers' processos.
+        self.claims_every_processo = claims_every_processo
         self.limited: set[str] = set(declared)
         # Every limits row known (this worker's and the others'), for their time windows.
         self.known: dict[str, ProcessoLimits] = dict(declared)
@@ -98,11 +101,8 @@ class Limiter:
             self.store.declare(conn, limits, me)
         for processo in sorted((set(stored) & self.handled) - set(self.declared)):
             self.store.undeclare(conn, processo)
-        # Other workers' limited processos matter only to a worker that claims every processo
-        # (it overrides execute); one routing by @Task never claims them.
-        foreign = set(stored) - self.handled
-        if self.store.store.handled_processos is not None:
-            foreign = set()
+        # Other workers' limited processos matter only to a worker that claims them.
+        foreign = set(stored) - self.handled if self.claims_every_processo else set()
         self.limited = set(self.declared) | foreign
         self.known = {**stored, **self.declared}
         self.capped |= {

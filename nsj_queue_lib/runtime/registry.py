@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from nsj_queue_lib.db.driver import close_quietly
 from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.log import get_logger
 
@@ -56,24 +57,19 @@ class WorkerRegistry:
 
     def run(self) -> None:
         """Beat until the worker stops, then remove the row (the thread's target)."""
-        conn = None
         while not self._stop.is_set():
-            conn = self._write(
-                conn, lambda c: self.store.worker_seen(c, self.worker, self.processos)
-            )
+            self._write(lambda c: self.store.worker_seen(c, self.worker, self.processos))
             self._stop.wait(self.heartbeat)
-        conn = self._write(conn, lambda c: self.store.worker_left(c, self.worker))
-        if conn is not None:
-            _close(conn)
+        self._write(lambda c: self.store.worker_left(c, self.worker))
 
-    def _write(self, conn: Any, statement: Callable[[Any], None]) -> Any:
-        """Run ``statement`` and commit; the connection to keep (None after an error)."""
+    def _write(self, statement: Callable[[Any], None]) -> None:
+        """Run ``statement`` on a connection of its own and commit. One statement every
+        heartbeat: not worth a connection held between them."""
+        conn = None
         try:
-            if conn is None:
-                conn = self._connect()
+            conn = self._connect()
             statement(conn)
             conn.commit()
-            return conn
         except Exception as exc:  # noqa: BLE001 - the registry is advisory: never the worker's end
             if not self._warned:
                 self._warned = True
@@ -83,13 +79,5 @@ class WorkerRegistry:
                     self.queue_name,
                     exc,
                 )
-            if conn is not None:
-                _close(conn)
-            return None
-
-
-def _close(conn: Any) -> None:
-    try:
-        conn.close()
-    except Exception:  # noqa: BLE001 - closing a broken connection
-        pass
+        finally:
+            close_quietly(conn)

@@ -183,7 +183,7 @@ class WorkerRuntime:
 
             name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
             self.lock_client = LockClient.from_settings(settings, name, connect=False)
-        self.limiter = self._limiter(limits or {}, set(handled))
+        self.limiter = self._limiter(limits or {}, set(handled), handled_processos is None)
         self.executor = self._executor(handler, async_route)
         if self.limiter is not None:
             self.limiter.wake_executor = self.executor.wake
@@ -283,7 +283,9 @@ class WorkerRuntime:
         self.limiter.mark_due()
         self.executor.wake(1)
 
-    def _limiter(self, limits: ProcessoLimits_Map, handled: set[str]) -> Limiter | None:
+    def _limiter(
+        self, limits: ProcessoLimits_Map, handled: set[str], claims_every_processo: bool
+    ) -> Limiter | None:
         """Per-processo limits where the database has a limits table (not SingleStore)."""
         try:
             limits_store = LimitsStore(self.driver.name, self.settings.queue_table, self.store)
@@ -291,7 +293,14 @@ class WorkerRuntime:
             if limits:
                 raise ConfigError({f"@Task({sorted(limits)[0]!r})": str(exc)}) from exc
             return None
-        return Limiter(self.settings.queue_name, limits_store, limits, handled, self.stop_event)
+        return Limiter(
+            self.settings.queue_name,
+            limits_store,
+            limits,
+            handled,
+            self.stop_event,
+            claims_every_processo,
+        )
 
     def _limited(self, liveness: Liveness, legacy: LegacyKeys | None = None) -> Liveness:
         """``liveness`` with the limited claim first (runtime/limited.py); ``legacy``: the

@@ -8,6 +8,7 @@ letters, and a processo no running worker handles stays 'pendente'.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -99,3 +100,20 @@ def nsjq_status(backend, as_json: bool = True):
         check=True,
     )
     return json.loads(result.stdout) if as_json else result.stdout
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_without_the_workers_table_a_worker_runs_and_nsjq_status_says_unknown(backend, caplog):
+    """A queue created before the workers table (no db_gen --upgrade yet): the table is
+    advisory, so the worker only warns once, and nsjq status cannot tell who runs."""
+    backend.execute(f"DROP TABLE {backend.table}_workers")
+    caplog.set_level(logging.WARNING)
+    [task_id] = backend.enqueue([dict(payload="x")])
+    worker = backend.run(backend.contract_worker())
+    backend.wait_statuses({"sucesso": 1}, 20, "the task")
+    warnings = [r.getMessage() for r in caplog.records if "workers table" in r.getMessage()]
+    assert len(warnings) == 1 and "db_gen --upgrade" in warnings[0]
+    assert "workers: unknown" in nsjq_status(backend, as_json=False)
+    assert nsjq_status(backend)["workers"] is None
+    assert worker.alive() and worker.stop() == 0
+    assert backend.row(task_id)["status"] == "sucesso"
