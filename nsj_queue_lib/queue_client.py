@@ -74,7 +74,7 @@ class QueueClient:
         ``id_inicial`` is returned. Tasks with equal ``lock_key`` never run at
         the same time and start in claim order (docs/flow-control.md).
         """
-        row = _task_row(locals(), pub_sub=False)
+        row = task_row(locals(), pub_sub=False)
         return self._store.insert_task(self._conn, row)
 
     def insert_task_pub_sub(
@@ -90,7 +90,7 @@ class QueueClient:
         prioridade: int | None = None,
     ) -> int:
         """Enqueue a publication: a worker turns it into one task per matching subscriber."""
-        row = _task_row(locals(), pub_sub=True)
+        row = task_row(locals(), pub_sub=True)
         return self._store.insert_task(self._conn, row)
 
     def insert_task_webhook(
@@ -106,7 +106,7 @@ class QueueClient:
         prioridade: int | None = None,
     ) -> int:
         """Enqueue a publication delivered to the subscribers' webhook URLs."""
-        row = _task_row(locals(), pub_sub=True)
+        row = task_row(locals(), pub_sub=True)
         return self._store.insert_task(self._conn, row)
 
     def insert_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -262,7 +262,7 @@ def task_view(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:
+def task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:
     """Check the arguments of one task and build its insert parameters."""
     row: dict[str, Any] = {}
     for field in ("origem", "destino", "chave_externa", "grupo_empresarial"):
@@ -328,7 +328,7 @@ def _bulk_row(index: int, task: Any) -> dict[str, Any]:
     if not isinstance(pub_sub, bool):
         raise ValueError(f"task #{index}: pub_sub must be a bool")
     try:
-        return _task_row(task, pub_sub=pub_sub)
+        return task_row(task, pub_sub=pub_sub)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"task #{index}: {exc}") from None
 

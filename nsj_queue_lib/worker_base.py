@@ -200,7 +200,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
     def run(self) -> None:
         """Build settings from the environment (unless given), run until stopped, exit the process."""
         code = self.run_until_stopped()
-        if self._runtime is not None and self._runtime.executor.running_tasks():
+        if self._runtime is not None and self._runtime.running_tasks():
             # A handler that ignored the grace period still runs; its task was
             # released already. Executor threads cannot be killed: end the process.
             logging.shutdown()

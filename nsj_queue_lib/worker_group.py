@@ -180,7 +180,7 @@ class WorkerGroup:
     def run(self) -> None:
         """Run until stopped, then exit the process with the group's exit code."""
         code = self.run_until_stopped()
-        if any(r.executor.running_tasks() for r in self.runtimes):
+        if any(r.running_tasks() for r in self.runtimes):
             # As WorkerBase.run: a handler that ignored the grace period still runs.
             sys.stdout.flush()
             sys.stderr.flush()

@@ -97,7 +97,10 @@ MY_PROCEDURE = "nsj_queue_lib/db/mysql/claim_procedure.sql"
 MY_STORE = "nsj_queue_lib/db/mysql/store.py"
 MY_DRIVER = "nsj_queue_lib/db/mysql/driver.py"
 SS_QUERIES = "nsj_queue_lib/db/singlestore/queries.sql"
-EXECUTOR = "nsj_queue_lib/runtime/executor.py"
+ATTEMPT = "nsj_queue_lib/runtime/attempt.py"
+FAILURES = "nsj_queue_lib/runtime/failures.py"
+RELEASE = "nsj_queue_lib/runtime/release.py"
+DRAIN_GROUP = "nsj_queue_lib/runtime/drain_group.py"
 WORKER_RUNTIME = "nsj_queue_lib/runtime/worker_runtime.py"
 PG_GROUP = "nsj_queue_lib/db/postgres/group.py"
 
@@ -182,9 +185,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "shutdown-ends-the-handlers-session",
-        EXECUTOR,
-        "                    self._terminate_session(admin, item.conn)\n",
-        "                    pass\n",
+        RELEASE,
+        "                terminate_session(admin, item.conn)\n",
+        "                pass\n",
         (f"{GUARDS_SHUTDOWN}::test_a_handler_finishing_after_the_grace_period_commits_nothing",),
         ("postgres", "mysql", "server"),
         "a handler released at shutdown still commits its writes",
@@ -276,8 +279,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "supervisor-sees-a-dead-service",
         WORKER_RUNTIME,
-        "dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()",
-        "dead = self.executor.dead_threads()",
+        "dead = [t for t in threads if not t.is_alive()] + executor.dead_threads()",
+        "dead = executor.dead_threads()",
         (f"{THREAD_DIES}[service]", f"{THREAD_DIES}[dispatcher]"),
         ("postgres",),
         "a worker whose dispatcher or service thread died runs on without it",
@@ -285,7 +288,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "supervisor-sees-a-dead-executor-thread",
         WORKER_RUNTIME,
-        "dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()",
+        "dead = [t for t in threads if not t.is_alive()] + executor.dead_threads()",
         "dead = [t for t in threads if not t.is_alive()]",
         (f"{THREAD_DIES}[executor]",),
         ("postgres",),
@@ -465,7 +468,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- rollback of a failed handler -------------------------------------------------------
     Mutant(
         "failed-handler-rolls-back",
-        EXECUTOR,
+        FAILURES,
         "            self.store.rollback_and_begin(conn)\n",
         "            self.store.begin(conn)\n",
         _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "postgres", "mysql"),
@@ -483,10 +486,35 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "a failed handler's writes commit with its group",
     ),
+    # -- issue 38: the executor cut into its parts; what moved keeps its catchers ----------
+    Mutant(
+        "stop-forgets-claimed-unstarted-tasks",
+        "nsj_queue_lib/runtime/running.py",
+        "            while self._running or self._drains_in_flight() or groups_open():\n",
+        "            while self._running or groups_open():\n",
+        (
+            "tests/contract/test_stop_waits_for_claims.py::"
+            "test_stop_waits_for_a_claimed_task_whose_handler_has_not_started[group-postgres]",
+        ),
+        ("postgres",),
+        "a stopping worker exits with claimed tasks left to the retry service",
+    ),
+    Mutant(
+        "a-timed-out-attempt-succeeds",
+        ATTEMPT,
+        "        if item.context.stop_reason == TIMED_OUT:\n",
+        "        if False:\n",
+        (
+            f"{LIFECYCLE}::test_a_hung_handler_is_timed_out_and_retried_while_the_others_drain"
+            "[postgres]",
+        ),
+        ("postgres",),
+        "an attempt that ran past its timeout commits as a success",
+    ),
     Mutant(
         "group-step-back-never-claims-again",
-        EXECUTOR,
-        "        return not self.stop_event.is_set() and not self.group.claimed_since(stepped_back)\n",
+        DRAIN_GROUP,
+        "        return not self.stop.is_set() and not self.steps.claimed_since(stepped_back)\n",
         "        return False\n",
         (
             f"{GROUP_COMMIT}::"
@@ -708,9 +736,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- issue 20, part 4: logs -- each log fix undone -------------------------------------
     Mutant(
         "failure-logs-its-traceback",
-        EXECUTOR,
+        FAILURES,
         "exc_info=error,",
-        "exc_info=isinstance(error, Exception) and self.settings.log_debug,",
+        "exc_info=None,",
         (f"{LOGS}::test_a_failed_attempt_logs_its_traceback_once_and_its_next_attempt",),
         ("postgres",),
         "a failed attempt's traceback is lost (NoneType: None with LOG_DEBUG)",
@@ -735,7 +763,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "handler-ending-the-transaction-is-told",
-        EXECUTOR,
+        ATTEMPT,
         "        if not self.store.in_transaction(conn):\n",
         "        if False:\n",
         (f"{OPERATE}::test_a_handler_that_ends_the_tasks_transaction_is_told_so",),
@@ -753,7 +781,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "a-task-whose-transaction-is-gone-runs-anyway",
-        EXECUTOR,
+        ATTEMPT,
         "        return not self.store.in_transaction(conn)\n",
         "        return False\n",
         (
@@ -882,7 +910,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- issue 17: a task's life cycle ----------------------------------------------------
     Mutant(
         "cancel-request-survives-the-rescue",
-        EXECUTOR,
+        FAILURES,
         "    if store.cancel_if_requested(conn, task.id, CANCELLED_WHILE_RUNNING):\n",
         "    if False:\n",
         (

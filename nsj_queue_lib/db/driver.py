@@ -53,6 +53,8 @@ class Capabilities:
     asynchronous_commit: bool  # a session can commit without waiting for the disk
     # DDL runs inside a transaction (else each DDL statement commits on its own)
     transactional_ddl: bool = False
+    # Group commit (QUEUE_BATCH_SIZE > 1) is on when QUEUE_BATCH_SIZE is not set
+    group_commit_by_default: bool = False
 
 
 class Listener(Protocol):

@@ -20,7 +20,6 @@ from nsj_queue_lib.db.driver import Listener, close_quietly
 from nsj_queue_lib.db.queue_store import MaintenanceStore
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.notify import HALT_PAYLOAD, SCHEDULED_PAYLOAD
-from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.waker import Waker
 from nsj_queue_lib.settings import Settings
 
@@ -39,7 +38,7 @@ class Dispatcher:
         self,
         settings: Settings,
         store: MaintenanceStore,
-        executor: TaskExecutor,
+        wake: Callable[[int], None],
         connect: Callable[[], Any],
         listener: Listener,
         is_outage: Callable[[BaseException], bool],
@@ -51,7 +50,7 @@ class Dispatcher:
     ):
         self.settings = settings
         self.store = store
-        self.executor = executor
+        self._wake = wake  # the executor's: let up to n slots claim
         self._connect = connect
         self._listener = listener
         self._is_outage = is_outage
@@ -117,7 +116,7 @@ class Dispatcher:
             if timed_out:
                 self.store.promote_due(self._control, PROMOTE_LIMIT)
                 self._on_wake()
-                self.executor.wake(concurrency)
+                self._wake(concurrency)
             timeout = self._idle_timeout()
             if timeout <= 0 and not timed_out:
                 timed_out = True  # a retry is due already: promote it now
@@ -139,7 +138,7 @@ class Dispatcher:
             self.notifications += len(payloads)
             if any(p != SCHEDULED_PAYLOAD for p in wake_ups):
                 self._on_wake()
-                self.executor.wake(1)
+                self._wake(1)
             # A 'scheduled' notification only moves the next wake-up, computed
             # again at the top of the loop.
             timed_out = not payloads

@@ -20,25 +20,18 @@ from typing import Any
 
 from nsj_queue_lib.db.group_ops import GroupOps
 from nsj_queue_lib.model import Claim, TaskRecord
-from nsj_queue_lib.observability.measured import MeasuredLiveness
+from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.runtime.limited import LimitedLiveness
 
 
-def liveness_chain(liveness: Any) -> list[Any]:
-    """``liveness`` and the ones it wraps (``inner``: measured, limited), outermost first."""
-    chain = [liveness]
-    while getattr(chain[-1], "inner", None) is not None:
-        chain.append(chain[-1].inner)
-    return chain
-
-
 class GroupClaims:
-    def __init__(self, ops: GroupOps, liveness: Any):
+    """``limited``: the worker's limited claim (None without per-processo limits);
+    ``observer``: where claims and commits are reported (None without metrics)."""
+
+    def __init__(self, ops: GroupOps, limited: LimitedLiveness | None, observer: Observer | None):
         self.ops = ops
-        limited = [item for item in liveness_chain(liveness) if isinstance(item, LimitedLiveness)]
-        self.limited: LimitedLiveness | None = limited[0] if limited else None
-        measured = [item for item in liveness_chain(liveness) if isinstance(item, MeasuredLiveness)]
-        self.observer = measured[0].observer if measured else None
+        self.limited = limited
+        self.observer = observer
         self._last = threading.local()  # per executor thread: what its last claim was
 
     def limited_due(self) -> bool:

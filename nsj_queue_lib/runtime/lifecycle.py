@@ -37,7 +37,6 @@ class LifecycleThread:
         self.cancels = cancels
         self.timeouts = timeouts
         self._stop = stop
-        executor.after_handler = progress.flush_one
 
     def run(self) -> None:
         next_poll = time.monotonic()

@@ -59,6 +59,7 @@ class Limiter:
         handled: set[str],
         stop: threading.Event,
         claims_every_processo: bool = True,
+        wake_executor: Callable[[int], None] = lambda count: None,
     ):
         self.queue_name = queue_name
         self.store = limits_store
@@ -71,7 +72,7 @@ class Limiter:
         self.known: dict[str, ProcessoLimits] = dict(declared)
         # Processos with max_concurrent: the end of one of their tasks frees a slot.
         self.capped = {p for p, lim in declared.items() if lim.max_concurrent is not None}
-        self.wake_executor: Callable[[int], None] = lambda count: None
+        self.wake_executor = wake_executor
         self._stop = stop
         self._cond = threading.Condition()
         self._due_at = 0.0  # time.monotonic(); 0: now

@@ -29,7 +29,7 @@ from nsj_queue_lib.db.periodic_store import PeriodicStore
 from nsj_queue_lib.db.queue_store import QueueStore
 from nsj_queue_lib.flow.periodic import UTC, PeriodicSchedule, slot_key
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.queue_client import _task_row
+from nsj_queue_lib.queue_client import task_row
 from nsj_queue_lib.settings import Settings
 
 logger = get_logger("periodic")
@@ -49,7 +49,7 @@ def slot_task_row(
 ) -> dict[str, Any]:
     """The task of ``schedule``'s ``slot`` (also what ``InMemoryQueue.enqueue_slot`` inserts):
     the client's checks and row shape, as ``insert_task`` would write it."""
-    return _task_row(
+    return task_row(
         {
             "origem": ORIGEM,
             "destino": queue_name,

@@ -36,6 +36,8 @@ from typing import Any
 from nsj_queue_lib.context import TaskContext
 from nsj_queue_lib.exceptions import TaskCancelled
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.runtime.failures import TaskTimeout
+from nsj_queue_lib.runtime.timeouts import timeout_message
 
 logger = get_logger("pipeline")
 _PIPELINE_TYPES = (types.GeneratorType, types.AsyncGeneratorType)
@@ -139,9 +141,6 @@ class Checkpoints:
     def stopped(self) -> BaseException:
         """What the stopped attempt ends with."""
         if self.timed_out:
-            from nsj_queue_lib.runtime.executor import TaskTimeout
-            from nsj_queue_lib.runtime.timeouts import timeout_message
-
             return TaskTimeout(timeout_message(self.timeout_s or 0))
         assert self.stop is not None
         return self.stop

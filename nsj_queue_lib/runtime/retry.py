@@ -33,7 +33,7 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, RESCUED, Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
-from nsj_queue_lib.runtime.executor import settle_failure
+from nsj_queue_lib.runtime.failures import settle_failure
 from nsj_queue_lib.runtime.liveness import LegacyKeys, task_lock_name
 from nsj_queue_lib.runtime.service import PeriodicService
 
@@ -57,6 +57,8 @@ class RetryService(PeriodicService):
         lock_client: LockClient | None = None,
         policies: RetryPolicies | None = None,
         observer: Observer = NULL_OBSERVER,
+        legacy_keys: LegacyKeys | None = None,
+        on_rescued: Callable[[], None] = lambda: None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -65,9 +67,10 @@ class RetryService(PeriodicService):
         # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
         self.lock_client = lock_client
         self.rescued_total = 0  # attempts this worker rescued since the start
-        self.legacy_keys: LegacyKeys | None = None  # set at start in compatibility mode
+        # QUEUE_COMPAT_1_2_2: 1.2.2's running tasks are left alone.
+        self.legacy_keys = legacy_keys
         # After a rescue: a slot of a processo with max_concurrent may be free (limited.py).
-        self.on_rescued: Callable[[], None] = lambda: None
+        self.on_rescued = on_rescued
 
     def work(self, conn: Any) -> int:
         conn.commit()

@@ -26,7 +26,9 @@ from nsj_queue_lib.db.driver import close_quietly
 from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.retry_policy import RetryPolicies
-from nsj_queue_lib.runtime.executor import RunningTask, TaskExecutor, settle_failure
+from nsj_queue_lib.runtime.executor import TaskExecutor
+from nsj_queue_lib.runtime.failures import settle_failure
+from nsj_queue_lib.runtime.running import RunningTask
 from nsj_queue_lib.settings import Settings
 
 logger = get_logger("timeouts")

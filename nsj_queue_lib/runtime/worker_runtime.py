@@ -22,13 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nsj_queue_lib.db.driver import (
-    ConnectionPool,
-    Driver,
-    Listener,
-    close_quietly,
-    make_driver,
-)
+from nsj_queue_lib.db.driver import ConnectionPool, Driver, close_quietly, make_driver
 from nsj_queue_lib.db.limits_store import LimitsStore
 from nsj_queue_lib.exceptions import (
     ClaimRoutineError,
@@ -38,54 +32,32 @@ from nsj_queue_lib.exceptions import (
 )
 from nsj_queue_lib.flow.limits import ProcessoLimits
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
-from nsj_queue_lib.runtime.cancel_watch import CancelWatcher
+from nsj_queue_lib.runtime.assembly import AsyncRoute, ExecutorInputs
+from nsj_queue_lib.runtime.attempt import TaskHandler
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
-from nsj_queue_lib.runtime.executor import TaskExecutor, TaskHandler
-from nsj_queue_lib.runtime.group_commit import group_drain
+from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.lifecycle import LifecycleThread
-from nsj_queue_lib.runtime.limited import LimitedLiveness, Limiter
-from nsj_queue_lib.runtime.liveness import (
-    CompatLiveness,
-    DatabaseLiveness,
-    LegacyKeys,
-    Liveness,
-    ServerLiveness,
-    task_lock_name,
-)
-from nsj_queue_lib.runtime.periodic_service import PeriodicEnqueuer
+from nsj_queue_lib.runtime.limited import Limiter
+from nsj_queue_lib.runtime.liveness import LegacyKeys
 from nsj_queue_lib.runtime.progress import ProgressWriter
-from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.registry import WorkerRegistry
-from nsj_queue_lib.runtime.renotify import RenotifyService
-from nsj_queue_lib.runtime.retry import RetryService
-from nsj_queue_lib.runtime.schedule import make_schedule
-from nsj_queue_lib.runtime.service import (
-    DatabaseServiceLock,
-    PeriodicService,
-    ServerServiceLock,
-    ServiceLock,
-    service_lock_key,
-)
-from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
+from nsj_queue_lib.runtime.running import RunningTask
+from nsj_queue_lib.runtime.service import PeriodicService
+from nsj_queue_lib.runtime.timeouts import TaskTimeouts
+from nsj_queue_lib.runtime.worker_parts import WorkerParts
 from nsj_queue_lib.settings import Settings
 
 ProcessoLimits_Map = Mapping[str, ProcessoLimits]
 
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
-    from nsj_queue_lib.db.queue_store import LockingQueueStore
     from nsj_queue_lib.flow.periodic import PeriodicSchedule
-    from nsj_queue_lib.observability.depth import DepthSampler
     from nsj_queue_lib.observability.endpoints import Endpoints
 
 logger = get_logger("runtime")
-
-# Whether a task's handler is a coroutine function (WorkerBase.handler_is_async).
-AsyncRoute = Callable[[dict[str, Any]], bool]
 
 EXIT_OK = 0
 EXIT_CONFIG_ERROR = 2
@@ -101,6 +73,41 @@ def spare_connections(settings: Settings) -> int:
     one writes progress and polls cancel requests, and each abandoned handler (timeouts.py)
     may hold one until it returns."""
     return settings.queue_concurrency + 2
+
+
+def _check_settings(settings: Settings, driver: Driver) -> None:
+    """ConfigError naming every setting the worker cannot run with."""
+    problems = {
+        variable: "is required"
+        for variable, value in (
+            ("QUEUE_NAME", settings.queue_name),
+            ("QUEUE_TABLE", settings.queue_table),
+        )
+        if not value
+    }
+    problems.update(driver.check_settings())
+    if problems:
+        raise ConfigError(problems)
+
+
+def _endpoints(settings: Settings, stop: threading.Event) -> Endpoints | None:
+    """The metrics and health endpoints, when QUEUE_METRICS_PORT is set."""
+    if settings.queue_metrics_port is None:
+        return None
+    from nsj_queue_lib.observability.endpoints import Endpoints
+
+    return Endpoints(settings, stop)  # ConfigError: no client
+
+
+def _lock_client(settings: Settings) -> LockClient | None:
+    """CLIENT_SERVER_MODE: wake-ups and every lock come from the socket server; nothing
+    from LISTEN or the database's session locks."""
+    if not settings.client_server_mode:
+        return None
+    from nsj_queue_lib.client.lock_client import LockClient
+
+    name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
+    return LockClient.from_settings(settings, name, connect=False)
 
 
 class _Supervised(threading.Thread):
@@ -136,152 +143,69 @@ class WorkerRuntime:
         handled_processos: frozenset[str] | None = None,
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
-        them, ``AsyncTaskExecutor``); ``pool``: a pool shared with other workers of this
+        them, ``async_slots.py``); ``pool``: a pool shared with other workers of this
         process (``WorkerGroup``), opened and closed by its owner; ``periodic``: the
         processos this worker enqueues on a schedule (``@Task(cron=)``);
         ``handled_subscribers``: the pub/sub subscribers whose deliveries the claims take
         (None: all of them); ``limits``: the per-processo limits the worker class
-        declares, ``handled`` the processos it routes with ``@Task`` (runtime/limited.py)."""
-        self.driver = driver or make_driver(settings)
-        self.task_timeouts = TaskTimeouts(settings, task_timeouts)
-        problems = {
-            variable: "is required"
-            for variable, value in (
-                ("QUEUE_NAME", settings.queue_name),
-                ("QUEUE_TABLE", settings.queue_table),
-            )
-            if not value
-        }
-        problems.update(self.driver.check_settings())
-        if problems:
-            raise ConfigError(problems)
-        self.settings = settings
-        self.policies = policies if policies is not None else RetryPolicies.build(settings)
-        self.stop_event = threading.Event()
-        self.endpoints: Endpoints | None = None
-        if settings.queue_metrics_port is not None:
-            from nsj_queue_lib.observability.endpoints import Endpoints
+        declares, ``handled`` the processos it routes with ``@Task`` (runtime/limited.py).
 
-            self.endpoints = Endpoints(settings, self.stop_event)  # ConfigError: no client
+        Nothing here reaches the database: the executor, the lifecycle thread and the
+        services are built once the queue is bound (``_bind``)."""
+        self.driver = driver or make_driver(settings)
+        _check_settings(settings, self.driver)
+        self.settings = settings
+        self.stop_event = threading.Event()
+        self.endpoints = _endpoints(settings, self.stop_event)
+        if self.endpoints is not None:
             handler = self.endpoints.handler(handler)
         self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
         self.store = self.driver.store()
         self.store.set_handled_subscribers(handled_subscribers)
         self.store.set_handled_processos(handled_processos)
         self._owns_pool = pool is None
-        size = settings.queue_concurrency if async_route is None else settings.async_pool_size
-        self.pool = (
-            pool
-            if pool is not None
-            else self.driver.make_pool(size, spare=spare_connections(settings))
-        )
-        self.lock_client: LockClient | None = None
-        if settings.client_server_mode:
-            # Wake-ups and every lock come from the socket server; nothing from
-            # LISTEN or the database's session locks.
-            from nsj_queue_lib.client.lock_client import LockClient
-
-            name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
-            self.lock_client = LockClient.from_settings(settings, name, connect=False)
+        self.pool = pool if pool is not None else self._make_pool(async_route is not None)
+        self.lock_client = _lock_client(settings)
         self.limiter = self._limiter(limits or {}, set(handled), handled_processos is None)
-        self.executor = self._executor(handler, async_route)
-        if self.limiter is not None:
-            self.limiter.wake_executor = self.executor.wake
-        self.dispatcher = Dispatcher(
-            settings,
-            self.store,
-            self.executor,
-            self._connect,
-            self._listener(),
-            self.driver.is_driver_error,
-            self.stop_event,
-            on_halt=self.stop,
-            on_reconnect=self._refresh_pool,
-            on_cancel=lambda task_ids: self.lifecycle.cancels.notified(task_ids),
-            on_wake=self.limiter.mark_due if self.limiter is not None else lambda: None,
+        self.parts = self._parts(policies, TaskTimeouts(settings, task_timeouts))
+        self.progress = ProgressWriter(self.store, self.pool, settings.queue_name)
+        self._inputs = ExecutorInputs(
+            *(settings, self.store, self.pool, handler, self.stop_event, self.driver),
+            policies=self.parts.policies,
+            observer=self.observer,
+            after_handler=self.progress.flush_one,
+            async_route=async_route,
         )
-        self.lifecycle = self._lifecycle()
-        self.services = self._services()
-        self.periodic = self._periodic(periodic)
+        self.dispatcher = self._dispatcher()
+        self.periodic = self.parts.periodic(periodic)
         self.registry = WorkerRegistry(
-            settings.queue_name, self.store, self._connect, handled_processos, self.stop_event
+            settings.queue_name, self.store, self.parts.connect, handled_processos, self.stop_event
         )
-        if self.limiter is not None:
-            for service in self.services:
-                if isinstance(service, RetryService):
-                    service.on_rescued = self._rescued
-
+        # Built once the queue is bound (_bind): they depend on what the bind finds.
+        self.executor: TaskExecutor | None = None
+        self.lifecycle: LifecycleThread | None = None
+        self.services: list[PeriodicService] = []
         self.exit_message: str | None = None
 
-    def _lifecycle(self) -> LifecycleThread:
-        s = self.settings
-        return LifecycleThread(
-            self.executor,
-            ProgressWriter(self.store, self.pool, s.queue_name),
-            CancelWatcher(
-                self.store,
-                self.pool,
-                self.executor,
-                s.queue_name,
-                # By LISTEN, or pushed by the socket server (on every database).
-                notified=self.driver.capabilities.listen_notify or s.client_server_mode,
-            ),
-            TimeoutEnforcer(
-                s,
-                self.store,
-                self.executor,
-                self._connect,
-                self.driver.terminate_session,
-                self.policies,
-                self.task_timeouts,
-            ),
-            self.stop_event,
-        )
-
-    def _executor(self, handler: TaskHandler, async_route: AsyncRoute | None) -> TaskExecutor:
-        """Executor threads, or an event loop when some handlers are coroutines."""
-        args = (
+    def _parts(self, policies: RetryPolicies | None, task_timeouts: TaskTimeouts) -> WorkerParts:
+        return WorkerParts(
             self.settings,
+            self.driver,
             self.store,
             self.pool,
-            handler,
             self.stop_event,
-            self._liveness(),
-            self.driver.terminate_session,
-        )
-        options: dict[str, Any] = {
-            "policies": self.policies,
-            "observer": self.observer,
-            "connection_lost": self.driver.is_connection_lost,
-        }
-        if async_route is None:
-            return TaskExecutor(*args, **options)
-        from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
-
-        return AsyncTaskExecutor(
-            *args,
-            is_async=async_route,
-            handler_connection=self.driver.async_handler_connection,
-            **options,
+            policies if policies is not None else RetryPolicies.build(self.settings),
+            self.observer,
+            self.endpoints,
+            self.lock_client,
+            self.limiter,
+            task_timeouts,
         )
 
-    def _connect(self) -> Any:
-        return self.driver.connect(autocommit=True)
-
-    def _liveness(self) -> Liveness:
-        liveness: Liveness
-        if self.lock_client is not None:
-            liveness = ServerLiveness(self.store, self.lock_client, self.stop_event)
-        else:
-            liveness = DatabaseLiveness(self._locking_store())
-        liveness = self._limited(liveness)
-        return self.endpoints.liveness(liveness) if self.endpoints else liveness
-
-    def _rescued(self) -> None:
-        """A rescue may have freed a max_concurrent slot: look at the limited tasks now."""
-        assert self.limiter is not None
-        self.limiter.mark_due()
-        self.executor.wake(1)
+    def _make_pool(self, asynchronous: bool) -> ConnectionPool:
+        s = self.settings
+        size = s.async_pool_size if asynchronous else s.queue_concurrency
+        return self.driver.make_pool(size, spare=spare_connections(s))
 
     def _limiter(
         self, limits: ProcessoLimits_Map, handled: set[str], claims_every_processo: bool
@@ -300,129 +224,58 @@ class WorkerRuntime:
             handled,
             self.stop_event,
             claims_every_processo,
+            wake_executor=self._wake,
         )
 
-    def _limited(self, liveness: Liveness, legacy: LegacyKeys | None = None) -> Liveness:
-        """``liveness`` with the limited claim first (runtime/limited.py); ``legacy``: the
-        1.2.2 keys a limited task holds too (QUEUE_COMPAT_1_2_2)."""
-        if self.limiter is None:
-            return liveness
-        lock_client = self.lock_client
-        if lock_client is not None:
-            queue = self.store
-
-            def lock(conn: Any, task: TaskRecord) -> bool:
-                if not lock_client.try_lock(task_lock_name(queue.queue_number, task.id)):
-                    raise RuntimeError(
-                        f"task {task.id}: its liveness lock is held by another client"
-                    )
-                return True
-
-            def unlock(conn: Any, task: TaskRecord) -> None:
-                lock_client.unlock(task_lock_name(queue.queue_number, task.id))
-
-            return LimitedLiveness(
-                liveness, self.limiter, self.store, lock, unlock, take_lock=False
-            )
-        locking = self._locking_store()
-
-        def unlock_task(conn: Any, task: TaskRecord) -> None:
-            locking.unlock_task(conn, task.id)
-
-        if legacy is not None:
-
-            def hold_legacy_key(conn: Any, task: TaskRecord) -> bool:
-                # Before the claim commits, as for any task (db/postgres/legacy_keys.py).
-                return task.id in legacy.hold(conn, [task.id])
-
-            return LimitedLiveness(liveness, self.limiter, self.store, hold_legacy_key, unlock_task)
-        # The limited claim takes the database liveness lock and commits itself.
-        return LimitedLiveness(liveness, self.limiter, self.store, None, unlock_task)
-
-    def _listener(self) -> Listener:
-        listener = self.driver.listener()
-        if self.endpoints is None:
-            return listener
-        mode = self.driver.wakeup_mode()
-        state = getattr(listener, "state", None)  # a checked LISTEN may have fallen back to polls
-        self.endpoints.report_wakeups(state if callable(state) else lambda: {"mode": mode})
-        # Where wake-ups are polls, none of them is a notification.
-        return self.endpoints.listener(listener, mode != "poll")
-
-    def _locking_store(self) -> LockingQueueStore:
-        # check_settings() guarantees session locks outside CLIENT_SERVER_MODE.
-        store: LockingQueueStore = self.store  # type: ignore[assignment]
-        return store
-
-    def _service_lock(self, service: str) -> ServiceLock:
-        if self.lock_client is not None:
-            return ServerServiceLock(self.store, self.lock_client, service, self.stop_event)
-        key = service_lock_key(self.settings.queue_table, service)
-        return DatabaseServiceLock(
-            self._locking_store(), key, lambda: self.driver.connect(autocommit=False)
-        )
-
-    def _services(self) -> list[PeriodicService]:
-        s = self.settings
-
-        def build(
-            cls: type[PeriodicService], minutes: tuple[int, ...], interval: float | None, **kw: Any
-        ) -> PeriodicService:
-            service = cls(
-                s,
-                self.store,
-                lambda: self.driver.connect(autocommit=False),
-                self._service_lock(cls.name),
-                self.stop_event,
-                make_schedule(minutes, interval),
-                **kw,
-            )
-            service.transient = self.driver.is_transient
-            return service
-
-        return [
-            build(
-                RetryService,
-                s.queue_minute_retry_thread,
-                s.queue_retry_thread_interval,
-                lock_client=self.lock_client,
-                policies=self.policies,
-                observer=self.observer,
-            ),
-            build(RenotifyService, s.queue_minute_notify_thread, s.queue_notify_thread_interval),
-            build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),
-        ]
-
-    def _periodic(self, schedules: Sequence[PeriodicSchedule]) -> PeriodicEnqueuer | None:
-        if not schedules:
-            return None
-        from nsj_queue_lib.db.periodic_store import PeriodicStore
-
-        return PeriodicEnqueuer(
+    def _dispatcher(self) -> Dispatcher:
+        return Dispatcher(
             self.settings,
             self.store,
-            PeriodicStore(self.driver.name, self.settings.queue_table),
-            lambda: self.driver.connect(autocommit=False),
-            schedules,
+            self._wake,
+            self.parts.connect,
+            self.parts.listener(),
+            self.driver.is_driver_error,
             self.stop_event,
+            on_halt=self.stop,
+            on_reconnect=self._refresh_pool,
+            on_cancel=self._cancels_notified,
+            on_wake=self.limiter.mark_due if self.limiter is not None else lambda: None,
         )
 
-    def _depth_sampler(self) -> DepthSampler:
-        assert self.endpoints is not None
-        return self.endpoints.depth_sampler(
-            self.driver.inspection_store(),
-            lambda: self.driver.connect(autocommit=False),
-            self._service_lock("depth"),
-        )
+    def _build(self, legacy: LegacyKeys | None) -> None:
+        """The executor and what needs it, once the bind found whether 1.2.2's workers share
+        the table (``legacy``: their keys)."""
+        plan = self.parts.drain_plan(self._inputs.async_route is not None, legacy)
+        self.executor = self.parts.executor(plan, self._inputs, legacy)
+        self.lifecycle = self.parts.lifecycle(self.executor, self.progress)
+        self.services = self.parts.services(legacy, self._rescued)
+
+    # -- what other threads call --
+
+    def _wake(self, count: int) -> None:
+        if self.executor is not None:
+            self.executor.wake(count)
+
+    def _cancels_notified(self, task_ids: list[int]) -> None:
+        if self.lifecycle is not None:
+            self.lifecycle.cancels.notified(task_ids)
+
+    def _rescued(self) -> None:
+        """A rescue may have freed a max_concurrent slot: look at the limited tasks now."""
+        if self.limiter is not None:
+            self.limiter.mark_due()
+            self._wake(1)
+
+    def running_tasks(self) -> list[RunningTask]:
+        return self.executor.running_tasks() if self.executor is not None else []
 
     def _observe(self, threads: list[_Supervised]) -> None:
         """/healthz watches the started threads; the gauges read the executors and the open pool."""
-        assert self.endpoints is not None
-        self.endpoints.supervise(threads, self.executor.dead_threads)
+        assert self.endpoints is not None and self.executor is not None
+        executor = self.executor
+        self.endpoints.supervise(threads, executor.dead_threads)
         self.endpoints.watch(
-            lambda: len(self.executor.running_tasks()),
-            self.executor.busy_threads,
-            self.pool.get_stats,
+            lambda: len(executor.running_tasks()), executor.busy_threads, self.pool.get_stats
         )
 
     def stop(self) -> None:
@@ -431,7 +284,8 @@ class WorkerRuntime:
         self.dispatcher.interrupt()
         if self.limiter is not None:
             self.limiter.interrupt()
-        self.executor.interrupt()
+        if self.executor is not None:
+            self.executor.interrupt()
 
     def _refresh_pool(self) -> None:
         # After an outage every idle pooled connection is dead: replace them now
@@ -466,12 +320,12 @@ class WorkerRuntime:
         while not self.stop_event.is_set():
             conn = None
             try:
-                conn = self._connect()
+                conn = self.parts.connect()
                 number = self.store.bind(conn)
                 if self.periodic is not None:
                     self.periodic.periodic_store.check(conn)  # ClaimRoutineError: upgrade
                 logger.debug("queue=%s: bound (queue number %d)", self.settings.queue_name, number)
-                self._hold_1_2_2_keys(conn)
+                legacy = self._legacy_keys(conn)
                 if self.limiter is not None:
                     self.limiter.register(conn)
                 self._check_wake_ups(conn)
@@ -479,6 +333,7 @@ class WorkerRuntime:
                 topology = self.driver.check_topology(conn)  # ConfigError: MariaDB Galera
                 if topology:
                     logger.info("queue=%s: %s", self.settings.queue_name, topology)
+                self._build(legacy)
                 return True
             except Exception as exc:
                 if isinstance(exc, _START_REFUSALS):
@@ -497,21 +352,17 @@ class WorkerRuntime:
                 close_quietly(conn)
         return False
 
-    def _hold_1_2_2_keys(self, conn: Any) -> None:
+    def _legacy_keys(self, conn: Any) -> LegacyKeys | None:
         """QUEUE_COMPAT_1_2_2: tasks hold nsj-queue-lib 1.2.2's keys too (before any thread
         starts), and the retry service leaves 1.2.2's running tasks alone."""
         keys = self.driver.legacy_keys(self.store, conn)
-        if keys is None:
-            return
-        self.executor.liveness = self._limited(CompatLiveness(keys), keys)
-        for service in self.services:
-            if isinstance(service, RetryService):
-                service.legacy_keys = keys
-        logger.info(
-            "queue=%s: compatible with nsj-queue-lib 1.2.2 workers (QUEUE_COMPAT_1_2_2=%s)",
-            self.settings.queue_name,
-            self.settings.queue_compat_1_2_2,
-        )
+        if keys is not None:
+            logger.info(
+                "queue=%s: compatible with nsj-queue-lib 1.2.2 workers (QUEUE_COMPAT_1_2_2=%s)",
+                self.settings.queue_name,
+                self.settings.queue_compat_1_2_2,
+            )
+        return keys
 
     def _check_wake_ups(self, conn: Any) -> None:
         try:
@@ -557,6 +408,19 @@ class WorkerRuntime:
             return self._shut_down([], self._start_error(exc))
         if self._owns_pool:
             self.pool.open(wait=False)
+        threads = self._threads()
+        assert self.executor is not None  # built by _bind
+        self.executor.start()
+        for thread in threads:
+            thread.start()
+        if self.endpoints is not None:
+            self._observe(threads)
+        code = self._supervise(threads, self.executor)
+        return self._shut_down(threads, code)
+
+    def _threads(self) -> list[_Supervised]:
+        """The worker's threads but the executor's, the dispatcher first."""
+        assert self.lifecycle is not None  # built by _bind
         threads = [_Supervised("nsj-dispatcher", self.dispatcher.run)]
         if self.limiter is not None:
             threads.append(_Supervised("nsj-limits", self.limiter.run_waker))
@@ -566,26 +430,21 @@ class WorkerRuntime:
         threads.append(_Supervised("nsj-lifecycle", self.lifecycle.run))
         threads.append(_Supervised("nsj-registry", self.registry.run))
         if self.endpoints is not None:
-            threads.append(_Supervised("nsj-depth", self._depth_sampler().run))
-        self.executor.group = group_drain(self.executor)  # None: one commit per task
-        self.executor.start()
-        for thread in threads:
-            thread.start()
-        if self.endpoints is not None:
-            self._observe(threads)
-        code = self._supervise(threads)
-        return self._shut_down(threads, code)
+            threads.append(_Supervised("nsj-depth", self.parts.depth_sampler().run))
+        return threads
 
-    def _activity(self) -> tuple[int, int, int]:
+    def _activity(self, executor: TaskExecutor) -> tuple[int, int, int]:
         """(done, failed, rescued) since the start."""
         rescued = sum(getattr(svc, "rescued_total", 0) for svc in self.services)
-        return (*self.executor.totals(), rescued)
+        return (*executor.totals(), rescued)
 
-    def _report_activity(self, since: tuple[int, int, int]) -> tuple[int, int, int]:
+    def _report_activity(
+        self, executor: TaskExecutor, since: tuple[int, int, int]
+    ) -> tuple[int, int, int]:
         """Log what happened since ``since`` unless the worker was idle; the new totals."""
-        now = self._activity()
+        now = self._activity(executor)
         done, failed, rescued = (a - b for a, b in zip(now, since, strict=True))
-        running = len(self.executor.running_tasks())
+        running = len(executor.running_tasks())
         if done or failed or rescued or running:
             logger.info(
                 "queue=%s: last %g s: done=%d failed=%d rescued=%d running=%d",
@@ -598,15 +457,15 @@ class WorkerRuntime:
             )
         return now
 
-    def _supervise(self, threads: list[_Supervised]) -> int:
+    def _supervise(self, threads: list[_Supervised], executor: TaskExecutor) -> int:
         """Wait for the stop; EXIT_THREAD_DIED when a thread ends while the worker runs."""
-        activity = self._activity()
+        activity = self._activity(executor)
         next_report = time.monotonic() + ACTIVITY_INTERVAL_SECONDS
         while not self.stop_event.is_set():
             if time.monotonic() >= next_report:
-                activity = self._report_activity(activity)
+                activity = self._report_activity(executor, activity)
                 next_report += ACTIVITY_INTERVAL_SECONDS
-            dead = [t for t in threads if not t.is_alive()] + self.executor.dead_threads()
+            dead = [t for t in threads if not t.is_alive()] + executor.dead_threads()
             if dead:
                 names = ", ".join(t.name for t in dead)
                 logger.error(
@@ -616,7 +475,7 @@ class WorkerRuntime:
                 )
                 self.exit_message = f"thread {names} ended unexpectedly"
                 return EXIT_THREAD_DIED
-            stuck = self.executor.stuck_threads()
+            stuck = executor.stuck_threads()
             if stuck > self.settings.queue_concurrency:
                 self.exit_message = (
                     f"{stuck} handlers given up after their timeout still run "
@@ -639,11 +498,12 @@ class WorkerRuntime:
             "queue=%s: stopping; waiting up to %.0f s for %d running task(s)",
             s.queue_name,
             s.queue_grace_period,
-            len(self.executor.running_tasks()),
+            len(self.running_tasks()),
         )
-        if not self.executor.wait_idle(s.queue_grace_period):
-            self._release_running()
-        self.executor.join(timeout=1)
+        if self.executor is not None:
+            if not self.executor.wait_idle(s.queue_grace_period):
+                self._release_running(self.executor)
+            self.executor.join(timeout=1)
         for thread in services:
             thread.join(timeout=5)
         if self._owns_pool:
@@ -658,10 +518,10 @@ class WorkerRuntime:
         logger.info("queue=%s: worker stopped (exit code %d)", s.queue_name, code)
         return code
 
-    def _release_running(self) -> None:
+    def _release_running(self, executor: TaskExecutor) -> None:
         name = self.settings.queue_name
         try:
-            released = self.executor.release_running(self._connect)
+            released = executor.release_running(self.parts.connect)
             logger.warning(
                 "queue=%s: released %d task(s) still running after the grace period",
                 name,

@@ -16,17 +16,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nsj_queue_lib import model
 from nsj_queue_lib.context import CANCEL_REQUESTED, TaskContext, running
-from nsj_queue_lib.exceptions import TaskCancelled
 from nsj_queue_lib.flow.periodic import PeriodicSchedule
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.pubsub import publish
 from nsj_queue_lib.retry_policy import RetryPolicies, bounded
-from nsj_queue_lib.runtime.executor import (
-    CANCELLED_WHILE_RUNNING,
-    DEFAULT_SUCCESS_MESSAGE,
-    TaskTimeout,
-    record_failure,
-)
+from nsj_queue_lib.runtime.attempt import DEFAULT_SUCCESS_MESSAGE
+from nsj_queue_lib.runtime.failures import settle_failure
 from nsj_queue_lib.runtime.periodic_service import slot_task_row
 from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.testing.store import UTC, MemoryConnection, MemoryStore, Row
@@ -221,14 +216,10 @@ class InMemoryQueue:
                         result = asyncio.run(result)
         except BaseException as exc:  # noqa: BLE001 - as the executor: any error fails the task
             _keep_progress(row, context)
-            # As the executor: 'cancelada', not retried, when it stopped on a cancel request
-            # (or raised TaskCancelled itself), or failed in any way after one.
-            if isinstance(exc, TaskCancelled) or row.get("cancel_requested"):
-                row.update(status=model.CANCELADA, mensagem=CANCELLED_WHILE_RUNNING)
-                return
-            # record_failure calls only the fail_* methods, which MemoryStore has.
-            error = str(exc) if isinstance(exc, TaskTimeout) else exc
-            record_failure(cast("WorkerStore", self.store), None, policies, task, error)
+            # As every drain (runtime/failures.py): 'cancelada', not retried, when it stopped
+            # on a cancel request (or raised TaskCancelled itself), or failed in any way after
+            # one; else a failure as the task's retry policy says.
+            settle_failure(cast("WorkerStore", self.store), None, policies, task, exc)
             return
         finally:
             self._running.pop(task.id, None)

@@ -256,6 +256,15 @@ class MemoryStore:
     def fail_final(self, conn: Any, task_id: int, status: str, mensagem: str) -> bool:
         return self._settle(task_id, status, mensagem, estouro_tentativas=True) is not None
 
+    def cancel_running(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        return self._settle(task_id, model.CANCELADA, mensagem) is not None
+
+    def cancel_if_requested(self, conn: Any, task_id: int, mensagem: str) -> bool:
+        row = self.rows.get(task_id)
+        if row is None or not row.get("cancel_requested"):
+            return False
+        return self.cancel_running(conn, task_id, mensagem)
+
     def _settle(self, task_id: int, status: str, mensagem: str, **more: Any) -> Row | None:
         row = self.rows.get(task_id)
         if row is None or row["status"] != model.PROCESSANDO:

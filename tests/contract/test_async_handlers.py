@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nsj_queue_lib.runtime.async_executor import HANDLER_CLOSED_CONNECTION, AsyncTaskExecutor
-from nsj_queue_lib.runtime.executor import HANDLER_ENDED_TRANSACTION
+from nsj_queue_lib.runtime.async_slots import HANDLER_CLOSED_CONNECTION
+from nsj_queue_lib.runtime.attempt import HANDLER_ENDED_TRANSACTION
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
 from tests.contract.backends import counts
 from tests.helpers.endpoints import free_port, samples, total
@@ -52,7 +52,7 @@ def async_worker(backend, worker_class=None, **changes):
 )
 def test_sync_and_async_handlers_in_one_worker_drain_every_task_exactly_once(backend):
     running = backend.run(async_worker(backend, queue_concurrency=6, queue_pool_size=3))
-    assert isinstance(running.runtime.executor, AsyncTaskExecutor)
+    assert running.runtime.executor.asynchronous
     tasks = [dict(processo="async", payload=json.dumps({"sleep": 0.05}))] * 40
     tasks += [dict(processo="sync", payload="{}")] * 20
     ids = backend.enqueue(tasks, bulk=True)

@@ -17,7 +17,6 @@ import threading
 import pytest
 
 from nsj_queue_lib import TaskCancelled, current_task
-from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
 from nsj_queue_lib.worker_base import WorkerBase
 from tests.contract.test_connection_loss import _kill_session, assert_released_at_once
 from tests.contract.test_lifecycle import TIMEOUT_SETTINGS, cancel, time_out_two, view
@@ -63,7 +62,7 @@ def test_an_async_handler_sees_its_task_reports_progress_and_is_cancelled(backen
         return "never"
 
     worker = backend.run(async_function_worker(backend, execute))
-    assert isinstance(worker.runtime.executor, AsyncTaskExecutor)
+    assert worker.runtime.executor.asynchronous
     [task_id] = backend.enqueue([dict(payload="{}")])
     wait_for(
         lambda: (view(backend, task_id)["progress"] or {}).get("done", 0) >= 2,

@@ -16,7 +16,6 @@ import threading
 import pytest
 
 from nsj_queue_lib import Task, WorkerBase
-from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
 from tests.contract.test_lifecycle import TIMEOUT_SETTINGS, view
 from tests.helpers.processes import wait_for
 
@@ -47,7 +46,7 @@ def test_a_stuck_sync_handler_of_an_async_worker_is_given_up_and_frees_its_slot(
     settings = dict(TIMEOUT_SETTINGS, queue_concurrency=1)
     running = backend.run(Mixed(backend.settings(**settings)))
     executor = running.runtime.executor
-    assert isinstance(executor, AsyncTaskExecutor)
+    assert executor is not None and executor.asynchronous
     try:
         [hangs] = backend.enqueue([dict(payload="hangs")])
         # One slot: the retry and the next task run only if the stuck handler freed it.

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from nsj_queue_lib import current_task
-from nsj_queue_lib.runtime.group_commit import GroupDrain
+from nsj_queue_lib.runtime.group_steps import DrainSteps
 from tests.contract.test_contract import RETRY_BASE_MINUTES
 from tests.helpers.processes import wait_for
 
@@ -336,13 +336,13 @@ def test_an_executor_stepping_back_leaves_no_freed_key_waiting_for_a_slow_handle
         return "ok"
 
     stepped_back = []
-    steps_back = GroupDrain._steps_back
+    steps_back = DrainSteps.steps_back
 
-    def recording(self, group):
-        stepped_back.append(steps_back(self, group))
+    def recording(self, short):
+        stepped_back.append(steps_back(self, short))
         return stepped_back[-1]
 
-    monkeypatch.setattr(GroupDrain, "_steps_back", recording)
+    monkeypatch.setattr(DrainSteps, "steps_back", recording)
     backend.enqueue([dict(payload="slow")])
     worker = backend.run(
         backend.function_worker(

@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from nsj_queue_lib.exceptions import DatabaseError
-from nsj_queue_lib.runtime.group_commit import GroupDrain
+from nsj_queue_lib.runtime.failures import Failures
+from nsj_queue_lib.runtime.group_recovery import GroupRecovery
 from tests.contract.test_group_commit import BOTH, GROUP, chains, write_exec
 from tests.helpers.processes import wait_for
 
@@ -20,18 +21,18 @@ pytestmark = pytest.mark.timeout(120)
 def test_a_failure_whose_record_fails_is_recorded_at_once_on_a_fresh_connection(
     backend, monkeypatch
 ):
-    settle = GroupDrain._settle_failure
+    record = Failures.record
     refused = []
 
-    def deadlocked_once(self, conn, task, how):
+    def deadlocked_once(self, conn, task, settled):
         if not refused:
             refused.append(task.id)
             # What MySQL does to a deadlock's victim: its whole transaction is gone.
-            self.ex.store.rollback(conn)
+            self.store.rollback(conn)
             raise DatabaseError("Deadlock found when trying to get lock (injected)")
-        settle(self, conn, task, how)
+        record(self, conn, task, settled)
 
-    monkeypatch.setattr(GroupDrain, "_settle_failure", deadlocked_once)
+    monkeypatch.setattr(Failures, "record", deadlocked_once)
 
     def execute(payload, tarefa, bd_conn):
         write_exec(backend, bd_conn, tarefa)
@@ -52,7 +53,7 @@ def test_a_failure_whose_record_fails_is_recorded_at_once_on_a_fresh_connection(
 
 @BOTH
 def test_tasks_a_lost_group_cannot_give_back_on_its_connection_are_rescued(backend, monkeypatch):
-    give_back = GroupDrain._give_back
+    give_back = GroupRecovery.give_back
     refused = []
 
     def refused_on_its_own_connection(self, tasks, failures, conn, committed):
@@ -60,10 +61,10 @@ def test_tasks_a_lost_group_cannot_give_back_on_its_connection_are_rescued(backe
             return give_back(self, tasks, failures, conn, committed)
         # Every try failed (a lock wait timeout, say) while the connection stays alive.
         refused.append(sorted(task.id for task, _ in tasks))
-        self.ex.store.rollback(conn)
+        self.store.rollback(conn)
         return False
 
-    monkeypatch.setattr(GroupDrain, "_give_back", refused_on_its_own_connection)
+    monkeypatch.setattr(GroupRecovery, "give_back", refused_on_its_own_connection)
     release = threading.Event()
 
     def execute(payload, tarefa, bd_conn):

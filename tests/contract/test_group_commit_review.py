@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from nsj_queue_lib import Task, WorkerBase, current_task
-from nsj_queue_lib.runtime.group_commit import GroupDrain
+from nsj_queue_lib.runtime.drain_group import GroupDrain
 from tests.contract.test_group_commit import BOTH, GROUP, chains, worker_running, write_exec
 from tests.helpers.endpoints import free_port
 from tests.helpers.processes import wait_for
@@ -186,15 +186,15 @@ def test_a_group_wakes_an_idle_executor_only_when_its_claim_was_full(
     woken = []
     init = GroupDrain.__init__
 
-    def counting(self, executor, ops):
-        init(self, executor, ops)
-        original = executor._wake_one_idle
+    def counting(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        tokens = self.tokens
 
         def from_drain():
             woken.append(True)
-            return original()
+            return tokens.wake_one_idle()
 
-        self.ex = _WakeSpy(executor, from_drain)
+        self.tokens = _WakeSpy(tokens, from_drain)
 
     monkeypatch.setattr(GroupDrain, "__init__", counting)
     backend.enqueue([dict(payload="ok")] * tasks)
@@ -205,11 +205,11 @@ def test_a_group_wakes_an_idle_executor_only_when_its_claim_was_full(
 
 
 class _WakeSpy:
-    """The executor as GroupDrain sees it, its idle-thread wake-ups counted."""
+    """The wake-up tokens as GroupDrain sees them, its idle-slot wake-ups counted."""
 
-    def __init__(self, executor, wake):
-        self._executor = executor
-        self._wake_one_idle = wake
+    def __init__(self, tokens, wake):
+        self.tokens = tokens
+        self.wake_one_idle = wake
 
     def __getattr__(self, name):
-        return getattr(self._executor, name)
+        return getattr(self.tokens, name)

@@ -50,7 +50,7 @@ def test_a_handler_finishing_after_the_grace_period_commits_nothing(backend):
     # Now the handler returns, and its executor tries to settle and commit the task.
     finish.set()
     runtime.executor.join(15)
-    assert not any(t.is_alive() for t in runtime.executor._threads)
+    assert not any(t.is_alive() for t in runtime.executor.slots.threads())
     assert backend.exec_rows() == []
     assert backend.row(task_id)["status"] == "falha_processando"
     [retry] = backend.rows("id_anterior = %s", (task_id,))

@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 from nsj_queue_lib import TaskCancelled
-from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
-from nsj_queue_lib.runtime.executor import TaskExecutor
 from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
 from tests.contract.test_async_handlers import BOTH, RETRY_BASE_MINUTES, async_worker
 from tests.contract.test_lifecycle import cancel, view
@@ -43,7 +41,7 @@ def committed(backend) -> list[str]:
 @BOTH
 def test_sync_and_async_pipelines_commit_once_with_their_task_and_show_progress(backend):
     running = backend.run(pipeline_worker(backend, queue_concurrency=2))
-    assert isinstance(running.runtime.executor, AsyncTaskExecutor)
+    assert running.runtime.executor.asynchronous
     spec = json.dumps({"steps": 3, "sleep": 0.4})
     tasks = dict(
         zip(
@@ -104,7 +102,7 @@ def test_a_pipeline_cancelled_at_a_checkpoint_ends_cancelada_and_one_that_yields
             trace.append(f"{payload}: closed")
 
     running = backend.run(backend.function_worker(execute, queue_concurrency=2))
-    assert type(running.runtime.executor) is TaskExecutor
+    assert not running.runtime.executor.asynchronous
     obeys, ignores = backend.enqueue([dict(payload="obeys"), dict(payload="ignores")])
     for task_id in (obeys, ignores):
         wait_for(lambda t=task_id: view(backend, t)["progress"] is not None, 10, "it to start")

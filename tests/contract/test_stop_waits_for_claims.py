@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nsj_queue_lib.runtime.executor import TaskExecutor
+from nsj_queue_lib.runtime.attempt import Attempts
 from tests.contract.test_group_commit import BOTH
 
 pytestmark = pytest.mark.timeout(120)
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 @BOTH
 @pytest.mark.parametrize("batch", [1, 10], ids=["one commit per task", "group"])
 def test_stop_waits_for_a_claimed_task_whose_handler_has_not_started(backend, batch, monkeypatch):
-    started = TaskExecutor._started
+    started = Attempts.start
     claimed = threading.Event()
 
     def starved(self, conn, claim):
@@ -26,7 +26,7 @@ def test_stop_waits_for_a_claimed_task_whose_handler_has_not_started(backend, ba
         time.sleep(1.5)  # a starved thread, between the claim and the start
         return started(self, conn, claim)
 
-    monkeypatch.setattr(TaskExecutor, "_started", starved)
+    monkeypatch.setattr(Attempts, "start", starved)
     worker = backend.run(
         backend.function_worker(lambda *args: "ok", queue_batch_size=batch, queue_grace_period=20)
     )

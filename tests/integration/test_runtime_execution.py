@@ -713,7 +713,7 @@ class ThreadKilled(BaseException):
 def kill_thread(monkeypatch, thread: str) -> str:
     """Make one of the worker's threads end at its first step; the name of that thread."""
     from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-    from nsj_queue_lib.runtime.executor import TaskExecutor
+    from nsj_queue_lib.runtime.tokens import WakeTokens
     from nsj_queue_lib.runtime.renotify import RenotifyService
 
     if thread == "dispatcher":
@@ -730,14 +730,14 @@ def kill_thread(monkeypatch, thread: str) -> str:
 
         monkeypatch.setattr(RenotifyService, "work", work)
         return "nsj-renotify"
-    take_token = TaskExecutor._take_token
+    take_token = WakeTokens.take
 
-    def take_token_or_die(self):
+    def take_token_or_die(self, timeout=None):
         if threading.current_thread().name == "nsj-executor-1":
             raise ThreadKilled("an executor thread ends")
-        return take_token(self)
+        return take_token(self, timeout)
 
-    monkeypatch.setattr(TaskExecutor, "_take_token", take_token_or_die)
+    monkeypatch.setattr(WakeTokens, "take", take_token_or_die)
     return "nsj-executor-1"
 
 

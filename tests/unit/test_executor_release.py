@@ -4,14 +4,12 @@ thread's to settle, group and all, and settling its group from here too raced wi
 
 from __future__ import annotations
 
-import threading
+import types
 from typing import Any
 
 from nsj_queue_lib.model import TaskRecord
-from nsj_queue_lib.runtime.executor import ABANDONED, FINISHING, RunningTask, TaskExecutor
-from nsj_queue_lib.settings import Settings
-
-SETTINGS = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
+from nsj_queue_lib.runtime.release import release_running
+from nsj_queue_lib.runtime.running import ABANDONED, FINISHING, RunningTasks
 
 
 class Store:
@@ -32,12 +30,12 @@ class Admin:
 
 
 class Groups:
-    """The executor's group drain, as far as the release calls it."""
+    """The group drain, as far as the release calls it."""
 
     def __init__(self) -> None:
         self.settled: list[int] = []  # tasks whose groups were given up
 
-    def given_up(self, item: RunningTask) -> None:
+    def given_up(self, item: Any) -> None:
         self.settled.append(item.task.id)
 
 
@@ -47,21 +45,19 @@ def task(task_id: int) -> TaskRecord:
 
 def test_release_running_gives_up_the_groups_of_the_released_attempts_only():
     terminated = []
-    executor = TaskExecutor(
-        SETTINGS,
-        Store(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        threading.Event(),
-        None,  # type: ignore[arg-type]
-        lambda admin, conn: terminated.append(conn),
-    )
-    groups = executor.group = Groups()
-    running, finishing = RunningTask(task(1), "conn 1"), RunningTask(task(2), "conn 2")
-    finishing.state = FINISHING  # its handler returned: its thread settles its group
-    executor._running = {1: running, 2: finishing}
+    registry = RunningTasks()
+    running, finishing = registry.start("conn 1", task(1)), registry.start("conn 2", task(2))
+    registry.finishing(finishing)  # its handler returned: its thread settles its group
+    groups = Groups()
+    failures = types.SimpleNamespace(store=Store(), policies=None, observer=None, queue_name="q")
 
-    executor.release_running(Admin)
+    release_running(
+        registry,
+        failures,  # type: ignore[arg-type]
+        Admin,
+        lambda admin, conn: terminated.append(conn),
+        groups.given_up,
+    )
 
     assert terminated == ["conn 1", "conn 2"]  # both sessions end
     assert running.state == ABANDONED and finishing.state == FINISHING

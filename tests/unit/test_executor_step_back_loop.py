@@ -1,20 +1,23 @@
-"""An executor thread's loop around group drains (runtime/executor.py, issue 19): it drains
-only when woken, and after a drain that stepped back it claims again by itself once
+"""A slot's loop around group drains (runtime/slots.py, runtime/drain_group.py, issue 19): it
+drains only when woken, and after a drain that stepped back it claims again by itself once
 QUEUE_BATCH_MAX_MS passed without a wake-up, unless a claim since saw what it freed."""
 
 from __future__ import annotations
 
 import threading
 import time
+import types
 
-from nsj_queue_lib.runtime.executor import TaskExecutor
-from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.runtime.drain_group import GroupDrain
+from nsj_queue_lib.runtime.running import RunningTasks
+from nsj_queue_lib.runtime.slots import ThreadSlots
+from nsj_queue_lib.runtime.tokens import WakeTokens
 
 MAX_MS = 50.0
 
 
 class Groups:
-    """A group drain whose drains step back (or not) as told, counting them."""
+    """Group drains that step back (or not) as told, counting them."""
 
     def __init__(self, steps_back: bool, claimed_since: bool):
         self.steps_back = steps_back
@@ -22,7 +25,7 @@ class Groups:
         self.drains = 0
         self.drained = threading.Event()
 
-    def drain(self) -> int | None:
+    def drain_groups(self) -> int | None:
         self.drains += 1
         self.drained.set()
         return 7 if self.steps_back else None
@@ -32,35 +35,41 @@ class Groups:
         return self.claimed
 
 
-def executor_with(groups: Groups) -> tuple[TaskExecutor, threading.Event]:
-    settings = Settings(
-        db_host="h",
-        db_name="d",
-        db_user="u",
-        queue_name="q",
-        queue_table="q",
-        queue_concurrency=1,
-        queue_batch_max_ms=MAX_MS,
-    )
+def slot_with(groups: Groups) -> tuple[ThreadSlots, threading.Event]:
     stop = threading.Event()
-    executor = TaskExecutor(settings, None, None, None, stop, None, None)  # type: ignore[arg-type]
-    executor.group = groups
-    return executor, stop
+    tokens = WakeTokens(1, stop)
+    running = RunningTasks()
+    attempts = types.SimpleNamespace(
+        connections=None, running=running, store=None, liveness=None, queue_name="q"
+    )
+    drain = GroupDrain(
+        attempts,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        tokens,
+        stop,
+        size=20,
+        max_ms=MAX_MS,
+    )
+    drain.drain_groups = groups.drain_groups  # type: ignore[method-assign]
+    drain.steps.claimed_since = groups.claimed_since  # type: ignore[method-assign]
+    return ThreadSlots("q", 1, drain, tokens, running, stop), stop
 
 
 def drains_after(groups: Groups, seconds: float) -> int:
-    executor, stop = executor_with(groups)
-    executor.start()
+    slots, stop = slot_with(groups)
+    slots.start()
     try:
         assert not groups.drained.wait(3 * MAX_MS / 1000)  # nothing before a wake-up
-        executor.wake(1)
+        slots.wake(1)
         assert groups.drained.wait(5)
         time.sleep(seconds)
         return groups.drains
     finally:
         stop.set()
-        executor.interrupt()
-        executor.join(5)
+        slots.interrupt()
+        slots.join(5)
 
 
 def test_a_thread_drains_only_when_woken_and_once_per_wake_up():

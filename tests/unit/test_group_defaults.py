@@ -6,18 +6,21 @@ from __future__ import annotations
 import logging
 import threading
 import types
-from typing import Any
 
 import pytest
 
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.model import Claim, TaskRecord
-from nsj_queue_lib.runtime.async_executor import AsyncTaskExecutor
-from nsj_queue_lib.runtime.executor import TaskExecutor
-from nsj_queue_lib.runtime.group_commit import group_drain
+from nsj_queue_lib.db.driver import make_driver
+from nsj_queue_lib.observability.observer import NULL_OBSERVER
+from nsj_queue_lib.runtime.commit_group import CommitGroup
+from nsj_queue_lib.runtime.drain_group import GroupDrain
 from nsj_queue_lib.runtime.group_isolation import Isolation
 from nsj_queue_lib.runtime.group_pace import Pace
-from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+from nsj_queue_lib.runtime.plan import DrainPlan, plan_drain
+from nsj_queue_lib.runtime.running import RunningTasks
+from nsj_queue_lib.runtime.tokens import WakeTokens
+from nsj_queue_lib.runtime.worker_parts import WorkerParts
 from nsj_queue_lib.settings import DEFAULT_BATCH_SIZE, Settings
 
 ENV = dict(DB_HOST="h", DB_BASE="b", DB_USER="u", QUEUE_NAME="q", QUEUE_TABLE="public.q")
@@ -51,56 +54,76 @@ def test_the_batch_size_bound_is_postgresqls_subtransaction_cache_there_only():
     assert Settings(**required, db_driver="MYSQL", queue_batch_size=100).batch_size == 100
 
 
-def executor(cls, database_locks: bool = False, **settings) -> TaskExecutor:
-    """An executor that never starts; without ``database_locks`` its liveness locks are not
-    the database's (as with CLIENT_SERVER_MODE or QUEUE_COMPAT_1_2_2)."""
+def plan(group_statements: bool, asynchronous: bool, locks_in_database: bool, **settings):
     values = dict(db_host="h", db_name="b", db_user="u", queue_name="q", queue_table="public.q")
-    store: Any = types.SimpleNamespace(queue_table="public.q")
-    extra = {}
-    if cls is AsyncTaskExecutor:
-        extra = dict(is_async=lambda row: True, handler_connection=None)
-    built = cls(
+    return plan_drain(
         Settings(**{**values, **settings}),
-        store=store,
-        pool=object(),
-        handler=lambda row, conn: None,
-        stop=threading.Event(),
-        liveness=DatabaseLiveness(store) if database_locks else object(),
-        terminate_session=lambda admin, conn: None,
-        **extra,
+        group_commit_by_default=True,
+        group_statements=group_statements,
+        asynchronous=asynchronous,
+        locks_in_database=locks_in_database,
     )
-    if cls is AsyncTaskExecutor:
-        built._loop.close()
-    return built
 
 
 @pytest.mark.parametrize(
-    "cls, driver, database_locks",
+    "group_statements, asynchronous, locks_in_database",
     [
-        (TaskExecutor, "SINGLE_STORE", True),  # no savepoints
-        (AsyncTaskExecutor, "POSTGRES", True),  # async handlers
-        (TaskExecutor, "POSTGRES", False),  # CLIENT_SERVER_MODE or 1.2.2's keys
+        (False, False, True),  # SingleStore: no savepoints
+        (True, True, True),  # async handlers
+        (True, False, False),  # CLIENT_SERVER_MODE or 1.2.2's keys
     ],
 )
-def test_where_groups_cannot_run_only_an_explicit_batch_size_is_warned_about(
-    cls, driver, database_locks, caplog
+def test_where_groups_cannot_run_only_an_explicit_batch_size_is_ignored_aloud(
+    group_statements, asynchronous, locks_in_database
 ):
     def drain(**settings):
-        return group_drain(executor(cls, database_locks, db_driver=driver, **settings))
+        return plan(group_statements, asynchronous, locks_in_database, **settings)
 
+    assert drain() == DrainPlan(asynchronous, False, None)  # the default: no warning
+    assert drain(queue_batch_size=1) == DrainPlan(asynchronous, False, None)  # as asked
+    assert drain(queue_batch_size=20) == DrainPlan(asynchronous, False, 20)
+
+
+def test_an_ignored_batch_size_is_logged_once_planned(caplog):
+    settings = Settings(
+        db_host="h",
+        db_name="b",
+        db_user="u",
+        queue_name="q",
+        queue_table="public.q",
+        queue_batch_size=20,
+    )
+    driver = make_driver(settings)
+    parts = WorkerParts(
+        settings,
+        driver,
+        driver.store(),
+        None,
+        threading.Event(),  # type: ignore[arg-type]
+        None,
+        NULL_OBSERVER,
+        None,
+        None,
+        None,
+        None,  # type: ignore[arg-type]
+    )
     with caplog.at_level(logging.WARNING):
-        assert drain() is None
-        assert "QUEUE_BATCH_SIZE" not in caplog.text  # the default: no warning
-        assert drain(queue_batch_size=1) is None
-        assert "QUEUE_BATCH_SIZE" not in caplog.text  # one commit per task, as asked
-        assert drain(queue_batch_size=20) is None
+        assert not parts.drain_plan(asynchronous=True, legacy=None).group_commit
     assert "QUEUE_BATCH_SIZE=20 ignored" in caplog.text
 
 
-def test_synchronous_handlers_on_postgres_group_by_default():
-    drain = group_drain(executor(TaskExecutor, True, db_driver="POSTGRES"))
-    assert drain is not None and drain.size == DEFAULT_BATCH_SIZE
-    assert group_drain(executor(TaskExecutor, True, queue_batch_size=1)) is None
+def test_synchronous_handlers_group_by_default_where_the_database_says_so():
+    assert plan(True, False, True) == DrainPlan(False, True)
+    assert plan(True, False, True, queue_batch_size=1) == DrainPlan(False, False)
+    values = dict(db_host="h", db_name="b", db_user="u", queue_name="q", queue_table="public.q")
+    elsewhere = plan_drain(
+        Settings(**values),
+        group_commit_by_default=False,
+        group_statements=True,
+        asynchronous=False,
+        locks_in_database=True,
+    )
+    assert elsewhere == DrainPlan(False, False)  # MySQL/MariaDB: only when asked for
 
 
 def claim(task_id: int, processo: str = "p") -> Claim:
@@ -143,13 +166,24 @@ def test_pace_expects_a_processo_to_take_what_its_recent_handlers_took():
 
 
 def test_a_stopping_worker_waits_for_an_open_group_not_for_one_given_up():
-    from nsj_queue_lib.runtime.group_commit import _Group
-
-    ex = executor(TaskExecutor, True, db_driver="POSTGRES")
-    ex.group = group_drain(ex)
-    assert ex.wait_idle(0.01)
-    group = _Group([claim(1)])  # its handler returned, its commit still to come
-    ex.group._groups[1] = group
-    assert not ex.wait_idle(0.05)
+    stop = threading.Event()
+    running = RunningTasks()
+    attempts = types.SimpleNamespace(
+        connections=None, running=running, store=None, liveness=None, queue_name="q"
+    )
+    drain = GroupDrain(
+        attempts,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        WakeTokens(1, stop),
+        stop,
+        size=DEFAULT_BATCH_SIZE,
+        max_ms=20.0,
+    )
+    assert running.wait_idle(0.01, drain.open)
+    group = CommitGroup([claim(1)])  # its handler returned, its commit still to come
+    drain._groups[1] = group
+    assert not running.wait_idle(0.05, drain.open)
     group.abandoned = True  # given up after its timeout: settled elsewhere
-    assert ex.wait_idle(0.01)
+    assert running.wait_idle(0.01, drain.open)

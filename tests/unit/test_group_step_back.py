@@ -1,23 +1,19 @@
-"""The step-back of group commit (runtime/group_commit.py, issue 19): pure decisions."""
+"""The step-back of group commit (runtime/group_steps.py, issue 19): pure decisions."""
 
 from __future__ import annotations
 
 import threading
-import types
 
-from nsj_queue_lib.runtime.group_commit import WAKE_BACKOFF_STEPS, GroupDrain, _Group
-
-
-def a_drain(batch_size: int = 20, max_ms: float = 20.0) -> GroupDrain:
-    executor = types.SimpleNamespace(
-        settings=types.SimpleNamespace(batch_size=batch_size, queue_batch_max_ms=max_ms),
-        liveness=object(),
-    )
-    return GroupDrain(executor, ops=None)  # type: ignore[arg-type]
+from nsj_queue_lib.runtime.commit_group import CommitGroup
+from nsj_queue_lib.runtime.group_steps import WAKE_BACKOFF_STEPS, DrainSteps
 
 
-def short_group() -> _Group:
-    return _Group([object()], asked=20)  # type: ignore[list-item]
+def a_drain(max_ms: float = 20.0) -> DrainSteps:
+    return DrainSteps(max_ms / 1000.0)
+
+
+def short_group() -> bool:
+    return CommitGroup([object()], asked=20).short  # type: ignore[list-item]
 
 
 def in_thread(call):
@@ -35,9 +31,9 @@ def test_of_two_executors_short_at_once_only_one_steps_back():
     results = []
 
     def executor_thread():
-        drain._count_active(True)
+        drain.count_active(True)
         entered.wait()  # both draining before either decides
-        results.append(drain._steps_back(short_group()))
+        results.append(drain.steps_back(short_group()))
         decided.wait()
 
     threads = [threading.Thread(target=executor_thread) for _ in range(2)]
@@ -46,44 +42,44 @@ def test_of_two_executors_short_at_once_only_one_steps_back():
     for thread in threads:
         thread.join()
     assert sorted(results) == [False, True]
-    assert drain._active == 1
+    assert drain.active == 1
 
 
 def test_the_last_executor_draining_never_steps_back():
     drain = a_drain()
-    drain._count_active(True)
-    assert not drain._steps_back(short_group())
-    assert drain._active == 1
+    drain.count_active(True)
+    assert not drain.steps_back(short_group())
+    assert drain.active == 1
 
 
 def test_a_full_claim_never_steps_back():
     drain = a_drain()
-    drain._count_active(True)
-    in_thread(lambda: drain._count_active(True))  # another executor draining
-    full = _Group([object()] * 20, asked=20)  # type: ignore[list-item]
-    assert not drain._steps_back(full)
-    limited = _Group([object()], asked=1)  # type: ignore[list-item]
-    assert not drain._steps_back(limited)
+    drain.count_active(True)
+    in_thread(lambda: drain.count_active(True))  # another executor draining
+    full = CommitGroup([object()] * 20, asked=20)  # type: ignore[list-item]
+    assert not drain.steps_back(full.short)
+    limited = CommitGroup([object()], asked=1)  # type: ignore[list-item]
+    assert not drain.steps_back(limited.short)
 
 
 def test_wasted_wake_ups_hold_the_next_ones_back_until_one_finds_work():
     drain = a_drain(max_ms=1000.0)
-    assert drain._may_wake()
-    drain._woken(found=False)  # woken by the dispatcher: no full claim's wake-up
-    assert drain._may_wake()
+    assert drain.may_wake()
+    drain.woken(found=False)  # woken by the dispatcher: no full claim's wake-up
+    assert drain.may_wake()
     for _ in range(WAKE_BACKOFF_STEPS + 2):
-        drain._woke(True)
-        drain._woken(found=False)
-        assert not drain._may_wake()
-    assert drain._wasted_wakes == WAKE_BACKOFF_STEPS
-    drain._woke(True)
-    drain._woken(found=True)
-    assert drain._may_wake()
+        drain.woke(True)
+        drain.woken(found=False)
+        assert not drain.may_wake()
+    assert drain.wasted_wakes == WAKE_BACKOFF_STEPS
+    drain.woke(True)
+    drain.woken(found=True)
+    assert drain.may_wake()
 
 
 def test_claimed_since_counts_claims_started_after_the_mark():
     drain = a_drain()
-    mark = drain._claims_started
+    mark = drain.claims_started
     assert not drain.claimed_since(mark)
-    drain._claim_started()
+    drain.claim_started()
     assert drain.claimed_since(mark)

@@ -16,7 +16,7 @@ import pytest
 
 from nsj_queue_lib import QueueClient, Task, TaskCancelled, WorkerBase, current_task
 from nsj_queue_lib.context import CANCEL_REQUESTED, TIMED_OUT, Progress, TaskContext
-from nsj_queue_lib.runtime.executor import TaskTimeout
+from nsj_queue_lib.runtime.failures import TaskTimeout
 from nsj_queue_lib.runtime.pipeline import Checkpoints, _run, _run_async, run_pipeline
 from nsj_queue_lib.testing import InMemoryQueue
 

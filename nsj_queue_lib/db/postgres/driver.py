@@ -154,6 +154,7 @@ class PostgresDriver(Driver):
         session_locks=True,
         asynchronous_commit=True,
         transactional_ddl=True,
+        group_commit_by_default=True,
     )
 
     legacy_keys_known = True

@@ -14,7 +14,7 @@ import pytest
 from nsj_queue_lib.exceptions import ClaimRoutineError
 from nsj_queue_lib.model import PROCESSANDO
 from nsj_queue_lib.retry_policy import RetryPolicies
-from nsj_queue_lib.runtime.executor import settle_failure
+from nsj_queue_lib.runtime.failures import settle_failure
 from tests.integration.store.backends import CLIENT_PATHS, EVERY_STORE, on
 
 

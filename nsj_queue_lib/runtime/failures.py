@@ -1,0 +1,251 @@
+"""A failed attempt: how it is decided, logged, counted and written.
+
+Every drain settles a failure here: ``account`` decides it once (the retry
+policy, or a release when the worker's own connection was lost, or a cancel)
+into a ``Settlement``; ``record`` writes it in the caller's transaction
+(conditional on the row still being 'processando', so two workers never both
+settle one attempt); ``fail`` does both on the task's connection, or on a
+fresh one when that connection is gone.
+
+A server shutdown, a failover or a network loss is nobody's fault in the
+task: such an attempt is settled like a shutdown release ('falha_processando',
+its next attempt due at once), not as the handler's failure with its back-off.
+Which exceptions mean "the connection is gone" is each driver's to say
+(``Driver.is_connection_lost``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.queue_store import WorkerStore
+from nsj_queue_lib.exceptions import TaskCancelled
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.observability import observer as outcomes
+from nsj_queue_lib.observability.observer import Observer
+from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, failure_message
+from nsj_queue_lib.runtime.connections import Connections
+from nsj_queue_lib.runtime.liveness import Liveness
+from nsj_queue_lib.runtime.running import RunningTasks
+
+logger = get_logger("executor")
+
+# (the task's connection, the error) -> whether the connection itself was lost.
+ConnectionLost = Callable[[Any, BaseException], bool]
+CANCELLED_WHILE_RUNNING = "cancelled while running (QueueClient.cancel_task)"
+
+
+class TaskTimeout(Exception):
+    """The attempt ran past its timeout; its ``mensagem`` is the text, starting "timeout"."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    """How a failed attempt is recorded: its status, what is said, and the decision (None:
+    the retry policy decides when it is recorded; a cancel has none)."""
+
+    status: str
+    error: BaseException | str
+    decision: Decision | None
+
+
+def settlement(
+    conn: Any, error: BaseException, decision: Decision, connection_lost: ConnectionLost | None
+) -> Settlement:
+    """A handler's failure as itself, or a lost connection as a release for a new attempt."""
+    if connection_lost is None or not connection_lost(conn, error):
+        return Settlement(model.FALHA, error, decision)
+    why = f"the worker's database connection was lost while the task ran ({error})".strip()
+    released = (
+        dataclasses.replace(decision, delay_seconds=0.0)
+        if decision.outcome is Outcome.RETRY
+        else decision
+    )
+    return Settlement(model.FALHA_PROCESSANDO, f"{why}; released for a new attempt", released)
+
+
+def settle_failure(
+    store: WorkerStore,
+    conn: Any,
+    policies: RetryPolicies,
+    task: TaskRecord,
+    error: BaseException | str,
+    status: str = model.FALHA,
+    delay_seconds: float | None = None,
+    decision: Decision | None = None,
+) -> int | None:
+    """``record_failure``, unless the attempt's cancel was requested: then it ends 'cancelada'
+    (whether its handler stopped, failed or died after the request, it never runs again).
+
+    ``TaskCancelled`` (the handler stopped on a cancel request, or raised it on its own)
+    ends 'cancelada' too; a ``TaskTimeout`` is a failure whose mensagem is its text.
+    """
+    if isinstance(error, TaskCancelled):
+        store.cancel_running(conn, task.id, CANCELLED_WHILE_RUNNING)
+        return None
+    if store.cancel_if_requested(conn, task.id, CANCELLED_WHILE_RUNNING):
+        return None
+    if isinstance(error, TaskTimeout):
+        error = str(error)
+    return record_failure(store, conn, policies, task, error, status, delay_seconds, decision)
+
+
+def record_failure(
+    store: WorkerStore,
+    conn: Any,
+    policies: RetryPolicies,
+    task: TaskRecord,
+    error: BaseException | str,
+    status: str = model.FALHA,
+    delay_seconds: float | None = None,
+    decision: Decision | None = None,
+) -> int | None:
+    """Settle a failed 'processando' attempt inside the current transaction.
+
+    Returns the id of the row enqueued after it (next attempt or dead letter),
+    or None. Conditional on the row still being 'processando', so two workers
+    can never both settle one attempt. ``decision``: the one already logged.
+    """
+    if decision is None:
+        decision = policies.decide(task, error)
+    max_retry = policies.for_processo(task.row.get("processo")).max_retry
+    mensagem = failure_message(error, decision, max_retry, model.MENSAGEM_LIMIT)
+    if decision.outcome is Outcome.RETRY:
+        delay = decision.delay_seconds if delay_seconds is None else delay_seconds
+        return store.fail_and_retry(conn, task.id, status, mensagem, delay)
+    if decision.outcome is Outcome.BURY:
+        return store.fail_and_bury(conn, task.id, status, mensagem, task.payload)
+    store.fail_final(conn, task.id, status, mensagem)
+    return None
+
+
+class Failures:
+    """Decide, log, count and write the failed attempts of one worker."""
+
+    def __init__(
+        self,
+        queue_name: str,
+        store: WorkerStore,
+        connections: Connections,
+        policies: RetryPolicies,
+        liveness: Liveness,
+        running: RunningTasks,
+        observer: Observer,
+        connection_lost: ConnectionLost | None,
+    ):
+        self.queue_name = queue_name
+        self.store = store
+        self.connections = connections
+        self.policies = policies
+        self.liveness = liveness
+        self.running = running
+        self.observer = observer
+        self.connection_lost = connection_lost
+
+    def account(self, task: TaskRecord, conn: Any, error: BaseException) -> Settlement:
+        """Log and count a failed attempt; how to record it."""
+        if isinstance(error, TaskCancelled):
+            logger.info("queue=%s task=%s: cancelled (%s)", self.queue_name, task.id, error)
+            self.observer.task_finished(task, outcomes.CANCELADA)
+            return Settlement(model.FALHA, error, None)
+        # A lost connection is a release for a new attempt, not the handler's failure.
+        settled = settlement(conn, error, self.policies.decide(task, error), self.connection_lost)
+        decision = settled.decision
+        assert decision is not None
+        self.log_failure(task, error, decision)
+        self.running.count_failed()
+        self.observer.task_finished(
+            task, outcomes.FALHA if decision.outcome is Outcome.RETRY else outcomes.DEAD
+        )
+        return settled
+
+    def record(self, conn: Any, task: TaskRecord, settled: Settlement) -> None:
+        """Write ``settled`` in ``conn``'s transaction and free the task's liveness lock."""
+        settle_failure(
+            self.store,
+            conn,
+            self.policies,
+            task,
+            settled.error,
+            status=settled.status,
+            decision=settled.decision,
+        )
+        self.liveness.unlock_in_transaction(conn, task)
+
+    def fail_and_release(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
+        """``fail``, then the liveness' release; False when ``conn`` turned out broken."""
+        healthy = self.fail(task, conn, error)
+        self.liveness.after_settled(task, conn if healthy else None)
+        return healthy
+
+    def fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
+        """Record a failed attempt; False when ``conn`` turned out broken."""
+        settled = self.account(task, conn, error)
+        try:
+            self.store.rollback_and_begin(conn)
+            self.record(conn, task, settled)
+            self.store.commit(conn)
+            return True
+        except Exception as exc:  # noqa: BLE001 - the task's connection is gone
+            logger.info(
+                "queue=%s task=%s: recording the failure on a fresh connection (%s)",
+                self.queue_name,
+                task.id,
+                exc,
+            )
+        # The liveness lock died with the connection; the conditional update makes a race
+        # with the retry service harmless.
+        try:
+            with self.connections.fresh() as fresh:
+                self.store.begin(fresh)
+                settle_failure(
+                    self.store,
+                    fresh,
+                    self.policies,
+                    task,
+                    settled.error,
+                    status=settled.status,
+                    decision=settled.decision,
+                )
+                self.store.commit(fresh)
+        except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
+            logger.warning(
+                "queue=%s task=%s: could not record the failure (%s); the retry service will "
+                "rescue the task",
+                self.queue_name,
+                task.id,
+                exc,
+            )
+        return False
+
+    def log_failure(self, task: TaskRecord, error: BaseException, decision: Decision) -> None:
+        """One line per failed attempt, with its traceback and what comes next."""
+        if decision.permanent:
+            then = "a permanent error: not retried" + (
+                "; its dead-letter task follows" if decision.outcome is Outcome.BURY else ""
+            )
+        elif decision.outcome is Outcome.RETRY:
+            due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
+                seconds=decision.delay_seconds
+            )
+            then = f"next attempt at {due:%Y-%m-%d %H:%M:%S} UTC (in {decision.delay_seconds:g} s)"
+        elif decision.outcome is Outcome.BURY:
+            then = "no attempts left: its dead-letter task follows"
+        else:
+            then = "no attempts left: nothing follows (a dead-letter task)"
+        logger.warning(
+            "queue=%s task=%s: attempt %s of %s failed: %s: %s; %s",
+            self.queue_name,
+            task.id,
+            task.tentativa,
+            self.policies.for_processo(task.row.get("processo")).max_retry,
+            type(error).__name__,
+            error,
+            then,
+            exc_info=error,  # the exception's own traceback: this runs outside its except block
+        )
