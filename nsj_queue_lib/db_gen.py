@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES, DdlNames, get_dialect
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES, DdlNames
+from nsj_queue_lib.db.driver import get_dialect
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 EXIT_USAGE = 2

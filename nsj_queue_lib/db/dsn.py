@@ -10,9 +10,10 @@ may hold a password.
 
 from __future__ import annotations
 
-import importlib
 import urllib.parse
 from collections.abc import Mapping
+
+from nsj_queue_lib.db.driver import driver_class
 
 # DB_DRIVER by URL scheme (a DSN without one is a libpq conninfo string).
 _DSN_SCHEMES = {
@@ -47,19 +48,13 @@ def dsn_environment(dsn: str) -> dict[str, str]:
     if driver is None:
         known = ", ".join(f"{name}://" for name in _DSN_SCHEMES)
         raise ValueError(f"unknown DSN scheme {scheme!r}: expected {known} or a libpq string")
-    return _libpq(dsn) if driver == "POSTGRES" else _url_environment(dsn, driver)
+    own = driver_class(driver).read_dsn(dsn)  # the database's own syntax (libpq's)
+    return _url_environment(dsn, driver) if own is None else own
 
 
 def dsn_variables(dsn: str) -> dict[str, str]:
     """The DB_* variables ``dsn`` sets (a DSN without a password sets no DB_PASS)."""
     return {name: value for name, value in dsn_environment(dsn).items() if value != ""}
-
-
-def _libpq(dsn: str) -> dict[str, str]:
-    """PostgreSQL's own reader of connection strings (libpq's, through psycopg)."""
-    module = importlib.import_module("nsj_queue_lib.db.postgres.dsn")
-    environment: dict[str, str] = module.libpq_environment(dsn)
-    return environment
 
 
 def _url_environment(dsn: str, driver: str) -> dict[str, str]:

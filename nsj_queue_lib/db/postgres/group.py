@@ -156,6 +156,3 @@ class PostgresGroupOps:
             locked = bool(row.pop("liveness_locked"))
             claims.append(Claim(TaskRecord.from_row(row), locked))
         return claims
-
-
-GROUP_OPS_CLASS = PostgresGroupOps

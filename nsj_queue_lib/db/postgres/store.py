@@ -27,7 +27,13 @@ from nsj_queue_lib.db.dialect import (
     missing_columns_error,
     notify_channel,
 )
-from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
+from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
+from nsj_queue_lib.db.postgres.dialect import (
+    CLAIM_FUNCTION_ARGS,
+    CLAIM_NOW,
+    claim_function_version,
+)
+from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
@@ -48,12 +54,6 @@ from nsj_queue_lib.flow.deliveries import postgres_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
-
-# The claim function's rows in the claim's shape (see _CLAIM_NAMES).
-_CALL_COLUMNS = ", ".join(
-    "coalesce((f.task).payload, f.first_payload) AS payload" if c == "payload" else f"(f.task).{c}"
-    for c in model.QUEUE_COLUMNS
-)
 
 # Keys of a task's liveness lock: (queue table oid, task id folded into 31 bits).
 # Two-integer advisory locks live in a different key space from the one-bigint
@@ -138,7 +138,8 @@ class PostgresQueueStore:
         check_store_tables(queue_table, subscriber_table)
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
-        self.sql = render_queries("postgres", query_values(queue_table, subscriber_table))
+        values = query_values(queue_table, subscriber_table, CLAIM_NOW, SERVER_DELIVERABLE)
+        self.sql = render_queries("postgres", values)
         # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
         # ids and one timestamp for the rows without data_hora, then the rows.
         # The sequence is looked up once: pg_get_serial_sequence per row cost
@@ -163,7 +164,7 @@ class PostgresQueueStore:
             "SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')"
         )
         self.sql["claim_call"] = (
-            f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
+            f"SELECT {CALL_COLUMNS}, f.liveness_locked "
             f"FROM {self.claim_function or 'claim_routine_unavailable'}"
             "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[], $7::varchar[])"
             " AS f"
