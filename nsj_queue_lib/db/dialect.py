@@ -218,9 +218,11 @@ class Dialect(abc.ABC):
         )
 
     routine_kind = "FUNCTION"
+    # The server families it renders its DDL for (``for_server``); none but the default.
+    server_families: tuple[str, ...] = ()
 
     def for_server(self, server: str) -> Dialect:
-        """This dialect rendering for the ``server`` family (SERVER_FAMILIES); only the
+        """This dialect rendering for the ``server`` family (``server_families``); only the
         mysql dialect has more than one."""
         raise ValueError(f"--server applies to the mysql dialect only, not {self.name}")
 

@@ -39,8 +39,8 @@ class LimitsDialect:
     previous_claim_version: str
     # ``routine_version``'s parameters (limits.sql) for the routine's name.
     routine_version_params: Callable[[str], dict[str, Any]]
-    # One call of the routine: (limits store, conn, take_lock, commit, open windows,
-    # known windows, early) -> db.limits_store.LimitedClaim.
+    # One call of the routine: (limits store, conn, db.limits_store.ClaimRequest) ->
+    # db.limits_store.LimitedClaim.
     claim: Callable[..., Any]
     # The routine's lock_key condition (table, row, now): db/conditions.py's by default.
     lock_key_free: Callable[[str, str, str], str] = lock_key_free

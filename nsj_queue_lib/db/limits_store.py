@@ -40,6 +40,17 @@ class LimitedClaim:
     stale_windows: bool = False  # a processo has time windows this worker does not know
 
 
+@dataclasses.dataclass(frozen=True)
+class ClaimRequest:
+    """What ``LimitsStore.claim`` asks the dialect's limited claim call for."""
+
+    take_lock: bool
+    commit: bool | None
+    open_windows: Sequence[str]
+    known_windows: Sequence[str]
+    early: float
+
+
 def rows(cursor: Any) -> list[dict[str, Any]]:
     """The rows of ``cursor``'s result as dicts."""
     names = [d[0] for d in cursor.description or ()]
@@ -135,9 +146,8 @@ class LimitsStore:
         the caller (who takes a lock elsewhere, then commits). Nothing claimed: no
         transaction is open. ``open_windows``, ``known_windows``: flow.limits.window_states.
         """
-        claim: LimitedClaim = self.limits_dialect.claim(
-            self, conn, take_lock, commit, open_windows, known_windows, early
-        )
+        request = ClaimRequest(take_lock, commit, open_windows, known_windows, early)
+        claim: LimitedClaim = self.limits_dialect.claim(self, conn, request)
         return claim
 
 

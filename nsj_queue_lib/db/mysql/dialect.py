@@ -209,6 +209,7 @@ def _sql_string(text: str) -> str:
 class MysqlDialect(Dialect):
     name = "mysql"
     routine_kind = "PROCEDURE"
+    server_families = SERVER_FAMILIES
 
     def __init__(self, server: str = DEFAULT_SERVER):
         self.server = check_server(server)

@@ -6,22 +6,16 @@ The CALL commits itself; the claimed task comes back as JSON (db/mysql/rows.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
-from nsj_queue_lib.db.limits_store import (
-    LimitedClaim,
-    LimitsStore,
-    outcome,
-    rollback_quietly,
-    rows,
-)
+from nsj_queue_lib.db import limits_store
+from nsj_queue_lib.db.limits_store import ClaimRequest, LimitedClaim, LimitsStore
 from nsj_queue_lib.db.mysql.rows import task_from_json
 from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import TaskRecord
 
-# The limited processos' states (flow/limits.py says what they mean): ``due_in``, the
+# The limited processos' states (db/limited_routine.py says what they mean): ``due_in``, the
 # seconds until interval_s and rate_limit allow the next start, and ``capped``.
 STATES = (
     "SELECT l.processo,"
@@ -45,32 +39,25 @@ def routine_version_params(routine: str) -> dict[str, Any]:
     return {"schema": schema, "name": name}
 
 
-def claim(
-    limits: LimitsStore,
-    conn: Any,
-    take_lock: bool,
-    commit: bool | None,
-    open_windows: Sequence[str],
-    known_windows: Sequence[str],
-    early: float,
-) -> LimitedClaim:
-    """One CALL of the limited claim procedure, which commits the claim (``commit`` aside)."""
+def claim(limits: LimitsStore, conn: Any, request: ClaimRequest) -> LimitedClaim:
+    """One CALL of the limited claim procedure, which commits the claim (whatever
+    ``request.commit`` says)."""
     params = {
-        "open": json.dumps(list(open_windows)),
-        "known": json.dumps(list(known_windows)),
-        "early": early,
-        "take_lock": take_lock,
+        "open": json.dumps(list(request.open_windows)),
+        "known": json.dumps(list(request.known_windows)),
+        "early": request.early,
+        "take_lock": request.take_lock,
         "prefix": limits.store.lock_prefix(conn),
         "handled_processos": json_array(limits.store.handled_processos),
     }
     with limits.cursor(conn, "limited claim") as cur:
         try:
             cur.execute(limits.sql["claim"], params)
-            row = rows(cur)[0]
+            row = limits_store.rows(cur)[0]
             while cur.nextset():  # the CALL's own status comes last
                 pass
         except BaseException:
-            rollback_quietly(conn)
+            limits_store.rollback_quietly(conn)
             raise
     task, locked = None, None
     if row["task"] is not None:
@@ -78,4 +65,4 @@ def claim(
         got = found.pop("liveness_locked")
         locked = None if got is None else got == 1
         task = TaskRecord.from_row(found)
-    return outcome(row, task, locked, take_lock)
+    return limits_store.outcome(row, task, locked, request.take_lock)

@@ -5,11 +5,11 @@ The BEGIN, the call and the commit travel in one round trip (a pipeline).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib.db.limited_routine import LimitsDialect
 from nsj_queue_lib.db.limits_store import (
+    ClaimRequest,
     LimitedClaim,
     LimitsStore,
     outcome,
@@ -26,7 +26,7 @@ CALL_COLUMNS = ", ".join(
 )
 # The limited claim function's arguments, as in COMMENT ON FUNCTION.
 LIMITED_CLAIM_ARGS = "(text[], text[], double precision, boolean, integer, varchar[])"
-# The limited processos' states (flow/limits.py says what they mean): ``due_in``, the
+# The limited processos' states (db/limited_routine.py says what they mean): ``due_in``, the
 # seconds until interval_s and rate_limit allow the next start, and ``capped``.
 STATES = (
     "SELECT l.processo,"
@@ -43,23 +43,16 @@ STATES = (
 )
 
 
-def claim(
-    limits: LimitsStore,
-    conn: Any,
-    take_lock: bool,
-    commit: bool | None,
-    open_windows: Sequence[str],
-    known_windows: Sequence[str],
-    early: float,
-) -> LimitedClaim:
-    """One call of the limited claim function in one round trip; ``commit`` defaults to
-    ``take_lock`` (LimitsStore.claim)."""
-    commit = take_lock if commit is None else commit
+def claim(limits: LimitsStore, conn: Any, request: ClaimRequest) -> LimitedClaim:
+    """One call of the limited claim function in one round trip; ``request.commit``
+    defaults to ``take_lock`` (LimitsStore.claim)."""
+    take_lock = request.take_lock
+    commit = take_lock if request.commit is None else request.commit
     handled = limits.store.handled_processos
     params = {
-        "open": list(open_windows),
-        "known": list(known_windows),
-        "early": early,
+        "open": list(request.open_windows),
+        "known": list(request.known_windows),
+        "early": request.early,
         "take_lock": take_lock,
         "queue_key": limits.store.queue_key,
         "handled_processos": None if handled is None else sorted(handled),
