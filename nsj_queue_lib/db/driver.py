@@ -6,6 +6,13 @@ store, and reads its ``Capabilities`` to choose a mechanism; none of it
 tests which database it is. Each dialect has one driver, in
 ``db/<dialect>/driver.py``; ``make_driver`` picks it from the settings.
 
+This module is also the one door to the dialects: ``_REGISTRY`` is the one
+table of the DB_DRIVER values (their dialect's package, their ``Capabilities``,
+which settings read through ``driver_capabilities`` without loading a driver),
+and ``_dialect_module`` the one function that loads a dialect's module by
+name. The shared code reaches the rest through the driver class (its group
+ops, limits, periodic SQL, DSN syntax) or ``get_dialect`` (its DDL).
+
 A driver is built from settings at start-up and never connects on its own:
 building one is cheap and cannot fail for lack of a database.
 """

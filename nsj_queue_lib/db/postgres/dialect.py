@@ -22,7 +22,7 @@ CLAIM_NOW = "clock_timestamp()"
 
 
 def _lock_key_free(table: str) -> str:
-    # The running keys read once per claim (claim_sets.py), the rest flow/lock_keys.py's.
+    # The running keys read once per claim (claim_sets.py), the rest db/conditions.py's.
     return lock_key_free(table, "q", CLAIM_NOW, key_idle=claim_sets.KEY_IDLE)
 
 
