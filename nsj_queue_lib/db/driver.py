@@ -67,6 +67,9 @@ class _Registered:
 
     package: str
     capabilities: Capabilities
+    # The scheme its URLs are written with, and the schemes of the DSNs it reads.
+    url_scheme: str
+    dsn_schemes: tuple[str, ...]
     connection_packages: tuple[str, ...] = ()
 
 
@@ -87,6 +90,8 @@ _REGISTRY: dict[str, _Registered] = {
             max_batch_size=50,
             default_port=5432,
         ),
+        "postgresql",
+        ("postgres", "postgresql"),
         ("psycopg", "psycopg2"),
     ),
     "MYSQL": _Registered(
@@ -98,6 +103,8 @@ _REGISTRY: dict[str, _Registered] = {
             asynchronous_commit=False,
             default_port=3306,
         ),
+        "mysql",
+        ("mysql", "mariadb"),
         ("pymysql", "MySQLdb"),
     ),
     "SINGLE_STORE": _Registered(
@@ -109,6 +116,8 @@ _REGISTRY: dict[str, _Registered] = {
             asynchronous_commit=False,
             default_port=3306,
         ),
+        "singlestore",
+        ("singlestore",),
     ),
 }
 # The DB_DRIVER values, in the order they are documented.
@@ -370,6 +379,17 @@ def driver_capabilities(db_driver: str) -> Capabilities:
 
     Raises ``ValueError`` naming the known values (``DRIVER_KEYS``) for any other."""
     return _registered(db_driver).capabilities
+
+
+def dsn_schemes() -> dict[str, str]:
+    """{URL scheme: DB_DRIVER value} of the DSNs the databases take."""
+    return {scheme: key for key, entry in _REGISTRY.items() for scheme in entry.dsn_schemes}
+
+
+def url_scheme(db_driver: str) -> str | None:
+    """The scheme a DB_DRIVER value's URLs are written with (None: an unknown value)."""
+    entry = _REGISTRY.get(db_driver)
+    return None if entry is None else entry.url_scheme
 
 
 def driver_module_name(db_driver: str) -> str:

@@ -13,17 +13,8 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Mapping
 
-from nsj_queue_lib.db.driver import driver_class
+from nsj_queue_lib.db.driver import driver_class, dsn_schemes, url_scheme
 
-# DB_DRIVER by URL scheme (a DSN without one is a libpq conninfo string).
-_DSN_SCHEMES = {
-    "postgres": "POSTGRES",
-    "postgresql": "POSTGRES",
-    "mysql": "MYSQL",
-    "mariadb": "MYSQL",
-    "singlestore": "SINGLE_STORE",
-}
-_URL_SCHEMES = {"POSTGRES": "postgresql", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
 # A MySQL URL's query options: name -> variable (libpq's names, MySQL's client names).
 _URL_OPTIONS = {
     **{name: "DB_SSLMODE" for name in ("sslmode", "ssl-mode", "ssl_mode")},
@@ -44,9 +35,10 @@ _MYSQL_SSL_MODES = {
 def dsn_environment(dsn: str) -> dict[str, str]:
     """The DB_* variables (DB_DRIVER and DB_PASS included) of a DSN. Raises ``ValueError``."""
     scheme, found, _ = dsn.strip().partition("://")
-    driver = _DSN_SCHEMES.get(scheme.lower()) if found else "POSTGRES"
+    schemes = dsn_schemes()  # a DSN without a scheme is a libpq conninfo string
+    driver = schemes.get(scheme.lower()) if found else "POSTGRES"
     if driver is None:
-        known = ", ".join(f"{name}://" for name in _DSN_SCHEMES)
+        known = ", ".join(f"{name}://" for name in schemes)
         raise ValueError(f"unknown DSN scheme {scheme!r}: expected {known} or a libpq string")
     own = driver_class(driver).read_dsn(dsn)  # the database's own syntax (libpq's)
     return _url_environment(dsn, driver) if own is None else own
@@ -134,7 +126,7 @@ def masked_url(
         )
     query = urllib.parse.urlencode(pairs, safe="/,")
     secret = ":***" if has_password else ""
-    url = f"{_URL_SCHEMES.get(driver, 'db')}://{quote(user, safe='')}{secret}@{netloc}/"
+    url = f"{url_scheme(driver) or 'db'}://{quote(user, safe='')}{secret}@{netloc}/"
     return url + quote(database, safe="") + (f"?{query}" if query else "")
 
 
