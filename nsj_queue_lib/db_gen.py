@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES, DdlNames, get_dialect
+from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES, DdlNames
+from nsj_queue_lib.db.driver import get_dialect
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 EXIT_USAGE = 2
@@ -77,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # argparse itself exits with 2 on usage errors
-    if args.server is not None and args.dialect != "mysql":
+    if args.server is not None and not get_dialect(args.dialect).server_families:
         parser.error(f"--server applies to --dialect mysql only, not {args.dialect}")
     try:
         text = render(

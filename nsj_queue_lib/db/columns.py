@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.conditions import limits_free, lock_key_free
 from nsj_queue_lib.db.dialect import workers_table_name
-from nsj_queue_lib.flow.deliveries import deliverable
-from nsj_queue_lib.flow.limits import limits_free, limits_table_name
-from nsj_queue_lib.flow.lock_keys import lock_key_free
+from nsj_queue_lib.flow.limits import limits_table_name
 
 # A later attempt keeps no payload of its own: it is read from the first
 # attempt, joined as ``first_attempt``.
@@ -44,24 +43,12 @@ TASK_INSERT_FIELDS = (
 )
 
 
-# The socket-server claims' parameter of handled subscribers (flow/deliveries.py).
-_HANDLED_PARAMETER = {
-    "postgres": "%(handled_subscribers)s::varchar[]",
-    "mysql": "%(handled_subscribers)s",
-}
-_PROCESSOS_PARAMETER = {
-    "postgres": "%(handled_processos)s::varchar[]",
-    "mysql": "%(handled_processos)s",
-}
-
-
 def query_values(
-    queue_table: str,
-    subscriber_table: str | None,
-    now: str = "clock_timestamp()",
-    dialect: str = "postgres",
+    queue_table: str, subscriber_table: str | None, now: str, deliverable: str
 ) -> dict[str, str]:
-    """The placeholders every dialect's named queries use (identifiers already checked)."""
+    """The placeholders every dialect's named queries use (identifiers already checked):
+    ``now``, the dialect's clock; ``deliverable``, its socket-server claims' condition on the
+    deliveries and processos the claiming worker handles (``db/<dialect>/deliveries.py``)."""
     return {
         "queue_table": queue_table,
         # The subscriber queries are only run when a table was given.
@@ -74,9 +61,7 @@ def query_values(
         # The socket-server claims' lock_key condition, on the candidate row t.
         "lock_key_free": lock_key_free(queue_table, "t", now),
         # ... and which deliveries the claiming worker handles (flow/deliveries.py).
-        "deliverable": deliverable(
-            dialect, "t", _HANDLED_PARAMETER[dialect], _PROCESSOS_PARAMETER[dialect]
-        ),
+        "deliverable": deliverable,
         # Tasks of limited processos are left to the limited claim (flow/limits.py).
         "limits_free": limits_free(limits_table_name(queue_table), "t"),
         "limits_table": limits_table_name(queue_table),

@@ -1,6 +1,6 @@
 """The queue's DDL per database, and the names it derives from (schema, queue).
 
-A ``Dialect`` renders what ``db_gen`` prints. Everything a running worker
+A ``Dialect`` renders what ``db_gen`` prints (``db.driver.get_dialect`` finds it). Everything a running worker
 needs of a database is its driver's (``db/driver.py``).
 """
 
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
-from typing import cast
 
 from nsj_queue_lib.exceptions import ClaimRoutineError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
@@ -18,7 +16,6 @@ DIALECT_NAMES = ("postgres", "mysql", "singlestore")
 # The server families the mysql dialect renders its DDL for (db_gen --server):
 # MariaDB's (the default) and MySQL 8's, which MariaDB runs too.
 SERVER_FAMILIES = ("mariadb", "mysql")
-_DRIVER_TO_DIALECT = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
 UPGRADE_HINT = "python -m nsj_queue_lib.db_gen <schema> <queue> --dialect <dialect> --upgrade"
 
 # The claim routine's release: workers call claim_next_<queue>_v<N>. Bump it whenever a
@@ -221,24 +218,17 @@ class Dialect(abc.ABC):
         )
 
     routine_kind = "FUNCTION"
+    # The server families it renders its DDL for (``for_server``); none but the default.
+    server_families: tuple[str, ...] = ()
 
     def for_server(self, server: str) -> Dialect:
-        """This dialect rendering for the ``server`` family (SERVER_FAMILIES); only the
+        """This dialect rendering for the ``server`` family (``server_families``); only the
         mysql dialect has more than one."""
         raise ValueError(f"--server applies to the mysql dialect only, not {self.name}")
 
     def old_routine_arguments(self, release: int) -> str:
         """What DROP needs after an earlier release's routine name (PostgreSQL: its arguments)."""
         return ""
-
-
-def get_dialect(name: str) -> Dialect:
-    """The dialect called ``name`` (``postgres``...) or, given a DB_DRIVER value, its dialect."""
-    key = _DRIVER_TO_DIALECT.get(name.upper(), name.lower()) if isinstance(name, str) else name
-    if key not in DIALECT_NAMES:
-        raise ValueError(f"unknown dialect {name!r}; known: {', '.join(DIALECT_NAMES)}")
-    module = importlib.import_module(f"nsj_queue_lib.db.{key}.dialect")
-    return cast(Dialect, module.DIALECT)
 
 
 def check_store_tables(queue_table: str, subscriber_table: str | None) -> None:

@@ -6,6 +6,13 @@ store, and reads its ``Capabilities`` to choose a mechanism; none of it
 tests which database it is. Each dialect has one driver, in
 ``db/<dialect>/driver.py``; ``make_driver`` picks it from the settings.
 
+This module is also the one door to the dialects: ``_REGISTRY`` is the one
+table of the DB_DRIVER values (their dialect's package, their ``Capabilities``,
+which settings read through ``driver_capabilities`` without loading a driver),
+and ``_dialect_module`` the one function that loads a dialect's module by
+name. The shared code reaches the rest through the driver class (its group
+ops, limits, periodic SQL, DSN syntax) or ``get_dialect`` (its DDL).
+
 A driver is built from settings at start-up and never connects on its own:
 building one is cheap and cannot fail for lack of a database.
 """
@@ -17,24 +24,16 @@ import dataclasses
 import importlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from nsj_queue_lib.db.dialect import notify_channel
+from nsj_queue_lib.db.dialect import Dialect, notify_channel
 from nsj_queue_lib.exceptions import DatabaseError
 
 if TYPE_CHECKING:
+    from nsj_queue_lib.db.limited_routine import LimitsDialect
     from nsj_queue_lib.db.queue_store import ClientStore, InspectionStore, QueueStore
-    from nsj_queue_lib.runtime.liveness import LegacyKeys
-    from nsj_queue_lib.settings import Settings
 
-DRIVER_NAMES = {"POSTGRES": "postgres", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
-# The dialect of a caller's connection, by the package of its driver.
-_CONNECTION_DIALECTS = {
-    "psycopg": "postgres",
-    "psycopg2": "postgres",
-    "pymysql": "mysql",
-    "MySQLdb": "mysql",
-}
 # Dead peers are found by TCP keepalive in about 20 s instead of a connection
 # (a LISTEN above all) that waits forever.
 KEEPALIVE_IDLE_SECONDS = 10
@@ -53,8 +52,76 @@ class Capabilities:
     asynchronous_commit: bool  # a session can commit without waiting for the disk
     # DDL runs inside a transaction (else each DDL statement commits on its own)
     transactional_ddl: bool = False
-    # Group commit (QUEUE_BATCH_SIZE > 1) is on when QUEUE_BATCH_SIZE is not set
+    # Group commit is on when QUEUE_BATCH_SIZE is unset (else only when it is set).
     group_commit_by_default: bool = False
+    # The largest QUEUE_BATCH_SIZE the database takes (None: the settings' own bound).
+    max_batch_size: int | None = None
+    # DB_PORT when it is unset.
+    default_port: int = 5432
+
+
+@dataclasses.dataclass(frozen=True)
+class _Registered:
+    """One DB_DRIVER value: its dialect's package (``db/<package>/``), what the database
+    offers, and the packages whose connections a caller may hand the client."""
+
+    package: str
+    capabilities: Capabilities
+    # The scheme its URLs are written with, and the schemes of the DSNs it reads.
+    url_scheme: str
+    dsn_schemes: tuple[str, ...]
+    connection_packages: tuple[str, ...] = ()
+
+
+# The one table of the databases: DB_DRIVER value -> its dialect. Nothing here imports
+# a database driver: settings read the capabilities before any driver is loaded.
+_REGISTRY: dict[str, _Registered] = {
+    "POSTGRES": _Registered(
+        "postgres",
+        Capabilities(
+            listen_notify=True,
+            skip_locked=True,
+            session_locks=True,
+            asynchronous_commit=True,
+            transactional_ddl=True,
+            group_commit_by_default=True,
+            # A group's savepoints are subtransactions, of which PostgreSQL caches 64 per
+            # transaction.
+            max_batch_size=50,
+            default_port=5432,
+        ),
+        "postgresql",
+        ("postgres", "postgresql"),
+        ("psycopg", "psycopg2"),
+    ),
+    "MYSQL": _Registered(
+        "mysql",
+        Capabilities(
+            listen_notify=False,
+            skip_locked=True,
+            session_locks=True,
+            asynchronous_commit=False,
+            default_port=3306,
+        ),
+        "mysql",
+        ("mysql", "mariadb"),
+        ("pymysql", "MySQLdb"),
+    ),
+    "SINGLE_STORE": _Registered(
+        "singlestore",
+        Capabilities(
+            listen_notify=False,
+            skip_locked=False,
+            session_locks=False,
+            asynchronous_commit=False,
+            default_port=3306,
+        ),
+        "singlestore",
+        ("singlestore",),
+    ),
+}
+# The DB_DRIVER values, in the order they are documented.
+DRIVER_KEYS: tuple[str, ...] = tuple(_REGISTRY)
 
 
 class Listener(Protocol):
@@ -116,8 +183,15 @@ class Driver(abc.ABC):
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
+    # The package whose periodic.sql serves this dialect (SingleStore shares MySQL's).
+    periodic_sql: ClassVar[str]
+    # What per-processo limits need of this dialect (db/limited_routine.py); None: the
+    # database has no limits table.
+    limits: ClassVar[LimitsDialect | None] = None
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Any) -> None:
+        # The worker's Settings (nsj_queue_lib/settings.py), which each dialect's driver
+        # types; not named here, so that the settings may read this module's table.
         self.settings = settings
 
     # -- configuration --
@@ -151,9 +225,10 @@ class Driver(abc.ABC):
     # Whether this database knows nsj-queue-lib 1.2.2's task keys (legacy_keys).
     legacy_keys_known: ClassVar[bool] = False
 
-    def legacy_keys(self, store: QueueStore, conn: Any) -> LegacyKeys | None:
-        """After ``store.bind(conn)``: how to hold 1.2.2's task keys too, or None when
-        QUEUE_COMPAT_1_2_2 is off for this queue (the default: no 1.2.2 worker here)."""
+    def legacy_keys(self, store: QueueStore, conn: Any) -> Any:
+        """After ``store.bind(conn)``: how to hold 1.2.2's task keys too (a
+        ``runtime.liveness.LegacyKeys``), or None when QUEUE_COMPAT_1_2_2 is off for this
+        queue (the default: no 1.2.2 worker here)."""
         return None
 
     # -- connections --
@@ -218,6 +293,18 @@ class Driver(abc.ABC):
         """The inspection store of the configured queue (QUEUE_TABLE)."""
         return self.new_inspection_store(self.settings.queue_table)
 
+    @classmethod
+    def group_ops(cls, store: Any) -> Any:
+        """The dialect's group commit statements for ``store`` (a ``db.group_ops.GroupOps``);
+        None where group commit is not available."""
+        return None
+
+    @classmethod
+    def read_dsn(cls, dsn: str) -> dict[str, str] | None:
+        """The DB_* variables of a DSN, read in the database's own syntax (libpq's); None where
+        the database has none: ``db/dsn.py`` reads it as a URL. Raises ``ValueError``."""
+        return None
+
     def server_family(self, conn: Any) -> str | None:
         """Which of its dialect's DDL variants (``db_gen --server``, SERVER_FAMILIES) the
         server behind ``conn`` needs; None for a dialect with one."""
@@ -266,19 +353,9 @@ class Driver(abc.ABC):
         (False where the database has no LISTEN). Raises ``DatabaseError`` when unreachable."""
         return False
 
+    @abc.abstractmethod
     def listener(self) -> Listener:
-        """What the dispatcher waits on, by ``wakeup_mode``: the socket server, polling every
-        QUEUE_POLL_INTERVAL, or the database's LISTEN, checked (``notify/checked.py``)."""
-        mode = self.wakeup_mode()
-        if mode == "server":
-            from nsj_queue_lib.notify.server_listener import ServerListener
-
-            return ServerListener(self.settings)
-        if mode == "poll":
-            from nsj_queue_lib.notify.polling import PollingListener
-
-            return PollingListener(self.settings.queue_poll_interval)
-        return self.native_listener()
+        """What the dispatcher waits on, by ``wakeup_mode`` (db/wakeups.py)."""
 
     @abc.abstractmethod
     def native_listener(self) -> Listener:
@@ -289,38 +366,84 @@ class Driver(abc.ABC):
         """The socket server's check-tasks access to the configured queue."""
 
 
-def driver_module_name(db_driver: str) -> str:
-    """``postgres``, ``mysql`` or ``singlestore`` for a DB_DRIVER value."""
+def _registered(db_driver: str) -> _Registered:
     try:
-        return DRIVER_NAMES[db_driver.upper()]
+        return _REGISTRY[db_driver.upper()]
     except KeyError:
-        known = ", ".join(DRIVER_NAMES)
+        known = ", ".join(DRIVER_KEYS)
         raise ValueError(f"unknown DB_DRIVER {db_driver!r}; known: {known}") from None
 
 
-def _driver_class(dialect: str) -> type[Driver]:
-    module = importlib.import_module(f"nsj_queue_lib.db.{dialect}.driver")
-    driver_class: type[Driver] = module.DRIVER_CLASS
-    return driver_class
+def driver_capabilities(db_driver: str) -> Capabilities:
+    """What the database of a DB_DRIVER value (any case) offers, without loading its driver.
+
+    Raises ``ValueError`` naming the known values (``DRIVER_KEYS``) for any other."""
+    return _registered(db_driver).capabilities
 
 
-def make_driver(settings: Settings) -> Driver:
-    """The driver of ``settings.db_driver``."""
-    return _driver_class(driver_module_name(settings.db_driver))(settings)
+def dsn_schemes() -> dict[str, str]:
+    """{URL scheme: DB_DRIVER value} of the DSNs the databases take."""
+    return {scheme: key for key, entry in _REGISTRY.items() for scheme in entry.dsn_schemes}
+
+
+def url_scheme(db_driver: str) -> str | None:
+    """The scheme a DB_DRIVER value's URLs are written with (None: an unknown value)."""
+    entry = _REGISTRY.get(db_driver)
+    return None if entry is None else entry.url_scheme
+
+
+def driver_module_name(db_driver: str) -> str:
+    """``postgres``, ``mysql`` or ``singlestore`` for a DB_DRIVER value."""
+    return _registered(db_driver).package
+
+
+def _package(name: str) -> str:
+    """The dialect's package of a DB_DRIVER value or a dialect name (``postgres``...)."""
+    entry = _REGISTRY.get(name.upper())
+    package = entry.package if entry is not None else name.lower()
+    known = [entry.package for entry in _REGISTRY.values()]
+    if package not in known:
+        raise ValueError(f"unknown dialect {name!r}; known: {', '.join(known)}")
+    return package
+
+
+def _dialect_module(name: str, module: str) -> ModuleType:
+    """The one door to a dialect's code: ``db/<package>/<module>.py`` of a DB_DRIVER value or
+    dialect name, loaded by name so that only the configured database's driver is imported."""
+    return importlib.import_module(f"{__package__}.{_package(name)}.{module}")
+
+
+def driver_class(name: str) -> type[Driver]:
+    """The driver class of a DB_DRIVER value or of a dialect (``Driver.name``)."""
+    found: type[Driver] = _dialect_module(name, "driver").DRIVER_CLASS
+    return found
+
+
+def make_driver(settings: Any) -> Driver:
+    """The driver of ``settings.db_driver`` (a ``Settings``)."""
+    return driver_class(driver_module_name(settings.db_driver))(settings)
+
+
+def get_dialect(name: str) -> Dialect:
+    """The DDL of the dialect called ``name`` (``postgres``...) or, given a DB_DRIVER value,
+    of its dialect. Loads no database driver (``db_gen`` prints DDL without one)."""
+    dialect: Dialect = _dialect_module(name, "dialect").DIALECT
+    return dialect
 
 
 def _connection_driver(conn: object) -> type[Driver]:
     """The driver class of a caller's DB-API connection, by the package that made it."""
     # Along the class's bases: the worker hands handlers subclasses of the drivers'
     # connections (HandlerConnection), and a handler may enqueue on its bd_conn.
-    roots = ((klass.__module__ or "").split(".")[0] for klass in type(conn).__mro__)
-    dialect = next((_CONNECTION_DIALECTS[r] for r in roots if r in _CONNECTION_DIALECTS), None)
-    if dialect is None:
-        raise TypeError(
-            f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
-            "expected a psycopg 3, psycopg2 or PyMySQL connection"
-        )
-    return _driver_class(dialect)
+    roots = [(klass.__module__ or "").split(".")[0] for klass in type(conn).__mro__]
+    for root in roots:
+        for entry in _REGISTRY.values():
+            if root in entry.connection_packages:
+                return driver_class(entry.package)
+    raise TypeError(
+        f"unsupported connection type {type(conn).__module__}.{type(conn).__name__}: "
+        "expected a psycopg 3, psycopg2 or PyMySQL connection"
+    )
 
 
 def client_store(conn: object, queue_table: str, subscriber_table: str | None) -> ClientStore:

@@ -10,19 +10,11 @@ may hold a password.
 
 from __future__ import annotations
 
-import importlib
 import urllib.parse
 from collections.abc import Mapping
 
-# DB_DRIVER by URL scheme (a DSN without one is a libpq conninfo string).
-_DSN_SCHEMES = {
-    "postgres": "POSTGRES",
-    "postgresql": "POSTGRES",
-    "mysql": "MYSQL",
-    "mariadb": "MYSQL",
-    "singlestore": "SINGLE_STORE",
-}
-_URL_SCHEMES = {"POSTGRES": "postgresql", "MYSQL": "mysql", "SINGLE_STORE": "singlestore"}
+from nsj_queue_lib.db.driver import driver_class, dsn_schemes, url_scheme
+
 # A MySQL URL's query options: name -> variable (libpq's names, MySQL's client names).
 _URL_OPTIONS = {
     **{name: "DB_SSLMODE" for name in ("sslmode", "ssl-mode", "ssl_mode")},
@@ -43,23 +35,18 @@ _MYSQL_SSL_MODES = {
 def dsn_environment(dsn: str) -> dict[str, str]:
     """The DB_* variables (DB_DRIVER and DB_PASS included) of a DSN. Raises ``ValueError``."""
     scheme, found, _ = dsn.strip().partition("://")
-    driver = _DSN_SCHEMES.get(scheme.lower()) if found else "POSTGRES"
+    schemes = dsn_schemes()  # a DSN without a scheme is a libpq conninfo string
+    driver = schemes.get(scheme.lower()) if found else "POSTGRES"
     if driver is None:
-        known = ", ".join(f"{name}://" for name in _DSN_SCHEMES)
+        known = ", ".join(f"{name}://" for name in schemes)
         raise ValueError(f"unknown DSN scheme {scheme!r}: expected {known} or a libpq string")
-    return _libpq(dsn) if driver == "POSTGRES" else _url_environment(dsn, driver)
+    own = driver_class(driver).read_dsn(dsn)  # the database's own syntax (libpq's)
+    return _url_environment(dsn, driver) if own is None else own
 
 
 def dsn_variables(dsn: str) -> dict[str, str]:
     """The DB_* variables ``dsn`` sets (a DSN without a password sets no DB_PASS)."""
     return {name: value for name, value in dsn_environment(dsn).items() if value != ""}
-
-
-def _libpq(dsn: str) -> dict[str, str]:
-    """PostgreSQL's own reader of connection strings (libpq's, through psycopg)."""
-    module = importlib.import_module("nsj_queue_lib.db.postgres.dsn")
-    environment: dict[str, str] = module.libpq_environment(dsn)
-    return environment
 
 
 def _url_environment(dsn: str, driver: str) -> dict[str, str]:
@@ -139,7 +126,7 @@ def masked_url(
         )
     query = urllib.parse.urlencode(pairs, safe="/,")
     secret = ":***" if has_password else ""
-    url = f"{_URL_SCHEMES.get(driver, 'db')}://{quote(user, safe='')}{secret}@{netloc}/"
+    url = f"{url_scheme(driver) or 'db'}://{quote(user, safe='')}{secret}@{netloc}/"
     return url + quote(database, safe="") + (f"?{query}" if query else "")
 
 

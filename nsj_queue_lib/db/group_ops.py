@@ -9,11 +9,10 @@ runtime needs for that; which store gets which is decided here.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from nsj_queue_lib.db.driver import driver_module_name
+from nsj_queue_lib.db.driver import driver_class
 from nsj_queue_lib.model import Claim, TaskRecord
 
 SAVEPOINT = "nsjq_group"
@@ -80,14 +79,7 @@ class GroupOps(Protocol):
 
 
 def group_ops_for(db_driver: str, store: Any) -> GroupOps | None:
-    """The dialect's group statements for ``store`` (its ``group`` module, by name); None
-    where group commit is not available (SingleStore has no savepoints)."""
-    name = f"nsj_queue_lib.db.{driver_module_name(db_driver)}.group"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
-    ops: GroupOps = module.GROUP_OPS_CLASS(store)
+    """The dialect's group statements for ``store`` (``Driver.group_ops``); None where group
+    commit is not available (SingleStore has no savepoints)."""
+    ops: GroupOps | None = driver_class(db_driver).group_ops(store)
     return ops

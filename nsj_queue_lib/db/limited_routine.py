@@ -4,53 +4,87 @@ PostgreSQL's is a function and MySQL/MariaDB's a procedure, both named
 ``claim_limited_<queue>_v<N>`` (``DdlNames.limited_routine_name``); db_gen
 creates them with the queue and ``--upgrade`` adds them. A worker with
 limits checks the routine's COMMENT at start (db/limits_store.py), as it
-does the claim routine's.
+does the claim routine's. What differs per dialect is a ``LimitsDialect``
+(``Driver.limits``), defined next to the dialect's DDL.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from nsj_queue_lib.db.conditions import lock_key_free
 from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
-from nsj_queue_lib.flow.limits import CAP_RECHECK_SECONDS, RATE_CATCH_UP, limited_states
-from nsj_queue_lib.flow.lock_keys import CLAIM_ATTEMPTS, lock_key_free
-
-# Per dialect: the clock, and the parameter holding the open windows' hashes.
-_NOW = {"postgres": "clock_timestamp()", "mysql": "NOW(6)"}
-_OPEN_WINDOWS = {"postgres": "open_windows", "mysql": "p_open_windows"}
-# ... and the one holding the processos the worker handles (NULL: every one).
-_HANDLED_PROCESSOS = {"postgres": "handled_processos", "mysql": "p_handled_processos"}
-# The claim routine versions of the previous release (1), as its workers check them
-# at start: its routine, made a call of this release's by --upgrade, keeps them.
-PREVIOUS_CLAIM_VERSIONS = {
-    "postgres": "nsj_queue_lib claim 9ac7ae8eeb854147",
-    "mysql": "nsj_queue_lib claim d8ff69fda4465378",
-}
-# The arguments, as in COMMENT ON FUNCTION (PostgreSQL).
-POSTGRES_ARGS = "(text[], text[], double precision, boolean, integer, varchar[])"
+from nsj_queue_lib.flow.limits import CAP_RECHECK_SECONDS, RATE_CATCH_UP
+from nsj_queue_lib.flow.lock_keys import CLAIM_ATTEMPTS
 
 
-def _values(dialect: str, table: str, limits_table: str) -> dict[str, str]:
-    now = _NOW[dialect]
-    # The dialect's own placeholders (MySQL: the claimed row as JSON), reached by name.
-    own = importlib.import_module(f"nsj_queue_lib.db.{dialect}.dialect")
-    # flow/lock_keys.py's condition, unless the dialect spells it its own way.
-    free = getattr(own, "LOCK_KEY_FREE", lock_key_free)(table, "t", now)
+@dataclasses.dataclass(frozen=True)
+class LimitsDialect:
+    """What per-processo limits need of a dialect: its limited claim routine's parts, and
+    how a worker calls it and checks its version (db/limits_store.py)."""
+
+    name: str  # the package of its limited_claim.sql, previous_claim.sql and limits.sql
+    now: str  # the clock
+    open_windows: str  # the routine's parameter holding the open windows' hashes
+    handled_processos: str  # ... and the one holding the worker's processos (NULL: all)
+    # The limited processos' states the routine decides on: SQL over {capped}, {ready},
+    # {limits_table}, {open} and {handled} (``limited_states``).
+    states: str
+    # The claim routine version of the previous release (1), as its workers check it at
+    # start: its routine, made a call of this release's by --upgrade, keeps it.
+    previous_claim_version: str
+    # ``routine_version``'s parameters (limits.sql) for the routine's name.
+    routine_version_params: Callable[[str], dict[str, Any]]
+    # One call of the routine: (limits store, conn, db.limits_store.ClaimRequest) ->
+    # db.limits_store.LimitedClaim.
+    claim: Callable[..., Any]
+    # The routine's lock_key condition (table, row, now): db/conditions.py's by default.
+    lock_key_free: Callable[[str, str, str], str] = lock_key_free
+    # The dialect's own placeholders of limited_claim.sql, and of limits.sql.
+    claim_values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    query_values: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+# Per limited processo with a ready task (one its lock_key lets start) whose
+# time windows are open (by the worker's clock: ``{open}`` is the list of
+# window_hash() of the open ones): ``due_in``, the seconds until its
+# interval_s and rate_limit allow the next start (NULL: now, or never started;
+# negative: late), and ``capped``, max_concurrent reached.
+_CAPPED = (
+    "(l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM {table} AS r"
+    " WHERE r.processo = l.processo AND r.status = 'processando'))"
+)
+_READY = (
+    "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
+    " AND t.data_hora <= {now} AND {lock_key_free})"
+)
+
+
+def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: str) -> str:
+    """SQL: the limited processos' states the limited claim routine decides on
+    (``LimitsDialect.states``), of the processos the worker handles (its parameter; NULL:
+    every one); ``free``: the routine's lock_key condition. Every argument is an identifier
+    or expression of this library, never user input."""
+    return dialect.states.format(
+        limits_table=limits_table,
+        open=dialect.open_windows,
+        handled=dialect.handled_processos,
+        capped=_CAPPED.format(table=table),
+        ready=_READY.format(table=table, now=dialect.now, lock_key_free=free),
+    )
+
+
+def _values(dialect: LimitsDialect, table: str, limits_table: str) -> dict[str, str]:
+    free = dialect.lock_key_free(table, "t", dialect.now)
     return {
-        **getattr(own, "LIMITED_CLAIM_VALUES", {}),
+        **dialect.claim_values,
         "table": table,
         "limits_table": limits_table,
-        "limited_states": limited_states(
-            dialect,
-            table,
-            limits_table,
-            _OPEN_WINDOWS[dialect],
-            free,
-            now,
-            _HANDLED_PROCESSOS[dialect],
-        ),
+        "limited_states": limited_states(dialect, table, limits_table, free),
         "lock_key_free": free,
         "catch_up": repr(RATE_CATCH_UP),
         "cap_recheck": repr(CAP_RECHECK_SECONDS),
@@ -58,22 +92,22 @@ def _values(dialect: str, table: str, limits_table: str) -> dict[str, str]:
     }
 
 
-def limited_claim_version(dialect: str) -> str:
+def limited_claim_version(dialect: LimitsDialect) -> str:
     """The routine's COMMENT: changes whenever its code does (comments aside)."""
     values = dict(_values(dialect, "t", "l"), limited_claim="r", limited_claim_version="")
-    source = sql_code(render(read_sql(dialect, "limited_claim.sql"), values))
+    source = sql_code(render(read_sql(dialect.name, "limited_claim.sql"), values))
     return f"nsj_queue_lib limited claim {hashlib.sha256(source.encode()).hexdigest()[:16]}"
 
 
-def limited_claim_ddl(dialect: str, template_values: dict[str, str]) -> str:
+def limited_claim_ddl(dialect: LimitsDialect, template_values: dict[str, str]) -> str:
     """The routine's CREATE for the queue of ``template_values`` (DdlNames.template_values)."""
     values = _values(dialect, template_values["table"], template_values["limits_table"])
     values["limited_claim"] = template_values["limited_claim"]
     values["limited_claim_version"] = limited_claim_version(dialect)
-    return render(read_sql(dialect, "limited_claim.sql"), values).strip()
+    return render(read_sql(dialect.name, "limited_claim.sql"), values).strip()
 
 
-def previous_claim_ddl(dialect: str, names: DdlNames) -> str:
+def previous_claim_ddl(dialect: LimitsDialect, names: DdlNames) -> str:
     """``db_gen --upgrade``: the previous release's claim routine made a call of this
     release's (``previous_claim.sql``), so that its workers leave limited processos alone.
     Written for release 1 next to release 2; a later release rethinks it."""
@@ -81,5 +115,5 @@ def previous_claim_ddl(dialect: str, names: DdlNames) -> str:
         return ""
     values = names.template_values()
     values["previous_claim_function"] = names.old_routine_names()[1]
-    values["previous_claim_version"] = PREVIOUS_CLAIM_VERSIONS[dialect]
-    return render(read_sql(dialect, "previous_claim.sql"), values).strip()
+    values["previous_claim_version"] = dialect.previous_claim_version
+    return render(read_sql(dialect.name, "previous_claim.sql"), values).strip()

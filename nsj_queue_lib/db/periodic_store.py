@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsj_queue_lib.db.dialect import UPGRADE_HINT, periodic_table_name
+from nsj_queue_lib.db.driver import driver_class
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import ClaimRoutineError
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
@@ -17,7 +18,7 @@ from nsj_queue_lib.identifiers import check_table_name, split_table_name
 
 class PeriodicStore:
     def __init__(self, dialect: str, queue_table: str):
-        self.family = "postgres" if dialect == "postgres" else "mysql"
+        self.family = driver_class(dialect).periodic_sql
         self.table = check_table_name(periodic_table_name(queue_table), "periodic table")
         self.sql = render_queries(self.family, {"periodic_table": self.table}, "periodic.sql")
 

@@ -10,45 +10,18 @@ method for a subscriber never claims and fails that subscriber's deliveries:
 they stay ``pendente`` for a worker that handles them.
 
 The condition reads only the candidate row the claim reads anyway (no probe),
-and for a task that is not a delivery it is one NULL test. The same text
-serves every claim: ``{row}`` is the candidate's alias, ``{handled}`` the
-handled ids (an array on PostgreSQL, a JSON array text on MySQL; NULL: every
-subscriber).
+and for a task that is not a delivery it is one NULL test. Each dialect spells
+it (``db/<dialect>/deliveries.py``) over the handled ids, sent as a parameter
+encoded here: an array on PostgreSQL, a JSON array text on MySQL (NULL: every
+subscriber). A worker's processos are passed the same way (issue 37): those of
+its @Task methods, or every processo (NULL) when it overrides execute. Dead
+letters carry their task's processo, so they go to a worker that handles it too.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection
-
-_DELIVERABLE = {
-    "postgres": (
-        "({row}.subscriber_id IS NULL OR {handled} IS NULL OR {row}.subscriber_id = ANY({handled}))"
-    ),
-    "mysql": (
-        "({row}.subscriber_id IS NULL OR {handled} IS NULL"
-        " OR JSON_CONTAINS({handled}, JSON_QUOTE({row}.subscriber_id)))"
-    ),
-}
-
-# The processos a worker handles (issue 37): those of its @Task methods, or every
-# processo (NULL) when it overrides execute. Dead letters carry their task's processo, so
-# they go to a worker that handles it too.
-_HANDLED_PROCESSO = {
-    "postgres": "({processos} IS NULL OR {row}.processo = ANY({processos}))",
-    "mysql": "({processos} IS NULL OR JSON_CONTAINS({processos}, JSON_QUOTE({row}.processo)))",
-}
-
-
-def deliverable(dialect: str, row: str, handled: str, processos: str | None = None) -> str:
-    """SQL: the candidate ``row`` is one the claiming worker handles: not a delivery, or one
-    of a handled subscriber, and (with ``processos``) of a handled processo. ``row``,
-    ``handled`` and ``processos`` are this library's identifiers or placeholders, never
-    input."""
-    condition = _DELIVERABLE[dialect].format(row=row, handled=handled)
-    if processos is None:
-        return condition
-    return f"{condition} AND {_HANDLED_PROCESSO[dialect].format(row=row, processos=processos)}"
 
 
 def postgres_array(handled: Collection[str] | None) -> str | None:

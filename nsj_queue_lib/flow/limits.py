@@ -4,8 +4,8 @@ Declared with ``@Task`` (task.py), held cluster-wide in the queue's
 ``<queue>_limits`` table: one row per limited processo with its declaration
 and the shared state the claims read and update (the next start an
 ``interval_s`` allows, the rate limiter's theoretical arrival time). Tasks of
-a processo with a row are never taken by the ordinary claims (``limits_free``
-below); a worker claims them one at a time with the limited claim routine
+a processo with a row are never taken by the ordinary claims (``limits_free`` in
+db/conditions.py); a worker claims them one at a time with the limited claim routine
 (``claim_limited_<queue>_v<N>``, db/<dialect>/limited_claim.sql, called by
 db/limits_store.py), which locks the processo's limits row, so that counting
 its running tasks and moving its state on cannot race another claim.
@@ -199,70 +199,6 @@ EARLY_SECONDS = 0.05
 # long (a slot freed in another worker sends no notification).
 CAP_RECHECK_SECONDS = 1.0
 
-# Per limited processo with a ready task (one its lock_key lets start) whose
-# time windows are open (by the worker's clock: ``{open}`` is the list of
-# window_hash() of the open ones): ``due_in``, the seconds until its
-# interval_s and rate_limit allow the next start (NULL: now, or never started;
-# negative: late), and ``capped``, max_concurrent reached.
-_STATES = {
-    "postgres": (
-        "SELECT l.processo,"
-        " extract(epoch FROM GREATEST("
-        "CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END,"
-        " CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8"
-        " AS due_in,"
-        " {capped} AS capped"
-        " FROM {limits_table} AS l"
-        " WHERE (l.time_windows IS NULL"
-        " OR md5(l.processo || chr(10) || l.time_windows) = ANY({open}))"
-        " AND ({handled} IS NULL OR l.processo = ANY({handled}))"
-        " AND {ready}"
-    ),
-    "mysql": (
-        "SELECT l.processo,"
-        " NULLIF(GREATEST("
-        "IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18,"
-        " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)),"
-        " IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18,"
-        " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in,"
-        " {capped} AS capped"
-        " FROM {limits_table} AS l"
-        " WHERE (l.time_windows IS NULL"
-        " OR JSON_CONTAINS({open}, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows)))))"
-        " AND ({handled} IS NULL OR JSON_CONTAINS({handled}, JSON_QUOTE(l.processo)))"
-        " AND {ready}"
-    ),
-}
-_CAPPED = (
-    "(l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM {table} AS r"
-    " WHERE r.processo = l.processo AND r.status = 'processando'))"
-)
-_READY = (
-    "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
-    " AND t.data_hora <= {now} AND {lock_key_free})"
-)
-
-
-def limited_states(
-    dialect: str,
-    table: str,
-    limits_table: str,
-    open_windows: str,
-    lock_key_free: str,
-    now: str,
-    handled: str = "NULL",
-) -> str:
-    """SQL: the limited processos' states the limited claim routine decides on (``_STATES``),
-    of the processos in ``handled`` (the worker's; NULL: every one). Every argument is an
-    identifier or expression of this library, never user input."""
-    return _STATES[dialect].format(
-        limits_table=limits_table,
-        open=open_windows,
-        handled=handled,
-        capped=_CAPPED.format(table=table),
-        ready=_READY.format(table=table, now=now, lock_key_free=lock_key_free),
-    )
-
 
 def window_hash(processo: str, windows: str) -> str:
     """How the limited claim routine names a processo's time windows (both dialects'
@@ -301,17 +237,6 @@ def _windows(text: str) -> tuple[TimeWindow, ...]:
     return found
 
 
-def limits_free(limits_table: str, row: str) -> str:
-    """SQL: the candidate ``row``'s processo has no limits (those tasks are claimed by the
-    limited claim only). Both arguments are this library's identifiers, never user input."""
-    # OFFSET 0 keeps it a per-row probe: PostgreSQL would otherwise plan the
-    # claim as an anti-join and leave the claim index's order.
-    return (
-        f"NOT EXISTS (SELECT 1 FROM {limits_table} AS lim"
-        f" WHERE lim.processo = {row}.processo LIMIT 1 OFFSET 0)"
-    )
-
-
 def limits_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_limits`` for the queue table ``[schema.]<queue>``."""
     schema, dot, table = queue_table.rpartition(".")
@@ -346,8 +271,6 @@ __all__ = [
     "ProcessoLimits",
     "check_declaration",
     "disagreements",
-    "limited_states",
-    "limits_free",
     "limits_table_name",
     "parse_interval",
     "parse_rate",

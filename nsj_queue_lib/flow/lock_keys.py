@@ -17,9 +17,8 @@ MySQL/MariaDB). The later claim's row is refused; the claim skips it and
 claims again (``claim_skipping_busy_keys``, and the same loop inside the claim
 routines).
 
-The same text serves every claim (PostgreSQL's claim function and socket-server
-claim, MySQL's claim procedure and socket-server claim): ``{now}`` is the
-dialect's clock expression and ``{row}`` the candidate's alias.
+The condition's SQL is ``db/conditions.py``'s ``lock_key_free``; this module
+holds what the claims do when they lose a key.
 """
 
 from __future__ import annotations
@@ -28,39 +27,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
-
-# Two probes, each reading one index entry: is a task of the key running (an
-# index of the running keyed rows), and is this row the first ready one of its
-# key in claim order (the keyed ready rows, in claim order within a key).
-_LOCK_KEY_FREE = (
-    "({row}.lock_key IS NULL OR ("
-    "{key_idle}"
-    " AND {row}.id = (SELECT head.id FROM {table} AS head"
-    " WHERE head.lock_key = {row}.lock_key AND head.{keyed_status} = 'pendente' AND head.data_hora <= {now}"
-    " ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))"
-)
-
-# The first probe: no task of the candidate's key is running. A dialect whose planner
-# does not run this as a probe of one entry passes its own spelling (db/mysql/lock_keys.py).
-KEY_IDLE = (
-    "NOT EXISTS (SELECT 1 FROM {table} AS held"
-    " WHERE held.lock_key = {row}.lock_key AND held.status = 'processando')"
-)
-
-
-def lock_key_free(
-    table: str, row: str, now: str, key_idle: str = KEY_IDLE, keyed_status: str = "status"
-) -> str:
-    """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all
-    arguments are identifiers, expressions or templates of this library, never user input).
-
-    ``keyed_status``: the column the key index holds a keyed row's status in (MySQL's
-    ``lock_key_status``, NULL on unkeyed rows: db/mysql/indexes.sql says why)."""
-    idle = key_idle.format(table=table, row=row)
-    return _LOCK_KEY_FREE.format(
-        table=table, row=row, now=now, key_idle=idle, keyed_status=keyed_status
-    )
-
 
 # How often a claim that lost a key to a concurrent claim tries again. The
 # database's unique index of running keys refused the row after waiting for

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.db.driver import ConnectionPool, Driver, Listener
-from nsj_queue_lib.db.group_ops import group_ops_for
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
@@ -86,7 +85,7 @@ class WorkerParts:
         plan = plan_drain(
             self.settings,
             group_commit_by_default=self.driver.capabilities.group_commit_by_default,
-            group_statements=group_ops_for(self.settings.db_driver, self.store) is not None,
+            group_statements=self.driver.group_ops(self.store) is not None,
             asynchronous=asynchronous,
             locks_in_database=self.lock_client is None and legacy is None,
         )
@@ -111,7 +110,7 @@ class WorkerParts:
             plan,
             inputs,
             liveness,
-            group_ops=group_ops_for(self.settings.db_driver, self.store),
+            group_ops=self.driver.group_ops(self.store),
             limited=limited if isinstance(limited, LimitedLiveness) else None,
             measured=self.observer if measure else None,
         )

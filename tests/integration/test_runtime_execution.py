@@ -713,8 +713,8 @@ class ThreadKilled(BaseException):
 def kill_thread(monkeypatch, thread: str) -> str:
     """Make one of the worker's threads end at its first step; the name of that thread."""
     from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-    from nsj_queue_lib.runtime.tokens import WakeTokens
     from nsj_queue_lib.runtime.renotify import RenotifyService
+    from nsj_queue_lib.runtime.tokens import WakeTokens
 
     if thread == "dispatcher":
         # A bug, not an outage: the dispatcher's loop lets it through.

@@ -9,9 +9,15 @@ named by file and line:
   ``db_driver``: the runtime, the server, the client and the workers ask the
   ``Driver`` (``db/driver.py``) and read its capabilities. Imports under
   ``if TYPE_CHECKING:`` and inside functions count too.
-- Inside ``db/``, the shared modules (``db/*.py``) reach a dialect only by
-  name (``make_driver``, ``get_dialect``); PostgreSQL and the MySQL family
-  never import each other, and only SingleStore builds on MySQL's modules.
+- Nor does it know a dialect otherwise (``dialect_knowledge``): no dialect's
+  name compared with, keying a table or matched, no ``driver_module_name``,
+  no module of ``db/`` loaded by name (nor any module by a run-time name
+  but where ``LOADS_BY_NAME`` says why), no SQL text. ``PENDING_ELSEWHERE``
+  lists the modules other branches are clearing (temporary).
+- Inside ``db/``, the shared modules (``db/*.py``) reach a dialect only
+  through ``db/driver.py``'s one door (``driver_class``, ``get_dialect``);
+  PostgreSQL and the MySQL family never import each other, and only
+  SingleStore builds on MySQL's modules.
 - Every import between the package's modules, at module level and inside
   functions (``TYPE_CHECKING`` ones aside: they never run), resolved to the
   module it loads: the graph has no cycle.
@@ -23,6 +29,8 @@ import ast
 import dataclasses
 import itertools
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +42,8 @@ DIALECTS = ("postgres", "mysql", "singlestore")
 DRIVER_PACKAGES = ("psycopg", "psycopg2", "psycopg_pool", "pymysql", "MySQLdb")
 # Outside db/, what may still name a database driver, and why.
 ALLOWED_OUTSIDE_DB = {
-    # Settings.postgres_conninfo() builds the libpq conninfo string with psycopg's helper.
+    # PENDING_ELSEWHERE: Settings.postgres_conninfo() builds the libpq conninfo string with
+    # psycopg's helper; the settings branch removes it (db/postgres/conninfo.py does it).
     ("settings.py", "psycopg.conninfo"),
 }
 # Inside db/<dialect>/, the other dialects' packages a dialect may import.
@@ -267,7 +276,7 @@ def test_the_import_graph_sees_the_imports():
     graph = import_graph()
     # A module-level import, a relative-free function-level one and a `from pkg import module`.
     assert f"{PACKAGE}.db.driver" in graph[f"{PACKAGE}.runtime.worker_runtime"]
-    assert f"{PACKAGE}.notify.server_listener" in graph[f"{PACKAGE}.db.driver"]  # in a method
+    assert f"{PACKAGE}.db.threaded" in graph[f"{PACKAGE}.db.driver"]  # in a method
     assert sum(len(targets) for targets in graph.values()) > 100
 
 
@@ -289,3 +298,288 @@ def test_find_cycle_finds_one():
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert "a -> b (a.py:1)" in describe(["a", "b", "c", "a"], graph)
     assert find_cycle({"a": {"b": []}, "b": {}}) is None
+
+
+# -- dialect knowledge stays in db/ -------------------------------------------------------------
+
+# Modules outside db/ that still hold dialect knowledge other branches are removing right now
+# (issue 38): TEMPORARY, emptied when those branches merge. Nothing may be added here.
+PENDING_ELSEWHERE = {
+    # DRIVERS, DEFAULT_PORTS, driver != "POSTGRES" (the batch bound), the libpq conninfo:
+    # the settings branch reads driver_capabilities/DRIVER_KEYS and db/postgres/conninfo.py.
+    "settings.py",
+    # driver_module_name(...) for the dialect of nsjq's config: the settings branch.
+    "cli/config.py",
+    # config.dialect != "mysql" for --server: the settings branch (cli/) asks the dialect's
+    # server_families, as db_gen.py does.
+    "cli/schema_commands.py",
+}
+# Modules outside db/ that load modules by a name known only at run time, and why none of
+# those names is one of db/'s modules.
+LOADS_BY_NAME = {
+    # The lazy public names (_LOCATIONS): the package's own top-level modules, none in db/
+    # (test_the_lazy_names_load_nothing_from_db).
+    "__init__.py",
+    # workers.json's "worker": the user's own module.
+    "workers_json.py",
+}
+# How a database's name is spelled where code would test which database it is.
+_DIALECT_WORDS = {"postgres", "postgresql", "mysql", "mariadb", "singlestore", "single_store"}
+# A string naming one of db/'s modules, as a module loaded by name is named.
+_DB_MODULE = re.compile(rf"^{PACKAGE}\.db(\.|$)")
+# SQL: a statement's first keyword (upper case, as this package writes SQL) and what must
+# follow it; or a subquery, or NULL tests joined by AND/OR, inside a fragment.
+_SQL_STATEMENT = re.compile(
+    r"^\s*\(?\s*(?:"
+    r"SELECT\s.*?(\bFROM\b|\w\(|%\(|%s|\$\d|^\s*SELECT\s+\d)"
+    r"|INSERT\s+INTO\s|UPDATE\s+[\w.{}]+\s+SET\s|DELETE\s+FROM\s|WITH\s+(RECURSIVE\s+)?\w+\s+AS\s"
+    r"|(CREATE|ALTER|DROP)\s+(OR\s+REPLACE\s+)?(TABLE|INDEX|UNIQUE|FUNCTION|PROCEDURE|TRIGGER"
+    r"|SCHEMA|VIEW|SEQUENCE|DATABASE|USER|ROLE|EXTENSION|TYPE)\b"
+    r"|CALL\s+[\w.{}]+\s*\(|SET\s+(SESSION|LOCAL|GLOBAL|TRANSACTION|NAMES|@?\w+\s*(=|TO)\s)"
+    r"|(BEGIN|COMMIT|ROLLBACK)(\s+(AND\s+CHAIN|TO\s+SAVEPOINT\s+\w+|WORK))?\s*;?\s*$"
+    r"|(SAVEPOINT|RELEASE\s+SAVEPOINT|LISTEN|UNLISTEN|NOTIFY)\s+\"?\w+"
+    r"|TRUNCATE\s+(TABLE\s+)?[\w.{}]+|KILL\s+(CONNECTION|QUERY)\s|EXPLAIN\s"
+    r")",
+    re.DOTALL,
+)
+_SQL_FRAGMENT = re.compile(
+    r"\(SELECT\s[^\"']*?\sFROM\s|\bIS\s+(NOT\s+)?NULL\s+(AND|OR)\s|\bNOT\s+EXISTS\s*\(SELECT\b"
+)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _text(node: ast.AST) -> str | None:
+    """A string (or bytes) constant's text; an f-string's, its fields as ``{}``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+        value = node.value
+        return value.decode("latin-1") if isinstance(value, bytes) else value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_text(part) or "{}" for part in node.values)
+    return None
+
+
+def _is_dialect_word(node: ast.AST) -> bool:
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_dialect_word(element) for element in node.elts)
+    return isinstance(node, ast.Constant) and str(node.value).lower() in _DIALECT_WORDS
+
+
+def _called(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _dialect_checks(node: ast.AST) -> str | None:
+    """(a): a dialect's name compared with, used as a dict key or matched; driver_module_name."""
+    if isinstance(node, ast.Compare) and any(
+        _is_dialect_word(side) for side in (node.left, *node.comparators)
+    ):
+        return "compares with a dialect's name"
+    if isinstance(node, ast.Dict) and any(
+        key is not None and _is_dialect_word(key) for key in node.keys
+    ):
+        return "keys a table by a dialect's name"
+    if isinstance(node, ast.MatchValue) and _is_dialect_word(node.value):
+        return "matches a dialect's name"
+    if isinstance(node, ast.Call) and _called(node) == "driver_module_name":
+        return "asks driver_module_name which dialect it is"
+    return None
+
+
+def _loads_by_name(node: ast.AST) -> str | None:
+    """(b): a module loaded by name: of db/, or by a name only known at run time."""
+    if not (isinstance(node, ast.Call) and _called(node) in ("import_module", "__import__")):
+        return None
+    target = _text(node.args[0]) if node.args else None
+    if target is None or "{}" in target:
+        return "loads a module by a name known at run time"
+    return f"loads {target} by name" if _DB_MODULE.match(target) else None
+
+
+def dialect_knowledge(source: str, path: str, loads_allowed: bool = False) -> list[str]:
+    """What ``source`` (a module outside db/) knows that only db/ may: (a) dialect checks,
+    (b) db/'s modules loaded by name (any module loaded by a run-time name unless
+    ``loads_allowed``), (c) SQL text. Each as ``path:line what``."""
+    tree = ast.parse(source, path)
+    docstrings = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        why = _dialect_checks(node) or _loads_by_name(node)
+        if why is not None and loads_allowed and why.endswith("known at run time"):
+            why = None
+        text = _text(node) if id(node) not in docstrings else None
+        if text is not None and _DB_MODULE.match(text):
+            why = f"names {text}"
+        elif text is not None and (_SQL_STATEMENT.match(text) or _SQL_FRAGMENT.search(text)):
+            why = f"holds SQL {text.strip()[:40]!r}"
+        if why is not None:
+            found.append(f"{path}:{node.lineno} {why}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("module", OUTSIDE_DB, ids=relative)
+def test_no_module_outside_db_knows_a_dialect(module):
+    """Outside db/ no module tests which database it is, loads db/'s modules by name, or holds
+    SQL: it asks the Driver and its Capabilities (issue 38, "one door per dialect")."""
+    path = relative(module)
+    if path in PENDING_ELSEWHERE:
+        pytest.skip("pending in another branch (PENDING_ELSEWHERE)")
+    source = MODULES[module].read_text("utf-8")
+    assert dialect_knowledge(source, path, loads_allowed=path in LOADS_BY_NAME) == []
+
+
+def test_the_allowlists_name_existing_modules():
+    outside = {relative(m) for m in OUTSIDE_DB}
+    assert PENDING_ELSEWHERE <= outside
+    assert LOADS_BY_NAME <= outside
+
+
+def test_the_lazy_names_load_nothing_from_db():
+    import nsj_queue_lib
+
+    locations = vars(nsj_queue_lib)["_LOCATIONS"]
+    assert locations and not [m for m in locations.values() if _DB_MODULE.match(m)]
+
+
+PLANTED = {
+    "a DB_DRIVER compared": ('if settings.db_driver == "POSTGRES":\n    pass\n', "compares"),
+    "a dialect compared": ('def f(x):\n    return driver_name(x) != "postgres"\n', "compares"),
+    "a dialect among others": ('ok = name in ("mysql", "singlestore")\n', "compares"),
+    "driver_module_name": ("d = driver_module_name(settings.db_driver)\n", "driver_module_name"),
+    "a table by dialect": ('PORTS = {"POSTGRES": 5432, "MYSQL": 3306}\n', "keys a table"),
+    "a match": ('match name:\n    case "SINGLE_STORE":\n        pass\n', "matches"),
+    "a db module by name": (
+        'import importlib\nm = importlib.import_module("nsj_queue_lib.db.mysql.rows")\n',
+        "loads nsj_queue_lib.db.mysql.rows",
+    ),
+    "a dialect module by f-string": (
+        'm = importlib.import_module(f"nsj_queue_lib.db.{name}.driver")\n',
+        "loads a module by a name known at run time",
+    ),
+    "__import__": ('m = __import__("nsj_queue_lib.db.postgres")\n', "loads nsj_queue_lib.db"),
+    "a select": ('Q = "SELECT id FROM fila WHERE status = %s"\n', "holds SQL"),
+    "an insert": ('Q = f"INSERT INTO {table} (id) VALUES (%s)"\n', "holds SQL"),
+    "an update": ("Q = \"UPDATE fila SET status = 'falha'\"\n", "holds SQL"),
+    "a delete": ('Q = "DELETE FROM fila WHERE id = %s"\n', "holds SQL"),
+    "a with": ('Q = "WITH c AS (SELECT 1) SELECT * FROM c"\n', "holds SQL"),
+    "ddl": ('Q = "CREATE INDEX idx ON fila (id)"\n', "holds SQL"),
+    "a call": ('Q = "CALL claim_next_fila_v2(%s)"\n', "holds SQL"),
+    "a transaction statement": ('Q = b"COMMIT AND CHAIN"\n', "holds SQL"),
+    "a session setting": (
+        'Q = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"\n',
+        "holds SQL",
+    ),
+    "a condition": ('C = "({row}.subscriber_id IS NULL OR {handled} IS NULL)"\n', "holds SQL"),
+    "a subquery": (
+        'C = "NOT EXISTS (SELECT 1 FROM lim WHERE lim.processo = t.processo)"\n',
+        "holds SQL",
+    ),
+}
+
+
+@pytest.mark.parametrize("source, why", PLANTED.values(), ids=PLANTED.keys())
+def test_the_dialect_check_catches_what_is_planted(tmp_path, monkeypatch, source, why):
+    """The check above is not vacuous: each forbidden form, planted in a module outside db/,
+    fails it, naming the line."""
+    planted = tmp_path / "planted.py"
+    planted.write_text(f'"""A module outside db/."""\n\nimport importlib\n\n{source}')
+    monkeypatch.setitem(MODULES, f"{PACKAGE}.planted", planted)
+    monkeypatch.setattr(f"{__name__}.SOURCE", tmp_path)
+    with pytest.raises(AssertionError, match=rf"planted\.py:\d+ .*{re.escape(why)}"):
+        test_no_module_outside_db_knows_a_dialect(f"{PACKAGE}.planted")
+
+
+NOT_DIALECT_KNOWLEDGE = (
+    '"""Select the worker to run: SELECT is what the claim does with the rows."""\n',
+    'logger.info("select a worker; update the settings and delete the old file")\n',
+    'raise ValueError("set DB_DRIVER to POSTGRES, MYSQL or SINGLE_STORE")\n',
+    'print(f"--server applies to --dialect mysql only, not {name}")\n',
+    'HELP = "with --dialect mysql: the server family the script is for"\n',
+    'parser.add_argument("--dialect", default="postgres", choices=DIALECT_NAMES)\n',
+    'message = "Begin by creating the queue; commit your transaction first"\n',
+    'm = importlib.import_module("json")\n',
+    'status = "NOTIFY"\n',
+)
+
+
+@pytest.mark.parametrize("source", NOT_DIALECT_KNOWLEDGE)
+def test_the_dialect_check_lets_prose_and_choices_be(source):
+    assert dialect_knowledge(source, "prose.py") == []
+
+
+def test_the_sql_detector_finds_db_s_sql():
+    """Run over db/ (where SQL belongs) the detector finds its statements: it sees SQL."""
+    held = [
+        line
+        for module in MODULES
+        if is_under(module, f"{PACKAGE}.db")
+        for line in dialect_knowledge(MODULES[module].read_text("utf-8"), relative(module))
+        if "holds SQL" in line
+    ]
+    assert len(held) > 40
+    assert any(line.startswith("db/postgres/limits.py") for line in held)
+    assert any(line.startswith("db/conditions.py") for line in held)
+
+
+def test_one_function_of_the_driver_loads_a_dialect_by_name():
+    """db/driver.py is the one door to the dialects: one function there loads their modules
+    by name, and no other module of the package does so with db/'s."""
+    loaders = []
+    for module in MODULES:
+        tree = ast.parse(MODULES[module].read_text("utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any(
+                isinstance(node, ast.Call) and _called(node) in ("import_module", "__import__")
+                for node in ast.walk(function)
+            ):
+                loaders.append(f"{relative(module)}:{function.name}")
+    in_db = [loader for loader in loaders if loader.startswith("db/")]
+    assert in_db == ["db/driver.py:_dialect_module"]
+
+
+def _reaches(graph: dict[str, dict[str, list[str]]], start: str, goal: str) -> bool:
+    seen, todo = {start}, [start]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target == goal:
+                return True
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return False
+
+
+@pytest.mark.parametrize("include_type_checking", [False, True])
+def test_the_settings_may_read_the_driver_table(include_type_checking):
+    """``settings.py`` reads ``driver_capabilities`` and ``DRIVER_KEYS`` from db/driver.py
+    (and db/dsn.py reads DSNs through it): db/driver.py must not lead back to the settings."""
+    graph = import_graph(include_type_checking)
+    assert not _reaches(graph, f"{PACKAGE}.db.driver", f"{PACKAGE}.settings")
+    assert not _reaches(graph, f"{PACKAGE}.db.dsn", f"{PACKAGE}.settings")
+
+
+def test_the_driver_table_loads_no_database_driver():
+    """A MySQL-only install has no psycopg: the capabilities come from a table."""
+    code = (
+        "import sys\n"
+        "from nsj_queue_lib.db.driver import DRIVER_KEYS, driver_capabilities\n"
+        "assert [driver_capabilities(key).default_port for key in DRIVER_KEYS]\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{DRIVER_PACKAGES!r})\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "[]"

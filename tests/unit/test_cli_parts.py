@@ -11,7 +11,7 @@ from nsj_queue_lib.cli.config import load
 from nsj_queue_lib.cli.errors import UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time
 from nsj_queue_lib.cli.output import duration, table
-from nsj_queue_lib.db.driver import _driver_class
+from nsj_queue_lib.db.driver import driver_class
 from nsj_queue_lib.db.dsn import dsn_environment
 from nsj_queue_lib.db.inspection import TaskFilter, as_utc
 from nsj_queue_lib.db.queue_store import InspectionStore
@@ -180,7 +180,7 @@ def _operations(protocol: type) -> dict[str, inspect.Signature]:
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql", "singlestore"])
 def test_each_dialect_has_an_inspection_store(dialect):
-    store = _driver_class(dialect).new_inspection_store("s.q")
+    store = driver_class(dialect).new_inspection_store("s.q")
     assert store.queue_table == "s.q"
     for name, expected in _operations(InspectionStore).items():
         actual = inspect.signature(getattr(store, name))

@@ -10,8 +10,16 @@ import sys
 import pytest
 
 from nsj_queue_lib import Settings, model
-from nsj_queue_lib.db.dialect import DIALECT_NAMES, get_dialect
-from nsj_queue_lib.db.driver import client_store, make_driver
+from nsj_queue_lib.db.dialect import DIALECT_NAMES
+from nsj_queue_lib.db.driver import (
+    DRIVER_KEYS,
+    client_store,
+    driver_capabilities,
+    driver_class,
+    driver_module_name,
+    get_dialect,
+    make_driver,
+)
 from nsj_queue_lib.db.mysql.dialect import (
     UPGRADE_COLUMNS,
     claim_procedure_version,
@@ -342,6 +350,27 @@ def test_registry_knows_the_dialects_and_drivers():
     assert get_dialect("SINGLE_STORE").name == "singlestore"
     with pytest.raises(ValueError):
         get_dialect("oracle")
+
+
+def test_the_driver_table_says_what_each_db_driver_offers_without_loading_a_driver():
+    assert DRIVER_KEYS == ("POSTGRES", "MYSQL", "SINGLE_STORE")
+    assert {driver_module_name(key) for key in DRIVER_KEYS} == set(DIALECT_NAMES)
+    postgres, mysql = driver_capabilities("postgres"), driver_capabilities("MySQL")
+    assert (postgres.group_commit_by_default, postgres.max_batch_size, postgres.default_port) == (
+        True,
+        50,
+        5432,
+    )
+    assert (mysql.group_commit_by_default, mysql.max_batch_size, mysql.default_port) == (
+        False,
+        None,
+        3306,
+    )
+    assert driver_capabilities("SINGLE_STORE").default_port == 3306
+    with pytest.raises(ValueError, match="known: POSTGRES, MYSQL, SINGLE_STORE"):
+        driver_capabilities("oracle")
+    for key in DRIVER_KEYS:  # each driver's capabilities are the table's
+        assert driver_class(key).capabilities is driver_capabilities(key)
 
 
 def _driver(db_driver: str):

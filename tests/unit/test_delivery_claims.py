@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime
 
 from nsj_queue_lib import DeadSubscriber, QueueClient, Subscriber, WorkerBase, WorkerPubSubBase
-from nsj_queue_lib.flow.deliveries import deliverable, json_array, postgres_array
+from nsj_queue_lib.db.mysql import deliveries as mysql_deliveries
+from nsj_queue_lib.db.postgres import deliveries as postgres_deliveries
+from nsj_queue_lib.flow.deliveries import json_array, postgres_array
 from nsj_queue_lib.testing import InMemoryQueue
 from nsj_queue_lib.worker_webhook import WorkerWebhook
 
@@ -50,8 +52,11 @@ def test_the_handled_ids_are_data_quoted_for_each_database():
     assert postgres_array(frozenset({'x"y\\z', "a"})) == '{"a","x\\"y\\\\z"}'
     assert json_array(frozenset({"b", "a"})) == '["a", "b"]'
     assert json_array(None) is None
-    assert "ANY(h)" in deliverable("postgres", "q", "h")
-    assert "JSON_CONTAINS(h, JSON_QUOTE(t.subscriber_id))" in deliverable("mysql", "t", "h")
+    assert "ANY(h)" in postgres_deliveries.deliverable("q", "h")
+    assert "JSON_CONTAINS(h, JSON_QUOTE(t.subscriber_id))" in mysql_deliveries.deliverable("t", "h")
+    assert postgres_deliveries.deliverable("q", "h", "p").endswith(
+        " AND (p IS NULL OR q.processo = ANY(p))"
+    )
 
 
 def test_the_in_memory_queue_leaves_unhandled_deliveries_pendente():

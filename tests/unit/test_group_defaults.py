@@ -9,9 +9,9 @@ import types
 
 import pytest
 
+from nsj_queue_lib.db.driver import make_driver
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.model import Claim, TaskRecord
-from nsj_queue_lib.db.driver import make_driver
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.runtime.commit_group import CommitGroup
 from nsj_queue_lib.runtime.drain_group import GroupDrain

@@ -396,9 +396,11 @@ def test_from_env_does_not_touch_os_environ(monkeypatch):
 
 
 def test_settings_can_be_built_in_code():
+    from nsj_queue_lib.db.driver import make_driver
+
     settings = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
     assert settings.queue_max_retry == 100
-    assert "host=h" in settings.postgres_conninfo()
+    assert "host=h" in make_driver(settings).conninfo()
 
 
 def test_asynchronous_commits_are_postgresql_only():

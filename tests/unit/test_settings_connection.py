@@ -42,7 +42,7 @@ def test_a_libpq_string_with_several_hosts_and_ports():
         (5433, 5432),
         "read-write",
     )
-    conninfo = s.postgres_conninfo()
+    conninfo = make_driver(s).conninfo()
     assert "host=a,b" in conninfo and "port=5433,5432" in conninfo
     assert "target_session_attrs=read-write" in conninfo
 

@@ -2,7 +2,7 @@
 
 A task is claimable when it is ready ('pendente', due), its lock_key is free
 (db/mysql/lock_keys.py), this worker handles its deliveries
-(flow/deliveries.py) and its processo has no limits (flow/limits.py). The
+(db/mysql/deliveries.py) and its processo has no limits (db/conditions.py). The
 batch claim and the one-by-one claim read from the session's position
 (v_prioridade, v_data_hora, v_id: claim order is prioridade DESC, data_hora,
 id) on; the claim without a claim index reads all. The position comes before
@@ -11,9 +11,9 @@ the subqueries: the cheap test first.
 
 from __future__ import annotations
 
+from nsj_queue_lib.db.conditions import limits_free
+from nsj_queue_lib.db.mysql.deliveries import deliverable
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
-from nsj_queue_lib.flow.deliveries import deliverable
-from nsj_queue_lib.flow.limits import limits_free
 
 _READY = "t.status = 'pendente' AND t.data_hora <= {now}"
 _AFTER_POSITION = (
@@ -31,7 +31,7 @@ def claim_where(table: str, limits_table: str, after_position: bool) -> str:
         conditions.append(_AFTER_POSITION)
     conditions += [
         lock_key_free(table, "t", now),
-        deliverable("mysql", "t", "p_handled_subscribers", "p_handled_processos"),
+        deliverable("t", "p_handled_subscribers", "p_handled_processos"),
         limits_free(limits_table, "t"),
     ]
     return "\n      AND ".join(conditions)

@@ -21,7 +21,8 @@ import re
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import SERVER_FAMILIES, DdlNames, Dialect
-from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
+from nsj_queue_lib.db.limited_routine import LimitsDialect, limited_claim_ddl, previous_claim_ddl
+from nsj_queue_lib.db.mysql import limits
 from nsj_queue_lib.db.mysql.claim_where import claim_where
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
@@ -133,10 +134,20 @@ TASK_VALUES = _task_values(payload="COALESCE(t.payload, first_attempt.payload)")
 # attempt is filled in from the first attempt afterwards.
 CLAIMED_TASK_JSON = _task_json(status="'processando'")
 CLAIMED_TASK_VALUES = _task_values(status="'processando'")
-# What the limited claim procedure (limited_claim.sql) needs of this dialect.
-LIMITED_CLAIM_VALUES = {"claimed_task_json": CLAIMED_TASK_JSON}
-# ... and its lock_key condition (db/mysql/lock_keys.py), as the other claims'.
-LOCK_KEY_FREE = lock_key_free
+# What the limited claim procedure (limited_claim.sql) needs of this dialect; its lock_key
+# condition is db/mysql/lock_keys.py's, as the other claims'.
+LIMITS = LimitsDialect(
+    name="mysql",
+    now="NOW(6)",
+    open_windows="p_open_windows",
+    handled_processos="p_handled_processos",
+    states=limits.STATES,
+    previous_claim_version="nsj_queue_lib claim d8ff69fda4465378",
+    routine_version_params=limits.routine_version_params,
+    claim=limits.claim,
+    lock_key_free=lock_key_free,
+    claim_values={"claimed_task_json": CLAIMED_TASK_JSON},
+)
 
 
 def claim_procedure_version(server: str = DEFAULT_SERVER) -> str:
@@ -198,6 +209,7 @@ def _sql_string(text: str) -> str:
 class MysqlDialect(Dialect):
     name = "mysql"
     routine_kind = "PROCEDURE"
+    server_families = SERVER_FAMILIES
 
     def __init__(self, server: str = DEFAULT_SERVER):
         self.server = check_server(server)
@@ -227,7 +239,7 @@ class MysqlDialect(Dialect):
         values["claim_procedure_ddl"] = render(
             for_server(read_sql(self.name, "claim_procedure.sql"), self.server), procedure_values
         ).strip()
-        values["limited_claim_ddl"] = limited_claim_ddl("mysql", values)
+        values["limited_claim_ddl"] = limited_claim_ddl(LIMITS, values)
         return values
 
     def _subscriber_table(self, values: dict[str, str], if_not_exists: bool) -> str:
@@ -270,7 +282,7 @@ class MysqlDialect(Dialect):
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._table("workers_table.sql", values, True)
-        values["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
+        values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 
     def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:

@@ -9,27 +9,29 @@ import pymysql.connections
 
 from nsj_queue_lib.db.driver import (
     CONNECT_TIMEOUT_SECONDS,
-    Capabilities,
     ConnectionPool,
-    Driver,
     Listener,
     TaskSource,
+    driver_capabilities,
     exception_chain,
 )
-from nsj_queue_lib.db.mysql.dialect import split_script
+from nsj_queue_lib.db.mysql.dialect import LIMITS, split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
+from nsj_queue_lib.db.mysql.group import MysqlGroupOps
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.names import server_family
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
 from nsj_queue_lib.db.mysql.tls import ssl_options, tls_refused
+from nsj_queue_lib.db.wakeups import WakeupDriver
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.notify.polling import PollingListener
+from nsj_queue_lib.settings import Settings
 
 # Every worker session runs in UTC, so that NOW(6) and the TIMESTAMP columns
 # never meet a daylight-saving fold.
@@ -68,10 +70,12 @@ class HandlerConnection(FirstUseHook, LegacyConnAttribute, pymysql.connections.C
     group commit sets a handler's savepoint before its first statement (first_use.py)."""
 
 
-class MysqlFamilyDriver(Driver):
+class MysqlFamilyDriver(WakeupDriver):
     """PyMySQL connections and polling, shared by MySQL/MariaDB and SingleStore."""
 
     database_name = "MySQL"
+    periodic_sql = "mysql"
+    settings: Settings
 
     def _raw_connect(self, autocommit: bool, **options: Any) -> Any:
         s = self.settings
@@ -172,9 +176,12 @@ class MysqlFamilyDriver(Driver):
 
 class MysqlDriver(MysqlFamilyDriver):
     name = "mysql"
-    capabilities = Capabilities(
-        listen_notify=False, skip_locked=True, session_locks=True, asynchronous_commit=False
-    )
+    capabilities = driver_capabilities("MYSQL")
+    limits = LIMITS
+
+    @classmethod
+    def group_ops(cls, store: Any) -> MysqlGroupOps:
+        return MysqlGroupOps(store)
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:

@@ -180,6 +180,3 @@ def mensagem_by_id(conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> str:
         f"WHEN id IN ({id_list(ids)}) THEN {conn.escape(mensagem)}" for mensagem, ids in others
     )
     return f"CASE {whens} ELSE {conn.escape(last)} END"
-
-
-GROUP_OPS_CLASS = MysqlGroupOps

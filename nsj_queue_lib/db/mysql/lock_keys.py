@@ -1,4 +1,4 @@
-"""lock_key's condition in MySQL/MariaDB's claims: flow/lock_keys.py's, another spelling.
+"""lock_key's condition in MySQL/MariaDB's claims: db/conditions.py's, another spelling.
 
 The same two probes of a keyed candidate (is a task of its key running, is it
 the first ready task of its key in claim order), on the same index
@@ -17,7 +17,7 @@ a keyed row, NULL on an unkeyed one), which the index holds instead of
 
 from __future__ import annotations
 
-from nsj_queue_lib.flow import lock_keys
+from nsj_queue_lib.db import conditions
 
 _KEY_IDLE = (
     "(SELECT held.id FROM {table} AS held"
@@ -28,6 +28,6 @@ _KEY_IDLE = (
 def lock_key_free(table: str, row: str, now: str) -> str:
     """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all three
     arguments are identifiers or expressions of this library, never user input)."""
-    return lock_keys.lock_key_free(
+    return conditions.lock_key_free(
         table, row, now, key_idle=_KEY_IDLE, keyed_status="lock_key_status"
     )

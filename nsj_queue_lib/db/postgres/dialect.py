@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 
+from nsj_queue_lib.db.conditions import lock_key_free
 from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.postgres import claim_sets
+from nsj_queue_lib.db.postgres.deliveries import deliverable
+from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
-from nsj_queue_lib.flow.deliveries import deliverable
-from nsj_queue_lib.flow.lock_keys import lock_key_free
 
 # The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
 CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[], varchar[])"
@@ -21,7 +22,7 @@ CLAIM_NOW = "clock_timestamp()"
 
 
 def _lock_key_free(table: str) -> str:
-    # The running keys read once per claim (claim_sets.py), the rest flow/lock_keys.py's.
+    # The running keys read once per claim (claim_sets.py), the rest db/conditions.py's.
     return lock_key_free(table, "q", CLAIM_NOW, key_idle=claim_sets.KEY_IDLE)
 
 
@@ -45,7 +46,7 @@ def claim_function_version() -> str:
         + sql_code(read_sql("postgres", "claim_query.sql"))
         + CLAIM_IN_WINDOW
         + _lock_key_free("t")
-        + deliverable("postgres", "q", "h", "p")
+        + deliverable("q", "h", "p")
         + claim_sets.limits_free("l", "q")
     )
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -69,7 +70,7 @@ class PostgresDialect(Dialect):
         query_values = dict(
             values,
             lock_key_free=_lock_key_free(values["table"]),
-            deliverable=deliverable("postgres", "q", "handled_subscribers", "handled_processos"),
+            deliverable=deliverable("q", "handled_subscribers", "handled_processos"),
             limits_free=claim_sets.limits_free(values["limits_table"], "q"),
         )
         query = sql_code(read_sql("postgres", "claim_query.sql")).strip()
@@ -82,7 +83,7 @@ class PostgresDialect(Dialect):
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values
         ).strip()
-        parts["limited_claim_ddl"] = limited_claim_ddl("postgres", values)
+        parts["limited_claim_ddl"] = limited_claim_ddl(LIMITS, values)
         return parts
 
     def _render(self, names: DdlNames, template: str, if_not_exists: bool) -> str:
@@ -100,7 +101,7 @@ class PostgresDialect(Dialect):
         parts["workers_table_ddl"] = render(
             read_sql("postgres", "workers_table.sql"), table_values
         ).strip()
-        parts["previous_claim_ddl"] = previous_claim_ddl(self.name, names)
+        parts["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql("postgres", template), parts)
 
     def create_ddl(self, names: DdlNames) -> str:

@@ -16,24 +16,30 @@ from nsj_queue_lib.db.driver import (
     KEEPALIVE_COUNT,
     KEEPALIVE_IDLE_SECONDS,
     KEEPALIVE_INTERVAL_SECONDS,
-    Capabilities,
     ConnectionPool,
-    Driver,
     Listener,
     TaskSource,
+    driver_capabilities,
     exception_chain,
 )
+from nsj_queue_lib.db.postgres.conninfo import conninfo
+from nsj_queue_lib.db.postgres.dsn import libpq_environment
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.first_use import FirstUseHook
+from nsj_queue_lib.db.postgres.group import PostgresGroupOps
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
+from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
+from nsj_queue_lib.db.wakeups import WakeupDriver
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import ConfigError, DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.notify.checked import PROBE_TIMEOUT_SECONDS, CheckedListener
+from nsj_queue_lib.settings import Settings
 
 logger = get_logger("driver")
 
@@ -146,16 +152,24 @@ def server_application_name(queue_name: str) -> str:
     return f"nsj_queue_lib_server:{queue_name}"[:63]
 
 
-class PostgresDriver(Driver):
+class PostgresDriver(WakeupDriver):
     name = "postgres"
-    capabilities = Capabilities(
-        listen_notify=True,
-        skip_locked=True,
-        session_locks=True,
-        asynchronous_commit=True,
-        transactional_ddl=True,
-        group_commit_by_default=True,
-    )
+    capabilities = driver_capabilities("POSTGRES")
+    periodic_sql = "postgres"
+    limits = LIMITS
+    settings: Settings
+
+    def conninfo(self) -> str:
+        """The libpq connection string of these settings (``db/postgres/conninfo.py``)."""
+        return conninfo(self.settings)
+
+    @classmethod
+    def group_ops(cls, store: Any) -> PostgresGroupOps:
+        return PostgresGroupOps(store)
+
+    @classmethod
+    def read_dsn(cls, dsn: str) -> dict[str, str]:
+        return libpq_environment(dsn)
 
     legacy_keys_known = True
 
@@ -215,9 +229,7 @@ class PostgresDriver(Driver):
 
     def connect(self, autocommit: bool = True, executor: bool = False) -> psycopg.Connection:
         try:
-            conn = psycopg.connect(
-                self.settings.postgres_conninfo(), autocommit=autocommit, **_CONNECT_OPTIONS
-            )
+            conn = psycopg.connect(self.conninfo(), autocommit=autocommit, **_CONNECT_OPTIONS)
         except psycopg.Error as exc:
             refused = access_refused(exc)
             if refused is not None:
@@ -238,7 +250,7 @@ class PostgresDriver(Driver):
         # Autocommit: the store opens and ends the tasks' transactions with
         # explicit statements (see PostgresQueueStore.claim).
         pool: ConnectionPool = PsycopgPool(
-            self.settings.postgres_conninfo(),
+            self.conninfo(),
             min_size=size,
             max_size=size + spare,
             kwargs={"autocommit": True, **_CONNECT_OPTIONS},
@@ -306,7 +318,7 @@ class PostgresDriver(Driver):
     def task_source(self) -> TaskSource:
         table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")
         conninfo = make_conninfo(
-            self.settings.postgres_conninfo(),
+            self.conninfo(),
             application_name=server_application_name(self.settings.queue_name),
         )
 

@@ -28,7 +28,8 @@ from nsj_queue_lib.db import first_use as shared_first_use
 from nsj_queue_lib.db.dialect import settle_routine_name
 from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupState
 from nsj_queue_lib.db.postgres import first_use, group_wire
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db.postgres.wire import RoundTripError
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -95,32 +96,23 @@ class PostgresGroupOps:
             rows = self.store.claim_call(conn, None, None, claim_limit, commit)
             return self._claims(conn, rows) if claim_limit else []
         store = self.store
-        if store._claim_call.unnamed and not self._settle.unnamed:
+        if store.claim_statement.unnamed and not self._settle.unnamed:
             # The claim found its prepared statement gone in a new transaction (a pooler in
             # transaction mode): so would this one be, prepared on another server connection.
-            self._settle.unnamed = True
-            self._settle._states.clear()
-        claim = (
-            None,
-            None,
-            store.queue_key,
-            0,
-            claim_limit,
-            store._handled_array,
-            store._processos_array,
-        )
+            self._settle.use_unnamed()
+        claim = store.claim_params(None, None, claim_limit)
         with wrap_driver_errors("complete_tasks"):
             try:
                 _, rows = group_wire.run(
                     conn,
                     [
                         (self._settle, group_wire.settle_params(written, store.queue_key)),
-                        (store._claim_call, claim),
+                        (store.claim_statement, claim),
                     ],
                     commit,
                 )
             except RoundTripError as exc:
-                store._unlock_uncommitted_claim(conn, exc.rows)
+                store.unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
         return self._claims(conn, rows) if claim_limit else []
 
@@ -156,6 +148,3 @@ class PostgresGroupOps:
             locked = bool(row.pop("liveness_locked"))
             claims.append(Claim(TaskRecord.from_row(row), locked))
         return claims
-
-
-GROUP_OPS_CLASS = PostgresGroupOps

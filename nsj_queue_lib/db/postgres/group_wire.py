@@ -30,7 +30,6 @@ from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
     Steps,
-    _encode,
     _error,
     _flush,
     _leave_pipeline,
@@ -81,27 +80,13 @@ def _steps(
 ) -> Steps[list[list[dict[str, Any]]]]:
     # Inside the group's transaction: its server connection cannot change under it (a
     # pooler), so a statement this session prepared is there (wire.py's invariant).
-    sending = []
-    for statement, params in statements:
-        state, fresh = statement._state_for(conn)
-        try:
-            encoded = [_encode(value, state.encoding) for value in params]
-        except (TypeError, ValueError, UnicodeEncodeError) as exc:
-            raise RoundTripError(psycopg.DataError(str(exc)), []) from exc  # nothing was sent
-        sending.append((statement, state, fresh, encoded))
+    sending = [(statement, *statement.encode(conn, params)) for statement, params in statements]
     pgconn = conn.pgconn
     pgconn.enter_pipeline_mode()
     replies = []
     try:
         for statement, state, fresh, encoded in sending:
-            if fresh:
-                pgconn.send_prepare(state.name, statement._sql_bytes)
-            if state.name:
-                pgconn.send_query_prepared(state.name, encoded, None, psycopg.pq.Format.BINARY)
-            else:
-                pgconn.send_query_params(
-                    statement._sql_bytes, encoded, None, None, psycopg.pq.Format.BINARY
-                )
+            statement.send(pgconn, state, fresh, encoded)
         pgconn.send_query_params(commit, None)
         pgconn.pipeline_sync()
         yield from _flush(pgconn)
@@ -117,7 +102,7 @@ def _steps(
         sending, replies, strict=True
     ):
         if fresh and _status(prepared) == _COMMAND_OK:
-            statement._states[conn] = state
+            statement.remember(conn, state)
         last = result[-1] if result else None
         if last is None or last.status != _TUPLES_OK:
             failed = prepared if fresh and _status(prepared) != _COMMAND_OK else result
@@ -125,7 +110,7 @@ def _steps(
             if isinstance(error, _REPREPARE):
                 statement.forget(conn)
             raise RoundTripError(error, [])
-        rows.append(statement._rows(state, last))
+        rows.append(statement.rows_of(state, last))
     if _status(committed) != _COMMAND_OK:
         raise RoundTripError(_error(committed, conn), rows[-1])
     return rows

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from nsj_queue_lib.db.inspection import InspectionQueries, query_values, task_filter
-from nsj_queue_lib.db.postgres.store import _rows_as_dicts, wrap_driver_errors
+from nsj_queue_lib.db.postgres.client_store import rows_as_dicts
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.identifiers import check_table_name
 
@@ -27,7 +28,7 @@ class PostgresInspectionStore(InspectionQueries):
     def _fetch(self, conn: Any, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with wrap_driver_errors(name), conn.cursor() as cur:
             cur.execute(self.sql[name], params)
-            return _rows_as_dicts(cur)
+            return rows_as_dicts(cur)
 
     def retry_task(self, conn: Any, task_id: int) -> int | None:
         with wrap_driver_errors("retry_task"), conn.cursor() as cur:

@@ -31,7 +31,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore, wrap_driver_errors
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip, RoundTripError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord

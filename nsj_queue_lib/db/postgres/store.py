@@ -1,16 +1,13 @@
-"""The queue's operations on PostgreSQL, for one queue table.
+"""The worker's operations on a PostgreSQL queue table, for one queue table.
 
-Client operations (insert, list) accept psycopg 3 and psycopg2 connections:
-both speak the ``%(name)s`` parameter style and adapt lists to arrays.
-Runtime operations are used by the worker with psycopg 3 connections only.
-Driver errors leave this module as ``DatabaseError`` (the driver's error is
-its ``__cause__``).
+They run on psycopg 3 connections only; the client's operations, which
+psycopg2 connections may run too, are ``PostgresClientStore``'s
+(client_store.py), which this store extends. Driver errors leave this module
+as ``DatabaseError`` (the driver's error is its ``__cause__``: errors.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -18,16 +15,16 @@ import psycopg.errors
 from psycopg import pq
 
 from nsj_queue_lib import model
-from nsj_queue_lib.cancel_notice import cancel_payload
-from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
-    check_store_tables,
     claim_routine_name,
     missing_columns_error,
-    notify_channel,
 )
+from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
+from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
 from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
@@ -36,75 +33,21 @@ from nsj_queue_lib.db.postgres.wire import (
     drive_async,
     statement_steps,
 )
-from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import (
-    AttemptFenced,
-    ClaimRoutineError,
-    DatabaseError,
-    QueueTableMissingError,
-)
-from nsj_queue_lib.flow.dedupe import insert_deduplicated
+from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.deliveries import postgres_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
-from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import Claim, TaskRecord
-
-# The claim function's rows in the claim's shape (see _CLAIM_NAMES).
-_CALL_COLUMNS = ", ".join(
-    "coalesce((f.task).payload, f.first_payload) AS payload" if c == "payload" else f"(f.task).{c}"
-    for c in model.QUEUE_COLUMNS
-)
 
 # Keys of a task's liveness lock: (queue table oid, task id folded into 31 bits).
 # Two-integer advisory locks live in a different key space from the one-bigint
 # locks the maintenance services take, so the two can never collide; the
 # table's oid keeps queues apart. The claim query folds ids the same way.
 TASK_KEY_MODULUS = 2**31
-# From this many tasks on, insert_tasks streams them with COPY.
-COPY_THRESHOLD = 100
-# stream_tasks' savepoint: a task failing the checks mid-stream undoes the COPY only.
-_SAVEPOINT = "SAVEPOINT nsjq_insert_tasks"
-_ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT nsjq_insert_tasks"
-_RELEASE_SAVEPOINT = "RELEASE SAVEPOINT nsjq_insert_tasks"
-# copy_tasks' column types, in its order (binary COPY sends no type names).
-_COPY_TYPES = (
-    "int8", "varchar", "varchar", "varchar", "varchar", "text", "bytea",
-    "int8", "varchar", "bool", "int4", "timestamptz", "timestamptz",
-)  # fmt: skip
 
 
 def queue_lock_key(queue_oid: int) -> int:
     """The oid as the signed int4 the two-key advisory lock functions take."""
     return queue_oid - 2**32 if queue_oid >= 2**31 else queue_oid
-
-
-# What the claim and settle functions raise when a task is no longer 'processando' as its
-# success is written (claim_function.sql): the transaction is rolled back.
-FENCED_SQLSTATE = "NQ001"
-FENCED_MESSAGE = "nsjq fenced:"
-
-
-def is_fenced(exc: BaseException) -> bool:
-    """The fence's error, whether psycopg raised it (its SQLSTATE) or wire.py rebuilt it
-    from a pipeline's result (by message: an unknown SQLSTATE has no class of its own)."""
-    return getattr(exc, "sqlstate", None) == FENCED_SQLSTATE or FENCED_MESSAGE in str(exc)
-
-
-def _is_driver_error(exc: BaseException) -> bool:
-    root = type(exc).__module__.split(".")[0]
-    return root in ("psycopg", "psycopg2", "psycopg_pool")
-
-
-@contextmanager
-def wrap_driver_errors(what: str) -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        if _is_driver_error(exc):
-            if is_fenced(exc):
-                raise AttemptFenced(f"{what}: {exc}".strip()) from exc
-            raise DatabaseError(f"{what} failed: {exc}".strip()) from exc
-        raise
 
 
 # The claim's select list, in order (the task's columns, then liveness_locked).
@@ -120,41 +63,11 @@ def _claimed_rows(cursor) -> list[dict[str, Any]]:
     return [dict(zip(_CLAIM_NAMES, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _rows_as_dicts(cursor) -> list[dict[str, Any]]:
-    if cursor.description is None:
-        return []
-    names = [col[0] for col in cursor.description]
-    rows = []
-    for row in cursor.fetchall():
-        item = dict(zip(names, row, strict=True))
-        if isinstance(item.get("payload_hash"), memoryview):  # psycopg2 returns bytea as memoryview
-            item["payload_hash"] = bytes(item["payload_hash"])
-        rows.append(item)
-    return rows
+class PostgresQueueStore(PostgresClientStore):
+    """The worker's operations (psycopg 3), and the client's (``PostgresClientStore``)."""
 
-
-class PostgresQueueStore:
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
-        check_store_tables(queue_table, subscriber_table)
-        self.queue_table = queue_table
-        self.subscriber_table = subscriber_table
-        self.sql = render_queries("postgres", query_values(queue_table, subscriber_table))
-        # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
-        # ids and one timestamp for the rows without data_hora, then the rows.
-        # The sequence is looked up once: pg_get_serial_sequence per row cost
-        # more than the rest of the reservation (about 3 us of 4 per task).
-        self.sql["reserve_ids"] = (
-            "WITH s AS MATERIALIZED "
-            "(SELECT pg_get_serial_sequence(%(table)s, 'id')::regclass AS seq) "
-            "SELECT nextval(s.seq), clock_timestamp() FROM s, generate_series(1, %(count)s)"
-        )
-        # Binary rows: the server skips parsing timestamps and hex bytea, the
-        # client skips formatting them.
-        self.sql["copy_tasks"] = (
-            f"COPY {queue_table} (id, origem, destino, processo, chave_externa, payload, payload_hash, "
-            "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial) "
-            "FROM STDIN (FORMAT BINARY)"
-        )
+        super().__init__(queue_table, subscriber_table)
         # The claim function db_gen creates next to the table (claim_function.sql),
         # called at the libpq level, nothing prepared in the session (wire.py):
         # hence $n placeholders.
@@ -163,20 +76,18 @@ class PostgresQueueStore:
             "SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')"
         )
         self.sql["claim_call"] = (
-            f"SELECT {_CALL_COLUMNS}, f.liveness_locked "
+            f"SELECT {CALL_COLUMNS}, f.liveness_locked "
             f"FROM {self.claim_function or 'claim_routine_unavailable'}"
             "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[], $7::varchar[])"
             " AS f"
         )
-        self._claim_call = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
+        self.claim_statement = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
         self.handled_subscribers: frozenset[str] | None = None
         self._handled_array: str | None = None
         self.handled_processos: frozenset[str] | None = None
         self._processos_array: str | None = None
         self._queue_oid: int | None = None
         self._queue_key = 0
-        # Where cancel requests are announced: the channel of the queue's insert trigger.
-        self.cancel_channel = notify_channel(split_table_name(queue_table)[1])
 
     def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
         """The subscribers whose deliveries this store's claims take (None: all of them;
@@ -189,197 +100,6 @@ class PostgresQueueStore:
         nsj_queue_lib/flow/deliveries.py)."""
         self.handled_processos = handled
         self._processos_array = postgres_array(handled)
-
-    # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
-
-    def insert_task(self, conn, row: dict[str, Any]) -> int:
-        key = row.get("dedupe_key")
-        if key is not None:
-            return insert_deduplicated(
-                key,
-                lambda: self._insert_returning(conn, "insert_task_keyed", row),
-                lambda: self._insert_returning(conn, "dedupe_holder", {"dedupe_key": key}),
-            )
-        keyed = row.get("lock_key") is not None
-        new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
-        assert new_id is not None  # a plain INSERT ... RETURNING returns its row
-        return new_id
-
-    def _insert_returning(self, conn, name: str, params: dict[str, Any]) -> int | None:
-        with wrap_driver_errors(name), conn.cursor() as cur:
-            cur.execute(self.sql[name], params)
-            found = cur.fetchone()
-            return None if found is None else int(found[0])
-
-    def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
-        if not rows:
-            return []
-        columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
-        if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
-            return self._copy_tasks(conn, rows)
-        arrays = {name: [row[name] for row in rows] for name in columns}
-        with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
-            cur.execute(self.sql["insert_tasks"], arrays)
-            return [int(r[0]) for r in cur.fetchall()]
-
-    def streams(self, conn, count: int) -> bool:
-        """Whether ``stream_tasks`` takes ``count`` tasks on ``conn``."""
-        return isinstance(conn, psycopg.Connection) and count >= COPY_THRESHOLD
-
-    def stream_tasks(self, conn, count: int, rows: Iterator[dict[str, Any]]) -> list[int]:
-        """``count`` tasks with COPY, taken from ``rows`` as they are sent.
-
-        ``rows`` may raise (a task that fails the client's checks): the COPY is
-        abandoned and, inside a transaction, rolled back to a savepoint taken
-        first, so nothing is written and the caller's transaction goes on.
-        """
-        savepoint = not conn.autocommit
-        with wrap_driver_errors("insert_tasks"), conn.cursor(binary=True) as cur:
-            if savepoint:
-                cur.execute(_SAVEPOINT)
-            try:
-                ids = self._copy_rows(cur, count, rows)
-            except BaseException:
-                if savepoint and not conn.closed:
-                    cur.execute(_ROLLBACK_TO_SAVEPOINT)
-                    cur.execute(_RELEASE_SAVEPOINT)
-                raise
-            if savepoint:
-                cur.execute(_RELEASE_SAVEPOINT)
-            return ids
-
-    def _copy_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
-        """Many tasks with COPY (psycopg 3): ids reserved first, then one stream of rows.
-
-        COPY skips the per-row parameter handling of ``unnest``, which big
-        batches pay for (docs/benchmarks.md).
-        """
-        with wrap_driver_errors("insert_tasks"), conn.cursor(binary=True) as cur:
-            return self._copy_rows(cur, len(rows), iter(rows))
-
-    def _copy_rows(self, cur, count: int, rows: Iterator[dict[str, Any]]) -> list[int]:
-        cur.execute(self.sql["reserve_ids"], {"table": self.queue_table, "count": count})
-        reserved = cur.fetchall()
-        with cur.copy(self.sql["copy_tasks"]) as copy:
-            copy.set_types(_COPY_TYPES)
-            write = copy.write_row
-            for (task_id, now), row in zip(reserved, rows, strict=True):
-                at = row["data_hora"] or now
-                write(
-                    (
-                        task_id,
-                        row["origem"],
-                        row["destino"],
-                        row["processo"],
-                        row["chave_externa"],
-                        row["payload"],
-                        row["payload_hash"],
-                        row["tenant"],
-                        row["grupo_empresarial"],
-                        row["pub_sub"],
-                        50 if row["prioridade"] is None else row["prioridade"],
-                        at,
-                        at,
-                    )
-                )
-        return [int(task_id) for task_id, _ in reserved]
-
-    def list_equivalent(
-        self, conn, chave_externa: str | None, payload_hash: bytes | None, statuses: Sequence[str]
-    ) -> list[dict[str, Any]]:
-        params = {
-            "chave_externa": chave_externa,
-            "payload_hash": payload_hash,
-            "statuses": list(statuses),
-        }
-        with wrap_driver_errors("list_equivalent"), conn.cursor() as cur:
-            cur.execute(self.sql["list_equivalent"], params)
-            return _rows_as_dicts(cur)
-
-    def get_task(self, conn, task_id: int) -> dict[str, Any] | None:
-        with wrap_driver_errors("get_task"), conn.cursor() as cur:
-            cur.execute(self.sql["get_task"], {"id": task_id})
-            rows = _rows_as_dicts(cur)
-            return rows[0] if rows else None
-
-    def list_subscribers(
-        self, conn, processo: str, tenant: int | None, grupo_empresarial: str | None
-    ) -> list[dict[str, Any]]:
-        if self.subscriber_table is None:
-            raise ValueError(f"no subscriber table configured for queue {self.queue_table}")
-        params = {"processo": processo, "tenant": tenant, "grupo_empresarial": grupo_empresarial}
-        with wrap_driver_errors("list_subscribers"), conn.cursor() as cur:
-            cur.execute(self.sql["list_subscribers"], params)
-            return _rows_as_dicts(cur)
-
-    def insert_deliveries(
-        self,
-        conn,
-        publication: dict[str, Any],
-        deliveries: Sequence[tuple[Any, str | None, bytes | None]],
-    ) -> list[int]:
-        """Insert one task per (subscriber id, payload, payload hash) for a publication."""
-        params = {
-            "origem": publication["origem"],
-            "destino": publication["destino"],
-            "processo": publication["processo"],
-            "chave_externa": publication["chave_externa"],
-            "tenant": publication["tenant"],
-            "grupo_empresarial": publication["grupo_empresarial"],
-            "prioridade": publication["prioridade"],
-            "publication_id": publication["id"],
-            "subscriber_ids": [d[0] for d in deliveries],
-            "payloads": [d[1] for d in deliveries],
-            "payload_hashes": [d[2] for d in deliveries],
-        }
-        with wrap_driver_errors("insert_deliveries"), conn.cursor() as cur:
-            cur.execute(self.sql["insert_deliveries"], params)
-            return [int(r[0]) for r in cur.fetchall()]
-
-    # -- a task's life cycle (docs/lifecycle.md) --
-
-    def _one(self, conn, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        with wrap_driver_errors(name), conn.cursor() as cur:
-            cur.execute(self.sql[name], params)
-            row = cur.fetchone()
-            return None if row is None else tuple(row)
-
-    def task_view(self, conn, task_id: int, lock: bool = False) -> dict[str, Any] | None:
-        """The latest attempt of the task ``task_id`` belongs to (statements see the latest
-        committed rows under READ COMMITTED, so ``lock`` changes nothing here)."""
-        with wrap_driver_errors("task_view"), conn.cursor() as cur:
-            cur.execute(self.sql["task_view"], {"id": task_id})
-            rows = _rows_as_dicts(cur)
-        return rows[0] if rows else None
-
-    def cancel_attempt(self, conn, attempt_id: int, mensagem: str) -> str | None:
-        row = self._one(conn, "cancel_attempt", {"id": attempt_id, "mensagem": mensagem})
-        return None if row is None else str(row[0])
-
-    def notify_cancel(self, conn, attempt_id: int) -> None:
-        """Tell the workers of the queue (at commit) that ``attempt_id`` is asked to stop."""
-        params = {"channel": self.cancel_channel, "payload": cancel_payload(attempt_id)}
-        self._one(conn, "notify", params)
-
-    def cancel_running(self, conn, task_id: int, mensagem: str) -> bool:
-        return self._one(conn, "cancel_running", {"id": task_id, "mensagem": mensagem}) is not None
-
-    def cancel_if_requested(self, conn, task_id: int, mensagem: str) -> bool:
-        params = {"id": task_id, "mensagem": mensagem}
-        return self._one(conn, "cancel_if_requested", params) is not None
-
-    def cancel_requests(self, conn, task_ids: Sequence[int]) -> list[int]:
-        with wrap_driver_errors("cancel_requests"), conn.cursor() as cur:
-            cur.execute(self.sql["cancel_requests"], {"ids": list(task_ids)})
-            return [int(row[0]) for row in cur.fetchall()]
-
-    def report_progress(
-        self, conn, task_id: int, done: int, total: int | None, message: str | None
-    ) -> bool:
-        params = {"id": task_id, "done": done, "total": total, "message": message}
-        with wrap_driver_errors("report_progress"), conn.cursor() as cur:
-            cur.execute(self.sql["report_progress"], params)
-            return cur.rowcount == 1
 
     # -- runtime operations (psycopg 3) --
 
@@ -516,8 +236,27 @@ class PostgresQueueStore:
         commit: bytes | None,
         begin: bool = False,
     ) -> Steps[list[dict[str, Any]]]:
+        params = self.claim_params(done_id, mensagem, claim_limit)
+        with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
+            try:
+                # A transaction of its own holds the claim alone: its commit need not wait for
+                # the disk (the task's own commit, chained after it, does, and makes the claim
+                # durable with it). Half a millisecond or more off every idle worker's latency.
+                steps = self.claim_statement.steps(
+                    conn, params, commit, begin=begin, unflushed=begin
+                )
+                return (yield from steps)
+            except RoundTripError as exc:
+                self.unlock_uncommitted_claim(conn, exc.rows)
+                raise exc.error from None
+
+    def claim_params(
+        self, done_id: int | None, mensagem: str | None, claim_limit: int
+    ) -> tuple[Any, ...]:
+        """The claim function's parameters (``claim_statement``): ``done_id`` to settle with
+        ``mensagem`` (None: none), up to ``claim_limit`` tasks to claim."""
         done_key = 0 if done_id is None else self.task_key(done_id)
-        params = (
+        return (
             done_id,
             mensagem,
             self._queue_key,
@@ -526,16 +265,6 @@ class PostgresQueueStore:
             self._handled_array,
             self._processos_array,
         )
-        with wrap_driver_errors("complete_task" if done_id is not None else "claim"):
-            try:
-                # A transaction of its own holds the claim alone: its commit need not wait for
-                # the disk (the task's own commit, chained after it, does, and makes the claim
-                # durable with it). Half a millisecond or more off every idle worker's latency.
-                steps = self._claim_call.steps(conn, params, commit, begin=begin, unflushed=begin)
-                return (yield from steps)
-            except RoundTripError as exc:
-                self._unlock_uncommitted_claim(conn, exc.rows)
-                raise exc.error from None
 
     def _claimed(self, conn, rows: list[dict[str, Any]]) -> Steps[Claim | None]:
         if not rows:
@@ -545,7 +274,7 @@ class PostgresQueueStore:
         locked = bool(row.pop("liveness_locked"))
         return Claim(TaskRecord.from_row(row), locked)
 
-    def _unlock_uncommitted_claim(self, conn, claimed: list[dict[str, Any]]) -> None:
+    def unlock_uncommitted_claim(self, conn, claimed: list[dict[str, Any]]) -> None:
         """A claim whose round trip failed: its transaction ends (an aborted one would refuse
         every later statement on ``conn``), its rows are 'pendente' again, so its locks must
         go too.
@@ -708,7 +437,7 @@ class PostgresQueueStore:
         }
         with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
             cur.execute(self.sql["find_orphans"], params)
-            return [TaskRecord.from_row(row) for row in _rows_as_dicts(cur)]
+            return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
 
     def promote_due(self, conn, limit: int) -> int:
         with wrap_driver_errors("promote_due"):

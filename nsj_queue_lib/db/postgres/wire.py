@@ -54,6 +54,8 @@ _BEGIN = (b"BEGIN",)
 _BEGIN_UNFLUSHED = (b"BEGIN", b"SET LOCAL synchronous_commit = off")
 _READ = select.POLLIN
 _READ_WRITE = select.POLLIN | select.POLLOUT
+# A reply of the pipeline: its results, None for a statement that was not sent.
+_Results = list[pq.abc.PGresult] | None
 
 T = TypeVar("T")
 # A round trip's steps: yields the events to wait for on the connection's socket.
@@ -225,39 +227,12 @@ class PreparedRoundTrip:
         Raises ``RoundTripError`` when either fails, ``psycopg.OperationalError``
         when the connection broke.
         """
-        state, fresh = self._state_for(conn)
-        pgconn = conn.pgconn
-        try:
-            encoded = [_encode(value, state.encoding) for value in params]
-        except (TypeError, ValueError, UnicodeEncodeError) as exc:
-            raise RoundTripError(psycopg.DataError(str(exc)), []) from exc  # nothing was sent
-        pgconn.enter_pipeline_mode()
-        try:
-            opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
-            for sql in opening:
-                pgconn.send_query_params(sql, None)
-            if fresh:
-                pgconn.send_prepare(state.name, self._sql_bytes)
-            if state.name:
-                pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
-            else:
-                pgconn.send_query_params(self._sql_bytes, encoded, None, None, _BINARY)
-            if commit is not None:  # None: the transaction stays open
-                pgconn.send_query_params(commit, None)
-            pgconn.pipeline_sync()
-            yield from _flush(pgconn)
-            began = None  # the opening's first failure, or its last result
-            for _sql in opening:
-                reply = yield from _next_results(pgconn)
-                began = reply if began is None or _status(began) == _COMMAND_OK else began
-            prepared = (yield from _next_results(pgconn)) if fresh else None
-            statement = yield from _next_results(pgconn)
-            committed = (yield from _next_results(pgconn)) if commit is not None else None
-            yield from _next_results(pgconn)  # the sync
-        finally:
-            _leave_pipeline(conn)
+        state, fresh, encoded = self.encode(conn, params)
+        opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
+        replies = yield from self._round_trip(conn, state, fresh, encoded, opening, commit)
+        began, prepared, statement, committed = replies
         if fresh and _status(prepared) == _COMMAND_OK:
-            self._states[conn] = state
+            self.remember(conn, state)
         result = statement[-1] if statement else None
         if result is None or result.status != _TUPLES_OK:
             if begin and _status(began) != _COMMAND_OK:
@@ -273,10 +248,81 @@ class PreparedRoundTrip:
             if isinstance(error, _REPREPARE):
                 self.forget(conn)
             raise RoundTripError(error, [])
-        rows = self._rows(state, result)
+        rows = self.rows_of(state, result)
         if commit is not None and _status(committed) != _COMMAND_OK:
             raise RoundTripError(_error(committed, conn), rows)
         return rows
+
+    def _round_trip(
+        self,
+        conn: psycopg.Connection,
+        state: _ConnectionState,
+        fresh: bool,
+        encoded: list[bytes | None],
+        opening: Sequence[bytes],
+        commit: bytes | None,
+    ) -> Steps[tuple[_Results, _Results, _Results, _Results]]:
+        """Send ``opening``, the statement and ``commit`` in one pipeline; the replies to the
+        opening (its first failure, or its last reply), the PREPARE, the statement and the
+        commit (None for what was not sent)."""
+        pgconn = conn.pgconn
+        pgconn.enter_pipeline_mode()
+        try:
+            for sql in opening:
+                pgconn.send_query_params(sql, None)
+            self.send(pgconn, state, fresh, encoded)
+            if commit is not None:  # None: the transaction stays open
+                pgconn.send_query_params(commit, None)
+            pgconn.pipeline_sync()
+            yield from _flush(pgconn)
+            began = None  # the opening's first failure, or its last result
+            for _sql in opening:
+                reply = yield from _next_results(pgconn)
+                began = reply if began is None or _status(began) == _COMMAND_OK else began
+            prepared = (yield from _next_results(pgconn)) if fresh else None
+            statement = yield from _next_results(pgconn)
+            committed = (yield from _next_results(pgconn)) if commit is not None else None
+            yield from _next_results(pgconn)  # the sync
+        finally:
+            _leave_pipeline(conn)
+        return began, prepared, statement, committed
+
+    def encode(
+        self, conn: psycopg.Connection, params: Sequence[Any]
+    ) -> tuple[_ConnectionState, bool, list[bytes | None]]:
+        """The statement's state on ``conn``, whether it must be prepared there, and
+        ``params`` encoded. Raises ``RoundTripError`` (nothing sent) when they cannot be."""
+        state, fresh = self._state_for(conn)
+        try:
+            encoded = [_encode(value, state.encoding) for value in params]
+        except (TypeError, ValueError, UnicodeEncodeError) as exc:
+            raise RoundTripError(psycopg.DataError(str(exc)), []) from exc  # nothing was sent
+        return state, fresh, encoded
+
+    def send(
+        self,
+        pgconn: pq.abc.PGconn,
+        state: _ConnectionState,
+        fresh: bool,
+        encoded: list[bytes | None],
+    ) -> None:
+        """Queue the statement in ``pgconn``'s pipeline (its PREPARE first when ``fresh``)."""
+        if fresh:
+            pgconn.send_prepare(state.name, self._sql_bytes)
+        if state.name:
+            pgconn.send_query_prepared(state.name, encoded, None, _BINARY)
+        else:
+            pgconn.send_query_params(self._sql_bytes, encoded, None, None, _BINARY)
+
+    def remember(self, conn: psycopg.Connection, state: _ConnectionState) -> None:
+        """The statement is prepared on ``conn`` as ``state`` says (its PREPARE succeeded)."""
+        self._states[conn] = state
+
+    def use_unnamed(self) -> None:
+        """Send the statement unnamed from now on, on every connection (a pooler in
+        transaction mode gives a transaction any server connection)."""
+        self.unnamed = True
+        self._states.clear()
 
     def _state_for(self, conn: psycopg.Connection) -> tuple[_ConnectionState, bool]:
         """The connection's statement state, and whether the statement must be prepared."""
@@ -300,11 +346,11 @@ class PreparedRoundTrip:
                 "prepared statements do not outlive a transaction on this connection (a pooler "
                 "in transaction mode, or DISCARD ALL); the claim is parsed with each call from now"
             )
-        self.unnamed = True
-        self._states.clear()
+        self.use_unnamed()
         conn.execute("ROLLBACK")
 
-    def _rows(self, state: _ConnectionState, result: pq.abc.PGresult) -> list[dict[str, Any]]:
+    def rows_of(self, state: _ConnectionState, result: pq.abc.PGresult) -> list[dict[str, Any]]:
+        """The rows of the statement's ``result`` as dicts of ``columns``."""
         if result.nfields != len(self.columns):
             raise psycopg.DataError(
                 f"statement {state.name.decode() or '(unnamed)'} returned {result.nfields} "

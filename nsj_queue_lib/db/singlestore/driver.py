@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsj_queue_lib.db.driver import Capabilities
+from nsj_queue_lib.db.driver import driver_capabilities
 from nsj_queue_lib.db.mysql.driver import MysqlFamilyDriver
 from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
 
 
 class SingleStoreDriver(MysqlFamilyDriver):
     name = "singlestore"
-    capabilities = Capabilities(
-        listen_notify=False, skip_locked=False, session_locks=False, asynchronous_commit=False
-    )
+    capabilities = driver_capabilities("SINGLE_STORE")
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> SingleStoreQueueStore:

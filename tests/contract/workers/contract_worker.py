@@ -32,6 +32,7 @@ sys.path.insert(
 )  # the repository, for a source checkout
 
 from nsj_queue_lib import WorkerBase
+from nsj_queue_lib.db.driver import make_driver
 
 
 def _spec(payload) -> dict:
@@ -45,7 +46,7 @@ def side_connection(settings):
     if settings.db_driver == "POSTGRES":
         import psycopg
 
-        return psycopg.connect(settings.postgres_conninfo(), autocommit=True)
+        return psycopg.connect(make_driver(settings).conninfo(), autocommit=True)
     import pymysql
 
     return pymysql.connect(

@@ -1,0 +1,268 @@
+"""The client's operations on a PostgreSQL queue: enqueue, read, cancel, report progress.
+
+They accept psycopg 3 and psycopg2 connections: both speak the ``%(name)s``
+parameter style and adapt lists to arrays. They run in the caller's
+transaction. The worker's operations build on these (store.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+
+from nsj_queue_lib.cancel_notice import cancel_payload
+from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
+from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
+from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
+from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.flow.dedupe import insert_deduplicated
+from nsj_queue_lib.identifiers import split_table_name
+
+# From this many tasks on, insert_tasks streams them with COPY.
+COPY_THRESHOLD = 100
+# stream_tasks' savepoint: a task failing the checks mid-stream undoes the COPY only.
+_SAVEPOINT = "SAVEPOINT nsjq_insert_tasks"
+_ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT nsjq_insert_tasks"
+_RELEASE_SAVEPOINT = "RELEASE SAVEPOINT nsjq_insert_tasks"
+# copy_tasks' column types, in its order (binary COPY sends no type names).
+_COPY_TYPES = (
+    "int8", "varchar", "varchar", "varchar", "varchar", "text", "bytea",
+    "int8", "varchar", "bool", "int4", "timestamptz", "timestamptz",
+)  # fmt: skip
+
+
+def rows_as_dicts(cursor) -> list[dict[str, Any]]:
+    if cursor.description is None:
+        return []
+    names = [col[0] for col in cursor.description]
+    rows = []
+    for row in cursor.fetchall():
+        item = dict(zip(names, row, strict=True))
+        if isinstance(item.get("payload_hash"), memoryview):  # psycopg2 returns bytea as memoryview
+            item["payload_hash"] = bytes(item["payload_hash"])
+        rows.append(item)
+    return rows
+
+
+class PostgresClientStore:
+    """What a client does with a queue table (and its subscriber table) on PostgreSQL."""
+
+    def __init__(self, queue_table: str, subscriber_table: str | None = None):
+        check_store_tables(queue_table, subscriber_table)
+        self.queue_table = queue_table
+        self.subscriber_table = subscriber_table
+        values = query_values(queue_table, subscriber_table, CLAIM_NOW, SERVER_DELIVERABLE)
+        self.sql = render_queries("postgres", values)
+        # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
+        # ids and one timestamp for the rows without data_hora, then the rows.
+        # The sequence is looked up once: pg_get_serial_sequence per row cost
+        # more than the rest of the reservation (about 3 us of 4 per task).
+        self.sql["reserve_ids"] = (
+            "WITH s AS MATERIALIZED "
+            "(SELECT pg_get_serial_sequence(%(table)s, 'id')::regclass AS seq) "
+            "SELECT nextval(s.seq), clock_timestamp() FROM s, generate_series(1, %(count)s)"
+        )
+        # Binary rows: the server skips parsing timestamps and hex bytea, the
+        # client skips formatting them.
+        self.sql["copy_tasks"] = (
+            f"COPY {queue_table} (id, origem, destino, processo, chave_externa, payload, payload_hash, "
+            "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial) "
+            "FROM STDIN (FORMAT BINARY)"
+        )
+        # Where cancel requests are announced: the channel of the queue's insert trigger.
+        self.cancel_channel = notify_channel(split_table_name(queue_table)[1])
+
+    # -- client operations (psycopg 3 or psycopg2, caller's transaction) --
+
+    def insert_task(self, conn, row: dict[str, Any]) -> int:
+        key = row.get("dedupe_key")
+        if key is not None:
+            return insert_deduplicated(
+                key,
+                lambda: self._insert_returning(conn, "insert_task_keyed", row),
+                lambda: self._insert_returning(conn, "dedupe_holder", {"dedupe_key": key}),
+            )
+        keyed = row.get("lock_key") is not None
+        new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
+        assert new_id is not None  # a plain INSERT ... RETURNING returns its row
+        return new_id
+
+    def _insert_returning(self, conn, name: str, params: dict[str, Any]) -> int | None:
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            cur.execute(self.sql[name], params)
+            found = cur.fetchone()
+            return None if found is None else int(found[0])
+
+    def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
+        if not rows:
+            return []
+        columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
+        if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
+            return self._copy_tasks(conn, rows)
+        arrays = {name: [row[name] for row in rows] for name in columns}
+        with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
+            cur.execute(self.sql["insert_tasks"], arrays)
+            return [int(r[0]) for r in cur.fetchall()]
+
+    def streams(self, conn, count: int) -> bool:
+        """Whether ``stream_tasks`` takes ``count`` tasks on ``conn``."""
+        return isinstance(conn, psycopg.Connection) and count >= COPY_THRESHOLD
+
+    def stream_tasks(self, conn, count: int, rows: Iterator[dict[str, Any]]) -> list[int]:
+        """``count`` tasks with COPY, taken from ``rows`` as they are sent.
+
+        ``rows`` may raise (a task that fails the client's checks): the COPY is
+        abandoned and, inside a transaction, rolled back to a savepoint taken
+        first, so nothing is written and the caller's transaction goes on.
+        """
+        savepoint = not conn.autocommit
+        with wrap_driver_errors("insert_tasks"), conn.cursor(binary=True) as cur:
+            if savepoint:
+                cur.execute(_SAVEPOINT)
+            try:
+                ids = self._copy_rows(cur, count, rows)
+            except BaseException:
+                if savepoint and not conn.closed:
+                    cur.execute(_ROLLBACK_TO_SAVEPOINT)
+                    cur.execute(_RELEASE_SAVEPOINT)
+                raise
+            if savepoint:
+                cur.execute(_RELEASE_SAVEPOINT)
+            return ids
+
+    def _copy_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Many tasks with COPY (psycopg 3): ids reserved first, then one stream of rows.
+
+        COPY skips the per-row parameter handling of ``unnest``, which big
+        batches pay for (docs/benchmarks.md).
+        """
+        with wrap_driver_errors("insert_tasks"), conn.cursor(binary=True) as cur:
+            return self._copy_rows(cur, len(rows), iter(rows))
+
+    def _copy_rows(self, cur, count: int, rows: Iterator[dict[str, Any]]) -> list[int]:
+        cur.execute(self.sql["reserve_ids"], {"table": self.queue_table, "count": count})
+        reserved = cur.fetchall()
+        with cur.copy(self.sql["copy_tasks"]) as copy:
+            copy.set_types(_COPY_TYPES)
+            write = copy.write_row
+            for (task_id, now), row in zip(reserved, rows, strict=True):
+                at = row["data_hora"] or now
+                write(
+                    (
+                        task_id,
+                        row["origem"],
+                        row["destino"],
+                        row["processo"],
+                        row["chave_externa"],
+                        row["payload"],
+                        row["payload_hash"],
+                        row["tenant"],
+                        row["grupo_empresarial"],
+                        row["pub_sub"],
+                        50 if row["prioridade"] is None else row["prioridade"],
+                        at,
+                        at,
+                    )
+                )
+        return [int(task_id) for task_id, _ in reserved]
+
+    def list_equivalent(
+        self, conn, chave_externa: str | None, payload_hash: bytes | None, statuses: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        params = {
+            "chave_externa": chave_externa,
+            "payload_hash": payload_hash,
+            "statuses": list(statuses),
+        }
+        with wrap_driver_errors("list_equivalent"), conn.cursor() as cur:
+            cur.execute(self.sql["list_equivalent"], params)
+            return rows_as_dicts(cur)
+
+    def get_task(self, conn, task_id: int) -> dict[str, Any] | None:
+        with wrap_driver_errors("get_task"), conn.cursor() as cur:
+            cur.execute(self.sql["get_task"], {"id": task_id})
+            rows = rows_as_dicts(cur)
+            return rows[0] if rows else None
+
+    def list_subscribers(
+        self, conn, processo: str, tenant: int | None, grupo_empresarial: str | None
+    ) -> list[dict[str, Any]]:
+        if self.subscriber_table is None:
+            raise ValueError(f"no subscriber table configured for queue {self.queue_table}")
+        params = {"processo": processo, "tenant": tenant, "grupo_empresarial": grupo_empresarial}
+        with wrap_driver_errors("list_subscribers"), conn.cursor() as cur:
+            cur.execute(self.sql["list_subscribers"], params)
+            return rows_as_dicts(cur)
+
+    def insert_deliveries(
+        self,
+        conn,
+        publication: dict[str, Any],
+        deliveries: Sequence[tuple[Any, str | None, bytes | None]],
+    ) -> list[int]:
+        """Insert one task per (subscriber id, payload, payload hash) for a publication."""
+        params = {
+            "origem": publication["origem"],
+            "destino": publication["destino"],
+            "processo": publication["processo"],
+            "chave_externa": publication["chave_externa"],
+            "tenant": publication["tenant"],
+            "grupo_empresarial": publication["grupo_empresarial"],
+            "prioridade": publication["prioridade"],
+            "publication_id": publication["id"],
+            "subscriber_ids": [d[0] for d in deliveries],
+            "payloads": [d[1] for d in deliveries],
+            "payload_hashes": [d[2] for d in deliveries],
+        }
+        with wrap_driver_errors("insert_deliveries"), conn.cursor() as cur:
+            cur.execute(self.sql["insert_deliveries"], params)
+            return [int(r[0]) for r in cur.fetchall()]
+
+    # -- a task's life cycle (docs/lifecycle.md) --
+
+    def _one(self, conn, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        with wrap_driver_errors(name), conn.cursor() as cur:
+            cur.execute(self.sql[name], params)
+            row = cur.fetchone()
+            return None if row is None else tuple(row)
+
+    def task_view(self, conn, task_id: int, lock: bool = False) -> dict[str, Any] | None:
+        """The latest attempt of the task ``task_id`` belongs to (statements see the latest
+        committed rows under READ COMMITTED, so ``lock`` changes nothing here)."""
+        with wrap_driver_errors("task_view"), conn.cursor() as cur:
+            cur.execute(self.sql["task_view"], {"id": task_id})
+            rows = rows_as_dicts(cur)
+        return rows[0] if rows else None
+
+    def cancel_attempt(self, conn, attempt_id: int, mensagem: str) -> str | None:
+        row = self._one(conn, "cancel_attempt", {"id": attempt_id, "mensagem": mensagem})
+        return None if row is None else str(row[0])
+
+    def notify_cancel(self, conn, attempt_id: int) -> None:
+        """Tell the workers of the queue (at commit) that ``attempt_id`` is asked to stop."""
+        params = {"channel": self.cancel_channel, "payload": cancel_payload(attempt_id)}
+        self._one(conn, "notify", params)
+
+    def cancel_running(self, conn, task_id: int, mensagem: str) -> bool:
+        return self._one(conn, "cancel_running", {"id": task_id, "mensagem": mensagem}) is not None
+
+    def cancel_if_requested(self, conn, task_id: int, mensagem: str) -> bool:
+        params = {"id": task_id, "mensagem": mensagem}
+        return self._one(conn, "cancel_if_requested", params) is not None
+
+    def cancel_requests(self, conn, task_ids: Sequence[int]) -> list[int]:
+        with wrap_driver_errors("cancel_requests"), conn.cursor() as cur:
+            cur.execute(self.sql["cancel_requests"], {"ids": list(task_ids)})
+            return [int(row[0]) for row in cur.fetchall()]
+
+    def report_progress(
+        self, conn, task_id: int, done: int, total: int | None, message: str | None
+    ) -> bool:
+        params = {"id": task_id, "done": done, "total": total, "message": message}
+        with wrap_driver_errors("report_progress"), conn.cursor() as cur:
+            cur.execute(self.sql["report_progress"], params)
+            return cur.rowcount == 1
