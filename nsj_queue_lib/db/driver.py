@@ -13,13 +13,18 @@ building one is cheap and cannot fail for lack of a database.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import importlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nsj_queue_lib.db.dialect import notify_channel
+
+# The DB_DRIVER registry lives in a module that imports nothing of the package, so that
+# the settings can read it; its names are this module's too.
+from nsj_queue_lib.db.registry import DRIVER_KEYS as DRIVER_KEYS
+from nsj_queue_lib.db.registry import Capabilities as Capabilities
+from nsj_queue_lib.db.registry import driver_capabilities as driver_capabilities
 from nsj_queue_lib.exceptions import DatabaseError
 
 if TYPE_CHECKING:
@@ -41,18 +46,6 @@ KEEPALIVE_IDLE_SECONDS = 10
 KEEPALIVE_INTERVAL_SECONDS = 5
 KEEPALIVE_COUNT = 2
 CONNECT_TIMEOUT_SECONDS = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Capabilities:
-    """What the database offers; the runtime picks its mechanisms from these."""
-
-    listen_notify: bool  # wake-ups pushed by the database (else polling or the socket server)
-    skip_locked: bool  # claims pass rows another transaction holds
-    session_locks: bool  # advisory or named locks held by a session (liveness, services)
-    asynchronous_commit: bool  # a session can commit without waiting for the disk
-    # DDL runs inside a transaction (else each DDL statement commits on its own)
-    transactional_ddl: bool = False
 
 
 class Listener(Protocol):
