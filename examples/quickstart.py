@@ -7,6 +7,7 @@ import sys
 import psycopg
 
 from nsj_queue_lib import QueueClient, Settings, WorkerBase
+from nsj_queue_lib.db.postgres.conninfo import conninfo
 
 
 class HelloWorker(WorkerBase):
@@ -17,7 +18,7 @@ class HelloWorker(WorkerBase):
 
 def enqueue() -> None:
     settings = Settings.from_env(os.environ)  # the same variables the worker reads
-    with psycopg.connect(settings.postgres_conninfo()) as conn:
+    with psycopg.connect(conninfo(settings)) as conn:
         with conn.transaction():  # your transaction: the task exists once it commits
             client = QueueClient(conn, settings.queue_table)
             task_id = client.insert_task(

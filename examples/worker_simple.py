@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from nsj_queue_lib import ConfigError, Settings, WorkerBase, current_task
+from nsj_queue_lib.db.postgres.conninfo import conninfo
 from nsj_queue_lib.identifiers import check_table_name
 
 RESULT_TABLE_VARIABLE = "EXAMPLE_RESULT_TABLE"
@@ -178,7 +179,7 @@ def main(worker_class: type[WorkerSimple] = WorkerSimple) -> None:
         print(f"worker_simple: configuration error: {exc}", file=sys.stderr)
         sys.exit(2)
     try:
-        ensure_result_table(settings.postgres_conninfo(), result_table)
+        ensure_result_table(conninfo(settings), result_table)
     except Exception as exc:  # report it in one line, not a traceback
         print(
             f"worker_simple: could not create {result_table}: {str(exc).strip()}", file=sys.stderr

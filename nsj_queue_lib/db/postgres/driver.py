@@ -23,6 +23,7 @@ from nsj_queue_lib.db.driver import (
     TaskSource,
     exception_chain,
 )
+from nsj_queue_lib.db.postgres.conninfo import conninfo as libpq_conninfo
 from nsj_queue_lib.db.postgres.first_use import FirstUseHook
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
@@ -215,7 +216,7 @@ class PostgresDriver(Driver):
     def connect(self, autocommit: bool = True, executor: bool = False) -> psycopg.Connection:
         try:
             conn = psycopg.connect(
-                self.settings.postgres_conninfo(), autocommit=autocommit, **_CONNECT_OPTIONS
+                libpq_conninfo(self.settings), autocommit=autocommit, **_CONNECT_OPTIONS
             )
         except psycopg.Error as exc:
             refused = access_refused(exc)
@@ -237,7 +238,7 @@ class PostgresDriver(Driver):
         # Autocommit: the store opens and ends the tasks' transactions with
         # explicit statements (see PostgresQueueStore.claim).
         pool: ConnectionPool = PsycopgPool(
-            self.settings.postgres_conninfo(),
+            libpq_conninfo(self.settings),
             min_size=size,
             max_size=size + spare,
             kwargs={"autocommit": True, **_CONNECT_OPTIONS},
@@ -305,7 +306,7 @@ class PostgresDriver(Driver):
     def task_source(self) -> TaskSource:
         table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")
         conninfo = make_conninfo(
-            self.settings.postgres_conninfo(),
+            libpq_conninfo(self.settings),
             application_name=server_application_name(self.settings.queue_name),
         )
 
