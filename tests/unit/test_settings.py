@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from nsj_queue_lib.db.postgres.conninfo import conninfo
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.settings import Settings
 
@@ -398,7 +399,7 @@ def test_from_env_does_not_touch_os_environ(monkeypatch):
 def test_settings_can_be_built_in_code():
     settings = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
     assert settings.queue_max_retry == 100
-    assert "host=h" in settings.postgres_conninfo()
+    assert "host=h" in conninfo(settings)
 
 
 def test_asynchronous_commits_are_postgresql_only():

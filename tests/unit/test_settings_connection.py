@@ -6,6 +6,7 @@ import pytest
 
 from nsj_queue_lib.db.driver import make_driver
 from nsj_queue_lib.db.mysql.tls import ssl_options
+from nsj_queue_lib.db.postgres.conninfo import conninfo
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.settings import Settings
 
@@ -42,9 +43,9 @@ def test_a_libpq_string_with_several_hosts_and_ports():
         (5433, 5432),
         "read-write",
     )
-    conninfo = s.postgres_conninfo()
-    assert "host=a,b" in conninfo and "port=5433,5432" in conninfo
-    assert "target_session_attrs=read-write" in conninfo
+    libpq = conninfo(s)
+    assert "host=a,b" in libpq and "port=5433,5432" in libpq
+    assert "target_session_attrs=read-write" in libpq
 
 
 def test_a_mysql_url_takes_tls_options_in_mysql_words(tmp_path):

@@ -45,7 +45,9 @@ def side_connection(settings):
     if settings.db_driver == "POSTGRES":
         import psycopg
 
-        return psycopg.connect(settings.postgres_conninfo(), autocommit=True)
+        from nsj_queue_lib.db.postgres.conninfo import conninfo
+
+        return psycopg.connect(conninfo(settings), autocommit=True)
     import pymysql
 
     return pymysql.connect(
