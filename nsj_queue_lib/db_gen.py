@@ -20,6 +20,20 @@ from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES, DdlNames, g
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 EXIT_USAGE = 2
+# The dialects whose DDL comes in variants per server family (--server, SERVER_FAMILIES).
+SERVER_VARIANT_DIALECTS = ("mysql",)
+
+
+def check_server_option(dialect: str, server: str | None, named: str = "the {} dialect") -> None:
+    """Raise ValueError when ``server`` is given for a dialect whose DDL has one variant.
+
+    ``named`` words the dialects that have variants in the message, ``{}`` standing for
+    their names: "--server applies to <named> only, not <dialect>".
+    """
+    if server is None or dialect in SERVER_VARIANT_DIALECTS:
+        return
+    dialects = named.format(" or ".join(SERVER_VARIANT_DIALECTS))
+    raise ValueError(f"--server applies to {dialects} only, not {dialect}")
 
 
 def render(
@@ -77,8 +91,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # argparse itself exits with 2 on usage errors
-    if args.server is not None and args.dialect != "mysql":
-        parser.error(f"--server applies to --dialect mysql only, not {args.dialect}")
+    try:
+        check_server_option(args.dialect, args.server, named="--dialect {}")
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         text = render(
             args.schema,
