@@ -48,8 +48,7 @@ DRIVER_KEYS = tuple(DRIVER_CAPABILITIES)
 
 def driver_capabilities(db_driver: str) -> Capabilities:
     """The capabilities of a DB_DRIVER value, in any case; ValueError naming the known ones."""
-    try:
-        return DRIVER_CAPABILITIES[db_driver.upper()]
-    except KeyError:
-        known = ", ".join(DRIVER_KEYS)
-        raise ValueError(f"unknown DB_DRIVER {db_driver!r}; known: {known}") from None
+    found = DRIVER_CAPABILITIES.get(db_driver.upper())
+    if found is None:
+        raise ValueError(f"unknown DB_DRIVER {db_driver!r}; known: {', '.join(DRIVER_KEYS)}")
+    return found
