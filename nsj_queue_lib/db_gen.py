@@ -23,6 +23,19 @@ from nsj_queue_lib.exceptions import InvalidIdentifierError
 EXIT_USAGE = 2
 
 
+def check_server_option(dialect: str, server: str | None, named: str = "the {} dialect") -> None:
+    """Raise ValueError when ``server`` is given for a dialect whose DDL has one variant.
+
+    ``named`` words the dialects that have variants in the message, ``{}`` standing for
+    their names: "--server applies to <named> only, not <dialect>".
+    """
+    if server is None or get_dialect(dialect).server_families:
+        return
+    variants = [name for name in DIALECT_NAMES if get_dialect(name).server_families]
+    dialects = named.format(" or ".join(variants))
+    raise ValueError(f"--server applies to {dialects} only, not {dialect}")
+
+
 def render(
     schema: str,
     queue: str,
@@ -78,8 +91,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # argparse itself exits with 2 on usage errors
-    if args.server is not None and not get_dialect(args.dialect).server_families:
-        parser.error(f"--server applies to --dialect mysql only, not {args.dialect}")
+    try:
+        check_server_option(args.dialect, args.server, named="--dialect {}")
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         text = render(
             args.schema,

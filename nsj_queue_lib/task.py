@@ -26,7 +26,7 @@ from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.flow import limits
 from nsj_queue_lib.flow.periodic import PeriodicSchedule, schedule_problem
 from nsj_queue_lib.model import TEXT_LIMITS
-from nsj_queue_lib.settings import _out_of_bounds
+from nsj_queue_lib.settings_checks import out_of_bounds
 
 _MARK = "_nsj_task_options"
 LINEAR = "linear"
@@ -90,7 +90,7 @@ def _problem(options: TaskOptions) -> tuple[str, str] | None:
     """
     for option, (integer, minimum, positive) in _NUMBERS.items():
         value = getattr(options, option)
-        why = None if value is None else _out_of_bounds(value, integer, minimum, None, positive)
+        why = None if value is None else out_of_bounds(value, integer, minimum, None, positive)
         if why:
             return option, why
     if options.retry_backoff is not None and options.retry_backoff not in BACKOFFS:

@@ -106,7 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_inspect_commands(commands)
+    _add_operate_commands(commands)
+    _add_schema_commands(commands)
+    _add_standalone_commands(commands)
+    return parser
 
+
+def _add_inspect_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """status, tasks and show: they read the queue."""
     sub = _add(commands, "status", status, "tasks per processo and status, the running ones")
     sub.add_argument("--limit", type=_page_size, default=20, help="running tasks shown (20)")
 
@@ -125,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = _add(commands, "show", show, "every attempt of a task, and its dead letter")
     sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
 
+
+def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """retry and cancel: they change one task."""
     sub = _add(
         commands,
         "retry",
@@ -141,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
 
+
+def _add_schema_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """ddl and upgrade: db_gen's scripts, printed or applied."""
     for name, run, what in (
         ("ddl", ddl, "the DDL that creates the queue"),
         ("upgrade", upgrade, "idempotent DDL that brings an older queue to this version"),
@@ -163,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--apply", action="store_true", help="run it on the database")
 
+
+def _add_standalone_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """web and health: they read neither the database settings nor the queue's."""
     what = "serve the HTTP API and the console (needs the web extra; docs/web.md)"
     sub = commands.add_parser("web", help=what, description=what)
     sub.set_defaults(standalone=serve_web)
@@ -172,7 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("health", help=what, description=what)
     sub.set_defaults(standalone=health_command.health)
     health_command.add_arguments(sub)
-    return parser
 
 
 def _config(args: argparse.Namespace) -> cli_config.Config:

@@ -130,6 +130,18 @@ def status(args: argparse.Namespace, config: Config) -> int:
             }
         )
         return EXIT_OK
+    reason = f" ({wakeups['reason']})" if "reason" in wakeups else ""
+    write(
+        f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n"
+        f"{_workers_lines(workers, unhandled)}\n\n"
+        f"{_summary_table(processos, total)}"
+    )
+    _write_running(running, args.limit)
+    return EXIT_OK
+
+
+def _summary_table(processos: list[dict[str, Any]], total: dict[str, Any]) -> str:
+    """One line per processo and the TOTAL line: its counts per status, then its ages."""
     statuses = list(total["counts"])
     headers = ["processo", *statuses, "tasks", "oldest_ready", "failed_24h", "dead_24h"]
     lines = [
@@ -143,16 +155,12 @@ def status(args: argparse.Namespace, config: Config) -> int:
         ]
         for entry in [*processos, dict(total, processo="TOTAL")]
     ]
-    reason = f" ({wakeups['reason']})" if "reason" in wakeups else ""
-    write(
-        f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n"
-        f"{_workers_lines(workers, unhandled)}\n\n"
-        f"{table(headers, lines)}"
-    )
-    write(
-        f"\nrunning: {len(running)}"
-        + (f" (first {args.limit})" if len(running) >= args.limit else "")
-    )
+    return table(headers, lines)
+
+
+def _write_running(running: list[dict[str, Any]], limit: int) -> None:
+    """How many tasks run (``limit`` of them at most were read), and a table of them."""
+    write(f"\nrunning: {len(running)}" + (f" (first {limit})" if len(running) >= limit else ""))
     if running:
         write(
             table(
@@ -170,7 +178,6 @@ def status(args: argparse.Namespace, config: Config) -> int:
                 ],
             )
         )
-    return EXIT_OK
 
 
 # -- tasks -------------------------------------------------------------------------------

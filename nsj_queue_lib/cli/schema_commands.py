@@ -8,7 +8,7 @@ from nsj_queue_lib.cli.config import Config
 from nsj_queue_lib.cli.errors import EXIT_OK, UsageError
 from nsj_queue_lib.cli.output import write
 from nsj_queue_lib.cli.session import open_session
-from nsj_queue_lib.db_gen import render
+from nsj_queue_lib.db_gen import check_server_option, render
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 
@@ -21,10 +21,12 @@ def _script(config: Config, upgrade: bool, server: str | None = None) -> str:
 
 
 def _server(args: argparse.Namespace, config: Config) -> str | None:
-    """``--server``, which only the MySQL dialect has (None: its default, MariaDB's)."""
+    """``--server``, which only the dialects with server variants have (None: the default)."""
     server: str | None = getattr(args, "server", None)
-    if server is not None and config.dialect != "mysql":
-        raise UsageError(f"--server applies to the mysql dialect only, not {config.dialect}")
+    try:
+        check_server_option(config.dialect, server)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return server
 
 

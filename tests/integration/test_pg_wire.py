@@ -262,7 +262,7 @@ def test_an_interrupted_read_closes_the_session_instead_of_leaving_results_behin
 
     enqueue(pg_dsn, pg_queue.table, [dict(payload="a"), dict(payload="b")])
     task = claim_first(store, worker_conn)
-    real = wire._next_results
+    real = wire.next_results
     calls = []
 
     def interrupted(pgconn):
@@ -271,7 +271,7 @@ def test_an_interrupted_read_closes_the_session_instead_of_leaving_results_behin
             raise RuntimeError("interrupted between two results")
         return real(pgconn)
 
-    monkeypatch.setattr(wire, "_next_results", interrupted)
+    monkeypatch.setattr(wire, "next_results", interrupted)
     backend_pid = worker_conn.info.backend_pid
     with pytest.raises(RuntimeError):
         complete(store, worker_conn, task)

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from nsj_queue_lib import model
-from nsj_queue_lib.db_gen import render
+from nsj_queue_lib.db_gen import check_server_option, render
 from tests.helpers.golden import REGENERATE, ROOT, assert_matches_golden, db_gen
 
 
@@ -140,3 +140,19 @@ def test_usage_errors_exit_2_with_nothing_on_stdout(args):
 
 def test_output_is_deterministic():
     assert db_gen("public", "fila_teste").stdout == db_gen("public", "fila_teste").stdout
+
+
+def test_server_option_is_for_the_dialects_with_server_variants_only():
+    check_server_option("mysql", "mysql")  # no error: MySQL's DDL has server variants
+    check_server_option("postgres", None)  # not given: nothing to check
+    with pytest.raises(ValueError, match="applies to the mysql dialect only, not postgres"):
+        check_server_option("postgres", "mysql")
+    with pytest.raises(ValueError, match="applies to --dialect mysql only, not singlestore"):
+        check_server_option("singlestore", "mariadb", named="--dialect {}")
+
+
+def test_server_option_for_another_dialect_is_a_usage_error():
+    result = db_gen("public", "fila", "--dialect", "postgres", "--server", "mysql")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "--server applies to --dialect mysql only, not postgres" in result.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
@@ -526,3 +528,19 @@ def test_queue_wakeup_agrees_with_client_server_mode(wakeup, server_mode, proble
                 "client_server_mode": server_mode == "true",
             }
         )
+
+
+def test_reading_settings_loads_no_database_driver():
+    """The settings and their checks are import-cheap: no psycopg, no PyMySQL."""
+    script = (
+        "import sys\n"
+        "from nsj_queue_lib.settings import Settings\n"
+        "for driver in ('POSTGRES', 'MYSQL', 'SINGLE_STORE'):\n"
+        f"    Settings.from_env(dict({MINIMAL!r}, DB_DRIVER=driver, QUEUE_BATCH_SIZE='5'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('psycopg', 'psycopg2', 'psycopg_pool', 'pymysql', 'MySQLdb')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"

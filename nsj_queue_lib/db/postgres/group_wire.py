@@ -24,18 +24,18 @@ from typing import Any
 import psycopg
 
 from nsj_queue_lib.db.postgres.wire import (
-    _COMMAND_OK,
-    _REPREPARE,
-    _TUPLES_OK,
+    COMMAND_OK,
+    REPREPARE,
+    TUPLES_OK,
     PreparedRoundTrip,
     RoundTripError,
     Steps,
-    _error,
-    _flush,
-    _leave_pipeline,
-    _next_results,
-    _status,
     drive,
+    flush,
+    leave_pipeline,
+    next_results,
+    result_error,
+    result_status,
 )
 
 
@@ -89,28 +89,28 @@ def _steps(
             statement.send(pgconn, state, fresh, encoded)
         pgconn.send_query_params(commit, None)
         pgconn.pipeline_sync()
-        yield from _flush(pgconn)
+        yield from flush(pgconn)
         for _statement, _state, fresh, _encoded in sending:
-            prepared = (yield from _next_results(pgconn)) if fresh else None
-            replies.append((prepared, (yield from _next_results(pgconn))))
-        committed = yield from _next_results(pgconn)
-        yield from _next_results(pgconn)  # the sync
+            prepared = (yield from next_results(pgconn)) if fresh else None
+            replies.append((prepared, (yield from next_results(pgconn))))
+        committed = yield from next_results(pgconn)
+        yield from next_results(pgconn)  # the sync
     finally:
-        _leave_pipeline(conn)
+        leave_pipeline(conn)
     rows = []
     for (statement, state, fresh, _encoded), (prepared, result) in zip(
         sending, replies, strict=True
     ):
-        if fresh and _status(prepared) == _COMMAND_OK:
+        if fresh and result_status(prepared) == COMMAND_OK:
             statement.remember(conn, state)
         last = result[-1] if result else None
-        if last is None or last.status != _TUPLES_OK:
-            failed = prepared if fresh and _status(prepared) != _COMMAND_OK else result
-            error = _error(failed, conn)
-            if isinstance(error, _REPREPARE):
+        if last is None or last.status != TUPLES_OK:
+            failed = prepared if fresh and result_status(prepared) != COMMAND_OK else result
+            error = result_error(failed, conn)
+            if isinstance(error, REPREPARE):
                 statement.forget(conn)
             raise RoundTripError(error, [])
         rows.append(statement.rows_of(state, last))
-    if _status(committed) != _COMMAND_OK:
-        raise RoundTripError(_error(committed, conn), rows[-1])
+    if result_status(committed) != COMMAND_OK:
+        raise RoundTripError(result_error(committed, conn), rows[-1])
     return rows

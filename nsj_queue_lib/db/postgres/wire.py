@@ -45,8 +45,8 @@ from nsj_queue_lib.log import get_logger
 
 logger = get_logger("wire")
 
-_TUPLES_OK = pq.ExecStatus.TUPLES_OK
-_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+TUPLES_OK = pq.ExecStatus.TUPLES_OK
+COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
 _BINARY = pq.Format.BINARY
 _BAD = pq.ConnStatus.BAD
@@ -91,7 +91,7 @@ async def drive_async(conn: psycopg.Connection, steps: Steps[T]) -> T:
     except StopIteration as done:
         return done.value
     finally:
-        steps.close()  # cancelled mid-way: the steps' own clean-up runs (see _leave_pipeline)
+        steps.close()  # cancelled mid-way: the steps' own clean-up runs (see leave_pipeline)
 
 
 async def _readiness(loop: asyncio.AbstractEventLoop, fileno: int, events: int) -> None:
@@ -116,10 +116,10 @@ def statement_steps(conn: psycopg.Connection, sql: bytes) -> Steps[None]:
     """One parameterless statement (transaction control) as steps; raises its psycopg error."""
     pgconn = conn.pgconn
     pgconn.send_query(sql)
-    yield from _flush(pgconn)
-    results = yield from _next_results(pgconn)
-    if _status(results) != _COMMAND_OK:
-        raise _error(results, conn)
+    yield from flush(pgconn)
+    results = yield from next_results(pgconn)
+    if result_status(results) != COMMAND_OK:
+        raise result_error(results, conn)
 
 
 class RoundTripError(Exception):
@@ -140,7 +140,7 @@ class RoundTripError(Exception):
 # (ALTER TABLE: "cached plan must not change result type", "attribute N has
 # wrong type") and every later execution in the session would fail the same
 # way. The stale statement is left in the session: one per schema change.
-_REPREPARE = (
+REPREPARE = (
     psycopg.errors.InvalidSqlStatementName,
     psycopg.errors.FeatureNotSupported,
     psycopg.errors.DatatypeMismatch,
@@ -231,26 +231,26 @@ class PreparedRoundTrip:
         opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
         replies = yield from self._round_trip(conn, state, fresh, encoded, opening, commit)
         began, prepared, statement, committed = replies
-        if fresh and _status(prepared) == _COMMAND_OK:
+        if fresh and result_status(prepared) == COMMAND_OK:
             self.remember(conn, state)
         result = statement[-1] if statement else None
-        if result is None or result.status != _TUPLES_OK:
-            if begin and _status(began) != _COMMAND_OK:
+        if result is None or result.status != TUPLES_OK:
+            if begin and result_status(began) != COMMAND_OK:
                 failed = began
-            elif fresh and _status(prepared) != _COMMAND_OK:
+            elif fresh and result_status(prepared) != COMMAND_OK:
                 failed = prepared
             else:
                 failed = statement
-            error = _error(failed, conn)
+            error = result_error(failed, conn)
             if begin and state.name and isinstance(error, psycopg.errors.InvalidSqlStatementName):
                 self._go_unnamed(conn)
                 return self.run(conn, params, commit, begin, unflushed)
-            if isinstance(error, _REPREPARE):
+            if isinstance(error, REPREPARE):
                 self.forget(conn)
             raise RoundTripError(error, [])
         rows = self.rows_of(state, result)
-        if commit is not None and _status(committed) != _COMMAND_OK:
-            raise RoundTripError(_error(committed, conn), rows)
+        if commit is not None and result_status(committed) != COMMAND_OK:
+            raise RoundTripError(result_error(committed, conn), rows)
         return rows
 
     def _round_trip(
@@ -274,17 +274,17 @@ class PreparedRoundTrip:
             if commit is not None:  # None: the transaction stays open
                 pgconn.send_query_params(commit, None)
             pgconn.pipeline_sync()
-            yield from _flush(pgconn)
+            yield from flush(pgconn)
             began = None  # the opening's first failure, or its last result
             for _sql in opening:
-                reply = yield from _next_results(pgconn)
-                began = reply if began is None or _status(began) == _COMMAND_OK else began
-            prepared = (yield from _next_results(pgconn)) if fresh else None
-            statement = yield from _next_results(pgconn)
-            committed = (yield from _next_results(pgconn)) if commit is not None else None
-            yield from _next_results(pgconn)  # the sync
+                reply = yield from next_results(pgconn)
+                began = reply if began is None or result_status(began) == COMMAND_OK else began
+            prepared = (yield from next_results(pgconn)) if fresh else None
+            statement = yield from next_results(pgconn)
+            committed = (yield from next_results(pgconn)) if commit is not None else None
+            yield from next_results(pgconn)  # the sync
         finally:
-            _leave_pipeline(conn)
+            leave_pipeline(conn)
         return began, prepared, statement, committed
 
     def encode(
@@ -392,11 +392,11 @@ def _encode(value: Any, encoding: str) -> bytes | None:
     raise TypeError(f"unsupported parameter type {type(value).__name__}")
 
 
-def _status(results: list[pq.abc.PGresult] | None) -> int | None:
+def result_status(results: list[pq.abc.PGresult] | None) -> int | None:
     return results[-1].status if results else None
 
 
-def _error(results: list[pq.abc.PGresult] | None, conn: psycopg.Connection) -> psycopg.Error:
+def result_error(results: list[pq.abc.PGresult] | None, conn: psycopg.Connection) -> psycopg.Error:
     """The psycopg exception class for the failed result (by SQLSTATE), with the server's message."""
     result = results[-1] if results else None
     if result is None:
@@ -421,14 +421,14 @@ def _wait(pgconn: pq.abc.PGconn, events: int) -> None:
     poller.poll()
 
 
-def _flush(pgconn: pq.abc.PGconn) -> Steps[None]:
+def flush(pgconn: pq.abc.PGconn) -> Steps[None]:
     """Send everything queued (the connection is non-blocking: flush may need several turns)."""
     while pgconn.flush():
         yield _READ_WRITE
         pgconn.consume_input()  # a full send buffer may wait on the server reading ours
 
 
-def _next_results(pgconn: pq.abc.PGconn) -> Steps[list[pq.abc.PGresult]]:
+def next_results(pgconn: pq.abc.PGconn) -> Steps[list[pq.abc.PGresult]]:
     """The results of the next statement in the pipeline (or the lone sync result), or, out
     of pipeline mode, of the statement sent."""
     results: list[pq.abc.PGresult] = []
@@ -444,7 +444,7 @@ def _next_results(pgconn: pq.abc.PGconn) -> Steps[list[pq.abc.PGresult]]:
             return results
 
 
-def _leave_pipeline(conn: psycopg.Connection) -> None:
+def leave_pipeline(conn: psycopg.Connection) -> None:
     """Back to normal mode; a connection whose results could not all be read is closed."""
     pgconn = conn.pgconn
     if pgconn.status == _BAD:
