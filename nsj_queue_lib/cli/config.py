@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from nsj_queue_lib.cli.errors import UsageError
-from nsj_queue_lib.db.driver import driver_module_name
+from nsj_queue_lib.db.driver import get_dialect
 from nsj_queue_lib.db.dsn import dsn_environment
 from nsj_queue_lib.exceptions import ConfigError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
@@ -111,7 +111,7 @@ def load(
             return Config(queue_table, dialect, None)
         driver = environment.get("DB_DRIVER") or environment.get("DATABASE_DRIVER") or ""
         try:
-            chosen = driver_module_name(driver.strip() or "POSTGRES")
+            chosen = get_dialect(driver.strip() or "POSTGRES").name
         except ValueError as exc:
             raise UsageError(f"DB_DRIVER: {exc}") from None
         return Config(queue_table, chosen, None)
@@ -122,4 +122,4 @@ def load(
     except ConfigError as exc:
         hint = "" if dsn is not None else " (or pass --dsn)"
         raise UsageError(f"{exc}{hint}") from None
-    return Config(queue_table, driver_module_name(settings.db_driver), settings)
+    return Config(queue_table, get_dialect(settings.db_driver).name, settings)

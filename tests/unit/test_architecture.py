@@ -301,12 +301,6 @@ def test_find_cycle_finds_one():
 # Modules outside db/ that still hold dialect knowledge other branches are removing right now
 # (issue 38): TEMPORARY, emptied when those branches merge. Nothing may be added here.
 PENDING_ELSEWHERE: set[str] = set()
-# Modules outside db/ that ask driver_module_name for a dialect's name, and why: the name
-# only goes back into db/ (db_gen's render, get_dialect); nothing compares it.
-NAMES_ITS_DIALECT = {
-    # nsjq's configuration: the dialect whose DDL `nsjq schema` prints or applies.
-    "cli/config.py",
-}
 # Modules outside db/ that load modules by a name known only at run time, and why none of
 # those names is one of db/'s modules.
 LOADS_BY_NAME = {
@@ -427,19 +421,13 @@ def test_no_module_outside_db_knows_a_dialect(module):
     if path in PENDING_ELSEWHERE:
         pytest.skip("pending in another branch (PENDING_ELSEWHERE)")
     source = MODULES[module].read_text("utf-8")
-    found = dialect_knowledge(source, path, loads_allowed=path in LOADS_BY_NAME)
-    if path in NAMES_ITS_DIALECT:
-        found = [
-            why for why in found if not why.endswith("asks driver_module_name which dialect it is")
-        ]
-    assert found == []
+    assert dialect_knowledge(source, path, loads_allowed=path in LOADS_BY_NAME) == []
 
 
 def test_the_allowlists_name_existing_modules():
     outside = {relative(m) for m in OUTSIDE_DB}
     assert PENDING_ELSEWHERE <= outside
     assert LOADS_BY_NAME <= outside
-    assert NAMES_ITS_DIALECT <= outside
 
 
 def test_the_lazy_names_load_nothing_from_db():
