@@ -84,7 +84,7 @@ def test_metrics_keep_group_commit_on_and_observe_its_claims(backend):
         backend.function_worker(lambda *args: "ok", queue_metrics_port=free_port(), **GROUP)
     )
     backend.wait_statuses({"sucesso": 4}, 20, "the group")
-    assert worker.worker._runtime.executor.group is not None, "QUEUE_BATCH_SIZE was ignored"
+    assert worker.worker._runtime.executor.group_commit, "QUEUE_BATCH_SIZE was ignored"
     registry = worker.worker._runtime.endpoints.observer.registry
     labels = {"queue": backend.name, "processo": "processar"}
     # Counted as the group's commit returns, just after another session can see it.

@@ -36,7 +36,7 @@ def _signal_ready(group: WorkerGroup, ready_file: str) -> None:
 def _crash_when(runtime: WorkerRuntime, trigger: Path) -> None:
     """Make ``runtime``'s supervisor raise once ``trigger`` exists (a crashed runtime)."""
 
-    def supervise(threads: list) -> int:
+    def supervise(threads: list, executor: object) -> int:
         while not trigger.exists():
             if runtime.stop_event.wait(0.05):
                 return 0
