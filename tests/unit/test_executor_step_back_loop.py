@@ -35,14 +35,14 @@ class Groups:
         return self.claimed
 
 
-def slot_with(groups: Groups) -> tuple[ThreadSlots, threading.Event]:
-    stop = threading.Event()
-    tokens = WakeTokens(1, stop)
-    running = RunningTasks()
+def group_drain_without_a_database(
+    running: RunningTasks, tokens: WakeTokens, stop: threading.Event, max_ms: float = MAX_MS
+) -> GroupDrain:
+    """A group drain whose database parts are missing: its loop and its state only."""
     attempts = types.SimpleNamespace(
         connections=None, running=running, store=None, liveness=None, queue_name="q"
     )
-    drain = GroupDrain(
+    return GroupDrain(
         attempts,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
@@ -50,8 +50,15 @@ def slot_with(groups: Groups) -> tuple[ThreadSlots, threading.Event]:
         tokens,
         stop,
         size=20,
-        max_ms=MAX_MS,
+        max_ms=max_ms,
     )
+
+
+def slot_with(groups: Groups) -> tuple[ThreadSlots, threading.Event]:
+    stop = threading.Event()
+    tokens = WakeTokens(1, stop)
+    running = RunningTasks()
+    drain = group_drain_without_a_database(running, tokens, stop)
     drain.drain_groups = groups.drain_groups  # type: ignore[method-assign]
     drain.steps.claimed_since = groups.claimed_since  # type: ignore[method-assign]
     return ThreadSlots("q", 1, drain, tokens, running, stop), stop

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import types
 
 import pytest
 
@@ -14,7 +13,6 @@ from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.runtime.commit_group import CommitGroup
-from nsj_queue_lib.runtime.drain_group import GroupDrain
 from nsj_queue_lib.runtime.group_isolation import Isolation
 from nsj_queue_lib.runtime.group_pace import Pace
 from nsj_queue_lib.runtime.plan import DrainPlan, plan_drain
@@ -22,6 +20,7 @@ from nsj_queue_lib.runtime.running import RunningTasks
 from nsj_queue_lib.runtime.tokens import WakeTokens
 from nsj_queue_lib.runtime.worker_parts import WorkerParts
 from nsj_queue_lib.settings import DEFAULT_BATCH_SIZE, Settings
+from tests.unit.test_executor_step_back_loop import group_drain_without_a_database
 
 ENV = dict(DB_HOST="h", DB_BASE="b", DB_USER="u", QUEUE_NAME="q", QUEUE_TABLE="public.q")
 
@@ -168,19 +167,7 @@ def test_pace_expects_a_processo_to_take_what_its_recent_handlers_took():
 def test_a_stopping_worker_waits_for_an_open_group_not_for_one_given_up():
     stop = threading.Event()
     running = RunningTasks()
-    attempts = types.SimpleNamespace(
-        connections=None, running=running, store=None, liveness=None, queue_name="q"
-    )
-    drain = GroupDrain(
-        attempts,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        WakeTokens(1, stop),
-        stop,
-        size=DEFAULT_BATCH_SIZE,
-        max_ms=20.0,
-    )
+    drain = group_drain_without_a_database(running, WakeTokens(1, stop), stop)
     assert running.wait_idle(0.01, drain.open)
     group = CommitGroup([claim(1)])  # its handler returned, its commit still to come
     drain._groups[1] = group
