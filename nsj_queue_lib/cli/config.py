@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from nsj_queue_lib.cli.errors import UsageError
-from nsj_queue_lib.db.driver import get_dialect
+from nsj_queue_lib.db.driver import driver_capabilities, get_dialect
 from nsj_queue_lib.db.dsn import dsn_environment
 from nsj_queue_lib.exceptions import ConfigError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
@@ -111,6 +111,7 @@ def load(
             return Config(queue_table, dialect, None)
         driver = environment.get("DB_DRIVER") or environment.get("DATABASE_DRIVER") or ""
         try:
+            driver_capabilities(driver.strip() or "POSTGRES")  # a DB_DRIVER value, or why not
             chosen = get_dialect(driver.strip() or "POSTGRES").name
         except ValueError as exc:
             raise UsageError(f"DB_DRIVER: {exc}") from None

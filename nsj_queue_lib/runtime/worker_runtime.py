@@ -1,10 +1,12 @@
 """THE place that lists and supervises a worker's threads around one stop event.
 
 Threads: the dispatcher (knows when there is work: LISTEN, polling or the
-socket server, and wakes the executors), the executor threads of the
-``TaskExecutor`` (each claims and runs its own tasks), and the retry, renotify
-and purge services. None starts before the queue is bound: its table and
-claim routine checked, once, on the first connection that succeeds.
+socket server, and wakes the executor), the executor's slots (threads, or one
+event loop, each claiming and running its own tasks: ``executor.py``), the
+lifecycle thread, and the retry, renotify and purge services. None starts
+before the queue is bound: its table and claim routine checked, once, on the
+first connection that succeeds; only then are the executor, the lifecycle
+thread and the services built (``worker_parts.py``), from what the bind found.
 Stopping (signal, HALT, ``stop()``): no new claims; in-flight tasks get
 QUEUE_GRACE_PERIOD seconds; any still running are released for a new attempt;
 exit code 0. A thread that dies of an unexpected error stops the worker with
