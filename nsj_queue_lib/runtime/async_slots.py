@@ -175,9 +175,6 @@ class AsyncSlots:
         ``await``; for a sync one, the coroutine waiting for its thread), freeing its slot."""
         self._soon(self._cancel_handler, item.task.id)
 
-    def open(self) -> bool:
-        return False  # one commit per task: nothing outlives a task
-
     # -- the loop (all below runs on the loop's thread) --
 
     def _loop_main(self) -> None:
