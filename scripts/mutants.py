@@ -494,9 +494,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "            while self._running or groups_open():\n",
         (
             "tests/contract/test_stop_waits_for_claims.py::"
-            "test_stop_waits_for_a_claimed_task_whose_handler_has_not_started[group-postgres]",
+            "test_stop_waits_for_a_claimed_task_whose_handler_has_not_started"
+            "[one commit per task-postgres]",
         ),
         ("postgres",),
+        # (A commit group holding the claim is waited for as an open group.)
         "a stopping worker exits with claimed tasks left to the retry service",
     ),
     Mutant(
