@@ -140,7 +140,9 @@ def test_upgrade_while_1_2_2_runs_then_a_mixed_fleet_runs_each_task_once(
     legacy = fleet.legacy("legacy")
     wait_for(lambda: _listening(pg_autocommit, queue), 20, "the 1.2.2 worker to listen")
     # Before the upgrade the table is 1.2.2's: 1.2.2's client enqueues.
-    t1 = dict(origem="o", destino="d", processo="p", chave_externa="t1", payload='{"sleep": 19}')
+    # t1 outlasts t2-t4's start by a whole 1.2.2 retry period, under load too: that check must
+    # see all four running, and the kill below must find t1 still running.
+    t1 = dict(origem="o", destino="d", processo="p", chave_externa="t1", payload='{"sleep": 30}')
     legacy_client(legacy_python, tmp_path, pg_dsn, queue, [t1])
     [(first,)] = pg_autocommit.execute(f"SELECT id FROM {queue.table}").fetchall()
     assert first > 3
@@ -170,7 +172,7 @@ def test_upgrade_while_1_2_2_runs_then_a_mixed_fleet_runs_each_task_once(
     # kill -9 of the 1.2.2 worker mid-task, after the task outlived both rescue periods.
     legacy.kill9()
     tasks = [first, *rest]
-    wait_for(lambda: _settled(pg_autocommit, queue, tasks), 40, "every task to succeed")
+    wait_for(lambda: _settled(pg_autocommit, queue, tasks), 50, "every task to succeed")
 
     chains = _chains(pg_autocommit, queue, tasks)
     assert chains[first] == [(1, "falha_processando", 0), (2, "sucesso", 1)], chains
