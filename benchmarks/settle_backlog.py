@@ -14,7 +14,7 @@ import psycopg
 from bench_mysql import task_rows
 
 from nsj_queue_lib import QueueClient
-from nsj_queue_lib.db.postgres.group_wire import settle_sql
+from nsj_queue_lib.db.postgres.session import settle_sql
 from nsj_queue_lib.db_gen import render
 
 DSN = os.environ.get("BENCH_PG_DSN", "host=127.0.0.1 user=postgres dbname=test")

@@ -82,6 +82,9 @@ TEXT_LIMITS = {
     "lock_key": 200,
 }
 MENSAGEM_LIMIT = 500
+# The mensagem of an attempt cancelled while it ran, and of one cancelled before it ran.
+CANCELLED_WHILE_RUNNING = "cancelled while running (QueueClient.cancel_task)"
+CANCELLED_BEFORE_IT_RAN = "cancelled before it ran (QueueClient.cancel_task)"
 DEFAULT_PRIORITY = 50
 
 

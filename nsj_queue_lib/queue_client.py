@@ -233,7 +233,7 @@ class QueueClient:
 
 
 CANCEL_ATTEMPTS = 5
-CANCELLED_MESSAGE = "cancelled before it ran (QueueClient.cancel_task)"
+CANCELLED_MESSAGE = model.CANCELLED_BEFORE_IT_RAN
 
 
 def _task_id(value: Any) -> int:

@@ -102,7 +102,8 @@ FAILURES = "nsj_queue_lib/runtime/failures.py"
 RELEASE = "nsj_queue_lib/runtime/release.py"
 DRAIN_GROUP = "nsj_queue_lib/runtime/drain_group.py"
 WORKER_RUNTIME = "nsj_queue_lib/runtime/worker_runtime.py"
-PG_GROUP = "nsj_queue_lib/db/postgres/group.py"
+PG_SESSION = "nsj_queue_lib/db/postgres/session.py"
+TASK_SESSION = "nsj_queue_lib/db/task_session.py"
 
 GUARDS_PG = "tests/integration/test_guards_pg.py"
 GUARDS_MY = "tests/integration/test_guards_mysql.py"
@@ -468,16 +469,16 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- rollback of a failed handler -------------------------------------------------------
     Mutant(
         "failed-handler-rolls-back",
-        FAILURES,
-        "            self.store.rollback_and_begin(conn)\n",
-        "            self.store.begin(conn)\n",
+        TASK_SESSION,
+        "        self.store.rollback_and_begin(conn)\n        self.record_failure(conn, task, record)\n",
+        "        self.store.begin(conn)\n        self.record_failure(conn, task, record)\n",
         _contract("test_a_failure_rolls_back_and_schedules_the_next_attempt", "postgres", "mysql"),
         ("postgres", "mysql"),
         "a failed handler's writes commit with its failure",
     ),
     Mutant(
         "pg-group-failed-handler-rolls-back",
-        PG_GROUP,
+        PG_SESSION,
         '        self._exec(conn, _ROLLBACK_TO, "rollback to savepoint")\n',
         "        pass\n",
         (
@@ -550,7 +551,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "mysql-group-end-one-message",
-        "nsj_queue_lib/db/mysql/group.py",
+        "nsj_queue_lib/db/mysql/successes.py",
         "    if len(distinct) == 1:\n",
         "    if True:\n",
         (
@@ -766,7 +767,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "handler-ending-the-transaction-is-told",
         ATTEMPT,
-        "        if not self.store.in_transaction(conn):\n",
+        "        if not self.session.handler_transaction_open(conn):\n",
         "        if False:\n",
         (f"{OPERATE}::test_a_handler_that_ends_the_tasks_transaction_is_told_so",),
         ("postgres", "mysql"),
@@ -784,7 +785,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "a-task-whose-transaction-is-gone-runs-anyway",
         ATTEMPT,
-        "        return not self.store.in_transaction(conn)\n",
+        "        return not self.session.handler_transaction_open(conn)\n",
         "        return False\n",
         (
             f"{EXACTLY_ONCE}::test_a_task_whose_transaction_ended_before_its_handler_is_given_back_not_run",
@@ -912,8 +913,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- issue 17: a task's life cycle ----------------------------------------------------
     Mutant(
         "cancel-request-survives-the-rescue",
-        FAILURES,
-        "    if store.cancel_if_requested(conn, task.id, CANCELLED_WHILE_RUNNING):\n",
+        TASK_SESSION,
+        "    if store.cancel_if_requested(conn, task_id, model.CANCELLED_WHILE_RUNNING):\n",
         "    if False:\n",
         (
             f"{LIFECYCLE}::test_a_cancel_request_survives_a_kill_9_and_the_rescue[postgres]",

@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nsj_queue_lib.db.dialect import Dialect, notify_channel
+from nsj_queue_lib.db.task_session import Locks, TaskSession
 from nsj_queue_lib.exceptions import DatabaseError
 
 if TYPE_CHECKING:
@@ -293,11 +294,14 @@ class Driver(abc.ABC):
         """The inspection store of the configured queue (QUEUE_TABLE)."""
         return self.new_inspection_store(self.settings.queue_table)
 
+    # The dialect's task session (db/task_session.py); its ``groups``: whether it commits
+    # in groups (savepoints).
+    task_session_class: ClassVar[type[TaskSession]] = TaskSession
+
     @classmethod
-    def group_ops(cls, store: Any) -> Any:
-        """The dialect's group commit statements for ``store`` (a ``db.group_ops.GroupOps``);
-        None where group commit is not available."""
-        return None
+    def session(cls, store: Any, locks: Locks) -> TaskSession:
+        """A worker's task session over ``store``, its liveness locks where ``locks`` says."""
+        return cls.task_session_class(store, locks)
 
     @classmethod
     def read_dsn(cls, dsn: str) -> dict[str, str] | None:

@@ -16,8 +16,8 @@ from typing import Any
 
 from nsj_queue_lib.context import TaskContext
 from nsj_queue_lib.db.driver import ConnectionPool, Driver
-from nsj_queue_lib.db.group_ops import GroupOps
 from nsj_queue_lib.db.queue_store import WorkerStore
+from nsj_queue_lib.db.task_session import TaskSession
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.async_slots import AsyncSlots
@@ -70,16 +70,17 @@ class ExecutorInputs:
 def build_executor(
     plan: DrainPlan,
     inputs: ExecutorInputs,
+    session: TaskSession,
     liveness: Liveness,
     *,
-    group_ops: GroupOps | None = None,
     limited: LimitedLiveness | None = None,
     measured: Observer | None = None,
 ) -> TaskExecutor:
-    """The executor ``plan`` says, over ``liveness``. ``limited``: the limited claim a
+    """The executor ``plan`` says, over ``session`` (its liveness locks where ``liveness``
+    says: the async slots await its claims). ``limited``: the limited claim a
     commit group tries first; ``measured``: where a group reports its claims (metrics)."""
     s = inputs.settings
-    attempts, failures = _attempt_parts(inputs, liveness)
+    attempts, failures = _attempt_parts(inputs, session, liveness)
     slots: Slots
     drain: Drain
     if plan.asynchronous:
@@ -98,12 +99,11 @@ def build_executor(
     else:
         tokens = WakeTokens(s.queue_concurrency, inputs.stop)
         if plan.group_commit:
-            assert group_ops is not None
+            assert session.groups
             drain = GroupDrain(
                 attempts,
                 failures,
-                group_ops,
-                GroupClaims(group_ops, limited, measured),
+                GroupClaims(session, limited, measured),
                 tokens,
                 inputs.stop,
                 size=s.batch_size,
@@ -125,14 +125,16 @@ def build_executor(
     )
 
 
-def _attempt_parts(inputs: ExecutorInputs, liveness: Liveness) -> tuple[Attempts, Failures]:
+def _attempt_parts(
+    inputs: ExecutorInputs, session: TaskSession, liveness: Liveness
+) -> tuple[Attempts, Failures]:
     """The protocol of one attempt and of its failure, over one registry of running tasks."""
     s = inputs.settings
     running = RunningTasks()
     connections = Connections(s.queue_name, inputs.pool)
     attempts = Attempts(
         s.queue_name,
-        inputs.store,
+        session,
         liveness,
         running,
         connections,
@@ -143,10 +145,9 @@ def _attempt_parts(inputs: ExecutorInputs, liveness: Liveness) -> tuple[Attempts
     )
     failures = Failures(
         s.queue_name,
-        inputs.store,
+        session,
         connections,
         inputs.policies,
-        liveness,
         running,
         inputs.observer,
         inputs.driver.is_connection_lost,

@@ -288,7 +288,7 @@ class AsyncSlots:
                     return conn, await self._complete(conn, task, outcome)
                 except AttemptFenced as exc:  # rolled back: its new attempt runs elsewhere
                     attempts.fenced(task, exc)
-                    await self._call(attempts.liveness.after_settled, task, conn)
+                    await self._call(attempts.session.after_settled, task, conn)
                     return conn, await self._claim(conn)
                 except DatabaseError as exc:
                     outcome = exc.__cause__ or exc  # the commit failed: the attempt failed
@@ -368,7 +368,7 @@ class AsyncSlots:
         if self._awaitable:
             claimed: Claim | None = await liveness.claim_async(conn, self.claim_next())
             return claimed
-        return await self._call(liveness.claim, conn, self.claim_next())
+        return await self._call(self.attempts.session.claim, conn, self.claim_next())
 
     async def _complete(self, conn: Any, task: TaskRecord, mensagem: str) -> Claim | None:
         """'sucesso', committed with the handler's writes; the next claim."""
@@ -379,7 +379,7 @@ class AsyncSlots:
             )
         else:
             next_claim = await self._call(
-                liveness.complete_and_claim, conn, task, mensagem, self.claim_next()
+                self.attempts.session.complete_and_claim, conn, task, mensagem, self.claim_next()
             )
         self.attempts.succeeded(task)
         return next_claim

@@ -11,9 +11,10 @@ claimed task the same way:
    fails its attempt), the handler's error, a ``TaskTimeout`` once its
    timeout expired, or None when the timeout gave the task up meanwhile
    (settled elsewhere: the drain only drops its connection);
-3. the drain writes the outcome: a success with the commit
-   (``Liveness.complete_and_claim`` or the group's commit), a failure through
-   ``failures.py``.
+3. the drain writes the outcome through the task session
+   (``db/task_session.py``): a success with its commit
+   (``complete_and_claim``, or the group's ``settle_group``), a failure as
+   ``failures.py`` decides it.
 
 A task whose transaction is gone before its handler starts (on Galera a
 replicated write can abort it) is given back to the queue, never run: its
@@ -28,7 +29,7 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.context import TIMED_OUT, TaskContext, running
-from nsj_queue_lib.db.queue_store import WorkerStore
+from nsj_queue_lib.db.task_session import TaskSession
 from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -56,7 +57,7 @@ class Attempts:
     def __init__(
         self,
         queue_name: str,
-        store: WorkerStore,
+        session: TaskSession,
         liveness: Liveness,
         running: RunningTasks,
         connections: Connections,
@@ -67,7 +68,8 @@ class Attempts:
         after_handler: Callable[[TaskContext], None] = lambda context: None,
     ):
         self.queue_name = queue_name
-        self.store = store
+        self.session = session
+        # Where the liveness locks live: the async slots await its claims (PostgreSQL).
         self.liveness = liveness
         self.running = running
         self.connections = connections
@@ -114,7 +116,7 @@ class Attempts:
 
     def success_message(self, conn: Any, result: Any) -> str:
         """The ``mensagem`` of a handler's ``result``, once its transaction is still open."""
-        if not self.store.in_transaction(conn):
+        if not self.session.handler_transaction_open(conn):
             raise HandlerTransactionError(HANDLER_ENDED_TRANSACTION)
         return bounded(
             DEFAULT_SUCCESS_MESSAGE if result is None else str(result), model.MENSAGEM_LIMIT
@@ -177,7 +179,7 @@ class Attempts:
     # -- a task that cannot start --
 
     def transaction_gone(self, conn: Any) -> bool:
-        return not self.store.in_transaction(conn)
+        return not self.session.handler_transaction_open(conn)
 
     def give_back_unstarted(
         self, conn: Any, task: TaskRecord, claim_next: bool
@@ -191,12 +193,9 @@ class Attempts:
             task.id,
         )
         try:
-            self.store.begin(conn)
-            self.store.release(conn, task.id)
-            self.liveness.unlock_in_transaction(conn, task)
-            self.store.commit(conn)
-            self.liveness.after_settled(task, conn)
-            return conn, self.liveness.claim(conn, claim_next)
+            self.session.give_back_unstarted(conn, task)
+            self.session.after_settled(task, conn)
+            return conn, self.session.claim(conn, claim_next)
         except DatabaseError as exc:
             # Closed, the connection frees its database locks; a lock on the socket server
             # goes here. Either way the retry service rescues the task.
@@ -204,7 +203,7 @@ class Attempts:
                 "queue=%s task=%s: giving back failed (%s)", self.queue_name, task.id, exc
             )
             replacement = self.connections.discard(conn)
-            self.liveness.after_settled(task)
+            self.session.after_settled(task)
             return replacement, None
 
     def _log_retry(self, task: TaskRecord) -> None:

@@ -6,12 +6,12 @@ import collections
 import time
 from typing import Any
 
+from nsj_queue_lib.db.task_session import FailureRecord
 from nsj_queue_lib.model import Claim, TaskRecord
-from nsj_queue_lib.runtime.failures import Settlement
 
 # Everything a group has not committed: (tasks with their mensagem, None if unstarted;
-# failures with their settlement, to write again if their transaction was lost).
-Uncommitted = tuple[list[tuple[TaskRecord, "str | None"]], list[tuple[TaskRecord, Settlement]]]
+# failures with their record, to write again if their transaction was lost).
+Uncommitted = tuple[list[tuple[TaskRecord, "str | None"]], list[tuple[TaskRecord, FailureRecord]]]
 
 
 class CommitGroup:
@@ -26,10 +26,10 @@ class CommitGroup:
         # Successes since the group's last commit, with their mensagem.
         self.written: list[tuple[TaskRecord, str]] = []
         # Failures written there, with how to write them again if the transaction is lost.
-        self.failures: list[tuple[TaskRecord, Settlement]] = []
+        self.failures: list[tuple[TaskRecord, FailureRecord]] = []
         self.savepoint = False  # a savepoint is set for the next handler
         self.abandoned = False  # its running task was given up (timeouts.py)
-        self.tx: Any = None  # the dialect's token for the open transaction (GroupOps)
+        self.tx: Any = None  # the dialect's token for the open transaction (TaskSession)
 
     def take(self) -> Uncommitted:
         """Everything not committed, the group emptied."""

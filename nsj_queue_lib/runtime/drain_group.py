@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from nsj_queue_lib.db.group_ops import GroupLost, GroupOps
+from nsj_queue_lib.db.task_session import GroupLost
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim
@@ -55,7 +55,6 @@ class GroupDrain:
         self,
         attempts: Attempts,
         failures: Failures,
-        ops: GroupOps,
         claims: GroupClaims,
         tokens: WakeTokens,
         stop: threading.Event,
@@ -64,7 +63,7 @@ class GroupDrain:
         max_ms: float,
     ):
         self.attempts = attempts
-        self.ops = ops
+        self.session = attempts.session
         self.claims = claims
         self.tokens = tokens
         self.stop = stop
@@ -72,11 +71,10 @@ class GroupDrain:
         self.max_seconds = max_ms / 1000.0
         self.connections = attempts.connections
         self.running = attempts.running
-        self.store = attempts.store
         self.pace = Pace()  # recent handlers' durations
         self.isolation = Isolation()  # after a group's commit failed: claims of one
         self.steps = DrainSteps(self.max_seconds)
-        self.recovery = GroupRecovery(ops, attempts, failures, claims, self.isolation)
+        self.recovery = GroupRecovery(attempts, failures, claims, self.isolation)
         self._lock = threading.Lock()
         self._groups: dict[int, CommitGroup] = {}  # by slot thread id
         # Per slot thread: how many tasks its last claim asked for, and the claim count
@@ -174,10 +172,10 @@ class GroupDrain:
                 if conn is None:
                     return None, []
                 if not group.waiting or not self.claim_next():
-                    return self._commit(conn, group)
+                    return self._settle(conn, group)
                 # Open for QUEUE_BATCH_MAX_MS, or a retry next: what finished commits, the
                 # rest goes on.
-                conn = self._commit_finished(conn, group)
+                conn = self._settle_finished(conn, group)
                 if conn is None:
                     return None, []
         finally:
@@ -210,7 +208,7 @@ class GroupDrain:
             last = not group.waiting or task.tentativa > 1 or self._closing(group)
             if isinstance(outcome, str):
                 try:
-                    self.ops.succeeded(conn, task, outcome)
+                    self.session.succeeded(conn, task, outcome)
                 except GroupLost:
                     # A deadlock, not the handler's failure: the task runs again.
                     group.written.append((task, outcome))
@@ -225,7 +223,7 @@ class GroupDrain:
                     group.written.append((task, outcome))
                     if last:
                         break
-                    conn = self._savepoint(conn, group)
+                    conn = self._before_next_handler(conn, group)
                     continue
             # A failure commits at once (with the successes before it): its record, its
             # retry or dead letter show without waiting for the rest of the group.
@@ -242,10 +240,10 @@ class GroupDrain:
             open_for += self.pace.expected(group.waiting[0].task)
         return open_for >= self.max_seconds
 
-    def _savepoint(self, conn: Any, group: CommitGroup) -> Any:
+    def _before_next_handler(self, conn: Any, group: CommitGroup) -> Any:
         """Set the next handler's savepoint; the connection to go on with."""
         try:
-            self.ops.savepoint(conn, group)
+            self.session.before_next_handler(conn, group)
             group.savepoint = True
         except GroupLost:  # what the group wrote is gone or unknown (MySQL's first savepoint)
             if not self.recovery.lost(conn, group):
@@ -256,12 +254,11 @@ class GroupDrain:
 
     # -- its commit --
 
-    def _commit(self, conn: Any, group: CommitGroup) -> tuple[Any, list[Claim]]:
+    def _settle(self, conn: Any, group: CommitGroup) -> tuple[Any, list[Claim]]:
         """Unstarted tasks back (the group closed early), commit, claim the next group."""
         finished = [task for task, _ in group.written]
         try:
-            if not self.store.in_transaction(conn):
-                self.store.begin(conn)  # a replacement connection (the group's was broken)
+            self.session.resume_group(conn)  # a replacement connection (the group's broke)
             self.recovery.give_back_waiting(conn, group)
             limit = self._claim_limit()
             self.claims.ended_all(finished)  # before the look below, as a single commit does
@@ -271,9 +268,9 @@ class GroupDrain:
             if stepping_back:
                 limit = 0
             self._asked.limit = limit  # when limited, _claim_next_group below says
-            claims = self._commit_and_claim(conn, group, 0 if limited else limit, stepping_back)
+            claims = self._settle_and_claim(conn, group, 0 if limited else limit, stepping_back)
         except (DatabaseError, GroupLost) as exc:
-            conn = self.recovery.commit_failed(conn, group, exc)
+            conn = self.recovery.settle_failed(conn, group, exc)
             # Go on draining (what went back to the queue is ready now, and no wake-up
             # announces it), one task at a time if the group's tasks are suspects.
             return conn, [] if conn is None else self._claim_next_group(conn)
@@ -283,7 +280,7 @@ class GroupDrain:
             return conn, []
         return conn, self._claim_next_group(conn, limit) if limited else claims
 
-    def _commit_and_claim(
+    def _settle_and_claim(
         self, conn: Any, group: CommitGroup, limit: int, stepping_back: bool
     ) -> list[Claim]:
         """The group's commit, with the next group's claim of up to ``limit`` tasks."""
@@ -291,7 +288,7 @@ class GroupDrain:
             self.steps.claim_started()
         started = time.perf_counter()
         try:
-            claims = self.ops.commit(conn, group.written, limit, group=group)
+            claims = self.session.settle_group(conn, group, limit)
         except BaseException:
             if stepping_back:
                 self.steps.count_active(True)  # it goes on draining after all
@@ -299,17 +296,15 @@ class GroupDrain:
         self.claims.committed(started, claims)
         return claims
 
-    def _commit_finished(self, conn: Any, group: CommitGroup) -> Any:
+    def _settle_finished(self, conn: Any, group: CommitGroup) -> Any:
         """Commit the group's finished tasks; its claimed ones go on in a new transaction."""
         try:
             # Slow handlers: keep what the recent pace runs in QUEUE_BATCH_MAX_MS.
             self.recovery.give_back_waiting(conn, group, keep=self._claim_limit())
-            self.ops.commit(conn, group.written, 0, chain=True, group=group)
-            if not self.store.in_transaction(conn):
-                self.store.begin(conn)
+            self.session.settle_group(conn, group, 0, go_on=True)
         except (DatabaseError, GroupLost) as exc:
             # The group is emptied: _run_group commits nothing and claims again.
-            return self.recovery.commit_failed(conn, group, exc)
+            return self.recovery.settle_failed(conn, group, exc)
         self.recovery.committed(group.committed())
         self.tokens.wake_one_idle()  # tasks given back: an idle slot may take them
         return conn

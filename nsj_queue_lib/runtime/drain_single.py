@@ -6,9 +6,10 @@ A slot holds a pooled connection while it has work. On it:
    statement, before the claim commits;
 2. the handler runs in a transaction on that connection (``attempt.py``);
 3. success: 'sucesso' + unlock, the claim of the next task and the commit of
-   both in one round trip (``Liveness.complete_and_claim``); failure:
-   rollback, then 'falha' and the next attempt (or the dead letter) while the
-   liveness lock is still held, then unlock and commit (``failures.py``).
+   both in one round trip (the task session's ``complete_and_claim``);
+   failure: the handler's writes undone, then 'falha' and the next attempt (or
+   the dead letter) while the liveness lock is still held, then unlock, all
+   committed (``failures.py``, the session's ``fail``).
 A slot that claimed a task wakes another idle one, so a burst drains without
 further notifications. Whatever happens, a task ends settled or 'processando'
 without a liveness lock, which the retry service rescues: it is never lost.
@@ -60,7 +61,7 @@ class SingleDrain:
         queue = self.attempts.queue_name
         with self.running.draining():
             try:
-                claimed = self.attempts.liveness.claim(conn, self.claim_next())
+                claimed = self.attempts.session.claim(conn, self.claim_next())
                 while claimed is not None:
                     self.wake_one_idle()  # there may be more: let an idle slot look too
                     conn, claimed = self.run(conn, claimed)
@@ -75,7 +76,7 @@ class SingleDrain:
 
     def run(self, conn: Any, claimed: Claim) -> tuple[Any, Claim | None]:
         """Run one claimed task; (the connection to go on with, the next claimed task)."""
-        attempts, liveness = self.attempts, self.attempts.liveness
+        attempts, session = self.attempts, self.attempts.session
         if attempts.transaction_gone(conn):
             return attempts.give_back_unstarted(conn, claimed.task, self.claim_next())
         item = attempts.start(conn, claimed)
@@ -86,13 +87,13 @@ class SingleDrain:
                 attempts.after_handler(item.context)
             if isinstance(outcome, str):
                 try:
-                    next_claim = liveness.complete_and_claim(conn, task, outcome, self.claim_next())
+                    next_claim = session.complete_and_claim(conn, task, outcome, self.claim_next())
                     attempts.succeeded(task)
                     return conn, next_claim
                 except AttemptFenced as exc:
                     attempts.fenced(task, exc)
-                    liveness.after_settled(task, conn)
-                    return conn, liveness.claim(conn, self.claim_next())
+                    session.after_settled(task, conn)
+                    return conn, session.claim(conn, self.claim_next())
                 except DatabaseError as exc:
                     # The commit itself failed (a deferred constraint, a lost connection):
                     # nothing was committed, so the attempt failed.
@@ -106,7 +107,7 @@ class SingleDrain:
             conn = self.connections.discard(conn)
             if conn is None:
                 return None, None
-        return conn, liveness.claim(conn, self.claim_next())
+        return conn, session.claim(conn, self.claim_next())
 
     # Nothing of a single drain outlives its task: no group to wait for or give back.
     def open(self) -> bool:

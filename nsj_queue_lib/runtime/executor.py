@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from nsj_queue_lib.db.task_session import Locks, TaskSession
 from nsj_queue_lib.runtime.failures import Failures
-from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.runtime.release import SessionTerminator, release_running
 from nsj_queue_lib.runtime.running import RunningTask, RunningTasks
 
@@ -73,8 +73,13 @@ class TaskExecutor:
         self.group_commit = group_commit  # the drain commits in groups
 
     @property
-    def liveness(self) -> Liveness:
-        return self.failures.liveness
+    def session(self) -> TaskSession:
+        return self.failures.session
+
+    @property
+    def liveness(self) -> Locks:
+        """Where the liveness locks live (the session's)."""
+        return self.failures.session.locks
 
     def start(self) -> None:
         self.slots.start()

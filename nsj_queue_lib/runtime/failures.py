@@ -2,10 +2,11 @@
 
 Every drain settles a failure here: ``account`` decides it once (the retry
 policy, or a release when the worker's own connection was lost, or a cancel)
-into a ``Settlement``; ``record`` writes it in the caller's transaction
-(conditional on the row still being 'processando', so two workers never both
-settle one attempt); ``fail`` does both on the task's connection, or on a
-fresh one when that connection is gone.
+into a ``FailureRecord``, which the task session writes
+(``db/task_session.py``; conditional on the row still being 'processando', so
+two workers never both settle one attempt): ``fail`` on the task's
+connection, or on a fresh one when that connection is gone; a commit group
+writes it in its own transaction (``group_recovery.py``).
 
 A server shutdown, a failover or a network loss is nobody's fault in the
 task: such an attempt is settled like a shutdown release ('falha_processando',
@@ -23,6 +24,15 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.queue_store import WorkerStore
+from nsj_queue_lib.db.task_session import (
+    BURY,
+    CANCELLED,
+    FINAL,
+    RETRY,
+    FailureRecord,
+    TaskSession,
+    write_failure,
+)
 from nsj_queue_lib.exceptions import TaskCancelled
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
@@ -30,14 +40,13 @@ from nsj_queue_lib.observability import observer as outcomes
 from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, failure_message
 from nsj_queue_lib.runtime.connections import Connections
-from nsj_queue_lib.runtime.liveness import Liveness
 from nsj_queue_lib.runtime.running import RunningTasks
 
 logger = get_logger("executor")
 
 # (the task's connection, the error) -> whether the connection itself was lost.
 ConnectionLost = Callable[[Any, BaseException], bool]
-CANCELLED_WHILE_RUNNING = "cancelled while running (QueueClient.cancel_task)"
+CANCELLED_WHILE_RUNNING = model.CANCELLED_WHILE_RUNNING
 
 
 class TaskTimeout(Exception):
@@ -69,6 +78,35 @@ def settlement(
     return Settlement(model.FALHA_PROCESSANDO, f"{why}; released for a new attempt", released)
 
 
+def failure_record(
+    policies: RetryPolicies,
+    task: TaskRecord,
+    error: BaseException | str,
+    status: str = model.FALHA,
+    delay_seconds: float | None = None,
+    decision: Decision | None = None,
+) -> FailureRecord:
+    """How a failed attempt is written (``db/task_session.py`` writes it).
+
+    ``TaskCancelled`` (the handler stopped on a cancel request, or raised it on its own)
+    ends 'cancelada'; a ``TaskTimeout`` is a failure whose mensagem is its text; anything
+    else as the retry policy decides (``decision``: the one already logged)."""
+    if isinstance(error, TaskCancelled):
+        return FailureRecord(CANCELLED, status, model.CANCELLED_WHILE_RUNNING)
+    if isinstance(error, TaskTimeout):
+        error = str(error)
+    if decision is None:
+        decision = policies.decide(task, error)
+    max_retry = policies.for_processo(task.row.get("processo")).max_retry
+    mensagem = failure_message(error, decision, max_retry, model.MENSAGEM_LIMIT)
+    if decision.outcome is Outcome.RETRY:
+        delay = decision.delay_seconds if delay_seconds is None else delay_seconds
+        return FailureRecord(RETRY, status, mensagem, delay_seconds=delay)
+    if decision.outcome is Outcome.BURY:
+        return FailureRecord(BURY, status, mensagem, payload=task.payload)
+    return FailureRecord(FINAL, status, mensagem)
+
+
 def settle_failure(
     store: WorkerStore,
     conn: Any,
@@ -77,51 +115,12 @@ def settle_failure(
     error: BaseException | str,
     status: str = model.FALHA,
     delay_seconds: float | None = None,
-    decision: Decision | None = None,
 ) -> int | None:
-    """``record_failure``, unless the attempt's cancel was requested: then it ends 'cancelada'
-    (whether its handler stopped, failed or died after the request, it never runs again).
-
-    ``TaskCancelled`` (the handler stopped on a cancel request, or raised it on its own)
-    ends 'cancelada' too; a ``TaskTimeout`` is a failure whose mensagem is its text.
-    """
-    if isinstance(error, TaskCancelled):
-        store.cancel_running(conn, task.id, CANCELLED_WHILE_RUNNING)
-        return None
-    if store.cancel_if_requested(conn, task.id, CANCELLED_WHILE_RUNNING):
-        return None
-    if isinstance(error, TaskTimeout):
-        error = str(error)
-    return record_failure(store, conn, policies, task, error, status, delay_seconds, decision)
-
-
-def record_failure(
-    store: WorkerStore,
-    conn: Any,
-    policies: RetryPolicies,
-    task: TaskRecord,
-    error: BaseException | str,
-    status: str = model.FALHA,
-    delay_seconds: float | None = None,
-    decision: Decision | None = None,
-) -> int | None:
-    """Settle a failed 'processando' attempt inside the current transaction.
-
-    Returns the id of the row enqueued after it (next attempt or dead letter),
-    or None. Conditional on the row still being 'processando', so two workers
-    can never both settle one attempt. ``decision``: the one already logged.
-    """
-    if decision is None:
-        decision = policies.decide(task, error)
-    max_retry = policies.for_processo(task.row.get("processo")).max_retry
-    mensagem = failure_message(error, decision, max_retry, model.MENSAGEM_LIMIT)
-    if decision.outcome is Outcome.RETRY:
-        delay = decision.delay_seconds if delay_seconds is None else delay_seconds
-        return store.fail_and_retry(conn, task.id, status, mensagem, delay)
-    if decision.outcome is Outcome.BURY:
-        return store.fail_and_bury(conn, task.id, status, mensagem, task.payload)
-    store.fail_final(conn, task.id, status, mensagem)
-    return None
+    """Write a failed 'processando' attempt in ``conn``'s open transaction (``failure_record``
+    says how; an attempt whose cancel was requested ends 'cancelada'). The id of the row
+    enqueued after it (next attempt or dead letter), or None."""
+    record = failure_record(policies, task, error, status, delay_seconds)
+    return write_failure(store, conn, task.id, record)
 
 
 class Failures:
@@ -130,29 +129,27 @@ class Failures:
     def __init__(
         self,
         queue_name: str,
-        store: WorkerStore,
+        session: TaskSession,
         connections: Connections,
         policies: RetryPolicies,
-        liveness: Liveness,
         running: RunningTasks,
         observer: Observer,
         connection_lost: ConnectionLost | None,
     ):
         self.queue_name = queue_name
-        self.store = store
+        self.session = session
         self.connections = connections
         self.policies = policies
-        self.liveness = liveness
         self.running = running
         self.observer = observer
         self.connection_lost = connection_lost
 
-    def account(self, task: TaskRecord, conn: Any, error: BaseException) -> Settlement:
-        """Log and count a failed attempt; how to record it."""
+    def account(self, task: TaskRecord, conn: Any, error: BaseException) -> FailureRecord:
+        """Log and count a failed attempt; how to write it."""
         if isinstance(error, TaskCancelled):
             logger.info("queue=%s task=%s: cancelled (%s)", self.queue_name, task.id, error)
             self.observer.task_finished(task, outcomes.CANCELADA)
-            return Settlement(model.FALHA, error, None)
+            return failure_record(self.policies, task, error)
         # A lost connection is a release for a new attempt, not the handler's failure.
         settled = settlement(conn, error, self.policies.decide(task, error), self.connection_lost)
         decision = settled.decision
@@ -162,34 +159,21 @@ class Failures:
         self.observer.task_finished(
             task, outcomes.FALHA if decision.outcome is Outcome.RETRY else outcomes.DEAD
         )
-        return settled
-
-    def record(self, conn: Any, task: TaskRecord, settled: Settlement) -> None:
-        """Write ``settled`` in ``conn``'s transaction and free the task's liveness lock."""
-        settle_failure(
-            self.store,
-            conn,
-            self.policies,
-            task,
-            settled.error,
-            status=settled.status,
-            decision=settled.decision,
+        return failure_record(
+            self.policies, task, settled.error, status=settled.status, decision=decision
         )
-        self.liveness.unlock_in_transaction(conn, task)
 
     def fail_and_release(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
         """``fail``, then the liveness' release; False when ``conn`` turned out broken."""
         healthy = self.fail(task, conn, error)
-        self.liveness.after_settled(task, conn if healthy else None)
+        self.session.after_settled(task, conn if healthy else None)
         return healthy
 
     def fail(self, task: TaskRecord, conn: Any, error: BaseException) -> bool:
-        """Record a failed attempt; False when ``conn`` turned out broken."""
-        settled = self.account(task, conn, error)
+        """Write a failed attempt; False when ``conn`` turned out broken."""
+        record = self.account(task, conn, error)
         try:
-            self.store.rollback_and_begin(conn)
-            self.record(conn, task, settled)
-            self.store.commit(conn)
+            self.session.fail(conn, task, record)
             return True
         except Exception as exc:  # noqa: BLE001 - the task's connection is gone
             logger.info(
@@ -202,17 +186,7 @@ class Failures:
         # with the retry service harmless.
         try:
             with self.connections.fresh() as fresh:
-                self.store.begin(fresh)
-                settle_failure(
-                    self.store,
-                    fresh,
-                    self.policies,
-                    task,
-                    settled.error,
-                    status=settled.status,
-                    decision=settled.decision,
-                )
-                self.store.commit(fresh)
+                self.session.fail_elsewhere(fresh, task, record)
         except Exception as exc:  # noqa: BLE001 - any error: the retry service rescues the task
             logger.warning(
                 "queue=%s task=%s: could not record the failure (%s); the retry service will "
@@ -222,6 +196,19 @@ class Failures:
                 exc,
             )
         return False
+
+    def fail_elsewhere(
+        self,
+        conn: Any,
+        task: TaskRecord,
+        error: BaseException | str,
+        status: str,
+        delay_seconds: float | None = None,
+    ) -> int | None:
+        """A running attempt ended from outside (its session was ended: a timeout given
+        up, a stopping worker's release), written on ``conn``; the row enqueued after it."""
+        record = failure_record(self.policies, task, error, status, delay_seconds)
+        return self.session.fail_elsewhere(conn, task, record)
 
     def log_failure(self, task: TaskRecord, error: BaseException, decision: Decision) -> None:
         """One line per failed attempt, with its traceback and what comes next."""

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from nsj_queue_lib.db.group_ops import GroupOps
+from nsj_queue_lib.db.task_session import TaskSession
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.runtime.limited import LimitedLiveness
@@ -28,8 +28,10 @@ class GroupClaims:
     """``limited``: the worker's limited claim (None without per-processo limits);
     ``observer``: where claims and commits are reported (None without metrics)."""
 
-    def __init__(self, ops: GroupOps, limited: LimitedLiveness | None, observer: Observer | None):
-        self.ops = ops
+    def __init__(
+        self, session: TaskSession, limited: LimitedLiveness | None, observer: Observer | None
+    ):
+        self.session = session
         self.limited = limited
         self.observer = observer
         self._last = threading.local()  # per executor thread: what its last claim was
@@ -60,7 +62,7 @@ class GroupClaims:
             if claimed is not None:
                 self._last.limited = True
                 return [claimed]
-        return self.ops.claim_batch(conn, limit)
+        return self.session.claim_group(conn, limit)
 
     def committed(self, started: float, claims: list[Claim]) -> None:
         """A group's commit (since ``perf_counter`` ``started``), with the claims it made."""

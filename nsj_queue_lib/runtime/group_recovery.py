@@ -5,7 +5,7 @@
 - The commit fails (a deferred constraint, a serialization failure, a lost
   connection): one finished task failed its attempt; several go back to
   'pendente' and run alone from now on, where the culprit fails by itself
-  (``commit_failed``).
+  (``settle_failed``).
 - The transaction ends under the group (a handler committed or rolled back
   ``bd_conn``, InnoDB rolled it back after a deadlock): the successes written
   since the last commit are looked at; those committed stay 'sucesso', the
@@ -21,15 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsj_queue_lib import model
-from nsj_queue_lib.db.group_ops import GroupOps
+from nsj_queue_lib.db.task_session import CANCELADA, RELEASED, FailureRecord
 from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.model import TaskRecord
-from nsj_queue_lib.queue_client import CANCELLED_MESSAGE
+from nsj_queue_lib.model import CANCELLED_BEFORE_IT_RAN as CANCELLED_MESSAGE
+from nsj_queue_lib.model import CANCELLED_WHILE_RUNNING, TaskRecord
 from nsj_queue_lib.runtime.attempt import Attempts
 from nsj_queue_lib.runtime.commit_group import CommitGroup
-from nsj_queue_lib.runtime.failures import CANCELLED_WHILE_RUNNING, Failures, Settlement
+from nsj_queue_lib.runtime.failures import Failures
 from nsj_queue_lib.runtime.group_claim import GroupClaims
 from nsj_queue_lib.runtime.group_isolation import Isolation
 
@@ -45,20 +44,17 @@ GROUP_LOST = "its commit group's transaction was rolled back before it committed
 class GroupRecovery:
     def __init__(
         self,
-        ops: GroupOps,
         attempts: Attempts,
         failures: Failures,
         claims: GroupClaims,
         isolation: Isolation,
     ):
-        self.ops = ops
         self.attempts = attempts
         self.failures = failures
         self.claims = claims
         self.isolation = isolation
-        self.store: Any = attempts.store  # a queue store: get_task is a client operation
+        self.session = attempts.session
         self.connections = attempts.connections
-        self.liveness = attempts.liveness
         self.queue_name = attempts.queue_name
 
     def committed(self, tasks: list[TaskRecord]) -> None:
@@ -72,22 +68,22 @@ class GroupRecovery:
         """Roll the failed handler back and write its failure in the group's transaction;
         the connection to go on with (None: none could be had)."""
         try:
-            if group.savepoint and self.store.in_transaction(conn):
-                self.ops.rollback_to_savepoint(conn)
+            if group.savepoint and self.session.handler_transaction_open(conn):
+                self.session.undo_handler(conn)
             else:
                 # (Also where the handler ended the transaction: its own failure says so.)
                 if (group.written or group.failures) and not self.lost(conn, group):
                     self.failures.fail(task, conn, error)
                     return self.drop(conn, group)
-                self.store.rollback_and_begin(conn)
+                self.session.undo_group(conn)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
             self.failures.fail(task, conn, error)  # records on a fresh connection
             return self.drop(conn, group)
         group.savepoint = False
-        settled = self.failures.account(task, conn, error)
+        record = self.failures.account(task, conn, error)
         try:
-            self.failures.record(conn, task, settled)
-            group.failures.append((task, settled))
+            self.session.record_failure(conn, task, record)
+            group.failures.append((task, record))
         except Exception as exc:  # noqa: BLE001 - recorded again below, on a fresh connection
             # A deadlock here (MySQL: two executors' groups) ends the whole transaction. The
             # failure goes with the group's other tasks to a fresh connection, once this one
@@ -99,14 +95,14 @@ class GroupRecovery:
                 task.id,
                 exc,
             )
-            group.failures.append((task, settled))
+            group.failures.append((task, record))
             conn = self.connections.discard(conn)
             self.after_broken(group)
         return conn
 
     # -- the commit failed --
 
-    def commit_failed(self, conn: Any, group: CommitGroup, exc: BaseException) -> Any:
+    def settle_failed(self, conn: Any, group: CommitGroup, exc: BaseException) -> Any:
         """Nothing of the group was committed, its next claim neither. One finished task:
         its attempt failed, as with one commit per task. Several: nothing tells whose work
         failed the commit, so none has failed its attempt; they go back to 'pendente' (the
@@ -145,7 +141,7 @@ class GroupRecovery:
         # connection that cannot go on (still in a transaction: aborted, or broken) is closed
         # first: its liveness locks go with it before the tasks are 'pendente' again, where
         # another worker's claim could meet them still held.
-        if conn is not None and self.store.in_transaction(conn):
+        if conn is not None and self.session.handler_transaction_open(conn):
             conn = self.connections.discard(conn, replace=False)
         given_back = self.after_broken(group)
         if given_back and conn is not None:
@@ -161,19 +157,12 @@ class GroupRecovery:
         False when that settling failed on every try: those tasks are still 'processando'
         with their liveness locks held by ``conn``, so the caller must not go on with it
         but end the group with ``drop``."""
-        try:
-            committed = self.ops.transaction_committed(conn, group)
-        except DatabaseError:
-            committed = None
+        committed = self.session.group_ended(conn, group)
         tasks, failures = group.take_settled()
-        try:
-            self.store.rollback(conn)  # the server may still hold an aborted transaction
-        except DatabaseError:
-            pass
         if not self.give_back(tasks, failures, conn, committed):
             return False
         try:
-            self.store.begin(conn)
+            self.session.resume_group(conn)
         except DatabaseError:
             pass  # the next statement on conn fails and is handled there
         return True
@@ -199,7 +188,7 @@ class GroupRecovery:
     def give_back(
         self,
         tasks: list[tuple[TaskRecord, str | None]],
-        failures: list[tuple[TaskRecord, Settlement]],
+        failures: list[tuple[TaskRecord, FailureRecord]],
         conn: Any,
         committed: bool | None,
     ) -> bool:
@@ -220,11 +209,6 @@ class GroupRecovery:
                     self.give_back_on(conn, tasks, failures, committed)
                 return True
             except Exception as exc:  # noqa: BLE001 - tried again, then left to the rescue
-                if conn is not None:
-                    try:
-                        self.store.rollback(conn)
-                    except Exception:  # noqa: BLE001 - a broken connection: the next try says
-                        pass
                 if attempt == GIVE_BACK_ATTEMPTS:
                     logger.warning(
                         "queue=%s: could not give back tasks %s (%s); the retry service will "
@@ -239,38 +223,14 @@ class GroupRecovery:
         self,
         conn: Any,
         tasks: list[tuple[TaskRecord, str | None]],
-        failures: list[tuple[TaskRecord, Settlement]],
+        failures: list[tuple[TaskRecord, FailureRecord]],
         committed: bool | None,
     ) -> None:
-        store = self.store
-        store.begin(conn)
-        done = []
-        try:
-            for task, settled in failures:
-                row = store.get_task(conn, task.id)
-                if row is not None and row.get("status") == model.PROCESSANDO:
-                    self.failures.record(conn, task, settled)
-            for task, mensagem in tasks:
-                if mensagem is not None and committed is not False:
-                    if committed is True and store.complete_if_running(conn, task.id, mensagem):
-                        done.append(task)
-                        self.liveness.unlock_in_transaction(conn, task)
-                        continue
-                    row = store.get_task(conn, task.id)
-                    if row is not None and row.get("status") == model.SUCESSO:
-                        done.append(task)
-                        continue
-                if self.release(conn, task, started=mensagem is not None):
-                    logger.info(
-                        "queue=%s task=%s: back to the queue (%s)",
-                        self.queue_name,
-                        task.id,
-                        GROUP_LOST,
-                    )
-            store.commit(conn)
-        except BaseException:
-            store.rollback(conn)
-            raise
+        done, given_back = self.session.settle_lost(conn, tasks, failures, committed)
+        for task in given_back:
+            logger.info(
+                "queue=%s task=%s: back to the queue (%s)", self.queue_name, task.id, GROUP_LOST
+            )
         self.committed(done)
 
     def give_back_waiting(self, conn: Any, group: CommitGroup, keep: int = 0) -> None:
@@ -287,10 +247,7 @@ class GroupRecovery:
         'cancelada' instead: cancel_task told its caller it would stop, and given back it
         could start anywhere."""
         mensagem = CANCELLED_WHILE_RUNNING if started else CANCELLED_MESSAGE
-        if self.store.cancel_if_requested(conn, task.id, mensagem):
+        outcome = self.session.give_back_claimed(conn, task, mensagem)
+        if outcome == CANCELADA:
             logger.info("queue=%s task=%s: cancelled", self.queue_name, task.id)
-            released = False
-        else:
-            released = bool(self.store.release(conn, task.id))
-        self.liveness.unlock_in_transaction(conn, task)
-        return released
+        return outcome == RELEASED

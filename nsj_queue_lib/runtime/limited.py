@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nsj_queue_lib.db.limits_store import LimitedClaim, LimitsStore
+from nsj_queue_lib.db.task_session import ClaimPhases
 from nsj_queue_lib.flow.limits import (
     EARLY_SECONDS,
     ProcessoLimits,
@@ -250,14 +251,14 @@ class LimitedLiveness:
         self,
         inner: Any,
         limiter: Limiter,
-        store: Any,
+        phases: ClaimPhases,
         after_claim: Callable[[Any, TaskRecord], bool] | None,
         unlock: Callable[[Any, TaskRecord], None],
         take_lock: bool = True,
     ):
         self.inner = inner
         self.limiter = limiter
-        self.store = store
+        self.phases = phases
         self._after_claim = after_claim
         self._unlock = unlock
         self._take_lock = take_lock
@@ -332,7 +333,7 @@ class LimitedLiveness:
                 commit=self._after_claim is None,
             )
         except BaseException:
-            _rollback_quietly(self.store, conn)
+            self.phases.drop(conn)
             raise
         task = result.task
         if task is None:
@@ -345,14 +346,14 @@ class LimitedLiveness:
             try:
                 go_on = self._after_claim(conn, task)
                 if go_on:
-                    self.store.commit_and_begin(conn)
+                    self.phases.keep(conn)
             except BaseException:
-                _rollback_quietly(self.store, conn)
+                self.phases.drop(conn)
                 if locked:
                     self._unlock(conn, task)
                 raise
             if not go_on:
-                _rollback_quietly(self.store, conn)
+                self.phases.drop(conn)
                 if self._take_lock and locked:
                     self._unlock(conn, task)
                 limiter.claimed(
@@ -362,10 +363,3 @@ class LimitedLiveness:
         limiter.limited.add(str(task.row.get("processo")))
         limiter.claimed(result, generation, opens_in, started)
         return Claim(task, locked)
-
-
-def _rollback_quietly(store: Any, conn: Any) -> None:
-    try:
-        store.rollback(conn)
-    except Exception as exc:  # noqa: BLE001 - a broken connection rolled back already
-        logger.debug("rollback after a failed limited claim: %s", exc)

@@ -24,12 +24,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nsj_queue_lib.client.channel import ServerConnectionError
+from nsj_queue_lib.db.task_session import Locks
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 
 if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
-    from nsj_queue_lib.db.queue_store import SessionLockStore, WorkerStore
+    from nsj_queue_lib.db.queue_store import SessionLockStore
+    from nsj_queue_lib.db.task_session import ClaimPhases
 
 T = TypeVar("T")
 
@@ -49,20 +51,9 @@ def service_lock_name(queue_oid: int, service: str) -> str:
     return f"nsjq:{queue_oid}:service:{service}"
 
 
-class Liveness(Protocol):
-    """How an executor claims, completes and settles, given where liveness locks live."""
-
-    def claim(self, conn: Any, claim_next: bool = True) -> Claim | None: ...
-
-    def complete_and_claim(
-        self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
-    ) -> Claim | None: ...
-
-    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None: ...
-
-    def after_settled(self, task: TaskRecord, conn: Any = None) -> None:
-        """The task's outcome committed (on ``conn``, when it is still usable)."""
-        ...
+# How an executor claims, completes and settles, given where liveness locks live: what the
+# task session is given (db/task_session.py).
+Liveness = Locks
 
 
 class LegacyKeys(Protocol):
@@ -149,13 +140,13 @@ class CompatLiveness:
 
 
 class ServerLiveness:
-    def __init__(self, store: WorkerStore, lock_client: LockClient, stop: threading.Event):
-        self.store = store
+    def __init__(self, phases: ClaimPhases, lock_client: LockClient, stop: threading.Event):
+        self.phases = phases
         self.locks = lock_client
         self._stop = stop
 
     def _name(self, task_id: int) -> str:
-        return task_lock_name(self.store.queue_number, task_id)
+        return task_lock_name(self.phases.queue_number, task_id)
 
     def _call(self, operation: Callable[[], T]) -> T:
         """Run a lock-server call, reconnecting once if the connection dropped.
@@ -174,17 +165,17 @@ class ServerLiveness:
     def claim(self, conn: Any, claim_next: bool = True) -> Claim | None:
         if not claim_next:
             return None
-        task = self.store.claim_uncommitted(conn)
+        task = self.phases.claim(conn)
         if task is None:
             return None
         name = self._name(task.id)
         try:
             if not self._call(lambda: self.locks.try_lock(name)):
                 raise RuntimeError(f"task {task.id}: its liveness lock is held by another client")
-            self.store.commit_and_begin(conn)
+            self.phases.keep(conn)
         except Exception:
             # Nothing was committed: the task is 'pendente' again for everyone.
-            self.store.rollback(conn)
+            self.phases.drop(conn)
             self.after_settled(task)
             raise
         return Claim(task, liveness_locked=True)
@@ -192,10 +183,7 @@ class ServerLiveness:
     def complete_and_claim(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
-        if self.store.complete_if_running(conn, task.id, mensagem):
-            self.store.commit(conn)
-        else:
-            self.store.rollback(conn)
+        if not self.phases.complete_fenced(conn, task.id, mensagem):
             logger.warning(
                 "task=%s: no longer 'processando' when it finished (rescued by another worker, or "
                 "given back after a deadlock); its work was rolled back",

@@ -13,7 +13,7 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.observability import observer as outcomes
-from nsj_queue_lib.runtime.failures import Failures, settle_failure
+from nsj_queue_lib.runtime.failures import Failures
 from nsj_queue_lib.runtime.running import RunningTask, RunningTasks
 
 logger = get_logger("executor")
@@ -64,22 +64,9 @@ def release_running(
 
 
 def _release(failures: Failures, admin: Any, item: RunningTask) -> bool:
-    store = failures.store
-    store.begin(admin)
-    try:
-        next_id = settle_failure(
-            store,
-            admin,
-            failures.policies,
-            item.task,
-            RELEASED_MESSAGE,
-            status=model.FALHA_PROCESSANDO,
-            delay_seconds=0.0,
-        )
-        if next_id is not None:
-            failures.observer.task_finished(item.task, outcomes.RELEASED)
-        store.commit(admin)
-    except Exception:
-        store.rollback(admin)
-        raise
+    next_id = failures.fail_elsewhere(
+        admin, item.task, RELEASED_MESSAGE, model.FALHA_PROCESSANDO, delay_seconds=0.0
+    )
+    if next_id is not None:
+        failures.observer.task_finished(item.task, outcomes.RELEASED)
     return next_id is not None

@@ -23,11 +23,8 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.context import TIMED_OUT
 from nsj_queue_lib.db.driver import close_quietly
-from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.executor import TaskExecutor
-from nsj_queue_lib.runtime.failures import settle_failure
 from nsj_queue_lib.runtime.running import RunningTask
 from nsj_queue_lib.settings import Settings
 
@@ -57,16 +54,12 @@ class TimeoutEnforcer:
     def __init__(
         self,
         settings: Settings,
-        store: WorkerStore,
         executor: TaskExecutor,
         connect: Callable[[], Any],
         terminate_session: SessionTerminator,
-        policies: RetryPolicies,
         timeouts: TaskTimeouts | None = None,
     ):
         self.settings = settings
-        self.policies = policies
-        self.store = store
         self.executor = executor
         self._connect = connect  # a new autocommit connection
         self._terminate_session = terminate_session
@@ -108,16 +101,9 @@ class TimeoutEnforcer:
         try:
             admin = self._connect()
             self._terminate_session(admin, item.conn)
-            self.store.begin(admin)
-            settle_failure(
-                self.store,
-                admin,
-                self.policies,
-                item.task,
-                item.timeout_message or timeout_message(0),
-                status=model.FALHA,
+            self.executor.failures.fail_elsewhere(
+                admin, item.task, item.timeout_message or timeout_message(0), model.FALHA
             )
-            self.store.commit(admin)
         except Exception as exc:  # noqa: BLE001 - the retry service rescues the attempt
             logger.warning(
                 "queue=%s task=%s: could not settle the timed-out attempt (%s); the retry "
@@ -128,5 +114,5 @@ class TimeoutEnforcer:
             )
         finally:
             close_quietly(admin)
-        self.executor.liveness.after_settled(item.task)
+        self.executor.session.after_settled(item.task)
         self.executor.given_up(item)

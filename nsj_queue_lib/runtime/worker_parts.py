@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.db.driver import ConnectionPool, Driver, Listener
+from nsj_queue_lib.db.task_session import ClaimPhases
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
@@ -85,7 +86,7 @@ class WorkerParts:
         plan = plan_drain(
             self.settings,
             group_commit_by_default=self.driver.capabilities.group_commit_by_default,
-            group_statements=self.driver.group_ops(self.store) is not None,
+            group_statements=self.driver.task_session_class.groups,
             asynchronous=asynchronous,
             locks_in_database=self.lock_client is None and legacy is None,
         )
@@ -109,15 +110,15 @@ class WorkerParts:
         return build_executor(
             plan,
             inputs,
+            self.driver.session(self.store, liveness),
             liveness,
-            group_ops=self.driver.group_ops(self.store),
             limited=limited if isinstance(limited, LimitedLiveness) else None,
             measured=self.observer if measure else None,
         )
 
     def _base_liveness(self, legacy: LegacyKeys | None) -> Liveness:
         if self.lock_client is not None:
-            return ServerLiveness(self.store, self.lock_client, self.stop)
+            return ServerLiveness(ClaimPhases(self.store), self.lock_client, self.stop)
         if legacy is not None:
             return CompatLiveness(legacy)
         return DatabaseLiveness(self._locking_store())
@@ -130,7 +131,7 @@ class WorkerParts:
         if self.lock_client is not None:
             lock, unlock = self._server_task_lock(self.lock_client)
             return LimitedLiveness(
-                liveness, self.limiter, self.store, lock, unlock, take_lock=False
+                liveness, self.limiter, ClaimPhases(self.store), lock, unlock, take_lock=False
             )
         locking = self._locking_store()
 
@@ -139,13 +140,17 @@ class WorkerParts:
 
         if legacy is None:
             # The limited claim takes the database liveness lock and commits itself.
-            return LimitedLiveness(liveness, self.limiter, self.store, None, unlock_task)
+            return LimitedLiveness(
+                liveness, self.limiter, ClaimPhases(self.store), None, unlock_task
+            )
 
         def hold_legacy_key(conn: Any, task: TaskRecord) -> bool:
             # Before the claim commits, as for any task (db/postgres/legacy_keys.py).
             return task.id in legacy.hold(conn, [task.id])
 
-        return LimitedLiveness(liveness, self.limiter, self.store, hold_legacy_key, unlock_task)
+        return LimitedLiveness(
+            liveness, self.limiter, ClaimPhases(self.store), hold_legacy_key, unlock_task
+        )
 
     def _server_task_lock(
         self, lock_client: LockClient
@@ -180,13 +185,7 @@ class WorkerParts:
             notified=self.driver.capabilities.listen_notify or s.client_server_mode,
         )
         timeouts = TimeoutEnforcer(
-            s,
-            self.store,
-            executor,
-            self.connect,
-            self.driver.terminate_session,
-            self.policies,
-            self.task_timeouts,
+            s, executor, self.connect, self.driver.terminate_session, self.task_timeouts
         )
         return LifecycleThread(executor, progress, cancels, timeouts, self.stop)
 

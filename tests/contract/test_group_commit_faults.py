@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
+from nsj_queue_lib.db.task_session import TaskSession
 from nsj_queue_lib.exceptions import DatabaseError
-from nsj_queue_lib.runtime.failures import Failures
 from nsj_queue_lib.runtime.group_recovery import GroupRecovery
 from tests.contract.test_group_commit import BOTH, GROUP, chains, write_exec
 from tests.helpers.processes import wait_for
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_a_failure_whose_record_fails_is_recorded_at_once_on_a_fresh_connection(
     backend, monkeypatch
 ):
-    record = Failures.record
+    record = TaskSession.record_failure
     refused = []
 
     def deadlocked_once(self, conn, task, settled):
@@ -32,7 +32,7 @@ def test_a_failure_whose_record_fails_is_recorded_at_once_on_a_fresh_connection(
             raise DatabaseError("Deadlock found when trying to get lock (injected)")
         record(self, conn, task, settled)
 
-    monkeypatch.setattr(Failures, "record", deadlocked_once)
+    monkeypatch.setattr(TaskSession, "record_failure", deadlocked_once)
 
     def execute(payload, tarefa, bd_conn):
         write_exec(backend, bd_conn, tarefa)
@@ -61,7 +61,7 @@ def test_tasks_a_lost_group_cannot_give_back_on_its_connection_are_rescued(backe
             return give_back(self, tasks, failures, conn, committed)
         # Every try failed (a lock wait timeout, say) while the connection stays alive.
         refused.append(sorted(task.id for task, _ in tasks))
-        self.store.rollback(conn)
+        self.session.store.rollback(conn)
         return False
 
     monkeypatch.setattr(GroupRecovery, "give_back", refused_on_its_own_connection)

@@ -155,7 +155,7 @@ def test_a_handler_returning_as_it_is_given_up_leaves_no_task_of_its_group_behin
 
 @BOTH
 def test_an_unexpected_error_in_a_group_does_not_pool_its_liveness_locks(backend, monkeypatch):
-    commit = GroupDrain._commit
+    commit = GroupDrain._settle
     raised = []
 
     def fails_once(self, conn, group):
@@ -164,7 +164,7 @@ def test_an_unexpected_error_in_a_group_does_not_pool_its_liveness_locks(backend
             raise RuntimeError("a bug")
         return commit(self, conn, group)
 
-    monkeypatch.setattr(GroupDrain, "_commit", fails_once)
+    monkeypatch.setattr(GroupDrain, "_settle", fails_once)
     backend.enqueue([dict(payload="ok")] * 3)
     worker = backend.run(
         backend.function_worker(lambda *args: "ok", queue_retry_thread_interval=0.3, **GROUP)

@@ -1,6 +1,6 @@
-"""A commit group's end on MySQL/MariaDB (db/mysql/group.py): the successes written in one
+"""A commit group's end on MySQL/MariaDB (db/mysql/session.py): the successes written in one
 UPDATE whose ids and messages are statement text, the liveness locks released in one statement;
-driven through ``MysqlGroupOps`` as the group drain does."""
+driven through ``MysqlTaskSession`` as the group drain does."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from nsj_queue_lib import QueueClient
-from nsj_queue_lib.db.mysql.group import MysqlGroupOps
+from nsj_queue_lib.db.mysql.session import MysqlTaskSession
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import AttemptFenced
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 from nsj_queue_lib.settings import MAX_BATCH_SIZE
 from tests.helpers.mysql_queue import connect, fetch_dicts, fetch_value, in_transaction, questions
 
@@ -26,7 +27,7 @@ TASK = dict(origem="erp", destino="fiscal", processo="emitir_nota", payload="p")
 def ops(mysql_queue, mysql_worker_conn):
     store = MysqlQueueStore(mysql_queue.table, mysql_queue.subscriber_table)
     store.bind(mysql_worker_conn)
-    return MysqlGroupOps(store)
+    return MysqlTaskSession(store, DatabaseLiveness(store))
 
 
 @pytest.fixture
@@ -49,14 +50,14 @@ def rows(admin, table: str) -> dict[int, tuple[str, str | None]]:
     return {r["id"]: (r["status"], r["mensagem"]) for r in found}
 
 
-def locks_in_use(admin, ops: MysqlGroupOps, conn, task_ids: list[int]) -> list[bool]:
+def locks_in_use(admin, ops: MysqlTaskSession, conn, task_ids: list[int]) -> list[bool]:
     """Whether each task's liveness lock is held, asked from another session."""
     names = [ops.store.task_lock_name(conn, task_id) for task_id in task_ids]
     return [fetch_value(admin, "SELECT IS_USED_LOCK(%s)", (name,)) is not None for name in names]
 
 
-def claim(ops: MysqlGroupOps, conn, count: int):
-    claims = ops.claim_batch(conn, count)
+def claim(ops: MysqlTaskSession, conn, count: int):
+    claims = ops.claim_group(conn, count)
     assert len(claims) == count
     return [c.task for c in claims]
 
@@ -71,7 +72,9 @@ def test_equal_messages_are_written_and_the_locks_released(
     tasks = claim(ops, mysql_worker_conn, size)
     ids = [task.id for task in tasks]
     assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [True] * size
-    next_group = ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], size)
+    next_group = ops.settle_group(
+        mysql_worker_conn, SimpleNamespace(written=[(task, "ok") for task in tasks], tx=None), size
+    )
     found = rows(mysql_admin, mysql_queue.table)
     assert {i: found[i] for i in ids} == {i: ("sucesso", "ok") for i in ids}
     assert locks_in_use(mysql_admin, ops, mysql_worker_conn, ids) == [False] * size
@@ -87,7 +90,11 @@ def test_different_messages_each_reach_their_task(
 ):
     enqueue(len(MESSAGES) + 2)
     tasks = claim(ops, mysql_worker_conn, len(MESSAGES))
-    next_group = ops.commit(mysql_worker_conn, list(zip(tasks, MESSAGES, strict=True)), 2)
+    next_group = ops.settle_group(
+        mysql_worker_conn,
+        SimpleNamespace(written=list(zip(tasks, MESSAGES, strict=True)), tx=None),
+        2,
+    )
     found = rows(mysql_admin, mysql_queue.table)
     assert [found[task.id] for task in tasks] == [("sucesso", m) for m in MESSAGES]
     ids = [task.id for task in tasks]
@@ -107,7 +114,11 @@ def test_backslashes_survive_no_backslash_escapes(
     enqueue(3)
     tasks = claim(ops, mysql_worker_conn, 3)
     messages = ["back\\slash", "it's \\' not closed", "back\\slash"]
-    ops.commit(mysql_worker_conn, list(zip(tasks, messages, strict=True)), 0)
+    ops.settle_group(
+        mysql_worker_conn,
+        SimpleNamespace(written=list(zip(tasks, messages, strict=True)), tx=None),
+        0,
+    )
     found = rows(mysql_admin, mysql_queue.table)
     assert [found[task.id][1] for task in tasks] == messages
 
@@ -122,9 +133,9 @@ def test_tasks_the_first_savepoint_wrote_are_skipped(
     with mysql_admin.cursor() as cur:
         sql = f"UPDATE {mysql_queue.table} SET status = %s, mensagem = %s WHERE id = %s"
         cur.execute(sql, ("sucesso", "first", ids[0]))
-    group = SimpleNamespace(tx=(ids[0], 1), written=[])
     written = [(tasks[0], "again"), (tasks[1], "x"), (tasks[2], "y")]
-    ops.commit(mysql_worker_conn, written, 0, group=group)
+    group = SimpleNamespace(tx=(ids[0], 1), written=written)
+    ops.settle_group(mysql_worker_conn, group, 0)
     assert rows(mysql_admin, mysql_queue.table) == {
         ids[0]: ("sucesso", "first"),
         ids[1]: ("sucesso", "x"),
@@ -143,7 +154,9 @@ def test_a_task_no_longer_processando_fences_the_group_commit(
         sql = f"UPDATE {mysql_queue.table} SET status = %s, mensagem = %s WHERE id = %s"
         cur.execute(sql, ("falha_processando", "rescued", ids[1]))
     with pytest.raises(AttemptFenced):
-        ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], 0)
+        ops.settle_group(
+            mysql_worker_conn, SimpleNamespace(written=[(task, "ok") for task in tasks], tx=None), 0
+        )
     mysql_worker_conn.rollback()  # what the group drain does (its connection closed)
     assert rows(mysql_admin, mysql_queue.table) == {
         ids[0]: ("processando", None),
@@ -158,7 +171,9 @@ def test_a_group_end_is_five_statements_with_the_next_claim(
     enqueue(4)
     tasks = claim(ops, mysql_worker_conn, 2)
     before = questions(mysql_worker_conn)
-    next_group = ops.commit(mysql_worker_conn, [(task, "ok") for task in tasks], 2)
+    next_group = ops.settle_group(
+        mysql_worker_conn, SimpleNamespace(written=[(task, "ok") for task in tasks], tx=None), 2
+    )
     # The successes, the locks, COMMIT AND CHAIN (the claim's transaction opened with the
     # commit), the claim limit, the CALL; questions() counts itself once.
     assert questions(mysql_worker_conn) - before - 1 == 5

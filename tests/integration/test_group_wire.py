@@ -1,15 +1,18 @@
-"""A commit group's end on PostgreSQL (db/postgres/group_wire.py): the successes settled, the
-next group claimed and the commit, in one pipeline; driven through ``PostgresGroupOps`` as the
-group drain does."""
+"""A commit group's end on PostgreSQL (db/postgres/session.py): the successes settled, the
+next group claimed and the commit, in one pipeline; driven through ``PostgresTaskSession`` as
+the group drain does."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
-from nsj_queue_lib.db.postgres.group import PostgresGroupOps
+from nsj_queue_lib.db.postgres.session import PostgresTaskSession
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 from tests.helpers.processes import enqueue, fetch_rows
 
 # Quotes, backslashes, array punctuation, a NULL-looking word, non-ASCII, empty.
@@ -21,8 +24,13 @@ def ops(pg_queue, pg_dsn):
     conn = psycopg.connect(pg_dsn, autocommit=True)
     store = PostgresQueueStore(pg_queue.table)
     store.bind(conn)
-    yield PostgresGroupOps(store), conn
+    yield PostgresTaskSession(store, DatabaseLiveness(store)), conn
     conn.close()
+
+
+def written_by(written) -> SimpleNamespace:
+    """A group whose handlers returned these (task, mensagem)."""
+    return SimpleNamespace(written=written, tx=None)
 
 
 def locks_held(conn) -> int:
@@ -34,12 +42,14 @@ def locks_held(conn) -> int:
 def test_a_group_settles_claims_and_commits_in_one_round_trip(ops, pg_queue, pg_dsn, pg_admin):
     group_ops, conn = ops
     ids = enqueue(pg_dsn, pg_queue.table, [dict(payload="{}")] * (len(MESSAGES) + 3))
-    claims = group_ops.claim_batch(conn, len(MESSAGES))
+    claims = group_ops.claim_group(conn, len(MESSAGES))
     assert [c.task.id for c in claims] == ids[: len(MESSAGES)]
     # Twice: the second time through the statements prepared the first.
     for messages, claim_limit in ((MESSAGES, 2), (["x", "y"], 1)):
-        following = group_ops.commit(
-            conn, list(zip([c.task for c in claims], messages, strict=True)), claim_limit
+        following = group_ops.settle_group(
+            conn,
+            written_by(list(zip([c.task for c in claims], messages, strict=True))),
+            claim_limit,
         )
         assert len(following) == claim_limit
         rows = {r["id"]: r for r in fetch_rows(pg_admin, pg_queue.table)}
@@ -57,10 +67,10 @@ def test_a_failed_commit_keeps_nothing_and_unlocks_what_it_claimed(ops, pg_queue
     pg_admin.execute("CREATE TABLE group_deferred (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
     try:
         ids = enqueue(pg_dsn, pg_queue.table, [dict(payload="{}")] * 4)
-        claims = group_ops.claim_batch(conn, 2)
+        claims = group_ops.claim_group(conn, 2)
         conn.execute("INSERT INTO group_deferred VALUES (1), (1)")  # a handler's bad write
         with pytest.raises(DatabaseError):
-            group_ops.commit(conn, [(c.task, "ok") for c in claims], 2)
+            group_ops.settle_group(conn, written_by([(c.task, "ok") for c in claims]), 2)
         statuses = {r["id"]: r["status"] for r in fetch_rows(pg_admin, pg_queue.table)}
         # The group's tasks were claimed by a committed claim; nothing after it was kept.
         assert statuses == {ids[0]: "processando", ids[1]: "processando"} | {
@@ -78,10 +88,10 @@ def test_the_settling_statement_follows_the_claim_to_unnamed_statements(
 ):
     group_ops, conn = ops
     enqueue(pg_dsn, pg_queue.table, [dict(payload="{}")] * 4)
-    claims = group_ops.claim_batch(conn, 2)
-    group_ops.commit(conn, [(c.task, "ok") for c in claims], 0)
+    claims = group_ops.claim_group(conn, 2)
+    group_ops.settle_group(conn, written_by([(c.task, "ok") for c in claims]), 0)
     conn.execute("DISCARD ALL")  # as a pooler in transaction mode between transactions
-    claims = group_ops.claim_batch(conn, 2)  # finds its statement gone: unnamed from now
-    group_ops.commit(conn, [(c.task, "ok") for c in claims], 0)
+    claims = group_ops.claim_group(conn, 2)  # finds its statement gone: unnamed from now
+    group_ops.settle_group(conn, written_by([(c.task, "ok") for c in claims]), 0)
     statuses = [r["status"] for r in fetch_rows(pg_admin, pg_queue.table)]
     assert statuses == ["sucesso"] * 4

@@ -8,10 +8,10 @@ import os
 import pymysql
 import pytest
 
-from nsj_queue_lib.db.group_ops import GroupLost
 from nsj_queue_lib.db.mysql import first_use
 from nsj_queue_lib.db.mysql.driver import HandlerConnection
-from nsj_queue_lib.db.mysql.group import MysqlGroupOps
+from nsj_queue_lib.db.mysql.session import MysqlTaskSession
+from nsj_queue_lib.db.task_session import GroupLost
 
 pytestmark = pytest.mark.mysql
 
@@ -121,7 +121,7 @@ def test_a_failing_hook_is_told_and_the_statement_goes_on(conn):
 def test_a_group_lost_by_the_first_savepoint_fails_the_handlers_success(conn):
     """The deadlock that rolled the group's transaction back is silent on MariaDB: the
     handler's statements went on in a new transaction, so its success must not count."""
-    ops = MysqlGroupOps.__new__(MysqlGroupOps)  # succeeded() needs no store
+    ops = MysqlTaskSession.__new__(MysqlTaskSession)  # succeeded() needs no store
     lost = GroupLost("writing the group's first successes failed")
 
     def hook():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nsj_queue_lib.db.task_session import TaskSession
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.retry_policy import RetryPolicies
@@ -64,7 +65,7 @@ def attempts(store: Store, liveness: Liveness, connections: Connections) -> Atte
     settings = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
     return Attempts(
         "q",
-        store,  # type: ignore[arg-type]
+        TaskSession(store, liveness),
         liveness,
         RunningTasks(),
         connections,  # type: ignore[arg-type]

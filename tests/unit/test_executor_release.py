@@ -12,19 +12,6 @@ from nsj_queue_lib.runtime.release import release_running
 from nsj_queue_lib.runtime.running import ABANDONED, FINISHING, RunningTasks
 
 
-class Store:
-    """As much of a worker store as releasing an attempt whose cancel was requested uses."""
-
-    def begin(self, conn: Any) -> None: ...
-
-    def commit(self, conn: Any) -> None: ...
-
-    def rollback(self, conn: Any) -> None: ...
-
-    def cancel_if_requested(self, conn: Any, task_id: int, mensagem: str) -> bool:
-        return True
-
-
 class Admin:
     def close(self) -> None: ...
 
@@ -49,7 +36,12 @@ def test_release_running_gives_up_the_groups_of_the_released_attempts_only():
     running, finishing = registry.start("conn 1", task(1)), registry.start("conn 2", task(2))
     registry.finishing(finishing)  # its handler returned: its thread settles its group
     groups = Groups()
-    failures = types.SimpleNamespace(store=Store(), policies=None, observer=None, queue_name="q")
+    released = []
+
+    def fail_elsewhere(conn: Any, task: TaskRecord, *args: Any, **kwargs: Any) -> None:
+        released.append(task.id)  # None: its cancel was requested, it ended 'cancelada'
+
+    failures = types.SimpleNamespace(fail_elsewhere=fail_elsewhere, observer=None, queue_name="q")
 
     release_running(
         registry,
@@ -62,3 +54,4 @@ def test_release_running_gives_up_the_groups_of_the_released_attempts_only():
     assert terminated == ["conn 1", "conn 2"]  # both sessions end
     assert running.state == ABANDONED and finishing.state == FINISHING
     assert groups.settled == [1]
+    assert released == [1]  # the FINISHING one is its thread's to settle

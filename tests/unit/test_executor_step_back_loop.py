@@ -40,11 +40,10 @@ def group_drain_without_a_database(
 ) -> GroupDrain:
     """A group drain whose database parts are missing: its loop and its state only."""
     attempts = types.SimpleNamespace(
-        connections=None, running=running, store=None, liveness=None, queue_name="q"
+        connections=None, running=running, session=None, liveness=None, queue_name="q"
     )
     return GroupDrain(
         attempts,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         tokens,

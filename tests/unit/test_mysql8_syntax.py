@@ -238,7 +238,7 @@ PY_MODULES = (
     sorted(MYSQL_DIR.glob("*.py"))
     + [
         ROOT / "nsj_queue_lib" / "db" / name
-        for name in ("sql_files.py", "limits_store.py", "periodic_store.py", "group_ops.py")
+        for name in ("sql_files.py", "limits_store.py", "periodic_store.py", "task_session.py")
     ]
     + [
         ROOT / "nsj_queue_lib" / "flow" / name

@@ -1,13 +1,12 @@
-"""The text of a MySQL group's end (db/mysql/group.py): ids as ints, each distinct message
-escaped once by the connection."""
+"""The text of MySQL's 'sucesso' statement (db/mysql/successes.py; a group's end): ids as
+ints, each distinct message escaped once by the connection."""
 
 from __future__ import annotations
 
 import pymysql.converters
 import pytest
 
-from nsj_queue_lib.db.mysql.group import id_list, mensagem_by_id
-from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.db.mysql.successes import id_list, mensagem_by_id, success_sql
 
 
 class EscapingConn:
@@ -20,10 +19,7 @@ class EscapingConn:
 
 
 def written(*pairs):
-    return [
-        (TaskRecord(id=task_id, tentativa=1, dead=False, payload=None, row={}), mensagem)
-        for task_id, mensagem in pairs
-    ]
+    return list(pairs)
 
 
 def test_ids_are_validated_as_ints():
@@ -43,3 +39,11 @@ def test_different_messages_are_a_case_over_ids_grouped_by_message():
     expression = mensagem_by_id(conn, written((1, "a"), (2, "b"), (3, "a"), (4, "c")))
     assert expression == "CASE WHEN id IN (1, 3) THEN 'a' WHEN id IN (2) THEN 'b' ELSE 'c' END"
     assert sorted(conn.escaped) == ["a", "b", "c"]
+
+
+def test_the_statement_is_fenced_on_processando():
+    sql = success_sql(EscapingConn(), "fila", written((7, "ok"), (9, "ok")))
+    assert sql == (
+        "UPDATE fila SET status = 'sucesso', mensagem = 'ok' "
+        "WHERE id IN (7, 9) AND status = 'processando'"
+    )

@@ -17,7 +17,6 @@ REQUIRED_QUERIES = {
     "list_equivalent",
     "get_task",
     "claim_uncommitted",
-    "complete_task",
     "fail_and_retry",
     "fail_and_bury",
     "release_task",

@@ -19,10 +19,10 @@ from nsj_queue_lib.db.mysql.dialect import LIMITS, split_script
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
-from nsj_queue_lib.db.mysql.group import MysqlGroupOps
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.names import server_family
 from nsj_queue_lib.db.mysql.pool import SimplePool
+from nsj_queue_lib.db.mysql.session import MysqlTaskSession
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
 from nsj_queue_lib.db.mysql.tls import ssl_options, tls_refused
@@ -179,9 +179,7 @@ class MysqlDriver(MysqlFamilyDriver):
     capabilities = driver_capabilities("MYSQL")
     limits = LIMITS
 
-    @classmethod
-    def group_ops(cls, store: Any) -> MysqlGroupOps:
-        return MysqlGroupOps(store)
+    task_session_class = MysqlTaskSession
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:

@@ -45,6 +45,7 @@ from nsj_queue_lib.db.mysql.rows import (
     rows_as_dicts,
     split_steps,
 )
+from nsj_queue_lib.db.mysql.successes import success_sql
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
@@ -385,11 +386,11 @@ class MysqlFamilyStore:
         COMPLETED, NOT_RUNNING (the row is no longer 'processando'), or LOST:
         a deadlock, or timeouts to the last try, rolled the work back.
         """
-        params = {"id": task_id, "mensagem": mensagem}
+        sql = success_sql(conn, self.queue_table, [(task_id, mensagem)])
         with conn.cursor() as cur:
             for number in range(1, RETRY_ATTEMPTS + 1):
                 try:
-                    changed = cur.execute(self.sql["complete_task"]["sql"], params)
+                    changed = cur.execute(sql)
                     return COMPLETED if changed == 1 else NOT_RUNNING
                 except Exception as exc:
                     code = error_code(exc)

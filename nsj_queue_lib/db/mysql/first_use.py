@@ -1,6 +1,6 @@
 """A hook run once, just before the next command anything sends on a PyMySQL connection.
 
-Group commit (db/mysql/group.py) needs a savepoint before each handler of a
+Group commit (db/mysql/session.py) needs a savepoint before each handler of a
 group, so that a failing handler is rolled back alone. Most of the time that
 savepoint is a round trip for nothing: many handlers never use ``bd_conn``,
 and one that does not has nothing to roll back. On MariaDB the SAVEPOINT was

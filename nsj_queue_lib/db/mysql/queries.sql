@@ -121,11 +121,6 @@ FROM (
     WHERE status = 'agendada'
 ) AS due
 
--- name: complete_task
-UPDATE {queue_table}
-SET status = 'sucesso', mensagem = %(mensagem)s
-WHERE id = %(id)s AND status = 'processando'
-
 -- name: unlock_task
 DO RELEASE_LOCK(%(name)s)
 

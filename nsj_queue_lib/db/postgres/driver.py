@@ -26,11 +26,11 @@ from nsj_queue_lib.db.postgres.conninfo import conninfo
 from nsj_queue_lib.db.postgres.dsn import libpq_environment
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.first_use import FirstUseHook
-from nsj_queue_lib.db.postgres.group import PostgresGroupOps
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
+from nsj_queue_lib.db.postgres.session import PostgresTaskSession
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 from nsj_queue_lib.db.wakeups import WakeupDriver
@@ -163,9 +163,7 @@ class PostgresDriver(WakeupDriver):
         """The libpq connection string of these settings (``db/postgres/conninfo.py``)."""
         return conninfo(self.settings)
 
-    @classmethod
-    def group_ops(cls, store: Any) -> PostgresGroupOps:
-        return PostgresGroupOps(store)
+    task_session_class = PostgresTaskSession
 
     @classmethod
     def read_dsn(cls, dsn: str) -> dict[str, str]:

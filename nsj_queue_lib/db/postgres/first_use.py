@@ -1,6 +1,6 @@
 """A hook run once, just before the next statement anything sends on a connection.
 
-Group commit (db/postgres/group.py) sets a savepoint before each handler of a
+Group commit (db/postgres/session.py) sets a savepoint before each handler of a
 group, so that a failing handler is rolled back alone. Most of the time the
 savepoint is a round trip for nothing: many handlers never use ``bd_conn``, and
 one that does not use it has nothing to roll back. So the group arms this hook

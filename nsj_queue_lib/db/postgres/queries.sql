@@ -137,12 +137,6 @@ SELECT extract(epoch FROM least(
       WHERE status = 'pendente' AND data_hora > (SELECT clock_timestamp()))
 ) - clock_timestamp())::float8 AS seconds
 
--- name: complete_task
-UPDATE {queue_table}
-SET status = 'sucesso', mensagem = %(mensagem)s
-WHERE id = %(id)s AND status = 'processando'
-RETURNING id
-
 -- name: unlock_task
 SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)
 

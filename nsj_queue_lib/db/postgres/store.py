@@ -19,6 +19,7 @@ from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     claim_routine_name,
     missing_columns_error,
+    settle_routine_name,
 )
 from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
@@ -33,7 +34,12 @@ from nsj_queue_lib.db.postgres.wire import (
     drive_async,
     statement_steps,
 )
-from nsj_queue_lib.exceptions import ClaimRoutineError, DatabaseError, QueueTableMissingError
+from nsj_queue_lib.exceptions import (
+    AttemptFenced,
+    ClaimRoutineError,
+    DatabaseError,
+    QueueTableMissingError,
+)
 from nsj_queue_lib.flow.deliveries import postgres_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -82,6 +88,9 @@ class PostgresQueueStore(PostgresClientStore):
             " AS f"
         )
         self.claim_statement = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
+        # The settle function db_gen creates next to the claim function (claim_function.sql).
+        self.settle_function = settle_routine_name(queue_table) or "settle_routine_unavailable"
+        self._complete_one = f"SELECT {self.settle_function}(%s::bigint[], %s::text[], NULL::int4)"
         self.handled_subscribers: frozenset[str] | None = None
         self._handled_array: str | None = None
         self.handled_processos: frozenset[str] | None = None
@@ -334,13 +343,16 @@ class PostgresQueueStore(PostgresClientStore):
                 conn.execute("BEGIN")
 
     def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool:
-        """Write 'sucesso' in the open transaction; False when the row is no longer
-        'processando'."""
-        with wrap_driver_errors("complete_task"):
-            row = conn.execute(
-                self.sql["complete_task"], {"id": task_id, "mensagem": mensagem}
-            ).fetchone()
-        return row is not None
+        """Write 'sucesso' in the open transaction with the statement of a commit group's end
+        (the settle function; its NULL key leaves the liveness lock to the caller). False
+        when the row is no longer 'processando': the transaction is then aborted, for the
+        caller to roll back."""
+        try:
+            with wrap_driver_errors("complete_task"):
+                conn.execute(self._complete_one, ([task_id], [mensagem]))
+        except AttemptFenced:
+            return False
+        return True
 
     def seconds_until_next_due(self, conn) -> float | None:
         with wrap_driver_errors("next_due"):

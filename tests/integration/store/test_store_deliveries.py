@@ -146,15 +146,15 @@ def test_the_claim_takes_only_the_processos_the_worker_handles(backend, path):
 
 
 def test_a_group_claims_only_the_processos_the_worker_handles(backend):
-    from nsj_queue_lib.db.group_ops import group_ops_for
+    from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 
     ids = backend.enqueue(*[{"processo": p} for p in ["beta", "alpha", "beta", "alpha"]])
     store = backend.store
     store.set_handled_processos(frozenset({"alpha"}))
-    ops = group_ops_for(backend.driver.settings.db_driver, store)
-    if ops is None:
+    session = backend.driver.session(store, DatabaseLiveness(store))
+    if not session.groups:
         pytest.skip("no group commit on this backend")
     worker = backend.worker()
-    claims = ops.claim_batch(worker, 10)
+    claims = session.claim_group(worker, 10)
     assert sorted(c.task.id for c in claims) == [ids[1], ids[3]]
     store.rollback(worker)

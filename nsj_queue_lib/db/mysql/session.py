@@ -1,4 +1,8 @@
-"""Group commit on MySQL/MariaDB (InnoDB savepoints).
+"""The task session on MySQL/MariaDB: one task at a time, or a commit group (InnoDB
+savepoints).
+
+One task at a time, the session is ``TaskSession``'s over the store's claim
+procedure (one CALL completes a task, commits and claims the next).
 
 A group's tasks are claimed by one CALL of the claim procedure with
 @nsjq_claim_limit set: up to QUEUE_BATCH_SIZE tasks in one transaction and
@@ -9,7 +13,8 @@ MariaDB spends more CPU on running a statement than on the rows it touches
 (docs/benchmarks.md), so the group sends as few as it can. Per task, at most
 one short round trip: the savepoint the next handler rolls back to, sent only
 before the handler's first statement (first_use.py); a handler that sends
-none costs none. The group's successes are written in one UPDATE at its end,
+none costs none. The group's successes are written in one UPDATE at its end
+(successes.py),
 their liveness locks released in one statement, then the commit.
 
 Because most successes are written only at the end, a handler that commits
@@ -23,23 +28,27 @@ says whether it committed (``transaction_committed``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from nsj_queue_lib.db import first_use
-from nsj_queue_lib.db.group_ops import SAVEPOINT, GroupLost, GroupState
 from nsj_queue_lib.db.mysql import first_use as mysql_first_use
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+from nsj_queue_lib.db.mysql.successes import success_sql
+from nsj_queue_lib.db.task_session import SAVEPOINT, GroupLost, GroupState, Locks, TaskSession
 from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
 
 
-class MysqlGroupOps:
-    def __init__(self, store: MysqlQueueStore):
-        self.store = store
+class MysqlTaskSession(TaskSession):
+    groups: ClassVar[bool] = True
 
-    def claim_batch(self, conn: Any, limit: int, begun: bool = False) -> list[Claim]:
+    def __init__(self, store: MysqlQueueStore, locks: Locks):
+        super().__init__(store, locks)
+        self.store: MysqlQueueStore = store
+
+    def claim_group(self, conn: Any, limit: int, begun: bool = False) -> list[Claim]:
         """``begun`` (only with ``limit`` > 1, the set-based claim): the commit before it
         opened the claim's transaction (COMMIT AND CHAIN)."""
         first_use.disarm(conn)  # whatever an earlier drain left armed (an unexpected error) goes
@@ -65,9 +74,9 @@ class MysqlGroupOps:
             if isinstance(error, GroupLost):
                 raise error
 
-    def savepoint(self, conn: Any, group: GroupState) -> None:
+    def before_next_handler(self, conn: Any, group: GroupState) -> None:
         # Should the hook fail (GroupLost included), the handler's statement goes on and
-        # the connection says FAILED: succeeded() and rollback_to_savepoint() tell.
+        # the connection says FAILED: succeeded() and undo_handler() tell.
         first_use.arm_savepoint(
             conn, lambda: self._set_savepoint(conn, group), mysql_first_use.hook_fires
         )
@@ -86,31 +95,27 @@ class MysqlGroupOps:
                 group.tx = (written[0][0].id, len(written))
         self._execute(conn, "savepoint", f"SAVEPOINT {SAVEPOINT}")
 
-    def rollback_to_savepoint(self, conn: Any) -> None:
+    def undo_handler(self, conn: Any) -> None:
         if first_use.savepoint_to_roll_back(conn):
             self._execute(conn, "rollback to savepoint", f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
 
-    def commit(
-        self,
-        conn: Any,
-        written: Sequence[tuple[TaskRecord, str]],
-        claim_limit: int,
-        chain: bool = False,
-        group: GroupState | None = None,
+    def _end_group(
+        self, conn: Any, group: GroupState, claim_limit: int, go_on: bool
     ) -> list[Claim]:
+        written = group.written
         if written:
             # Those the first savepoint wrote are 'sucesso' already: the UPDATE skips them.
-            early = group.tx[1] if group is not None and group.tx is not None else 0
+            early = group.tx[1] if group.tx is not None else 0
             self._write_successes(conn, written, len(written) - early)
             self._release_locks(conn, [task.id for task, _ in written])
         if claim_limit > 1:
             # The next claim's transaction opens with the commit: one round trip fewer.
             self.store.commit_and_begin(conn)
-            return self.claim_batch(conn, claim_limit, begun=True)
+            return self.claim_group(conn, claim_limit, begun=True)
         self.store.commit(conn)
-        return self.claim_batch(conn, claim_limit) if claim_limit else []
+        return self.claim_group(conn, claim_limit) if claim_limit else []
 
-    def transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
+    def _transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
         if group.tx is None:
             return None  # no success was written before it ended: the rows say
         row = self.store.get_task(conn, int(group.tx[0]))
@@ -124,11 +129,7 @@ class MysqlGroupOps:
         The fence: fewer than ``expected`` rows changed means a task is no longer
         'processando' (another worker rescued it): ``AttemptFenced``, and the caller rolls
         the transaction back with its handlers' writes."""
-        sql = (
-            f"UPDATE {self.store.queue_table} SET status = 'sucesso', "
-            f"mensagem = {mensagem_by_id(conn, written)} "
-            f"WHERE id IN ({id_list([task.id for task, _ in written])}) AND status = 'processando'"
-        )
+        sql = success_sql(conn, self.store.queue_table, [(task.id, m) for task, m in written])
         with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
             changed = cur.execute(sql)
         if changed < expected:
@@ -153,30 +154,3 @@ class MysqlGroupOps:
     def _execute(self, conn: Any, what: str, sql: str) -> None:
         with wrap_driver_errors(what), conn.cursor() as cur:
             cur.execute(sql)
-
-
-# The group's end is statement text, not parameters: PyMySQL escaping each of a group's ids
-# and messages costs the worker more than the statement costs the server (docs/benchmarks.md).
-# Ids are the table's own BIGINTs, validated by int(); messages go through the
-# connection's own escaping (its charset and sql_mode), once per distinct message.
-
-
-def id_list(ids: Iterable[Any]) -> str:
-    return ", ".join([str(int(task_id)) for task_id in ids])
-
-
-def mensagem_by_id(conn: Any, written: Sequence[tuple[TaskRecord, str]]) -> str:
-    """The SQL expression giving each written task its mensagem: the literal itself when
-    they are all equal (the usual case), else a CASE over the ids grouped by mensagem
-    (cheaper for server and worker than ELT(FIELD(...)) over every id)."""
-    distinct = {mensagem for _, mensagem in written}  # no call per task: most are equal
-    if len(distinct) == 1:
-        return str(conn.escape(distinct.pop()))
-    ids_by_mensagem: dict[str, list[int]] = {}
-    for task, mensagem in written:
-        ids_by_mensagem.setdefault(mensagem, []).append(task.id)
-    *others, (last, _) = ids_by_mensagem.items()
-    whens = " ".join(
-        f"WHEN id IN ({id_list(ids)}) THEN {conn.escape(mensagem)}" for mensagem, ids in others
-    )
-    return f"CASE {whens} ELSE {conn.escape(last)} END"
