@@ -489,6 +489,42 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- issue 38: the executor cut into its parts; what moved keeps its catchers ----------
     Mutant(
+        "server-completion-unfenced",
+        TASK_SESSION,
+        "        if self.store.complete_if_running(conn, task_id, mensagem):\n",
+        "        if self.store.complete_if_running(conn, task_id, mensagem) or True:\n",
+        (
+            f"{STORE_SETTLE}::test_a_completion_under_an_outside_lock_is_fenced_with_its_writes"
+            "[mysql]",
+        ),
+        ("mysql",),
+        "a rescued task's handler writes commit under the socket server's lost lock",
+    ),
+    Mutant(
+        "a-group-gives-back-a-cancelled-task",
+        TASK_SESSION,
+        "        if self.store.cancel_if_requested(conn, task.id, cancel_mensagem):\n",
+        "        if False:\n",
+        (
+            "tests/contract/test_group_commit_review.py::"
+            "test_a_cancelled_task_the_group_gives_back_unstarted_ends_cancelled",
+        ),
+        ("postgres", "mysql"),
+        "a task cancelled while its group held it starts again elsewhere",
+    ),
+    Mutant(
+        "a-lost-group-runs-its-committed-tasks-again",
+        TASK_SESSION,
+        "                    if committed is True and status == model.PROCESSANDO:\n",
+        "                    if False:\n",
+        (
+            "tests/contract/test_group_commit_review.py::"
+            "test_a_handler_that_commits_then_raises_does_not_run_the_earlier_tasks_again",
+        ),
+        ("postgres", "mysql"),
+        "tasks whose writes a handler's commit kept go back to the queue and run twice",
+    ),
+    Mutant(
         "stop-forgets-claimed-unstarted-tasks",
         "nsj_queue_lib/runtime/running.py",
         "            while self._running or self._drains_in_flight() or groups_open():\n",

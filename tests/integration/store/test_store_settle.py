@@ -15,13 +15,16 @@ import hashlib
 import pytest
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.task_session import ClaimPhases
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.model import PROCESSANDO
+from nsj_queue_lib.queue_client import task_row
 from tests.integration.store.backends import (
     EVERY_STORE,
     LOCKING,
     POSTGRES,
     SINGLESTORE,
+    TASK,
     drain_concurrently,
     on,
 )
@@ -205,6 +208,32 @@ def test_claim_uncommitted_then_commit(backend, store, worker):
     assert store.claim_uncommitted(worker).id == second
     store.rollback(worker)
     assert backend.row(second)["status"] == "pendente"
+
+
+def test_a_completion_under_an_outside_lock_is_fenced_with_its_writes(backend, store, worker):
+    """The socket server's lock was lost and another worker rescued the task while its
+    handler ran: its success is refused and the handler's writes are rolled back with it
+    (ClaimPhases.complete_fenced, the completion of every dialect's server path)."""
+    phases = ClaimPhases(store)
+    first = backend.enqueue()
+    task = phases.claim(worker)
+    assert task is not None and task.id == first
+    phases.keep(worker)
+    # The handler writes in the task's transaction (a task it enqueues, say).
+    written = store.insert_task(worker, task_row(dict(TASK, payload="a write"), False))
+    backend.set_status("falha_processando", first)  # the rescue, from another session
+    assert phases.complete_fenced(worker, first, "ok") is False
+    assert not backend.in_transaction(worker)
+    assert backend.row(written) is None  # rolled back
+    assert backend.row(first)["status"] == "falha_processando"
+    # Unfenced, the same completion commits both.
+    second = backend.enqueue()
+    assert phases.claim(worker).id == second
+    phases.keep(worker)
+    written = store.insert_task(worker, task_row(dict(TASK, payload="a write"), False))
+    assert phases.complete_fenced(worker, second, "ok") is True
+    assert backend.row(second)["status"] == "sucesso"
+    assert backend.row(written) is not None
 
 
 def test_concurrent_uncommitted_claims_never_share_a_task(backend, store):
