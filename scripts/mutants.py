@@ -489,6 +489,18 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- issue 38: the executor cut into its parts; what moved keeps its catchers ----------
     Mutant(
+        "a-signal-handler-sets-the-stop-event-itself",
+        "nsj_queue_lib/runtime/signals.py",
+        "        self._waker.wake()  # a write(2): no lock, whatever the main thread holds\n",
+        "        self._stop()\n",
+        (
+            "tests/unit/test_signal_stop.py::"
+            "test_a_signal_while_the_main_thread_holds_the_stop_event_s_lock_stops_the_worker",
+        ),
+        ("postgres",),
+        "SIGTERM at the wrong instant deadlocks the worker: it never stops",
+    ),
+    Mutant(
         "server-completion-unfenced",
         TASK_SESSION,
         "        if self.store.complete_if_running(conn, task_id, mensagem):\n",

@@ -17,7 +17,6 @@ running without it.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 import time
@@ -48,6 +47,7 @@ from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.registry import WorkerRegistry
 from nsj_queue_lib.runtime.running import RunningTask
 from nsj_queue_lib.runtime.service import PeriodicService
+from nsj_queue_lib.runtime.signals import SignalStop
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts
 from nsj_queue_lib.runtime.worker_parts import WorkerParts
 from nsj_queue_lib.settings import Settings
@@ -390,10 +390,16 @@ class WorkerRuntime:
 
     def run(self, install_signal_handlers: bool = True) -> int:
         """Run until stopped; returns the process exit code."""
-        s = self.settings
+        signals = SignalStop(self.stop)
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: self.stop())
+            signals.install()
+        try:
+            return self._run()
+        finally:
+            signals.close()
+
+    def _run(self) -> int:
+        s = self.settings
         logger.info(
             "queue=%s table=%s: worker starting (concurrency=%d, database %s)",
             s.queue_name,
