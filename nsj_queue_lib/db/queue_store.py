@@ -2,10 +2,12 @@
 
 - ``ClientStore``: the ``QueueClient`` and pub/sub fan-out, on the caller's
   connection, inside the caller's transaction.
-- ``WorkerStore``: the executors, on autocommit worker connections whose
-  transactions the store opens and ends with explicit statements, so that
-  ``claim`` and ``complete_and_claim`` return with the claimed task's
-  transaction open (or the connection idle when nothing was claimed).
+- ``WorkerStore``: the statements of the executors, on autocommit worker
+  connections whose transactions the store opens and ends with explicit
+  statements, so that ``claim`` and ``complete_and_claim`` return with the
+  claimed task's transaction open (or the connection idle when nothing was
+  claimed). The runtime reaches them through its task session
+  (``db/task_session.py``), which says when a transaction opens and ends.
   ``SessionLockStore`` adds what only databases with session locks do: the
   claim that takes the task's liveness lock in the database.
 - ``MaintenanceStore``: the dispatcher and the periodic services.
