@@ -74,6 +74,10 @@ class Settings:
     queue_purge_max_age: int = 60  # days
     queue_purge_limit: int = 1000  # rows per delete round
     queue_wait_notify_interval: float = 30.0  # seconds
+    # The vacuum service (runtime/vacuum.py): seconds between its looks at the queue table,
+    # and the dead rows that make it vacuum (0: never).
+    queue_vacuum_interval: float = 60.0
+    queue_vacuum_dead_rows: int = 10_000
 
     # Worker runtime (added by this library).
     queue_concurrency: int = 1

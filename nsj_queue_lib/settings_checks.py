@@ -50,6 +50,8 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "queue_notify_thread_interval": ("QUEUE_NOTIFY_THREAD_INTERVAL", None, None, True),
     "queue_purge_max_age": ("QUEUE_PURGE_MAX_AGE", 0, None, False),
     "queue_purge_limit": ("QUEUE_PURGE_LIMIT", 1, None, False),
+    "queue_vacuum_interval": ("QUEUE_VACUUM_INTERVAL", None, None, True),
+    "queue_vacuum_dead_rows": ("QUEUE_VACUUM_DEAD_ROWS", 0, None, False),
     "queue_wait_notify_interval": ("QUEUE_WAIT_NOTIFY_INTERVAL", None, None, True),
     "notify_service_port": ("NOTIFY_SERVICE_PORT", 1, 65535, False),
     "lock_service_port": ("LOCK_SERVICE_PORT", 1, 65535, False),

@@ -144,6 +144,8 @@ def _services_values(reader: EnvReader) -> dict[str, Any]:
         queue_notify_thread_interval=reader.number("QUEUE_NOTIFY_THREAD_INTERVAL", None),
         queue_purge_max_age=reader.integer("QUEUE_PURGE_MAX_AGE", 60),
         queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000),
+        queue_vacuum_interval=reader.number("QUEUE_VACUUM_INTERVAL", 60.0),
+        queue_vacuum_dead_rows=reader.integer("QUEUE_VACUUM_DEAD_ROWS", 10_000),
         queue_wait_notify_interval=reader.number("QUEUE_WAIT_NOTIFY_INTERVAL", 30.0),
     )
 

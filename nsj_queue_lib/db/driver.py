@@ -59,6 +59,9 @@ class Capabilities:
     max_batch_size: int | None = None
     # DB_PORT when it is unset.
     default_port: int = 5432
+    # Dead row versions stay until a VACUUM removes them (the vacuum service looks after the
+    # queue table's; InnoDB's purge thread removes its own).
+    needs_vacuum: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +88,7 @@ _REGISTRY: dict[str, _Registered] = {
             session_locks=True,
             asynchronous_commit=True,
             transactional_ddl=True,
+            needs_vacuum=True,
             group_commit_by_default=True,
             # A group's savepoints are subtransactions, of which PostgreSQL caches 64 per
             # transaction.

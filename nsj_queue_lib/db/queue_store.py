@@ -21,6 +21,7 @@ as ``DatabaseError`` with the driver's error as ``__cause__``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -191,8 +192,28 @@ class SessionLockStore(WorkerStore, Protocol):
     def service_unlock(self, conn: Any, key: int) -> None: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class TableHealth:
+    """The queue table as the database's statistics see it: its dead row versions, its
+    rows changed since its last ANALYZE, and whether this session may VACUUM it."""
+
+    dead_rows: int
+    changed_since_analyze: int
+    may_vacuum: bool
+
+
 class MaintenanceStore(Protocol):
     queue_table: str
+
+    def table_health(self, conn: Any) -> TableHealth | None:
+        """The queue table's statistics; None where the database removes dead row versions
+        by itself (InnoDB's purge thread)."""
+        ...
+
+    def vacuum(self, conn: Any) -> None:
+        """VACUUM (ANALYZE) the queue table, skipped while another vacuum holds it; ``conn``
+        autocommit."""
+        ...
 
     def seconds_until_next_due(self, conn: Any) -> float | None: ...
 

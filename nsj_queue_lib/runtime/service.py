@@ -145,6 +145,8 @@ class ServerServiceLock:
 
 class PeriodicService(abc.ABC):
     name: str = "service"
+    # Its connection is autocommit (statements that cannot run in a transaction: VACUUM).
+    autocommit: bool = False
 
     def __init__(
         self,

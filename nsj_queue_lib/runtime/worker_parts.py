@@ -47,6 +47,7 @@ from nsj_queue_lib.runtime.service import (
     service_lock_key,
 )
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
+from nsj_queue_lib.runtime.vacuum import VacuumService
 from nsj_queue_lib.settings import Settings
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ class WorkerParts:
             service = cls(
                 s,
                 self.store,
-                self.connect_in_transaction,
+                self.connect if cls.autocommit else self.connect_in_transaction,
                 self.service_lock(cls.name),
                 self.stop,
                 make_schedule(minutes, interval),
@@ -235,11 +236,14 @@ class WorkerParts:
             legacy_keys=legacy,
             on_rescued=on_rescued,
         )
-        return [
+        services = [
             retry,
             build(RenotifyService, s.queue_minute_notify_thread, s.queue_notify_thread_interval),
             build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),
         ]
+        if self.driver.capabilities.needs_vacuum and s.queue_vacuum_dead_rows:
+            services.append(build(VacuumService, (), s.queue_vacuum_interval))
+        return services
 
     def periodic(self, schedules: Sequence[PeriodicSchedule]) -> PeriodicEnqueuer | None:
         if not schedules:

@@ -56,7 +56,7 @@ def make_service(
     return cls(
         settings,
         store,
-        lambda: driver.connect(autocommit=False),
+        lambda: driver.connect(autocommit=cls.autocommit),
         lock,
         stop,
         IntervalSchedule(3600),

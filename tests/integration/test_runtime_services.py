@@ -19,6 +19,7 @@ from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
 from nsj_queue_lib.runtime.service import service_lock_key
+from nsj_queue_lib.runtime.vacuum import VacuumService
 from tests.helpers import services
 from tests.helpers.databases import collect_until_sentinel
 from tests.helpers.legacy import LEGACY_KEYS
@@ -268,6 +269,40 @@ def test_purge_deletes_old_settled_rows_in_bounded_rounds(pg_queue, pg_dsn, pg_a
     assert {r["id"] for r in fetch_rows(pg_autocommit, table)} == kept
     assert max(rounds) == 2 and sum(rounds) == len(gone) and len(rounds) >= 3
     assert service.run_once() == 0
+
+
+# -- vacuum service -------------------------------------------------------------------------
+
+
+def dead_rows(conn, table: str) -> int:
+    sql = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
+    row = conn.execute(sql, (table,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def vacuum_count(conn, table: str) -> int:
+    sql = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
+    return int(conn.execute(sql, (table,)).fetchone()[0])
+
+
+def test_vacuum_service_vacuums_the_queue_table_past_its_dead_rows(pg_queue, pg_dsn, pg_autocommit):
+    table = pg_queue.table
+    pg_autocommit.execute(
+        f"INSERT INTO {table} (origem, destino, processo, payload, status) "
+        "SELECT 'teste', 'worker', 'processar', 'p', 'sucesso' FROM generate_series(1, 300)"
+    )
+    pg_autocommit.execute(f"UPDATE {table} SET mensagem = 'settled again'")  # 300 dead versions
+    pg_autocommit.execute("SELECT pg_stat_force_next_flush()")
+    wait_for(lambda: dead_rows(pg_autocommit, table) >= 300, 10, "the statistics to count them")
+
+    service = make_service(VacuumService, pg_dsn, table, queue_vacuum_dead_rows=1000)
+    assert service.run_once() == 0  # below its threshold: nothing done
+    assert vacuum_count(pg_autocommit, table) == 0
+    service = make_service(VacuumService, pg_dsn, table, queue_vacuum_dead_rows=200)
+    assert service.run_once() >= 300
+    assert vacuum_count(pg_autocommit, table) == 1
+    wait_for(lambda: dead_rows(pg_autocommit, table) == 0, 10, "the vacuum's count")
+    assert service.run_once() == 0  # nothing left to vacuum
 
 
 # -- lock key spaces -------------------------------------------------------------------------

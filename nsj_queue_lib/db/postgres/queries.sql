@@ -394,3 +394,17 @@ SET processos = EXCLUDED.processos, seen_at = clock_timestamp()
 -- name: worker_left
 -- A worker that stops removes its row.
 DELETE FROM {workers_table} WHERE worker = %(worker)s
+
+-- name: table_health
+-- The queue table's dead row versions and rows changed since its last ANALYZE
+-- (the cumulative statistics, a second or so behind), and whether this session
+-- may VACUUM it: its owner's privileges (a superuser has them all).
+SELECT s.n_dead_tup AS dead_rows, s.n_mod_since_analyze AS changed_since_analyze,
+       pg_has_role(c.relowner, 'USAGE') AS may_vacuum
+FROM pg_class AS c
+JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = to_regclass(%(table)s)
+
+-- name: vacuum
+-- SKIP_LOCKED: another vacuum (autovacuum's) at work on the table is left to it.
+VACUUM (ANALYZE, SKIP_LOCKED) {queue_table}

@@ -34,6 +34,7 @@ from nsj_queue_lib.db.postgres.wire import (
     drive_async,
     statement_steps,
 )
+from nsj_queue_lib.db.queue_store import TableHealth
 from nsj_queue_lib.exceptions import (
     AttemptFenced,
     ClaimRoutineError,
@@ -470,3 +471,14 @@ class PostgresQueueStore(PostgresClientStore):
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
             return conn.execute(self.sql["purge"], params).rowcount
+
+    def table_health(self, conn) -> TableHealth | None:
+        with wrap_driver_errors("table health"):
+            row = conn.execute(self.sql["table_health"], {"table": self.queue_table}).fetchone()
+        if row is None:  # no statistics yet
+            return TableHealth(0, 0, may_vacuum=False)
+        return TableHealth(int(row[0]), int(row[1]), may_vacuum=bool(row[2]))
+
+    def vacuum(self, conn) -> None:
+        with wrap_driver_errors("vacuum"):
+            conn.execute(self.sql["vacuum"])

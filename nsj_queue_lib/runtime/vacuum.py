@@ -1,0 +1,61 @@
+"""The vacuum service: the queue table's dead row versions never pile up (PostgreSQL).
+
+Every claim and every settle leaves a dead row version behind, and the claim
+index keeps an entry for each until a VACUUM. Autovacuum's default threshold
+grows with the table (a fifth of its rows), so a queue table that keeps weeks
+of history collects millions of dead versions before it is vacuumed, and
+claims walk past them (docs/internals/storage.md); where autovacuum is off,
+nothing ever removes them. So every QUEUE_VACUUM_INTERVAL seconds one worker
+of the cluster (the service lock) reads the table's statistics and, past
+QUEUE_VACUUM_DEAD_ROWS dead versions, runs ``VACUUM (ANALYZE)`` on it; a
+vacuum already at work on the table (autovacuum's) is left to finish.
+
+Only the table's owner (or a superuser) may vacuum it: a worker whose database
+user is neither says so once, then keeps looking. Databases that remove old
+row versions themselves (InnoDB's purge thread) get no vacuum service.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.runtime.service import PeriodicService
+
+logger = get_logger("vacuum")
+
+
+class VacuumService(PeriodicService):
+    name = "vacuum"
+    autocommit = True  # VACUUM cannot run inside a transaction
+    refused = False  # the worker's user may not vacuum the table (said once)
+
+    def work(self, conn: Any) -> int:
+        """The dead row versions the vacuum removed (as the statistics counted them)."""
+        health = self.store.table_health(conn)
+        threshold = self.settings.queue_vacuum_dead_rows
+        if health is None or not threshold or health.dead_rows < threshold:
+            return 0
+        if not health.may_vacuum:
+            if not self.refused:
+                self.refused = True
+                logger.warning(
+                    "queue=%s: %d dead row versions in %s, but this worker's database user "
+                    "does not own the table and cannot VACUUM it; autovacuum, or its owner, "
+                    "must (docs/internals/runtime.md)",
+                    self.settings.queue_name,
+                    health.dead_rows,
+                    self.settings.queue_table,
+                )
+            return 0
+        started = time.monotonic()
+        self.store.vacuum(conn)
+        logger.info(
+            "queue=%s: vacuumed %s (%d dead row versions) in %.1f s",
+            self.settings.queue_name,
+            self.settings.queue_table,
+            health.dead_rows,
+            time.monotonic() - started,
+        )
+        return health.dead_rows

@@ -1,0 +1,70 @@
+"""The vacuum service's decisions (runtime/vacuum.py), on a store that only answers: past the
+threshold it vacuums; a worker whose user may not vacuum the table says so once; a database
+that removes dead row versions itself has no vacuum service."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from nsj_queue_lib.db.driver import driver_capabilities
+from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.runtime.schedule import IntervalSchedule
+from nsj_queue_lib.runtime.vacuum import VacuumService
+from nsj_queue_lib.settings import Settings
+
+
+class Store:
+    def __init__(self, health: TableHealth | None):
+        self.health = health
+        self.vacuums = 0
+
+    def table_health(self, conn: Any) -> TableHealth | None:
+        return self.health
+
+    def vacuum(self, conn: Any) -> None:
+        self.vacuums += 1
+
+
+def service(store: Store, dead_rows: int = 100) -> VacuumService:
+    settings = Settings(
+        db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q",
+        queue_vacuum_dead_rows=dead_rows,
+    )  # fmt: skip
+    return VacuumService(
+        settings,
+        store,
+        None,
+        None,
+        threading.Event(),
+        IntervalSchedule(60),  # type: ignore[arg-type]
+    )
+
+
+def test_past_the_threshold_it_vacuums_below_it_does_not():
+    store = Store(TableHealth(dead_rows=99, changed_since_analyze=0, may_vacuum=True))
+    assert service(store).work(None) == 0 and store.vacuums == 0
+    store.health = TableHealth(dead_rows=100, changed_since_analyze=0, may_vacuum=True)
+    assert service(store).work(None) == 100 and store.vacuums == 1
+
+
+def test_a_user_that_may_not_vacuum_is_told_once(caplog):
+    store = Store(TableHealth(dead_rows=5000, changed_since_analyze=0, may_vacuum=False))
+    vacuum = service(store)
+    with caplog.at_level(logging.WARNING):
+        assert vacuum.work(None) == 0
+        assert vacuum.work(None) == 0
+    assert store.vacuums == 0
+    assert len([r for r in caplog.records if "cannot VACUUM" in r.getMessage()]) == 1
+
+
+def test_a_database_without_statistics_to_act_on_is_left_alone():
+    store = Store(None)
+    assert service(store).work(None) == 0 and store.vacuums == 0
+
+
+def test_only_postgresql_needs_the_vacuum_service():
+    assert driver_capabilities("POSTGRES").needs_vacuum
+    assert not driver_capabilities("MYSQL").needs_vacuum
+    assert not driver_capabilities("SINGLE_STORE").needs_vacuum
