@@ -21,6 +21,8 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-test
 # The docs extra (mkdocs and its plugins) is installed on top, by `make docs` only.
 DOCS_STAMP  := $(VENV)/.installed-docs
+# The release extra (build, twine) is installed on top, by `make release-check` only.
+RELEASE_STAMP := $(VENV)/.installed-release
 # The bench extra (pgqueuer, asyncpg) is installed on top, by `make bench` only.
 BENCH_STAMP := $(VENV)/.installed-bench
 PYTEST_ARGS ?=
@@ -42,7 +44,7 @@ DDL_DIALECTS ?= postgres mysql singlestore
 
 COMPOSE ?= docker compose
 
-.PHONY: help venv test docs mutants demo bench verify-ddl ddl env clean distclean lint format typecheck check \
+.PHONY: help venv test docs mutants demo bench release-check verify-ddl ddl env clean distclean lint format typecheck check \
         compose-build compose-up compose-down compose-test compose-logs compose-config
 
 help: ## List the targets (this text)
@@ -81,6 +83,14 @@ $(DOCS_STAMP): pyproject.toml $(STAMP)
 # anchor, fails the build. The API reference is read from the code (mkdocstrings).
 docs: $(DOCS_STAMP) ## Build the documentation site into site/ (mkdocs build --strict)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+$(RELEASE_STAMP): pyproject.toml $(STAMP)
+	@echo ">> installing the release extra into $(VENV)"
+	$(PY) -m pip install --quiet -e '.[release]'
+	@touch "$@"
+
+release-check: $(RELEASE_STAMP) ## Build the sdist and the wheel, twine-check them, install the wheel in a clean venv and run the quick start
+	$(PY) scripts/release_check.py
 
 # Not part of CI (minutes on 2 cores); needs TEST_PG_DSN and TEST_MYSQL_DSN as for `make test`.
 mutants: $(STAMP) ## Plant one-line bugs one at a time and check the tests catch each (scripts/mutants.py)
