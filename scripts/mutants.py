@@ -487,6 +487,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "a failed handler's writes commit with its group",
     ),
+    # -- issue 39: the vacuum service ------------------------------------------------------
+    Mutant(
+        "vacuum-at-any-count",
+        "nsj_queue_lib/runtime/vacuum.py",
+        "        if health is None or not threshold or health.dead_rows < threshold:\n",
+        "        if health is None or not threshold:\n",
+        (
+            "tests/integration/test_runtime_services.py::"
+            "test_vacuum_service_vacuums_the_queue_table_past_its_dead_rows",
+        ),
+        ("postgres",),
+        "every worker minute vacuums the queue table, dead rows or not",
+    ),
     # -- issue 38: the executor cut into its parts; what moved keeps its catchers ----------
     Mutant(
         "a-signal-handler-sets-the-stop-event-itself",
