@@ -491,8 +491,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "vacuum-at-any-count",
         "nsj_queue_lib/runtime/vacuum.py",
-        "        if health is None or not threshold or health.dead_rows < threshold:\n",
-        "        if health is None or not threshold:\n",
+        "        vacuum = health.dead_rows >= threshold\n",
+        "        vacuum = True\n",
         (
             "tests/integration/test_runtime_services.py::"
             "test_vacuum_service_vacuums_the_queue_table_past_its_dead_rows",

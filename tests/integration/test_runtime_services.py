@@ -285,6 +285,30 @@ def vacuum_count(conn, table: str) -> int:
     return int(conn.execute(sql, (table,)).fetchone()[0])
 
 
+def analyze_count(conn, table: str) -> int:
+    sql = "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
+    return int(conn.execute(sql, (table,)).fetchone()[0])
+
+
+def changed_rows(conn, table: str) -> int:
+    sql = "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
+    row = conn.execute(sql, (table,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def test_vacuum_service_analyzes_a_table_that_only_grew(pg_queue, pg_dsn, pg_autocommit):
+    table = pg_queue.table
+    pg_autocommit.execute(
+        f"INSERT INTO {table} (origem, destino, processo, payload) "
+        "SELECT 'teste', 'worker', 'processar', 'p' FROM generate_series(1, 300)"
+    )
+    pg_autocommit.execute("SELECT pg_stat_force_next_flush()")
+    wait_for(lambda: changed_rows(pg_autocommit, table) >= 300, 10, "the statistics to count them")
+    service = make_service(VacuumService, pg_dsn, table, queue_vacuum_dead_rows=200)
+    assert service.run_once() == 0  # no dead version: nothing vacuumed
+    assert (vacuum_count(pg_autocommit, table), analyze_count(pg_autocommit, table)) == (0, 1)
+
+
 def test_vacuum_service_vacuums_the_queue_table_past_its_dead_rows(pg_queue, pg_dsn, pg_autocommit):
     table = pg_queue.table
     pg_autocommit.execute(

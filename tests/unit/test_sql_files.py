@@ -82,7 +82,14 @@ def test_postgres_queries_are_all_there_and_fully_rendered():
 # socket server's claim without database locks. So is the vacuum (PostgreSQL's
 # only: InnoDB purges old row versions itself).
 CLAIM_QUERIES = {
-    "postgres": {"claim_settings", "claim_uncommitted", "notify", "table_health", "vacuum"},
+    "postgres": {
+        "claim_settings",
+        "claim_uncommitted",
+        "notify",
+        "table_health",
+        "vacuum",
+        "analyze",
+    },
     "mysql": {"claim_tasks"},
     "singlestore": {"claim_tasks"},
 }

@@ -19,12 +19,16 @@ class Store:
     def __init__(self, health: TableHealth | None):
         self.health = health
         self.vacuums = 0
+        self.analyzes = 0
 
     def table_health(self, conn: Any) -> TableHealth | None:
         return self.health
 
     def vacuum(self, conn: Any) -> None:
         self.vacuums += 1
+
+    def analyze(self, conn: Any) -> None:
+        self.analyzes += 1
 
 
 def service(store: Store, dead_rows: int = 100) -> VacuumService:
@@ -49,13 +53,22 @@ def test_past_the_threshold_it_vacuums_below_it_does_not():
     assert service(store).work(None) == 100 and store.vacuums == 1
 
 
+def test_rows_changed_without_dead_versions_refresh_the_statistics_only():
+    store = Store(TableHealth(dead_rows=10, changed_since_analyze=5000, may_vacuum=True))
+    assert service(store).work(None) == 0
+    assert (store.vacuums, store.analyzes) == (0, 1)
+    store.health = TableHealth(dead_rows=10, changed_since_analyze=99, may_vacuum=True)
+    assert service(store).work(None) == 0
+    assert (store.vacuums, store.analyzes) == (0, 1)
+
+
 def test_a_user_that_may_not_vacuum_is_told_once(caplog):
     store = Store(TableHealth(dead_rows=5000, changed_since_analyze=0, may_vacuum=False))
     vacuum = service(store)
     with caplog.at_level(logging.WARNING):
         assert vacuum.work(None) == 0
         assert vacuum.work(None) == 0
-    assert store.vacuums == 0
+    assert store.vacuums == 0 and store.analyzes == 0
     assert len([r for r in caplog.records if "cannot VACUUM" in r.getMessage()]) == 1
 
 

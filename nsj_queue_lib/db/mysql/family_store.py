@@ -486,6 +486,9 @@ class MysqlFamilyStore:
     def vacuum(self, conn: Any) -> None:
         raise NotImplementedError("InnoDB removes old row versions itself: nothing to vacuum")
 
+    def analyze(self, conn: Any) -> None:
+        raise NotImplementedError("InnoDB recalculates its statistics itself")
+
     def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
         steps = self.sql["purge"]
         with wrap_driver_errors("purge"), conn.cursor() as cur:

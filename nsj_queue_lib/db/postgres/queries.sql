@@ -408,3 +408,7 @@ WHERE c.oid = to_regclass(%(table)s)
 -- name: vacuum
 -- SKIP_LOCKED: another vacuum (autovacuum's) at work on the table is left to it.
 VACUUM (ANALYZE, SKIP_LOCKED) {queue_table}
+
+-- name: analyze
+-- (SKIP_LOCKED: an ANALYZE already at work on the table is left to it.)
+ANALYZE (SKIP_LOCKED) {queue_table}

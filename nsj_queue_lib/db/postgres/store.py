@@ -482,3 +482,7 @@ class PostgresQueueStore(PostgresClientStore):
     def vacuum(self, conn) -> None:
         with wrap_driver_errors("vacuum"):
             conn.execute(self.sql["vacuum"])
+
+    def analyze(self, conn) -> None:
+        with wrap_driver_errors("analyze"):
+            conn.execute(self.sql["analyze"])
