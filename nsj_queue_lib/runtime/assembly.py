@@ -16,7 +16,6 @@ from typing import Any
 
 from nsj_queue_lib.context import TaskContext
 from nsj_queue_lib.db.driver import ConnectionPool, Driver
-from nsj_queue_lib.db.queue_store import WorkerStore
 from nsj_queue_lib.db.task_session import TaskSession
 from nsj_queue_lib.observability.observer import NULL_OBSERVER, Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
@@ -55,7 +54,6 @@ class ExecutorInputs:
     """What every executor is built from, whatever its plan."""
 
     settings: Settings
-    store: WorkerStore
     pool: ConnectionPool
     handler: TaskHandler
     stop: threading.Event

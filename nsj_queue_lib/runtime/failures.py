@@ -46,7 +46,6 @@ logger = get_logger("executor")
 
 # (the task's connection, the error) -> whether the connection itself was lost.
 ConnectionLost = Callable[[Any, BaseException], bool]
-CANCELLED_WHILE_RUNNING = model.CANCELLED_WHILE_RUNNING
 
 
 class TaskTimeout(Exception):

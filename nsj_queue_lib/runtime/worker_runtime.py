@@ -172,7 +172,7 @@ class WorkerRuntime:
         self.parts = self._parts(policies, TaskTimeouts(settings, task_timeouts))
         self.progress = ProgressWriter(self.store, self.pool, settings.queue_name)
         self._inputs = ExecutorInputs(
-            *(settings, self.store, self.pool, handler, self.stop_event, self.driver),
+            *(settings, self.pool, handler, self.stop_event, self.driver),
             policies=self.parts.policies,
             observer=self.observer,
             after_handler=self.progress.flush_one,

@@ -274,24 +274,9 @@ def test_purge_deletes_old_settled_rows_in_bounded_rounds(pg_queue, pg_dsn, pg_a
 # -- vacuum service -------------------------------------------------------------------------
 
 
-def dead_rows(conn, table: str) -> int:
-    sql = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
-    row = conn.execute(sql, (table,)).fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def vacuum_count(conn, table: str) -> int:
-    sql = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
-    return int(conn.execute(sql, (table,)).fetchone()[0])
-
-
-def analyze_count(conn, table: str) -> int:
-    sql = "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
-    return int(conn.execute(sql, (table,)).fetchone()[0])
-
-
-def changed_rows(conn, table: str) -> int:
-    sql = "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
+def table_stat(conn, table: str, column: str) -> int:
+    """One of the table's counters in pg_stat_user_tables (0 before it has any)."""
+    sql = f"SELECT {column} FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
     row = conn.execute(sql, (table,)).fetchone()
     return 0 if row is None else int(row[0])
 
@@ -303,10 +288,17 @@ def test_vacuum_service_analyzes_a_table_that_only_grew(pg_queue, pg_dsn, pg_aut
         "SELECT 'teste', 'worker', 'processar', 'p' FROM generate_series(1, 300)"
     )
     pg_autocommit.execute("SELECT pg_stat_force_next_flush()")
-    wait_for(lambda: changed_rows(pg_autocommit, table) >= 300, 10, "the statistics to count them")
+    wait_for(
+        lambda: table_stat(pg_autocommit, table, "n_mod_since_analyze") >= 300,
+        10,
+        "the statistics to count them",
+    )
     service = make_service(VacuumService, pg_dsn, table, queue_vacuum_dead_rows=200)
     assert service.run_once() == 0  # no dead version: nothing vacuumed
-    assert (vacuum_count(pg_autocommit, table), analyze_count(pg_autocommit, table)) == (0, 1)
+    assert (
+        table_stat(pg_autocommit, table, "vacuum_count"),
+        table_stat(pg_autocommit, table, "analyze_count"),
+    ) == (0, 1)
 
 
 def test_vacuum_service_vacuums_the_queue_table_past_its_dead_rows(pg_queue, pg_dsn, pg_autocommit):
@@ -317,14 +309,18 @@ def test_vacuum_service_vacuums_the_queue_table_past_its_dead_rows(pg_queue, pg_
     )
     pg_autocommit.execute(f"UPDATE {table} SET mensagem = 'settled again'")  # 300 dead versions
     pg_autocommit.execute("SELECT pg_stat_force_next_flush()")
-    wait_for(lambda: dead_rows(pg_autocommit, table) >= 300, 10, "the statistics to count them")
+    wait_for(
+        lambda: table_stat(pg_autocommit, table, "n_dead_tup") >= 300,
+        10,
+        "the statistics to count them",
+    )
 
     service = make_service(VacuumService, pg_dsn, table, queue_vacuum_dead_rows=1000)
     assert service.run_once() == 0  # below its threshold: nothing done
-    assert vacuum_count(pg_autocommit, table) == 0
+    assert table_stat(pg_autocommit, table, "vacuum_count") == 0
     service = make_service(VacuumService, pg_dsn, table, queue_vacuum_dead_rows=200)
     assert service.run_once() >= 300
-    assert vacuum_count(pg_autocommit, table) == 1
+    assert table_stat(pg_autocommit, table, "vacuum_count") == 1
     # (Whether the dead versions are gone depends on the other sessions' snapshots: with
     # parallel tests, one of them may still see them, and VACUUM keeps them for it.)
 

@@ -53,4 +53,12 @@ def test_each_signal_asks_again_and_close_ends_the_thread():
 
 
 def test_close_without_install_closes_the_pipe():
-    SignalStop(lambda: None, [SIGNAL]).close()
+    signals = SignalStop(lambda: None, [SIGNAL])
+    before = signal.getsignal(SIGNAL)
+    link = f"/proc/self/fd/{signals._waker.fileno()}"
+    pipe = os.readlink(link)
+    assert pipe.startswith("pipe:")
+    signals.close()
+    # Closed: the descriptor is gone, or (another thread opened a file since) no longer it.
+    assert not os.path.lexists(link) or os.readlink(link) != pipe
+    assert signal.getsignal(SIGNAL) is before  # never installed, nothing changed
