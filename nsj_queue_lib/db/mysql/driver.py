@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pymysql
@@ -16,7 +17,7 @@ from nsj_queue_lib.db.driver import (
     exception_chain,
 )
 from nsj_queue_lib.db.mysql.dialect import LIMITS, split_script
-from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
+from nsj_queue_lib.db.mysql.errors import error_code, wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
@@ -56,6 +57,19 @@ ACCESS_REFUSED = {
 # The connection itself is gone: server gone away, lost during a query, killed,
 # server shutting down, disconnected by the server.
 CONNECTION_LOST = {2006, 2013, 2055, 1927, 1053, 4031}
+# KILL of a session the server no longer has (ER_NO_SUCH_THREAD).
+NO_SUCH_SESSION = 1094
+
+
+def _cut(conn: Any) -> None:
+    """End the connection at its socket, safely while another thread uses it."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return  # closed already
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile
 
 
 def configure_session(conn: Any, executor: bool) -> None:
@@ -135,8 +149,17 @@ class MysqlFamilyDriver(WakeupDriver):
         )
 
     def terminate_session(self, admin_conn: Any, victim_conn: Any) -> None:
-        with wrap_driver_errors("terminate_session"), admin_conn.cursor() as cur:
-            cur.execute("KILL CONNECTION %s", (int(victim_conn.thread_id()),))
+        # A session the server does not know ended already (its owner closed it while the
+        # KILL was on its way: a handler that returned just after its timeout gave it up),
+        # or is not this server's (a proxy numbers its own): its socket is cut as well, so
+        # that whatever is behind it ends too. Either way it holds nothing any more.
+        try:
+            with wrap_driver_errors("terminate_session"), admin_conn.cursor() as cur:
+                cur.execute("KILL CONNECTION %s", (int(victim_conn.thread_id()),))
+        except DatabaseError as exc:
+            if not any(error_code(e) == NO_SUCH_SESSION for e in exception_chain(exc)):
+                raise
+            _cut(victim_conn)
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (pymysql.err.Error, DatabaseError))

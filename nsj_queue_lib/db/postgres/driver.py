@@ -266,11 +266,19 @@ class PostgresDriver(WakeupDriver):
         # the client port it sees. A connection no session matches (a pooler in between) is
         # cut at its socket instead: the pooler then closes the server connection, whose
         # transaction rolls back and whose locks go, as after pg_terminate_backend.
+        # One its owner closed meanwhile (a handler that returned just after its timeout gave
+        # it up) took its session along.
+        if victim_conn.closed:
+            return
         port = _local_port(victim_conn)
+        try:
+            pid = victim_conn.info.backend_pid
+        except psycopg.Error:
+            if victim_conn.closed:
+                return
+            raise
         with wrap_driver_errors("terminate_session"):
-            ended = admin_conn.execute(
-                _TERMINATE, {"pid": victim_conn.info.backend_pid, "port": port}
-            ).fetchall()
+            ended = admin_conn.execute(_TERMINATE, {"pid": pid, "port": port}).fetchall()
         if not any(row[0] for row in ended):
             _cut(victim_conn)
 

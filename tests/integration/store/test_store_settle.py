@@ -331,6 +331,19 @@ def test_a_killed_worker_leaves_an_orphan(backend, store, worker):
     store.rollback(worker)
 
 
+@on(*LOCKING)
+def test_ending_a_session_that_ended_already_is_no_error(backend, store):
+    """A timeout's give-up races the handler's own return, which closes its connection:
+    the session the give-up ends may be gone, and the attempt must still be settled."""
+    closed_by_its_owner = backend.worker()
+    store.claim(closed_by_its_owner)
+    closed_by_its_owner.close()
+    backend.driver.terminate_session(backend.admin, closed_by_its_owner)
+    ended_twice = backend.worker()
+    backend.terminate(ended_twice)
+    backend.driver.terminate_session(backend.admin, ended_twice)
+
+
 @on(SINGLESTORE)
 def test_singlestore_has_no_database_locks_and_says_so(backend, store, worker):
     """Its locks are the socket server's: the store has no lock operations at all."""
