@@ -55,8 +55,12 @@ LIFECYCLE_COLUMNS = ("cancel_requested", "progress_done", "progress_total", "pro
 # Columns of the enqueue options of flow control (docs/flow-control.md), nullable for
 # the same reason.
 FLOW_COLUMNS = ("dedupe_key", "lock_key")
+# An attempt's timeline (docs/reference/queue-table.md): when it was claimed, when it
+# ended, by the database's clock, and the name of the worker that claimed it. NULL on
+# the rows of 1.2.2's workers, which never name them.
+ATTEMPT_COLUMNS = ("started_at", "finished_at", "worker")
 # Every column besides QUEUE_COLUMNS that a worker needs (checked at start).
-EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS)
+EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS)
 
 SUBSCRIBER_COLUMNS = (
     "id",

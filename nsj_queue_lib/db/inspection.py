@@ -22,8 +22,19 @@ from nsj_queue_lib.db.dialect import workers_table_name
 
 # An attempt as the inspection queries show it: the contract's columns but the
 # payload's hash (binary, never useful to an operator); the payload only where asked.
-ATTEMPT_COLUMNS = tuple(c for c in model.QUEUE_COLUMNS if c not in ("payload", "payload_hash"))
-TIME_COLUMNS = ("data_hora_inicial", "data_hora", "proxima_tentativa", "data_hora_anterior")
+# And its timeline: when it started and ended, on which worker.
+ATTEMPT_COLUMNS = (
+    *(c for c in model.QUEUE_COLUMNS if c not in ("payload", "payload_hash")),
+    *model.ATTEMPT_COLUMNS,
+)
+TIME_COLUMNS = (
+    "data_hora_inicial",
+    "data_hora",
+    "proxima_tentativa",
+    "data_hora_anterior",
+    "started_at",
+    "finished_at",
+)
 # A failed attempt's statuses; one of them with estouro_tentativas is a task that ran out
 # of attempts (its dead letter was enqueued, or it was a dead letter itself).
 FAILED_STATUSES = (model.FALHA, model.FALHA_PROCESSANDO)

@@ -180,14 +180,22 @@ class WorkerRuntime:
         )
         self.dispatcher = self._dispatcher()
         self.periodic = self.parts.periodic(periodic)
-        self.registry = WorkerRegistry(
-            settings.queue_name, self.store, self.parts.connect, handled_processos, self.stop_event
-        )
+        self.registry = self._registry(handled_processos)
         # Built once the queue is bound (_bind): they depend on what the bind finds.
         self.executor: TaskExecutor | None = None
         self.lifecycle: LifecycleThread | None = None
         self.services: list[PeriodicService] = []
         self.exit_message: str | None = None
+
+    def _registry(self, handled_processos: frozenset[str] | None) -> WorkerRegistry:
+        """This worker's row in the workers table, under the name its claims also write in
+        each attempt's ``worker`` column."""
+        registry = WorkerRegistry(
+            *(self.settings.queue_name, self.store, self.parts.connect),
+            *(handled_processos, self.stop_event),
+        )
+        self.store.set_worker_name(registry.worker)
+        return registry
 
     def _parts(self, policies: RetryPolicies | None, task_timeouts: TaskTimeouts) -> WorkerParts:
         return WorkerParts(

@@ -8,6 +8,7 @@ Every form POST carries the CSRF token of the ``nsjq_csrf`` cookie.
 
 from __future__ import annotations
 
+import datetime
 import html
 import json
 from pathlib import Path
@@ -25,6 +26,7 @@ from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.web import auth
 from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
+from nsj_queue_lib.web.timeline import durations, timeline
 
 TEMPLATES = Path(__file__).parent / "templates"
 PAGE_SIZE = 50
@@ -201,6 +203,9 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
     if isinstance(role, Response):
         return role
     task = _queue(request, name).task(task_id)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for attempt in task["attempts"]:
+        attempt["waited_s"], attempt["ran_s"] = durations(attempt, now)
     text = json.dumps(task.pop("payload"), indent=2, ensure_ascii=False, default=str)
     shown = text.encode()[:PAYLOAD_SHOWN].decode(errors="ignore")
     context = {
@@ -211,6 +216,7 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
         "payload_cut": len(shown) < len(text),
         "role": role.value,
         "active": task["status"] in model.ACTIVE_STATUSES,
+        "timeline": timeline(task["attempts"], now),
     }
     return _page(request, "task_state.html" if partial else "task.html", context)
 

@@ -144,6 +144,15 @@ def test_console_follows_cancels_and_retries_real_tasks(server, pg_queue):
             page.click("#bulk button[type=submit]")
             page.locator(".notice").wait_for()
             wait_for(lambda: _status(api, dead_id) == "sucesso", 15, "the retried task to succeed")
+
+            # Its page draws both attempts on a timeline, each run by the worker named.
+            page.goto(f"{base}/queues/{table}/tasks/{dead_id}")
+            expect(page.locator("svg.timeline rect.run")).to_have_count(2)
+            expect(page.locator("svg.timeline rect.run.falha")).to_have_count(1)
+            expect(page.locator("svg.timeline rect.run.sucesso")).to_have_count(1)
+            workers = page.locator("table.attempts td.worker").all_inner_texts()
+            assert len(workers) == 2 and all(":" in w for w in workers), workers
+            page.screenshot(path=str(IMAGES / "web-task-timeline.png"), full_page=True)
             for n in range(3):
                 api.post("/api/v1/tasks", json={"processo": "report", "payload": {"n": n}})
 

@@ -44,6 +44,12 @@ CREATE TABLE public.fila_teste (
     dedupe_key varchar(200),
     -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
     lock_key varchar(200),
+    -- The attempt's timeline (docs/reference/queue-table.md): when a worker claimed
+    -- it, which worker (its workers table name), and when it ended, by the
+    -- database's clock. NULL while it waits, and on rows 1.2.2's workers wrote.
+    started_at timestamp(6) NULL DEFAULT NULL,
+    finished_at timestamp(6) NULL DEFAULT NULL,
+    worker varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
@@ -189,11 +195,12 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),
     IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4,
-    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4,
+    IN p_worker VARCHAR(200) CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 2b419cc0fe21c794'
+    COMMENT 'nsj_queue_lib claim 7874ef88838c8385'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -223,7 +230,7 @@ BEGIN
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE public.fila_teste
-        SET status = 'sucesso', mensagem = p_mensagem
+        SET status = 'sucesso', mensagem = p_mensagem, finished_at = NOW(6)
         WHERE id = p_task_id AND status = 'processando';
         -- The fence: an attempt that no longer owns its row (another worker
         -- rescued it and runs it again) must not commit its handler's writes.
@@ -335,9 +342,10 @@ BEGIN
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_one_by_one = TRUE;
                     -- v_ids: the table's own BIGINT ids, digits and commas only.
-                    SET @nsjq_statement = CONCAT('UPDATE public.fila_teste SET status = ''processando'' WHERE id IN (', v_ids, ')');
+                    SET @nsjq_statement = CONCAT('UPDATE public.fila_teste SET status = ''processando'', started_at = NOW(6), worker = ? WHERE id IN (', v_ids, ')'),
+                        @nsjq_worker = p_worker;
                     PREPARE nsjq_claim_statement FROM @nsjq_statement;
-                    EXECUTE nsjq_claim_statement;
+                    EXECUTE nsjq_claim_statement USING @nsjq_worker;
                     DEALLOCATE PREPARE nsjq_claim_statement;
                     SET @nsjq_statement = NULL;
                 END;
@@ -410,7 +418,7 @@ BEGIN
                 DECLARE CONTINUE HANDLER FOR 1062
                     SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
                 UPDATE public.fila_teste
-                SET status = 'processando'
+                SET status = 'processando', started_at = NOW(6), worker = p_worker
                 WHERE id = v_claimed;
             END;
             IF v_claimed IS NULL AND v_count > 0 THEN
@@ -577,11 +585,12 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
     IN p_early_s DOUBLE,
     IN p_take_lock BOOLEAN,
     IN p_lock_prefix VARCHAR(64),
-    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4,
+    IN p_worker VARCHAR(200) CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 159647946606bf7f'
+    COMMENT 'nsj_queue_lib limited claim 0898fe0c86c81b68'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -635,7 +644,9 @@ BEGIN
             END IF;
             BEGIN
                 DECLARE CONTINUE HANDLER FOR 1062 SET v_keys_lost = TRUE;
-                UPDATE public.fila_teste SET status = 'processando' WHERE id = v_claimed;
+                UPDATE public.fila_teste
+                SET status = 'processando', started_at = NOW(6), worker = p_worker
+                WHERE id = v_claimed;
             END;
             IF NOT v_keys_lost THEN
                 LEAVE claim;

@@ -55,6 +55,18 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'started_at') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN started_at timestamp(6) NULL DEFAULT NULL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'finished_at') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN finished_at timestamp(6) NULL DEFAULT NULL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'worker') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN worker varchar(200)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'dedupe_active') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN (''pendente'', ''agendada'', ''processando'') THEN dedupe_key END) VIRTUAL', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
@@ -299,11 +311,12 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),
     IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4,
-    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4,
+    IN p_worker VARCHAR(200) CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 2b419cc0fe21c794'
+    COMMENT 'nsj_queue_lib claim 7874ef88838c8385'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -333,7 +346,7 @@ BEGIN
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE public.fila_teste
-        SET status = 'sucesso', mensagem = p_mensagem
+        SET status = 'sucesso', mensagem = p_mensagem, finished_at = NOW(6)
         WHERE id = p_task_id AND status = 'processando';
         -- The fence: an attempt that no longer owns its row (another worker
         -- rescued it and runs it again) must not commit its handler's writes.
@@ -445,9 +458,10 @@ BEGIN
                 BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_one_by_one = TRUE;
                     -- v_ids: the table's own BIGINT ids, digits and commas only.
-                    SET @nsjq_statement = CONCAT('UPDATE public.fila_teste SET status = ''processando'' WHERE id IN (', v_ids, ')');
+                    SET @nsjq_statement = CONCAT('UPDATE public.fila_teste SET status = ''processando'', started_at = NOW(6), worker = ? WHERE id IN (', v_ids, ')'),
+                        @nsjq_worker = p_worker;
                     PREPARE nsjq_claim_statement FROM @nsjq_statement;
-                    EXECUTE nsjq_claim_statement;
+                    EXECUTE nsjq_claim_statement USING @nsjq_worker;
                     DEALLOCATE PREPARE nsjq_claim_statement;
                     SET @nsjq_statement = NULL;
                 END;
@@ -520,7 +534,7 @@ BEGIN
                 DECLARE CONTINUE HANDLER FOR 1062
                     SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
                 UPDATE public.fila_teste
-                SET status = 'processando'
+                SET status = 'processando', started_at = NOW(6), worker = p_worker
                 WHERE id = v_claimed;
             END;
             IF v_claimed IS NULL AND v_count > 0 THEN
@@ -617,7 +631,8 @@ DELIMITER ;
 -- check it at start), so they start and claim as before, but never take a
 -- task of a processo with limits (they know nothing of limits), and skip a
 -- task the unique index of running lock keys refuses instead of failing.
--- NULL handled subscribers and processos: every task, as that release claimed them;
+-- NULL handled subscribers and processos: every task, as that release claimed them
+-- (and a NULL worker: that release names none);
 -- one task per CALL, as that release claimed.
 DROP PROCEDURE IF EXISTS public.claim_next_fila_teste;
 DELIMITER //
@@ -631,7 +646,7 @@ CREATE PROCEDURE public.claim_next_fila_teste(
     COMMENT 'nsj_queue_lib claim d8ff69fda4465378'
 BEGIN
     SET @nsjq_claim_limit = NULL;
-    CALL public.claim_next_fila_teste_v2(p_task_id, p_mensagem, p_lock_prefix, NULL, NULL);
+    CALL public.claim_next_fila_teste_v2(p_task_id, p_mensagem, p_lock_prefix, NULL, NULL, NULL);
 END//
 DELIMITER ;
 
@@ -660,11 +675,12 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
     IN p_early_s DOUBLE,
     IN p_take_lock BOOLEAN,
     IN p_lock_prefix VARCHAR(64),
-    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4,
+    IN p_worker VARCHAR(200) CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 159647946606bf7f'
+    COMMENT 'nsj_queue_lib limited claim 0898fe0c86c81b68'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -718,7 +734,9 @@ BEGIN
             END IF;
             BEGIN
                 DECLARE CONTINUE HANDLER FOR 1062 SET v_keys_lost = TRUE;
-                UPDATE public.fila_teste SET status = 'processando' WHERE id = v_claimed;
+                UPDATE public.fila_teste
+                SET status = 'processando', started_at = NOW(6), worker = p_worker
+                WHERE id = v_claimed;
             END;
             IF NOT v_keys_lost THEN
                 LEAVE claim;

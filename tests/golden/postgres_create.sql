@@ -37,7 +37,13 @@ CREATE TABLE public.fila_teste (
     -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
     dedupe_key varchar(200),
     -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
-    lock_key varchar(200)
+    lock_key varchar(200),
+    -- The attempt's timeline (docs/reference/queue-table.md): when a worker claimed
+    -- it, which worker (its workers table name), and when it ended, by the
+    -- database's clock. NULL while it waits, and on rows 1.2.2's workers wrote.
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    worker varchar(200)
 );
 
 -- The claim: ready rows in claim order (higher priority first, then older).
@@ -123,7 +129,7 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- ready row too; db/postgres/claim_sets.py).
 CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
-    handled_subscribers varchar[], handled_processos varchar[]
+    handled_subscribers varchar[], handled_processos varchar[], worker_name varchar
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -143,7 +149,7 @@ DECLARE
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE public.fila_teste AS d
-        SET status = 'sucesso', mensagem = done_mensagem
+        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp()
         WHERE d.id = done_id AND d.status = 'processando';
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
@@ -202,7 +208,7 @@ BEGIN
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE public.fila_teste AS t
-    SET status = 'processando'
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
     WHERE t.id = next.id
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
@@ -230,7 +236,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE public.fila_teste AS t
-    SET status = 'processando'
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
     WHERE t.id = next.id
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
@@ -253,8 +259,8 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[])
-    IS 'nsj_queue_lib claim 6b123842bb572cf9';
+COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
+    IS 'nsj_queue_lib claim 9c8625b56b784818';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -278,7 +284,8 @@ BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
     UPDATE public.fila_teste AS t
-    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)]
+    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
+        finished_at = clock_timestamp()
     WHERE t.id = ANY(done_ids) AND t.status = 'processando';
     GET DIAGNOSTICS settled = ROW_COUNT;
     PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)
@@ -378,7 +385,7 @@ CREATE TABLE public.fila_teste_limits (
 -- time_windows) of the open ones and of all it knows (flow/limits.py).
 CREATE OR REPLACE FUNCTION public.claim_limited_fila_teste_v2(
     open_windows text[], known_windows text[], early_s double precision, take_lock boolean,
-    lock_queue_key integer, handled_processos varchar[]
+    lock_queue_key integer, handled_processos varchar[], worker_name varchar
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean, wait_s double precision,
                limits_rows bigint, stale_windows boolean)
@@ -426,7 +433,7 @@ BEGIN
                     FOR UPDATE SKIP LOCKED
                 )
                 UPDATE public.fila_teste AS t
-                SET status = 'processando'
+                SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
                 FROM picked
                 WHERE t.id = picked.id
                 RETURNING t.* INTO v_claimed;
@@ -467,5 +474,5 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[])
-    IS 'nsj_queue_lib limited claim 098fe4b6e1da3243';
+COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[], varchar)
+    IS 'nsj_queue_lib limited claim bab1f050b6973b4b';

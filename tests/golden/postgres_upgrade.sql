@@ -12,6 +12,9 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_total bigint;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS progress_message varchar(500);
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS lock_key varchar(200);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS started_at timestamp with time zone;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS worker varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), the chain index leaves first
@@ -109,8 +112,10 @@ FOR EACH STATEMENT
 EXECUTE FUNCTION public.notify_fila_teste_insert();
 
 -- This release's claim function as its first builds declared it, before it took
--- the handled processos (never released): gone, so that one signature remains.
+-- the handled processos and then the worker's name (never released): gone, so
+-- that one signature remains.
 DROP FUNCTION IF EXISTS public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[]);
+DROP FUNCTION IF EXISTS public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[]);
 
 -- The claim function of this release (claim_next_<queue>_v<N>). Earlier releases'
 -- functions stay, for their workers during a rolling upgrade: db_gen
@@ -127,7 +132,7 @@ DROP FUNCTION IF EXISTS public.claim_next_fila_teste_v2(bigint, text, integer, i
 -- ready row too; db/postgres/claim_sets.py).
 CREATE OR REPLACE FUNCTION public.claim_next_fila_teste_v2(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
-    handled_subscribers varchar[], handled_processos varchar[]
+    handled_subscribers varchar[], handled_processos varchar[], worker_name varchar
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -147,7 +152,7 @@ DECLARE
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE public.fila_teste AS d
-        SET status = 'sucesso', mensagem = done_mensagem
+        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp()
         WHERE d.id = done_id AND d.status = 'processando';
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
@@ -206,7 +211,7 @@ BEGIN
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE public.fila_teste AS t
-    SET status = 'processando'
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
     WHERE t.id = next.id
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
@@ -234,7 +239,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE public.fila_teste AS t
-    SET status = 'processando'
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
     WHERE t.id = next.id
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
@@ -257,8 +262,8 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[])
-    IS 'nsj_queue_lib claim 6b123842bb572cf9';
+COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
+    IS 'nsj_queue_lib claim 9c8625b56b784818';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -282,7 +287,8 @@ BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
     UPDATE public.fila_teste AS t
-    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)]
+    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
+        finished_at = clock_timestamp()
     WHERE t.id = ANY(done_ids) AND t.status = 'processando';
     GET DIAGNOSTICS settled = ROW_COUNT;
     PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)
@@ -306,7 +312,8 @@ $$;
 -- check it at start), so they start and claim as before, but never take a
 -- task of a processo with limits (they know nothing of limits), and skip a
 -- task the unique index of running lock keys refuses instead of failing.
--- NULL handled subscribers and processos: every task, as that release claimed them.
+-- NULL handled subscribers and processos: every task, as that release claimed them;
+-- a NULL worker: that release names none.
 CREATE OR REPLACE FUNCTION public.claim_next_fila_teste(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer
 )
@@ -314,7 +321,7 @@ RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boole
 LANGUAGE sql
 AS $$
     SELECT * FROM public.claim_next_fila_teste_v2(done_id, done_mensagem, lock_queue_key, done_task_key,
-                                   claim_limit, NULL, NULL)
+                                   claim_limit, NULL, NULL, NULL)
 $$;
 COMMENT ON FUNCTION public.claim_next_fila_teste(bigint, text, integer, integer, integer)
     IS 'nsj_queue_lib claim 9ac7ae8eeb854147';
@@ -370,8 +377,10 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_limits (
 );
 
 -- The limited claim: the start of a task of a processo with limits (its first
--- builds' signature, before it took the handled processos, dropped first).
+-- builds' signatures, before it took the handled processos and then the worker's
+-- name, dropped first).
 DROP FUNCTION IF EXISTS public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer);
+DROP FUNCTION IF EXISTS public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[]);
 -- The limited claim (per-processo limits, docs/flow-control.md): the next
 -- start of a limited processo, in one call, in the caller's transaction.
 -- 1. Without locks, the processo whose next start comes first among those
@@ -402,7 +411,7 @@ DROP FUNCTION IF EXISTS public.claim_limited_fila_teste_v2(text[], text[], doubl
 -- time_windows) of the open ones and of all it knows (flow/limits.py).
 CREATE OR REPLACE FUNCTION public.claim_limited_fila_teste_v2(
     open_windows text[], known_windows text[], early_s double precision, take_lock boolean,
-    lock_queue_key integer, handled_processos varchar[]
+    lock_queue_key integer, handled_processos varchar[], worker_name varchar
 )
 RETURNS TABLE (task public.fila_teste, first_payload text, liveness_locked boolean, wait_s double precision,
                limits_rows bigint, stale_windows boolean)
@@ -450,7 +459,7 @@ BEGIN
                     FOR UPDATE SKIP LOCKED
                 )
                 UPDATE public.fila_teste AS t
-                SET status = 'processando'
+                SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
                 FROM picked
                 WHERE t.id = picked.id
                 RETURNING t.* INTO v_claimed;
@@ -491,5 +500,5 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[])
-    IS 'nsj_queue_lib limited claim 098fe4b6e1da3243';
+COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[], varchar)
+    IS 'nsj_queue_lib limited claim bab1f050b6973b4b';

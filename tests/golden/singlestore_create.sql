@@ -44,6 +44,10 @@ CREATE ROWSTORE TABLE public.fila_teste (
     -- its claim does not look at lock keys).
     dedupe_key varchar(200),
     lock_key varchar(200),
+    -- The attempt's timeline (docs/reference/queue-table.md).
+    started_at datetime(6),
+    finished_at datetime(6),
+    worker varchar(200),
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

@@ -63,7 +63,7 @@ def _claim_function_plan(conn: psycopg.Connection, store: PostgresQueueStore) ->
             conn.execute(f"SET LOCAL {setting}")
         assert store.claim_function is not None
         conn.execute(
-            f"SELECT * FROM {store.claim_function}(NULL::bigint, NULL::text, 0, 0, 1, NULL, NULL)"
+            f"SELECT * FROM {store.claim_function}(NULL::bigint, NULL::text, 0, 0, 1, NULL, NULL, NULL)"
         ).fetchall()
     finally:
         conn.execute("ROLLBACK")
@@ -84,7 +84,7 @@ def _claim_uncommitted_plan(conn: psycopg.Connection, store: PostgresQueueStore)
         conn.execute(store.sql["claim_settings"])
         plan = conn.execute(
             "EXPLAIN (FORMAT JSON) " + store.sql["claim_uncommitted"],
-            {"handled_subscribers": None, "handled_processos": None},
+            {"handled_subscribers": None, "handled_processos": None, "worker": None},
         ).fetchone()[0]
     finally:
         conn.execute("ROLLBACK")

@@ -86,6 +86,7 @@ def populate(queue: Queue) -> Tasks:
     and dead-lettered (``dead``, pendente); ready: pendente, 5 s old; later: due in an hour."""
     driver = _driver(queue)
     store = driver.store()
+    store.set_worker_name("cli-test-worker")
     conn = driver.connect(autocommit=True)
     client = QueueClient(conn, queue.table)
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -265,6 +266,10 @@ def test_show_a_chain_with_retries_and_a_dead_letter(queue, capsys):
         assert json.loads(attempts[0]["payload"]) == {"n": "broken"}
         assert [d["id"] for d in doc["dead_letter"]] == [t["dead"]]
         assert doc["dead_letter"][0]["live_id"] == t["broken"]
+        for attempt in attempts:  # each attempt's timeline
+            assert attempt["worker"] == "cli-test-worker"
+            assert attempt["started_at"] <= attempt["finished_at"]
+        assert doc["dead_letter"][0]["started_at"] is None  # not started yet
 
     code, out, _ = run(capsys, *queue.args("show", str(t["broken"])))
     assert code == 0
@@ -272,6 +277,8 @@ def test_show_a_chain_with_retries_and_a_dead_letter(queue, capsys):
         f"task {t['broken']} (processo p1, chave_externa chave-broken): falha, 2 attempt(s)"
     )
     assert "first error" in out and "second error" in out
+    assert out.splitlines()[1].split()[3:6] == ["DATA_HORA", "STARTED_AT", "FINISHED_AT"]
+    assert out.count("cli-test-worker") == 2
     assert f"dead letter: task {t['dead']}, pendente" in out
     assert 'payload: {"n":"broken"}' in out
 

@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim 6b123842bb572cf9",
-        "mysql": "nsj_queue_lib claim 726797608290f42c",
+        "postgres": "nsj_queue_lib claim 9c8625b56b784818",
+        "mysql": "nsj_queue_lib claim 2dae81031f8b727d",
     },
 }
 

@@ -44,6 +44,6 @@ def test_different_messages_are_a_case_over_ids_grouped_by_message():
 def test_the_statement_is_fenced_on_processando():
     sql = success_sql(EscapingConn(), "fila", written((7, "ok"), (9, "ok")))
     assert sql == (
-        "UPDATE fila SET status = 'sucesso', mensagem = 'ok' "
+        "UPDATE fila SET status = 'sucesso', mensagem = 'ok', finished_at = NOW(6) "
         "WHERE id IN (7, 9) AND status = 'processando'"
     )

@@ -99,7 +99,8 @@ CREATE PROCEDURE {claim_function}(
     IN p_mensagem VARCHAR(500) CHARACTER SET utf8mb4,
     IN p_lock_prefix VARCHAR(64),
     IN p_handled_subscribers LONGTEXT CHARACTER SET utf8mb4,
-    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4,
+    IN p_worker VARCHAR(200) CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
@@ -133,7 +134,7 @@ BEGIN
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE {table}
-        SET status = 'sucesso', mensagem = p_mensagem
+        SET status = 'sucesso', mensagem = p_mensagem, finished_at = NOW(6)
         WHERE id = p_task_id AND status = 'processando';
         -- The fence: an attempt that no longer owns its row (another worker
         -- rescued it and runs it again) must not commit its handler's writes.
@@ -287,11 +288,13 @@ BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_one_by_one = TRUE;
                     -- v_ids: the table's own BIGINT ids, digits and commas only.
                     -- server: mariadb
-                    EXECUTE IMMEDIATE CONCAT('UPDATE {table} SET status = ''processando'' WHERE id IN (', v_ids, ')');
+                    EXECUTE IMMEDIATE CONCAT('UPDATE {table} SET status = ''processando'', started_at = NOW(6), worker = ? WHERE id IN (', v_ids, ')')
+                        USING p_worker;
                     -- server: mysql
-                    SET @nsjq_statement = CONCAT('UPDATE {table} SET status = ''processando'' WHERE id IN (', v_ids, ')');
+                    SET @nsjq_statement = CONCAT('UPDATE {table} SET status = ''processando'', started_at = NOW(6), worker = ? WHERE id IN (', v_ids, ')'),
+                        @nsjq_worker = p_worker;
                     PREPARE nsjq_claim_statement FROM @nsjq_statement;
-                    EXECUTE nsjq_claim_statement;
+                    EXECUTE nsjq_claim_statement USING @nsjq_worker;
                     DEALLOCATE PREPARE nsjq_claim_statement;
                     SET @nsjq_statement = NULL;
                     -- server: end
@@ -358,7 +361,7 @@ BEGIN
                 DECLARE CONTINUE HANDLER FOR 1062
                     SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
                 UPDATE {table}
-                SET status = 'processando'
+                SET status = 'processando', started_at = NOW(6), worker = p_worker
                 WHERE id = v_claimed;
             END;
             IF v_claimed IS NULL AND v_count > 0 THEN

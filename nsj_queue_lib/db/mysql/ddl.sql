@@ -44,6 +44,12 @@ CREATE TABLE {table} (
     dedupe_key varchar(200),
     -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
     lock_key varchar(200),
+    -- The attempt's timeline (docs/reference/queue-table.md): when a worker claimed
+    -- it, which worker (its workers table name), and when it ended, by the
+    -- database's clock. NULL while it waits, and on rows 1.2.2's workers wrote.
+    started_at timestamp(6) NULL DEFAULT NULL,
+    finished_at timestamp(6) NULL DEFAULT NULL,
+    worker varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,

@@ -81,6 +81,7 @@ class MysqlFamilyStore:
         self._queue_number: int | None = None
         self.handled_subscribers: frozenset[str] | None = None
         self.handled_processos: frozenset[str] | None = None
+        self.worker_name: str | None = None
 
     def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
         """The subscribers whose deliveries this store's claims take (None: all of them;
@@ -90,6 +91,10 @@ class MysqlFamilyStore:
     def set_handled_processos(self, handled: frozenset[str] | None) -> None:
         """The processos whose tasks this store's claims take (None: all of them)."""
         self.handled_processos = handled
+
+    def set_worker_name(self, worker: str | None) -> None:
+        """The name the claims write in each attempt's ``worker`` column."""
+        self.worker_name = worker
 
     def server(self, conn: Any) -> ServerInfo:
         """The server flavour behind ``conn`` (MariaDB, MySQL or SingleStore)."""

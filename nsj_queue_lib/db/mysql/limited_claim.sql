@@ -21,7 +21,8 @@ CREATE PROCEDURE {limited_claim}(
     IN p_early_s DOUBLE,
     IN p_take_lock BOOLEAN,
     IN p_lock_prefix VARCHAR(64),
-    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4
+    IN p_handled_processos LONGTEXT CHARACTER SET utf8mb4,
+    IN p_worker VARCHAR(200) CHARACTER SET utf8mb4
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
@@ -79,7 +80,9 @@ BEGIN
             END IF;
             BEGIN
                 DECLARE CONTINUE HANDLER FOR 1062 SET v_keys_lost = TRUE;
-                UPDATE {table} SET status = 'processando' WHERE id = v_claimed;
+                UPDATE {table}
+                SET status = 'processando', started_at = NOW(6), worker = p_worker
+                WHERE id = v_claimed;
             END;
             IF NOT v_keys_lost THEN
                 LEAVE claim;

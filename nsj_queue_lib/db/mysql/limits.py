@@ -49,6 +49,7 @@ def claim(limits: LimitsStore, conn: Any, request: ClaimRequest) -> LimitedClaim
         "take_lock": request.take_lock,
         "prefix": limits.store.lock_prefix(conn),
         "handled_processos": json_array(limits.store.handled_processos),
+        "worker": limits.store.worker_name,
     }
     with limits.cursor(conn, "limited claim") as cur:
         try:

@@ -4,7 +4,7 @@
 
 -- name: claim
 CALL {limited_claim}(%(open)s, %(known)s, %(early)s, %(take_lock)s, %(prefix)s,
-                     %(handled_processos)s)
+                     %(handled_processos)s, %(worker)s)
 
 -- name: routine_version
 SELECT routine_comment

@@ -4,7 +4,8 @@
 -- check it at start), so they start and claim as before, but never take a
 -- task of a processo with limits (they know nothing of limits), and skip a
 -- task the unique index of running lock keys refuses instead of failing.
--- NULL handled subscribers and processos: every task, as that release claimed them;
+-- NULL handled subscribers and processos: every task, as that release claimed them
+-- (and a NULL worker: that release names none);
 -- one task per CALL, as that release claimed.
 DROP PROCEDURE IF EXISTS {previous_claim_function};
 DELIMITER //
@@ -18,6 +19,6 @@ CREATE PROCEDURE {previous_claim_function}(
     COMMENT '{previous_claim_version}'
 BEGIN
     SET @nsjq_claim_limit = NULL;
-    CALL {claim_function}(p_task_id, p_mensagem, p_lock_prefix, NULL, NULL);
+    CALL {claim_function}(p_task_id, p_mensagem, p_lock_prefix, NULL, NULL, NULL);
 END//
 DELIMITER ;

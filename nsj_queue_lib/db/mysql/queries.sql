@@ -89,7 +89,7 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 -- step: mark
 UPDATE {queue_table}
-SET status = 'processando'
+SET status = 'processando', started_at = NOW(6), worker = %(worker)s
 WHERE id = %(id)s AND status = 'pendente';
 -- step: first_payloads
 -- Later attempts keep no payload of their own: it comes from the first attempt.
@@ -134,7 +134,8 @@ UPDATE {queue_table}
 SET status = %(status)s,
     mensagem = %(mensagem)s,
     reenfileirado = true,
-    proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND
+    proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND,
+    finished_at = NOW(6)
 WHERE id = %(id)s AND status = 'processando';
 -- step: insert
 INSERT INTO {queue_table} (
@@ -156,7 +157,8 @@ WHERE f.id = %(id)s
 -- The last attempt failed: mark the overflow and enqueue the dead-letter task.
 -- step: mark
 UPDATE {queue_table}
-SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
+    finished_at = NOW(6)
 WHERE id = %(id)s AND status = 'processando';
 -- step: insert
 INSERT INTO {queue_table} (
@@ -173,13 +175,14 @@ WHERE f.id = %(id)s
 -- name: fail_final
 -- A dead-letter task ran out of attempts: nothing further is enqueued.
 UPDATE {queue_table}
-SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
+    finished_at = NOW(6)
 WHERE id = %(id)s AND status = 'processando'
 
 -- name: release_task
--- Gives a claimed task that never started back to the queue.
+-- Gives a claimed task that never started back to the queue (as unstarted).
 UPDATE {queue_table}
-SET status = 'pendente'
+SET status = 'pendente', started_at = NULL, worker = NULL
 WHERE id = %(id)s AND status = 'processando'
 
 -- name: try_service_lock
@@ -321,11 +324,12 @@ FOR UPDATE
 
 -- name: cancel_attempt
 -- A waiting attempt becomes 'cancelada'; a running one keeps running with its
--- cancel request recorded. mensagem is assigned before status: MySQL
--- evaluates SET left to right. Nothing happens to a finished attempt.
+-- cancel request recorded. mensagem and finished_at are assigned before
+-- status: MySQL evaluates SET left to right. Nothing happens to a finished attempt.
 -- step: mark
 UPDATE {queue_table}
 SET mensagem = CASE WHEN status = 'processando' THEN mensagem ELSE %(mensagem)s END,
+    finished_at = CASE WHEN status = 'processando' THEN finished_at ELSE NOW(6) END,
     status = CASE WHEN status = 'processando' THEN status ELSE 'cancelada' END,
     cancel_requested = true
 WHERE id = %(id)s AND status IN ('pendente', 'agendada', 'processando');
@@ -335,7 +339,7 @@ SELECT status FROM {queue_table} WHERE id = %(id)s
 -- name: cancel_running
 -- The handler stopped on a cancel request (it raised TaskCancelled).
 UPDATE {queue_table}
-SET status = 'cancelada', mensagem = %(mensagem)s
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = NOW(6)
 WHERE id = %(id)s AND status = 'processando'
 
 -- name: cancel_if_requested
@@ -349,7 +353,7 @@ WHERE id = %(id)s AND status = 'processando'
 FOR UPDATE;
 -- step: mark
 UPDATE {queue_table}
-SET status = 'cancelada', mensagem = %(mensagem)s
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = NOW(6)
 WHERE id = %(id)s AND status = 'processando'
 
 -- name: cancel_requests

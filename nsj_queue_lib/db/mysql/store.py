@@ -201,13 +201,14 @@ class MysqlQueueStore(MysqlFamilyStore):
     def _procedure_call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Statement:
         return (
             f"CALL {self.claim_procedure}"
-            "(%(id)s, %(mensagem)s, %(lock_prefix)s, %(handled)s, %(processos)s)",
+            "(%(id)s, %(mensagem)s, %(lock_prefix)s, %(handled)s, %(processos)s, %(worker)s)",
             {
                 "id": task_id,
                 "mensagem": mensagem,
                 "lock_prefix": self.lock_prefix(conn),
                 "handled": json_array(self.handled_subscribers),
                 "processos": json_array(self.handled_processos),
+                "worker": self.worker_name,
             },
         )
 
@@ -338,7 +339,7 @@ class MysqlQueueStore(MysqlFamilyStore):
                     conn.rollback()
                     return None
                 row = rows[0]
-                cur.execute(steps["mark"], {"id": row["id"]})
+                cur.execute(steps["mark"], {"id": row["id"], "worker": self.worker_name})
                 payloads = self._first_payloads(cur, row)
             return TaskRecord.from_row(claimed_row(row, payloads))
 

@@ -23,7 +23,7 @@ def success_sql(conn: Any, queue_table: str, written: Sequence[tuple[int, str]])
     mensagem) still running."""
     return (
         f"UPDATE {queue_table} SET status = 'sucesso', "
-        f"mensagem = {mensagem_by_id(conn, written)} "
+        f"mensagem = {mensagem_by_id(conn, written)}, finished_at = NOW(6) "
         f"WHERE id IN ({id_list([task_id for task_id, _ in written])}) "
         "AND status = 'processando'"
     )

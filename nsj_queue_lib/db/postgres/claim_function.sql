@@ -10,7 +10,7 @@
 -- ready row too; db/postgres/claim_sets.py).
 CREATE OR REPLACE FUNCTION {claim_function}(
     done_id bigint, done_mensagem text, lock_queue_key integer, done_task_key integer, claim_limit integer,
-    handled_subscribers varchar[], handled_processos varchar[]
+    handled_subscribers varchar[], handled_processos varchar[], worker_name varchar
 )
 RETURNS TABLE (task {table}, first_payload text, liveness_locked boolean)
 LANGUAGE plpgsql
@@ -30,7 +30,7 @@ DECLARE
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE {table} AS d
-        SET status = 'sucesso', mensagem = done_mensagem
+        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp()
         WHERE d.id = done_id AND d.status = 'processando';
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
@@ -92,7 +92,7 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer, varchar[], varchar[])
+COMMENT ON FUNCTION {claim_function}(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
     IS '{claim_function_version}';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
@@ -117,7 +117,8 @@ BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
     UPDATE {table} AS t
-    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)]
+    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
+        finished_at = clock_timestamp()
     WHERE t.id = ANY(done_ids) AND t.status = 'processando';
     GET DIAGNOSTICS settled = ROW_COUNT;
     PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)

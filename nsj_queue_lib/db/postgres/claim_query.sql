@@ -7,7 +7,8 @@
 -- function claims again, with a snapshot that sees the key busy. The liveness
 -- locks are output columns after the ORDER BY, evaluated after the sort
 -- (volatile), so after every row's UPDATE: a refused claim has taken no lock
--- and returned no row.
+-- and returned no row. started_at and worker say when and where the attempt
+-- started (worker_name: the claiming worker's, as in its workers table row).
 WITH next AS (
     SELECT q.id
     FROM {table} AS q
@@ -26,7 +27,7 @@ WITH next AS (
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {table} AS t
-    SET status = 'processando'
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
     WHERE t.id = next.id
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,

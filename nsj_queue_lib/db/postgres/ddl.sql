@@ -37,7 +37,13 @@ CREATE TABLE {table} (
     -- Flow control (docs/flow-control.md): at most one unfinished task per dedupe_key.
     dedupe_key varchar(200),
     -- Tasks with equal lock_key never run at the same time (docs/flow-control.md).
-    lock_key varchar(200)
+    lock_key varchar(200),
+    -- The attempt's timeline (docs/reference/queue-table.md): when a worker claimed
+    -- it, which worker (its workers table name), and when it ended, by the
+    -- database's clock. NULL while it waits, and on rows 1.2.2's workers wrote.
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    worker varchar(200)
 );
 
 {indexes}

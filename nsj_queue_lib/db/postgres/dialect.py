@@ -13,7 +13,7 @@ from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 
 # The claim function's argument types (claim_function.sql), as in DROP/COMMENT ON FUNCTION.
-CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[], varchar[])"
+CLAIM_FUNCTION_ARGS = "(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)"
 # ... and those of earlier releases' claim functions, by release (dialect.CLAIM_ROUTINE_RELEASE).
 OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 

@@ -63,7 +63,7 @@ released AS MATERIALIZED (
     SELECT CASE WHEN $4::bigint IS NULL THEN NULL ELSE pg_advisory_unlock($4::bigint) END AS r
 ),
 undone AS (
-    UPDATE {table} SET status = 'pendente'
+    UPDATE {table} SET status = 'pendente', started_at = NULL, worker = NULL
     WHERE id = $1::bigint AND NOT (SELECT held FROM legacy)
     RETURNING pg_advisory_unlock($2::integer, $3::integer)
 )

@@ -28,7 +28,7 @@
 -- time_windows) of the open ones and of all it knows (flow/limits.py).
 CREATE OR REPLACE FUNCTION {limited_claim}(
     open_windows text[], known_windows text[], early_s double precision, take_lock boolean,
-    lock_queue_key integer, handled_processos varchar[]
+    lock_queue_key integer, handled_processos varchar[], worker_name varchar
 )
 RETURNS TABLE (task {table}, first_payload text, liveness_locked boolean, wait_s double precision,
                limits_rows bigint, stale_windows boolean)
@@ -76,7 +76,7 @@ BEGIN
                     FOR UPDATE SKIP LOCKED
                 )
                 UPDATE {table} AS t
-                SET status = 'processando'
+                SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
                 FROM picked
                 WHERE t.id = picked.id
                 RETURNING t.* INTO v_claimed;
@@ -117,5 +117,5 @@ END;
 $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
-COMMENT ON FUNCTION {limited_claim}(text[], text[], double precision, boolean, integer, varchar[])
+COMMENT ON FUNCTION {limited_claim}(text[], text[], double precision, boolean, integer, varchar[], varchar)
     IS '{limited_claim_version}';

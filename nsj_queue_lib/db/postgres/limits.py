@@ -25,7 +25,7 @@ CALL_COLUMNS = ", ".join(
     for c in QUEUE_COLUMNS
 )
 # The limited claim function's arguments, as in COMMENT ON FUNCTION.
-LIMITED_CLAIM_ARGS = "(text[], text[], double precision, boolean, integer, varchar[])"
+LIMITED_CLAIM_ARGS = "(text[], text[], double precision, boolean, integer, varchar[], varchar)"
 # The limited processos' states (db/limited_routine.py says what they mean): ``due_in``, the
 # seconds until interval_s and rate_limit allow the next start, and ``capped``.
 STATES = (
@@ -56,6 +56,7 @@ def claim(limits: LimitsStore, conn: Any, request: ClaimRequest) -> LimitedClaim
         "take_lock": take_lock,
         "queue_key": limits.store.queue_key,
         "handled_processos": None if handled is None else sorted(handled),
+        "worker": limits.store.worker_name,
     }
     with limits.cursor(conn, "limited claim") as cur:
         try:

@@ -6,7 +6,7 @@
 -- The limited claim routine (limited_claim.sql), its task in the claim's shape.
 SELECT {call_columns}, f.liveness_locked, f.wait_s, f.limits_rows, f.stale_windows
 FROM {limited_claim}(%(open)s::text[], %(known)s::text[], %(early)s, %(take_lock)s,
-                     %(queue_key)s, %(handled_processos)s::varchar[]) AS f
+                     %(queue_key)s, %(handled_processos)s::varchar[], %(worker)s::varchar) AS f
 
 -- name: routine_version
 SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')

@@ -113,7 +113,7 @@ WITH next AS (
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {queue_table} AS t
-    SET status = 'processando'
+    SET status = 'processando', started_at = clock_timestamp(), worker = %(worker)s
     FROM next
     WHERE t.id = next.id
     RETURNING t.*
@@ -149,7 +149,8 @@ WITH failed AS (
     SET status = %(status)s,
         mensagem = %(mensagem)s,
         reenfileirado = true,
-        proxima_tentativa = clock_timestamp() + make_interval(secs => %(delay_seconds)s)
+        proxima_tentativa = clock_timestamp() + make_interval(secs => %(delay_seconds)s),
+        finished_at = clock_timestamp()
     WHERE id = %(id)s AND status = 'processando'
     RETURNING *
 )
@@ -174,7 +175,8 @@ RETURNING id
 -- clock_timestamp() column defaults would not be).
 WITH failed AS (
     UPDATE {queue_table}
-    SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+    SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
+        finished_at = clock_timestamp()
     WHERE id = %(id)s AND status = 'processando'
     RETURNING *
 )
@@ -194,14 +196,15 @@ RETURNING id
 -- name: fail_final
 -- A dead-letter task ran out of attempts: nothing further is enqueued.
 UPDATE {queue_table}
-SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true
+SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
+    finished_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'processando'
 RETURNING id
 
 -- name: release_task
--- Gives a claimed task that never started back to the queue.
+-- Gives a claimed task that never started back to the queue (as unstarted).
 UPDATE {queue_table}
-SET status = 'pendente'
+SET status = 'pendente', started_at = NULL, worker = NULL
 WHERE id = %(id)s AND status = 'processando'
 
 -- name: try_service_lock
@@ -334,11 +337,12 @@ WHERE t.id = coalesce(
 
 -- name: cancel_attempt
 -- A waiting attempt becomes 'cancelada'; a running one keeps running with its
--- cancel request recorded (its worker is told after commit). mensagem is
--- assigned before status: MySQL evaluates SET left to right, and the dialects
+-- cancel request recorded (its worker is told after commit). mensagem and
+-- finished_at are assigned before status: MySQL evaluates SET left to right, and the dialects
 -- keep one shape. Nothing happens to a finished attempt.
 UPDATE {queue_table} AS t
 SET mensagem = CASE WHEN t.status = 'processando' THEN t.mensagem ELSE %(mensagem)s END,
+    finished_at = CASE WHEN t.status = 'processando' THEN t.finished_at ELSE clock_timestamp() END,
     status = CASE WHEN t.status = 'processando' THEN t.status ELSE 'cancelada' END,
     cancel_requested = true
 WHERE t.id = %(id)s AND t.status IN ('pendente', 'agendada', 'processando')
@@ -347,7 +351,7 @@ RETURNING t.status
 -- name: cancel_running
 -- The handler stopped on a cancel request (it raised TaskCancelled).
 UPDATE {queue_table}
-SET status = 'cancelada', mensagem = %(mensagem)s
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'processando'
 RETURNING id
 
@@ -362,7 +366,7 @@ WITH running AS (
     FOR UPDATE
 )
 UPDATE {queue_table} AS t
-SET status = 'cancelada', mensagem = %(mensagem)s
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = clock_timestamp()
 FROM running
 WHERE t.id = running.id AND running.cancel_requested
 RETURNING t.id

@@ -85,7 +85,7 @@ class PostgresQueueStore(PostgresClientStore):
         self.sql["claim_call"] = (
             f"SELECT {CALL_COLUMNS}, f.liveness_locked "
             f"FROM {self.claim_function or 'claim_routine_unavailable'}"
-            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[], $7::varchar[])"
+            "($1::bigint, $2::text, $3::integer, $4::integer, $5::integer, $6::varchar[], $7::varchar[], $8::varchar)"
             " AS f"
         )
         self.claim_statement = PreparedRoundTrip(self.sql["claim_call"], _CLAIM_NAMES)
@@ -96,6 +96,7 @@ class PostgresQueueStore(PostgresClientStore):
         self._handled_array: str | None = None
         self.handled_processos: frozenset[str] | None = None
         self._processos_array: str | None = None
+        self.worker_name: str | None = None
         self._queue_oid: int | None = None
         self._queue_key = 0
 
@@ -110,6 +111,10 @@ class PostgresQueueStore(PostgresClientStore):
         nsj_queue_lib/flow/deliveries.py)."""
         self.handled_processos = handled
         self._processos_array = postgres_array(handled)
+
+    def set_worker_name(self, worker: str | None) -> None:
+        """The name the claims write in each attempt's ``worker`` column."""
+        self.worker_name = worker
 
     # -- runtime operations (psycopg 3) --
 
@@ -274,6 +279,7 @@ class PostgresQueueStore(PostgresClientStore):
             claim_limit,
             self._handled_array,
             self._processos_array,
+            self.worker_name,
         )
 
     def _claimed(self, conn, rows: list[dict[str, Any]]) -> Steps[Claim | None]:
@@ -323,6 +329,7 @@ class PostgresQueueStore(PostgresClientStore):
                     {
                         "handled_subscribers": None if handled is None else sorted(handled),
                         "handled_processos": None if processos is None else sorted(processos),
+                        "worker": self.worker_name,
                     },
                     binary=True,
                 )

@@ -12,6 +12,9 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_total bigint;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_message varchar(500);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_key varchar(200);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS started_at timestamp with time zone;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS worker varchar(200);
 
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), the chain index leaves first
@@ -42,8 +45,10 @@ $$;
 {trigger}
 
 -- This release's claim function as its first builds declared it, before it took
--- the handled processos (never released): gone, so that one signature remains.
+-- the handled processos and then the worker's name (never released): gone, so
+-- that one signature remains.
 DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer, varchar[]);
+DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer, varchar[], varchar[]);
 
 -- The claim function of this release (claim_next_<queue>_v<N>). Earlier releases'
 -- functions stay, for their workers during a rolling upgrade: db_gen
@@ -60,6 +65,8 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 {limits_table_ddl}
 
 -- The limited claim: the start of a task of a processo with limits (its first
--- builds' signature, before it took the handled processos, dropped first).
+-- builds' signatures, before it took the handled processos and then the worker's
+-- name, dropped first).
 DROP FUNCTION IF EXISTS {limited_claim}(text[], text[], double precision, boolean, integer);
+DROP FUNCTION IF EXISTS {limited_claim}(text[], text[], double precision, boolean, integer, varchar[]);
 {limited_claim_ddl}

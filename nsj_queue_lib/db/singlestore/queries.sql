@@ -29,7 +29,7 @@ ORDER BY t.prioridade DESC, t.data_hora, t.id
 LIMIT %(limit)s;
 -- step: mark
 UPDATE {queue_table}
-SET status = 'processando'
+SET status = 'processando', started_at = NOW(6), worker = %(worker)s
 WHERE id = %(id)s AND status = 'pendente';
 -- step: first_payloads
 -- Later attempts keep no payload of their own: it comes from the first attempt.

@@ -51,7 +51,8 @@ class SingleStoreQueueStore(MysqlFamilyStore):
             with conn.cursor() as cur:
                 cur.execute(steps["candidates"], {"limit": CLAIM_CANDIDATES})
                 for row in rows_as_dicts(cur):
-                    if cur.execute(steps["mark"], {"id": row["id"]}) == 1:
+                    mark = {"id": row["id"], "worker": self.worker_name}
+                    if cur.execute(steps["mark"], mark) == 1:
                         return TaskRecord.from_row(claimed_row(row, self._first_payloads(cur, row)))
                     # else another worker won it first
             conn.rollback()

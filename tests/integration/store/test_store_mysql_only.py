@@ -122,7 +122,7 @@ def test_the_claim_procedure_of_this_version_is_what_claims(backend, worker):
     backend.execute(
         f"CREATE PROCEDURE {backend.claim_routine}(IN p_task_id BIGINT, "
         "IN p_mensagem VARCHAR(500), IN p_lock_prefix VARCHAR(64), IN p_handled LONGTEXT, "
-        "IN p_processos LONGTEXT) "
+        "IN p_processos LONGTEXT, IN p_worker VARCHAR(200)) "
         f"COMMENT '{claim_procedure_version()}' "
         "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the stand-in procedure ran (test)'"
     )
