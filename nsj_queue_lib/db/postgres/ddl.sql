@@ -40,6 +40,8 @@ CREATE TABLE {table} (
     lock_key varchar(200)
 );
 
+{autovacuum}
+
 {indexes}
 
 {trigger}

@@ -13,6 +13,8 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS progress_message varchar(500);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS dedupe_key varchar(200);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 
+{autovacuum}
+
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), the chain index leaves first
 -- attempts out, the index of running lock keys is unique, and the equivalent-task
