@@ -59,9 +59,10 @@ class Capabilities:
     max_batch_size: int | None = None
     # DB_PORT when it is unset.
     default_port: int = 5432
-    # Dead row versions stay until a VACUUM removes them (the vacuum service looks after the
-    # queue table's; InnoDB's purge thread removes its own).
-    needs_vacuum: bool = False
+    # The vacuum service looks after the queue table: its dead row versions, where they stay
+    # until a VACUUM (InnoDB's purge thread removes its own), and its statistics, where the
+    # database refreshes them late by itself (runtime/vacuum.py).
+    table_maintenance: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,7 @@ _REGISTRY: dict[str, _Registered] = {
             session_locks=True,
             asynchronous_commit=True,
             transactional_ddl=True,
-            needs_vacuum=True,
+            table_maintenance=True,
             group_commit_by_default=True,
             # A group's savepoints are subtransactions, of which PostgreSQL caches 64 per
             # transaction.
@@ -106,6 +107,9 @@ _REGISTRY: dict[str, _Registered] = {
             skip_locked=True,
             session_locks=True,
             asynchronous_commit=False,
+            # Statistics only: InnoDB recalculates them by itself once a tenth of the table
+            # changed, which a table with weeks of history rarely reaches.
+            table_maintenance=True,
             default_port=3306,
         ),
         "mysql",
@@ -119,6 +123,9 @@ _REGISTRY: dict[str, _Registered] = {
             skip_locked=False,
             session_locks=False,
             asynchronous_commit=False,
+            # No table maintenance: SingleStore keeps its statistics itself (autostats, on
+            # by default), and its ANALYZE makes every plan that reads the table compile
+            # again.
             default_port=3306,
         ),
         "singlestore",

@@ -198,29 +198,30 @@ class SessionLockStore(WorkerStore, Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class TableHealth:
-    """The queue table as the database's statistics see it: its dead row versions, its
-    rows changed since its last ANALYZE, and whether this session may VACUUM it."""
+    """The queue table as the database's statistics see it: its dead row versions (0 where
+    the database removes them itself: InnoDB's purge thread), its rows changed since its
+    statistics were last calculated, and whether this session may VACUUM and ANALYZE it."""
 
     dead_rows: int
     changed_since_analyze: int
-    may_vacuum: bool
+    may_maintain: bool
 
 
 class MaintenanceStore(Protocol):
     queue_table: str
 
     def table_health(self, conn: Any) -> TableHealth | None:
-        """The queue table's statistics; None where the database removes dead row versions
-        by itself (InnoDB's purge thread)."""
+        """The queue table's statistics; None where the database keeps them fresh by itself
+        (SingleStore's automatic statistics)."""
         ...
 
     def vacuum(self, conn: Any) -> None:
         """VACUUM (ANALYZE) the queue table, skipped while another vacuum holds it; ``conn``
-        autocommit."""
+        autocommit. Called only past ``TableHealth.dead_rows``."""
         ...
 
     def analyze(self, conn: Any) -> None:
-        """ANALYZE the queue table (its statistics only)."""
+        """Calculate the queue table's statistics again (ANALYZE); ``conn`` autocommit."""
         ...
 
     def seconds_until_next_due(self, conn: Any) -> float | None: ...

@@ -1,21 +1,26 @@
-"""The vacuum service: the queue table's dead row versions never pile up (PostgreSQL).
+"""The vacuum service: the queue table's dead row versions never pile up, and its statistics
+stay fresh.
 
-Every claim and every settle leaves a dead row version behind, and the claim
-index keeps an entry for each until a VACUUM. Autovacuum's default threshold
-grows with the table (a fifth of its rows), so a queue table that keeps weeks
-of history collects millions of dead versions before it is vacuumed, and
-claims walk past them (docs/internals/storage.md); where autovacuum is off,
-nothing ever removes them. So every QUEUE_VACUUM_INTERVAL seconds one worker
-of the cluster (the service lock) reads the table's statistics and, past
-QUEUE_VACUUM_DEAD_ROWS dead versions, runs ``VACUUM (ANALYZE)`` on it; a
-vacuum already at work on the table (autovacuum's) is left to finish. Past as
-many rows changed since its last ANALYZE (a burst of enqueued tasks leaves no
-dead version), it runs ``ANALYZE``: the planner's picture of the table stays
-fresh.
+Every claim and every settle leaves a dead row version behind on PostgreSQL,
+and the claim index keeps an entry for each until a VACUUM. Autovacuum's
+default threshold grows with the table (a fifth of its rows), so a queue table
+that keeps weeks of history collects millions of dead versions before it is
+vacuumed, and claims walk past them (docs/internals/storage.md); where
+autovacuum is off, nothing ever removes them. So every QUEUE_VACUUM_INTERVAL
+seconds one worker of the cluster (the service lock) reads the table's
+statistics and, past QUEUE_VACUUM_DEAD_ROWS dead versions, runs
+``VACUUM (ANALYZE)`` on it; a vacuum already at work on the table
+(autovacuum's) is left to finish. Past as many rows changed since the
+statistics were last calculated (a burst of enqueued tasks leaves no dead
+version), it runs ``ANALYZE``: the planner's picture of the table stays fresh.
+That part holds on MySQL/MariaDB too, whose InnoDB removes old row versions
+itself (no dead rows to count) but recalculates its statistics by itself only
+once a tenth of the table changed (db/mysql/statistics.py).
 
-Only the table's owner (or a superuser) may vacuum it: a worker whose database
-user is neither says so once, then keeps looking. Databases that remove old
-row versions themselves (InnoDB's purge thread) get no vacuum service.
+Only the table's owner (or a superuser) may vacuum it on PostgreSQL: a worker
+whose database user is neither says so once, then keeps looking. Databases
+that keep their statistics fresh themselves (SingleStore) get no vacuum
+service (``Capabilities.table_maintenance``).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class VacuumService(PeriodicService):
         vacuum = health.dead_rows >= threshold
         if not vacuum and health.changed_since_analyze < threshold:
             return 0
-        if not health.may_vacuum:
+        if not health.may_maintain:
             self._refuse(health)
             return 0
         started = time.monotonic()

@@ -241,7 +241,7 @@ class WorkerParts:
             build(RenotifyService, s.queue_minute_notify_thread, s.queue_notify_thread_interval),
             build(PurgeService, s.queue_minute_purge_thread, s.queue_purge_thread_interval),
         ]
-        if self.driver.capabilities.needs_vacuum and s.queue_vacuum_dead_rows:
+        if self.driver.capabilities.table_maintenance and s.queue_vacuum_dead_rows:
             services.append(build(VacuumService, (), s.queue_vacuum_interval))
         return services
 

@@ -338,8 +338,8 @@ def collect_until_sentinel(
 
 
 def queue_catalog(conn, schema: str, name: str) -> dict[str, Any]:
-    """Columns, indexes (also the subscriber table's), triggers and trigger function of a
-    queue, with its name replaced by ``{q}``.
+    """Columns, indexes (also the subscriber table's), triggers, trigger function and
+    storage parameters of a queue, with its name replaced by ``{q}``.
 
     Two queues built by different paths compare equal when their structure is
     the same.
@@ -389,12 +389,17 @@ def queue_catalog(conn, schema: str, name: str) -> dict[str, Any]:
         "WHERE n.nspname = %s AND p.proname = %s",
         (schema, f"notify_{name}_insert"),
     ).fetchone()
+    # The table's storage parameters (its autovacuum settings), as {name: value}.
+    options = conn.execute(
+        "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = %s::regclass", (table,)
+    ).fetchone()[0]
     return {
         "columns": columns,
         "indexes": indexes,
         "subscriber_indexes": subscriber_indexes,
         "triggers": triggers,
         "function": anon(function[0]) if function else None,
+        "options": dict(option.split("=", 1) for option in options),
     }
 
 

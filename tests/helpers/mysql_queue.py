@@ -88,6 +88,23 @@ def drop_queue_tables(admin, database: str, name: str) -> None:
             cur.execute(f"DROP PROCEDURE IF EXISTS {database}.{routine}")
 
 
+def mysql_settings(kwargs: dict[str, Any], table: str, **changes: Any):
+    """``Settings`` of a worker on the MySQL queue ``table`` (``database.name``)."""
+    from nsj_queue_lib.settings import Settings
+
+    return Settings(
+        db_driver="MYSQL",
+        db_host=kwargs["host"],
+        db_port=kwargs["port"],
+        db_name=kwargs["database"],
+        db_user=kwargs["user"],
+        db_pass=kwargs.get("password") or "",
+        queue_name=table.split(".")[-1],
+        queue_table=table,
+        **changes,
+    )
+
+
 def fetch_dicts(conn, sql: str, args: Any = None) -> list[dict[str, Any]]:
     with conn.cursor() as cur:
         cur.execute(sql, args)

@@ -63,6 +63,34 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     assert subscriber == list(model.SUBSCRIBER_COLUMNS)
 
 
+# What db_gen sets on every queue table (postgres/autovacuum.sql says why).
+AUTOVACUUM = {
+    "autovacuum_vacuum_scale_factor": "0",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_analyze_scale_factor": "0",
+    "autovacuum_analyze_threshold": "10000",
+    "autovacuum_vacuum_cost_limit": "1000",
+}
+
+
+def test_the_queue_table_is_autovacuumed_by_fixed_counts_of_rows(pg_queue, pg_autocommit):
+    assert queue_catalog(pg_autocommit, "public", pg_queue.name)["options"] == AUTOVACUUM
+
+
+def test_upgrade_sets_the_autovacuum_settings_an_operator_left_unset(
+    pg_queue, pg_admin, pg_autocommit
+):
+    table = pg_queue.table
+    pg_admin.execute(
+        f"ALTER TABLE {table} RESET (autovacuum_vacuum_threshold, autovacuum_vacuum_cost_limit)"
+    )
+    pg_admin.execute(f"ALTER TABLE {table} SET (autovacuum_analyze_threshold = 50000)")
+    for _ in range(2):
+        pg_admin.execute(render("public", pg_queue.name, upgrade=True))
+    options = queue_catalog(pg_autocommit, "public", pg_queue.name)["options"]
+    assert options == dict(AUTOVACUUM, autovacuum_analyze_threshold="50000")
+
+
 def test_upgrade_on_a_current_queue_changes_nothing(pg_queue, pg_admin, pg_autocommit):
     before = queue_catalog(pg_autocommit, "public", pg_queue.name)
     for _ in range(2):

@@ -11,8 +11,7 @@ import pytest
 
 from nsj_queue_lib.db.mysql.galera import check_galera, galera_node
 from nsj_queue_lib.db.mysql.galera import refusal as galera_refusal
-from nsj_queue_lib.settings import Settings
-from tests.helpers.mysql_queue import connect
+from tests.helpers.mysql_queue import connect, mysql_settings
 
 pytestmark = pytest.mark.mysql
 
@@ -45,16 +44,7 @@ def test_the_mysql_driver_checks_the_topology_at_start_and_passes_a_single_maria
 ):
     from nsj_queue_lib.db.mysql.driver import MysqlDriver
 
-    settings = Settings(
-        db_driver="MYSQL",
-        db_host=mysql_kwargs["host"],
-        db_port=mysql_kwargs["port"],
-        db_name=mysql_kwargs["database"],
-        db_user=mysql_kwargs["user"],
-        db_pass=mysql_kwargs.get("password") or "",
-        queue_name="fila_teste",
-        queue_table=f"{mysql_kwargs['database']}.fila_teste",
-    )
+    settings = mysql_settings(mysql_kwargs, f"{mysql_kwargs['database']}.fila_teste")
     assert MysqlDriver(settings).check_topology(conn) is None
 
 

@@ -63,6 +63,7 @@ def test_upgrade_of_a_real_1_2_2_queue(
 
     original = queue_catalog(pg_autocommit, "public", queue.name)
     assert "idx_{q}_claim" not in original["indexes"]  # the upgrade has work to do
+    assert original["options"] == {}  # autovacuum by its defaults
     assert "<> 'agendada'" in original["triggers"]["trigger_insert_{q}"]
 
     upgrade = render("public", queue.name, upgrade=True)
@@ -77,6 +78,7 @@ def test_upgrade_of_a_real_1_2_2_queue(
     for index, definition in reference_catalog["indexes"].items():
         assert once["indexes"].get(index) == definition, index
     assert once["triggers"] == reference_catalog["triggers"]
+    assert once["options"] == reference_catalog["options"] != {}
     assert once["function"] == reference_catalog["function"]
     for index, definition in reference_catalog["subscriber_indexes"].items():
         assert once["subscriber_indexes"].get(index) == definition, index

@@ -78,7 +78,13 @@ MARIADB_ONLY = [
 ]
 
 # Named query steps sent to MariaDB only, with the code that makes sure of it.
-MARIADB_ONLY_STEPS = {"returning"}  # family_store._insert_rows: `if info.flavour == MARIADB`
+MARIADB_ONLY_STEPS = {
+    "returning",  # family_store._insert_rows: `if info.flavour == MARIADB`
+    # mysql/statistics.py: the step named after the server's flavour (modified_<flavour>,
+    # analyze's <flavour>).
+    "mariadb",
+    "modified_mariadb",
+}
 
 _STEP_LINE = re.compile(r"^-- step: ([a-z_]+)\s*$", re.MULTILINE)
 

@@ -1,6 +1,6 @@
 """The vacuum service's decisions (runtime/vacuum.py), on a store that only answers: past the
 threshold it vacuums; a worker whose user may not vacuum the table says so once; a database
-that removes dead row versions itself has no vacuum service."""
+that keeps its statistics itself has no vacuum service."""
 
 from __future__ import annotations
 
@@ -47,23 +47,23 @@ def service(store: Store, dead_rows: int = 100) -> VacuumService:
 
 
 def test_past_the_threshold_it_vacuums_below_it_does_not():
-    store = Store(TableHealth(dead_rows=99, changed_since_analyze=0, may_vacuum=True))
+    store = Store(TableHealth(dead_rows=99, changed_since_analyze=0, may_maintain=True))
     assert service(store).work(None) == 0 and store.vacuums == 0
-    store.health = TableHealth(dead_rows=100, changed_since_analyze=0, may_vacuum=True)
+    store.health = TableHealth(dead_rows=100, changed_since_analyze=0, may_maintain=True)
     assert service(store).work(None) == 100 and store.vacuums == 1
 
 
 def test_rows_changed_without_dead_versions_refresh_the_statistics_only():
-    store = Store(TableHealth(dead_rows=10, changed_since_analyze=5000, may_vacuum=True))
+    store = Store(TableHealth(dead_rows=10, changed_since_analyze=5000, may_maintain=True))
     assert service(store).work(None) == 0
     assert (store.vacuums, store.analyzes) == (0, 1)
-    store.health = TableHealth(dead_rows=10, changed_since_analyze=99, may_vacuum=True)
+    store.health = TableHealth(dead_rows=10, changed_since_analyze=99, may_maintain=True)
     assert service(store).work(None) == 0
     assert (store.vacuums, store.analyzes) == (0, 1)
 
 
 def test_a_user_that_may_not_vacuum_is_told_once(caplog):
-    store = Store(TableHealth(dead_rows=5000, changed_since_analyze=0, may_vacuum=False))
+    store = Store(TableHealth(dead_rows=5000, changed_since_analyze=0, may_maintain=False))
     vacuum = service(store)
     with caplog.at_level(logging.WARNING):
         assert vacuum.work(None) == 0
@@ -77,7 +77,8 @@ def test_a_database_without_statistics_to_act_on_is_left_alone():
     assert service(store).work(None) == 0 and store.vacuums == 0
 
 
-def test_only_postgresql_needs_the_vacuum_service():
-    assert driver_capabilities("POSTGRES").needs_vacuum
-    assert not driver_capabilities("MYSQL").needs_vacuum
-    assert not driver_capabilities("SINGLE_STORE").needs_vacuum
+def test_postgresql_and_mysql_get_the_vacuum_service_singlestore_does_not():
+    """MySQL's for its statistics alone (no dead rows to count); SingleStore keeps its own."""
+    assert driver_capabilities("POSTGRES").table_maintenance
+    assert driver_capabilities("MYSQL").table_maintenance
+    assert not driver_capabilities("SINGLE_STORE").table_maintenance

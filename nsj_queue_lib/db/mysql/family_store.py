@@ -485,15 +485,6 @@ class MysqlFamilyStore:
         """Nothing: these databases have no NOTIFY (workers poll, or the socket server
         wakes them)."""
 
-    def table_health(self, conn: Any) -> None:
-        return None  # InnoDB's purge thread removes old row versions itself
-
-    def vacuum(self, conn: Any) -> None:
-        raise NotImplementedError("InnoDB removes old row versions itself: nothing to vacuum")
-
-    def analyze(self, conn: Any) -> None:
-        raise NotImplementedError("InnoDB recalculates its statistics itself")
-
     def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
         steps = self.sql["purge"]
         with wrap_driver_errors("purge"), conn.cursor() as cur:

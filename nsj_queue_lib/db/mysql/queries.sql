@@ -382,3 +382,43 @@ ON DUPLICATE KEY UPDATE processos = %(processos)s, seen_at = CURRENT_TIMESTAMP(6
 -- name: worker_left
 -- A worker that stops removes its row.
 DELETE FROM {workers_table} WHERE worker = %(worker)s
+
+-- name: table_health
+-- The queue table's statistics, for the vacuum service (db/mysql/statistics.py).
+-- InnoDB's count of rows changed since its statistics were last calculated
+-- (by ANALYZE TABLE or by InnoDB itself); the table is listed while InnoDB
+-- keeps it in its dictionary cache, as a table in use is. Reading it needs
+-- the PROCESS privilege (error 1227 without it).
+-- step: modified_mariadb
+SELECT MODIFIED_COUNTER
+FROM information_schema.INNODB_SYS_TABLESTATS
+WHERE NAME = CONCAT(COALESCE(%(schema)s, DATABASE()), '/', %(table)s);
+-- step: modified_mysql
+SELECT MODIFIED_COUNTER
+FROM information_schema.INNODB_TABLESTATS
+WHERE NAME = CONCAT(COALESCE(%(schema)s, DATABASE()), '/', %(table)s);
+-- step: live_rows_mysql
+-- Without PROCESS, the estimated row count stands in. MySQL 8 answers it
+-- from a copy it refreshes once a day by default; 0 asks InnoDB each time.
+SET SESSION information_schema_stats_expiry = 0;
+-- step: rows
+-- InnoDB's estimate of the table's rows: set by each calculation of the
+-- statistics, then moved by every insert and delete.
+SELECT TABLE_ROWS
+FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
+
+-- name: analyze
+-- InnoDB's persistent statistics of the queue table, from a sample of each
+-- index's pages (innodb_stats_persistent_sample_pages, 20 by default). While
+-- it runs the table is read and written as usual (MariaDB 10.5+ and MySQL
+-- 8.0.24+ no longer flush it from the table cache). NO_WRITE_TO_BINLOG: the
+-- statistics are this server's own; replicas keep theirs.
+-- step: mariadb
+-- use_stat_tables: where the server is set to collect MariaDB's
+-- engine-independent statistics on every ANALYZE, that reads the whole table;
+-- this one collects InnoDB's alone.
+SET STATEMENT use_stat_tables = 'NEVER' FOR
+ANALYZE NO_WRITE_TO_BINLOG TABLE {queue_table};
+-- step: mysql
+ANALYZE NO_WRITE_TO_BINLOG TABLE {queue_table}

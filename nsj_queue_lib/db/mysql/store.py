@@ -44,6 +44,8 @@ from nsj_queue_lib.db.mysql.rows import (
     task_from_json,
     task_from_object,
 )
+from nsj_queue_lib.db.mysql.statistics import InnodbStatistics
+from nsj_queue_lib.db.queue_store import TableHealth
 from nsj_queue_lib.exceptions import AttemptFenced, ClaimRoutineError, DatabaseError
 from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
@@ -58,6 +60,7 @@ class MysqlQueueStore(MysqlFamilyStore):
         super().__init__(queue_table, subscriber_table)
         self.claim_procedure = claim_routine_name(queue_table)
         self._lock_prefixes: dict[str | None, str] = {}
+        self._statistics = InnodbStatistics(self.sql, queue_table)
 
     # -- names --
 
@@ -79,6 +82,17 @@ class MysqlQueueStore(MysqlFamilyStore):
     def service_lock_name(self, conn: Any, key: int) -> str:
         """The name of a maintenance service's lock (``key`` names queue and service)."""
         return f"{self.lock_prefix(conn)}svc:{int(key)}"
+
+    # -- the vacuum service: statistics only (InnoDB purges old row versions itself) --
+
+    def table_health(self, conn: Any) -> TableHealth:
+        return self._statistics.health(conn, self.server(conn).flavour)
+
+    def vacuum(self, conn: Any) -> None:
+        raise NotImplementedError("InnoDB removes old row versions itself: nothing to vacuum")
+
+    def analyze(self, conn: Any) -> None:
+        self._statistics.analyze(conn, self.server(conn).flavour)
 
     # -- start --
 

@@ -46,6 +46,8 @@ CREATE TABLE {table} (
     worker varchar(200)
 );
 
+{autovacuum}
+
 {indexes}
 
 {trigger}

@@ -67,6 +67,7 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
+        parts["autovacuum"] = render(read_sql("postgres", "autovacuum.sql"), values).strip()
         query_values = dict(
             values,
             lock_key_free=_lock_key_free(values["table"]),

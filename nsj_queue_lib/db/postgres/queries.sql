@@ -404,7 +404,7 @@ DELETE FROM {workers_table} WHERE worker = %(worker)s
 -- (the cumulative statistics, a second or so behind), and whether this session
 -- may VACUUM it: its owner's privileges (a superuser has them all).
 SELECT s.n_dead_tup AS dead_rows, s.n_mod_since_analyze AS changed_since_analyze,
-       pg_has_role(c.relowner, 'USAGE') AS may_vacuum
+       pg_has_role(c.relowner, 'USAGE') AS may_maintain
 FROM pg_class AS c
 JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = to_regclass(%(table)s)

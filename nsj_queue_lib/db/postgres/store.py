@@ -483,8 +483,8 @@ class PostgresQueueStore(PostgresClientStore):
         with wrap_driver_errors("table health"):
             row = conn.execute(self.sql["table_health"], {"table": self.queue_table}).fetchone()
         if row is None:  # no statistics yet
-            return TableHealth(0, 0, may_vacuum=False)
-        return TableHealth(int(row[0]), int(row[1]), may_vacuum=bool(row[2]))
+            return TableHealth(0, 0, may_maintain=False)
+        return TableHealth(int(row[0]), int(row[1]), may_maintain=bool(row[2]))
 
     def vacuum(self, conn) -> None:
         with wrap_driver_errors("vacuum"):

@@ -16,6 +16,8 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS started_at timestamp with time zone
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS worker varchar(200);
 
+{autovacuum}
+
 -- Indexes whose definition changed since: the purge index on data_hora is
 -- partial now (1.2.2's covered every row), the chain index leaves first
 -- attempts out, the index of running lock keys is unique, and the equivalent-task

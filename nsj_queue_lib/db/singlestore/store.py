@@ -61,6 +61,20 @@ class SingleStoreQueueStore(MysqlFamilyStore):
         with wrap_driver_errors("claim"):
             return retry_on_lock_errors("claim", attempt, conn.rollback)
 
+    # -- no table maintenance (the driver's capabilities start no vacuum service) --
+
+    def table_health(self, conn: Any) -> None:
+        # SingleStore removes old row versions itself and keeps its statistics with its
+        # autostats (on by default); its ANALYZE would only make the plans that read the
+        # table compile again.
+        return None
+
+    def vacuum(self, conn: Any) -> None:
+        raise NotImplementedError("SingleStore removes old row versions itself")
+
+    def analyze(self, conn: Any) -> None:
+        raise NotImplementedError("SingleStore keeps its statistics itself (autostats)")
+
     def commit_and_begin(self, conn: Any) -> None:
         with wrap_driver_errors("commit"):
             conn.commit()

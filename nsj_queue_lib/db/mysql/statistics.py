@@ -1,0 +1,98 @@
+"""The queue table's statistics on MySQL and MariaDB, as the vacuum service reads and refreshes them.
+
+InnoDB removes old row versions itself (its purge thread): there is nothing to
+vacuum. Its persistent statistics are another matter: InnoDB recalculates them
+by itself only once a tenth of the table's rows changed
+(``innodb_stats_auto_recalc``). A queue table keeps weeks of history, so a
+burst of a hundred thousand enqueued tasks on a table of ten million rows
+leaves the optimizer's row count and index cardinalities as they were. The
+vacuum service therefore runs ``ANALYZE TABLE`` (a sample of each index's
+pages, cheap) once more rows than ``QUEUE_VACUUM_DEAD_ROWS`` changed since the
+statistics were last calculated.
+
+"Rows changed since then" is InnoDB's own counter, ``MODIFIED_COUNTER``,
+which every calculation resets: ANALYZE's and InnoDB's automatic one alike.
+Reading it needs the PROCESS privilege, which a worker's user often lacks.
+Such a worker compares the table's estimated row count with what it was after
+this process's last ANALYZE (before one: at its first look). That sees a
+burst of enqueued or purged tasks, not updates in place. Every worker process
+keeps its own baseline, so after a burst each may analyze once: harmless, an
+ANALYZE reads a few pages per index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nsj_queue_lib.db.mysql.errors import error_code, logger, wrap_driver_errors
+from nsj_queue_lib.db.mysql.names import MYSQL
+from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.identifiers import split_table_name
+
+# "Access denied; you need (at least one of) the PROCESS privilege(s)".
+ER_SPECIFIC_ACCESS_DENIED = 1227
+
+
+class InnodbStatistics:
+    """The statistics of one queue table. Used by the vacuum service's thread alone (its
+    baseline is this process's)."""
+
+    def __init__(self, sql: dict[str, dict[str, str]], queue_table: str):
+        self.health_steps = sql["table_health"]
+        self.analyze_steps = sql["analyze"]
+        self.queue_table = queue_table
+        schema, table = split_table_name(queue_table)
+        self.params = {"schema": schema, "table": table}
+        self.counter_readable = True  # until the server says the user lacks PROCESS
+        self.rows_at_analyze: int | None = None  # the baseline without the counter
+
+    def health(self, conn: Any, flavour: str) -> TableHealth:
+        """Rows changed since the last calculation; ANALYZE TABLE needs SELECT and INSERT on
+        the table, which every worker's user has (it reads tasks and inserts retries)."""
+        with wrap_driver_errors("table health"), conn.cursor() as cur:
+            if self.counter_readable:
+                changed = self._modified_counter(cur, flavour)
+                if changed is not None:
+                    return TableHealth(0, changed, may_maintain=True)
+            rows = self._rows(cur, flavour)
+        if self.rows_at_analyze is None:
+            self.rows_at_analyze = rows
+        return TableHealth(0, abs(rows - self.rows_at_analyze), may_maintain=True)
+
+    def analyze(self, conn: Any, flavour: str) -> None:
+        with wrap_driver_errors("analyze"), conn.cursor() as cur:
+            cur.execute(self.analyze_steps[flavour])
+            # ANALYZE TABLE reports a failure as a row of its result, not as an error.
+            failed = [str(row[3]) for row in cur.fetchall() if str(row[2]).lower() == "error"]
+            if failed:
+                raise DatabaseError(f"ANALYZE TABLE {self.queue_table} failed: {'; '.join(failed)}")
+            if not self.counter_readable:
+                self.rows_at_analyze = self._rows(cur, flavour)
+
+    def _modified_counter(self, cur: Any, flavour: str) -> int | None:
+        """InnoDB's counter; None when this user may not read it."""
+        try:
+            cur.execute(self.health_steps[f"modified_{flavour}"], self.params)
+        except Exception as exc:
+            if error_code(exc) != ER_SPECIFIC_ACCESS_DENIED:
+                raise
+            self.counter_readable = False
+            logger.info(
+                "%s: this database user lacks the PROCESS privilege, so the statistics' "
+                "count of changed rows is unreadable; the vacuum service follows the "
+                "table's estimated row count instead",
+                self.queue_table,
+            )
+            return None
+        row = cur.fetchone()
+        # Not listed: InnoDB's dictionary cache does not hold the table (unused since the
+        # server started, or for long), so nothing changed it lately.
+        return 0 if row is None else int(row[0])
+
+    def _rows(self, cur: Any, flavour: str) -> int:
+        if flavour == MYSQL:
+            cur.execute(self.health_steps["live_rows_mysql"])
+        cur.execute(self.health_steps["rows"], self.params)
+        row = cur.fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
