@@ -187,6 +187,13 @@ AS $$
 DECLARE
     window_size integer := greatest(claim_limit * 8, 128);
     top_prioridade public.fila_teste.prioridade%TYPE;
+    top_data_hora public.fila_teste.data_hora%TYPE;
+    top_id public.fila_teste.id%TYPE;
+    remembered text[];
+    pos_prioridade public.fila_teste.prioridade%TYPE;
+    pos_data_hora public.fila_teste.data_hora%TYPE;
+    pos_id public.fila_teste.id%TYPE;
+    looked_at timestamptz;
     edge_prioridade public.fila_teste.prioridade%TYPE;
     edge_data_hora public.fila_teste.data_hora%TYPE;
     edge_id public.fila_teste.id%TYPE;
@@ -211,11 +218,67 @@ BEGIN
         END IF;
     END IF;
     IF claim_limit > 0 THEN
+        -- Where ready tasks began at this session's last look-up, while it is recent:
+        -- '<queue key>,<until>,<prioridade>,<data_hora>,<id>' (instants in microseconds
+        -- since the epoch: exact, and no DateStyle or time zone a handler sets changes
+        -- them). A custom setting of the session: it survives the commit, and goes
+        -- with a rollback, as the claim does.
+        remembered := string_to_array(current_setting('nsjq.claim_position', true), ',');
+        IF remembered[1] = lock_queue_key::text
+           AND remembered[2]::bigint > (extract(epoch FROM clock_timestamp()) * 1000000)::bigint THEN
+            pos_prioridade := remembered[3]::integer;
+            pos_data_hora := to_timestamp(0) + remembered[4]::bigint * interval '1 microsecond';
+            pos_id := remembered[5]::bigint;
+        END IF;
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
         -- statement's snapshot; claimed again, the snapshot sees the key busy.
         FOR attempt IN 1..3 LOOP
             BEGIN
+                claimed := 0;
+                -- From the position on (the claim index from there, in claim order):
+                -- between it and the first ready task lie only tasks claimed since the
+                -- look-up. Claims that walked from the index's start walked every
+                -- task claimed since the oldest snapshot still held elsewhere (a
+                -- report's REPEATABLE READ, a replica's feedback): their entries stay
+                -- until then, and the walk grew with every task (docs/internals/
+                -- storage.md, "A held snapshot"). A task that becomes ready ahead of
+                -- the position meanwhile (a higher prioridade, a retry, one given back)
+                -- waits for the next look-up: claim order may lag by the position's
+                -- life, never more. Nothing after it: a look-up at once, so "nothing
+                -- claimed" always comes from one.
+                IF pos_id IS NOT NULL THEN
+                    RETURN QUERY WITH next AS (
+    SELECT q.id
+    FROM public.fila_teste AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
+      AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
+      AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE public.fila_teste AS t
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+FROM claimed AS c
+LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    IF claimed > 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                looked_at := clock_timestamp();
                 -- First among the first ready rows only (the window: eight per task asked
                 -- for, its edge read from the claim index without a probe). A claim that
                 -- finds fewer than claim_limit walks every ready row to the end, two
@@ -232,14 +295,11 @@ BEGIN
                 WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 OFFSET window_size - 1 LIMIT 1;
-                IF FOUND THEN
-                    SELECT w.prioridade INTO top_prioridade
-                    FROM public.fila_teste AS w
-                    WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
-                    ORDER BY w.prioridade DESC, w.data_hora, w.id
-                    LIMIT 1;
-                END IF;
-                claimed := 0;
+                SELECT w.prioridade, w.data_hora, w.id INTO top_prioridade, top_data_hora, top_id
+                FROM public.fila_teste AS w
+                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                ORDER BY w.prioridade DESC, w.data_hora, w.id
+                LIMIT 1;
                 IF top_prioridade = edge_prioridade THEN
                     RETURN QUERY WITH next AS (
     SELECT q.id
@@ -295,6 +355,19 @@ FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                 END IF;
+                -- The position lives 20 times as long as this look-up took, 20 ms at least
+                -- and 2 s at most: look-ups never take more than a twentieth of the
+                -- claims' time, however many entries a held snapshot keeps.
+                IF top_id IS NOT NULL THEN
+                    PERFORM set_config('nsjq.claim_position', concat_ws(',',
+                        lock_queue_key,
+                        (extract(epoch FROM clock_timestamp()) * 1000000
+                         + 1000000 * least(2.0, greatest(0.02,
+                             20 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint,
+                        top_prioridade,
+                        (extract(epoch FROM top_data_hora) * 1000000)::bigint,
+                        top_id), false);
+                END IF;
                 RETURN;
             EXCEPTION WHEN unique_violation THEN
                 NULL;
@@ -306,7 +379,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 9c8625b56b784818';
+    IS 'nsj_queue_lib claim f6b112b87257c193';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

@@ -22,6 +22,13 @@ AS $$
 DECLARE
     window_size integer := greatest(claim_limit * 8, 128);
     top_prioridade {table}.prioridade%TYPE;
+    top_data_hora {table}.data_hora%TYPE;
+    top_id {table}.id%TYPE;
+    remembered text[];
+    pos_prioridade {table}.prioridade%TYPE;
+    pos_data_hora {table}.data_hora%TYPE;
+    pos_id {table}.id%TYPE;
+    looked_at timestamptz;
     edge_prioridade {table}.prioridade%TYPE;
     edge_data_hora {table}.data_hora%TYPE;
     edge_id {table}.id%TYPE;
@@ -46,11 +53,43 @@ BEGIN
         END IF;
     END IF;
     IF claim_limit > 0 THEN
+        -- Where ready tasks began at this session's last look-up, while it is recent:
+        -- '<queue key>,<until>,<prioridade>,<data_hora>,<id>' (instants in microseconds
+        -- since the epoch: exact, and no DateStyle or time zone a handler sets changes
+        -- them). A custom setting of the session: it survives the commit, and goes
+        -- with a rollback, as the claim does.
+        remembered := string_to_array(current_setting('nsjq.claim_position', true), ',');
+        IF remembered[1] = lock_queue_key::text
+           AND remembered[2]::bigint > (extract(epoch FROM clock_timestamp()) * 1000000)::bigint THEN
+            pos_prioridade := remembered[3]::integer;
+            pos_data_hora := to_timestamp(0) + remembered[4]::bigint * interval '1 microsecond';
+            pos_id := remembered[5]::bigint;
+        END IF;
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
         -- statement's snapshot; claimed again, the snapshot sees the key busy.
         FOR attempt IN 1..3 LOOP
             BEGIN
+                claimed := 0;
+                -- From the position on (the claim index from there, in claim order):
+                -- between it and the first ready task lie only tasks claimed since the
+                -- look-up. Claims that walked from the index's start walked every
+                -- task claimed since the oldest snapshot still held elsewhere (a
+                -- report's REPEATABLE READ, a replica's feedback): their entries stay
+                -- until then, and the walk grew with every task (docs/internals/
+                -- storage.md, "A held snapshot"). A task that becomes ready ahead of
+                -- the position meanwhile (a higher prioridade, a retry, one given back)
+                -- waits for the next look-up: claim order may lag by the position's
+                -- life, never more. Nothing after it: a look-up at once, so "nothing
+                -- claimed" always comes from one.
+                IF pos_id IS NOT NULL THEN
+                    RETURN QUERY {claim_after_position};
+                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    IF claimed > 0 THEN
+                        RETURN;
+                    END IF;
+                END IF;
+                looked_at := clock_timestamp();
                 -- First among the first ready rows only (the window: eight per task asked
                 -- for, its edge read from the claim index without a probe). A claim that
                 -- finds fewer than claim_limit walks every ready row to the end, two
@@ -67,20 +106,30 @@ BEGIN
                 WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 OFFSET window_size - 1 LIMIT 1;
-                IF FOUND THEN
-                    SELECT w.prioridade INTO top_prioridade
-                    FROM {table} AS w
-                    WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
-                    ORDER BY w.prioridade DESC, w.data_hora, w.id
-                    LIMIT 1;
-                END IF;
-                claimed := 0;
+                SELECT w.prioridade, w.data_hora, w.id INTO top_prioridade, top_data_hora, top_id
+                FROM {table} AS w
+                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                ORDER BY w.prioridade DESC, w.data_hora, w.id
+                LIMIT 1;
                 IF top_prioridade = edge_prioridade THEN
                     RETURN QUERY {claim_in_window};
                     GET DIAGNOSTICS claimed = ROW_COUNT;
                 END IF;
                 IF claimed = 0 THEN
                     RETURN QUERY {claim_anywhere};
+                END IF;
+                -- The position lives 20 times as long as this look-up took, 20 ms at least
+                -- and 2 s at most: look-ups never take more than a twentieth of the
+                -- claims' time, however many entries a held snapshot keeps.
+                IF top_id IS NOT NULL THEN
+                    PERFORM set_config('nsjq.claim_position', concat_ws(',',
+                        lock_queue_key,
+                        (extract(epoch FROM clock_timestamp()) * 1000000
+                         + 1000000 * least(2.0, greatest(0.02,
+                             20 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint,
+                        top_prioridade,
+                        (extract(epoch FROM top_data_hora) * 1000000)::bigint,
+                        top_id), false);
                 END IF;
                 RETURN;
             EXCEPTION WHEN unique_violation THEN

@@ -34,6 +34,12 @@ CLAIM_IN_WINDOW = (
     "q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)"
 )
 
+# The claims from the session's position (claim_function.sql): the rest of the position's
+# prioridade, from the position on. The same bounds of the index scan, from below.
+CLAIM_AFTER_POSITION = (
+    "q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)"
+)
+
 
 def _claim(query: str, values: dict[str, str], window: str) -> str:
     return render(query, dict(values, window=window))
@@ -45,6 +51,7 @@ def claim_function_version() -> str:
         sql_code(read_sql("postgres", "claim_function.sql"))
         + sql_code(read_sql("postgres", "claim_query.sql"))
         + CLAIM_IN_WINDOW
+        + CLAIM_AFTER_POSITION
         + _lock_key_free("t")
         + deliverable("q", "h", "p")
         + claim_sets.limits_free("l", "q")
@@ -80,6 +87,7 @@ class PostgresDialect(Dialect):
             claim_function_version=claim_function_version(),
             claim_in_window=_claim(query, query_values, CLAIM_IN_WINDOW),
             claim_anywhere=_claim(query, query_values, "TRUE"),
+            claim_after_position=_claim(query, query_values, CLAIM_AFTER_POSITION),
         )
         parts["claim_function_ddl"] = render(
             read_sql("postgres", "claim_function.sql"), function_values

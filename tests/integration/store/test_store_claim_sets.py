@@ -85,6 +85,8 @@ def _window_claim_plan(backend, worker, limit: int) -> tuple[list[int], str]:
         ("log_level", "notice"),
     ):
         worker.execute(f"SET auto_explain.{setting} = '{value}'")
+    # A look-up, not a claim from the position the last claim left (claim_function.sql).
+    worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
     claimed = _claim(backend, worker, limit)
     worker.execute("SET auto_explain.log_min_duration = -1")
     plans = [text for text in notices if "q.prioridade = edge_prioridade" in text]

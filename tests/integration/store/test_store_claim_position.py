@@ -1,0 +1,112 @@
+"""The claim function's position (PostgreSQL, claim_function.sql): where ready tasks began
+at the session's last look-up, from which its claims walk the claim index while the
+look-up is recent.
+
+Under a snapshot held elsewhere the entries of claimed tasks stay in the claim index, and
+a walk from the index's start walks all of them; from the position it walks a few. The
+price is a claim order that lags by the position's life: a task that becomes ready ahead
+of it waits for the next look-up, which comes at once when nothing is ready after it.
+"""
+
+from __future__ import annotations
+
+from tests.integration.store.backends import POSTGRES, on
+
+pytestmark = on(POSTGRES)
+
+FAR_FUTURE_US = 4_000_000_000 * 1_000_000  # in the year 2096: never expires in a test
+
+
+def claim(backend, worker, limit: int = 1) -> list[int]:
+    rows = backend.store.claim_call(worker, None, None, limit, b"COMMIT", begin=True)
+    return [row["id"] for row in rows]
+
+
+def remember(backend, worker, prioridade: int, task_id: int, until_us: int = FAR_FUTURE_US):
+    """Set the session's position at ``task_id`` (as a look-up would have)."""
+    data_hora_us = backend.value(
+        f"SELECT (extract(epoch FROM data_hora) * 1000000)::bigint FROM {backend.table} "
+        "WHERE id = %s",
+        (task_id,),
+    )
+    value = f"{backend.store.queue_key},{until_us},{prioridade},{data_hora_us},{task_id}"
+    worker.execute("SELECT set_config('nsjq.claim_position', %s, false)", (value,))
+
+
+def position(worker) -> list[str]:
+    found = worker.execute("SELECT current_setting('nsjq.claim_position', true)").fetchone()[0]
+    return [] if not found else found.split(",")
+
+
+def test_a_look_up_remembers_where_ready_tasks_began_for_a_moment(backend):
+    first, second, _ = backend.enqueue({}, {}, {})
+    worker = backend.worker()
+    assert claim(backend, worker) == [first]
+    queue_key, until_us, prioridade, _, task_id = position(worker)
+    assert queue_key == str(backend.store.queue_key) and prioridade == "50"
+    assert int(task_id) == first  # the first ready task at the look-up: this one
+    now_us = backend.value("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+    assert 0 < int(until_us) - now_us <= 2_000_000  # 20 ms at least, 2 s at most
+    assert claim(backend, worker) == [second]
+
+
+def test_claim_order_lags_by_the_position_and_nothing_after_it_looks_up_at_once(backend):
+    low = backend.enqueue({"prioridade": 10}, {"prioridade": 10})
+    worker = backend.worker()
+    remember(backend, worker, 10, low[0])
+    high = backend.enqueue(prioridade=90)
+    # Ahead of the position: it waits while the position lives.
+    assert claim(backend, worker) == [low[0]]
+    assert claim(backend, worker) == [low[1]]
+    # Nothing after the position: the look-up finds it at once.
+    assert claim(backend, worker) == [high]
+    # An expired position is not used.
+    again = backend.enqueue({"prioridade": 10}, {"prioridade": 90})
+    remember(backend, worker, 10, again[0], until_us=1)
+    assert claim(backend, worker) == [again[1]]
+
+
+def test_another_queues_position_is_not_used(backend):
+    first, second = backend.enqueue({}, {})
+    worker = backend.worker()
+    remember(backend, worker, 50, second)
+    value = position(worker)
+    value[0] = str(backend.store.queue_key + 1)
+    worker.execute("SELECT set_config('nsjq.claim_position', %s, false)", (",".join(value),))
+    assert claim(backend, worker) == [first]
+
+
+def _entries_read_by_claim(backend, worker) -> int:
+    """Claim one task; the claim index entries its scans read (before the visibility check
+    of their rows: a dead entry counts), from the transaction's own statistics."""
+    index = backend.value(
+        "SELECT indexrelid FROM pg_index WHERE indrelid = %s::regclass "
+        "AND pg_get_indexdef(indexrelid) LIKE %s",
+        (backend.table, "%(prioridade DESC, data_hora, id) WHERE%pendente%"),
+    )
+    count = "SELECT pg_stat_get_xact_tuples_returned(%s)"
+    # The counts not yet reported cover earlier transactions too: a difference.
+    backend.store.begin(worker)
+    before = worker.execute(count, (index,)).fetchone()[0]
+    assert len(backend.store.claim_call(worker, None, None, 1, None)) == 1
+    after = worker.execute(count, (index,)).fetchone()[0]
+    backend.store.rollback(worker)
+    return int(after - before)
+
+
+def test_under_a_held_snapshot_the_position_skips_the_tasks_claimed_since(backend):
+    backend.enqueue(*[{} for _ in range(700)])
+    holder = backend.client_conn()
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute(f"SELECT count(*) FROM {backend.table}").fetchone()
+    try:
+        worker = backend.worker()
+        assert len(claim(backend, worker, 600)) == 600  # their entries stay: the snapshot
+        worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
+        walked = _entries_read_by_claim(backend, worker)
+        next_ready = backend.value(f"SELECT min(id) FROM {backend.table} WHERE status = 'pendente'")
+        remember(backend, worker, 50, next_ready)
+        skipped = _entries_read_by_claim(backend, worker)
+        assert walked >= 600 and skipped < 10, (walked, skipped)
+    finally:
+        holder.rollback()
