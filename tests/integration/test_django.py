@@ -17,17 +17,15 @@ import sys
 
 import pytest
 
-from tests.helpers.databases import ci_enabled, create_queue, drop_queue, unique_queue_name
+from tests.helpers.databases import create_queue, drop_queue, unique_queue_name
+from tests.helpers.django_support import require_django
 from tests.helpers.mysql_queue import create_queue as create_mysql_queue
 from tests.helpers.mysql_queue import drop_queue_tables
 from tests.helpers.processes import QUIET_SETTINGS, ROOT, InProcessWorker, wait_for
 
-try:
-    import django
-except ImportError:
-    if ci_enabled():
-        pytest.fail("Django is missing (the django extra; CI=true: make venv installs it)")
-    pytest.skip("Django is not installed (pip install -e '.[django]')", allow_module_level=True)
+require_django()
+
+import django  # noqa: E402 - after the check above
 
 # One pytest-xdist worker: the session's Django settings and notes table are its own.
 pytestmark = pytest.mark.xdist_group("django")
