@@ -27,7 +27,7 @@ COPY nsj_queue_lib ./nsj_queue_lib
 # The Makefile's stamp is written too, so `make test VENV=/opt/venv` does not
 # reinstall unless pyproject.toml changed after the image was built.
 RUN python -m venv /opt/venv \
-    && pip install -e '.[test]' \
+    && pip install -e '.[test,django]' \
     && touch /opt/venv/.installed-test
 
 CMD ["python", "-c", "import nsj_queue_lib; print('nsj_queue_lib image: pick a service command in docker-compose.yml')"]

@@ -29,7 +29,7 @@ from nsj_queue_lib.settings import Settings
 from nsj_queue_lib.task import TaskOptions, TaskRegistry, checked_limits, no_handler_message
 
 if TYPE_CHECKING:
-    from nsj_queue_lib.db.driver import ConnectionPool
+    from nsj_queue_lib.db.driver import ConnectionPool, Driver
     from nsj_queue_lib.flow.periodic import PeriodicSchedule
     from nsj_queue_lib.runtime.worker_runtime import WorkerRuntime
 
@@ -222,6 +222,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         self._runtime = WorkerRuntime(
             settings,
             self.handle_task,
+            driver=self.runtime_driver(settings),
             policies=self.retry_policies(settings),
             task_timeouts=self.task_timeouts(),
             async_route=asynchronous,
@@ -233,6 +234,12 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             handled=frozenset(registry.methods),
         )
         return self._runtime
+
+    def runtime_driver(self, settings: Settings) -> Driver | None:
+        """The database driver of this worker's runtime; None (the default): the one
+        ``settings.db_driver`` names. A subclass returns its own driver to shape the
+        connections its handlers get (``nsj_queue_lib.contrib.django`` does)."""
+        return None
 
     def run_until_stopped(self, install_signal_handlers: bool = True) -> int:
         """Run the worker; returns the exit code instead of exiting (for code and tests)."""

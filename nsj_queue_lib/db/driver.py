@@ -76,6 +76,9 @@ class _Registered:
     url_scheme: str
     dsn_schemes: tuple[str, ...]
     connection_packages: tuple[str, ...] = ()
+    # The ``vendor`` of the Django database backends on this database
+    # (``nsj_queue_lib.contrib.django``; its worker's driver is db/<package>/django_shape.py).
+    django_vendors: tuple[str, ...] = ()
 
 
 # The one table of the databases: DB_DRIVER value -> its dialect. Nothing here imports
@@ -99,6 +102,7 @@ _REGISTRY: dict[str, _Registered] = {
         "postgresql",
         ("postgres", "postgresql"),
         ("psycopg", "psycopg2"),
+        ("postgresql",),
     ),
     "MYSQL": _Registered(
         "mysql",
@@ -115,6 +119,7 @@ _REGISTRY: dict[str, _Registered] = {
         "mysql",
         ("mysql", "mariadb"),
         ("pymysql", "MySQLdb"),
+        ("mysql",),
     ),
     "SINGLE_STORE": _Registered(
         "singlestore",
@@ -244,6 +249,14 @@ class Driver(abc.ABC):
         return None
 
     # -- connections --
+
+    def executor_connect_options(self) -> dict[str, Any]:
+        """Options added to the driver's connect() call of the executors' connections (the
+        ones that run handlers); none by default. An integration whose handlers hand the
+        connection to another library asks for that library's set-up here
+        (``nsj_queue_lib.contrib.django``: Django's adapters on psycopg, the row counts
+        Django's ORM reads on PyMySQL)."""
+        return {}
 
     @abc.abstractmethod
     def connect(self, autocommit: bool = True, executor: bool = False) -> Any:
@@ -437,6 +450,22 @@ def driver_class(name: str) -> type[Driver]:
 def make_driver(settings: Any) -> Driver:
     """The driver of ``settings.db_driver`` (a ``Settings``)."""
     return driver_class(driver_module_name(settings.db_driver))(settings)
+
+
+def django_db_driver(vendor: str) -> str | None:
+    """The DB_DRIVER value of a Django database backend's ``vendor``; None: not one of ours."""
+    return next((key for key, entry in _REGISTRY.items() if vendor in entry.django_vendors), None)
+
+
+def django_driver(settings: Any, wrapper: Any) -> Driver:
+    """The driver of a worker whose handlers lend their connection to Django's ORM: its
+    executors' connections are set up as Django's own (``db/<dialect>/django_shape.py``).
+    ``wrapper``: the Django connection (``django.db.connections[alias]``) whose settings
+    they take. Raises ``ConfigError`` when that connection cannot share the worker's."""
+    found: Driver = _dialect_module(settings.db_driver, "django_shape").DjangoDriver(
+        settings, wrapper
+    )
+    return found
 
 
 def get_dialect(name: str) -> Dialect:

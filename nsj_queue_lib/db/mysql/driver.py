@@ -123,7 +123,8 @@ class MysqlFamilyDriver(WakeupDriver):
 
     def connect(self, autocommit: bool = True, executor: bool = False) -> Any:
         try:
-            conn = self._raw_connect(autocommit)
+            extra = self.executor_connect_options() if executor else {}
+            conn = self._raw_connect(autocommit, **extra)
         except pymysql.err.Error as exc:
             code, *text = exc.args or (None,)
             refused = tls_refused(exc)

@@ -227,7 +227,10 @@ class PostgresDriver(WakeupDriver):
 
     def connect(self, autocommit: bool = True, executor: bool = False) -> psycopg.Connection:
         try:
-            conn = psycopg.connect(self.conninfo(), autocommit=autocommit, **_CONNECT_OPTIONS)
+            extra = self.executor_connect_options() if executor else {}
+            conn = psycopg.connect(
+                self.conninfo(), autocommit=autocommit, **{**_CONNECT_OPTIONS, **extra}
+            )
         except psycopg.Error as exc:
             refused = access_refused(exc)
             if refused is not None:
@@ -251,7 +254,7 @@ class PostgresDriver(WakeupDriver):
             self.conninfo(),
             min_size=size,
             max_size=size + spare,
-            kwargs={"autocommit": True, **_CONNECT_OPTIONS},
+            kwargs={"autocommit": True, **_CONNECT_OPTIONS, **self.executor_connect_options()},
             connection_class=HandlerConnection,
             configure=self._configure_executor,
             name=f"{POOL_NAME_PREFIX}{self.settings.queue_name}",
