@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 
-import pymysql
 from psycopg.conninfo import conninfo_to_dict
 
+from nsj_queue_lib.db.mysql.as_mysqldb import install_as_mysqldb
 from tests.helpers.databases import mysql_connect_kwargs
 
 # Django's MySQL backend imports MySQLdb: PyMySQL stands in (docs/integrations/django.md).
-pymysql.install_as_MySQLdb()
+install_as_mysqldb()
 
 SECRET_KEY = "nsj-queue-lib-tests"
 USE_TZ = True

@@ -2,7 +2,7 @@
 
 A Django task runs on the executor connection of its attempt, so that what it writes
 commits with the task's 'sucesso'. The worker's connections are PyMySQL's, so Django's
-MySQL backend must run on PyMySQL too (``pymysql.install_as_MySQLdb()`` before Django
+MySQL backend must run on PyMySQL too (``as_mysqldb.install_as_mysqldb()`` before Django
 loads it): then its error classes are the connection's. Two of Django's connection
 options can only be given when connecting, so the executors connect with them:
 ``client_flag`` with FOUND_ROWS (an UPDATE counts the rows it matched: ``Model.save()``
@@ -32,7 +32,7 @@ class DjangoDriver(MysqlDriver):
                 {
                     "DATABASES": f"Django's connection {wrapper.alias!r} runs on "
                     f"{wrapper.Database.__name__} (mysqlclient); the worker lends it PyMySQL "
-                    "connections: call pymysql.install_as_MySQLdb() at the top of the "
+                    "connections: call nsj_queue_lib.db.mysql.as_mysqldb.install_as_mysqldb() at the top of the "
                     "settings module"
                 }
             )
