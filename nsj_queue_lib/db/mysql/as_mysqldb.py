@@ -13,20 +13,30 @@ once.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
+# Every module of the package, loaded once here under its own name (PyMySQL 1.x).
 import pymysql
+import pymysql._auth
+import pymysql.charset
+import pymysql.connections
+import pymysql.constants.CLIENT
+import pymysql.constants.COMMAND
+import pymysql.constants.CR
+import pymysql.constants.ER
+import pymysql.constants.FIELD_TYPE
+import pymysql.constants.FLAG
+import pymysql.constants.SERVER_STATUS
+import pymysql.converters
+import pymysql.cursors
+import pymysql.err
+import pymysql.optionfile
+import pymysql.protocol
+import pymysql.times
 
 
 def install_as_mysqldb() -> None:
     """Make ``import MySQLdb`` (and its submodules) give PyMySQL's own modules."""
-    for found in pkgutil.walk_packages(pymysql.__path__, "pymysql."):
-        try:
-            importlib.import_module(found.name)
-        except ImportError:  # an optional part whose dependency is missing
-            continue
     pymysql.install_as_MySQLdb()
     for name, module in list(sys.modules.items()):
         if name.startswith("pymysql."):
