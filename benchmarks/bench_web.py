@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import httpx2 as httpx  # the test extra pins httpx2 (what starlette's TestClient uses)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,11 +63,12 @@ def seed(dsn: str, table: str, rows: int) -> None:
 
 def explain(dsn: str, table: str) -> dict[str, str]:
     """EXPLAIN (ANALYZE) of the overview's queries (the inspection store's own SQL)."""
-    from nsj_queue_lib.db.inspection import RECENT_BUCKET, RECENT_WINDOW
+    from nsj_queue_lib.db.inspection import RATE_WINDOW, RECENT_BUCKET, RECENT_WINDOW
     from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 
     sql = PostgresInspectionStore(table).sql
-    params = {"depth": {}, "recent": {"window": RECENT_WINDOW, "bucket": RECENT_BUCKET}}
+    recent = {"window": RECENT_WINDOW, "bucket": RECENT_BUCKET, "rate_window": RATE_WINDOW}
+    params = {"depth": {}, "recent": recent, "running_by_worker": {}}
     plans = {}
     with connect(dsn, autocommit=True) as conn:
         for name, values in params.items():

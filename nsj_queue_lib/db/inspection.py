@@ -43,6 +43,8 @@ RECENT_SECONDS = 24 * 3600
 # ``recent``: the settled attempts of the last hour, counted per 5 minutes.
 RECENT_WINDOW = 3600
 RECENT_BUCKET = 300
+# ... and of these, the ones that ended in the last 5 minutes: the console's rate.
+RATE_WINDOW = 300
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -244,11 +246,27 @@ class InspectionQueries(abc.ABC):
         return [listed_row(r) for r in self._fetch(conn, "list_tasks", params)]
 
     def recent(self, conn: Any) -> list[dict[str, Any]]:
-        rows = self._fetch(conn, "recent", {"window": RECENT_WINDOW, "bucket": RECENT_BUCKET})
+        """The settled attempts due in the last RECENT_WINDOW seconds per bucket (of
+        RECENT_BUCKET seconds, 0 the newest), processo, status and ``dead``: ``tasks``,
+        and ``finished_recently``, those of them that ended in the last RATE_WINDOW."""
+        params = {"window": RECENT_WINDOW, "bucket": RECENT_BUCKET, "rate_window": RATE_WINDOW}
         return [
-            {"bucket": int(r["bucket"]), "status": r["status"], "tasks": int(r["tasks"])}
-            for r in rows
+            {
+                "bucket": int(r["bucket"]),
+                "processo": r["processo"],
+                "status": r["status"],
+                "dead": bool(r["is_dead"]),
+                "tasks": int(r["tasks"]),
+                "finished_recently": int(r["finished_recently"]),
+            }
+            for r in self._fetch(conn, "recent", params)
         ]
+
+    def running_by_worker(self, conn: Any) -> dict[str | None, int]:
+        """How many attempts each worker runs now, by its name (None: rows of 1.2.2's
+        workers, which write no name)."""
+        rows = self._fetch(conn, "running_by_worker", {})
+        return {r["worker"]: int(r["tasks"]) for r in rows}
 
     def task_chain(self, conn: Any, task_id: int) -> list[dict[str, Any]]:
         return [attempt_row(r) for r in self._fetch(conn, "task_chain", {"id": task_id})]

@@ -269,8 +269,20 @@ class InspectionStore(Protocol):
 
     def recent(self, conn: Any) -> list[Row]:
         """The settled attempts due in the last hour (``RECENT_WINDOW``), one row per
-        ``bucket`` (``RECENT_BUCKET`` seconds each, 0 the newest) and ``status``: ``tasks``.
-        The table keeps no finish time, so an attempt counts at its ``data_hora``."""
+        ``bucket`` (``RECENT_BUCKET`` seconds each, 0 the newest), ``processo``, ``status``
+        and ``dead``: ``tasks``, and ``finished_recently`` (those that ended in the last
+        ``RATE_WINDOW`` seconds). An attempt counts at its ``data_hora``, which the
+        purge index orders (``finished_at`` has no index)."""
+        ...
+
+    def running_by_worker(self, conn: Any) -> dict[str | None, int]:
+        """The 'processando' attempts per worker name (None: rows without one)."""
+        ...
+
+    def live_workers(self, conn: Any, seen_within: float) -> list[Row]:
+        """The workers table's rows seen within ``seen_within`` seconds: ``worker``,
+        ``processos`` (JSON text, None: every processo), ``started_at`` and ``seen_at`` as
+        epoch seconds. ``DatabaseError`` where the table is missing."""
         ...
 
     def running(self, conn: Any, limit: int) -> list[Row]:

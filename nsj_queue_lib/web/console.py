@@ -23,7 +23,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from nsj_queue_lib import model
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.exceptions import NotFoundError
-from nsj_queue_lib.web import auth
+from nsj_queue_lib.runtime.registry import STALE_SECONDS
+from nsj_queue_lib.web import auth, humane, states
 from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
 from nsj_queue_lib.web.timeline import durations, timeline
@@ -33,6 +34,7 @@ PAGE_SIZE = 50
 # The payload shown on a task page: its first bytes, pretty-printed.
 PAYLOAD_SHOWN = 16 * 1024
 CHART_HEIGHT = 60
+FAILED = (model.FALHA, model.FALHA_PROCESSANDO)
 
 router = APIRouter(include_in_schema=False)
 
@@ -42,6 +44,8 @@ def templates() -> Jinja2Templates:
         loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True)
     )
     env.globals["statuses"] = model.STATUSES
+    env.globals["states"] = states.BY_NAME
+    env.filters.update(humane.FILTERS)
     return Jinja2Templates(env=env)
 
 
@@ -53,7 +57,13 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
     """Render ``name``; sets the CSRF cookie the page's forms echo."""
     csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf_token()
     queues: Queues = request.app.state.queues
-    base = {"csrf": csrf, "queues": queues.names, "auth_required": request.app.state.auth.required}
+    base = {
+        "csrf": csrf,
+        "queues": queues.names,
+        "auth_required": request.app.state.auth.required,
+        # What relative times are measured from; console.js keeps them current from it.
+        "now": datetime.datetime.now(datetime.timezone.utc),
+    }
     response = request.app.state.templates.TemplateResponse(
         request, name, {**base, **context}, status_code=status
     )
@@ -143,7 +153,8 @@ def overview(request: Request) -> Response:
     cards = [dict(queues.get(n).stats()) for n in queues.names]
     for card in cards:
         card["chart"] = chart(card["series"])
-    return _page(request, "overview.html", {"cards": cards, "role": role.value})
+    context = {"cards": cards, "role": role.value, "stale_seconds": STALE_SECONDS}
+    return _page(request, "overview.html", context)
 
 
 def chart(series: list[dict[str, int]]) -> dict[str, Any]:
@@ -181,6 +192,9 @@ def task_list(
         exhausted=exhausted,
     )
     page = queue.tasks(filters, PAGE_SIZE)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for row in page.tasks:
+        row["waited_s"], row["ran_s"] = durations(row, now)
     query = {"status": ",".join(statuses), "processo": processo, "chave_externa": chave_externa}
     context = {
         "queue": queue.table,
@@ -217,8 +231,18 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
         "role": role.value,
         "active": task["status"] in model.ACTIVE_STATUSES,
         "timeline": timeline(task["attempts"], now),
+        "last_error": last_error(task["attempts"], task["id_inicial"]),
+        "latest": next((a for a in task["attempts"] if a["id"] == task["id"]), None),
     }
     return _page(request, "task_state.html" if partial else "task.html", context)
+
+
+def last_error(attempts: list[dict[str, Any]], task_id: int) -> dict[str, Any] | None:
+    """The latest failed attempt of the task ``task_id`` (not of its dead letter), or None."""
+    failed = [
+        a for a in attempts if a["status"] in FAILED and (a["id_inicial"] or a["id"]) == task_id
+    ]
+    return failed[-1] if failed else None
 
 
 @router.post("/queues/{name}/tasks/{task_id}/{action}")

@@ -13,15 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nsj_queue_lib import model
-from nsj_queue_lib.db.inspection import RECENT_BUCKET, RECENT_WINDOW, TaskFilter
+from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.db.queue_store import InspectionStore
-from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
 from nsj_queue_lib.queue_client import QueueClient
+from nsj_queue_lib.runtime.registry import STALE_SECONDS
 from nsj_queue_lib.web.connections import Connections
-
-BUCKETS = RECENT_WINDOW // RECENT_BUCKET
-FAILED = (model.FALHA, model.FALHA_PROCESSANDO)
+from nsj_queue_lib.web.overview import queue_stats, worker_rows
+from nsj_queue_lib.web.states import state_of
 
 
 class UnknownQueue(LookupError):
@@ -70,11 +69,13 @@ class Queue:
         payload = next((a.pop("payload") for a in chain if a.get("payload") is not None), None)
         for attempt in chain:
             attempt.pop("payload", None)
+        attempts = [json_ready(a) for a in chain]
         return dict(
             view,
+            **task_states(view, attempts),
             queue=self.table,
             payload=decoded_payload(payload),
-            attempts=[json_ready(a) for a in chain],
+            attempts=attempts,
         )
 
     def tasks(self, filters: TaskFilter, limit: int) -> Page:
@@ -84,39 +85,29 @@ class Queue:
         more = len(rows) > limit
         rows = rows[:limit]
         cursor = int(rows[-1]["id"]) if more and rows else None
-        return Page([json_ready(r) for r in rows], cursor)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return Page([dict(json_ready(r), state=state_of(r, now).name) for r in rows], cursor)
 
     def stats(self) -> dict[str, Any]:
-        """Tasks with work ahead per status, the oldest ready one's age, and the settled
-        attempts of the last hour per status and per 5 minutes (oldest bucket first)."""
+        """The backlog per status, the oldest ready task's age, the settled attempts of the
+        last hour per status and per 5 minutes (oldest bucket first), the same per
+        processo, and the live workers (overview.queue_stats)."""
         with self._connections.transaction() as conn:
             depth = self._inspection.depth(conn)
             recent = self._inspection.recent(conn)
-        waiting = dict.fromkeys(model.ACTIVE_STATUSES, 0)
-        oldest: float | None = None
-        for row in depth:
-            waiting[row["status"]] = waiting.get(row["status"], 0) + row["tasks"]
-            if row["oldest_ready_seconds"] is not None:
-                oldest = max(oldest or 0.0, row["oldest_ready_seconds"])
-        settled = {s: 0 for s in model.STATUSES if s not in model.ACTIVE_STATUSES}
-        series = [
-            {"minutes_ago": (BUCKETS - i) * RECENT_BUCKET // 60, "done": 0, "failed": 0}
-            for i in range(BUCKETS)
-        ]
-        for row in recent:
-            if not 0 <= row["bucket"] < BUCKETS:
-                continue  # due in the future, or at the window's very edge
-            settled[row["status"]] = settled.get(row["status"], 0) + row["tasks"]
-            point = series[BUCKETS - 1 - row["bucket"]]
-            point["failed" if row["status"] in FAILED else "done"] += row["tasks"]
-        return {
-            "queue": self.table,
-            "waiting": waiting,
-            "oldest_ready_seconds": oldest,
-            "last_hour": settled,
-            "series": series,
-            "bucket_seconds": RECENT_BUCKET,
-        }
+            running = self._inspection.running_by_worker(conn)
+        workers = worker_rows(self._live_workers(), running)
+        return queue_stats(self.table, depth, recent, workers)
+
+    def _live_workers(self) -> list[dict[str, Any]] | None:
+        """The workers seen within STALE_SECONDS; None without a workers table (a schema
+        before db_gen --upgrade). Its own transaction: on PostgreSQL the missing table's
+        error ends the one it happens in."""
+        try:
+            with self._connections.transaction() as conn:
+                return self._inspection.live_workers(conn, STALE_SECONDS)
+        except DatabaseError:
+            return None
 
 
 class Queues:
@@ -136,6 +127,27 @@ class Queues:
         if queue is None:
             raise UnknownQueue(f"unknown queue {name!r}; this server has {', '.join(self.names)}")
         return queue
+
+
+def task_states(view: Mapping[str, Any], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task's ``state`` (its latest attempt's), each attempt's (set in place), and its
+    dead-letter links: ``dead_letter_of``, the task a dead letter came from (``live_id``),
+    and ``dead_letter``, the dead letter of an exhausted task (None when not read)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for attempt in attempts:
+        attempt["state"] = state_of(attempt, now).name
+    latest = next((a for a in attempts if a["id"] == view["id"]), None)
+    if latest is None:
+        return {"state": None, "dead_letter_of": None, "dead_letter": None}
+    # Only the view reads the cancel request of the latest attempt.
+    state = state_of(dict(latest, cancel_requested=view["cancel_requested"]), now)
+    first = view["id_inicial"]
+    buried = [a["id"] for a in attempts if a["dead"] and a["live_id"] == first]
+    return {
+        "state": state.name,
+        "dead_letter_of": latest["live_id"] if latest["dead"] else None,
+        "dead_letter": min(buried, default=None),
+    }
 
 
 def decoded_payload(text: str | None) -> Any:

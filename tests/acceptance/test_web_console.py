@@ -4,14 +4,19 @@ A real web server (``python -m nsj_queue_lib.web`` on a free port) and a real
 worker process (``workers/web_worker.py``) drain a PostgreSQL queue. The test
 signs in, sees a task enqueued through the API appear in the live list, watches
 its progress move, cancels it while it runs, and retries a dead letter from the
-dead-letters page. It writes the screenshots into test-artifacts/web/ (not
+dead-letters page. A second test reads a queue as an operator does: tasks of
+three processos, one always failing; the list's state words (a dead letter in
+red, linked to its task), relative times, the failed task's error and the
+overview's rows per processo and live worker. It writes the screenshots into test-artifacts/web/ (not
 tracked; copy them to docs/images/ to refresh the documentation's). Without chromium it skips, except in CI (CI=true),
 where .ci/run installs it and a missing browser fails.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -49,10 +54,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def server(pg_dsn, pg_queue, workers):
-    """(base URL, API client) of a web server process, with one worker process draining."""
+def server(request, pg_dsn, pg_queue, workers):
+    """(base URL, API client) of a web server process, with one worker process draining; the
+    worker's settings (one attempt per task by default) change by indirect parametrization."""
     port = _free_port()
-    env = worker_env(pg_dsn, pg_queue.table, QUEUE_MAX_RETRY="1")
+    env = worker_env(
+        pg_dsn, pg_queue.table, **{"QUEUE_MAX_RETRY": "1", **getattr(request, "param", {})}
+    )
     workers.start("web_worker.py", env, "worker")
     web_env = dict(env, QUEUE_WEB_TOKEN=TOKEN, QUEUE_WEB_HOST="127.0.0.1", QUEUE_WEB_PORT=str(port))
     log = tempfile.TemporaryFile()
@@ -108,10 +116,7 @@ def test_console_follows_cancels_and_retries_real_tasks(server, pg_queue):
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.on("dialog", lambda dialog: dialog.accept())
         try:
-            page.goto(f"{base}/")
-            page.fill("input[name=token]", TOKEN)
-            page.click("button[type=submit]")
-            page.wait_for_url(f"{base}/")
+            _sign_in(page, base)
 
             # A task enqueued through the API appears in the list already open.
             page.goto(f"{base}/queues/{table}/tasks")
@@ -156,12 +161,118 @@ def test_console_follows_cancels_and_retries_real_tasks(server, pg_queue):
             for n in range(3):
                 api.post("/api/v1/tasks", json={"processo": "report", "payload": {"n": n}})
 
+        finally:
+            browser.close()
+
+
+# The operator's queue: tasks of three processos, one of which always fails (two
+# attempts, 0.6 s apart), and a report due in an hour.
+MIXED = [
+    *({"processo": "report", "payload": {"n": n}} for n in range(4)),
+    *({"processo": "import", "payload": {"steps": 3, "step_seconds": 0.1}} for _ in range(3)),
+    *({"processo": "invoice", "payload": {"fail_always": True, "invoice": n}} for n in range(3)),
+]
+TWO_ATTEMPTS = {"QUEUE_MAX_RETRY": "2", "QUEUE_BASE_INTERVAL_RETRY": "0.01"}
+RED = "rgb(196, 51, 51)"  # console.css's --bad
+ACTIVE = ("pendente", "agendada", "processando")
+
+
+def _settled(api: httpx.Client) -> list[dict]:
+    """The task list once nothing is due or runs and every dead letter was handled."""
+    tasks = api.get("/api/v1/tasks", params={"limit": 100}).json()["tasks"]
+    # A dead letter still to run is 'pendente' too, but its state is "dead letter".
+    busy = [t for t in tasks if t["status"] in ACTIVE and t["state"] != "scheduled"]
+    return [] if busy or len(tasks) < len(MIXED) + 4 else tasks
+
+
+@pytest.mark.parametrize("server", [TWO_ATTEMPTS], indirect=True)
+def test_console_shows_tasks_states_errors_and_workers_as_an_operator_reads_them(server, pg_queue):
+    executable = _browser_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    base, api = server
+    table = pg_queue.table
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    for body in [*MIXED, {"processo": "report", "payload": {}, "data_hora": later.isoformat()}]:
+        assert api.post("/api/v1/tasks", json=body).status_code == 201
+    tasks = wait_for(lambda: _settled(api), 30, "the tasks and their dead letters to settle")
+    dead = [t for t in tasks if t["state"] == "dead_letter"]
+    assert len(dead) == 3 and all(t["status"] == "sucesso" for t in dead)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(executable), args=["--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        try:
+            _sign_in(page, base)
+            # One row per task, its state in words beside the raw status.
+            page.goto(f"{base}/queues/{table}/tasks")
+            rows = page.locator("table.tasks tbody tr")
+            expect(rows).to_have_count(len(MIXED) + 4)
+            expect(page.locator("span.state", has_text="completed")).to_have_count(7)
+            expect(page.locator("span.state", has_text="exhausted")).to_have_count(3)
+            expect(page.locator("span.state", has_text="scheduled")).to_have_count(1)
+            expect(
+                page.locator("time.rel", has_text=re.compile("^in (59 min|1 h)$"))
+            ).to_have_count(1)
+            # A dead letter reads as one, in red, linked to the task it came from.
+            letter = rows.filter(has_text="dead letter").first
+            expect(letter.locator("span.state")).to_have_text("dead letter")
+            expect(letter.locator("span.state")).to_have_css("background-color", RED)
+            expect(letter.locator(".status")).to_have_text("sucesso")
+            # Relative times, the exact one on hover, no microseconds.
+            when = letter.locator("time.rel").first
+            expect(when).to_have_text(re.compile(r"^(just now|\d+ s ago|\d+ min ago)$"))
+            expect(when).to_have_attribute(
+                "title", re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+            )
+            assert not re.search(r"\.\d{6}", page.locator("table.tasks").inner_text())
+            page.screenshot(path=str(IMAGES / "web-tasks.png"), full_page=True)
+
+            # Its link leads to the exhausted task: its whole error and its dead letter.
+            live = letter.locator("a.live-link")
+            live_id = live.inner_text()
+            live.click()
+            page.wait_for_url(f"{base}/queues/{table}/tasks/{live_id}")
+            expect(page.locator("#task-state")).to_have_text("exhausted")
+            states = page.locator("table.attempts span.state").all_inner_texts()
+            assert states == ["retried", "exhausted", "dead letter"], states
+            error = page.locator("#last-error")
+            expect(error.locator("pre")).to_contain_text("ValueError: invoice")
+            expect(error).to_contain_text("traceback is in the log of worker")
+            expect(page.locator("#dead-letter")).to_be_visible()
+            page.screenshot(path=str(IMAGES / "web-dead-letter.png"), full_page=True)
+            # The words of a relative time move on as time passes (console.js).
+            started = page.locator("table.attempts time.rel").first
+            expect(started).not_to_have_text(started.inner_text(), timeout=15_000)
+
+            # The overview: a row per processo, the live worker.
             page.goto(f"{base}/")
-            page.locator("svg.chart").first.wait_for()
+            processos = page.locator("table.processos tbody tr")
+            expect(processos).to_have_count(3)
+            invoice = processos.filter(has_text="invoice")
+            expect(invoice.locator("td").nth(6)).to_have_text("6")  # failed attempts (1 h)
+            expect(invoice.locator("td").nth(7)).to_have_text("3")  # dead letters (1 h)
+            expect(processos.filter(has_text="report").locator("td").nth(4)).to_have_text("4")
+            worker = page.locator("table.workers td.worker")
+            expect(worker).to_have_count(1)
+            expect(worker).to_contain_text(":")
+            expect(page.locator("table.workers time.rel").last).to_have_attribute(
+                "title", re.compile(r"UTC$")
+            )
             page.screenshot(path=str(IMAGES / "web-overview.png"), full_page=True)
+
             phone = browser.new_page(viewport={"width": 390, "height": 844})
             phone.context.add_cookies(page.context.cookies())
             phone.goto(f"{base}/queues/{table}/tasks")
             phone.screenshot(path=str(IMAGES / "web-phone.png"))
         finally:
             browser.close()
+
+
+def _sign_in(page, base: str) -> None:
+    page.goto(f"{base}/")
+    page.fill("input[name=token]", TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")

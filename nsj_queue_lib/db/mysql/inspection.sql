@@ -39,15 +39,22 @@ WHERE t.status IN ('pendente', 'agendada', 'processando')
 GROUP BY t.processo, t.status
 
 -- name: recent
--- Settled attempts due in the last window (an hour), per status and bucket of
--- bucket seconds (0: the newest); the range on data_hora reads idx_data_hora.
+-- Settled attempts due in the last window (an hour), per bucket of bucket
+-- seconds (0: the newest), processo, status and whether they are dead letters;
+-- finished_recently counts those that ended within the last rate_window seconds
+-- (attempts due over an hour ago that end now are not read). The range on
+-- data_hora reads idx_data_hora.
 SELECT FLOOR(TIMESTAMPDIFF(MICROSECOND, t.data_hora, NOW(6)) / 1000000 / %(bucket)s) AS bucket,
+       t.processo,
        t.status,
-       COUNT(*) AS tasks
+       t.dead AS is_dead,
+       COUNT(*) AS tasks,
+       COUNT(CASE WHEN t.finished_at >= NOW(6) - INTERVAL %(rate_window)s SECOND THEN 1 END)
+           AS finished_recently
 FROM {queue_table} AS t
 WHERE t.data_hora >= NOW(6) - INTERVAL %(window)s SECOND
   AND t.status NOT IN ('pendente', 'agendada', 'processando')
-GROUP BY bucket, t.status
+GROUP BY bucket, t.processo, t.status, is_dead
 
 -- name: list_tasks
 -- Each attempt's age: since its data_hora, by the database's clock.
@@ -114,3 +121,11 @@ SELECT w.worker, w.processos,
 FROM {workers_table} AS w
 WHERE w.seen_at >= NOW(6) - INTERVAL %(seen_within)s SECOND
 ORDER BY w.worker
+
+-- name: running_by_worker
+-- The attempts each worker runs now; status leads idx_due (indexes.sql), so the
+-- cost follows the running attempts.
+SELECT t.worker, COUNT(*) AS tasks
+FROM {queue_table} AS t
+WHERE t.status = 'processando'
+GROUP BY t.worker

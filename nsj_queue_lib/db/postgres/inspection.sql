@@ -45,18 +45,25 @@ WHERE t.status = 'processando'
 GROUP BY t.processo, t.status
 
 -- name: recent
--- Settled attempts due in the last window (an hour), per status and bucket of
--- bucket seconds (0: the newest). The condition on status is the partial
--- index idx_data_hora's own (indexes.sql), and statement_timestamp() (stable,
--- unlike clock_timestamp()) lets the planner bound that index's range, so only
--- the last hour's rows are read.
+-- Settled attempts due in the last window (an hour), per bucket of bucket
+-- seconds (0: the newest), processo, status and whether they are dead letters;
+-- finished_recently counts those that ended within the last rate_window seconds
+-- (the console's rate: attempts due over an hour ago that end now are not read).
+-- The condition on status is the partial index idx_data_hora's own
+-- (indexes.sql), and statement_timestamp() (stable, unlike clock_timestamp())
+-- lets the planner bound that index's range, so only the last hour's rows are read.
 SELECT floor(extract(epoch FROM statement_timestamp() - t.data_hora) / %(bucket)s)::int AS bucket,
+       t.processo,
        t.status,
-       count(*) AS tasks
+       t.dead AS is_dead,
+       count(*) AS tasks,
+       count(*) FILTER (
+           WHERE t.finished_at >= statement_timestamp() - make_interval(secs => %(rate_window)s)
+       ) AS finished_recently
 FROM {queue_table} AS t
 WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
   AND t.data_hora >= statement_timestamp() - make_interval(secs => %(window)s)
-GROUP BY 1, 2
+GROUP BY 1, 2, 3, 4
 
 -- name: list_tasks
 -- Each attempt's age: since its data_hora, by the database's clock.
@@ -128,3 +135,11 @@ SELECT w.worker, w.processos,
 FROM {workers_table} AS w
 WHERE w.seen_at >= clock_timestamp() - %(seen_within)s * interval '1 second'
 ORDER BY w.worker
+
+-- name: running_by_worker
+-- The attempts each worker runs now; reads the partial index idx_running, so
+-- the cost follows the running attempts.
+SELECT t.worker, count(*) AS tasks
+FROM {queue_table} AS t
+WHERE t.status = 'processando'
+GROUP BY t.worker

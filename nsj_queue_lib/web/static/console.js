@@ -1,5 +1,6 @@
-// The console's only script: confirmations, "select all", and live refresh of
-// fragments the server renders (and escapes) itself. No HTML is built here.
+// The console's only script: confirmations, "select all", live refresh of
+// fragments the server renders (and escapes) itself, and relative times kept
+// current. No HTML is built here.
 "use strict";
 
 document.addEventListener("submit", function (event) {
@@ -47,3 +48,33 @@ if (page) {
   window.setTimeout(function () { window.location.reload(); },
                     Number(page.getAttribute("data-refresh-page")));
 }
+
+// Relative times ("3 min ago") stay current between refreshes, by the rules of
+// web/humane.py's relative(), counted on the server's clock (the page's data-now),
+// so a browser whose clock is off shows what the server would.
+var served = Date.parse(document.documentElement.getAttribute("data-now") || "");
+var skew = isNaN(served) ? 0 : served - Date.now();
+
+function span(seconds) {
+  if (seconds < 60) { return seconds + " s"; }
+  if (seconds < 3600) { return Math.floor(seconds / 60) + " min"; }
+  if (seconds < 86400) { return Math.floor(seconds / 3600) + " h"; }
+  return Math.floor(seconds / 86400) + " d";
+}
+
+function relative(instant) {
+  var delta = (Date.now() + skew - Date.parse(instant)) / 1000;
+  var seconds = Math.floor(Math.abs(delta) + 0.5);
+  if (isNaN(seconds)) { return null; }
+  if (seconds < 1) { return "just now"; }
+  return delta > 0 ? span(seconds) + " ago" : "in " + span(seconds);
+}
+
+window.setInterval(function () {
+  document.querySelectorAll("time.rel[datetime]").forEach(function (element) {
+    var text = relative(element.getAttribute("datetime"));
+    if (text !== null && element.textContent !== text) {
+      element.textContent = text;
+    }
+  });
+}, 1000);

@@ -3,6 +3,7 @@
 The payload (JSON) steers it:
   {"steps": 40, "step_seconds": 0.25}  report progress step by step, stopping when cancelled
   {"fail_first": true}                 raise on the first attempt, succeed on any later one
+  {"fail_always": true}                raise on every attempt
 Run as ``python web_worker.py`` with the worker's environment variables.
 """
 
@@ -23,6 +24,8 @@ class WebWorker(WorkerBase):
         spec = json.loads(payload)
         if spec.get("fail_first") and tarefa["tentativa"] == 1:
             raise RuntimeError("first attempt fails on purpose")
+        if spec.get("fail_always"):
+            raise ValueError(f"invoice {spec.get('invoice')} refused: the tax service said no")
         task = current_task()
         steps = int(spec.get("steps", 0))
         for done in range(1, steps + 1):
