@@ -53,14 +53,14 @@ def connect(dsn: str, autocommit: bool = False) -> psycopg.Connection:
 
 
 @contextlib.contextmanager
-def fresh_queue(dsn: str) -> Iterator[str]:
+def fresh_queue(dsn: str, layout: str = "plain") -> Iterator[str]:
     """A new queue (table, subscriber table, indexes, trigger) from db_gen; dropped afterwards.
 
     Yields the queue name; the table is ``public.<name>``.
     """
     name = f"{QUEUE_PREFIX}{next(_counter)}"
     with connect(dsn, autocommit=True) as admin:
-        admin.execute(render("public", name))
+        admin.execute(render("public", name, layout=layout))
     try:
         yield name
     finally:
@@ -76,7 +76,8 @@ def drop_queue_sql(schema: str, name: str) -> str:
     tables = [name] + [names[key] for key in ("subscriber", "limits", "periodic")]
     return (
         f"DROP TABLE IF EXISTS {', '.join(f'{schema}.{t}' for t in tables)} CASCADE;"
-        f"DROP FUNCTION IF EXISTS {schema}.{names['function']}() CASCADE"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['function']}() CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['day_function']}() CASCADE"
     )
 
 

@@ -43,6 +43,7 @@ def render(
     upgrade: bool = False,
     drop_old_routines: bool = False,
     server: str | None = None,
+    layout: str = "plain",
 ) -> str:
     """The DDL text; raises InvalidIdentifierError for a bad schema or queue name.
 
@@ -53,6 +54,7 @@ def render(
     chosen = get_dialect(dialect)
     if server is not None:
         chosen = chosen.for_server(server)  # ValueError for a dialect without families
+    chosen = chosen.for_layout(layout)  # ValueError for a layout the dialect lacks
     if drop_old_routines:
         text = chosen.drop_old_routines_ddl(names)
     else:
@@ -80,6 +82,15 @@ def _parser() -> argparse.ArgumentParser:
         "its script stops on MySQL before changing anything; mysql's runs on both)",
     )
     parser.add_argument(
+        "--layout",
+        choices=("plain", "partitioned"),
+        default="plain",
+        help="the queue table's layout (postgres): plain keeps every attempt in one table "
+        "until the purge deletes it; partitioned keeps the unfinished ones in a hot partition "
+        "and each day's finished ones in a partition that retention drops whole "
+        "(docs/internals/storage.md). --upgrade needs the table's layout",
+    )
+    parser.add_argument(
         "--drop-old-routines",
         action="store_true",
         help="print statements that drop the claim routines of earlier releases "
@@ -103,10 +114,13 @@ def main(argv: list[str] | None = None) -> int:
             args.upgrade,
             args.drop_old_routines,
             server=args.server,
+            layout=args.layout,
         )
     except InvalidIdentifierError as exc:
         print(f"db_gen: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ValueError as exc:  # a layout the dialect lacks
+        parser.error(str(exc))
     sys.stdout.write(text)
     return 0
 

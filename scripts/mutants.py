@@ -370,8 +370,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-uncommitted-due-time",
         PG_QUERIES,
-        "WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}\n",
-        "WHERE t.status = 'pendente' AND {lock_key_free}\n",
+        "WHERE {hot_t}t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}\n",
+        "WHERE {hot_t}t.status = 'pendente' AND {lock_key_free}\n",
         _contract(
             "test_a_task_never_runs_before_its_data_hora_and_runs_when_due", "postgres-via-server"
         ),
@@ -381,8 +381,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-function-due-time",
         PG_CLAIM_FUNCTION,
-        "WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()",
-        "WHERE q.status = 'pendente'",
+        "WHERE {hot_q}q.status = 'pendente' AND q.data_hora <= clock_timestamp()",
+        "WHERE {hot_q}q.status = 'pendente'",
         _contract("test_a_task_never_runs_before_its_data_hora_and_runs_when_due", "postgres"),
         ("postgres",),
         "the claim function takes a task before its data_hora",
@@ -590,8 +590,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-running-keys-set",
         "nsj_queue_lib/db/postgres/claim_sets.py",
-        "\" WHERE held.lock_key IS NOT NULL AND held.status = 'processando'\"",
-        "\" WHERE held.lock_key IS NOT NULL AND held.status = 'sucesso'\"",
+        "\" WHERE {held_hot}held.lock_key IS NOT NULL AND held.status = 'processando'\"",
+        "\" WHERE {held_hot}held.lock_key IS NOT NULL AND held.status = 'sucesso'\"",
         (
             f"{STORE_CLAIM_SETS}::"
             "test_with_hundreds_of_keys_running_only_the_idle_keys_heads_are_claimed[postgres]",

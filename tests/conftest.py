@@ -96,6 +96,16 @@ def pg_queue(pg_dsn, pg_admin):
 
 
 @pytest.fixture
+def pg_partitioned_queue(pg_dsn, pg_admin):
+    """A fresh queue of the partitioned layout (db/postgres/layout.py)."""
+    queue = databases.create_queue(pg_admin, pg_dsn, layout="partitioned")
+    try:
+        yield queue
+    finally:
+        databases.drop_queue(pg_admin, queue)
+
+
+@pytest.fixture
 def pg_autocommit(pg_dsn):
     conn = databases.connect_pg(pg_dsn, "psycopg", autocommit=True)
     try:

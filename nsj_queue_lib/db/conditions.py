@@ -20,7 +20,8 @@ _LOCK_KEY_FREE = (
     "({row}.lock_key IS NULL OR ("
     "{key_idle}"
     " AND {row}.id = (SELECT head.id FROM {table} AS head"
-    " WHERE head.lock_key = {row}.lock_key AND head.{keyed_status} = 'pendente' AND head.data_hora <= {now}"
+    " WHERE {head_hot}head.lock_key = {row}.lock_key AND head.{keyed_status} = 'pendente'"
+    " AND head.data_hora <= {now}"
     " ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))"
 )
 
@@ -28,21 +29,37 @@ _LOCK_KEY_FREE = (
 # does not run this as a probe of one entry passes its own spelling (db/mysql/lock_keys.py).
 KEY_IDLE = (
     "NOT EXISTS (SELECT 1 FROM {table} AS held"
-    " WHERE held.lock_key = {row}.lock_key AND held.status = 'processando')"
+    " WHERE {held_hot}held.lock_key = {row}.lock_key AND held.status = 'processando')"
 )
 
 
 def lock_key_free(
-    table: str, row: str, now: str, key_idle: str = KEY_IDLE, keyed_status: str = "status"
+    table: str,
+    row: str,
+    now: str,
+    key_idle: str = KEY_IDLE,
+    keyed_status: str = "status",
+    hot_day: int | None = None,
 ) -> str:
     """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all
     arguments are identifiers, expressions or templates of this library, never user input).
 
     ``keyed_status``: the column the key index holds a keyed row's status in (MySQL's
-    ``lock_key_status``, NULL on unkeyed rows: db/mysql/indexes.sql says why)."""
-    idle = key_idle.format(table=table, row=row)
+    ``lock_key_status``, NULL on unkeyed rows: db/mysql/indexes.sql says why).
+    ``hot_day``: the partition key of the unfinished rows, on a partitioned table (the
+    probes then read that partition alone; db/postgres/layout.py)."""
+
+    def hot(alias: str) -> str:
+        return "" if hot_day is None else f"{alias}.finished_day = {int(hot_day)} AND "
+
+    idle = key_idle.format(table=table, row=row, held_hot=hot("held"))
     return _LOCK_KEY_FREE.format(
-        table=table, row=row, now=now, key_idle=idle, keyed_status=keyed_status
+        table=table,
+        row=row,
+        now=now,
+        key_idle=idle,
+        keyed_status=keyed_status,
+        head_hot=hot("head"),
     )
 
 

@@ -94,6 +94,9 @@ class DdlNames:
             "limited_claim": self.limited_routine_name(q),
             "settle_function": self.settle_routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
+            # The partitioned layout's (db/postgres/layout.py).
+            "day_function": f"finished_day_{q}",
+            "day_trigger": f"trigger_finished_day_{q}",
         }
 
     def template_values(self) -> dict[str, str]:
@@ -108,6 +111,7 @@ class DdlNames:
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
         values["limited_claim"] = f"{self.schema}.{names['limited_claim']}"
         values["settle_function"] = f"{self.schema}.{names['settle_function']}"
+        values["day_function"] = f"{self.schema}.{names['day_function']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
@@ -220,6 +224,15 @@ class Dialect(abc.ABC):
     routine_kind = "FUNCTION"
     # The server families it renders its DDL for (``for_server``); none but the default.
     server_families: tuple[str, ...] = ()
+
+    # The table layouts it renders (``for_layout``); only PostgreSQL has more than one.
+    layouts: tuple[str, ...] = ("plain",)
+
+    def for_layout(self, layout: str) -> Dialect:
+        """This dialect rendering the ``layout`` of the queue table (``layouts``)."""
+        if layout == "plain":
+            return self
+        raise ValueError(f"--layout {layout} applies to the postgres dialect only, not {self.name}")
 
     def for_server(self, server: str) -> Dialect:
         """This dialect rendering for the ``server`` family (``server_families``); only the

@@ -62,8 +62,15 @@ from tests.helpers.server_process import ServerProcess
 WORKER_SCRIPT = Path(__file__).resolve().parent / "workers" / "contract_worker.py"
 UTC = datetime.timezone.utc
 
+# The partitioned layout (db/postgres/layout.py) runs the contract only where
+# NSJQ_CONTRACT_LAYOUTS asks for it (make test runs its own tests of the layout).
 BACKENDS = [
     pytest.param("postgres", id="postgres"),
+    *(
+        [pytest.param("postgres-partitioned", id="postgres-partitioned")]
+        if "partitioned" in os.environ.get("NSJQ_CONTRACT_LAYOUTS", "")
+        else []
+    ),
     pytest.param("postgres-via-server", id="postgres-via-server"),
     pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
     pytest.param("singlestore-via-server", id="singlestore-via-server", marks=pytest.mark.mysql),
@@ -116,6 +123,7 @@ class Backend:
         self.driver = {
             "postgres": "POSTGRES",
             "postgres-via-server": "POSTGRES",
+            "postgres-partitioned": "POSTGRES",
             "mysql": "MYSQL",
             "singlestore-via-server": "SINGLE_STORE",
         }[self.kind]
@@ -207,7 +215,8 @@ class Backend:
         from nsj_queue_lib.db_gen import render
 
         if self.family == "postgres":
-            self.admin.execute(render(self.schema, self.name))
+            layout = "partitioned" if self.kind.endswith("-partitioned") else "plain"
+            self.admin.execute(render(self.schema, self.name, layout=layout))
             self.admin.execute(
                 f"CREATE TABLE {self.exec_table} (task_id bigint NOT NULL, chave text, pid integer, "
                 f"at timestamptz NOT NULL DEFAULT clock_timestamp());"

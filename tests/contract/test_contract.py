@@ -409,6 +409,9 @@ def test_a_task_released_at_shutdown_runs_at_once_on_another_live_worker(backend
 
 
 def test_purge_deletes_old_settled_rows_only(backend):
+    if backend.kind.endswith("-partitioned"):
+        pytest.skip("the partitioned layout drops whole days (test_store_partitioned.py)")
+
     def execute(payload, tarefa, bd_conn):
         if payload == "fail":
             raise RuntimeError("fails once, retried in 10 minutes")

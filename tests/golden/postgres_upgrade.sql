@@ -1,5 +1,13 @@
 -- Brings a queue created by nsj-queue-lib 1.2.2 (or an earlier run of this
 -- script) to the current schema. Every statement is idempotent.
+DO $$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = to_regclass('public.fila_teste')) = 'p' THEN
+        RAISE EXCEPTION 'public.fila_teste is partitioned: run db_gen --upgrade --layout partitioned';
+    END IF;
+END
+$$;
+
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS prioridade integer DEFAULT 50;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS dead boolean DEFAULT false NOT NULL;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS live_id bigint;
@@ -171,7 +179,11 @@ DROP FUNCTION IF EXISTS public.claim_next_fila_teste_v2(bigint, text, integer, i
 -- ('processando', their liveness locks taken by the calling session), all in
 -- the caller's transaction. One statement instead of two saves a fifth of the
 -- worker's CPU per task. The planner settings hold for this function's own
--- statements only: the claim must walk the partial claim index in order and
+-- statements only. Each is planned once per session (force_generic_plan): with
+-- custom plans, the planner found every call's plan cheaper than the generic one
+-- (the claim's LIMIT is a parameter) and planned each call anew, which cost as
+-- much as the rest of the call (a partitioned table's plan opens every
+-- partition too). The claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale, and read the
 -- running lock keys from their own index, in its order (no sort: with
 -- statistics, the planner read them from the processo index, which holds every
@@ -186,6 +198,7 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_sort = off
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     window_size integer := greatest(claim_limit * 8, 128);
@@ -236,6 +249,11 @@ BEGIN
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
         -- statement's snapshot; claimed again, the snapshot sees the key busy.
+        -- On a partitioned table (db/postgres/layout.py) a row this statement's
+        -- snapshot saw ready may have been claimed and settled since, which moved
+        -- it to its day's partition: its lock is refused with a serialization
+        -- failure instead of being skipped, before any row was updated or any
+        -- lock taken; claimed again, the snapshot no longer sees it.
         FOR attempt IN 1..3 LOOP
             BEGIN
                 claimed := 0;
@@ -372,7 +390,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                         top_id), false);
                 END IF;
                 RETURN;
-            EXCEPTION WHEN unique_violation THEN
+            EXCEPTION WHEN unique_violation OR serialization_failure THEN
                 NULL;
             END;
         END LOOP;
@@ -382,7 +400,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim f6b112b87257c193';
+    IS 'nsj_queue_lib claim ab7d88b7b3bff90f';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -398,6 +416,7 @@ CREATE OR REPLACE FUNCTION public.settle_fila_teste_v2(
 RETURNS bigint
 LANGUAGE plpgsql
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     settled bigint;

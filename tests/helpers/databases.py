@@ -276,12 +276,14 @@ def unique_queue_name(prefix: str = "q_") -> str:
     return f"{prefix}{secrets.token_hex(6)}"
 
 
-def create_queue(admin_conn, dsn: str, name: str | None = None, schema: str = "public") -> PgQueue:
+def create_queue(
+    admin_conn, dsn: str, name: str | None = None, schema: str = "public", layout: str = "plain"
+) -> PgQueue:
     """Create a queue with ``nsj_queue_lib.db_gen.render`` on an autocommit connection."""
     from nsj_queue_lib.db_gen import render
 
     queue = PgQueue(name or unique_queue_name(), dsn, schema)
-    admin_conn.execute(render(schema, queue.name))
+    admin_conn.execute(render(schema, queue.name, layout=layout))
     return queue
 
 
@@ -298,6 +300,7 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"DROP TABLE IF EXISTS {schema}.{name}_workers;"
         f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.finished_day_{name}() CASCADE;"
         # The group settle function names no table type: CASCADE does not reach it.
         f"DROP FUNCTION IF EXISTS {schema}.{DdlNames.settle_routine_name(name)}"
         "(bigint[], text[], integer)"

@@ -54,6 +54,7 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
         "enable_seqscan=off",
         "enable_sort=off",
         "jit=off",
+        "plan_cache_mode=force_generic_plan",
     ]
     subscriber = pg_autocommit.execute(
         "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns "
@@ -307,3 +308,47 @@ def test_generated_names_are_dropped_cleanly(pg_dsn, pg_admin, pg_autocommit):
         "SELECT count(*) FROM pg_proc WHERE proname = %s", (f"notify_{queue.name}_insert",)
     ).fetchone()[0]
     assert (leftovers, functions) == (0, 0)
+
+
+# -- the partitioned layout (db/postgres/layout.py) --------------------------------------
+
+
+def test_the_partitioned_layout_applies_and_upgrades_only_as_itself(
+    pg_partitioned_queue, pg_admin, pg_autocommit
+):
+    q = pg_partitioned_queue.name
+    kind = pg_autocommit.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (q,))
+    assert kind.fetchone()[0] == "p"
+    before = queue_catalog(pg_autocommit, "public", q)
+    pg_admin.execute(render("public", q, upgrade=True, layout="partitioned"))
+    assert queue_catalog(pg_autocommit, "public", q) == before  # idempotent
+    with pytest.raises(psycopg.errors.RaiseException, match="--layout partitioned"):
+        pg_admin.execute(render("public", q, upgrade=True))
+    # The autovacuum settings are the hot partition's (a partitioned table stores no row).
+    options = pg_autocommit.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f"{q}_hot",)
+    ).fetchone()[0]
+    assert "autovacuum_vacuum_scale_factor=0" in options
+
+
+def test_a_plain_queue_refuses_the_partitioned_upgrade(pg_queue, pg_admin):
+    with pytest.raises(psycopg.errors.RaiseException, match="is plain"):
+        pg_admin.execute(render("public", pg_queue.name, upgrade=True, layout="partitioned"))
+
+
+def test_the_partitioned_claim_reads_the_hot_partition_only(pg_partitioned_queue, pg_admin):
+    """Pinned to finished_day = 1, the claim function's statements are planned on the hot
+    partition alone, however many day partitions there are."""
+    q = pg_partitioned_queue.name
+    plan = claim_plan(pg_admin, pg_partitioned_queue.table, "claim function")
+    reads = [
+        node
+        for node in plan_nodes(plan)
+        if node.get("Relation Name") and node["Node Type"] != "ModifyTable"
+    ]
+    walks = {n["Relation Name"] for n in reads if not n.get("Index Name", "").endswith("_pkey")}
+    assert walks == {f"{q}_hot"}, walks
+    # The day partitions are probed by primary key alone: a retry's payload, which its
+    # first attempt keeps, and which may have ended on any day.
+    days = [n for n in reads if n["Relation Name"].startswith(f"{q}_p")]
+    assert days and all(n["Index Name"].endswith("_pkey") for n in days)

@@ -23,7 +23,7 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim f6b112b87257c193",
+        "postgres": "nsj_queue_lib claim ab7d88b7b3bff90f",
         "mysql": "nsj_queue_lib claim 2dae81031f8b727d",
     },
 }

@@ -3,7 +3,11 @@
 -- ('processando', their liveness locks taken by the calling session), all in
 -- the caller's transaction. One statement instead of two saves a fifth of the
 -- worker's CPU per task. The planner settings hold for this function's own
--- statements only: the claim must walk the partial claim index in order and
+-- statements only. Each is planned once per session (force_generic_plan): with
+-- custom plans, the planner found every call's plan cheaper than the generic one
+-- (the claim's LIMIT is a parameter) and planned each call anew, which cost as
+-- much as the rest of the call (a partitioned table's plan opens every
+-- partition too). The claim must walk the partial claim index in order and
 -- stop at the limit even when the table's statistics are stale, and read the
 -- running lock keys from their own index, in its order (no sort: with
 -- statistics, the planner read them from the processo index, which holds every
@@ -18,6 +22,7 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_sort = off
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     window_size integer := greatest(claim_limit * 8, 128);
@@ -37,8 +42,8 @@ DECLARE
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE {table} AS d
-        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp()
-        WHERE d.id = done_id AND d.status = 'processando';
+        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp(){finished_day_d}
+        WHERE {hot_d}d.id = done_id AND d.status = 'processando';
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
         -- commit. Advisory unlocks are not transactional: the lock goes even when
@@ -68,6 +73,11 @@ BEGIN
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
         -- statement's snapshot; claimed again, the snapshot sees the key busy.
+        -- On a partitioned table (db/postgres/layout.py) a row this statement's
+        -- snapshot saw ready may have been claimed and settled since, which moved
+        -- it to its day's partition: its lock is refused with a serialization
+        -- failure instead of being skipped, before any row was updated or any
+        -- lock taken; claimed again, the snapshot no longer sees it.
         FOR attempt IN 1..3 LOOP
             BEGIN
                 claimed := 0;
@@ -103,12 +113,12 @@ BEGIN
                 SELECT w.prioridade, w.data_hora, w.id
                 INTO edge_prioridade, edge_data_hora, edge_id
                 FROM {table} AS w
-                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                WHERE {hot_w}w.status = 'pendente' AND w.data_hora <= clock_timestamp()
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 OFFSET window_size - 1 LIMIT 1;
                 SELECT w.prioridade, w.data_hora, w.id INTO top_prioridade, top_data_hora, top_id
                 FROM {table} AS w
-                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                WHERE {hot_w}w.status = 'pendente' AND w.data_hora <= clock_timestamp()
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 LIMIT 1;
                 IF top_prioridade = edge_prioridade THEN
@@ -132,7 +142,7 @@ BEGIN
                         top_id), false);
                 END IF;
                 RETURN;
-            EXCEPTION WHEN unique_violation THEN
+            EXCEPTION WHEN unique_violation OR serialization_failure THEN
                 NULL;
             END;
         END LOOP;
@@ -158,6 +168,7 @@ CREATE OR REPLACE FUNCTION {settle_function}(
 RETURNS bigint
 LANGUAGE plpgsql
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     settled bigint;
@@ -167,8 +178,8 @@ BEGIN
     -- became a nested loop over them once planned generically with a backlog).
     UPDATE {table} AS t
     SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
-        finished_at = clock_timestamp()
-    WHERE t.id = ANY(done_ids) AND t.status = 'processando';
+        finished_at = clock_timestamp(){finished_day_t}
+    WHERE {hot_t}t.id = ANY(done_ids) AND t.status = 'processando';
     GET DIAGNOSTICS settled = ROW_COUNT;
     PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)
     FROM unnest(done_ids) AS done(id);

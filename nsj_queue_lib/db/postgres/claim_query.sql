@@ -12,7 +12,7 @@
 WITH next AS (
     SELECT q.id
     FROM {table} AS q
-    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+    WHERE {hot_q}q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND {window}
       -- lock_key: not while its key is busy (nsj_queue_lib/flow/lock_keys.py; the running
       -- keys read once per claim as a hashed set, db/postgres/claim_sets.py).
@@ -29,7 +29,7 @@ WITH next AS (
     UPDATE {table} AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE {hot_t}t.id = next.id
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora

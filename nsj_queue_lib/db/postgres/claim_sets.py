@@ -38,7 +38,7 @@ from __future__ import annotations
 KEY_IDLE = (
     "{row}.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY("
     "SELECT held.lock_key FROM {table} AS held"
-    " WHERE held.lock_key IS NOT NULL AND held.status = 'processando'"
+    " WHERE {held_hot}held.lock_key IS NOT NULL AND held.status = 'processando'"
     " ORDER BY held.lock_key)) AS running(lock_key))"
 )
 

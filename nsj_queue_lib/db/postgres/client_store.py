@@ -56,7 +56,11 @@ class PostgresClientStore:
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
         values = query_values(queue_table, subscriber_table, CLAIM_NOW, SERVER_DELIVERABLE)
-        self.sql = render_queries("postgres", values)
+        # A worker's statements of unfinished rows read the hot partition alone once its
+        # store knows the table is partitioned (PostgresQueueStore.bind); a client's read
+        # every partition, which costs one probe each.
+        self._query_values = dict(values, hot="", hot_t="")
+        self.sql = render_queries("postgres", self._query_values)
         # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
         # ids and one timestamp for the rows without data_hora, then the rows.
         # The sequence is looked up once: pg_get_serial_sequence per row cost

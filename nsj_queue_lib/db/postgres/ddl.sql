@@ -1,6 +1,6 @@
 -- Queue table: one row per attempt of a task.
 CREATE TABLE {table} (
-    id bigserial PRIMARY KEY,
+    {id_column},
     id_inicial bigint,
     data_hora_inicial timestamp with time zone DEFAULT clock_timestamp(),
     data_hora timestamp with time zone DEFAULT clock_timestamp(),
@@ -43,9 +43,9 @@ CREATE TABLE {table} (
     -- database's clock. NULL while it waits, and on rows 1.2.2's workers wrote.
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
-    worker varchar(200)
-);
-
+    worker varchar(200){partition_key}
+){partition_by};
+{partitions}
 {autovacuum}
 
 {indexes}

@@ -9,6 +9,7 @@ from nsj_queue_lib.db.dialect import DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.postgres import claim_sets
 from nsj_queue_lib.db.postgres.deliveries import deliverable
+from nsj_queue_lib.db.postgres.layout import HOT_DAY, LAYOUTS, layout_values
 from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 
@@ -21,9 +22,9 @@ OLD_CLAIM_FUNCTION_ARGS = {1: "(bigint, text, integer, integer, integer)"}
 CLAIM_NOW = "clock_timestamp()"
 
 
-def _lock_key_free(table: str) -> str:
+def _lock_key_free(table: str, hot_day: int | None = None) -> str:
     # The running keys read once per claim (claim_sets.py), the rest db/conditions.py's.
-    return lock_key_free(table, "q", CLAIM_NOW, key_idle=claim_sets.KEY_IDLE)
+    return lock_key_free(table, "q", CLAIM_NOW, key_idle=claim_sets.KEY_IDLE, hot_day=hot_day)
 
 
 # The claim function's first walk: the claim index up to the window's last row (edge_*,
@@ -62,22 +63,34 @@ def claim_function_version() -> str:
 
 class PostgresDialect(Dialect):
     name = "postgres"
+    layouts = LAYOUTS
+
+    def __init__(self, partitioned: bool = False) -> None:
+        self.partitioned = partitioned
+
+    def for_layout(self, layout: str) -> Dialect:
+        if layout not in LAYOUTS:
+            raise ValueError(f"--layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
+        return PostgresDialect(partitioned=layout == "partitioned")
 
     def old_routine_arguments(self, release: int) -> str:
         return OLD_CLAIM_FUNCTION_ARGS[release]
 
     def _parts(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
+        values.update(layout_values(self.partitioned, values))
         parts = dict(values)
         parts["indexes"] = render(read_sql("postgres", "indexes.sql"), values).strip()
         parts["subscriber_indexes"] = render(
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
-        parts["autovacuum"] = render(read_sql("postgres", "autovacuum.sql"), values).strip()
+        parts["autovacuum"] = render(
+            read_sql("postgres", "autovacuum.sql"), dict(values, table=values["maintained_table"])
+        ).strip()
         query_values = dict(
             values,
-            lock_key_free=_lock_key_free(values["table"]),
+            lock_key_free=_lock_key_free(values["table"], HOT_DAY if self.partitioned else None),
             deliverable=deliverable("q", "handled_subscribers", "handled_processos"),
             limits_free=claim_sets.limits_free(values["limits_table"], "q"),
         )

@@ -9,6 +9,7 @@ import socket
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.conninfo import make_conninfo
 
 from nsj_queue_lib.db.driver import (
@@ -292,6 +293,12 @@ class PostgresDriver(WakeupDriver):
 
     def is_driver_error(self, exc: BaseException) -> bool:
         return isinstance(exc, (psycopg.Error, DatabaseError))
+
+    def is_transient(self, exc: BaseException) -> bool:
+        # A serialization failure: a row a locking read wanted was moved to another
+        # partition meanwhile (a partitioned table, db/postgres/layout.py), or a deadlock.
+        transient = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+        return any(isinstance(e, transient) for e in exception_chain(exc))
 
     def check_wake_ups(self, conn: Any) -> str | None:
         if self.wakeup_mode() != "listen":

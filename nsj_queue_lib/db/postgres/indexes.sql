@@ -25,13 +25,13 @@ CREATE INDEX IF NOT EXISTS {idx_attempts} ON {table} (id_inicial) WHERE id_inici
 CREATE INDEX IF NOT EXISTS {idx_equivalent} ON {table} (chave_externa);
 -- dedupe_key: at most one unfinished task per key (QueueClient's dedupe_key=); a
 -- finished task (sucesso, cancelada, an exhausted failure) leaves the index.
-CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
+CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key{with_day}) WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando');
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running. The
 -- second is unique: two claims whose snapshots both saw the key free cannot
 -- both commit a running task of it (the later one skips the row).
 CREATE INDEX IF NOT EXISTS {idx_lock_key} ON {table} (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
-CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key{with_day}) WHERE lock_key IS NOT NULL AND status = 'processando';
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX IF NOT EXISTS {idx_processo} ON {table} (processo, status) WHERE status IN ('pendente', 'processando');

@@ -19,7 +19,12 @@ RETURNING id
 -- insert_task with a dedupe_key or a lock_key: no row when an unfinished task
 -- holds the dedupe_key (after waiting for the transaction that is inserting
 -- it, if any). Plain inserts name neither column, so that a client keeps
--- working on a table db_gen --upgrade has not reached yet.
+-- working on a table db_gen --upgrade has not reached yet. No conflict target:
+-- the unique index of unfinished dedupe keys is (dedupe_key) on a plain table
+-- and (dedupe_key, finished_day) on a partitioned one (a partitioned table's
+-- unique indexes hold its partition key), and a new task can conflict with no
+-- other unique index (the primary key's ids come from the sequence; the
+-- running lock keys' holds running tasks only).
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
     grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key
@@ -29,9 +34,7 @@ SELECT
     %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
     due.at, due.at, %(dedupe_key)s, %(lock_key)s
 FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
-ON CONFLICT (dedupe_key)
-    WHERE dedupe_key IS NOT NULL AND status IN ('pendente', 'agendada', 'processando')
-    DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id
 
 -- name: dedupe_holder
@@ -105,7 +108,7 @@ SELECT set_config('synchronous_commit', 'off', true),
 WITH next AS (
     SELECT t.id
     FROM {queue_table} AS t
-    WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}
+    WHERE {hot_t}t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND {lock_key_free}
       AND {deliverable}
       AND {limits_free}
     ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -115,7 +118,7 @@ WITH next AS (
     UPDATE {queue_table} AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = %(worker)s
     FROM next
-    WHERE t.id = next.id
+    WHERE {hot_t}t.id = next.id
     RETURNING t.*
 )
 SELECT {task_columns_resolved}, false AS liveness_locked
@@ -132,9 +135,9 @@ LEFT JOIN {queue_table} AS first_attempt
 -- inline it made the planner read every ready row (58 ms on a backlog of
 -- 50,000, after every wake-up).
 SELECT extract(epoch FROM least(
-    (SELECT min(data_hora) FROM {queue_table} WHERE status = 'agendada'),
+    (SELECT min(data_hora) FROM {queue_table} WHERE {hot}status = 'agendada'),
     (SELECT min(data_hora) FROM {queue_table}
-      WHERE status = 'pendente' AND data_hora > (SELECT clock_timestamp()))
+      WHERE {hot}status = 'pendente' AND data_hora > (SELECT clock_timestamp()))
 ) - clock_timestamp())::float8 AS seconds
 
 -- name: unlock_task
@@ -151,7 +154,7 @@ WITH failed AS (
         reenfileirado = true,
         proxima_tentativa = clock_timestamp() + make_interval(secs => %(delay_seconds)s),
         finished_at = clock_timestamp()
-    WHERE id = %(id)s AND status = 'processando'
+    WHERE {hot}id = %(id)s AND status = 'processando'
     RETURNING *
 )
 INSERT INTO {queue_table} (
@@ -177,7 +180,7 @@ WITH failed AS (
     UPDATE {queue_table}
     SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
         finished_at = clock_timestamp()
-    WHERE id = %(id)s AND status = 'processando'
+    WHERE {hot}id = %(id)s AND status = 'processando'
     RETURNING *
 )
 INSERT INTO {queue_table} (
@@ -198,14 +201,14 @@ RETURNING id
 UPDATE {queue_table}
 SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
     finished_at = clock_timestamp()
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 RETURNING id
 
 -- name: release_task
 -- Gives a claimed task that never started back to the queue (as unstarted).
 UPDATE {queue_table}
 SET status = 'pendente', started_at = NULL, worker = NULL
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: try_service_lock
 SELECT pg_try_advisory_lock(%(key)s)
@@ -221,7 +224,7 @@ SELECT {task_columns_resolved}
 FROM {queue_table} AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
-WHERE t.status = 'processando'
+WHERE {hot_t}t.status = 'processando'
   -- In client/server mode the liveness locks live in the socket server: the
   -- caller asks it which of these rows are still held.
   AND (NOT %(check_db_locks)s::boolean OR NOT EXISTS (
@@ -249,9 +252,9 @@ FOR UPDATE OF t SKIP LOCKED
 -- Retries and scheduled rows whose time has come become 'pendente'.
 UPDATE {queue_table}
 SET status = 'pendente'
-WHERE id IN (
+WHERE {hot}id IN (
     SELECT id FROM {queue_table}
-    WHERE status = 'agendada' AND data_hora <= clock_timestamp()
+    WHERE {hot}status = 'agendada' AND data_hora <= clock_timestamp()
     ORDER BY data_hora
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -263,7 +266,7 @@ WHERE id IN (
 -- from its oldest entry instead of every ready row of the claim index).
 SELECT count(*) FROM (
     SELECT 1 FROM {queue_table}
-    WHERE status = 'pendente'
+    WHERE {hot}status = 'pendente'
       AND data_hora <= (SELECT clock_timestamp() - make_interval(secs => %(wait_seconds)s))
     ORDER BY data_hora
     LIMIT 1
@@ -294,7 +297,8 @@ USING doomed
 WHERE t.id = doomed.id
 
 -- name: queue_oid
-SELECT %(table)s::regclass::oid::bigint
+-- And whether it is partitioned (db/postgres/layout.py).
+SELECT c.oid::bigint, c.relkind = 'p' FROM pg_class AS c WHERE c.oid = %(table)s::regclass
 
 -- name: insert_deliveries
 -- One task per subscriber of a publication, in the publication's transaction;
@@ -352,7 +356,7 @@ RETURNING t.status
 -- The handler stopped on a cancel request (it raised TaskCancelled).
 UPDATE {queue_table}
 SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = clock_timestamp()
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 RETURNING id
 
 -- name: cancel_if_requested
@@ -362,7 +366,7 @@ RETURNING id
 WITH running AS (
     SELECT id, cancel_requested
     FROM {queue_table}
-    WHERE id = %(id)s AND status = 'processando'
+    WHERE {hot}id = %(id)s AND status = 'processando'
     FOR UPDATE
 )
 UPDATE {queue_table} AS t
@@ -375,13 +379,13 @@ RETURNING t.id
 -- Which of a worker's running attempts have a cancel request (its safety poll).
 SELECT id
 FROM {queue_table}
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'processando' AND cancel_requested
+WHERE {hot}id = ANY(%(ids)s::bigint[]) AND status = 'processando' AND cancel_requested
 
 -- name: report_progress
 -- Written by the worker outside the handler's transaction, while the attempt runs.
 UPDATE {queue_table}
 SET progress_done = %(done)s, progress_total = %(total)s, progress_message = %(message)s
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: lifecycle_columns
 -- Checked at start: a table from before db_gen --upgrade lacks them.

@@ -21,10 +21,12 @@ from nsj_queue_lib.db.dialect import (
     missing_columns_error,
     settle_routine_name,
 )
+from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
 from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
@@ -35,6 +37,7 @@ from nsj_queue_lib.db.postgres.wire import (
     statement_steps,
 )
 from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import (
     AttemptFenced,
     ClaimRoutineError,
@@ -97,6 +100,9 @@ class PostgresQueueStore(PostgresClientStore):
         self.handled_processos: frozenset[str] | None = None
         self._processos_array: str | None = None
         self.worker_name: str | None = None
+        # Known once bound: the partitioned layout's vacuum and retention differ.
+        self.partitioned = False
+        self._maintained = queue_table  # what the vacuum service vacuums
         self._queue_oid: int | None = None
         self._queue_key = 0
 
@@ -112,6 +118,16 @@ class PostgresQueueStore(PostgresClientStore):
         self.handled_processos = handled
         self._processos_array = postgres_array(handled)
 
+    def _maintain_hot_partition(self) -> None:
+        """The statements of unfinished rows pinned to their partition (planned on it alone);
+        vacuum and analyze on it: a partitioned table has no rows of its own, and the day
+        partitions are only ever inserted into."""
+        self._maintained = hot_partition(self.queue_table)
+        pinned = dict(self._query_values, hot=f"finished_day = {HOT_DAY} AND ")
+        self.sql.update(render_queries("postgres", dict(pinned, hot_t=f"t.{pinned['hot']}")))
+        self.sql["vacuum"] = f"VACUUM (ANALYZE, SKIP_LOCKED) {self._maintained}"
+        self.sql["analyze"] = f"ANALYZE (SKIP_LOCKED) {self._maintained}"
+
     def set_worker_name(self, worker: str | None) -> None:
         """The name the claims write in each attempt's ``worker`` column."""
         self.worker_name = worker
@@ -126,18 +142,22 @@ class PostgresQueueStore(PostgresClientStore):
 
     def bind(self, conn) -> int:
         """The table's oid (which names its locks), once its claim function is known good."""
-        self._queue_oid = self._table_oid(conn)
+        self._queue_oid, self.partitioned = self._table_oid(conn)
+        if self.partitioned:
+            self._maintain_hot_partition()
         self._check_claim_function(conn)
         self._check_lifecycle_columns(conn)
         self._queue_key = queue_lock_key(self._queue_oid)
         return self._queue_oid
 
-    def _table_oid(self, conn) -> int:
+    def _table_oid(self, conn) -> tuple[int, bool]:
+        """The table's oid, and whether it is partitioned (db/postgres/layout.py)."""
         try:
             with wrap_driver_errors("queue_oid"):
-                return int(
-                    conn.execute(self.sql["queue_oid"], {"table": self.queue_table}).fetchone()[0]
-                )
+                oid, partitioned = conn.execute(
+                    self.sql["queue_oid"], {"table": self.queue_table}
+                ).fetchone()
+                return int(oid), bool(partitioned)
         except DatabaseError as exc:
             missing = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
             if isinstance(exc.__cause__, missing):
@@ -340,8 +360,14 @@ class PostgresQueueStore(PostgresClientStore):
             return TaskRecord.from_row(rows[0])
 
         with wrap_driver_errors("claim"):
+            # A row moved to its day's partition meanwhile (a partitioned table: the claim
+            # function says why) is skipped as a busy key's is.
             return claim_skipping_busy_keys(
-                attempt, lambda exc: isinstance(exc, psycopg.errors.UniqueViolation), conn.rollback
+                attempt,
+                lambda exc: isinstance(
+                    exc, (psycopg.errors.UniqueViolation, psycopg.errors.SerializationFailure)
+                ),
+                conn.rollback,
             )
 
     def commit_and_begin(self, conn) -> None:
@@ -475,13 +501,15 @@ class PostgresQueueStore(PostgresClientStore):
             conn.execute(self.sql["notify"], {"channel": channel, "payload": payload})
 
     def purge_round(self, conn, max_age_days: int, limit: int) -> int:
+        if self.partitioned:
+            return retention.rotate(conn, self.queue_table, max_age_days)
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
             return conn.execute(self.sql["purge"], params).rowcount
 
     def table_health(self, conn) -> TableHealth | None:
         with wrap_driver_errors("table health"):
-            row = conn.execute(self.sql["table_health"], {"table": self.queue_table}).fetchone()
+            row = conn.execute(self.sql["table_health"], {"table": self._maintained}).fetchone()
         if row is None:  # no statistics yet
             return TableHealth(0, 0, may_maintain=False)
         return TableHealth(int(row[0]), int(row[1]), may_maintain=bool(row[2]))

@@ -1,5 +1,7 @@
 -- Brings a queue created by nsj-queue-lib 1.2.2 (or an earlier run of this
 -- script) to the current schema. Every statement is idempotent.
+{layout_check}
+
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS prioridade integer DEFAULT 50;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS dead boolean DEFAULT false NOT NULL;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS live_id bigint;

@@ -50,16 +50,23 @@ POSTGRES = pytest.param("postgres", id="postgres")
 PSYCOPG2 = pytest.param("psycopg2", id="psycopg2")
 MYSQL = pytest.param("mysql", id="mysql", marks=pytest.mark.mysql)
 SINGLESTORE = pytest.param("singlestore", id="singlestore", marks=pytest.mark.mysql)
+# PostgreSQL's partitioned layout (db/postgres/layout.py): every test of the plain one too.
+PARTITIONED = pytest.param("partitioned", id="partitioned")
 # Stores with session locks (claim, complete_and_claim, liveness and service locks).
-LOCKING = [POSTGRES, MYSQL]
+LOCKING = [POSTGRES, PARTITIONED, MYSQL]
 # Every store: what the socket-server path and the maintenance services use.
-EVERY_STORE = [POSTGRES, MYSQL, SINGLESTORE]
+EVERY_STORE = [POSTGRES, PARTITIONED, MYSQL, SINGLESTORE]
 # Every way a caller's connection reaches a store (QueueClient).
 CLIENT_PATHS = [POSTGRES, PSYCOPG2, MYSQL, SINGLESTORE]
 
 _DB_DRIVERS = dict(
-    postgres="POSTGRES", psycopg2="POSTGRES", mysql="MYSQL", singlestore="SINGLE_STORE"
+    postgres="POSTGRES",
+    psycopg2="POSTGRES",
+    partitioned="POSTGRES",
+    mysql="MYSQL",
+    singlestore="SINGLE_STORE",
 )
+POSTGRES_KINDS = ("postgres", "psycopg2", "partitioned")
 _BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "ativo")
 
 
@@ -159,7 +166,7 @@ class Backend:
     opened: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.dialect = "postgres" if self.kind in ("postgres", "psycopg2") else "mysql"
+        self.dialect = "postgres" if self.kind in POSTGRES_KINDS else "mysql"
         if self.dialect == "postgres":
             info = dsn_params(self.connect_args)
             db = dict(info, name=info["dbname"])
@@ -196,7 +203,7 @@ class Backend:
 
     def client_conn(self) -> Any:
         """A caller's connection, not autocommit: the client runs in its transaction."""
-        if self.kind == "postgres":
+        if self.kind in ("postgres", "partitioned"):
             conn = databases.connect_pg(self.connect_args, "psycopg")
         elif self.kind == "psycopg2":
             conn = databases.connect_pg(self.connect_args, "psycopg2")

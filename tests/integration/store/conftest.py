@@ -52,8 +52,9 @@ def one_tls_context():
 
 @pytest.fixture
 def backend(request):
-    if request.param in ("postgres", "psycopg2"):
-        queue = request.getfixturevalue("pg_queue")
+    if request.param in ("postgres", "psycopg2", "partitioned"):
+        fixture = "pg_partitioned_queue" if request.param == "partitioned" else "pg_queue"
+        queue = request.getfixturevalue(fixture)
         admin = request.getfixturevalue("pg_admin")
         connect_args = request.getfixturevalue("pg_dsn")
     else:

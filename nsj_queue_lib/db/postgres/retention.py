@@ -1,0 +1,105 @@
+"""Retention of a partitioned queue table (PostgreSQL; db/postgres/layout.py).
+
+The purge service's run on such a table keeps ``DAYS_AHEAD`` day partitions ahead of
+today (an attempt that ends on a day without its partition could not be written), and
+drops each day partition once the day after it is older than QUEUE_PURGE_MAX_AGE days:
+whole, in milliseconds, where the plain layout deletes row by row.
+
+Both take the least lock PostgreSQL allows next to running workers. A day is created as a
+table of its own, then attached (SHARE UPDATE EXCLUSIVE on the queue table: enqueues,
+claims and settles go on); ``CREATE TABLE ... PARTITION OF`` would wait for every open
+handler transaction while the statements behind it wait for it. A day is detached
+CONCURRENTLY, outside any transaction, which waits for the transactions that may read it
+without blocking anyone, then dropped. Later attempts still waiting whose first attempt
+is in a dropped day get their payload copied first (they read it from the first attempt).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.layout import DAYS_AHEAD, HOT_DAY, day_partition
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("purge")
+
+TODAY = "SELECT (clock_timestamp() AT TIME ZONE 'UTC')::date - DATE '1970-01-01'"
+# The queue table's partitions with their ranges (FOR VALUES FROM (d) TO (d + 1)).
+PARTITIONS = """
+SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid), c.reltuples::bigint
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = %(table)s::regclass
+"""
+_RANGE = re.compile(r"FROM \((\d+)\) TO \((\d+)\)")
+# A day's attach and the copy before a drop give up quickly: the next run tries again.
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'"
+
+
+def days(conn: Any, table: str) -> dict[int, tuple[str, int]]:
+    """The day partitions of ``table``: {day: (partition, estimated rows)}."""
+    found = {}
+    for name, bound, rows in conn.execute(PARTITIONS, {"table": table}).fetchall():
+        matched = _RANGE.search(bound or "")
+        if matched and int(matched.group(1)) > HOT_DAY:
+            found[int(matched.group(1))] = (name, max(int(rows), 0))
+    return found
+
+
+def rotate(conn: Any, table: str, max_age_days: int) -> int:
+    """Days ahead attached, expired days dropped; the rows dropped (estimated). ``conn`` is
+    idle on return (the detach runs outside any transaction)."""
+    with wrap_driver_errors("partition retention"):
+        today = int(conn.execute(TODAY).fetchone()[0])
+        existing = days(conn, table)
+        conn.commit()
+        for day in range(today - 1, today + DAYS_AHEAD + 1):
+            if day not in existing:
+                _attach(conn, table, day)
+        dropped = 0
+        for day, (name, rows) in sorted(existing.items()):
+            if day + 1 <= today - max_age_days:
+                _keep_payloads(conn, table, name)
+                _drop(conn, table, name)
+                dropped += rows
+                logger.info("%s: dropped %s (day %d, about %d rows)", table, name, day, rows)
+        return dropped
+
+
+def _attach(conn: Any, table: str, day: int) -> None:
+    name = day_partition(table, day)
+    conn.execute(LOCK_TIMEOUT)
+    # Empty, with the queue table's columns and defaults; the attach adds its indexes
+    # (the queue table's, on an empty table) and its triggers.
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {name} (LIKE {table} INCLUDING DEFAULTS)")
+    conn.execute(
+        f"ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES FROM ({day}) TO ({day + 1})"
+    )
+    conn.commit()
+
+
+def _keep_payloads(conn: Any, table: str, partition: str) -> None:
+    """Later attempts still waiting keep their first attempt's payload, about to go."""
+    conn.execute(LOCK_TIMEOUT)
+    conn.execute(
+        f"UPDATE {table} AS a SET payload = f.payload FROM {partition} AS f "
+        f"WHERE a.finished_day = {HOT_DAY} AND a.id_inicial = f.id AND a.payload IS NULL"
+    )
+    conn.commit()
+
+
+def _drop(conn: Any, table: str, partition: str) -> None:
+    was_autocommit, conn.autocommit = conn.autocommit, True
+    try:
+        try:
+            conn.execute(f"ALTER TABLE {table} DETACH PARTITION {partition} CONCURRENTLY")
+        except psycopg.errors.ObjectNotInPrerequisiteState:
+            # An earlier detach was interrupted (its worker stopped): it ends here.
+            conn.execute(f"ALTER TABLE {table} DETACH PARTITION {partition} FINALIZE")
+        conn.execute(f"DROP TABLE {partition}")
+    finally:
+        conn.autocommit = was_autocommit

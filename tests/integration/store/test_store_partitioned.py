@@ -1,0 +1,108 @@
+"""The partitioned layout of a PostgreSQL queue table (db/postgres/layout.py,
+docs/internals/storage.md): where attempts live, and retention by day.
+
+The store conformance suite runs on this layout too (the ``partitioned`` backend);
+these are the layout's own promises.
+"""
+
+from __future__ import annotations
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.postgres import retention
+from nsj_queue_lib.db.postgres.layout import DAYS_AHEAD
+from tests.integration.store.backends import PARTITIONED, on
+
+pytestmark = on(PARTITIONED)
+
+
+def partition_of(backend, task_id: int) -> str:
+    """The partition holding ``task_id`` (its name as the search path shows it)."""
+    return backend.value(
+        f"SELECT tableoid::regclass::text FROM {backend.table} WHERE id = %s", (task_id,)
+    )
+
+
+def today(backend) -> int:
+    return backend.value(retention.TODAY)
+
+
+def test_unfinished_attempts_are_hot_and_finished_ones_move_to_their_day(backend, store, worker):
+    done, failed, waiting = backend.enqueue({}, {}, {})
+    hot = f"{backend.queue.name}_hot"
+    assert {partition_of(backend, t) for t in (done, failed, waiting)} == {hot}
+    assert backend.claim(worker).id == done
+    assert partition_of(backend, done) == hot  # running: still unfinished
+    assert store.complete_if_running(worker, done, "ok")
+    store.commit(worker)
+    day = f"{backend.queue.name}_p{today(backend)}"
+    assert partition_of(backend, done) == day
+    task = backend.claim(worker)
+    store.rollback(worker)
+    store.begin(worker)
+    retry = store.fail_and_retry(worker, task.id, model.FALHA, "boom", 60.0)
+    store.commit(worker)
+    assert partition_of(backend, failed) == day and partition_of(backend, retry) == hot
+    assert partition_of(backend, waiting) == hot
+
+
+def test_a_1_2_2_workers_update_moves_the_row_too(backend):
+    """1.2.2's workers write status by id and know nothing of finished_day: the trigger
+    keeps the key in step with the status, both ways."""
+    task_id = backend.enqueue()
+    backend.execute(f"UPDATE {backend.table} SET status = 'sucesso' WHERE id = %s", (task_id,))
+    assert partition_of(backend, task_id) == f"{backend.queue.name}_p{today(backend)}"
+    backend.execute(f"UPDATE {backend.table} SET status = 'pendente' WHERE id = %s", (task_id,))
+    assert partition_of(backend, task_id) == f"{backend.queue.name}_hot"
+
+
+def test_bi_reads_of_the_queue_name_see_every_attempt(backend, store, worker):
+    ids = backend.enqueue({}, {})
+    assert backend.claim(worker).id == ids[0]
+    assert store.complete_if_running(worker, ids[0], "ok")
+    store.commit(worker)
+    rows = backend.rows()  # SELECT * FROM <name> ORDER BY id
+    assert [(r["id"], r["status"]) for r in rows] == [(ids[0], "sucesso"), (ids[1], "pendente")]
+    counts = backend.value(
+        f"SELECT count(*) FILTER (WHERE status = 'sucesso') * 10 + count(*) FROM {backend.table}"
+    )
+    assert counts == 12
+
+
+def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store, worker):
+    now = today(backend)
+    old_day = now - 40
+    backend.execute(
+        f"CREATE TABLE {backend.table}_p{old_day} PARTITION OF {backend.table} "
+        f"FOR VALUES FROM ({old_day}) TO ({old_day + 1})"
+    )
+    first = backend.enqueue(payload="the first attempt's payload")
+    backend.execute(
+        f"UPDATE {backend.table} SET status = 'falha', finished_day = %s WHERE id = %s",
+        (old_day, first),
+    )
+    retry = backend.enqueue(payload=None)
+    backend.execute(
+        f"UPDATE {backend.table} SET status = 'agendada', id_inicial = %s WHERE id = %s",
+        (first, retry),
+    )
+    backend.execute(f"DROP TABLE {backend.table}_p{now + DAYS_AHEAD}")  # a day missing ahead
+
+    dropped = store.purge_round(worker, 30, 1000)
+
+    days = retention.days(worker, backend.table)
+    assert old_day not in days and backend.row(first) is None
+    assert set(range(now - 1, now + DAYS_AHEAD + 1)) <= set(days)
+    assert dropped >= 0 and not backend.in_transaction(worker)
+    # The waiting retry kept the payload its first attempt took away.
+    assert backend.row(retry)["payload"] == "the first attempt's payload"
+    # Within QUEUE_PURGE_MAX_AGE nothing goes: the next run drops nothing.
+    assert store.purge_round(worker, 30, 1000) == 0
+    assert set(retention.days(worker, backend.table)) == set(days)
+
+
+def test_the_vacuum_service_looks_at_the_hot_partition(backend, store, worker):
+    backend.enqueue(*[{} for _ in range(20)])
+    backend.execute(f"ANALYZE {backend.table}_hot")
+    health = store.table_health(worker)
+    assert health is not None and health.may_maintain
+    store.vacuum(backend.admin)  # the hot partition alone (autocommit)
