@@ -38,6 +38,8 @@ WHERE i.inhparent = %(table)s::regclass
 _RANGE = re.compile(r"FROM \((\d+)\) TO \((\d+)\)")
 # A day's attach and the copy before a drop give up quickly: the next run tries again.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'"
+# Fewer days ahead than this at a worker's start: it says so.
+SHORT_AHEAD = 2
 
 
 def days(conn: Any, table: str) -> dict[int, tuple[str, int]]:
@@ -48,6 +50,24 @@ def days(conn: Any, table: str) -> dict[int, tuple[str, int]]:
         if matched and int(matched.group(1)) > HOT_DAY:
             found[int(matched.group(1))] = (name, max(int(rows), 0))
     return found
+
+
+def check_days_ahead(conn: Any, table: str) -> None:
+    """Warn when today's partition, or the next ``SHORT_AHEAD`` days', is missing: an
+    attempt ending on a day without its partition cannot be written (the purge service
+    adds them; it has not run for a long time, or cannot: its user does not own the
+    table)."""
+    with wrap_driver_errors("partition check"):
+        today = int(conn.execute(TODAY).fetchone()[0])
+        existing = days(conn, table)
+    missing = [day for day in range(today, today + SHORT_AHEAD + 1) if day not in existing]
+    if missing:
+        logger.warning(
+            "%s: no partition for day %s (days since 1970-01-01): an attempt that ends then "
+            "cannot be written; the purge service adds them (docs/how-to/create-a-queue.md)",
+            table,
+            ", ".join(str(day) for day in missing),
+        )
 
 
 def rotate(conn: Any, table: str, max_age_days: int) -> int:

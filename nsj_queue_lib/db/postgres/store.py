@@ -118,10 +118,11 @@ class PostgresQueueStore(PostgresClientStore):
         self.handled_processos = handled
         self._processos_array = postgres_array(handled)
 
-    def _maintain_hot_partition(self) -> None:
+    def _use_partitioned_layout(self, conn) -> None:
         """The statements of unfinished rows pinned to their partition (planned on it alone);
         vacuum and analyze on it: a partitioned table has no rows of its own, and the day
-        partitions are only ever inserted into."""
+        partitions are only ever inserted into. Warns when the days ahead run short."""
+        retention.check_days_ahead(conn, self.queue_table)
         self._maintained = hot_partition(self.queue_table)
         pinned = dict(self._query_values, hot=f"finished_day = {HOT_DAY} AND ")
         self.sql.update(render_queries("postgres", dict(pinned, hot_t=f"t.{pinned['hot']}")))
@@ -144,7 +145,7 @@ class PostgresQueueStore(PostgresClientStore):
         """The table's oid (which names its locks), once its claim function is known good."""
         self._queue_oid, self.partitioned = self._table_oid(conn)
         if self.partitioned:
-            self._maintain_hot_partition()
+            self._use_partitioned_layout(conn)
         self._check_claim_function(conn)
         self._check_lifecycle_columns(conn)
         self._queue_key = queue_lock_key(self._queue_oid)

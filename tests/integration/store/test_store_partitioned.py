@@ -106,3 +106,11 @@ def test_the_vacuum_service_looks_at_the_hot_partition(backend, store, worker):
     health = store.table_health(worker)
     assert health is not None and health.may_maintain
     store.vacuum(backend.admin)  # the hot partition alone (autocommit)
+
+
+def test_a_worker_says_so_when_the_days_ahead_run_short(backend, worker, caplog):
+    tomorrow = today(backend) + 1
+    backend.execute(f"DROP TABLE {backend.table}_p{tomorrow}")
+    with caplog.at_level("WARNING"):
+        backend.new_store().bind(worker)
+    assert f"no partition for day {tomorrow}" in caplog.text
