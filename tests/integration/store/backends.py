@@ -258,6 +258,15 @@ class Backend:
         found = fetch(self.admin, f"SELECT * FROM {self.table} WHERE id = %s", (task_id,))
         return normalize(found[0]) if found else None
 
+    def claimed_row(self, store: Any, reader: Any, task_id: int) -> dict[str, Any] | None:
+        """A task as a claim returns it: get_task's row (QUEUE_COLUMNS), then its
+        trace_context (model.CLAIMED_COLUMNS)."""
+        row = store.get_task(reader, task_id)
+        if row is None:
+            return None
+        sql = f"SELECT trace_context FROM {self.table} WHERE id = %s"
+        return {**row, "trace_context": self.value(sql, (task_id,))}
+
     def statuses(self) -> dict[int, str]:
         return {r["id"]: r["status"] for r in self.rows()}
 
