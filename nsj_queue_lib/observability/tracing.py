@@ -62,6 +62,8 @@ ABANDONED = "abandoned"
 NOT_FAILED = frozenset({outcomes.SUCESSO, outcomes.CANCELADA})
 # Open attempt spans kept at most (those of attempts whose outcome never came).
 MAX_OPEN = 10_000
+# The global tracer providers of an application that configured no SDK.
+_NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 class _Open:
@@ -88,6 +90,8 @@ class AttemptTracer(Observer):
         self.link_only = link_only
         self.claim_spans = claim_spans
         self.measures_round_trips = claim_spans  # claims timed only for their spans
+        # The global tracer (the application's provider, once it sets one), unless given.
+        self.follows_global = tracer is None
         self.tracer = tracer or trace.get_tracer(INSTRUMENTATION)
         self._lock = threading.Lock()
         self._open: dict[int, _Open] = {}
@@ -98,6 +102,10 @@ class AttemptTracer(Observer):
         """``inner``, run inside its attempt's span (the span ends with the outcome)."""
 
         def run(row: dict[str, Any], conn: Any) -> Any:
+            if self.follows_global and isinstance(trace.get_tracer_provider(), _NO_SDK):
+                # No SDK configured (yet): every span would be the no-op one, and the
+                # handler would see no context to propagate either.
+                return inner(row, conn)
             entry = self._begin(row)
             token = otel_context.attach(trace.set_span_in_context(entry.span))
             try:
@@ -131,11 +139,12 @@ class AttemptTracer(Observer):
         first_id = int(row.get("id_inicial") or task_id)
         processo = str(row.get("processo") or "")
         stored = decode(row.get("trace_context"))
-        links = [] if stored is None else [Link(_span_context(stored))]
-        if stored is None or self.link_only:
+        producer = None if stored is None else _span_context(stored)
+        links = [] if producer is None else [Link(producer)]
+        if producer is None or self.link_only:
             parent = otel_context.Context()  # a root: never whatever happens to be current
         else:
-            parent = trace.set_span_in_context(NonRecordingSpan(_span_context(stored)))
+            parent = trace.set_span_in_context(NonRecordingSpan(producer))
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.operation.type": "process",

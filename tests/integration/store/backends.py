@@ -204,8 +204,8 @@ class Backend:
             conn = mysql_helpers.connect(self.connect_args)
         return self._keep(conn)
 
-    def client(self, conn: Any, table: str | None = None) -> QueueClient:
-        client = QueueClient(conn, table or self.table, self.subscriber_table)
+    def client(self, conn: Any, table: str | None = None, **options: Any) -> QueueClient:
+        client = QueueClient(conn, table or self.table, self.subscriber_table, **options)
         if self.kind == "singlestore":  # a PyMySQL connection alone selects the MySQL store
             client._store = self.driver.new_store(table or self.table, self.subscriber_table)
         return client
