@@ -46,12 +46,15 @@ from opentelemetry.trace import (
     TraceState,
 )
 
+from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
 from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.observability.trace_context import TraceContext, decode
 
 TaskHandler = Callable[[dict[str, Any], Any], Any]
+
+logger = get_logger("tracing")
 
 INSTRUMENTATION = "nsj_queue_lib"
 SYSTEM = "nsj_queue_lib"  # messaging.system
@@ -106,7 +109,11 @@ class AttemptTracer(Observer):
                 # No SDK configured (yet): every span would be the no-op one, and the
                 # handler would see no context to propagate either.
                 return inner(row, conn)
-            entry = self._begin(row)
+            try:
+                entry = self._begin(row)
+            except Exception:  # tracing must never fail a task: it runs untraced (logged)
+                logger.warning("queue=%s: no span for this attempt", self.queue_name, exc_info=True)
+                return inner(row, conn)
             token = otel_context.attach(trace.set_span_in_context(entry.span))
             try:
                 result = inner(row, conn)

@@ -144,3 +144,9 @@ def test_claim_and_commit_spans_only_when_asked(exporter):
     tracer.claim_round_trip(0.001, True)
     tracer.completion_round_trip(0.002)
     assert [s["name"] for s in spans(exporter)] == ["fila claim", "fila commit"]
+
+
+def test_a_span_that_cannot_start_leaves_the_task_untraced(exporter, caplog):
+    tracer = tracer_for(exporter)
+    assert tracer.handler(lambda t, c: "ran")({"processo": "p"}, None) == "ran"  # no id
+    assert spans(exporter) == [] and "no span for this attempt" in caplog.text
