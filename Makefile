@@ -61,8 +61,8 @@ $(STAMP): pyproject.toml
 		rm -rf "$(VENV)"; \
 		$(PYTHON) -m venv "$(VENV)"; \
 	fi
-	@echo ">> installing nsj_queue_lib (editable) with the test, lint and django extras into $(VENV)"
-	$(PY) -m pip install --quiet -e '.[test,lint,django]'
+	@echo ">> installing nsj_queue_lib (editable) with the test, lint, django and otel extras into $(VENV)"
+	$(PY) -m pip install --quiet -e '.[test,lint,django,otel]'
 	@touch "$@"
 
 venv: $(STAMP) ## Create or refresh the virtual environment (.venv) with the test extra

@@ -12,6 +12,12 @@ polling every 0.1 s), on both databases. Every round measures old and new
 back to back, in alternating order, and the new/old ratio is taken within
 the round: this VM's speed drifts by tens of percent within minutes, which
 medians taken minutes apart do not survive.
+
+``--old-env``/``--new-env KEY=VALUE`` add a worker variable on one side only, so
+one tree can be compared with itself (the cost of a setting):
+
+    bench_commits.py --old . --new . --old-env QUEUE_OTEL=false \
+        --new-env QUEUE_OTEL=true --new-env BENCH_OTEL_SDK=memory
 """
 
 from __future__ import annotations
@@ -91,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--only", action="append", help="a label of CONFIGS (repeatable)")
+    for side in ("old", "new"):
+        parser.add_argument(
+            f"--{side}-env",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=f"a worker environment variable of the {side} side only (repeatable)",
+        )
     parser.add_argument(
         "--pg-dsn",
         default=os.environ.get("BENCH_PG_DSN", "host=127.0.0.1 user=postgres dbname=test"),
@@ -101,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
+    side_env = {
+        "old": dict(item.split("=", 1) for item in args.old_env),
+        "new": dict(item.split("=", 1) for item in args.new_env),
+    }
     labels = args.only or list(CONFIGS)
     rates: dict[str, dict[str, list[float]]] = {label: {"old": [], "new": []} for label in labels}
     ratios: dict[str, list[float]] = {label: [] for label in labels}
@@ -111,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             dsn = args.pg_dsn if kind == "postgres" else args.mysql_dsn
             got = {}
             for side in order:
-                got[side] = measure(trees[side], kind, dsn, processes, executors, extra, args.count)
+                env = {**extra, **side_env[side]}
+                got[side] = measure(trees[side], kind, dsn, processes, executors, env, args.count)
                 rates[label][side].append(got[side]["rate"])
             ratios[label].append(got["new"]["rate"] / got["old"]["rate"])
             print(

@@ -90,7 +90,10 @@ def main() -> None:
                     time.sleep(max(0.0, end - time.time()))
                     done, p50, p99 = minute_stats(admin, table, end - 60, end)
                     size = hot_size(admin, table, partitioned)
-                    print(f"{minute + 1:6d}  {done:8d}  {p50:7.1f}  {p99:7.1f}  {size / 1e6:6.1f} MB", flush=True)
+                    print(
+                        f"{minute + 1:6d}  {done:8d}  {p50:7.1f}  {p99:7.1f}  {size / 1e6:6.1f} MB",
+                        flush=True,
+                    )
             finally:
                 stop.set()
                 feeder.join()

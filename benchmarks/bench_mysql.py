@@ -84,6 +84,10 @@ class BenchError(RuntimeError):
 def worker_main() -> None:
     from nsj_queue_lib import WorkerBase
 
+    if os.environ.get("BENCH_OTEL_SDK") == "memory":  # OpenTelemetry's SDK (bench_worker.py)
+        from bench_worker import setup_tracing
+
+        setup_tracing()
     latency_path = os.environ.get("BENCH_LATENCY_FILE")
     ready_path = os.environ.get("BENCH_READY_FILE")
 

@@ -12,6 +12,10 @@ compute enqueue-commit -> handler-start latencies on the same clock.
 ``BENCH_HANDLER=async`` runs ``AsyncNoopWorker`` instead: the same handler
 declared ``async def``, awaiting ``asyncio.sleep(BENCH_ASYNC_SLEEP)`` seconds
 first when that is set (bench_async.py).
+
+``BENCH_OTEL_SDK=memory`` sets up OpenTelemetry's SDK first, its spans going
+to an in-memory exporter through a batch processor (as an application's
+exporter would take them): the cost of QUEUE_OTEL's spans, recorded.
 """
 
 from __future__ import annotations
@@ -49,7 +53,26 @@ class AsyncNoopWorker(WorkerBase):
         return None
 
 
+def setup_tracing() -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    class Forgetting(InMemorySpanExporter):
+        """Takes every span and keeps none (a long drain would fill the memory)."""
+
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            return super().export(())
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Forgetting()))
+    trace.set_tracer_provider(provider)
+
+
 if __name__ == "__main__":
+    if os.environ.get("BENCH_OTEL_SDK") == "memory":
+        setup_tracing()
     if os.environ.get("BENCH_HANDLER") == "async":
         AsyncNoopWorker().run()
     else:

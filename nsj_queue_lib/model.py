@@ -59,8 +59,15 @@ FLOW_COLUMNS = ("dedupe_key", "lock_key")
 # ended, by the database's clock, and the name of the worker that claimed it. NULL on
 # the rows of 1.2.2's workers, which never name them.
 ATTEMPT_COLUMNS = ("started_at", "finished_at", "worker")
+# The W3C trace context (traceparent, and tracestate) of the code that enqueued the task
+# (docs/integrations/opentelemetry.md); NULL without an active OpenTelemetry span. Kept out
+# of QUEUE_COLUMNS, which clients read on tables db_gen --upgrade has not reached yet; the
+# claims return it (CLAIMED_COLUMNS), so a worker reads it without a query of its own.
+TRACE_COLUMNS = ("trace_context",)
 # Every column besides QUEUE_COLUMNS that a worker needs (checked at start).
-EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS)
+EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS, *TRACE_COLUMNS)
+# A claimed task's row, as the claims return it and a handler receives it (``tarefa``).
+CLAIMED_COLUMNS = (*QUEUE_COLUMNS, *TRACE_COLUMNS)
 
 SUBSCRIBER_COLUMNS = (
     "id",
@@ -85,6 +92,9 @@ TEXT_LIMITS = {
     "dedupe_key": 200,
     "lock_key": 200,
 }
+# The trace_context column's size: a traceparent (55 characters), then ";" and a tracestate
+# cut to what fits (observability/trace_context.py).
+TRACE_CONTEXT_LIMIT = 512
 MENSAGEM_LIMIT = 500
 # The mensagem of an attempt cancelled while it ran, and of one cancelled before it ran.
 CANCELLED_WHILE_RUNNING = "cancelled while running (QueueClient.cancel_task)"

@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.dbapi import DBConnection
+from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
 
 if TYPE_CHECKING:
@@ -71,7 +72,10 @@ def publish(store: QueueStore, conn: DBConnection, tarefa: dict[str, Any]) -> st
     for subscriber in subscribers:
         text = serialize_payload(build_envelope(tarefa.get("payload"), subscriber))
         deliveries.append((subscriber["id"], text, payload_hash(text)))
-    ids = store.insert_deliveries(conn, tarefa, deliveries)
+    # Each delivery carries the fan-out's span (the publication's attempt, when the worker
+    # traces), else the publication's own trace context.
+    trace_context = capture() or tarefa.get("trace_context")
+    ids = store.insert_deliveries(conn, {**tarefa, "trace_context": trace_context}, deliveries)
     names = ", ".join(str(s["id"]) for s in subscribers)
     message = f"Published to {len(ids)} subscriber(s): {names}"
     return message if len(message) <= 500 else message[:497] + "..."

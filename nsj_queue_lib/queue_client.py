@@ -8,6 +8,7 @@ the client is built and every argument before any SQL is sent.
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
@@ -40,8 +42,15 @@ _REQUIRED_FIELDS = frozenset({"origem", "destino", "processo", "chave_externa", 
 
 class QueueClient:
     def __init__(
-        self, bd_conn: DBConnection, queue_table: str, queue_subscriber_table: str | None = None
+        self,
+        bd_conn: DBConnection,
+        queue_table: str,
+        queue_subscriber_table: str | None = None,
+        *,
+        trace_context: bool = True,
     ) -> None:
+        """``trace_context``: store the current OpenTelemetry span's context with each task
+        (docs/integrations/opentelemetry.md); nothing is stored without an active span."""
         check_table_name(queue_table, "queue table")
         if queue_subscriber_table is not None:
             check_table_name(queue_subscriber_table, "subscriber table")
@@ -49,6 +58,7 @@ class QueueClient:
         self._store = client_store(bd_conn, queue_table, queue_subscriber_table)
         self.queue_table = queue_table
         self.queue_subscriber_table = queue_subscriber_table
+        self._capture = capture if trace_context else _no_trace_context
 
     # -- enqueue --
 
@@ -74,7 +84,7 @@ class QueueClient:
         ``id_inicial`` is returned. Tasks with equal ``lock_key`` never run at
         the same time and start in claim order (docs/flow-control.md).
         """
-        row = task_row(locals(), pub_sub=False)
+        row = task_row(locals(), pub_sub=False, trace_context=self._capture())
         return self._store.insert_task(self._conn, row)
 
     def insert_task_pub_sub(
@@ -90,7 +100,7 @@ class QueueClient:
         prioridade: int | None = None,
     ) -> int:
         """Enqueue a publication: a worker turns it into one task per matching subscriber."""
-        row = task_row(locals(), pub_sub=True)
+        row = task_row(locals(), pub_sub=True, trace_context=self._capture())
         return self._store.insert_task(self._conn, row)
 
     def insert_task_webhook(
@@ -106,7 +116,7 @@ class QueueClient:
         prioridade: int | None = None,
     ) -> int:
         """Enqueue a publication delivered to the subscribers' webhook URLs."""
-        row = task_row(locals(), pub_sub=True)
+        row = task_row(locals(), pub_sub=True, trace_context=self._capture())
         return self._store.insert_task(self._conn, row)
 
     def insert_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[int]:
@@ -120,6 +130,8 @@ class QueueClient:
             raise TypeError("insert_tasks expects an iterable of task mappings")
         items = list(tasks)
         store = self._store
+        # One trace context for the call: its tasks are enqueued by the same span.
+        bulk_row = functools.partial(_bulk_row, trace_context=self._capture())
         if (
             isinstance(store, StreamingClientStore)
             and store.streams(self._conn, len(items))
@@ -128,9 +140,9 @@ class QueueClient:
             # Rows are checked while the earlier ones travel (the store undoes the
             # insert when one fails the checks), so client and server work at once.
             return store.stream_tasks(
-                self._conn, len(items), map(_bulk_row, range(len(items)), items)
+                self._conn, len(items), map(bulk_row, range(len(items)), items)
             )
-        rows = [_bulk_row(index, task) for index, task in enumerate(items)]
+        rows = [bulk_row(index, task) for index, task in enumerate(items)]
         if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
             # Each keyed insert may find its dedupe_key taken: one statement per task.
             return [self._store.insert_task(self._conn, row) for row in rows]
@@ -262,9 +274,16 @@ def task_view(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def task_row(args: Mapping[str, Any], pub_sub: bool) -> dict[str, Any]:
-    """Check the arguments of one task and build its insert parameters."""
-    row: dict[str, Any] = {}
+def _no_trace_context() -> None:
+    return None
+
+
+def task_row(
+    args: Mapping[str, Any], pub_sub: bool, trace_context: str | None = None
+) -> dict[str, Any]:
+    """Check the arguments of one task and build its insert parameters (``trace_context``:
+    the stored form of the enqueuing span's context, ``observability/trace_context.py``)."""
+    row: dict[str, Any] = {"trace_context": trace_context}
     for field in ("origem", "destino", "chave_externa", "grupo_empresarial"):
         row[field] = _optional_text(field, args.get(field))
     processo = args.get("processo")
@@ -314,7 +333,7 @@ def _unkeyed(items: Sequence[Any]) -> bool:
     )
 
 
-def _bulk_row(index: int, task: Any) -> dict[str, Any]:
+def _bulk_row(index: int, task: Any, trace_context: str | None = None) -> dict[str, Any]:
     """Check item ``index`` of insert_tasks and build its insert parameters."""
     if not isinstance(task, Mapping):
         raise TypeError(f"task #{index} must be a mapping, got {type(task).__name__}")
@@ -328,7 +347,7 @@ def _bulk_row(index: int, task: Any) -> dict[str, Any]:
     if not isinstance(pub_sub, bool):
         raise ValueError(f"task #{index}: pub_sub must be a bool")
     try:
-        return task_row(task, pub_sub=pub_sub)
+        return task_row(task, pub_sub=pub_sub, trace_context=trace_context)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"task #{index}: {exc}") from None
 

@@ -125,6 +125,13 @@ class Settings:
     queue_metrics_port: int | None = None
     queue_metrics_depth_interval: float = 15.0  # seconds between queue-depth samples
 
+    # OpenTelemetry tracing (docs/integrations/opentelemetry.md): a span per attempt.
+    # None (QUEUE_OTEL unset): on where opentelemetry-api is installed; True: on, and a
+    # worker without it stops at start; False: off.
+    queue_otel: bool | None = None
+    queue_otel_claim_spans: bool = False  # a span per claim and per group commit too
+    queue_otel_link_only: bool = False  # each attempt a new trace, linked to the enqueue's
+
     # Logging.
     log_debug: bool = False
     log_format: str = "text"  # or "json": one JSON object per line (when the library configures)

@@ -178,4 +178,7 @@ def _metrics_values(reader: EnvReader) -> dict[str, Any]:
     return dict(
         queue_metrics_port=reader.optional_integer("QUEUE_METRICS_PORT"),
         queue_metrics_depth_interval=reader.number("QUEUE_METRICS_DEPTH_INTERVAL", 15.0),
+        queue_otel=reader.optional_boolean("QUEUE_OTEL"),
+        queue_otel_claim_spans=reader.boolean("QUEUE_OTEL_CLAIM_SPANS", False),
+        queue_otel_link_only=reader.boolean("QUEUE_OTEL_LINK_ONLY", False),
     )

@@ -85,6 +85,11 @@ class EnvReader:
         self._fail(used, f"must be true or false, got {value!r}")
         return default
 
+    def optional_boolean(self, name: str) -> bool | None:
+        """None while unset (the caller decides), else as ``boolean``."""
+        _, value = self._raw(name)
+        return None if value is None else self.boolean(name, False)
+
     def integer(self, name: str, default: int, aliases: tuple[str, ...] = ()) -> int:
         used, value = self._raw(name, aliases)
         if value is None:

@@ -460,8 +460,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-dead-letter-is-dead",
         MY_QUERIES,
-        "f.publication_id, f.subscriber_id, true,\n    COALESCE(f.id_inicial, f.id), f.prioridade\n",
-        "f.publication_id, f.subscriber_id, false,\n    COALESCE(f.id_inicial, f.id), f.prioridade\n",
+        "f.publication_id, f.subscriber_id, true,\n    COALESCE(f.id_inicial, f.id), f.prioridade,",
+        "f.publication_id, f.subscriber_id, false,\n    COALESCE(f.id_inicial, f.id), f.prioridade,",
         _contract("test_dead_letter_after_queue_max_retry", "mysql"),
         ("mysql",),
         "the dead letter goes to execute, not execute_dead",

@@ -15,6 +15,11 @@ TASK_COLUMNS = ", ".join(f"t.{c}" for c in model.QUEUE_COLUMNS)
 TASK_COLUMNS_RESOLVED = ", ".join(
     _RESOLVED_PAYLOAD if c == "payload" else f"t.{c}" for c in model.QUEUE_COLUMNS
 )
+# A claimed task: the contract's columns and its trace context (model.CLAIMED_COLUMNS).
+CLAIMED_COLUMNS = ", ".join(f"t.{c}" for c in model.CLAIMED_COLUMNS)
+CLAIMED_COLUMNS_RESOLVED = ", ".join(
+    _RESOLVED_PAYLOAD if c == "payload" else f"t.{c}" for c in model.CLAIMED_COLUMNS
+)
 SUBSCRIBER_COLUMNS = ", ".join(f"s.{c}" for c in model.SUBSCRIBER_COLUMNS)
 # A task as its user sees it (its latest attempt ``t``): QueueClient.get_task.
 TASK_VIEW_COLUMNS = ", ".join(
@@ -43,6 +48,10 @@ TASK_INSERT_FIELDS = (
 )
 
 
+# The placeholders of a bulk insert's traced rendering: one trace context for the call.
+TRACED_INSERT = {"trace_column": ", trace_context", "trace_value": ", %(trace_context)s"}
+
+
 def query_values(
     queue_table: str, subscriber_table: str | None, now: str, deliverable: str
 ) -> dict[str, str]:
@@ -55,6 +64,12 @@ def query_values(
         "subscriber_table": subscriber_table or "subscriber_table_not_configured",
         "task_columns": TASK_COLUMNS,
         "task_columns_resolved": TASK_COLUMNS_RESOLVED,
+        "claimed_columns": CLAIMED_COLUMNS,
+        "claimed_columns_resolved": CLAIMED_COLUMNS_RESOLVED,
+        # A bulk insert's trace context: none here; the stores render a traced variant
+        # with TRACED_INSERT (observability/trace_context.py says what is stored).
+        "trace_column": "",
+        "trace_value": "",
         "subscriber_columns": SUBSCRIBER_COLUMNS,
         "task_view_columns": TASK_VIEW_COLUMNS,
         "lifecycle_columns": ", ".join(model.EXTRA_COLUMNS),

@@ -1,7 +1,7 @@
 """QUEUE_METRICS_PORT: one worker's metrics, health and depth sampling, and their HTTP server.
 
 The runtime builds one ``Endpoints`` when the port is set, wraps its parts
-with it (liveness, listener, handler: ``measured.py``), starts its server
+with it (listener, handler; the claims with its observer: ``measured.py``), starts its server
 before connecting (so ``/healthz`` answers while the database is awaited),
 and closes it last when the worker stops.
 
@@ -24,7 +24,6 @@ from nsj_queue_lib.observability.health import READY_MARGIN_SECONDS, Health, Ver
 from nsj_queue_lib.observability.measured import (
     Contact,
     MeasuredListener,
-    MeasuredLiveness,
     TaskHandler,
     timed_handler,
 )
@@ -33,7 +32,6 @@ from nsj_queue_lib.settings import Settings
 if TYPE_CHECKING:
     from nsj_queue_lib.db.driver import Listener
     from nsj_queue_lib.db.queue_store import InspectionStore
-    from nsj_queue_lib.runtime.liveness import Liveness
     from nsj_queue_lib.runtime.service import ServiceLock
 
 logger = get_logger("endpoints")
@@ -67,9 +65,6 @@ class Endpoints:
         )
 
     # -- the runtime's parts, measured --
-
-    def liveness(self, inner: Liveness) -> Liveness:
-        return MeasuredLiveness(inner, self.observer)
 
     def listener(self, inner: Listener, notifications: bool) -> Listener:
         return MeasuredListener(inner, self.contact, self.observer, notifications)

@@ -22,6 +22,10 @@ RELEASED = "released"  # still running when the worker stopped: given back after
 class Observer:
     """What the runtime reports while it works (no-op)."""
 
+    # Whether claims and commits are to be timed for it (claim_round_trip,
+    # completion_round_trip): the runtime wraps its claims only then.
+    measures_round_trips = False
+
     def task_claimed(self, task: TaskRecord) -> None:
         """An executor claimed ``task`` (its wait since it became ready ends here)."""
 
@@ -36,6 +40,14 @@ class Observer:
 
     def task_finished(self, task: TaskRecord, outcome: str) -> None:
         """An attempt ended with ``outcome`` (SUCESSO, FALHA, DEAD, RESCUED, RELEASED or another)."""
+
+    def attempt_failed(self, task: TaskRecord, error: BaseException) -> None:
+        """A running attempt failed with ``error`` (its handler's, or its commit's); its
+        ``task_finished`` follows."""
+
+    def attempt_abandoned(self, task: TaskRecord, why: str) -> None:
+        """This worker ran ``task``'s handler but reports no outcome of it (``why``: another
+        worker rescued the attempt, or its timeout gave it up)."""
 
     def notified(self) -> None:
         """A notification of a new ready task reached the dispatcher."""

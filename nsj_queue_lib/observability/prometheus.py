@@ -54,6 +54,8 @@ def seconds_waited(due: Any, now: datetime.datetime) -> float | None:
 
 
 class PrometheusObserver(Observer):
+    measures_round_trips = True  # nsjq_claim_duration_seconds, nsjq_completion_duration_seconds
+
     def __init__(self, queue: str):
         self.queue = queue
         self.registry = CollectorRegistry()

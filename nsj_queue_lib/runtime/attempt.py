@@ -168,6 +168,7 @@ class Attempts:
     def fenced(self, task: TaskRecord, error: BaseException) -> None:
         """The attempt's success was refused, its transaction rolled back: another worker
         rescued the task, whose new attempt runs the handler again (nothing to settle)."""
+        self.observer.attempt_abandoned(task, "rescued by another worker while it ran")
         logger.warning(
             "queue=%s task=%s: no longer 'processando' when its handler returned (rescued by "
             "another worker); its work was rolled back (%s)",

@@ -149,6 +149,7 @@ class Failures:
             logger.info("queue=%s task=%s: cancelled (%s)", self.queue_name, task.id, error)
             self.observer.task_finished(task, outcomes.CANCELADA)
             return failure_record(self.policies, task, error)
+        self.observer.attempt_failed(task, error)
         # A lost connection is a release for a new attempt, not the handler's failure.
         settled = settlement(conn, error, self.policies.decide(task, error), self.connection_lost)
         decision = settled.decision

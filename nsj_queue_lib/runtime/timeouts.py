@@ -115,4 +115,5 @@ class TimeoutEnforcer:
         finally:
             close_quietly(admin)
         self.executor.session.after_settled(item.task)
+        self.executor.failures.observer.attempt_abandoned(item.task, "given up after its timeout")
         self.executor.given_up(item)

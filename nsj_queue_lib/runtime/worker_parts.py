@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from nsj_queue_lib.db.driver import ConnectionPool, Driver, Listener
 from nsj_queue_lib.db.task_session import ClaimPhases
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.observability.measured import MeasuredLiveness
 from nsj_queue_lib.observability.observer import Observer
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.assembly import ExecutorInputs, build_executor
@@ -105,9 +106,10 @@ class WorkerParts:
         self, plan: DrainPlan, inputs: ExecutorInputs, legacy: LegacyKeys | None
     ) -> TaskExecutor:
         limited = self._limited(self._base_liveness(legacy), legacy)
-        # (The 1.2.2-compatible liveness is not measured.)
-        measure = self.endpoints is not None and legacy is None
-        liveness = self.endpoints.liveness(limited) if measure and self.endpoints else limited
+        # Claims are timed where an observer uses the times (metrics, claim spans). (The
+        # 1.2.2-compatible liveness is not measured.)
+        measure = self.observer.measures_round_trips and legacy is None
+        liveness = MeasuredLiveness(limited, self.observer) if measure else limited
         return build_executor(
             plan,
             inputs,

@@ -33,8 +33,8 @@ from nsj_queue_lib.exceptions import (
 )
 from nsj_queue_lib.flow.limits import ProcessoLimits
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.observability.assembly import attempt_tracer, observed
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
-from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.assembly import AsyncRoute, ExecutorInputs
 from nsj_queue_lib.runtime.attempt import TaskHandler
@@ -159,9 +159,8 @@ class WorkerRuntime:
         self.settings = settings
         self.stop_event = threading.Event()
         self.endpoints = _endpoints(settings, self.stop_event)
-        if self.endpoints is not None:
-            handler = self.endpoints.handler(handler)
-        self.observer = self.endpoints.observer if self.endpoints else NULL_OBSERVER
+        self.tracer = attempt_tracer(settings)  # QUEUE_OTEL
+        handler, self.observer = observed(handler, self.endpoints, self.tracer)
         self.store = self.driver.store()
         self.store.set_handled_subscribers(handled_subscribers)
         self.store.set_handled_processos(handled_processos)
@@ -529,6 +528,8 @@ class WorkerRuntime:
                 pass
         if self.lock_client is not None:
             self.lock_client.close()
+        if self.tracer is not None:
+            self.tracer.close()
         if self.endpoints is not None:
             self.endpoints.close()
         logger.info("queue=%s: worker stopped (exit code %d)", s.queue_name, code)

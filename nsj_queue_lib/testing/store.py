@@ -25,6 +25,7 @@ _COPIED: tuple[str, ...] = (
     "chave_externa",
     "tenant",
     "grupo_empresarial",
+    "trace_context",
 )
 
 
@@ -95,7 +96,7 @@ class MemoryStore:
             self.rows[row["id"]] = row
 
     def new_row(self, **columns: Any) -> Row:
-        row: Row = dict.fromkeys(model.QUEUE_COLUMNS)
+        row: Row = dict.fromkeys(model.CLAIMED_COLUMNS)
         row.update(
             tentativa=1,
             status=model.PENDENTE,

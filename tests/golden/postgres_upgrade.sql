@@ -23,6 +23,7 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS started_at timestamp with time zone;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS worker varchar(200);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS trace_context varchar(512);
 
 -- Autovacuum of the queue table by fixed counts of rows instead of a fraction
 -- of the table. Autovacuum's defaults wait for a fifth of the table's rows to

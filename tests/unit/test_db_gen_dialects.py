@@ -276,31 +276,31 @@ def test_mysql_create_ddl_has_the_claim_procedure_of_this_version():
     # the claimed row's status is the one the claim writes.
     json_object = procedure.split("JSON_OBJECT(")[1].split(")\n")[0]
     keys = re.findall(r"(?:^|, )'([a-z_]+)', (?:t\.|HEX\(|GET_LOCK\(|'processando')", json_object)
-    assert keys == ["liveness_locked", *model.QUEUE_COLUMNS]
+    assert keys == ["liveness_locked", *model.CLAIMED_COLUMNS]
     assert "'status', 'processando'" in json_object
     # The positioned claim and the claim from the start.
     assert procedure.count("JSON_OBJECT(") == 2
     # The set-based batch's rows, decoded by position (rows.claims_from_task_values): the
-    # value of every column in QUEUE_COLUMNS order, then the liveness lock's result. As its
+    # value of every column in CLAIMED_COLUMNS order, then the liveness lock's result. As its
     # locking read builds them (every lock taken: 1, status the one its UPDATE writes, the
     # row's own payload), or read again: a static statement (ids close together), or one
     # built as text (the IN list).
     as_read_row, static_row, built_row = procedure.split("JSON_ARRAY(t.id, ")[1:]
-    as_read = ["t.id", *_leading_arguments(as_read_row, len(model.QUEUE_COLUMNS))]
+    as_read = ["t.id", *_leading_arguments(as_read_row, len(model.CLAIMED_COLUMNS))]
     assert as_read[-1] == "1"
-    assert as_read[model.QUEUE_COLUMNS.index("status")] == "'processando'"
-    assert as_read[model.QUEUE_COLUMNS.index("payload")] == "t.payload"
-    for column, value in zip(model.QUEUE_COLUMNS, as_read, strict=False):
+    assert as_read[model.CLAIMED_COLUMNS.index("status")] == "'processando'"
+    assert as_read[model.CLAIMED_COLUMNS.index("payload")] == "t.payload"
+    for column, value in zip(model.CLAIMED_COLUMNS, as_read, strict=False):
         assert column == "status" or re.search(rf"\bt\.{column}\b", value), (column, value)
-    values = ["t.id", *_leading_arguments(static_row, len(model.QUEUE_COLUMNS))]
+    values = ["t.id", *_leading_arguments(static_row, len(model.CLAIMED_COLUMNS))]
     assert values[-1].startswith("IF(v_locked = v_count, 1,")
-    built = ["t.id", *_leading_arguments(built_row, len(model.QUEUE_COLUMNS) - 1)]
+    built = ["t.id", *_leading_arguments(built_row, len(model.CLAIMED_COLUMNS) - 1)]
     assert built_row.split(f"{built[-1]}, ", 1)[1].startswith("',\n")
     assert "IF(v_locked = v_count, '1'," in built_row
     for row_values in (values, built):
-        for column, value in zip(model.QUEUE_COLUMNS, row_values, strict=False):
+        for column, value in zip(model.CLAIMED_COLUMNS, row_values, strict=False):
             assert re.search(rf"\bt\.{column}\b", value), (column, value)
-        assert len(row_values) >= len(model.QUEUE_COLUMNS)
+        assert len(row_values) >= len(model.CLAIMED_COLUMNS)
     assert "DROP PROCEDURE" not in render("public", "fila_teste", "mysql")
 
 

@@ -148,7 +148,8 @@ def test_publish_inserts_one_delivery_per_subscriber_with_its_envelope_and_hash(
 
     assert store.listed == [("pedido_criado", 7, "G1")]
     ((publication, deliveries),) = store.inserted
-    assert publication is PUBLICATION_TASK
+    # The publication, with the trace context its deliveries carry (none here).
+    assert publication == {**PUBLICATION_TASK, "trace_context": None}
     assert [d[0] for d in deliveries] == ["estoque", "financeiro"]
     for (_subscriber_id, text, digest), row in zip(deliveries, [SUBSCRIBER, other], strict=True):
         envelope = json.loads(text)

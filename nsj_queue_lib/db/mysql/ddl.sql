@@ -50,6 +50,9 @@ CREATE TABLE {table} (
     started_at timestamp(6) NULL DEFAULT NULL,
     finished_at timestamp(6) NULL DEFAULT NULL,
     worker varchar(200),
+    -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
+    -- NULL without OpenTelemetry. Carried by retries and dead letters.
+    trace_context varchar(512),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,

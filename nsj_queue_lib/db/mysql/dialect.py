@@ -106,7 +106,7 @@ _DELIMITER_LINE = re.compile(r"^\s*DELIMITER\s+(\S+)\s*$", re.IGNORECASE | re.MU
 def _task_expressions(overrides: dict[str, str]) -> list[tuple[str, str]]:
     """(column, expression) of a task row, ``t`` being the row; ``overrides``: column -> expression."""
     expressions = {"payload_hash": "HEX(t.payload_hash)", **overrides}
-    return [(c, expressions.get(c, f"t.{c}")) for c in model.QUEUE_COLUMNS]
+    return [(c, expressions.get(c, f"t.{c}")) for c in model.CLAIMED_COLUMNS]
 
 
 def _task_json(**overrides: str) -> str:
@@ -115,7 +115,7 @@ def _task_json(**overrides: str) -> str:
 
 
 def _task_values(**overrides: str) -> str:
-    """A task row as JSON_ARRAY arguments: the values of QUEUE_COLUMNS, in that order."""
+    """A task row as JSON_ARRAY arguments: the values of CLAIMED_COLUMNS, in that order."""
     return ", ".join(e for _, e in _task_expressions(overrides))
 
 

@@ -124,8 +124,9 @@ class MysqlFamilyStore:
         due, due_args = due_sql(row.get("data_hora"))
         args = [row[name] for name in TASK_INSERT_FIELDS]
         args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"], row["lock_key"]]
+        args.append(row.get("trace_context"))
         value = (
-            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s)",
+            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s, %s)",
             args,
         )
         try:
@@ -142,8 +143,14 @@ class MysqlFamilyStore:
     def insert_tasks(
         self, conn: Any, rows: Sequence[dict[str, Any]], what: str = "insert_tasks"
     ) -> list[int]:
+        """Many tasks; their ``trace_context`` is the first row's (one per call: the
+        caller's). With one, the keyed insert's columns (all but it NULL): the plain insert
+        never names it, so that a client keeps working on a table db_gen --upgrade has not
+        reached yet."""
         if not rows:
             return []
+        trace_context = rows[0].get("trace_context")
+        traced = () if trace_context is None else (None, None, trace_context)
         values = []
         for row in rows:
             due, due_args = due_sql(row.get("data_hora"))
@@ -151,11 +158,13 @@ class MysqlFamilyStore:
             args.append(row.get("prioridade"))
             values.append(
                 (
-                    f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due})",
-                    args + due_args + due_args,
+                    f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}"
+                    + (", %s, %s, %s)" if traced else ")"),
+                    [*args, *due_args, *due_args, *traced],
                 )
             )
-        return self._insert_rows(conn, what, self.sql[what], values)
+        sql = self.sql["insert_task_keyed" if traced else what]
+        return self._insert_rows(conn, what, sql, values)
 
     def _insert_rows(
         self, conn: Any, what: str, sql: dict[str, str], values: list[InsertValues]
@@ -228,10 +237,12 @@ class MysqlFamilyStore:
             publication["prioridade"],
             publication["id"],
         ]
+        # The fan-out's trace context (pubsub.publish).
+        trace_context = publication.get("trace_context")
         values = [
             (
-                "(%s, %s, %s, %s, %s, %s, COALESCE(%s, 50), %s, %s, %s, %s)",
-                common + [sid, payload, digest],
+                "(%s, %s, %s, %s, %s, %s, COALESCE(%s, 50), %s, %s, %s, %s, %s)",
+                [*common, sid, payload, digest, trace_context],
             )
             for sid, payload, digest in deliveries
         ]

@@ -24,14 +24,16 @@ INSERT INTO {queue_table} (
 RETURNING id
 
 -- name: insert_task_keyed
--- insert_task with a dedupe_key or a lock_key: a duplicate-key error on the
--- dedupe index when an unfinished task holds the dedupe_key (MySQL rolls back
--- that statement only). Plain inserts name neither column, so that a client
--- keeps working on a table db_gen --upgrade has not reached yet.
+-- insert_task with a dedupe_key or a lock_key, and inserts with a trace context:
+-- a duplicate-key error on the dedupe index when an unfinished task holds the
+-- dedupe_key (MySQL rolls back that statement only). Plain inserts name none of
+-- these columns, so that a client keeps working on a table db_gen --upgrade has
+-- not reached yet.
 -- step: head
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
-    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key
+    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
+    trace_context
 ) VALUES
 -- step: returning
 RETURNING id
@@ -79,7 +81,7 @@ WHERE t.id = %(id)s
 -- read through the claim index and locked without waiting on rows another
 -- worker is claiming, then marked 'processando' before the claim commits.
 -- step: select
-SELECT {task_columns}
+SELECT {claimed_columns}
 FROM {queue_table} AS t
 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
   AND {deliverable}
@@ -142,14 +144,14 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade, dedupe_key, lock_key
+    dead, live_id, prioridade, dedupe_key, lock_key, trace_context
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
     f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
-    f.lock_key
+    f.lock_key, f.trace_context
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
 
@@ -163,12 +165,13 @@ WHERE id = %(id)s AND status = 'processando';
 -- step: insert
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade
+    tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade,
+    trace_context
 )
 SELECT
     f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
     f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
-    COALESCE(f.id_inicial, f.id), f.prioridade
+    COALESCE(f.id_inicial, f.id), f.prioridade, f.trace_context
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
 
@@ -285,7 +288,7 @@ WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(table)s
 -- step: head
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
-    publication_id, subscriber_id, payload, payload_hash
+    publication_id, subscriber_id, payload, payload_hash, trace_context
 ) VALUES
 -- step: returning
 RETURNING id

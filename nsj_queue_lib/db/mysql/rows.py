@@ -84,19 +84,19 @@ def task_from_object(task: dict[str, Any]) -> dict[str, Any]:
 
 
 # The set-based batch claim's rows (claim_procedure.sql, dialect.TASK_VALUES): one JSON array
-# each, the values of QUEUE_COLUMNS in that order and then the liveness lock's GET_LOCK
+# each, the values of CLAIMED_COLUMNS in that order and then the liveness lock's GET_LOCK
 # result (a task claimed alone stays a JSON object: the previous release's workers read it
 # too, through previous_claim.sql). The positions of the values converted to what a plain
 # SELECT gives:
-_ROW_TIMESTAMPS = tuple(model.QUEUE_COLUMNS.index(c) for c in _TIMESTAMP_COLUMNS)
+_ROW_TIMESTAMPS = tuple(model.CLAIMED_COLUMNS.index(c) for c in _TIMESTAMP_COLUMNS)
 _ROW_BOOLEANS = tuple(
-    model.QUEUE_COLUMNS.index(c) for c in BOOLEAN_COLUMNS if c in model.QUEUE_COLUMNS
+    model.CLAIMED_COLUMNS.index(c) for c in BOOLEAN_COLUMNS if c in model.CLAIMED_COLUMNS
 )
-_ROW_PAYLOAD_HASH = model.QUEUE_COLUMNS.index("payload_hash")
-_ROW_ID = model.QUEUE_COLUMNS.index("id")
-_ROW_TENTATIVA = model.QUEUE_COLUMNS.index("tentativa")
-_ROW_DEAD = model.QUEUE_COLUMNS.index("dead")
-_ROW_PAYLOAD = model.QUEUE_COLUMNS.index("payload")
+_ROW_PAYLOAD_HASH = model.CLAIMED_COLUMNS.index("payload_hash")
+_ROW_ID = model.CLAIMED_COLUMNS.index("id")
+_ROW_TENTATIVA = model.CLAIMED_COLUMNS.index("tentativa")
+_ROW_DEAD = model.CLAIMED_COLUMNS.index("dead")
+_ROW_PAYLOAD = model.CLAIMED_COLUMNS.index("payload")
 
 
 # json.loads goes through three Python functions and two regular expression matches (for
@@ -146,7 +146,7 @@ def claims_from_task_values(tasks: list[list[Any]]) -> list[model.Claim]:
             values[_ROW_PAYLOAD_HASH] = fromhex(value)
         # zip stops at the last column: the liveness lock's result, last, stays out of the
         # row. The length is the procedure's, whose version the worker checked at start.
-        row = dict(zip(model.QUEUE_COLUMNS, values, strict=False))
+        row = dict(zip(model.CLAIMED_COLUMNS, values, strict=False))
         task = model.TaskRecord(
             values[_ROW_ID],
             values[_ROW_TENTATIVA] or 1,

@@ -7,18 +7,19 @@ transaction. The worker's operations build on these (store.py).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
 
 from nsj_queue_lib.cancel_notice import cancel_payload
-from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
+from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, TRACED_INSERT, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 
@@ -28,7 +29,12 @@ COPY_THRESHOLD = 100
 _SAVEPOINT = "SAVEPOINT nsjq_insert_tasks"
 _ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT nsjq_insert_tasks"
 _RELEASE_SAVEPOINT = "RELEASE SAVEPOINT nsjq_insert_tasks"
-# copy_tasks' column types, in its order (binary COPY sends no type names).
+# copy_tasks' columns and their types, in its order (binary COPY sends no type names);
+# a traced COPY sends the trace context last.
+_COPY_COLUMNS = (
+    "id, origem, destino, processo, chave_externa, payload, payload_hash, "
+    "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial"
+)
 _COPY_TYPES = (
     "int8", "varchar", "varchar", "varchar", "varchar", "text", "bytea",
     "int8", "varchar", "bool", "int4", "timestamptz", "timestamptz",
@@ -61,6 +67,11 @@ class PostgresClientStore:
         # every partition, which costs one probe each.
         self._query_values = dict(values, hot="", hot_t="")
         self.sql = render_queries("postgres", self._query_values)
+        # Tasks enqueued with a trace context name its column; the plain statements never
+        # do, so that a client keeps working on a table db_gen --upgrade has not reached.
+        self.sql["insert_tasks_traced"] = render(
+            load_queries("postgres")["insert_tasks"], {**self._query_values, **TRACED_INSERT}
+        )
         # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
         # ids and one timestamp for the rows without data_hora, then the rows.
         # The sequence is looked up once: pg_get_serial_sequence per row cost
@@ -72,10 +83,9 @@ class PostgresClientStore:
         )
         # Binary rows: the server skips parsing timestamps and hex bytea, the
         # client skips formatting them.
-        self.sql["copy_tasks"] = (
-            f"COPY {queue_table} (id, origem, destino, processo, chave_externa, payload, payload_hash, "
-            "tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial) "
-            "FROM STDIN (FORMAT BINARY)"
+        self.sql["copy_tasks"] = f"COPY {queue_table} ({_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+        self.sql["copy_tasks_traced"] = (
+            f"COPY {queue_table} ({_COPY_COLUMNS}, trace_context) FROM STDIN (FORMAT BINARY)"
         )
         # Where cancel requests are announced: the channel of the queue's insert trigger.
         self.cancel_channel = notify_channel(split_table_name(queue_table)[1])
@@ -90,7 +100,7 @@ class PostgresClientStore:
                 lambda: self._insert_returning(conn, "insert_task_keyed", row),
                 lambda: self._insert_returning(conn, "dedupe_holder", {"dedupe_key": key}),
             )
-        keyed = row.get("lock_key") is not None
+        keyed = row.get("lock_key") is not None or row.get("trace_context") is not None
         new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
         assert new_id is not None  # a plain INSERT ... RETURNING returns its row
         return new_id
@@ -102,14 +112,20 @@ class PostgresClientStore:
             return None if found is None else int(found[0])
 
     def insert_tasks(self, conn, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Many tasks in one statement; their ``trace_context`` is the first row's (one
+        per call: the caller's)."""
         if not rows:
             return []
         columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
         if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
-        arrays = {name: [row[name] for row in rows] for name in columns}
+        params: dict[str, Any] = {name: [row[name] for row in rows] for name in columns}
+        name = "insert_tasks"
+        trace_context = rows[0].get("trace_context")
+        if trace_context is not None:
+            name, params["trace_context"] = "insert_tasks_traced", trace_context
         with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
-            cur.execute(self.sql["insert_tasks"], arrays)
+            cur.execute(self.sql[name], params)
             return [int(r[0]) for r in cur.fetchall()]
 
     def streams(self, conn, count: int) -> bool:
@@ -150,8 +166,14 @@ class PostgresClientStore:
     def _copy_rows(self, cur, count: int, rows: Iterator[dict[str, Any]]) -> list[int]:
         cur.execute(self.sql["reserve_ids"], {"table": self.queue_table, "count": count})
         reserved = cur.fetchall()
-        with cur.copy(self.sql["copy_tasks"]) as copy:
-            copy.set_types(_COPY_TYPES)
+        # The first row says whether the call has a trace context (one per call).
+        first = next(rows, None)
+        trace_context = None if first is None else first.get("trace_context")
+        if first is not None:
+            rows = itertools.chain((first,), rows)
+        traced = () if trace_context is None else (trace_context,)
+        with cur.copy(self.sql["copy_tasks_traced" if traced else "copy_tasks"]) as copy:
+            copy.set_types((*_COPY_TYPES, "varchar") if traced else _COPY_TYPES)
             write = copy.write_row
             for (task_id, now), row in zip(reserved, rows, strict=True):
                 at = row["data_hora"] or now
@@ -170,6 +192,7 @@ class PostgresClientStore:
                         50 if row["prioridade"] is None else row["prioridade"],
                         at,
                         at,
+                        *traced,
                     )
                 )
         return [int(task_id) for task_id, _ in reserved]
@@ -221,6 +244,8 @@ class PostgresClientStore:
             "subscriber_ids": [d[0] for d in deliveries],
             "payloads": [d[1] for d in deliveries],
             "payload_hashes": [d[2] for d in deliveries],
+            # The fan-out's trace context (pubsub.publish).
+            "trace_context": publication.get("trace_context"),
         }
         with wrap_driver_errors("insert_deliveries"), conn.cursor() as cur:
             cur.execute(self.sql["insert_deliveries"], params)

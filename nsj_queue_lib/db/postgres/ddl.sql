@@ -43,7 +43,10 @@ CREATE TABLE {table} (
     -- database's clock. NULL while it waits, and on rows 1.2.2's workers wrote.
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
-    worker varchar(200){partition_key}
+    worker varchar(200),
+    -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
+    -- NULL without OpenTelemetry. Carried by retries and dead letters.
+    trace_context varchar(512){partition_key}
 ){partition_by};
 {partitions}
 {autovacuum}

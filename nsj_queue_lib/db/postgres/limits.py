@@ -16,13 +16,14 @@ from nsj_queue_lib.db.limits_store import (
     rollback_quietly,
     rows,
 )
-from nsj_queue_lib.model import QUEUE_COLUMNS, TaskRecord
+from nsj_queue_lib.model import CLAIMED_COLUMNS, TaskRecord
 
 # The claim functions' task in the claim's shape (the payload of a later attempt from its
-# first): the claim function's rows (store.py) and the limited claim's (limits.sql).
+# first): the claim function's rows (store.py) and the limited claim's (limits.sql). The
+# functions return the whole row: its trace context comes with it.
 CALL_COLUMNS = ", ".join(
     "coalesce((f.task).payload, f.first_payload) AS payload" if c == "payload" else f"(f.task).{c}"
-    for c in QUEUE_COLUMNS
+    for c in CLAIMED_COLUMNS
 )
 # The limited claim function's arguments, as in COMMENT ON FUNCTION.
 LIMITED_CLAIM_ARGS = "(text[], text[], double precision, boolean, integer, varchar[], varchar)"
@@ -75,7 +76,7 @@ def claim(limits: LimitsStore, conn: Any, request: ClaimRequest) -> LimitedClaim
     task, locked = None, None
     if row["id"] is not None:
         locked = row.pop("liveness_locked")
-        task = TaskRecord.from_row({c: row[c] for c in QUEUE_COLUMNS})
+        task = TaskRecord.from_row({c: row[c] for c in CLAIMED_COLUMNS})
     else:
         with limits.cursor(conn, "rollback"):
             conn.execute("ROLLBACK")  # the claim's transaction, empty

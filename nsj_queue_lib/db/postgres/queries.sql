@@ -16,23 +16,24 @@ FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS d
 RETURNING id
 
 -- name: insert_task_keyed
--- insert_task with a dedupe_key or a lock_key: no row when an unfinished task
--- holds the dedupe_key (after waiting for the transaction that is inserting
--- it, if any). Plain inserts name neither column, so that a client keeps
--- working on a table db_gen --upgrade has not reached yet. No conflict target:
--- the unique index of unfinished dedupe keys is (dedupe_key) on a plain table
--- and (dedupe_key, finished_day) on a partitioned one (a partitioned table's
--- unique indexes hold its partition key), and a new task can conflict with no
--- other unique index (the primary key's ids come from the sequence; the
--- running lock keys' holds running tasks only).
+-- insert_task with a dedupe_key, a lock_key or a trace context: no row when an
+-- unfinished task holds the dedupe_key (after waiting for the transaction that
+-- is inserting it, if any). Plain inserts name none of these columns, so that a
+-- client keeps working on a table db_gen --upgrade has not reached yet. No
+-- conflict target: the unique index of unfinished dedupe keys is (dedupe_key)
+-- on a plain table and (dedupe_key, finished_day) on a partitioned one (a
+-- partitioned table's unique indexes hold its partition key), and a new task
+-- can conflict with no other unique index (the primary key's ids come from the
+-- sequence; the running lock keys' holds running tasks only).
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
-    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key
+    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
+    trace_context
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
     %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
-    due.at, due.at, %(dedupe_key)s, %(lock_key)s
+    due.at, due.at, %(dedupe_key)s, %(lock_key)s, %(trace_context)s
 FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -45,14 +46,16 @@ WHERE dedupe_key = %(dedupe_key)s AND status IN ('pendente', 'agendada', 'proces
 
 -- name: insert_tasks
 -- One round trip for many tasks; WITH ORDINALITY keeps the caller's order.
+-- The trace_column and trace_value placeholders are empty but in the store's
+-- traced rendering (client_store.py: one trace context for every task of the call).
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial{trace_column}
 )
 SELECT
     r.origem, r.destino, r.processo, r.chave_externa, r.payload, r.payload_hash,
     r.tenant, r.grupo_empresarial, r.pub_sub, coalesce(r.prioridade, 50),
-    due.at, due.at
+    due.at, due.at{trace_value}
 FROM unnest(
     %(origem)s::varchar[], %(destino)s::varchar[], %(processo)s::varchar[],
     %(chave_externa)s::varchar[], %(payload)s::text[], %(payload_hash)s::bytea[],
@@ -121,7 +124,7 @@ WITH next AS (
     WHERE {hot_t}t.id = next.id
     RETURNING t.*
 )
-SELECT {task_columns_resolved}, false AS liveness_locked
+SELECT {claimed_columns_resolved}, false AS liveness_locked
 FROM claimed AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
@@ -161,14 +164,14 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade, dedupe_key, lock_key
+    dead, live_id, prioridade, dedupe_key, lock_key, trace_context
 )
 SELECT
     coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
     f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
-    f.lock_key
+    f.lock_key, f.trace_context
 FROM failed AS f
 RETURNING id
 
@@ -186,12 +189,12 @@ WITH failed AS (
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
     tenant, grupo_empresarial, pub_sub, publication_id, subscriber_id, dead, live_id, prioridade,
-    data_hora, data_hora_inicial
+    data_hora, data_hora_inicial, trace_context
 )
 SELECT
     f.origem, f.destino, f.processo, f.chave_externa, 1, 'pendente', %(payload)s, f.payload_hash,
     f.tenant, f.grupo_empresarial, f.pub_sub, f.publication_id, f.subscriber_id, true,
-    coalesce(f.id_inicial, f.id), f.prioridade, due.at, due.at
+    coalesce(f.id_inicial, f.id), f.prioridade, due.at, due.at, f.trace_context
 FROM failed AS f
 CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) AS due
 RETURNING id
@@ -305,12 +308,13 @@ SELECT c.oid::bigint, c.relkind = 'p' FROM pg_class AS c WHERE c.oid = %(table)s
 -- each a first attempt whose data_hora and data_hora_inicial are one instant.
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tenant, grupo_empresarial, prioridade,
-    publication_id, subscriber_id, payload, payload_hash, data_hora, data_hora_inicial
+    publication_id, subscriber_id, payload, payload_hash, data_hora, data_hora_inicial,
+    trace_context
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(tenant)s, %(grupo_empresarial)s,
     coalesce(%(prioridade)s::integer, 50), %(publication_id)s, d.subscriber_id, d.payload, d.payload_hash,
-    due.at, due.at
+    due.at, due.at, %(trace_context)s
 FROM unnest(%(subscriber_ids)s::varchar[], %(payloads)s::text[], %(payload_hashes)s::bytea[])
      WITH ORDINALITY AS d(subscriber_id, payload, payload_hash, ord)
 CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) AS due

@@ -63,7 +63,7 @@ def queue_lock_key(queue_oid: int) -> int:
 # The claim's select list, in order (the task's columns, then liveness_locked).
 # Known in advance: reading them from cursor.description would build a Column
 # object per column of every claim.
-_CLAIM_NAMES = (*model.QUEUE_COLUMNS, "liveness_locked")
+_CLAIM_NAMES = (*model.CLAIMED_COLUMNS, "liveness_locked")
 
 
 def _claimed_rows(cursor) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS lock_key varchar(200);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS started_at timestamp with time zone;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS worker varchar(200);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context varchar(512);
 
 {autovacuum}
 

@@ -48,6 +48,9 @@ CREATE ROWSTORE TABLE {table} (
     started_at datetime(6),
     finished_at datetime(6),
     worker varchar(200),
+    -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
+    -- NULL without OpenTelemetry. Carried by retries and dead letters.
+    trace_context varchar(512),
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

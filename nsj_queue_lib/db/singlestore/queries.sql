@@ -22,7 +22,7 @@
 -- tells whether this worker won it. The runtime takes the task's liveness
 -- lock from the socket server before that transaction commits.
 -- step: candidates
-SELECT {task_columns}
+SELECT {claimed_columns}
 FROM {queue_table} AS t
 WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
 ORDER BY t.prioridade DESC, t.data_hora, t.id

@@ -211,8 +211,8 @@ class Backend:
             conn = mysql_helpers.connect(self.connect_args)
         return self._keep(conn)
 
-    def client(self, conn: Any, table: str | None = None) -> QueueClient:
-        client = QueueClient(conn, table or self.table, self.subscriber_table)
+    def client(self, conn: Any, table: str | None = None, **options: Any) -> QueueClient:
+        client = QueueClient(conn, table or self.table, self.subscriber_table, **options)
         if self.kind == "singlestore":  # a PyMySQL connection alone selects the MySQL store
             client._store = self.driver.new_store(table or self.table, self.subscriber_table)
         return client
@@ -264,6 +264,15 @@ class Backend:
     def row(self, task_id: int) -> dict[str, Any] | None:
         found = fetch(self.admin, f"SELECT * FROM {self.table} WHERE id = %s", (task_id,))
         return normalize(found[0]) if found else None
+
+    def claimed_row(self, store: Any, reader: Any, task_id: int) -> dict[str, Any] | None:
+        """A task as a claim returns it: get_task's row (QUEUE_COLUMNS), then its
+        trace_context (model.CLAIMED_COLUMNS)."""
+        row = store.get_task(reader, task_id)
+        if row is None:
+            return None
+        sql = f"SELECT trace_context FROM {self.table} WHERE id = %s"
+        return {**row, "trace_context": self.value(sql, (task_id,))}
 
     def statuses(self) -> dict[int, str]:
         return {r["id"]: r["status"] for r in self.rows()}

@@ -238,7 +238,14 @@ def enqueue_hostile_payloads(backend, null_boolean: bool = False):
         (ids[0],),
     )
     backend.set_status("sucesso", ids[0])
+    # A trace context (observability/trace_context.py) travels with the claimed row.
+    backend.execute(
+        f"UPDATE {backend.table} SET trace_context = %s WHERE id = %s", (TRACE_CONTEXT, ids[1])
+    )
     return ids, at
+
+
+TRACE_CONTEXT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01;congo=t61rcWkgMzE"
 
 
 def test_a_claimed_task_is_the_row_a_plain_select_reads(backend, store, worker):
@@ -248,7 +255,7 @@ def test_a_claimed_task_is_the_row_a_plain_select_reads(backend, store, worker):
     claimed, seen = store.claim(worker), 0
     while claimed is not None:
         task = claimed.task
-        expected = store.get_task(reader, task.id)
+        expected = backend.claimed_row(store, reader, task.id)
         assert task.row == expected and list(task.row) == list(expected)
         assert (task.payload, task.tentativa, task.dead) == (
             expected["payload"],

@@ -662,7 +662,7 @@ def test_a_batch_claims_tasks_as_the_rows_a_plain_select_reads(
     reader = backend.worker(executor=False)  # autocommit, UTC like the worker's session
     for claim in claims:
         task = claim.task
-        expected = store.get_task(reader, task.id)
+        expected = backend.claimed_row(store, reader, task.id)
         assert task.row == expected and list(task.row) == list(expected)
         assert {k: type(v) for k, v in task.row.items()} == {
             k: type(v) for k, v in expected.items()
@@ -777,7 +777,9 @@ def test_a_batch_claim_that_meets_a_running_key_claims_one_by_one_instead(backen
     assert [c.task.id for c in claims] == [first, last]
     assert all(c.liveness_locked for c in claims)
     reader = backend.worker(executor=False)  # their rows as a plain SELECT reads them
-    assert [c.task.row for c in claims] == [store.get_task(reader, c.task.id) for c in claims]
+    assert [c.task.row for c in claims] == [
+        backend.claimed_row(store, reader, c.task.id) for c in claims
+    ]
     assert backend.liveness_lock_holder(keyed) is None  # the undone batch's lock released
     worker.commit()
     assert backend.count("status = 'pendente'") == 1
