@@ -29,9 +29,10 @@ with skewed weights, a pseudo-random numeric ``chave_externa``, and a tenant and
 ``grupo_empresarial`` from small sets. Every index holds what it holds in production:
 PostgreSQL's partial indexes of unfinished work none of it, MariaDB's indexes all of it.
 The heap and indexes are denser than those of a table that grew through claims and
-settles. ``<table>_fill`` records the fill. With ``--keep`` the table stays, and a
-later run reuses it when its row count, size and generator match and it is under a day
-old.
+settles. PostgreSQL then runs ``VACUUM (ANALYZE)`` and a ``CHECKPOINT``, so that the
+first drains do not meet the fill's checkpoints; MariaDB runs ``ANALYZE TABLE``.
+``<table>_fill`` records the fill. With ``--keep`` the table stays, and a later run
+reuses it when its row count, span and generator match and it is under a day old.
 
 **Paired rounds.** Queue ``bh_empty_<pid>`` has no history. Each round runs the same
 steps on both queues, back to back, the order alternating:
@@ -39,20 +40,26 @@ steps on both queues, back to back, the order alternating:
 1. ``VACUUM (ANALYZE, VERBOSE)`` on PostgreSQL, timed: the run the vacuum service
    would do. On MariaDB, a wait until InnoDB's history list is short.
 2. Worker processes start: ``--processes`` x ``--concurrency``, by default the best
-   drain configurations of docs/benchmarks.md (PostgreSQL 4 x 2, MariaDB 2 x 4). They keep every
-   service on with its production defaults, the vacuum service included (60 s, 10,000
-   dead rows; this server's autovacuum is off). Only ``QUEUE_PURGE_MAX_AGE`` is 3650,
-   so that the hourly purge finds nothing mid-drain: the purge is measured on its own.
-   MariaDB's workers poll every 0.1 s.
+   drain configurations of docs/benchmarks.md (PostgreSQL 4 x 2, MariaDB 2 x 4).
+   They keep every service on with its production defaults, the vacuum service
+   included (60 s, 10,000 dead rows; this server's autovacuum is off). Only
+   ``QUEUE_PURGE_MAX_AGE`` is 3650, so that the hourly purge finds nothing mid-drain:
+   the purge is measured on its own. MariaDB's workers poll every 0.1 s.
 3. The drain: ``--count`` no-op tasks go in with one ``insert_tasks`` (the enqueue
    time is reported), and the clock runs from that commit until all are ``sucesso``.
    The poll's completion curve gives the enqueue-to-finish p50 and p99 of the backlog.
+   The tasks are the harness's (``chave_externa`` '0', '1', ...), whose keys fall among
+   the history's numeric keys all over the ``chave_externa`` index; ``--keys tail``
+   gives them keys that sort after every history key instead, as keys that grow with
+   time do.
 4. Paced latency: ``--latency-tasks`` tasks, one per transaction at
    ``--latency-rate``/s. For each, the time from its commit to when a poller (every
    ~3 ms) sees it ``sucesso``: the midpoint between the last poll that did not see it
    and the first that did.
-5. The workers stop and the round's tasks are deleted (the empty queue is empty
-   again; the history queue is back to its N rows).
+5. The workers stop. On PostgreSQL, the heap and index blocks the table read into
+   shared buffers meanwhile (``pg_statio_user_tables``) are reported per 1,000 tasks.
+   The round's tasks are deleted: the empty queue is empty again, the history queue
+   back to its N rows.
 
 The history/empty ratios are taken within each round and their medians printed.
 
@@ -324,6 +331,8 @@ def fill_history(db: Database, table: str, rows: int, days: int, chunk: int) -> 
         t = time.perf_counter()
         if db.kind == "postgres":
             admin.execute(f"VACUUM (ANALYZE) {table}")
+            # The fill's WAL leaves checkpoints due; the drains should not start in them.
+            admin.execute("CHECKPOINT")
         else:
             db.execute(admin, f"ANALYZE TABLE {table}")
         fill.settle_seconds = time.perf_counter() - t
@@ -492,14 +501,27 @@ def _crossing(curve: list[tuple[float, int]], target: float) -> float:
     return curve[-1][0]
 
 
-def drain_backlog(db: Database, table: str, count: int, pids: list[int], timeout: float) -> Drain:
+def bench_rows(count: int, keys: str) -> list[dict[str, Any]]:
+    """The harness's no-op tasks. Their chave_externa ('0', '1', ...) falls among the
+    history's numeric keys all over its index ("spread"); with "tail", after every one of
+    them, as keys that grow with time do."""
+    rows = task_rows(count)
+    if keys == "tail":
+        for i, row in enumerate(rows):
+            row["chave_externa"] = f"z{time.time_ns()}{i:06d}"
+    return rows
+
+
+def drain_backlog(
+    db: Database, table: str, count: int, keys: str, pids: list[int], timeout: float
+) -> Drain:
     from nsj_queue_lib import QueueClient
 
     conn = db.connect()
     poll = db.connect(autocommit=True)
     try:
         started = time.perf_counter()
-        ids = QueueClient(conn, table).insert_tasks(task_rows(count))
+        ids = QueueClient(conn, table).insert_tasks(bench_rows(count, keys))
         cpu0 = cpu_snapshot(pids, db.kind)
         conn.commit()
         t0 = time.perf_counter()
@@ -530,7 +552,7 @@ def drain_backlog(db: Database, table: str, count: int, pids: list[int], timeout
     )
 
 
-def paced_latency(db: Database, table: str, count: int, rate: float) -> list[float]:
+def paced_latency(db: Database, table: str, count: int, rate: float, keys: str) -> list[float]:
     """Enqueue-to-finish latencies (ms) of ``count`` tasks committed one by one at ``rate``/s."""
     from nsj_queue_lib import QueueClient
 
@@ -578,7 +600,7 @@ def paced_latency(db: Database, table: str, count: int, rate: float) -> list[flo
     try:
         client = QueueClient(conn, table)
         start = time.perf_counter() + 0.05
-        for i, row in enumerate(task_rows(count + LATENCY_WARMUP)):
+        for i, row in enumerate(bench_rows(count + LATENCY_WARMUP, keys)):
             pause = start + i / rate - time.perf_counter()
             if pause > 0:
                 time.sleep(pause)
@@ -610,6 +632,8 @@ METRICS = {
     "worker_ms": ("worker CPU per 1k tasks, ms", 0, False),
     "db_ms": ("database CPU per 1k tasks, ms", 0, False),
     "tidy": ("vacuum (PG) / purge wait before, s", 2, False),
+    "heap_reads": ("PG heap blocks read per 1k tasks", 0, False),
+    "index_reads": ("PG index blocks read per 1k tasks", 0, False),
 }
 
 
@@ -623,16 +647,36 @@ class Side:
     )
     notes: list[str] = dataclasses.field(default_factory=list)  # what VACUUM said, per round
 
-    def record(self, tidied: Tidy, drain: Drain, paced_ms: list[float]) -> None:
+    def record(
+        self, tidied: Tidy, drain: Drain, paced_ms: list[float], reads: dict[str, float]
+    ) -> None:
         values = {
             **dataclasses.asdict(drain),
             "paced_p50": percentile(paced_ms, 50),
             "paced_p99": percentile(paced_ms, 99),
             "tidy": tidied.seconds,
+            **reads,
         }
         for key in METRICS:
-            self.metrics[key].append(values[key])
+            if key in values:
+                self.metrics[key].append(values[key])
         self.notes.append(tidied.note)
+
+
+def block_reads(db: Database, table: str) -> tuple[int, int] | None:
+    """PostgreSQL: the table's heap and index blocks read into shared buffers so far."""
+    if db.kind != "postgres":
+        return None
+    conn = db.connect(autocommit=True)
+    try:
+        row = conn.execute(
+            "SELECT coalesce(heap_blks_read, 0), coalesce(idx_blks_read, 0)"
+            " FROM pg_statio_user_tables WHERE relid = %s::regclass",
+            (table,),
+        ).fetchone()
+        return int(row[0]), int(row[1])
+    finally:
+        conn.close()
 
 
 # Worker processes x QUEUE_CONCURRENCY per database unless given: the best drain
@@ -653,6 +697,7 @@ class Options:
     status_runs: int
     chunk: int
     keep: bool
+    keys: str
 
     def workers(self, db: Database) -> tuple[int, int]:
         processes, concurrency = WORKERS[db.kind]
@@ -673,13 +718,20 @@ def run_side(db: Database, side: Side, opts: Options, log_dir: Path, notes: list
         notes.append(f"{db.label} {side.name} round {len(side.notes) + 1}: {note}")
     processes, concurrency = opts.workers(db)
     extra = worker_extra(db, concurrency)
+    before = block_reads(db, side.table)
     with running_workers(db, side.table, processes, extra, log_dir) as workers:
         pids = [p.pid for p in workers.procs]
-        drain = drain_backlog(db, side.table, opts.count, pids, timeout=900.0)
-        paced_ms = paced_latency(db, side.table, opts.latency_tasks, opts.latency_rate)
+        drain = drain_backlog(db, side.table, opts.count, opts.keys, pids, timeout=900.0)
+        paced_ms = paced_latency(db, side.table, opts.latency_tasks, opts.latency_rate, opts.keys)
     if any(code != 0 for code in workers.exit_codes):
         raise BenchError(f"{side.name}: worker exit codes {workers.exit_codes} after SIGTERM")
-    side.record(tidied, drain, paced_ms)
+    after = block_reads(db, side.table)  # the workers have exited: their statistics are in
+    reads = {}
+    if before is not None and after is not None:
+        per_1k = 1000.0 / (opts.count + opts.latency_tasks + LATENCY_WARMUP)
+        reads = {"heap_reads": (after[0] - before[0]) * per_1k}
+        reads["index_reads"] = (after[1] - before[1]) * per_1k
+    side.record(tidied, drain, paced_ms, reads)
     delete_after(db, side.table, side.last_kept_id)
 
 
@@ -926,7 +978,7 @@ def prepare_history(db: Database, opts: Options) -> tuple[str, Fill]:
     print(
         f"  filled in {fill.load_seconds:.0f} s ({opts.rows / fill.load_seconds:,.0f} rows/s"
         + (f"; index build {fill.index_seconds:.0f} s" if fill.index_seconds else "")
-        + f"), then {'VACUUM (ANALYZE)' if db.kind == 'postgres' else 'ANALYZE TABLE'}"
+        + f"), then {'VACUUM (ANALYZE), CHECKPOINT' if db.kind == 'postgres' else 'ANALYZE TABLE'}"
         f" {fill.settle_seconds:.1f} s",
         flush=True,
     )
@@ -1017,19 +1069,21 @@ def report(db: Database, opts: Options, r: dict[str, Any]) -> None:
     print(f"\n{db.label}, {fill.rows:,} history rows over {fill.days} days", end="")
     print(f" ({fill.rows / fill.days:,.0f} a day)" + (", a kept table" if fill.reused else ""))
     index = f" (of which the index build {fill.index_seconds:.0f} s)" if fill.index_seconds else ""
-    print(
-        f"  fill: {fill.load_seconds:.0f} s{index}, then {fill.settle_seconds:.0f} s of (VACUUM) ANALYZE"
-    )
+    settle = "VACUUM (ANALYZE), CHECKPOINT" if db.kind == "postgres" else "ANALYZE TABLE"
+    print(f"  fill: {fill.load_seconds:.0f} s{index}, then {settle} {fill.settle_seconds:.0f} s")
     print(
         f"  size: table {gb(size['table'])}, indexes {gb(size['indexes'])}, total {gb(size['total'])}"
     )
     processes, concurrency = opts.workers(db)
     print(
         f"  {opts.rounds} paired rounds of {opts.count:,} tasks, {processes} x {concurrency}"
-        f" workers; paced {opts.latency_tasks} at {opts.latency_rate:g}/s. Medians (min-max):"
+        f" workers; paced {opts.latency_tasks} at {opts.latency_rate:g}/s; keys {opts.keys}."
+        " Medians (min-max):"
     )
     for key, (label, digits, paired) in METRICS.items():
         e, h = empty.metrics[key], history.metrics[key]
+        if not e or not h:
+            continue
         line = (
             f"    {label:36} empty {_spread(e, 1, digits):>24}  history {_spread(h, 1, digits):>24}"
         )
@@ -1073,6 +1127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the filled table for the next run"
     )
+    parser.add_argument(
+        "--keys",
+        choices=("spread", "tail"),
+        default="spread",
+        help="where the benchmark tasks' chave_externa sort among the history's (spread)",
+    )
     parser.add_argument("--pg-dsn", default=os.environ.get("BENCH_PG_DSN") or DEFAULT_PG_DSN)
     parser.add_argument(
         "--mysql-dsn", default=os.environ.get("BENCH_MYSQL_DSN") or DEFAULT_MYSQL_DSN
@@ -1092,6 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
         args.status_runs,
         args.chunk,
         args.keep,
+        args.keys,
     )
     dbs = []
     if args.dialect in ("postgres", "both"):
