@@ -1047,7 +1047,8 @@ def _print_purge(p: Purge) -> None:
         f"  purge (QUEUE_PURGE_MAX_AGE={p.max_age_days}): {p.deleted:,} rows"
         f" (a day is {p.expected:,.0f}) in {len(p.rounds)} rounds, {p.seconds:.2f} s"
         f" (rounds by thirds {thirds} s; round median {statistics.median(ordered) * 1000:.1f} ms,"
-        f" p99 {percentile(ordered, 99) * 1000:.1f} ms){wal}; then"
+        f" p99 {percentile(ordered, 99) * 1000:.1f} ms, slowest {max(ordered) * 1000:,.0f} ms,"
+        f" round {ordered.index(max(ordered)) + 1}){wal}; then"
         f" {'VACUUM' if p.wal_bytes is not None else 'InnoDB purge wait'} {p.after.seconds:.1f} s"
         f" {p.after.note}",
         flush=True,
