@@ -1007,12 +1007,17 @@ def run_dialect(db: Database, opts: Options, log_dir: Path) -> dict[str, Any]:
         result["sides"] = sides
         for side in sides:
             tidy(db, side.table)
-        result["status"] = time_status(db, sides, opts.status_runs)
+        # A failure past the rounds costs that phase only: the rounds are reported.
+        if opts.status_runs:
+            result["status"] = _phase(
+                result, "nsjq status", time_status, db, sides, opts.status_runs
+            )
         print("  purging one day", flush=True)
-        result["purge"] = purge_day(db, table, fill)
-        _print_purge(result["purge"])
-        if opts.keep:
-            refill_purged(db, table, fill, opts.chunk)
+        result["purge"] = _phase(result, "purge", purge_day, db, table, fill)
+        if result["purge"] is not None:
+            _print_purge(result["purge"])
+            if opts.keep:
+                refill_purged(db, table, fill, opts.chunk)
         result["machine"] = machine_state()
     finally:
         db.drop_queue(empty_table)
@@ -1022,6 +1027,17 @@ def run_dialect(db: Database, opts: Options, log_dir: Path) -> dict[str, Any]:
         else:
             print(f"  kept {table}", flush=True)
     return result
+
+
+def _phase(result: dict[str, Any], name: str, run: Callable[..., Any], *args: Any) -> Any:
+    """``run(*args)``, or None and a note when it failed."""
+    try:
+        return run(*args)
+    except Exception as exc:
+        note = f"{name} FAILED: {exc!r}"
+        print(f"  {note}", flush=True)
+        result["notes"].append(note)
+        return None
 
 
 def _print_round(number: int, sides: list[Side]) -> None:
@@ -1095,14 +1111,17 @@ def report(db: Database, opts: Options, r: dict[str, Any]) -> None:
     said = sorted({note for note in history.notes if note})
     if said:
         print(f"    history side, before each drain: {'; '.join(said)}")
+    status = r.get("status") or {"empty": {}, "history": {}}
     for kind, label in (
         ("process", "nsjq status, new process, ms"),
         ("main", "nsjq status main(), ms"),
         ("summary", "summary query, ms"),
     ):
-        e, h = r["status"]["empty"][kind], r["status"]["history"][kind]
-        print(f"    {label:36} empty {_spread(e, 1000):>24}  history {_spread(h, 1000):>24}")
-    _print_purge(r["purge"])
+        e, h = status["empty"].get(kind), status["history"].get(kind)
+        if e and h:
+            print(f"    {label:36} empty {_spread(e, 1000):>24}  history {_spread(h, 1000):>24}")
+    if r.get("purge") is not None:
+        _print_purge(r["purge"])
     print(f"  machine at the end: {r.get('machine', '')}")
     for note in r["notes"]:
         print(f"  - {note}")
@@ -1123,7 +1142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, help="QUEUE_CONCURRENCY (PG 2, MariaDB 4)")
     parser.add_argument("--latency-tasks", type=int, default=500)
     parser.add_argument("--latency-rate", type=float, default=100.0)
-    parser.add_argument("--status-runs", type=int, default=3)
+    parser.add_argument("--status-runs", type=int, default=3, help="0: no nsjq status timing")
     parser.add_argument("--chunk", type=int, default=500_000, help="fill rows per transaction")
     parser.add_argument(
         "--keep", action="store_true", help="keep the filled table for the next run"
