@@ -70,14 +70,16 @@ def fresh_queue(dsn: str, layout: str = "plain") -> Iterator[str]:
 
 def drop_queue_sql(schema: str, name: str) -> str:
     """PostgreSQL: drop every object of queue ``schema.name``, also those its workers made
-    (``_limits``, ``_periodic``: not dependent on the queue table, CASCADE misses them).
-    The claim functions return the table's row type: CASCADE takes them."""
+    (``_limits``, ``_periodic``, ``_workers``: not dependent on the queue table, CASCADE
+    misses them). The claim functions return the table's row type: CASCADE takes them; the
+    group settle function names no table type, so it is dropped by name."""
     names = DdlNames(schema, name).object_names()
-    tables = [name] + [names[key] for key in ("subscriber", "limits", "periodic")]
+    tables = [name] + [names[key] for key in ("subscriber", "limits", "periodic", "workers")]
     return (
         f"DROP TABLE IF EXISTS {', '.join(f'{schema}.{t}' for t in tables)} CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.{names['function']}() CASCADE;"
-        f"DROP FUNCTION IF EXISTS {schema}.{names['day_function']}() CASCADE"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['day_function']}() CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['settle_function']}"
     )
 
 

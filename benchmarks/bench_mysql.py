@@ -71,6 +71,8 @@ POLL_SECONDS = 0.02
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 _counter = itertools.count(1)
+# The tables of a queue: db_gen's, and those its workers create on first use.
+QUEUE_TABLE_SUFFIXES = ("", "_subscriber", "_limits", "_periodic", "_workers")
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -191,12 +193,17 @@ class Database:
     @contextlib.contextmanager
     def fresh_queue(self) -> Iterator[str]:
         """A new queue from db_gen (this database's dialect); yields ``schema.table``; dropped after."""
-        from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
+        table = self.create_queue(f"bm_{os.getpid()}_{next(_counter)}")
+        try:
+            yield table
+        finally:
+            self.drop_queue(table)
+
+    def create_queue(self, name: str) -> str:
+        """Queue ``name`` from db_gen (this database's dialect); returns ``schema.table``."""
         from nsj_queue_lib.db.mysql.dialect import split_script
         from nsj_queue_lib.db_gen import render
 
-        name = f"bm_{os.getpid()}_{next(_counter)}"
-        table = f"{self.schema}.{name}"
         admin = self.connect(autocommit=True)
         try:
             if self.kind == "postgres":
@@ -204,23 +211,33 @@ class Database:
             else:
                 for statement in split_script(render(self.schema, name, "mysql")):
                     self.execute(admin, statement)
-            yield table
         finally:
+            admin.close()
+        return f"{self.schema}.{name}"
+
+    def drop_queue(self, table: str) -> None:
+        """Drop every object of the queue ``schema.table`` made, also those its workers made
+        (``_limits``, ``_periodic``, ``_workers``) and the routines no CASCADE reaches."""
+        from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
+
+        name = table.split(".")[-1]
+        tables = ", ".join(f"{table}{suffix}" for suffix in QUEUE_TABLE_SUFFIXES)
+        admin = self.connect(autocommit=True)
+        try:
             if self.kind == "postgres":
                 admin.execute(
-                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits, {table}_periodic CASCADE;"
-                    f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE"
+                    f"DROP TABLE IF EXISTS {tables} CASCADE;"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE;"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.{DdlNames.settle_routine_name(name)}"
                 )
-            else:
-                self.execute(
-                    admin,
-                    f"DROP TABLE IF EXISTS {table}, {table}_subscriber, {table}_limits, {table}_periodic",
-                )
-                for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
-                    routine = DdlNames.routine_name(name, release)
-                    self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
-                limited = DdlNames.limited_routine_name(name)
-                self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{limited}")
+                return
+            self.execute(admin, f"DROP TABLE IF EXISTS {tables}")
+            for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
+                routine = DdlNames.routine_name(name, release)
+                self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
+            limited = DdlNames.limited_routine_name(name)
+            self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{limited}")
+        finally:
             admin.close()
 
     def worker_env(self, table: str, extra: dict[str, str]) -> dict[str, str]:

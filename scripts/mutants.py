@@ -746,8 +746,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-purge-max-age",
         PG_QUERIES,
-        "WHERE o.data_hora < clock_timestamp() - make_interval(days => %(max_age_days)s)",
-        "WHERE o.data_hora < clock_timestamp()",
+        "WHERE o.data_hora < statement_timestamp() - make_interval(days => %(max_age_days)s)",
+        "WHERE o.data_hora < statement_timestamp()",
         (
             f"{STORE_PURGE}[postgres]",
             f"{SERVICES}::test_purge_deletes_old_settled_rows_in_bounded_rounds",

@@ -280,11 +280,14 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: purge
 -- One bounded round: old rows that are settled, never a first attempt whose
--- later attempts still need its payload.
+-- later attempts still need its payload. The cutoff is statement_timestamp()'s
+-- (stable): clock_timestamp() is volatile, so it could not bound the purge
+-- index's scan, and the round that finds nothing left to delete read every
+-- settled row of the table (7-9 s at 10M rows, benchmarks/bench_history.py).
 WITH doomed AS (
     SELECT o.id
     FROM {queue_table} AS o
-    WHERE o.data_hora < clock_timestamp() - make_interval(days => %(max_age_days)s)
+    WHERE o.data_hora < statement_timestamp() - make_interval(days => %(max_age_days)s)
       AND o.status NOT IN ('pendente', 'agendada', 'processando')
       AND NOT EXISTS (
           SELECT 1 FROM {queue_table} AS a
