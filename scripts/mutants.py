@@ -1077,6 +1077,43 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "behind a transaction pooler claims fail on a missing prepared statement",
     ),
+    Mutant(
+        "mysql-kill-of-an-ended-session",
+        "nsj_queue_lib/db/mysql/driver.py",
+        "            if not any(error_code(e) == NO_SUCH_SESSION for e in exception_chain(exc)):\n",
+        "            if True:\n",
+        (
+            "tests/integration/store/test_store_settle.py::"
+            "test_ending_a_session_that_ended_already_is_no_error[mysql]",
+        ),
+        ("mysql",),
+        "a timeout's give-up that races the handler's return leaves the attempt unsettled",
+    ),
+    Mutant(
+        "pg-claim-position-ignored",
+        "nsj_queue_lib/db/postgres/claim_function.sql",
+        "                IF pos_id IS NOT NULL THEN\n",
+        "                IF false THEN\n",
+        (
+            "tests/integration/store/test_store_claim_position.py::"
+            "test_under_a_held_snapshot_the_position_skips_the_tasks_claimed_since[postgres]",
+        ),
+        ("postgres",),
+        "claims under a held snapshot walk every task claimed since it",
+    ),
+    Mutant(
+        "pg-partition-day-trigger",
+        "nsj_queue_lib/db/postgres/partitions.sql",
+        "        ELSE (coalesce(NEW.finished_at, clock_timestamp()) AT TIME ZONE 'UTC')::date"
+        " - DATE '1970-01-01'\n",
+        "        ELSE 1\n",
+        (
+            "tests/integration/store/test_store_partitioned.py::"
+            "test_a_1_2_2_workers_update_moves_the_row_too[partitioned]",
+        ),
+        ("postgres",),
+        "a 1.2.2 worker's update leaves a finished row in the hot partition",
+    ),
 )
 
 
