@@ -156,3 +156,15 @@ def test_server_option_for_another_dialect_is_a_usage_error():
     assert result.returncode == 2
     assert result.stdout == ""
     assert "--server applies to --dialect mysql only, not postgres" in result.stderr
+
+
+def test_the_partitioned_layout_is_for_postgres_only_and_says_so():
+    result = db_gen("public", "fila", "--dialect", "mysql", "--layout", "partitioned")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "--layout partitioned applies to the postgres dialect only, not mysql" in result.stderr
+    partitioned = db_gen("public", "fila", "--layout", "partitioned")
+    assert partitioned.returncode == 0
+    assert "PARTITION BY RANGE (finished_day)" in partitioned.stdout
+    assert "public.fila_hot PARTITION OF public.fila" in partitioned.stdout
+    # The plain layout's DDL is unchanged by the option's default.
+    assert db_gen("public", "fila", "--layout", "plain").stdout == db_gen("public", "fila").stdout
