@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.web.humane import instant
 
 WIDTH = 600  # viewBox units across; the SVG scales to the page's width
 ROW_HEIGHT = 16
@@ -50,12 +51,6 @@ class Timeline:
         return ROW_HEIGHT * len(self.bars)
 
 
-def _instant(value: Any) -> datetime.datetime | None:
-    if value is None or isinstance(value, datetime.datetime):
-        return value
-    return datetime.datetime.fromisoformat(str(value))
-
-
 def _seconds(later: datetime.datetime | None, earlier: datetime.datetime | None) -> float | None:
     if later is None or earlier is None:
         return None
@@ -67,8 +62,8 @@ def attempt_times(
 ) -> tuple[datetime.datetime | None, ...]:
     """(due, started, ended) of an attempt; an unfinished one ends now, where it has begun
     (started, or due and waiting), else not at all."""
-    due, started = _instant(attempt.get("data_hora")), _instant(attempt.get("started_at"))
-    ended = _instant(attempt.get("finished_at"))
+    due, started = instant(attempt.get("data_hora")), instant(attempt.get("started_at"))
+    ended = instant(attempt.get("finished_at"))
     if ended is None and attempt.get("status") in model.ACTIVE_STATUSES:
         began = started or (due if due is not None and due <= now else None)
         ended = now if began is not None else None
