@@ -175,6 +175,13 @@ def _add_schema_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
             help="MySQL dialect: the server family (db_gen --server); printing defaults to "
             "mariadb, --apply asks the server (SELECT VERSION())",
         )
+        sub.add_argument(
+            "--layout",
+            choices=("plain", "partitioned"),
+            help="the queue table's layout (db_gen --layout; PostgreSQL). upgrade --apply "
+            "--layout partitioned moves a plain table to it while workers run "
+            "(docs/how-to/partition-a-queue.md)",
+        )
         sub.add_argument("--apply", action="store_true", help="run it on the database")
 
 

@@ -8,15 +8,19 @@ from nsj_queue_lib.cli.config import Config
 from nsj_queue_lib.cli.errors import EXIT_OK, UsageError
 from nsj_queue_lib.cli.output import write
 from nsj_queue_lib.cli.session import open_session
+from nsj_queue_lib.db.dialect import DdlNames
+from nsj_queue_lib.db.postgres import migration
 from nsj_queue_lib.db_gen import check_server_option, render
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
 
-def _script(config: Config, upgrade: bool, server: str | None = None) -> str:
+def _script(config: Config, upgrade: bool, server: str | None = None, layout: str = "plain") -> str:
     schema, name = config.schema_and_name()
     try:
-        return render(schema, name, config.dialect, upgrade=upgrade, server=server)
+        return render(schema, name, config.dialect, upgrade=upgrade, server=server, layout=layout)
     except InvalidIdentifierError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a layout the dialect lacks
         raise UsageError(str(exc)) from None
 
 
@@ -40,18 +44,46 @@ def upgrade(args: argparse.Namespace, config: Config) -> int:
 
 def _run(args: argparse.Namespace, config: Config, upgrade: bool) -> int:
     server = _server(args, config)
+    layout: str = getattr(args, "layout", None) or "plain"
     if not args.apply:
-        write(_script(config, upgrade, server))
+        write(_script(config, upgrade, server, layout))
         return EXIT_OK
+    if upgrade and layout == "partitioned" and config.dialect == "postgres":
+        return _upgrade_to_partitioned(config)
     with open_session(config, autocommit=False) as session:
         if server is None:
             # The mysql dialect's variant for the server at hand (MySQL 8 cannot run
             # MariaDB's); None for a database with one.
             server = session.driver.server_family(session.conn)
-        script = _script(config, upgrade, server)
+        script = _script(config, upgrade, server, layout)
         statements = session.driver.run_script(session.conn, script)
         session.conn.commit()
         atomic = session.driver.capabilities.transactional_ddl
     how = "in one transaction" if atomic else f"{statements} statements, each committed on its own"
     write(f"{'upgraded' if upgrade else 'created'} {config.queue_table} ({how})")
+    return EXIT_OK
+
+
+def _upgrade_to_partitioned(config: Config) -> int:
+    """``upgrade --apply --layout partitioned`` on PostgreSQL: a plain table is brought to
+    this release, then moved to the partitioned layout while its workers run
+    (db/postgres/migration.py); a partitioned one is upgraded in one transaction."""
+    schema, name = config.schema_and_name()
+    with open_session(config, autocommit=True) as session:
+        with session.conn.transaction():
+            kind = session.conn.execute(
+                "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (config.queue_table,)
+            ).fetchone()
+            if kind is not None and kind[0] == "p":
+                session.driver.run_script(session.conn, _script(config, True, None, "partitioned"))
+                write(f"upgraded {config.queue_table} (partitioned, in one transaction)")
+                return EXIT_OK
+            session.driver.run_script(session.conn, _script(config, True))
+        report = migration.migrate(session.conn, DdlNames(schema, name), say=write)
+    if report is not None:
+        write(
+            f"migrated {config.queue_table} to the partitioned layout: the swap held the table "
+            f"{report.swap_seconds:.2f} s (try {report.swap_attempts}), {report.moved} unfinished "
+            f"rows moved, about {report.legacy_rows} finished rows kept in its legacy partition"
+        )
     return EXIT_OK

@@ -85,6 +85,7 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
+        parts["queue_table_ddl"] = render(read_sql("postgres", "queue_table.sql"), values)
         parts["autovacuum"] = render(
             read_sql("postgres", "autovacuum.sql"), dict(values, table=values["maintained_table"])
         ).strip()
@@ -131,6 +132,19 @@ class PostgresDialect(Dialect):
 
     def upgrade_ddl(self, names: DdlNames) -> str:
         return self._render(names, "upgrade.sql", if_not_exists=True)
+
+    def partitioned_parent_ddl(self, names: DdlNames, id_sequence: str) -> tuple[str, str]:
+        """What the migration to the partitioned layout runs (db/postgres/migration.py): the
+        partitioned table under the queue's name with its partitions, its ids drawn from
+        ``id_sequence`` (the plain table's, a checked ``schema.name``), then the partitioned
+        layout's upgrade script, which gives it its indexes, triggers and routines."""
+        values = names.template_values()
+        # Today's and tomorrow's days only: the swap holds the table meanwhile, and the
+        # migration attaches the other days ahead after it, as the purge service does.
+        values.update(layout_values(True, values, days_ahead=1))
+        values["id_column"] = f"id bigint NOT NULL DEFAULT nextval('{id_sequence}'::regclass)"
+        table_ddl = render(read_sql("postgres", "queue_table.sql"), values)
+        return table_ddl, PostgresDialect(partitioned=True).upgrade_ddl(names)
 
 
 DIALECT = PostgresDialect()

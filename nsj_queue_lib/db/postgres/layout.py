@@ -9,6 +9,8 @@ drops whole. 1.2.2's clients and BI queries read and write the name as before.
 
 from __future__ import annotations
 
+import re
+
 from nsj_queue_lib.db.sql_files import read_sql, render
 
 LAYOUTS = ("plain", "partitioned")
@@ -19,11 +21,22 @@ DAYS_AHEAD = 14
 # The UTC day an attempt ends, as days since 1970-01-01 (its partition's key).
 FINISHED_DAY_NOW = "((clock_timestamp() AT TIME ZONE 'UTC')::date - DATE '1970-01-01')"
 
+# Where a migrated table's comment keeps the key of its advisory locks: the oid of the
+# plain table it was (db/postgres/migration.py), which workers bound before still use.
+LOCK_KEY_NOTE = "nsjq.lock_key="
+_LOCK_KEY = re.compile(r"nsjq\.lock_key=(\d+)")
+
 _PARTITION_KEY = """,
     -- The partition key (docs/internals/storage.md): 1 while the attempt is
     -- unfinished, then the UTC day it ended, as days since 1970-01-01.
     finished_day integer NOT NULL DEFAULT 1,
     PRIMARY KEY (id, finished_day)"""
+
+
+def lock_key_of(comment: str | None) -> int | None:
+    """The advisory lock key a migrated table's comment records (None: the table's oid)."""
+    found = _LOCK_KEY.search(comment or "")
+    return int(found.group(1)) if found else None
 
 
 def hot_partition(table: str) -> str:
@@ -36,7 +49,9 @@ def day_partition(table: str, day: int) -> str:
     return f"{table}_p{day}"
 
 
-def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
+def layout_values(
+    partitioned: bool, values: dict[str, str], days_ahead: int = DAYS_AHEAD
+) -> dict[str, str]:
     """The templates' layout placeholders: empty for the plain layout; for the partitioned
     one the table's shape, its partitions, and the hot statements' pins to the hot
     partition (``hot_<alias>``: pruned when planned, not probed in every partition)."""
@@ -59,7 +74,7 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
     day_values = dict(
         values,
         hot_partition=hot_partition(values["table"]),
-        days_ahead=str(DAYS_AHEAD),
+        days_ahead=str(days_ahead),
     )
     return dict(
         id_column="id bigserial",
@@ -78,11 +93,16 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
 def _layout_check(values: dict[str, str], partitioned: bool) -> str:
     """An upgrade for the other layout stops before it changes anything."""
     other = "plain" if partitioned else "partitioned"
-    flag = "" if partitioned else " --layout partitioned"
+    # A plain table becomes partitioned online, in steps a script cannot retry.
+    how = (
+        "move it with nsjq upgrade --apply --layout partitioned (docs/how-to/partition-a-queue.md)"
+        if partitioned
+        else "run db_gen --upgrade --layout partitioned"
+    )
     test = "<> 'p'" if partitioned else "= 'p'"
     return (
         "DO $$\nBEGIN\n"
         f"    IF (SELECT relkind FROM pg_class WHERE oid = to_regclass('{values['table']}')) {test} THEN\n"
-        f"        RAISE EXCEPTION '{values['table']} is {other}: run db_gen --upgrade{flag}';\n"
+        f"        RAISE EXCEPTION '{values['table']} is {other}: {how}';\n"
         "    END IF;\nEND\n$$;"
     )

@@ -303,8 +303,10 @@ USING doomed
 WHERE t.id = doomed.id
 
 -- name: queue_oid
--- And whether it is partitioned (db/postgres/layout.py).
-SELECT c.oid::bigint, c.relkind = 'p' FROM pg_class AS c WHERE c.oid = %(table)s::regclass
+-- And whether it is partitioned (db/postgres/layout.py), and its comment: a table
+-- migrated to that layout keeps its old oid there as its locks' key (migration.py).
+SELECT c.oid::bigint, c.relkind = 'p', obj_description(c.oid, 'pg_class')
+FROM pg_class AS c WHERE c.oid = %(table)s::regclass
 
 -- name: insert_deliveries
 -- One task per subscriber of a publication, in the publication's transaction;

@@ -38,6 +38,8 @@ WHERE i.inhparent = %(table)s::regclass
 _RANGE = re.compile(r"FROM \((\d+)\) TO \((\d+)\)")
 # A day's attach and the copy before a drop give up quickly: the next run tries again.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'"
+# The legacy partition's rows, as its purge index (indexes.sql) states them.
+FINISHED = "status NOT IN ('pendente', 'agendada', 'processando')"
 # Fewer days ahead than this at a worker's start: it says so.
 SHORT_AHEAD = 2
 
@@ -70,16 +72,17 @@ def check_days_ahead(conn: Any, table: str) -> None:
         )
 
 
-def rotate(conn: Any, table: str, max_age_days: int) -> int:
-    """Days ahead attached, expired days dropped; the rows dropped (estimated). ``conn`` is
-    idle on return (the detach runs outside any transaction)."""
+def rotate(conn: Any, table: str, max_age_days: int, limit: int = 1000) -> int:
+    """Days ahead attached, expired days dropped, and a round of the legacy partition's
+    expired rows deleted; the rows dropped (estimated). ``conn`` is idle on return (the
+    detach runs outside any transaction)."""
     with wrap_driver_errors("partition retention"):
+        legacy = _legacy_partition(conn, table)
+        purged = _purge_legacy(conn, table, legacy, max_age_days, limit) if legacy else 0
         today = int(conn.execute(TODAY).fetchone()[0])
         existing = days(conn, table)
         conn.commit()
-        for day in range(today - 1, today + DAYS_AHEAD + 1):
-            if day not in existing:
-                _attach(conn, table, day)
+        _attach_missing(conn, table, today, existing)
         dropped = 0
         for day, (name, rows) in sorted(existing.items()):
             if day + 1 <= today - max_age_days:
@@ -87,7 +90,56 @@ def rotate(conn: Any, table: str, max_age_days: int) -> int:
                 _drop(conn, table, name)
                 dropped += rows
                 logger.info("%s: dropped %s (day %d, about %d rows)", table, name, day, rows)
-        return dropped
+        return dropped + purged
+
+
+def _legacy_partition(conn: Any, table: str) -> str | None:
+    """The partition of a migrated table's history (db/postgres/migration.py), if any."""
+    for name, bound, _rows in conn.execute(PARTITIONS, {"table": table}).fetchall():
+        if "MINVALUE" in (bound or ""):
+            return str(name)
+    return None
+
+
+def _purge_legacy(conn: Any, table: str, legacy: str, max_age_days: int, limit: int) -> int:
+    """The legacy partition leaves on the plain layout's schedule: its expired rows in
+    bounded rounds, and the partition itself, whole, once its newest row expired. Later
+    attempts still waiting get their first attempt's payload first."""
+    _keep_payloads(conn, table, legacy)
+    newest = conn.execute(
+        f"SELECT max(data_hora) < statement_timestamp() - make_interval(days => %s), "
+        f"count(*) = 0 FROM (SELECT data_hora FROM {legacy} WHERE {FINISHED} "
+        f"ORDER BY data_hora DESC LIMIT 1) AS n",
+        (max_age_days,),
+    ).fetchone()
+    conn.commit()
+    if newest[0] or newest[1]:
+        _drop(conn, table, legacy)
+        logger.info("%s: dropped %s, the history from before its migration", table, legacy)
+        return 0
+    deleted = conn.execute(
+        f"DELETE FROM {legacy} WHERE id IN (SELECT id FROM {legacy} WHERE {FINISHED} "
+        f"AND data_hora < statement_timestamp() - make_interval(days => %s) "
+        f"ORDER BY data_hora LIMIT %s FOR UPDATE SKIP LOCKED)",
+        (max_age_days, limit),
+    ).rowcount
+    conn.commit()
+    return int(deleted)
+
+
+def attach_days_ahead(conn: Any, table: str) -> None:
+    """Yesterday to ``DAYS_AHEAD`` days ahead, those missing attached."""
+    with wrap_driver_errors("partitions ahead"):
+        today = int(conn.execute(TODAY).fetchone()[0])
+        existing = days(conn, table)
+        conn.commit()
+        _attach_missing(conn, table, today, existing)
+
+
+def _attach_missing(conn: Any, table: str, today: int, existing: dict) -> None:
+    for day in range(today - 1, today + DAYS_AHEAD + 1):
+        if day not in existing:
+            _attach(conn, table, day)
 
 
 def _attach(conn: Any, table: str, day: int) -> None:

@@ -26,7 +26,7 @@ from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESH
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
 from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition
+from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition, lock_key_of
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
@@ -152,13 +152,15 @@ class PostgresQueueStore(PostgresClientStore):
         return self._queue_oid
 
     def _table_oid(self, conn) -> tuple[int, bool]:
-        """The table's oid, and whether it is partitioned (db/postgres/layout.py)."""
+        """The key of the table's locks, and whether it is partitioned (db/postgres/layout.py).
+        The key is the table's oid, or the oid of the table it was migrated from: workers
+        bound before the migration keep that one (db/postgres/migration.py)."""
         try:
             with wrap_driver_errors("queue_oid"):
-                oid, partitioned = conn.execute(
+                oid, partitioned, comment = conn.execute(
                     self.sql["queue_oid"], {"table": self.queue_table}
                 ).fetchone()
-                return int(oid), bool(partitioned)
+                return lock_key_of(comment) or int(oid), bool(partitioned)
         except DatabaseError as exc:
             missing = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
             if isinstance(exc.__cause__, missing):
@@ -503,7 +505,7 @@ class PostgresQueueStore(PostgresClientStore):
 
     def purge_round(self, conn, max_age_days: int, limit: int) -> int:
         if self.partitioned:
-            return retention.rotate(conn, self.queue_table, max_age_days)
+            return retention.rotate(conn, self.queue_table, max_age_days, limit)
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
             return conn.execute(self.sql["purge"], params).rowcount
