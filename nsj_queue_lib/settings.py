@@ -78,6 +78,9 @@ class Settings:
     # and the dead rows that make it vacuum (0: never).
     queue_vacuum_interval: float = 60.0
     queue_vacuum_dead_rows: int = 10_000
+    # The tally service (runtime/tally.py): seconds between its folds of the finished
+    # attempts into the counts nsjq status reads (0: none).
+    queue_tally_interval: float = 60.0
 
     # Worker runtime (added by this library).
     queue_concurrency: int = 1

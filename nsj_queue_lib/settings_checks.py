@@ -52,6 +52,7 @@ _BOUNDS: dict[str, tuple[str, float | None, float | None, bool]] = {
     "queue_purge_limit": ("QUEUE_PURGE_LIMIT", 1, None, False),
     "queue_vacuum_interval": ("QUEUE_VACUUM_INTERVAL", None, None, True),
     "queue_vacuum_dead_rows": ("QUEUE_VACUUM_DEAD_ROWS", 0, None, False),
+    "queue_tally_interval": ("QUEUE_TALLY_INTERVAL", 0, None, False),
     "queue_wait_notify_interval": ("QUEUE_WAIT_NOTIFY_INTERVAL", None, None, True),
     "notify_service_port": ("NOTIFY_SERVICE_PORT", 1, 65535, False),
     "lock_service_port": ("LOCK_SERVICE_PORT", 1, 65535, False),

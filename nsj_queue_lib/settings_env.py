@@ -146,6 +146,7 @@ def _services_values(reader: EnvReader) -> dict[str, Any]:
         queue_purge_limit=reader.integer("QUEUE_PURGE_LIMIT", 1000),
         queue_vacuum_interval=reader.number("QUEUE_VACUUM_INTERVAL", 60.0),
         queue_vacuum_dead_rows=reader.integer("QUEUE_VACUUM_DEAD_ROWS", 10_000),
+        queue_tally_interval=reader.number("QUEUE_TALLY_INTERVAL", 60.0),
         queue_wait_notify_interval=reader.number("QUEUE_WAIT_NOTIFY_INTERVAL", 30.0),
     )
 

@@ -8,8 +8,6 @@ from nsj_queue_lib.cli.config import Config
 from nsj_queue_lib.cli.errors import EXIT_OK, UsageError
 from nsj_queue_lib.cli.output import write
 from nsj_queue_lib.cli.session import open_session
-from nsj_queue_lib.db.dialect import DdlNames
-from nsj_queue_lib.db.postgres import migration
 from nsj_queue_lib.db_gen import check_server_option, render
 from nsj_queue_lib.exceptions import InvalidIdentifierError
 
@@ -48,7 +46,7 @@ def _run(args: argparse.Namespace, config: Config, upgrade: bool) -> int:
     if not args.apply:
         write(_script(config, upgrade, server, layout))
         return EXIT_OK
-    if upgrade and layout == "partitioned" and config.dialect == "postgres":
+    if upgrade and layout == "partitioned":
         return _upgrade_to_partitioned(config)
     with open_session(config, autocommit=False) as session:
         if server is None:
@@ -65,25 +63,19 @@ def _run(args: argparse.Namespace, config: Config, upgrade: bool) -> int:
 
 
 def _upgrade_to_partitioned(config: Config) -> int:
-    """``upgrade --apply --layout partitioned`` on PostgreSQL: a plain table is brought to
-    this release, then moved to the partitioned layout while its workers run
-    (db/postgres/migration.py); a partitioned one is upgraded in one transaction."""
+    """``upgrade --apply --layout partitioned``: a plain table is brought to this release and
+    moved to the partitioned layout while its workers run (PostgreSQL,
+    db/postgres/migration.py); then the partitioned layout's upgrade script runs."""
     schema, name = config.schema_and_name()
     with open_session(config, autocommit=True) as session:
-        with session.conn.transaction():
-            kind = session.conn.execute(
-                "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)", (config.queue_table,)
-            ).fetchone()
-            if kind is not None and kind[0] == "p":
-                session.driver.run_script(session.conn, _script(config, True, None, "partitioned"))
-                write(f"upgraded {config.queue_table} (partitioned, in one transaction)")
-                return EXIT_OK
-            session.driver.run_script(session.conn, _script(config, True))
-        report = migration.migrate(session.conn, DdlNames(schema, name), say=write)
+        try:
+            report = session.driver.move_to_partitioned(session.conn, schema, name, write)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if report is not None:
-        write(
-            f"migrated {config.queue_table} to the partitioned layout: the swap held the table "
-            f"{report.swap_seconds:.2f} s (try {report.swap_attempts}), {report.moved} unfinished "
-            f"rows moved, about {report.legacy_rows} finished rows kept in its legacy partition"
-        )
+        write(f"migrated {config.queue_table} to the partitioned layout: {report}")
+    with open_session(config, autocommit=False) as session:
+        session.driver.run_script(session.conn, _script(config, True, None, "partitioned"))
+        session.conn.commit()
+    write(f"upgraded {config.queue_table} (partitioned layout, in one transaction)")
     return EXIT_OK

@@ -89,6 +89,9 @@ class DdlNames:
             "subscriber": f"{q}_subscriber",
             "periodic": periodic_table_name(q),
             "workers": workers_table_name(q),
+            "tally": tally_table_names(q)[0],
+            "tally_open": tally_table_names(q)[1],
+            "tally_state": tally_table_names(q)[2],
             "function": f"notify_{q}_insert",
             "claim_function": self.routine_name(q),
             "limited_claim": self.limited_routine_name(q),
@@ -106,6 +109,8 @@ class DdlNames:
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
         values["periodic_table"] = f"{self.schema}.{names['periodic']}"
         values["workers_table"] = f"{self.schema}.{names['workers']}"
+        for kind in ("tally", "tally_open", "tally_state"):
+            values[f"{kind}_table"] = f"{self.schema}.{names[kind]}"
         values["limits_table"] = f"{self.schema}.{names['limits']}"
         values["function"] = f"{self.schema}.{names['function']}"
         values["claim_function"] = f"{self.schema}.{names['claim_function']}"
@@ -122,6 +127,12 @@ def periodic_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_periodic``: the last slot enqueued per periodic processo
     (``flow/periodic.py``), next to the queue table."""
     return f"{queue_table}_periodic"
+
+
+def tally_table_names(queue_table: str) -> tuple[str, str, str]:
+    """``[schema.]<queue>_tally``, ``_tally_open`` and ``_tally_state``: the counts of the
+    finished attempts that ``nsjq status`` reads (db/tally.py), next to the queue table."""
+    return (f"{queue_table}_tally", f"{queue_table}_tally_open", f"{queue_table}_tally_state")
 
 
 def workers_table_name(queue_table: str) -> str:

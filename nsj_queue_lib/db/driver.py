@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -337,6 +337,14 @@ class Driver(abc.ABC):
         """Which of its dialect's DDL variants (``db_gen --server``, SERVER_FAMILIES) the
         server behind ``conn`` needs; None for a dialect with one."""
         return None
+
+    def move_to_partitioned(
+        self, conn: Any, schema: str, queue: str, say: Callable[[str], None]
+    ) -> str | None:
+        """Move the plain queue table ``schema.queue`` to the partitioned layout while its
+        workers run (``conn`` autocommit); a report of what was done, None when it is
+        partitioned already. Dialects without that layout refuse."""
+        raise ValueError(f"the partitioned layout is not available on {self.name}")
 
     @abc.abstractmethod
     def run_script(self, conn: Any, script: str) -> int:

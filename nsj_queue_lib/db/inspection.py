@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db import tally
 from nsj_queue_lib.db.dialect import workers_table_name
 
 # An attempt as the inspection queries show it: the contract's columns but the
@@ -45,6 +46,11 @@ RECENT_WINDOW = 3600
 RECENT_BUCKET = 300
 # ... and of these, the ones that ended in the last 5 minutes: the console's rate.
 RATE_WINDOW = 300
+
+# What summary_tallied reads of an attempt.
+TALLY_COLUMNS = (
+    "t.processo, t.status, t.reenfileirado, t.data_hora, t.dead, t.id_inicial, t.data_hora_inicial"
+)
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -93,6 +99,11 @@ def query_values(queue_table: str, time_column: str, task_filter: str) -> dict[s
         "attempt_columns_with_payload": attempt_columns(time_column, "t.payload"),
         "next_attempt_columns": NEXT_ATTEMPT_COLUMNS,
         "next_attempt_values": NEXT_ATTEMPT_VALUES,
+        # summary_tallied (db/tally.py): what it counts of an attempt, the tally's tables,
+        # and the pin of a look-up of unfinished attempts (PostgreSQL's partitioned layout).
+        "tally_columns": TALLY_COLUMNS,
+        "hot_h": "",
+        **tally.table_values(queue_table),
     }
 
 
@@ -229,8 +240,14 @@ class InspectionQueries(abc.ABC):
         the workers table is missing (a schema before db_gen --upgrade)."""
         return self._fetch(conn, "live_workers", {"seen_within": seen_within})
 
+    @abc.abstractmethod
+    def tallied(self, conn: Any) -> bool:
+        """Whether the queue has the tally's tables (db/tally.py), which summary then reads
+        instead of the whole table."""
+
     def summary(self, conn: Any) -> list[dict[str, Any]]:
-        rows = self._fetch(conn, "summary", {"recent_seconds": RECENT_SECONDS})
+        name = "summary_tallied" if self.tallied(conn) else "summary"
+        rows = self._fetch(conn, name, {"recent_seconds": RECENT_SECONDS})
         return [summary_row(r) for r in rows]
 
     def depth(self, conn: Any) -> list[dict[str, Any]]:

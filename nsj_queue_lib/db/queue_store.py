@@ -29,6 +29,7 @@ from nsj_queue_lib.model import Claim, TaskRecord
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.inspection import TaskFilter
+    from nsj_queue_lib.db.tally import FoldResult
 
 Row = dict[str, Any]
 
@@ -238,6 +239,12 @@ class MaintenanceStore(Protocol):
         ...
 
     def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int: ...
+
+    def fold_counts(self, conn: Any, max_age_days: int) -> FoldResult | None:
+        """One fold of the counts nsjq status reads (db/tally.py), in ``conn``'s transaction;
+        None where the queue has no tally tables (SingleStore, a schema before
+        db_gen --upgrade)."""
+        ...
 
 
 class QueueStore(ClientStore, WorkerStore, MaintenanceStore, Protocol):

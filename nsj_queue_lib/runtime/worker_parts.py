@@ -47,6 +47,7 @@ from nsj_queue_lib.runtime.service import (
     ServiceLock,
     service_lock_key,
 )
+from nsj_queue_lib.runtime.tally import TallyService
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, TimeoutEnforcer
 from nsj_queue_lib.runtime.vacuum import VacuumService
 from nsj_queue_lib.settings import Settings
@@ -245,6 +246,8 @@ class WorkerParts:
         ]
         if self.driver.capabilities.table_maintenance and s.queue_vacuum_dead_rows:
             services.append(build(VacuumService, (), s.queue_vacuum_interval))
+        if s.queue_tally_interval:
+            services.append(build(TallyService, (), s.queue_tally_interval))
         return services
 
     def periodic(self, schedules: Sequence[PeriodicSchedule]) -> PeriodicEnqueuer | None:

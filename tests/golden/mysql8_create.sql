@@ -563,6 +563,30 @@ CREATE TABLE public.fila_teste_workers (
     started_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     seen_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+-- Counts of the queue's finished attempts (nsjq status; db/tally.py): the tally
+-- service folds the attempts in order of id, per hour of data_hora (hours since
+-- 1970-01-01 UTC), processo ('' for none) and status, so that status reads the
+-- backlog, this table and the attempts since the last fold instead of the whole
+-- history. Attempts unfinished when their ids were folded wait in the open
+-- table until they end; the state table says how far the ids are folded.
+CREATE TABLE public.fila_teste_tally (
+    hour bigint NOT NULL,
+    processo varchar(250) NOT NULL,
+    status varchar(100) NOT NULL,
+    tasks bigint NOT NULL,
+    failed bigint NOT NULL,
+    dead bigint NOT NULL,
+    PRIMARY KEY (hour, processo, status)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE public.fila_teste_tally_open (
+    id bigint NOT NULL PRIMARY KEY
+) ENGINE=InnoDB;
+CREATE TABLE public.fila_teste_tally_state (
+    id integer NOT NULL PRIMARY KEY,
+    folded_to bigint NOT NULL,
+    seen bigint NOT NULL,
+    folded_at timestamp(6) NULL
+) ENGINE=InnoDB;
 
 -- The limited claim: the start of a task of a processo with limits.
 -- The limited claim (per-processo limits, docs/flow-control.md) in one CALL,

@@ -298,6 +298,8 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"DROP TABLE IF EXISTS {schema}.{name}_subscriber CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_periodic;"
         f"DROP TABLE IF EXISTS {schema}.{name}_workers;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_tally, {schema}.{name}_tally_open, "
+        f"{schema}.{name}_tally_state;"
         f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.finished_day_{name}() CASCADE;"

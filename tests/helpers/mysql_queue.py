@@ -83,6 +83,8 @@ def drop_queue_tables(admin, database: str, name: str) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_subscriber")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_periodic")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_workers")
+        for suffix in ("_tally", "_tally_open", "_tally_state"):
+            cur.execute(f"DROP TABLE IF EXISTS {database}.{name}{suffix}")
         for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
             routine = DdlNames.routine_name(name, release)
             cur.execute(f"DROP PROCEDURE IF EXISTS {database}.{routine}")

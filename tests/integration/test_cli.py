@@ -380,6 +380,26 @@ def test_ddl_apply_creates_a_usable_queue(dialect, request, capsys):
             assert cur.fetchone()[0] == claim_procedure_version("mariadb")
 
 
+def test_upgrade_apply_layout_partitioned_moves_a_populated_plain_queue(pg_queue, pg_dsn, capsys):
+    """docs/how-to/partition-a-queue.md: the command, then the same again (nothing to move)."""
+    queue = Queue(pg_dsn, pg_queue.table, pg_queue.schema, pg_queue.name)
+    t = populate(queue)
+
+    def counts() -> list:
+        status = run_json(capsys, *queue.args("status"))
+        return [(p["processo"], p["counts"]) for p in status["processos"]]
+
+    before = counts()
+    code, out, err = run(capsys, *queue.args("upgrade", "--apply", "--layout", "partitioned"))
+    assert code == 0, err
+    assert f"migrated {queue.table} to the partitioned layout: the swap held the table" in out
+    assert counts() == before
+    assert run_json(capsys, *queue.args("show", str(t["ok"])))["status"] == "sucesso"
+    code, out, err = run(capsys, *queue.args("upgrade", "--apply", "--layout", "partitioned"))
+    assert code == 0, err
+    assert out == f"upgraded {queue.table} (partitioned layout, in one transaction)\n"
+
+
 def test_ddl_apply_with_server_mysql_creates_the_mysql_variant(request, capsys):
     """MariaDB runs the MySQL variant too: --server mysql is applied as asked, and the
     worker's claims work on it."""

@@ -19,6 +19,7 @@ from nsj_queue_lib.runtime.purge import PurgeService
 from nsj_queue_lib.runtime.renotify import RenotifyService
 from nsj_queue_lib.runtime.retry import RetryService
 from nsj_queue_lib.runtime.service import service_lock_key
+from nsj_queue_lib.runtime.tally import TallyService
 from nsj_queue_lib.runtime.vacuum import VacuumService
 from tests.helpers import services
 from tests.helpers.databases import collect_until_sentinel
@@ -385,3 +386,22 @@ def test_service_lock_keys_differ_per_service_and_queue():
     }
     assert len(keys) == 9
     assert all(-(2**63) <= key < 2**63 for key in keys)
+
+
+def test_tally_service_folds_a_history_a_chunk_at_a_time(
+    pg_queue, pg_dsn, pg_autocommit, monkeypatch
+):
+    """A table's first runs: the whole history in chunks, one commit each, in one run."""
+    from nsj_queue_lib.db import tally
+
+    monkeypatch.setattr(tally, "FOLD_CHUNK", 100)
+    table = pg_queue.table
+    pg_autocommit.execute(
+        f"INSERT INTO {table} (processo, status, payload) "
+        "SELECT 'processar', 'sucesso', 'p' FROM generate_series(1, 450)"
+    )
+    service = make_service(TallyService, pg_dsn, table)
+    assert service.run_once() == 0  # the first run notes the highest id
+    assert service.run_once() == 450
+    assert pg_autocommit.execute(f"SELECT sum(tasks) FROM {table}_tally").fetchone() == (450,)
+    assert service.run_once() == 0

@@ -31,6 +31,7 @@ SERVICE_ROUNDS = {
     "registry.py",
     "renotify.py",
     "purge.py",
+    "tally.py",
     "retry.py",  # its rescue reads orphans row-locked, a round at a time
 }
 TASK_PATH = sorted(p for p in RUNTIME.glob("*.py") if p.name not in SERVICE_ROUNDS)

@@ -249,6 +249,13 @@ class MysqlDialect(Dialect):
             for name in ("subscriber_table.sql", "limits_table.sql")
         )
 
+    def _workers_tables(self, values: dict[str, str], if_not_exists: bool) -> str:
+        # The tally's tables (db/tally.py) come with the workers table: both serve nsjq status.
+        return "\n".join(
+            self._table(name, values, if_not_exists)
+            for name in ("workers_table.sql", "tally_table.sql")
+        )
+
     def _table(self, filename: str, values: dict[str, str], if_not_exists: bool) -> str:
         table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
         return render(read_sql(self.name, filename), table_values).strip()
@@ -257,7 +264,7 @@ class MysqlDialect(Dialect):
         values = self._values(names)
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
-        values["workers_table_ddl"] = self._table("workers_table.sql", values, False)
+        values["workers_table_ddl"] = self._workers_tables(values, False)
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -281,7 +288,7 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
-        values["workers_table_ddl"] = self._table("workers_table.sql", values, True)
+        values["workers_table_ddl"] = self._workers_tables(values, True)
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 

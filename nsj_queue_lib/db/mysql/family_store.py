@@ -47,6 +47,7 @@ from nsj_queue_lib.db.mysql.rows import (
 )
 from nsj_queue_lib.db.mysql.successes import success_sql
 from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.db.tally import FoldResult
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
@@ -495,6 +496,9 @@ class MysqlFamilyStore:
     def notify(self, conn: Any, channel: str, payload: str = "") -> None:
         """Nothing: these databases have no NOTIFY (workers poll, or the socket server
         wakes them)."""
+
+    def fold_counts(self, conn: Any, max_age_days: int) -> FoldResult | None:
+        return None  # the tally's tables are made on MySQL/MariaDB only (store.py)
 
     def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
         steps = self.sql["purge"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nsj_queue_lib.db import tally
 from nsj_queue_lib.db.inspection import InspectionQueries, query_values, task_filter
 from nsj_queue_lib.db.mysql.errors import wrap_driver_errors
+from nsj_queue_lib.db.mysql.names import table_exists
 from nsj_queue_lib.db.mysql.rows import split_steps
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.identifiers import check_table_name
@@ -27,6 +29,14 @@ class MysqlInspectionStore(InspectionQueries):
             "mysql", query_values(queue_table, _TIME, _FILTER), "inspection.sql"
         )
         self.sql = {name: split_steps(text) for name, text in queries.items()}
+        self._tallied: bool | None = None
+
+    def tallied(self, conn: Any) -> bool:
+        if self._tallied is None:
+            with wrap_driver_errors("tally tables"):
+                state = tally.table_values(self.queue_table)["tally_state_table"]
+                self._tallied = table_exists(conn, state)
+        return self._tallied
 
     def _fetch(self, conn: Any, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with wrap_driver_errors(name), conn.cursor() as cur:

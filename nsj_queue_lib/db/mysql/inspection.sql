@@ -24,6 +24,51 @@ FROM {queue_table} AS t
 GROUP BY t.processo, t.status
 ORDER BY t.processo, t.status
 
+-- name: summary_tallied
+-- summary's rows from four parts, each bounded (db/tally.py): the unfinished
+-- attempts (status leads the indexes they are read from), the tally of the
+-- finished ones, and, read from the table, the finished attempts past the last
+-- fold (an interval's worth) and the open attempts that ended since it (their
+-- ids are at most folded_to). An attempt is in exactly one part.
+SELECT p.processo, p.status, SUM(p.tasks) AS tasks,
+       TIMESTAMPDIFF(MICROSECOND, MIN(p.oldest_ready), NOW(6)) / 1000000 AS oldest_ready_seconds,
+       COALESCE(SUM(p.failed_24h), 0) AS failed_24h,
+       COALESCE(SUM(p.dead_24h), 0) AS dead_24h
+FROM (
+    SELECT t.processo, t.status,
+           SUM(NOT COALESCE(t.reenfileirado, false)) AS tasks,
+           MIN(CASE WHEN t.status = 'pendente' AND t.data_hora <= NOW(6) THEN t.data_hora END)
+               AS oldest_ready,
+           SUM(t.status IN ('falha', 'falha_processando')
+               AND t.data_hora >= NOW(6) - INTERVAL %(recent_seconds)s SECOND) AS failed_24h,
+           SUM(t.dead AND t.id_inicial IS NULL
+               AND t.data_hora_inicial >= NOW(6) - INTERVAL %(recent_seconds)s SECOND) AS dead_24h
+    FROM (
+        SELECT {tally_columns} FROM {queue_table} AS t
+        WHERE t.status IN ('pendente', 'agendada', 'processando')
+        UNION ALL
+        SELECT {tally_columns} FROM {queue_table} AS t
+        WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+          AND t.id > COALESCE((SELECT s.folded_to FROM {tally_state_table} AS s WHERE s.id = 1), 0)
+        UNION ALL
+        SELECT {tally_columns} FROM {queue_table} AS t
+        JOIN {tally_open_table} AS o ON o.id = t.id
+        WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+    ) AS t
+    GROUP BY t.processo, t.status
+    UNION ALL
+    -- Failures and dead letters of the last day, to the hour.
+    SELECT NULLIF(c.processo, ''), c.status, SUM(c.tasks), NULL,
+           SUM(CASE WHEN c.hour >= FLOOR(UNIX_TIMESTAMP(NOW(6)) / 3600) - %(recent_seconds)s DIV 3600
+               THEN c.failed ELSE 0 END),
+           SUM(CASE WHEN c.hour >= FLOOR(UNIX_TIMESTAMP(NOW(6)) / 3600) - %(recent_seconds)s DIV 3600
+               THEN c.dead ELSE 0 END)
+    FROM {tally_table} AS c
+    GROUP BY c.processo, c.status
+) AS p
+GROUP BY p.processo, p.status
+ORDER BY p.processo, p.status
+
 -- name: depth
 -- Tasks with work ahead, per processo and status (the workers' queue-depth
 -- metric): status leads the index it reads (indexes.sql), so the cost follows

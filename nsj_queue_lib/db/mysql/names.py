@@ -105,3 +105,15 @@ def server_info(conn: Any) -> ServerInfo:
     except TypeError:
         pass
     return info
+
+
+def table_exists(conn: Any, table: str) -> bool:
+    """Whether ``[schema.]table`` exists (an unqualified name: in the connection's database)."""
+    schema, name = split_table_name(table)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s",
+            (schema, name),
+        )
+        return bool(cur.fetchone()[0])

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
+from nsj_queue_lib.db import tally
 from nsj_queue_lib.db.dialect import check_claim_routine_version, claim_routine_name
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_versions
 from nsj_queue_lib.db.mysql.errors import (
@@ -34,7 +35,7 @@ from nsj_queue_lib.db.mysql.errors import (
     wrap_driver_errors,
 )
 from nsj_queue_lib.db.mysql.family_store import LOST, NOT_RUNNING, MysqlFamilyStore
-from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_table
+from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_table, table_exists
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import (
     claimed_row,
@@ -46,6 +47,7 @@ from nsj_queue_lib.db.mysql.rows import (
 )
 from nsj_queue_lib.db.mysql.statistics import InnodbStatistics
 from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import AttemptFenced, ClaimRoutineError, DatabaseError
 from nsj_queue_lib.flow.deliveries import json_array
 from nsj_queue_lib.flow.lock_keys import claim_skipping_busy_keys
@@ -61,6 +63,11 @@ class MysqlQueueStore(MysqlFamilyStore):
         self.claim_procedure = claim_routine_name(queue_table)
         self._lock_prefixes: dict[str | None, str] = {}
         self._statistics = InnodbStatistics(self.sql, queue_table)
+        self._tally_values = tally.table_values(queue_table)
+        self.tally_sql = render_queries(
+            "mysql", {"queue_table": queue_table, **self._tally_values}, "tally.sql"
+        )
+        self._has_tally: bool | None = None
 
     # -- names --
 
@@ -93,6 +100,17 @@ class MysqlQueueStore(MysqlFamilyStore):
 
     def analyze(self, conn: Any) -> None:
         self._statistics.analyze(conn, self.server(conn).flavour)
+
+    # -- the tally service (db/tally.py) --
+
+    def fold_counts(self, conn: Any, max_age_days: int) -> tally.FoldResult | None:
+        """A fold of the tally; None where db_gen --upgrade has not made its tables yet."""
+        with wrap_driver_errors("tally"):
+            if self._has_tally is None:
+                self._has_tally = table_exists(conn, self._tally_values["tally_state_table"])
+            if not self._has_tally:
+                return None
+            return tally.fold(conn, self.tally_sql, max_age_days)
 
     # -- start --
 

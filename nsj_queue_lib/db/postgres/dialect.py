@@ -121,9 +121,11 @@ class PostgresDialect(Dialect):
         parts["limits_table_ddl"] = render(
             read_sql("postgres", "limits_table.sql"), table_values
         ).strip()
-        parts["workers_table_ddl"] = render(
-            read_sql("postgres", "workers_table.sql"), table_values
-        ).strip()
+        # The tally's tables (db/tally.py) come with the workers table: both serve nsjq status.
+        parts["workers_table_ddl"] = "\n".join(
+            render(read_sql("postgres", name), table_values).strip()
+            for name in ("workers_table.sql", "tally_table.sql")
+        )
         parts["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql("postgres", template), parts)
 

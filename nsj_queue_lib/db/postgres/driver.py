@@ -6,12 +6,14 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import psycopg.errors
 from psycopg.conninfo import make_conninfo
 
+from nsj_queue_lib.db.dialect import DdlNames
 from nsj_queue_lib.db.driver import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_COUNT,
@@ -23,6 +25,7 @@ from nsj_queue_lib.db.driver import (
     driver_capabilities,
     exception_chain,
 )
+from nsj_queue_lib.db.postgres import migration
 from nsj_queue_lib.db.postgres.conninfo import conninfo
 from nsj_queue_lib.db.postgres.dsn import libpq_environment
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
@@ -197,6 +200,18 @@ class PostgresDriver(WakeupDriver):
     @classmethod
     def new_inspection_store(cls, queue_table: str) -> PostgresInspectionStore:
         return PostgresInspectionStore(queue_table)
+
+    def move_to_partitioned(
+        self, conn: Any, schema: str, queue: str, say: Callable[[str], None]
+    ) -> str | None:
+        report = migration.migrate(conn, DdlNames(schema, queue), say=say)
+        if report is None:
+            return None
+        return (
+            f"the swap held the table {report.swap_seconds:.2f} s (try {report.swap_attempts}), "
+            f"{report.moved} unfinished rows moved, about {report.legacy_rows} finished rows "
+            f"kept in its legacy partition"
+        )
 
     def run_script(self, conn: Any, script: str) -> int:
         # Without parameters the whole script travels as one simple query.

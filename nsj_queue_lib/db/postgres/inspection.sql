@@ -25,6 +25,67 @@ FROM {queue_table} AS t
 GROUP BY t.processo, t.status
 ORDER BY t.processo, t.status
 
+-- name: summary_tallied
+-- summary's rows from four parts, each bounded (db/tally.py): the unfinished
+-- attempts (the backlog's partial indexes), the tally of the finished ones,
+-- and, read from the table, the finished attempts past the last fold (an
+-- interval's worth) and the open attempts that ended since it (their ids are at
+-- most folded_to). An attempt is in exactly one part.
+WITH edge AS (
+    SELECT coalesce((SELECT folded_to FROM {tally_state_table} WHERE id = 1), 0) AS folded_to
+),
+ended AS (
+    SELECT {tally_columns} FROM {queue_table} AS t
+    WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+      AND t.id > (SELECT folded_to FROM edge)
+    UNION ALL
+    SELECT {tally_columns} FROM {queue_table} AS t
+    WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+      AND t.id IN (
+          SELECT o.id FROM {tally_open_table} AS o
+          WHERE NOT EXISTS (
+              SELECT 1 FROM {queue_table} AS h
+              WHERE {hot_h}h.id = o.id AND h.status IN ('pendente', 'agendada', 'processando')
+          )
+      )
+),
+parts AS (
+    SELECT t.processo, t.status,
+           count(*) FILTER (WHERE NOT coalesce(t.reenfileirado, false)) AS tasks,
+           min(t.data_hora) FILTER (
+               WHERE t.status = 'pendente' AND t.data_hora <= clock_timestamp()
+           ) AS oldest_ready,
+           count(*) FILTER (
+               WHERE t.status IN ('falha', 'falha_processando')
+                 AND t.data_hora >= clock_timestamp() - make_interval(secs => %(recent_seconds)s)
+           ) AS failed_24h,
+           count(*) FILTER (
+               WHERE t.dead AND t.id_inicial IS NULL
+                 AND t.data_hora_inicial >= clock_timestamp() - make_interval(secs => %(recent_seconds)s)
+           ) AS dead_24h
+    FROM (
+        SELECT {tally_columns} FROM {queue_table} AS t
+        WHERE t.status IN ('pendente', 'agendada', 'processando')
+        UNION ALL
+        SELECT * FROM ended
+    ) AS t
+    GROUP BY t.processo, t.status
+    UNION ALL
+    -- Failures and dead letters of the last day, to the hour.
+    SELECT nullif(c.processo, ''), c.status, sum(c.tasks), NULL,
+           sum(c.failed) FILTER (WHERE c.hour >= floor(extract(epoch FROM clock_timestamp()) / 3600) - %(recent_seconds)s / 3600),
+           sum(c.dead) FILTER (WHERE c.hour >= floor(extract(epoch FROM clock_timestamp()) / 3600) - %(recent_seconds)s / 3600)
+    FROM {tally_table} AS c
+    GROUP BY c.processo, c.status
+)
+SELECT p.processo, p.status, sum(p.tasks)::bigint AS tasks,
+       extract(epoch FROM clock_timestamp() - min(p.oldest_ready))::float8 AS oldest_ready_seconds,
+       coalesce(sum(p.failed_24h), 0)::bigint AS failed_24h,
+       coalesce(sum(p.dead_24h), 0)::bigint AS dead_24h
+FROM parts AS p
+GROUP BY p.processo, p.status
+ORDER BY p.processo, p.status
+
 -- name: depth
 -- Tasks with work ahead, per processo and status (the workers' queue-depth
 -- metric). Each branch has a partial index's own condition (indexes.sql), so

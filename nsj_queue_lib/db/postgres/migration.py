@@ -95,6 +95,8 @@ def migrate(
     if kind != "r":
         raise MigrationRefused(f"{table} is not a table (relkind {kind!r})")
     _refuse_what_breaks(conn, names, oid)
+    say(f"{table}: db_gen --upgrade (plain layout)")
+    _retrying(conn, PostgresDialect().upgrade_ddl(names), lock_timeout_s, attempts, pause_s)
     say(f"{table}: preparing the legacy partition (online)")
     _prepare(conn, names, oid, lock_timeout_s, attempts, pause_s)
     say(f"{table}: swapping in the partitioned table")
@@ -104,10 +106,10 @@ def migrate(
     retention.attach_days_ahead(conn, table)
     conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(names.schema, names.queue)))
     legacy = f"{names.schema}.{legacy_name(names.queue)}"
-    rows = conn.execute(
+    [(estimate,)] = conn.execute(
         "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (legacy,)
-    )
-    legacy_rows = max(int(rows.fetchone()[0]), 0)
+    ).fetchall()
+    legacy_rows = max(int(estimate), 0)
     say(f"{table}: partitioned; {moved} unfinished rows moved, {legacy_rows} kept in {legacy}")
     return MigrationReport(moved, legacy_rows, tries, swap_seconds)
 
@@ -300,14 +302,19 @@ def _build_concurrently(conn: Any, schema: str, name: str, table: Any, columns: 
     )
 
 
-def _swap(conn: Any, names: DdlNames, oid: int, lock_timeout_s: float) -> int:
-    schema, queue = names.schema, names.queue
-    table = sql.Identifier(schema, queue)
-    legacy = legacy_name(queue)
-    legacy_table = sql.Identifier(schema, legacy)
-    prefix = _prebuilt_prefix(oid)
-    conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
-    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
+@dataclass(frozen=True)
+class _OldTable:
+    """What the swap carries over from the plain table, read once it is locked."""
+
+    owner: str
+    comment: str | None
+    grants: list[tuple[str, str]]
+    indexes: list[tuple[str, str, bool]]  # name, definition, unique
+    functions: list[str]  # our routines that take its row type
+    sequence: str
+
+
+def _read_old_table(conn: Any, names: DdlNames, oid: int) -> _OldTable:
     owner, comment = conn.execute(
         "SELECT pg_get_userbyid(relowner), obj_description(oid, 'pg_class') FROM pg_class "
         "WHERE oid = %s",
@@ -325,19 +332,54 @@ def _swap(conn: Any, names: DdlNames, oid: int, lock_timeout_s: float) -> int:
         "WHERE i.indrelid = %s ORDER BY c.relname",
         (oid,),
     ).fetchall()
-    sequence = _sequence(conn, f"{schema}.{queue}")
-    assert sequence is not None  # checked before the online steps
     functions = conn.execute(
         "SELECT p.oid::regprocedure::text FROM pg_depend AS d JOIN pg_proc AS p ON p.oid = d.objid "
         "WHERE d.classid = 'pg_proc'::regclass AND d.refclassid = 'pg_type'::regclass "
         "AND d.refobjid = (SELECT reltype FROM pg_class WHERE oid = %s)",
         (oid,),
     ).fetchall()
+    sequence = _sequence(conn, f"{names.schema}.{names.queue}")
+    assert sequence is not None  # checked before the online steps
+    return _OldTable(owner, comment, grants, indexes, [f for (f,) in functions], sequence)
 
-    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(table, sql.Identifier(legacy)))
+
+def _swap(conn: Any, names: DdlNames, oid: int, lock_timeout_s: float) -> int:
+    """The transaction that puts the partitioned table in the plain one's place; the
+    unfinished rows it moved."""
+    table = sql.Identifier(names.schema, names.queue)
+    conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
+    old = _read_old_table(conn, names, oid)
+    kept_indexes = _retire(conn, names, oid, old)
+    _create_partitioned(conn, names, old.sequence, kept_indexes)
+    moved = _move_backlog(conn, names)
+    _carry_ownership(conn, names.schema, names.queue, old.owner, old.grants)
+    note = f"{LOCK_KEY_NOTE}{oid}"
+    kept = (old.comment or "").replace(f"{LOCK_KEY_NOTE}{lock_key_of(old.comment)}", "").strip()
+    conn.execute(
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table, sql.Literal(f"{kept}\n{note}" if kept else note)
+        )
+    )
+    return moved
+
+
+def _retire(conn: Any, names: DdlNames, oid: int, old: _OldTable) -> list[tuple[str, str]]:
+    """The plain table becomes ``<queue>_legacy``, ready to be attached: its indexes renamed,
+    its notify trigger and our routines of its row type dropped. The indexes to create on
+    the new table under their names (name, what follows ``ON <table>``): the 1.2.2 marker
+    index (legacy_keys.py) and the user's own."""
+    schema, legacy = names.schema, legacy_name(names.queue)
+    legacy_table = sql.Identifier(schema, legacy)
+    prefix = _prebuilt_prefix(oid)
+    conn.execute(
+        sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+            sql.Identifier(schema, names.queue), sql.Identifier(legacy)
+        )
+    )
     ours = set(names.object_names().values())
     recreate: list[tuple[str, str]] = []
-    for number, (name, definition, unique) in enumerate(indexes):
+    for number, (name, definition, unique) in enumerate(old.indexes):
         if name.startswith(prefix):
             continue
         conn.execute(
@@ -345,18 +387,15 @@ def _swap(conn: Any, names: DdlNames, oid: int, lock_timeout_s: float) -> int:
                 sql.Identifier(schema, name), sql.Identifier(f"{prefix}{number}")
             )
         )
-        if name not in ours and not unique:
-            # The 1.2.2 marker index (legacy_keys.py) and the user's own: on the new table
-            # too, under their names (the legacy partition's copy becomes its partition).
-            parsed = _INDEX_DEF.match(definition)
-            if parsed:
-                recreate.append((name, parsed.group(3)))
+        parsed = _INDEX_DEF.match(definition)
+        if name not in ours and not unique and parsed:
+            recreate.append((name, parsed.group(3)))
     conn.execute(
         sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
             sql.Identifier(names.object_names()["trigger_name"]), legacy_table
         )
     )
-    for (signature,) in functions:
+    for signature in old.functions:
         conn.execute(f"DROP FUNCTION {signature}")  # the catalog's text of our routines
     # The parent's primary key adopts a constraint's index only.
     conn.execute(
@@ -364,22 +403,37 @@ def _swap(conn: Any, names: DdlNames, oid: int, lock_timeout_s: float) -> int:
             legacy_table, sql.Identifier(f"{prefix}pk"), sql.Identifier(f"{prefix}pk")
         )
     )
+    return recreate
+
+
+def _create_partitioned(
+    conn: Any, names: DdlNames, sequence: str, recreate: list[tuple[str, str]]
+) -> None:
+    """The partitioned table under the queue's name, with the legacy partition attached;
+    each of its indexes adopts its twin in the legacy partition (nothing is built there)."""
+    table = sql.Identifier(names.schema, names.queue)
     table_ddl, upgrade_ddl = PostgresDialect(partitioned=True).partitioned_parent_ddl(
         names, sequence
     )
     conn.execute(table_ddl)
     conn.execute(
         sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM (MINVALUE) TO ({})").format(
-            table, legacy_table, sql.Literal(HOT_DAY)
+            table, sql.Identifier(names.schema, legacy_name(names.queue)), sql.Literal(HOT_DAY)
         )
     )
-    # Indexes, notify trigger, routines: each index of the new table adopts its twin in the
-    # legacy partition.
-    conn.execute(upgrade_ddl)
+    conn.execute(upgrade_ddl)  # indexes, notify trigger, routines
     for name, rest in recreate:
         conn.execute(
             sql.SQL("CREATE INDEX {} ON {} ").format(sql.Identifier(name), table) + sql.SQL(rest)
         )
+    conn.execute(sql.SQL("ALTER SEQUENCE {} OWNED BY {}.id").format(sql.SQL(sequence), table))
+
+
+def _move_backlog(conn: Any, names: DdlNames) -> int:
+    """The unfinished rows to the hot partition, each status through its partial index;
+    later attempts carry their first attempt's payload from now on (the legacy partition
+    that holds it is purged)."""
+    table = sql.Identifier(names.schema, names.queue)
     moved = 0
     for status in UNFINISHED:
         moved += conn.execute(
@@ -387,21 +441,13 @@ def _swap(conn: Any, names: DdlNames, oid: int, lock_timeout_s: float) -> int:
                 "UPDATE {} SET finished_day = {} WHERE finished_day < {} AND status = {}"
             ).format(table, sql.Literal(HOT_DAY), sql.Literal(HOT_DAY), sql.Literal(status)),
         ).rowcount
-    # Later attempts read the first attempt's payload, which stays in the legacy partition
-    # that the purge empties: they carry it from now on.
     conn.execute(
         sql.SQL(
             "UPDATE {} AS a SET payload = f.payload FROM {} AS f "
             "WHERE a.id_inicial = f.id AND a.payload IS NULL"
-        ).format(sql.Identifier(schema, hot_partition(queue)), legacy_table)
-    )
-    conn.execute(sql.SQL("ALTER SEQUENCE {} OWNED BY {}.id").format(sql.SQL(sequence), table))
-    _carry_ownership(conn, schema, queue, owner, grants)
-    note = f"{LOCK_KEY_NOTE}{oid}"
-    kept = (comment or "").replace(f"{LOCK_KEY_NOTE}{lock_key_of(comment)}", "").strip()
-    conn.execute(
-        sql.SQL("COMMENT ON TABLE {} IS {}").format(
-            table, sql.Literal(f"{kept}\n{note}" if kept else note)
+        ).format(
+            sql.Identifier(names.schema, hot_partition(names.queue)),
+            sql.Identifier(names.schema, legacy_name(names.queue)),
         )
     )
     return moved

@@ -15,6 +15,7 @@ import psycopg.errors
 from psycopg import pq
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db import tally
 from nsj_queue_lib.db.dialect import (
     check_claim_routine_version,
     claim_routine_name,
@@ -105,6 +106,9 @@ class PostgresQueueStore(PostgresClientStore):
         self._maintained = queue_table  # what the vacuum service vacuums
         self._queue_oid: int | None = None
         self._queue_key = 0
+        self._tally_values = dict(self._query_values, **tally.table_values(queue_table))
+        self.tally_sql = render_queries("postgres", self._tally_values, "tally.sql")
+        self._has_tally: bool | None = None
 
     def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
         """The subscribers whose deliveries this store's claims take (None: all of them;
@@ -126,6 +130,9 @@ class PostgresQueueStore(PostgresClientStore):
         self._maintained = hot_partition(self.queue_table)
         pinned = dict(self._query_values, hot=f"finished_day = {HOT_DAY} AND ")
         self.sql.update(render_queries("postgres", dict(pinned, hot_t=f"t.{pinned['hot']}")))
+        self.tally_sql = render_queries(
+            "postgres", dict(self._tally_values, hot_t=f"t.{pinned['hot']}"), "tally.sql"
+        )
         self.sql["vacuum"] = f"VACUUM (ANALYZE, SKIP_LOCKED) {self._maintained}"
         self.sql["analyze"] = f"ANALYZE (SKIP_LOCKED) {self._maintained}"
 
@@ -509,6 +516,18 @@ class PostgresQueueStore(PostgresClientStore):
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
             return conn.execute(self.sql["purge"], params).rowcount
+
+    def fold_counts(self, conn, max_age_days: int) -> tally.FoldResult | None:
+        """A fold of the tally (db/tally.py); None where db_gen --upgrade has not made its
+        tables yet."""
+        with wrap_driver_errors("tally"):
+            if self._has_tally is None:
+                state = self._tally_values["tally_state_table"]
+                found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (state,)).fetchone()
+                self._has_tally = bool(found[0])
+            if not self._has_tally:
+                return None
+            return tally.fold(conn, self.tally_sql, max_age_days)
 
     def table_health(self, conn) -> TableHealth | None:
         with wrap_driver_errors("table health"):
