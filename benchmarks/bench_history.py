@@ -743,6 +743,7 @@ def status_once(db: Database, table: str) -> dict[str, float]:
     inspection store's summary query alone."""
     from nsj_queue_lib.cli import main as nsjq_main
     from nsj_queue_lib.db.driver import make_driver
+    from nsj_queue_lib.db.inspection import RECENT_SECONDS
     from nsj_queue_lib.settings import Settings
 
     args = ["status", "--dsn", db.dsn, "--table", table, "--json"]
@@ -768,16 +769,52 @@ def status_once(db: Database, table: str) -> dict[str, float]:
     driver = make_driver(Settings.from_env(db.worker_env(table, {})))
     conn = driver.connect(autocommit=True)
     try:
+        inspection = driver.inspection_store()
         started = time.perf_counter()
-        driver.inspection_store().summary(conn)
+        inspection.summary(conn)
         out["summary"] = time.perf_counter() - started
+        # What summary read before the tally: the whole table.
+        started = time.perf_counter()
+        inspection._fetch(conn, "summary", {"recent_seconds": RECENT_SECONDS})
+        out["scan"] = time.perf_counter() - started
     finally:
         conn.close()
     return out
 
 
+def fold_tally(db: Database, table: str) -> tuple[float, int]:
+    """The tally service's catch-up on ``table`` (db/tally.py), as its first runs do it:
+    (seconds, finished attempts folded)."""
+    from nsj_queue_lib.db.driver import make_driver
+    from nsj_queue_lib.settings import Settings
+
+    driver = make_driver(Settings.from_env(db.worker_env(table, {})))
+    store = driver.store()
+    conn = driver.connect(autocommit=False)
+    try:
+        store.bind(conn)
+        conn.commit()
+        folded, started = 0, time.perf_counter()
+        while True:
+            result = store.fold_counts(conn, 3650)
+            conn.commit()
+            if result is None:
+                raise BenchError(f"{table} has no tally tables")
+            folded += result.attempts
+            if not result.more and result.folded_to > 0:
+                return time.perf_counter() - started, folded
+    finally:
+        conn.close()
+
+
 def time_status(db: Database, sides: list[Side], runs: int) -> dict[str, dict[str, list[float]]]:
     times: dict[str, dict[str, list[float]]] = {s.name: {} for s in sides}
+    for side in sides:
+        seconds, folded = fold_tally(db, side.table)
+        times[side.name]["tally"] = [seconds]
+        print(
+            f"  tally of {side.name}: {folded:,} finished attempts in {seconds:.1f} s", flush=True
+        )
     status_once(db, sides[0].table)  # untimed: the first main() here imports what it needs
     for run in range(runs):
         for side in sides if run % 2 == 0 else sides[::-1]:
@@ -786,11 +823,12 @@ def time_status(db: Database, sides: list[Side], runs: int) -> dict[str, dict[st
         shown = ", ".join(
             f"{s.name} "
             + "/".join(
-                f"{times[s.name][k][-1] * 1000:,.0f}" for k in ("process", "main", "summary")
+                f"{times[s.name][k][-1] * 1000:,.0f}"
+                for k in ("process", "main", "summary", "scan")
             )
             for s in sides
         )
-        print(f"  status run {run + 1} (ms, process/main/summary): {shown}", flush=True)
+        print(f"  status run {run + 1} (ms, process/main/summary/scan): {shown}", flush=True)
     return times
 
 
@@ -1116,6 +1154,8 @@ def report(db: Database, opts: Options, r: dict[str, Any]) -> None:
         ("process", "nsjq status, new process, ms"),
         ("main", "nsjq status main(), ms"),
         ("summary", "summary query, ms"),
+        ("scan", "summary read of the whole table, ms"),
+        ("tally", "tally catch-up, ms"),
     ):
         e, h = status["empty"].get(kind), status["history"].get(kind)
         if e and h:
