@@ -82,14 +82,21 @@ def rotate(conn: Any, table: str, max_age_days: int, limit: int = 1000) -> int:
         today = int(conn.execute(TODAY).fetchone()[0])
         existing = days(conn, table)
         conn.commit()
-        _attach_missing(conn, table, today, existing)
+        changed = _attach_missing(conn, table, today, existing)
         dropped = 0
         for day, (name, rows) in sorted(existing.items()):
             if day + 1 <= today - max_age_days:
                 _keep_payloads(conn, table, name)
                 _drop(conn, table, name)
                 dropped += rows
+                changed += 1
                 logger.info("%s: dropped %s (day %d, about %d rows)", table, name, day, rows)
+        if changed:
+            # Autovacuum never analyzes a partitioned table itself: the planner's picture of
+            # the whole (BI's queries, the client's unpinned statements) comes from here, once
+            # a day as the days turn.
+            conn.execute(f"ANALYZE {table}")
+            conn.commit()
         return dropped + purged
 
 
@@ -136,10 +143,11 @@ def attach_days_ahead(conn: Any, table: str) -> None:
         _attach_missing(conn, table, today, existing)
 
 
-def _attach_missing(conn: Any, table: str, today: int, existing: dict) -> None:
-    for day in range(today - 1, today + DAYS_AHEAD + 1):
-        if day not in existing:
-            _attach(conn, table, day)
+def _attach_missing(conn: Any, table: str, today: int, existing: dict) -> int:
+    missing = [day for day in range(today - 1, today + DAYS_AHEAD + 1) if day not in existing]
+    for day in missing:
+        _attach(conn, table, day)
+    return len(missing)
 
 
 def _attach(conn: Any, table: str, day: int) -> None:
