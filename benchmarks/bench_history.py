@@ -205,9 +205,10 @@ _PAYLOAD = """CONCAT('{{"cliente":', {h} %% 100000, ',"documento":"', md5({head}
            '","itens":', 1 + {h} %% 20, ',"valor":"', ROUND(({h} %% 1000000) / 100.0, 2), '"}}')"""
 
 
-def generator_sql(kind: str) -> str:
+def generator_sql(kind: str, partitioned: bool = False) -> str:
     """The INSERT ... SELECT of slots %(lo)s..%(hi)s into ``@TABLE@`` (MariaDB: the sequence
-    table's bounds are ``@LO@`` and ``@HI@``, written into the text)."""
+    table's bounds are ``@LO@`` and ``@HI@``, written into the text); ``partitioned``: each
+    row with the day it ended (its data_hora's) as finished_day."""
     if kind == "postgres":
         values = _values(
             lambda x: (
@@ -235,7 +236,12 @@ def generator_sql(kind: str) -> str:
             "            FROM (SELECT CAST(seq AS SIGNED) AS g FROM seq_@LO@_to_@HI@) AS v) AS u\n"
             ") AS t"
         )
-    return f"INSERT INTO @TABLE@ ({_COLUMNS})\nSELECT {values}\nFROM ({source}) AS s"
+    columns = _COLUMNS
+    if partitioned:
+        at = "%(anchor)s::timestamptz - make_interval(secs => (%(rows)s - (s.g)) * %(step)s)"
+        columns += ", finished_day"
+        values += f",\n    (({at}) AT TIME ZONE 'UTC')::date - DATE '1970-01-01'"
+    return f"INSERT INTO @TABLE@ ({columns})\nSELECT {values}\nFROM ({source}) AS s"
 
 
 @dataclasses.dataclass
@@ -247,6 +253,7 @@ class Fill:
     index_seconds: float = 0.0  # MariaDB: the index build alone
     settle_seconds: float = 0.0  # the VACUUM (ANALYZE) / ANALYZE after it
     reused: bool = False
+    partitioned: bool = False  # each finished row in the partition of its day
 
     @property
     def last_id(self) -> int:
@@ -275,7 +282,7 @@ def insert_slots(db: Database, table: str, fill: Fill, first: int, last: int, ch
         started = time.perf_counter()
         for lo in range(first, last + 1, chunk):
             hi = min(last, lo + chunk - 1)
-            sql = generator_sql(db.kind).replace("@TABLE@", table)
+            sql = generator_sql(db.kind, fill.partitioned).replace("@TABLE@", table)
             sql = sql.replace("@LO@", str(lo)).replace("@HI@", str(hi))
             db.execute(conn, sql, _params(db, fill, lo, hi))
             conn.commit()
@@ -305,11 +312,23 @@ def mariadb_secondary_keys(db: Database, table: str) -> list[str]:
     ]
 
 
-def fill_history(db: Database, table: str, rows: int, days: int, chunk: int) -> Fill:
+def fill_history(
+    db: Database, table: str, rows: int, days: int, chunk: int, layout: str = "plain"
+) -> Fill:
     """``rows`` history rows into the empty queue ``table``; the fill recorded."""
-    fill = Fill(rows, days, anchor=db_now(db))
+    fill = Fill(rows, days, anchor=db_now(db), partitioned=layout == "partitioned")
     admin = db.connect(autocommit=True)
     try:
+        if fill.partitioned:
+            from nsj_queue_lib.db.postgres import retention
+
+            # The days the history spans, as the purge service would have kept them.
+            today = int(admin.execute(retention.TODAY).fetchone()[0])
+            for day in range(today - days - 2, today + 1):
+                admin.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table}_p{day} PARTITION OF {table} "
+                    f"FOR VALUES FROM ({day}) TO ({day + 1})"
+                )
         keys = mariadb_secondary_keys(db, table) if db.kind == "mariadb" else []
         if keys:
             names = [re.search(r"KEY `([^`]+)`", key).group(1) for key in keys]  # type: ignore[union-attr]
@@ -698,6 +717,7 @@ class Options:
     chunk: int
     keep: bool
     keys: str
+    layout: str = "plain"
 
     def workers(self, db: Database) -> tuple[int, int]:
         processes, concurrency = WORKERS[db.kind]
@@ -794,14 +814,15 @@ def fold_tally(db: Database, table: str) -> tuple[float, int]:
     try:
         store.bind(conn)
         conn.commit()
-        folded, started = 0, time.perf_counter()
+        folded, runs, started = 0, 0, time.perf_counter()
         while True:
             result = store.fold_counts(conn, 3650)
             conn.commit()
             if result is None:
                 raise BenchError(f"{table} has no tally tables")
-            folded += result.attempts
-            if not result.more and result.folded_to > 0:
+            folded, runs = folded + result.attempts, runs + 1
+            # The first run only notes the highest id.
+            if not result.more and runs > 1:
                 return time.perf_counter() - started, folded
     finally:
         conn.close()
@@ -995,7 +1016,7 @@ def print_sizes(db: Database, table: str) -> dict[str, int]:
 
 
 def prepare_history(db: Database, opts: Options) -> tuple[str, Fill]:
-    name = f"bh_hist_{opts.rows}_{opts.days}d"
+    name = f"bh_hist_{opts.rows}_{opts.days}d" + ("_part" if opts.layout == "partitioned" else "")
     table = f"{db.schema}.{name}"
     fill, why = kept_fill(db, table, opts.rows, opts.days)
     print(f"  {why}", flush=True)
@@ -1007,9 +1028,9 @@ def prepare_history(db: Database, opts: Options) -> tuple[str, Fill]:
     if free < need:
         raise BenchError(f"{gb(free)} free at {where}; the fill may need {gb(need)}")
     print(f"  filling {opts.rows:,} rows ({gb(free)} free at {where})", flush=True)
-    db.create_queue(name)
+    db.create_queue(name, opts.layout)
     try:
-        fill = fill_history(db, table, opts.rows, opts.days, opts.chunk)
+        fill = fill_history(db, table, opts.rows, opts.days, opts.chunk, opts.layout)
     except BaseException:
         drop_history(db, table)
         raise
@@ -1034,7 +1055,7 @@ def run_dialect(db: Database, opts: Options, log_dir: Path) -> dict[str, Any]:
     print(f"  {machine_state()}", flush=True)
     table, fill = prepare_history(db, opts)
     result: dict[str, Any] = {"fill": fill, "notes": []}
-    empty_table = db.create_queue(f"bh_empty_{os.getpid()}")
+    empty_table = db.create_queue(f"bh_empty_{os.getpid()}", opts.layout)
     try:
         result["sizes"] = print_sizes(db, table)
         sides = [Side("empty", empty_table, 0), Side("history", table, fill.last_id)]
@@ -1193,6 +1214,12 @@ def main(argv: list[str] | None = None) -> int:
         default="spread",
         help="where the benchmark tasks' chave_externa sort among the history's (spread)",
     )
+    parser.add_argument(
+        "--layout",
+        choices=("plain", "partitioned"),
+        default="plain",
+        help="the queue tables' layout (db_gen --layout; partitioned: PostgreSQL)",
+    )
     parser.add_argument("--pg-dsn", default=os.environ.get("BENCH_PG_DSN") or DEFAULT_PG_DSN)
     parser.add_argument(
         "--mysql-dsn", default=os.environ.get("BENCH_MYSQL_DSN") or DEFAULT_MYSQL_DSN
@@ -1213,6 +1240,7 @@ def main(argv: list[str] | None = None) -> int:
         args.chunk,
         args.keep,
         args.keys,
+        args.layout,
     )
     dbs = []
     if args.dialect in ("postgres", "both"):

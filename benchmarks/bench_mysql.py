@@ -72,7 +72,16 @@ READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 _counter = itertools.count(1)
 # The tables of a queue: db_gen's, and those its workers create on first use.
-QUEUE_TABLE_SUFFIXES = ("", "_subscriber", "_limits", "_periodic", "_workers")
+QUEUE_TABLE_SUFFIXES = (
+    "",
+    "_subscriber",
+    "_limits",
+    "_periodic",
+    "_workers",
+    "_tally",
+    "_tally_open",
+    "_tally_state",
+)
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -199,17 +208,18 @@ class Database:
         finally:
             self.drop_queue(table)
 
-    def create_queue(self, name: str) -> str:
-        """Queue ``name`` from db_gen (this database's dialect); returns ``schema.table``."""
+    def create_queue(self, name: str, layout: str = "plain") -> str:
+        """Queue ``name`` from db_gen (this database's dialect, the table's ``layout``);
+        returns ``schema.table``."""
         from nsj_queue_lib.db.mysql.dialect import split_script
         from nsj_queue_lib.db_gen import render
 
         admin = self.connect(autocommit=True)
         try:
             if self.kind == "postgres":
-                admin.execute(render(self.schema, name))
+                admin.execute(render(self.schema, name, layout=layout))
             else:
-                for statement in split_script(render(self.schema, name, "mysql")):
+                for statement in split_script(render(self.schema, name, "mysql", layout=layout)):
                     self.execute(admin, statement)
         finally:
             admin.close()
