@@ -206,20 +206,26 @@ def wait_ready(dsn: str, workers: Workers, timeout: float = READY_TIMEOUT_SECOND
     return time.perf_counter() - start
 
 
-def stop_workers(workers: Workers) -> list[int | None]:
-    """SIGTERM every worker, wait for them; returns the exit codes (None = had to be killed)."""
-    for p in workers.procs:
+def stop_processes(procs: list[subprocess.Popen], timeout: float) -> list[int | None]:
+    """SIGTERM every process, wait for them; the exit codes (None = had to be killed)."""
+    for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
     codes: list[int | None] = []
-    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    for p in workers.procs:
+    deadline = time.monotonic() + timeout
+    for p in procs:
         try:
             codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
             codes.append(None)
+    return codes
+
+
+def stop_workers(workers: Workers) -> list[int | None]:
+    """SIGTERM every worker, wait for them; returns the exit codes (None = had to be killed)."""
+    codes = stop_processes(workers.procs, STOP_TIMEOUT_SECONDS)
     workers.exit_codes = codes
     for code, log in zip(codes, workers.logs, strict=True):
         if code != 0:

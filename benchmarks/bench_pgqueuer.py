@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import bench_mysql  # noqa: E402 - the MariaDB/PostgreSQL harness next to this file
+from _harness import stop_processes  # noqa: E402
 from bench_mysql import BenchError, Database, running_workers, task_rows  # noqa: E402
 from drain_floor import floor_drain  # noqa: E402
 
@@ -178,15 +178,7 @@ def pgq_workers(
             time.sleep(0.02)
         yield procs
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(procs, 30)
 
 
 # -- measuring a drain ---------------------------------------------------------------------

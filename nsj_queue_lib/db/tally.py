@@ -32,6 +32,9 @@ from nsj_queue_lib.db.dialect import tally_table_names
 
 # Ids folded at most per run: a table's first fold goes through its history in steps.
 FOLD_CHUNK = 500_000
+# The last hours the tally keeps one by one (status's last 24 hours are counted by hour);
+# older ones are merged into days.
+HOURLY_HOURS = 48
 # Open attempts looked at per run.
 OPEN_BATCH = 20_000
 
@@ -88,11 +91,25 @@ def _fold(rows: Rows, execute: Execute, execute_many: ExecuteMany, max_age_days:
     counted += _ended_open(rows, execute)
     for counts in counted:  # a row per hour, processo and status: few
         execute("tally_add", counts)
+    for counts in _merged_days(rows, execute):
+        execute("tally_add", counts)
     [(top,)] = rows("tally_max_id", {})
     execute("tally_advance", {"hi": hi, "seen": max(int(top), hi)})
     if max_age_days > 0:
         execute("tally_expire", {"max_age_days": max_age_days})
     return FoldResult(hi, sum(c["tasks"] for c in counted), len(opened), more=hi < seen)
+
+
+def _merged_days(rows: Rows, execute: Execute) -> list[dict[str, Any]]:
+    """The hours older than ``HOURLY_HOURS``, taken out to be added back as their day's
+    first hour: the tally keeps a row per day, processo and status for most of the
+    history, so that status sums a few thousand rows."""
+    [(hour,)] = rows("tally_hour", {})
+    before = {"before": int(hour) - HOURLY_HOURS}
+    merged = [_counts(row) for row in rows("tally_old_hours", before)]
+    if merged:
+        execute("tally_drop_old_hours", before)
+    return merged
 
 
 def _counts(row: tuple[Any, ...]) -> dict[str, Any]:

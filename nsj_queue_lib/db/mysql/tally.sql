@@ -56,6 +56,19 @@ VALUES (%(hour)s, %(processo)s, %(status)s, %(tasks)s, %(failed)s, %(dead)s)
 ON DUPLICATE KEY UPDATE
     tasks = tasks + %(tasks)s, failed = failed + %(failed)s, dead = dead + %(dead)s
 
+-- name: tally_hour
+SELECT FLOOR(UNIX_TIMESTAMP(NOW(6)) / 3600)
+
+-- name: tally_old_hours
+-- Hours older than the last two days, merged into the first hour of their day.
+SELECT hour DIV 24 * 24, processo, status, SUM(tasks), SUM(failed), SUM(dead)
+FROM {tally_table}
+WHERE hour < %(before)s AND MOD(hour, 24) <> 0
+GROUP BY 1, 2, 3
+
+-- name: tally_drop_old_hours
+DELETE FROM {tally_table} WHERE hour < %(before)s AND MOD(hour, 24) <> 0
+
 -- name: tally_max_id
 SELECT COALESCE(MAX(id), 0) FROM {queue_table}
 

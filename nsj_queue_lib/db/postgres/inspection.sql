@@ -27,27 +27,35 @@ ORDER BY t.processo, t.status
 
 -- name: summary_tallied
 -- summary's rows from four parts, each bounded (db/tally.py): the unfinished
--- attempts (the backlog's partial indexes), the tally of the finished ones,
--- and, read from the table, the finished attempts past the last fold (an
--- interval's worth) and the open attempts that ended since it (their ids are at
--- most folded_to). An attempt is in exactly one part.
-WITH edge AS (
-    SELECT coalesce((SELECT folded_to FROM {tally_state_table} WHERE id = 1), 0) AS folded_to
+-- attempts (each branch on a partial index's own condition), the tally of the
+-- finished ones, and, read from the table, the finished attempts past the last
+-- fold (an interval's worth) and the open attempts that ended since it (their
+-- ids are at most folded_to; one look-up by id each). An attempt is in exactly
+-- one part.
+WITH clock AS (
+    SELECT floor(extract(epoch FROM clock_timestamp()) / 3600) - %(recent_seconds)s / 3600 AS recent_hour,
+           coalesce((SELECT folded_to FROM {tally_state_table} WHERE id = 1), 0) AS folded_to
 ),
-ended AS (
-    SELECT {tally_columns} FROM {queue_table} AS t
-    WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
-      AND t.id > (SELECT folded_to FROM edge)
+gone AS (
+    SELECT o.id FROM {tally_open_table} AS o
+    WHERE coalesce((SELECT h.status FROM {queue_table} AS h WHERE {hot_h}h.id = o.id), '')
+          NOT IN ('pendente', 'agendada', 'processando')
+),
+attempts AS (
+    SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status IN ('pendente', 'agendada')
+    UNION ALL
+    SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status = 'processando'
     UNION ALL
     SELECT {tally_columns} FROM {queue_table} AS t
     WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
-      AND t.id IN (
-          SELECT o.id FROM {tally_open_table} AS o
-          WHERE NOT EXISTS (
-              SELECT 1 FROM {queue_table} AS h
-              WHERE {hot_h}h.id = o.id AND h.status IN ('pendente', 'agendada', 'processando')
-          )
-      )
+      AND t.id > (SELECT folded_to FROM clock)
+    UNION ALL
+    SELECT t.* FROM gone AS g CROSS JOIN LATERAL (
+        -- LIMIT: one look-up by id per attempt (a join could read the whole table)
+        SELECT {tally_columns} FROM {queue_table} AS t
+        WHERE t.id = g.id AND t.status NOT IN ('pendente', 'agendada', 'processando')
+        LIMIT 1
+    ) AS t
 ),
 parts AS (
     SELECT t.processo, t.status,
@@ -63,19 +71,14 @@ parts AS (
                WHERE t.dead AND t.id_inicial IS NULL
                  AND t.data_hora_inicial >= clock_timestamp() - make_interval(secs => %(recent_seconds)s)
            ) AS dead_24h
-    FROM (
-        SELECT {tally_columns} FROM {queue_table} AS t
-        WHERE t.status IN ('pendente', 'agendada', 'processando')
-        UNION ALL
-        SELECT * FROM ended
-    ) AS t
+    FROM attempts AS t
     GROUP BY t.processo, t.status
     UNION ALL
     -- Failures and dead letters of the last day, to the hour.
     SELECT nullif(c.processo, ''), c.status, sum(c.tasks), NULL,
-           sum(c.failed) FILTER (WHERE c.hour >= floor(extract(epoch FROM clock_timestamp()) / 3600) - %(recent_seconds)s / 3600),
-           sum(c.dead) FILTER (WHERE c.hour >= floor(extract(epoch FROM clock_timestamp()) / 3600) - %(recent_seconds)s / 3600)
-    FROM {tally_table} AS c
+           sum(c.failed) FILTER (WHERE c.hour >= k.recent_hour),
+           sum(c.dead) FILTER (WHERE c.hour >= k.recent_hour)
+    FROM {tally_table} AS c CROSS JOIN clock AS k
     GROUP BY c.processo, c.status
 )
 SELECT p.processo, p.status, sum(p.tasks)::bigint AS tasks,

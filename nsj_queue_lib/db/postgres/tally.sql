@@ -55,6 +55,19 @@ VALUES (%(hour)s, %(processo)s, %(status)s, %(tasks)s, %(failed)s, %(dead)s)
 ON CONFLICT (hour, processo, status) DO UPDATE SET
     tasks = a.tasks + EXCLUDED.tasks, failed = a.failed + EXCLUDED.failed, dead = a.dead + EXCLUDED.dead
 
+-- name: tally_hour
+SELECT floor(extract(epoch FROM now()) / 3600)::bigint
+
+-- name: tally_old_hours
+-- Hours older than the last two days, merged into the first hour of their day.
+SELECT hour / 24 * 24, processo, status, sum(tasks), sum(failed), sum(dead)
+FROM {tally_table}
+WHERE hour < %(before)s AND hour %% 24 <> 0
+GROUP BY 1, 2, 3
+
+-- name: tally_drop_old_hours
+DELETE FROM {tally_table} WHERE hour < %(before)s AND hour %% 24 <> 0
+
 -- name: tally_max_id
 SELECT coalesce(max(id), 0) FROM {queue_table}
 

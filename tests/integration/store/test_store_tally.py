@@ -6,7 +6,7 @@ hours the purge emptied."""
 from __future__ import annotations
 
 from nsj_queue_lib.db.inspection import RECENT_SECONDS, summary_row
-from tests.integration.store.backends import MYSQL, PARTITIONED, POSTGRES, on
+from tests.integration.store.backends import MYSQL, PARTITIONED, POSTGRES, ago, fetch, on
 
 pytestmark = on(POSTGRES, PARTITIONED, MYSQL)
 
@@ -33,6 +33,10 @@ def _fold(backend) -> None:
     result = backend.store.fold_counts(conn, 60)
     conn.commit()
     assert result is not None
+
+
+def fetch_rows(backend, sql: str) -> list[tuple]:
+    return [tuple(row.values()) for row in fetch(backend.admin, sql)]
 
 
 def _tally_rows(backend) -> int:
@@ -100,3 +104,21 @@ def test_hours_past_the_purge_age_leave_the_tally(backend, store):
     conn = backend.worker()
     assert store.purge_round(conn, 60, 1000) == 5
     assert _agrees(backend)[("emitir_nota", "sucesso")][0] == 3
+
+
+def test_hours_older_than_two_days_are_merged_into_their_day(backend):
+    old = backend.enqueue(*[dict(data_hora=ago(5 * 86400 + k * 3600)) for k in range(6)])
+    recent = backend.enqueue(*[dict(data_hora=ago(k * 3600)) for k in range(3)])
+    _mark(backend, "sucesso", [*old, *recent])
+    before = _agrees(backend)
+    _fold(backend)
+    _fold(backend)
+    assert _agrees(backend) == before
+    hours = [
+        int(h)
+        for (h,) in fetch_rows(backend, f"SELECT hour FROM {backend.table}_tally ORDER BY hour")
+    ]
+    now_hour = int(backend.now().timestamp()) // 3600
+    assert all(h % 24 == 0 for h in hours if h < now_hour - 48)
+    assert len([h for h in hours if h >= now_hour - 48]) == 3  # the last ones stay by hour
+    assert len(hours) <= 5  # six old hours in one or two days
