@@ -416,7 +416,10 @@ def running_workers(
     extra: dict[str, str],
     log_dir: Path,
     script: Path = HERE,
+    wait_ready: bool = True,
 ) -> Iterator[Workers]:
+    """``processes`` worker processes on ``table``; with ``wait_ready``, yielded once each
+    is ready (else at once: a backlog drain times them from their start)."""
     workers = Workers()
     ready = []
     try:
@@ -437,14 +440,15 @@ def running_workers(
                 )
             workers.logs.append(log)
         deadline = time.monotonic() + READY_TIMEOUT
-        while not all(f.exists() for f in ready):
+        while wait_ready and not all(f.exists() for f in ready):
             for proc, log in zip(workers.procs, workers.logs, strict=True):
                 if proc.poll() is not None:
                     raise BenchError(f"worker exited early ({proc.returncode}): {_tail(log)}")
             if time.monotonic() > deadline:
                 raise BenchError(f"workers not ready after {READY_TIMEOUT:.0f} s")
             time.sleep(0.02)
-        time.sleep(0.3)  # the dispatchers reach their wait
+        if wait_ready:
+            time.sleep(0.3)  # the dispatchers reach their wait
         yield workers
     finally:
         for proc in workers.procs:

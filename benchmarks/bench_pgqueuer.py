@@ -1,4 +1,5 @@
-"""This library next to pgqueuer on one PostgreSQL, in paired rounds (issue 16).
+"""This library next to pgqueuer and graphile-worker on one PostgreSQL, in paired rounds
+(issues 16 and 40).
 
     .venv/bin/python benchmarks/bench_pgqueuer.py              # 5 rounds, medians
     .venv/bin/python benchmarks/bench_pgqueuer.py --quick      # 2 rounds, 2,000 tasks
@@ -19,7 +20,14 @@ of percent within minutes). Rows:
   listening; wall time from that commit until all are done, and the rate
   after the first one finished. Default settings (one process each) and
   the best configuration of each (screened once before the rounds);
-- latency at low load: one task every 20 ms, enqueue commit -> handler start;
+- graphile-worker 0.18.0 (``graphile.py``: Node from the machine, skipped with a message
+  where it is missing, or with ``--no-graphile``): its documented performance
+  configuration (one process, concurrency 24, local queue 500, completion and failure
+  batched with no delay) and its defaults, in both scenarios below;
+- backlog drain: the same tasks committed first, then the workers started (as after a
+  deploy or an outage), timed from their start: every side, best and default;
+- latency at low load: one task every 20 ms, enqueue commit -> handler start
+  (graphile-worker in its performance configuration);
 - backlog: 50,000 tasks committed at once, the first 5,000 (ours, best),
   next to (alternating which goes first) the same configuration draining
   5,000 tasks from an empty table: the ratio compares the same window of
@@ -55,6 +63,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import bench_mysql  # noqa: E402 - the MariaDB/PostgreSQL harness next to this file
+import graphile  # noqa: E402
 from _harness import stop_processes  # noqa: E402
 from bench_mysql import BenchError, Database, running_workers, task_rows  # noqa: E402
 from drain_floor import floor_drain  # noqa: E402
@@ -66,6 +75,12 @@ PGQ_TABLE = f"{PGQ_PREFIX}pgqueuer"
 POLL = 0.01
 LATENCY_TASKS, LATENCY_WARMUP, LATENCY_RATE = 200, 20, 50.0  # one task every 20 ms
 BACKLOG, BACKLOG_WINDOW = 50_000, 5_000  # the first 5,000 of a backlog of 50,000
+GW_BEST = "graphile-worker best (1 process, concurrency 24, local queue 500, batched completion)"
+GW_DEFAULT = "graphile-worker default (1 process, concurrency 1)"
+GW_LATENCY_ROWS = [
+    *(f"latency, {GW_BEST}: {q} (ms)" for q in ("p50", "p99")),
+    *(f"latency {q}, ours default / graphile-worker best (ratio)" for q in ("p50", "p99")),
+]
 
 # Candidates screened once for each side's best configuration:
 # ours: (processes, QUEUE_CONCURRENCY, QUEUE_BATCH_SIZE); pgqueuer: (processes, batch_size).
@@ -148,7 +163,12 @@ def pgq_reset(dsn: str) -> None:
 
 @contextlib.contextmanager
 def pgq_workers(
-    dsn: str, processes: int, batch: int, log_dir: Path, latency_file: Path | None = None
+    dsn: str,
+    processes: int,
+    batch: int,
+    log_dir: Path,
+    latency_file: Path | None = None,
+    wait_ready: bool = True,
 ) -> Iterator[list[subprocess.Popen]]:
     procs: list[subprocess.Popen] = []
     ready = [log_dir / f"pgq.{time.monotonic_ns()}.{i}.ready" for i in range(processes)]
@@ -172,7 +192,7 @@ def pgq_workers(
                 )
             )
         deadline = time.monotonic() + 30
-        while not all(m.exists() for m in ready):
+        while wait_ready and not all(m.exists() for m in ready):
             if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
                 raise BenchError("a pgqueuer worker did not start")
             time.sleep(0.02)
@@ -304,6 +324,64 @@ def pgq_drain(dsn: str, processes: int, batch: int, total: int, log_dir: Path) -
                 t0,
                 all_done=lambda: poll.execute(probe).fetchone() is None,
             )
+
+
+def ours_backlog(
+    db: Database, processes: int, concurrency: int, batch: int | None, total: int, log_dir: Path
+) -> Drain:
+    """``total`` tasks committed first, then the workers started (as after a deploy or an
+    outage): timed from their start until every task is done."""
+    from nsj_queue_lib import QueueClient
+
+    with db.fresh_queue() as table:
+        conn, poll = db.connect(), db.connect(autocommit=True)
+        try:
+            QueueClient(conn, table).insert_tasks(task_rows(total))
+            conn.commit()
+            unfinished = f"{table} WHERE status IN ('pendente', 'processando')"
+            t0 = time.perf_counter()
+            env = ours_env(concurrency, batch)
+            with running_workers(db, table, processes, env, log_dir, wait_ready=False):
+                return watch(
+                    lambda: total - db.execute(poll, f"SELECT count(*) FROM {unfinished}")[0][0],
+                    total,
+                    t0,
+                    all_done=lambda: not db.execute(poll, f"SELECT 1 FROM {unfinished} LIMIT 1"),
+                )
+        finally:
+            conn.close()
+            poll.close()
+
+
+def pgq_backlog(dsn: str, processes: int, batch: int, total: int, log_dir: Path) -> Drain:
+    """pgqueuer's side of ``ours_backlog``."""
+    import psycopg
+
+    pgq_reset(dsn)
+    asyncio.run(_pgq_enqueue(dsn, total))
+    with psycopg.connect(dsn, autocommit=True) as poll:
+        t0 = time.perf_counter()
+        with pgq_workers(dsn, processes, batch, log_dir, wait_ready=False):
+            return watch(
+                lambda: total - poll.execute(f"SELECT count(*) FROM {PGQ_TABLE}").fetchone()[0],
+                total,
+                t0,
+                all_done=lambda: (
+                    poll.execute(f"SELECT 1 FROM {PGQ_TABLE} LIMIT 1").fetchone() is None
+                ),
+            )
+
+
+def gw_drain(config: dict[str, str], total: int, log_dir: Path, backlog: bool) -> Drain:
+    """graphile-worker's drain (one process), burst or backlog."""
+    return Drain(*graphile.drain(PG_DSN, 1, config, total, log_dir, backlog))
+
+
+def gw_latency(log_dir: Path) -> dict[str, float]:
+    values = graphile.latency(
+        PG_DSN, graphile.BEST, log_dir, LATENCY_TASKS, LATENCY_RATE, LATENCY_WARMUP
+    )
+    return {"p50": statistics.median(values), "p99": bench_mysql.percentile(values, 99)}
 
 
 # -- latency -------------------------------------------------------------------------------
@@ -453,6 +531,87 @@ class Floors:
             add("MariaDB ours best / MariaDB floor best (ratio)", maria_best / floor["mariadb"])
 
 
+def add_graphile_drains(
+    drains: dict[str, Callable[[], Drain]],
+    backlogs: dict[str, Callable[[], Drain]],
+    n: int,
+    log_dir: Path,
+) -> None:
+    """graphile-worker's rows, best configuration and defaults, in both scenarios."""
+    for scenario, rows in (("drain", drains), ("backlog drain", backlogs)):
+        backlog = scenario != "drain"
+        rows[f"{scenario}, {GW_BEST}"] = lambda b=backlog: gw_drain(graphile.BEST, n, log_dir, b)
+        rows[f"{scenario}, {GW_DEFAULT}"] = lambda b=backlog: gw_drain(
+            graphile.DEFAULTS, n, log_dir, b
+        )
+
+
+def against_graphile(o: tuple, p: tuple, skipped: str | None) -> list[tuple[str, str, str]]:
+    """(ratio's row, ours, theirs) by row name: the backlog scenario against pgqueuer, and
+    both scenarios against graphile-worker (issue 40's targets)."""
+    best = f"ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})"
+    pgq = f"pgqueuer best ({p[0]} processes, batch {p[1]})"
+    after = ("", ", after the first task")
+    named = [
+        (f"backlog drain, ours best / pgqueuer best{a} (ratio)", f"backlog drain, {best}{a}",
+         f"backlog drain, {pgq}{a}")
+        for a in after
+    ]  # fmt: skip
+    if skipped:
+        return named
+    for s in ("drain", "backlog drain"):
+        named += [
+            (f"{s}, ours best / graphile-worker best{a} (ratio)", f"{s}, {best}{a}",
+             f"{s}, {GW_BEST}{a}")
+            for a in after
+        ]  # fmt: skip
+        named.append(
+            (
+                f"{s}, ours default / graphile-worker default (ratio)",
+                f"{s}, ours default (1 process, default settings)",
+                f"{s}, {GW_DEFAULT}",
+            )
+        )
+    return named
+
+
+def latencies(
+    r: int,
+    pg: Database,
+    log_dir: Path,
+    skipped: str | None,
+    add: Callable[[str, float], None],
+    results: dict[str, list[float]],
+) -> None:
+    """One round's latency rows, the order alternating between rounds."""
+    lat = [
+        ("pgqueuer default", lambda: pgq_latency(PG_DSN, log_dir)),
+        ("ours default", lambda: ours_latency(pg, log_dir)),
+    ]
+    if not skipped:
+        lat.append((GW_BEST, lambda: gw_latency(log_dir)))
+    for who, fn in lat if r % 2 == 0 else reversed(lat):
+        values = fn()
+        add(f"latency, {who}: p50 (ms)", values["p50"])
+        add(f"latency, {who}: p99 (ms)", values["p99"])
+    if not skipped:
+        for q in ("p50", "p99"):
+            ours_q = results[f"latency, ours default: {q} (ms)"][-1]
+            theirs_q = results[f"latency, {GW_BEST}: {q} (ms)"][-1]
+            add(f"latency {q}, ours default / graphile-worker best (ratio)", ours_q / theirs_q)
+
+
+def graphile_ready(refused: bool) -> str | None:
+    """None once graphile-worker is installed; else why its rows are skipped (said)."""
+    skipped = "--no-graphile" if refused else graphile.unavailable()
+    if skipped:
+        print(f"graphile-worker's rows are skipped: {skipped}", flush=True)
+        return skipped
+    graphile.install()
+    print(f"graphile-worker {graphile.VERSION} (node from the machine)", flush=True)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -460,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 rounds of 2,000 tasks")
     ap.add_argument("--markdown", type=Path, help="also write the table here")
     ap.add_argument("--no-mariadb", action="store_true")
+    ap.add_argument("--no-graphile", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.tasks = 2, 2000
@@ -470,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     import pgqueuer
 
     print(f"pgqueuer {pgqueuer.__version__}; logs in {log_dir}", flush=True)
+    skipped = graphile_ready(args.no_graphile)
 
     ours_best = screen(
         "ours (processes, concurrency, batch)",
@@ -508,6 +669,24 @@ def main(argv: list[str] | None = None) -> int:
             pg, o[0], o[1], o[2], n, n, log_dir
         ),
     }
+    # The backlog scenario (issue 40): tasks committed first, workers started afterwards.
+    backlogs: dict[str, Callable[[], Drain]] = {
+        f"backlog drain, pgqueuer best ({p[0]} processes, batch {p[1]})": lambda: pgq_backlog(
+            PG_DSN, p[0], p[1], n, log_dir
+        ),
+        "backlog drain, pgqueuer default (1 process, batch 10)": lambda: pgq_backlog(
+            PG_DSN, 1, 10, n, log_dir
+        ),
+        f"backlog drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})": lambda: (
+            ours_backlog(pg, o[0], o[1], o[2], n, log_dir)
+        ),
+        "backlog drain, ours default (1 process, default settings)": lambda: ours_backlog(
+            pg, 1, 1, None, n, log_dir
+        ),
+    }
+    if not skipped:
+        add_graphile_drains(drains, backlogs, n, log_dir)
+    drains.update(backlogs)
     results: dict[str, list[float]] = {}
     names = [
         "ceiling: one-row UPDATE + commit, 8 clients (tx/s)",
@@ -532,6 +711,9 @@ def main(argv: list[str] | None = None) -> int:
         ("ours 1 process QUEUE_BATCH_SIZE=20 / pgqueuer default (ratio)", 3, 0, ""),
     ]
     names += [r[0] for r in ratios]
+    named_ratios = against_graphile(o, p, skipped)
+    names += [r[0] for r in named_ratios]
+    names += [] if skipped else GW_LATENCY_ROWS
     names += [f"enqueue {c:,}: ours / pgqueuer (ratio)" for c in (5_000, 50_000)]
     if maria is not None:
         maria_row = (
@@ -569,14 +751,9 @@ def main(argv: list[str] | None = None) -> int:
             ours_v = results[f"{labels[ours_i]}{suffix} (tasks/s)"][-1]
             theirs_v = results[f"{labels[theirs_i]}{suffix} (tasks/s)"][-1]
             add(name, ours_v / theirs_v)
-        lat = [
-            ("pgqueuer", lambda: pgq_latency(PG_DSN, log_dir)),
-            ("ours", lambda: ours_latency(pg, log_dir)),
-        ]
-        for who, fn in lat if r % 2 == 0 else reversed(lat):
-            values = fn()
-            add(f"latency, {who} default: p50 (ms)", values["p50"])
-            add(f"latency, {who} default: p99 (ms)", values["p99"])
+        for name, ours_row, theirs_row in named_ratios:
+            add(name, results[f"{ours_row} (tasks/s)"][-1] / results[f"{theirs_row} (tasks/s)"][-1])
+        latencies(r, pg, log_dir, skipped, add, results)
         pair = {
             "backlog": lambda: ours_drain(pg, *o, BACKLOG, BACKLOG_WINDOW, log_dir).rate,
             "empty": lambda: ours_drain(pg, *o, BACKLOG_WINDOW, BACKLOG_WINDOW, log_dir).rate,
