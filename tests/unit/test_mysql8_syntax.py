@@ -84,6 +84,7 @@ MARIADB_ONLY_STEPS = {
     # analyze's <flavour>).
     "mariadb",
     "modified_mariadb",
+    "mariadb_partition",
 }
 
 _STEP_LINE = re.compile(r"^-- step: ([a-z_]+)\s*$", re.MULTILINE)
