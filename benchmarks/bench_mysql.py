@@ -136,6 +136,7 @@ class Database:
 
     kind: str  # "postgres" | "mariadb"
     dsn: str
+    layout: str = "plain"  # db_gen --layout (docs/internals/storage.md)
 
     def __post_init__(self) -> None:
         if self.kind == "postgres":
@@ -207,9 +208,11 @@ class Database:
         admin = self.connect(autocommit=True)
         try:
             if self.kind == "postgres":
-                admin.execute(render(self.schema, name))
+                admin.execute(render(self.schema, name, layout=self.layout))
             else:
-                for statement in split_script(render(self.schema, name, "mysql")):
+                for statement in split_script(
+                    render(self.schema, name, "mysql", layout=self.layout)
+                ):
                     self.execute(admin, statement)
         finally:
             admin.close()
