@@ -47,7 +47,7 @@ RETURNING id
 -- committed row, which a REPEATABLE READ snapshot taken earlier would not.
 SELECT COALESCE(id_inicial, id) AS id_inicial
 FROM {queue_table}
-WHERE dedupe_active = %(dedupe_key)s
+WHERE {hot}dedupe_active = %(dedupe_key)s
 LOCK IN SHARE MODE
 
 -- name: insert_tasks
