@@ -192,6 +192,14 @@ class Backend:
         inserts that follow (docs/internals/storage.md)."""
         return "finished_day = 1 AND " if self.kind == "mysql-partitioned" else ""
 
+    def where_id(self, task_id: int) -> str:
+        """``id = <task_id>``, and on MariaDB's partitioned layout the row's partition key
+        too: a unique look-up, which locks the row alone (``hot`` says why)."""
+        if self.kind != "mysql-partitioned":
+            return f"id = {int(task_id)}"
+        sql = f"SELECT finished_day FROM {self.table} WHERE id = %s"
+        return f"id = {int(task_id)} AND finished_day = {int(self.value(sql, (task_id,)))}"
+
     @property
     def table(self) -> str:
         return str(self.queue.table)
