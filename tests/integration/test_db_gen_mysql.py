@@ -517,6 +517,13 @@ def test_the_partitioned_layout_applies_and_upgrades_only_as_itself(partitioned_
         )
     assert catalog(mysql_admin, database, q) == before  # idempotent
     assert partitions_of(mysql_admin, database, q) == found
+    triggers = fetch_value(
+        mysql_admin,
+        "SELECT count(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+        "AND EVENT_OBJECT_TABLE = %s AND ACTION_TIMING = 'BEFORE' AND EVENT_MANIPULATION = 'UPDATE'",
+        (database, q),
+    )
+    assert triggers == 1  # built again by each upgrade
     with pytest.raises(
         pymysql.err.OperationalError,
         match="is partitioned: run db_gen --upgrade --layout partitioned",

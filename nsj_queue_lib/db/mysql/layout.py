@@ -61,6 +61,7 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
             partition_key="",
             partition_by="",
             partitions="",
+            day_trigger_upgrade="",
             with_day="",
             hot="",
             finished_day_set="",
@@ -68,11 +69,18 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
             **{f"hot_{alias}": "" for alias in aliases},
         )
     day_values = dict(values, days_ahead=str(DAYS_AHEAD), finished_day_now=FINISHED_DAY_NOW)
+    trigger = render(read_sql("mysql", "day_trigger.sql"), values).strip()
     return dict(
         id_column="id bigint NOT NULL AUTO_INCREMENT",
         partition_key=_PARTITION_KEY,
         partition_by=_PARTITION_BY,
-        partitions="\n" + render(read_sql("mysql", "partitions.sql"), day_values).strip() + "\n",
+        partitions="\n"
+        + render(read_sql("mysql", "partitions.sql"), day_values).strip()
+        + "\n\n"
+        + trigger
+        + "\n",
+        # db_gen --upgrade builds the trigger again (this release's).
+        day_trigger_upgrade=f"\n\nDROP TRIGGER IF EXISTS {values['day_trigger']};\n{trigger}",
         with_day=", finished_day",
         hot=hot_pin(),
         finished_day_set=f", finished_day = {FINISHED_DAY_NOW}",

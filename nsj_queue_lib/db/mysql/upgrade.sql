@@ -16,7 +16,7 @@
 -- indexes.sql says why) are rebuilt in place, under their own names.
 {redefine_indexes}
 
-{add_indexes}
+{add_indexes}{day_trigger_upgrade}
 
 {subscriber_table_ddl}
 {add_subscriber_indexes}
