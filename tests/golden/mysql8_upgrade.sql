@@ -7,7 +7,8 @@
 -- Existing column types are left as they are.
 -- db_gen --server mysql: for MySQL 8.0+ (and MariaDB 10.6+).
 
--- A table of the other layout (db_gen --layout) stops the script here.
+-- db_gen --upgrade for the other layout stops here, before it changes anything:
+-- the statement it runs names an unknown column that says what to run instead.
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = 'public' AND TABLE_NAME = 'fila_teste' AND PARTITION_NAME = 'p_hot') > 0, 'DO `fila_teste is partitioned: run db_gen --upgrade --layout partitioned`', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;

@@ -54,7 +54,7 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
     one the table's shape, its partitions and trigger, the pins of the claim procedures'
     statements to the hot partition (``hot_<alias>``) and the settle's own key
     (``finished_day_set``: the trigger then changes nothing)."""
-    aliases = ("t", "d")
+    aliases = ("t",)
     if not partitioned:
         return dict(
             id_column="id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY",
@@ -68,7 +68,7 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
             layout_check=_layout_check(values, partitioned),
             **{f"hot_{alias}": "" for alias in aliases},
         )
-    day_values = dict(values, days_ahead=str(DAYS_AHEAD), finished_day_now=FINISHED_DAY_NOW)
+    day_values = dict(values, days_ahead=str(DAYS_AHEAD))
     trigger = render(read_sql("mysql", "day_trigger.sql"), values).strip()
     return dict(
         id_column="id bigint NOT NULL AUTO_INCREMENT",
@@ -90,17 +90,11 @@ def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
 
 
 def _layout_check(values: dict[str, str], partitioned: bool) -> str:
-    """An upgrade for the other layout stops before it changes anything (a failing
-    statement whose unknown column says what to run instead)."""
-    other = "plain" if partitioned else "partitioned"
-    flag = "" if partitioned else " --layout partitioned"
-    test = "= 0" if partitioned else "> 0"
-    return (
-        "SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.PARTITIONS "
-        f"WHERE TABLE_SCHEMA = '{values['schema']}' AND TABLE_NAME = '{values['queue']}' "
-        f"AND PARTITION_NAME = '{HOT_PARTITION}') {test}, "
-        f"'DO `{values['queue']} is {other}: run db_gen --upgrade{flag}`', 'DO 0');\n"
-        "PREPARE nsjq_step FROM @nsjq_ddl;\n"
-        "EXECUTE nsjq_step;\n"
-        "DEALLOCATE PREPARE nsjq_step;"
+    """An upgrade for the other layout stops before it changes anything."""
+    check = dict(
+        values,
+        other="plain" if partitioned else "partitioned",
+        flag="" if partitioned else " --layout partitioned",
+        test="= 0" if partitioned else "> 0",
     )
+    return render(read_sql("mysql", "layout_check.sql"), check).strip()

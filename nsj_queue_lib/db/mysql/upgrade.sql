@@ -7,7 +7,6 @@
 -- Existing column types are left as they are.
 {server_check}
 
--- A table of the other layout (db_gen --layout) stops the script here.
 {layout_check}
 
 {add_columns}
