@@ -145,6 +145,7 @@ class Database:
 
     kind: str  # "postgres" | "mariadb"
     dsn: str
+    layout: str = "plain"  # db_gen --layout (docs/internals/storage.md)
 
     def __post_init__(self) -> None:
         if self.kind == "postgres":
@@ -208,18 +209,20 @@ class Database:
         finally:
             self.drop_queue(table)
 
-    def create_queue(self, name: str, layout: str = "plain") -> str:
-        """Queue ``name`` from db_gen (this database's dialect, the table's ``layout``);
-        returns ``schema.table``."""
+    def create_queue(self, name: str, layout: str | None = None) -> str:
+        """Queue ``name`` from db_gen (this database's dialect; the table's ``layout``, by
+        default the database's); returns ``schema.table``."""
         from nsj_queue_lib.db.mysql.dialect import split_script
         from nsj_queue_lib.db_gen import render
 
         admin = self.connect(autocommit=True)
         try:
             if self.kind == "postgres":
-                admin.execute(render(self.schema, name, layout=layout))
+                admin.execute(render(self.schema, name, layout=layout or self.layout))
             else:
-                for statement in split_script(render(self.schema, name, "mysql", layout=layout)):
+                for statement in split_script(
+                    render(self.schema, name, "mysql", layout=layout or self.layout)
+                ):
                     self.execute(admin, statement)
         finally:
             admin.close()

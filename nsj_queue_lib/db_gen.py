@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         "--layout",
         choices=("plain", "partitioned"),
         default="plain",
-        help="the queue table's layout (postgres): plain keeps every attempt in one table "
+        help="the queue table's layout (postgres, mysql): plain keeps every attempt in one table "
         "until the purge deletes it; partitioned keeps the unfinished ones in a hot partition "
         "and each day's finished ones in a partition that retention drops whole "
         "(docs/internals/storage.md). --upgrade needs the table's layout",

@@ -390,9 +390,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-claim-uncommitted-due-time",
         MY_QUERIES,
-        "WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
+        "WHERE {hot_t}t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}\n"
         "  AND {deliverable}\n  AND {limits_free}\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
-        "WHERE t.status = 'pendente' AND {lock_key_free}\n"
+        "WHERE {hot_t}t.status = 'pendente' AND {lock_key_free}\n"
         "  AND {deliverable}\n  AND {limits_free}\nORDER BY t.prioridade DESC, t.data_hora, t.id\nLIMIT 1\n",
         (f"{MY_HELD_THEN_FUTURE}{WITHOUT_LOCKS}",),
         ("mysql",),

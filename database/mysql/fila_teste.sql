@@ -202,7 +202,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 7bb1273173198718'
+    COMMENT 'nsj_queue_lib claim 041b3d7c3ca06c65'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);

@@ -75,7 +75,8 @@ def _upgrade_to_partitioned(config: Config) -> int:
     if report is not None:
         write(f"migrated {config.queue_table} to the partitioned layout: {report}")
     with open_session(config, autocommit=False) as session:
-        session.driver.run_script(session.conn, _script(config, True, None, "partitioned"))
+        server = session.driver.server_family(session.conn)
+        session.driver.run_script(session.conn, _script(config, True, server, "partitioned"))
         session.conn.commit()
     write(f"upgraded {config.queue_table} (partitioned layout, in one transaction)")
     return EXIT_OK

@@ -236,14 +236,16 @@ class Dialect(abc.ABC):
     # The server families it renders its DDL for (``for_server``); none but the default.
     server_families: tuple[str, ...] = ()
 
-    # The table layouts it renders (``for_layout``); only PostgreSQL has more than one.
+    # The table layouts it renders (``for_layout``); SingleStore has only the plain one.
     layouts: tuple[str, ...] = ("plain",)
 
     def for_layout(self, layout: str) -> Dialect:
         """This dialect rendering the ``layout`` of the queue table (``layouts``)."""
         if layout == "plain":
             return self
-        raise ValueError(f"--layout {layout} applies to the postgres dialect only, not {self.name}")
+        raise ValueError(
+            f"--layout {layout} applies to the postgres and mysql dialects only, not {self.name}"
+        )
 
     def for_server(self, server: str) -> Dialect:
         """This dialect rendering for the ``server`` family (``server_families``); only the

@@ -62,8 +62,8 @@ from tests.helpers.server_process import ServerProcess
 WORKER_SCRIPT = Path(__file__).resolve().parent / "workers" / "contract_worker.py"
 UTC = datetime.timezone.utc
 
-# The partitioned layout (db/postgres/layout.py) runs the contract only where
-# NSJQ_CONTRACT_LAYOUTS asks for it (make test runs its own tests of the layout).
+# The partitioned layout (db/postgres/layout.py, db/mysql/layout.py) runs the contract
+# only where NSJQ_CONTRACT_LAYOUTS asks for it (make test runs its own tests of the layout).
 BACKENDS = [
     pytest.param("postgres", id="postgres"),
     *(
@@ -73,6 +73,11 @@ BACKENDS = [
     ),
     pytest.param("postgres-via-server", id="postgres-via-server"),
     pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
+    *(
+        [pytest.param("mysql-partitioned", id="mysql-partitioned", marks=pytest.mark.mysql)]
+        if "partitioned" in os.environ.get("NSJQ_CONTRACT_LAYOUTS", "")
+        else []
+    ),
     pytest.param("singlestore-via-server", id="singlestore-via-server", marks=pytest.mark.mysql),
 ]
 
@@ -125,6 +130,7 @@ class Backend:
             "postgres-via-server": "POSTGRES",
             "postgres-partitioned": "POSTGRES",
             "mysql": "MYSQL",
+            "mysql-partitioned": "MYSQL",
             "singlestore-via-server": "SINGLE_STORE",
         }[self.kind]
         self.via_server = self.kind.endswith("-via-server")
@@ -214,8 +220,8 @@ class Backend:
     def create(self) -> None:
         from nsj_queue_lib.db_gen import render
 
+        layout = "partitioned" if self.kind.endswith("-partitioned") else "plain"
         if self.family == "postgres":
-            layout = "partitioned" if self.kind.endswith("-partitioned") else "plain"
             self.admin.execute(render(self.schema, self.name, layout=layout))
             self.admin.execute(
                 f"CREATE TABLE {self.exec_table} (task_id bigint NOT NULL, chave text, pid integer, "
@@ -231,7 +237,7 @@ class Backend:
         else:
             # TEST_MYSQL_SERVER_VARIANT=mysql: db_gen --server mysql's DDL (tests/helpers/mysql_queue.py).
             server = os.environ.get("TEST_MYSQL_SERVER_VARIANT") or None
-            ddl = render(self.schema, self.name, "mysql", server=server)
+            ddl = render(self.schema, self.name, "mysql", server=server, layout=layout)
         execute_script(self.admin, ddl)
         self.execute(
             f"CREATE TABLE {self.exec_table} (task_id bigint NOT NULL, chave varchar(200), "

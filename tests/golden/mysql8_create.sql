@@ -203,7 +203,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 7ef9f4dca380981f'
+    COMMENT 'nsj_queue_lib claim b4db82161ff82ff6'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);

@@ -7,6 +7,13 @@
 -- Existing column types are left as they are.
 -- db_gen --server mysql: for MySQL 8.0+ (and MariaDB 10.6+).
 
+-- db_gen --upgrade for the other layout stops here, before it changes anything:
+-- the statement it runs names an unknown column that says what to run instead.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = 'public' AND TABLE_NAME = 'fila_teste' AND PARTITION_NAME = 'p_hot') > 0, 'DO `fila_teste is partitioned: run db_gen --upgrade --layout partitioned`', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'prioridade') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN prioridade integer DEFAULT 50', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
@@ -344,7 +351,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 7ef9f4dca380981f'
+    COMMENT 'nsj_queue_lib claim b4db82161ff82ff6'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);

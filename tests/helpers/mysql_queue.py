@@ -66,14 +66,15 @@ def execute_script(conn, sql: str) -> None:
 
 
 def create_queue(
-    admin, database: str, name: str | None = None, upgrade: bool = False
+    admin, database: str, name: str | None = None, upgrade: bool = False, layout: str = "plain"
 ) -> MysqlQueue:
     """Create (or upgrade) a queue with ``db_gen --dialect mysql`` on an autocommit connection."""
     from nsj_queue_lib.db_gen import render
 
     queue = MysqlQueue(name or unique_queue_name(), database)
     server = os.environ.get("TEST_MYSQL_SERVER_VARIANT") or None
-    execute_script(admin, render(database, queue.name, "mysql", upgrade=upgrade, server=server))
+    script = render(database, queue.name, "mysql", upgrade=upgrade, server=server, layout=layout)
+    execute_script(admin, script)
     return queue
 
 
@@ -155,6 +156,16 @@ def mysql_admin(mysql_kwargs):
 @pytest.fixture
 def mysql_queue(mysql_kwargs, mysql_admin):
     queue = create_queue(mysql_admin, mysql_kwargs["database"])
+    try:
+        yield queue
+    finally:
+        drop_queue_tables(mysql_admin, queue.database, queue.name)
+
+
+@pytest.fixture
+def mysql_partitioned_queue(mysql_kwargs, mysql_admin):
+    """A fresh queue of the partitioned layout (db/mysql/layout.py)."""
+    queue = create_queue(mysql_admin, mysql_kwargs["database"], layout="partitioned")
     try:
         yield queue
     finally:

@@ -472,3 +472,125 @@ def fetch_rows(conn, sql: str, args) -> list[tuple]:
     with conn.cursor() as cur:
         cur.execute(sql, args)
         return list(cur.fetchall())
+
+
+# -- the partitioned layout (db/mysql/layout.py) -----------------------------------------
+
+
+@pytest.fixture
+def partitioned_queue(mysql_kwargs, mysql_admin):
+    queue = create_queue(mysql_admin, mysql_kwargs["database"], layout="partitioned")
+    try:
+        yield queue
+    finally:
+        drop_queue_tables(mysql_admin, queue.database, queue.name)
+
+
+def partitions_of(conn, database: str, name: str) -> list[tuple[str, str]]:
+    return [
+        (r["name"], r["bound"])
+        for r in fetch_dicts(
+            conn,
+            "SELECT PARTITION_NAME AS name, PARTITION_DESCRIPTION AS bound "
+            "FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY PARTITION_ORDINAL_POSITION",
+            (database, name),
+        )
+    ]
+
+
+def test_the_partitioned_layout_applies_and_upgrades_only_as_itself(partitioned_queue, mysql_admin):
+    q, database = partitioned_queue.name, partitioned_queue.database
+    today = int(fetch_value(mysql_admin, "SELECT UNIX_TIMESTAMP() DIV 86400"))
+    found = partitions_of(mysql_admin, database, q)
+    # The hot partition, then yesterday to 14 days ahead, one partition a day.
+    assert found == [("p_hot", "2")] + [
+        (f"p{day}", str(day + 1)) for day in range(today - 1, today + 15)
+    ]
+    keys = indexes(mysql_admin, database, q)
+    assert [c for c, _ in keys["PRIMARY"]] == ["id", "finished_day"]
+    assert [c for c, _ in keys[f"idx_{q}_dedupe"]] == ["dedupe_active", "finished_day"]
+    before = catalog(mysql_admin, database, q)
+    for _ in range(2):
+        execute_script(
+            mysql_admin, render(database, q, "mysql", upgrade=True, layout="partitioned")
+        )
+    assert catalog(mysql_admin, database, q) == before  # idempotent
+    assert partitions_of(mysql_admin, database, q) == found
+    triggers = fetch_value(
+        mysql_admin,
+        "SELECT count(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+        "AND EVENT_OBJECT_TABLE = %s AND ACTION_TIMING = 'BEFORE' AND EVENT_MANIPULATION = 'UPDATE'",
+        (database, q),
+    )
+    assert triggers == 1  # built again by each upgrade
+    with pytest.raises(
+        pymysql.err.OperationalError,
+        match="is partitioned: run db_gen --upgrade --layout partitioned",
+    ):
+        execute_script(mysql_admin, render(database, q, "mysql", upgrade=True))
+
+
+def test_a_plain_queue_refuses_the_partitioned_upgrade(mysql_queue, mysql_admin):
+    script = render(
+        mysql_queue.database, mysql_queue.name, "mysql", upgrade=True, layout="partitioned"
+    )
+    with pytest.raises(pymysql.err.OperationalError, match="is plain: run db_gen --upgrade"):
+        execute_script(mysql_admin, script)
+    assert partitions_of(mysql_admin, mysql_queue.database, mysql_queue.name) == [(None, None)]
+
+
+@pytest.mark.parametrize(
+    "query, step, params",
+    [
+        ("claim_tasks", "select", {"handled_subscribers": None, "handled_processos": None}),
+        ("promote_due", "select", {"limit": 10}),
+        ("find_orphans", "candidates", {"limit": 10, "check_db_locks": True, "lock_prefix": "x"}),
+        ("count_stale_pending", "sql", {"wait_us": 1_000_000}),
+        ("fail_final", "sql", {"id": 1, "status": "falha", "mensagem": "m"}),
+    ],
+)
+def test_the_partitioned_stores_statements_read_the_hot_partition_only(
+    partitioned_queue, mysql_admin, query, step, params
+):
+    """Pinned to finished_day = 1, the worker's statements are pruned to p_hot, however
+    many day partitions there are."""
+    store = MysqlQueueStore(partitioned_queue.table)
+    store.bind(mysql_admin)
+    plan = explain(mysql_admin, store.sql[query][step], params)
+    # The queue table's reads (not the limits table, "lim", nor derived tables).
+    read = [t for t in tables_in(plan) if t["table_name"] != "lim" and t["table_name"][0] != "<"]
+    assert read and all(t.get("partitions") == ["p_hot"] for t in read), json.dumps(plan)
+
+
+def test_the_partitioned_claim_procedure_reads_the_hot_partition(
+    partitioned_queue, mysql_admin, mysql_kwargs
+):
+    """The claim procedure's look-up, locking read and completion touch p_hot alone: a drain
+    reads no row of a day partition beyond a primary-key probe."""
+    table = partitioned_queue.table
+    with mysql_admin.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {table} (processo, payload, data_hora) "
+            "SELECT 'p', '{}', NOW(6) - INTERVAL 1 SECOND FROM seq_1_to_300"
+        )
+    store = MysqlQueueStore(table)
+    worker = connect(mysql_kwargs, autocommit=True)
+    try:
+        configure_session(worker, executor=True)
+        store.bind(worker)
+        claimed = store.claim(worker)
+        for _ in range(100):  # finished rows in today's partition
+            claimed = store.complete_and_claim(worker, claimed.task.id, "ok", claim_next=True)
+        reads = "Handler_read_next", "Handler_read_prev", "Handler_read_rnd_next"
+        sql = "SHOW SESSION STATUS WHERE Variable_name IN (%s, %s, %s)"
+        before = sum(int(v) for _, v in fetch_rows(worker, sql, reads))
+        for _ in range(20):
+            claimed = store.complete_and_claim(worker, claimed.task.id, "ok", claim_next=True)
+        after = sum(int(v) for _, v in fetch_rows(worker, sql, reads))
+        store.rollback(worker)
+    finally:
+        worker.close()
+    today = int(fetch_value(mysql_admin, "SELECT UNIX_TIMESTAMP() DIV 86400"))
+    assert fetch_value(mysql_admin, f"SELECT count(*) FROM {table} PARTITION (p{today})") == 120
+    assert after - before < 20 * 5, after - before

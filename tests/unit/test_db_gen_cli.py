@@ -158,10 +158,24 @@ def test_server_option_for_another_dialect_is_a_usage_error():
     assert "--server applies to --dialect mysql only, not postgres" in result.stderr
 
 
-def test_the_partitioned_layout_is_for_postgres_only_and_says_so():
-    result = db_gen("public", "fila", "--dialect", "mysql", "--layout", "partitioned")
+def test_the_partitioned_layout_is_for_postgres_and_mysql_only_and_says_so():
+    result = db_gen("public", "fila", "--dialect", "singlestore", "--layout", "partitioned")
     assert result.returncode == 2 and result.stdout == ""
-    assert "--layout partitioned applies to the postgres dialect only, not mysql" in result.stderr
+    assert (
+        "--layout partitioned applies to the postgres and mysql dialects only, not singlestore"
+        in result.stderr
+    )
+    mysql = db_gen("public", "fila", "--dialect", "mysql", "--layout", "partitioned")
+    assert mysql.returncode == 0
+    assert "PARTITION BY RANGE (finished_day) (PARTITION p_hot VALUES LESS THAN (2))" in (
+        mysql.stdout
+    )
+    assert "CREATE TRIGGER public.trigger_finished_day_fila" in mysql.stdout
+    plain_mysql = db_gen("public", "fila", "--dialect", "mysql")
+    assert db_gen("public", "fila", "--dialect", "mysql", "--layout", "plain").stdout == (
+        plain_mysql.stdout
+    )
+    assert "finished_day" not in plain_mysql.stdout
     partitioned = db_gen("public", "fila", "--layout", "partitioned")
     assert partitioned.returncode == 0
     assert "PARTITION BY RANGE (finished_day)" in partitioned.stdout

@@ -200,7 +200,7 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
     code = re.sub(r"--.*$", "", ddl, flags=re.M)
     statements = split_script(ddl)
     idempotent = re.compile(
-        r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics) WHERE "
+        r"^(SET @nsjq_ddl = IF\(\(SELECT count\(\*\) FROM information_schema\.(columns|statistics|PARTITIONS) WHERE "
         r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
         # The MariaDB script's first statement: on MySQL it stops the script (changes nothing).
         r"|SET @nsjq_ddl = IF\(VERSION\(\) LIKE '%MariaDB%', 'DO 0', "

@@ -84,6 +84,7 @@ MARIADB_ONLY_STEPS = {
     # analyze's <flavour>).
     "mariadb",
     "modified_mariadb",
+    "mariadb_partition",
 }
 
 _STEP_LINE = re.compile(r"^-- step: ([a-z_]+)\s*$", re.MULTILINE)
@@ -120,6 +121,12 @@ def mysql_scripts() -> dict[str, str]:
         "drop-old-routines": render(
             "public", "fila_teste", "mysql", drop_old_routines=True, server="mysql"
         ),
+        "create-partitioned": render(
+            "public", "fila_teste", "mysql", server="mysql", layout="partitioned"
+        ),
+        "upgrade-partitioned": render(
+            "public", "fila_teste", "mysql", upgrade=True, server="mysql", layout="partitioned"
+        ),
     }
 
 
@@ -132,7 +139,10 @@ def scan_script(script: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("kind", ["create", "upgrade", "drop-old-routines"])
+@pytest.mark.parametrize(
+    "kind",
+    ["create", "upgrade", "drop-old-routines", "create-partitioned", "upgrade-partitioned"],
+)
 def test_the_mysql_variant_ddl_has_no_mariadb_only_syntax(kind):
     found = scan_script(mysql_scripts()[kind])
     assert found == [], "\n".join(found)

@@ -88,8 +88,10 @@ CLAIM_QUERIES = {
         "notify",
         "vacuum",
     },
-    "mysql": {"claim_tasks"},
-    "singlestore": {"claim_tasks"},
+    # And MySQL's partitioned layout (db/mysql/layout.py): how the store finds it, and
+    # its retention (PostgreSQL's reads its catalog in db/postgres/retention.py).
+    "mysql": {"claim_tasks", "layout", "retention"},
+    "singlestore": {"claim_tasks", "layout", "retention"},
 }
 
 

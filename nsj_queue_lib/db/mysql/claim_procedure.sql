@@ -134,8 +134,8 @@ BEGIN
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
     IF p_task_id IS NOT NULL THEN
         UPDATE {table}
-        SET status = 'sucesso', mensagem = p_mensagem, finished_at = NOW(6)
-        WHERE id = p_task_id AND status = 'processando';
+        SET status = 'sucesso', mensagem = p_mensagem, finished_at = NOW(6){finished_day_set}
+        WHERE {hot}id = p_task_id AND status = 'processando';
         -- The fence: an attempt that no longer owns its row (another worker
         -- rescued it and runs it again) must not commit its handler's writes.
         IF ROW_COUNT() = 0 THEN
@@ -176,7 +176,7 @@ BEGIN
                 SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED;
                 SELECT t.prioridade, t.data_hora, t.id INTO v_prioridade, v_data_hora, v_id
                 FROM {table} AS t FORCE INDEX ({idx_claim})
-                WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
+                WHERE {hot_t}t.status = 'pendente' AND t.data_hora <= NOW(6)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1;
             END;
@@ -288,10 +288,10 @@ BEGIN
                     DECLARE CONTINUE HANDLER FOR 1062 SET v_one_by_one = TRUE;
                     -- v_ids: the table's own BIGINT ids, digits and commas only.
                     -- server: mariadb
-                    EXECUTE IMMEDIATE CONCAT('UPDATE {table} SET status = ''processando'', started_at = NOW(6), worker = ? WHERE id IN (', v_ids, ')')
+                    EXECUTE IMMEDIATE CONCAT('UPDATE {table} SET status = ''processando'', started_at = NOW(6), worker = ? WHERE {hot}id IN (', v_ids, ')')
                         USING p_worker;
                     -- server: mysql
-                    SET @nsjq_statement = CONCAT('UPDATE {table} SET status = ''processando'', started_at = NOW(6), worker = ? WHERE id IN (', v_ids, ')'),
+                    SET @nsjq_statement = CONCAT('UPDATE {table} SET status = ''processando'', started_at = NOW(6), worker = ? WHERE {hot}id IN (', v_ids, ')'),
                         @nsjq_worker = p_worker;
                     PREPARE nsjq_claim_statement FROM @nsjq_statement;
                     EXECUTE nsjq_claim_statement USING @nsjq_worker;
@@ -362,7 +362,7 @@ BEGIN
                     SET v_keys_lost = v_keys_lost + 1, v_claimed = NULL;
                 UPDATE {table}
                 SET status = 'processando', started_at = NOW(6), worker = p_worker
-                WHERE id = v_claimed;
+                WHERE {hot}id = v_claimed;
             END;
             IF v_claimed IS NULL AND v_count > 0 THEN
                 SET @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
@@ -427,7 +427,7 @@ BEGIN
             FROM {table} AS t
             LEFT JOIN {table} AS first_attempt
                 ON first_attempt.id = t.id_inicial AND t.payload IS NULL
-            WHERE t.id BETWEEN v_min_id AND v_max_id AND FIND_IN_SET(t.id, v_ids)
+            WHERE {hot_t}t.id BETWEEN v_min_id AND v_max_id AND FIND_IN_SET(t.id, v_ids)
             ORDER BY t.prioridade DESC, t.data_hora, t.id;
         ELSE
             -- server: mariadb
@@ -436,7 +436,7 @@ BEGIN
                 IF(v_locked = v_count, '1',
                    CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
                 ') AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
-                ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
+                ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE {hot_t}t.id IN (', v_ids,
                 ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
             -- server: mysql
             SET @nsjq_statement = CONCAT(
@@ -444,7 +444,7 @@ BEGIN
                 IF(v_locked = v_count, '1',
                    CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
                 ') AS task_row FROM {table} AS t LEFT JOIN {table} AS first_attempt',
-                ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE t.id IN (', v_ids,
+                ' ON first_attempt.id = t.id_inicial AND t.payload IS NULL WHERE {hot_t}t.id IN (', v_ids,
                 ') ORDER BY t.prioridade DESC, t.data_hora, t.id');
             PREPARE nsjq_claim_statement FROM @nsjq_statement;
             EXECUTE nsjq_claim_statement;

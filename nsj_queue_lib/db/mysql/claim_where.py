@@ -23,14 +23,19 @@ _AFTER_POSITION = (
 )
 
 
-def claim_where(table: str, limits_table: str, after_position: bool) -> str:
-    """The condition on the candidate ``t`` of ``table`` (identifiers of this library)."""
+def claim_where(
+    table: str, limits_table: str, after_position: bool, hot_day: int | None = None
+) -> str:
+    """The condition on the candidate ``t`` of ``table`` (identifiers of this library);
+    ``hot_day``: the partition key of unfinished rows on a partitioned table, which the
+    candidate and the lock_key probes are pinned to (db/mysql/layout.py)."""
     now = "NOW(6)"
-    conditions = [_READY.format(now=now)]
+    pin = "" if hot_day is None else f"t.finished_day = {int(hot_day)} AND "
+    conditions = [pin + _READY.format(now=now)]
     if after_position:
         conditions.append(_AFTER_POSITION)
     conditions += [
-        lock_key_free(table, "t", now),
+        lock_key_free(table, "t", now, hot_day),
         deliverable("t", "p_handled_subscribers", "p_handled_processos"),
         limits_free(limits_table, "t"),
     ]

@@ -6,7 +6,7 @@
 {server_check}
 
 CREATE TABLE {table} (
-    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    {id_column},
     id_inicial bigint,
     data_hora_inicial timestamp(6) NULL DEFAULT CURRENT_TIMESTAMP(6),
     data_hora timestamp(6) NULL DEFAULT CURRENT_TIMESTAMP(6),
@@ -62,9 +62,9 @@ CREATE TABLE {table} (
     -- status of a keyed task, NULL on an unkeyed one: the key index holds this
     -- instead of status, so that the two status changes of an unkeyed task
     -- (claim, outcome) leave that index alone (indexes.sql).
-    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-
+    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL{partition_key}
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin{partition_by};
+{partitions}
 {indexes}
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.

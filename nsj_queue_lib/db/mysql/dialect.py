@@ -24,6 +24,7 @@ from nsj_queue_lib.db.dialect import SERVER_FAMILIES, DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import LimitsDialect, limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.mysql import limits
 from nsj_queue_lib.db.mysql.claim_where import claim_where
+from nsj_queue_lib.db.mysql.layout import HOT_DAY, LAYOUTS, layout_values
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
 
@@ -211,20 +212,32 @@ class MysqlDialect(Dialect):
     routine_kind = "PROCEDURE"
     server_families = SERVER_FAMILIES
 
-    def __init__(self, server: str = DEFAULT_SERVER):
+    layouts = LAYOUTS
+
+    def __init__(self, server: str = DEFAULT_SERVER, partitioned: bool = False):
         self.server = check_server(server)
+        self.partitioned = partitioned
 
     def for_server(self, server: str) -> MysqlDialect:
         """This dialect rendering for the ``server`` family (``SERVERS``)."""
-        return self if server == self.server else MysqlDialect(server)
+        return self if server == self.server else MysqlDialect(server, self.partitioned)
+
+    def for_layout(self, layout: str) -> MysqlDialect:
+        """This dialect rendering the ``layout`` of the queue table (db/mysql/layout.py)."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"--layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
+        return MysqlDialect(self.server, partitioned=layout == "partitioned")
 
     def _values(self, names: DdlNames) -> dict[str, str]:
         values = names.template_values()
+        values["day_trigger"] = f"{names.schema}.{values['day_trigger']}"
+        values.update(layout_values(self.partitioned, values))
         values["server_check"] = SERVER_CHECKS[self.server]
         values["indexes"] = render(read_sql(self.name, "indexes.sql"), values).strip()
         values["subscriber_indexes"] = render(
             read_sql(self.name, "subscriber_indexes.sql"), values
         ).strip()
+        hot_day = HOT_DAY if self.partitioned else None
         procedure_values = dict(
             values,
             claimed_task_json=CLAIMED_TASK_JSON,
@@ -233,8 +246,10 @@ class MysqlDialect(Dialect):
             task_values=TASK_VALUES,
             task_values_sql=_sql_string(TASK_VALUES),
             claim_procedure_version=claim_procedure_version(self.server),
-            claimable=claim_where(values["table"], values["limits_table"], False),
-            claimable_after_position=claim_where(values["table"], values["limits_table"], True),
+            claimable=claim_where(values["table"], values["limits_table"], False, hot_day),
+            claimable_after_position=claim_where(
+                values["table"], values["limits_table"], True, hot_day
+            ),
         )
         values["claim_procedure_ddl"] = render(
             for_server(read_sql(self.name, "claim_procedure.sql"), self.server), procedure_values

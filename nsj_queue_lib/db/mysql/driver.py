@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -208,6 +209,18 @@ class MysqlDriver(MysqlFamilyDriver):
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:
         return MysqlQueueStore(queue_table, subscriber_table)
+
+    def move_to_partitioned(
+        self, conn: Any, schema: str, queue: str, say: Callable[[str], None]
+    ) -> str | None:
+        store = self.new_store(f"{schema}.{queue}", None)
+        if store.is_partitioned(conn):
+            return None  # partitioned already: its upgrade script follows
+        raise ValueError(
+            f"moving a plain {self.name} table to the partitioned layout is not built yet "
+            "(docs/internals/storage.md, step 7): create a new queue with db_gen --layout "
+            "partitioned"
+        )
 
     def check_topology(self, conn: Any) -> str | None:
         """MariaDB Galera: refused unless the liveness locks hold cluster-wide (galera.py)."""

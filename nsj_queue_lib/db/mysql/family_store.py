@@ -68,21 +68,28 @@ class MysqlFamilyStore:
         check_store_tables(queue_table, subscriber_table)
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
-        queries = render_queries(
-            self.dialect,
-            {
-                **query_values(queue_table, subscriber_table, "NOW(6)", SERVER_DELIVERABLE),
-                # The socket-server claim's lock_key condition: the claim procedure's.
-                "lock_key_free": lock_key_free(queue_table, "t", "NOW(6)"),
-                "task_json": TASK_JSON,
-            },
-        )
-        self.sql = {name: split_steps(text) for name, text in queries.items()}
+        self._query_values = {
+            **query_values(queue_table, subscriber_table, "NOW(6)", SERVER_DELIVERABLE),
+            # The socket-server claim's lock_key condition: the claim procedure's.
+            "lock_key_free": lock_key_free(queue_table, "t", "NOW(6)"),
+            "task_json": TASK_JSON,
+            # A plain table's: no pins to a hot partition (db/mysql/layout.py).
+            "hot": "",
+            "hot_t": "",
+            "finished_day_set": "",
+        }
+        self.sql = self._render_queries(self._query_values)
+        # Known once bound (MysqlQueueStore): whether the table is partitioned.
+        self.partitioned = False
         self._table_schema = split_table_name(queue_table)[0]
         self._queue_number: int | None = None
         self.handled_subscribers: frozenset[str] | None = None
         self.handled_processos: frozenset[str] | None = None
         self.worker_name: str | None = None
+
+    def _render_queries(self, values: dict[str, str]) -> dict[str, dict[str, str]]:
+        queries = render_queries(self.dialect, values)
+        return {name: split_steps(text) for name, text in queries.items()}
 
     def set_handled_subscribers(self, handled: frozenset[str] | None) -> None:
         """The subscribers whose deliveries this store's claims take (None: all of them;
@@ -403,7 +410,7 @@ class MysqlFamilyStore:
         COMPLETED, NOT_RUNNING (the row is no longer 'processando'), or LOST:
         a deadlock, or timeouts to the last try, rolled the work back.
         """
-        sql = success_sql(conn, self.queue_table, [(task_id, mensagem)])
+        sql = success_sql(conn, self.queue_table, [(task_id, mensagem)], self.partitioned)
         with conn.cursor() as cur:
             for number in range(1, RETRY_ATTEMPTS + 1):
                 try:

@@ -17,7 +17,7 @@ CREATE INDEX {idx_chain} ON {table} (id_inicial);
 -- QueueClient.list_equivalent_task.
 CREATE INDEX {idx_equivalent} ON {table} (chave_externa, payload_hash);
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
-CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active);
+CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active{with_day});
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running. The
 -- status is lock_key_status, NULL on unkeyed rows: their index entries never
@@ -25,7 +25,7 @@ CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active);
 CREATE INDEX {idx_lock_key} ON {table} (lock_key, lock_key_status, prioridade DESC, data_hora, id);
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
-CREATE UNIQUE INDEX {idx_lock_key_running} ON {table} (lock_key_running);
+CREATE UNIQUE INDEX {idx_lock_key_running} ON {table} (lock_key_running{with_day});
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX {idx_processo} ON {table} (processo, status, data_hora);

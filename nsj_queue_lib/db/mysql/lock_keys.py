@@ -21,13 +21,14 @@ from nsj_queue_lib.db import conditions
 
 _KEY_IDLE = (
     "(SELECT held.id FROM {table} AS held"
-    " WHERE held.lock_key = {row}.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL"
+    " WHERE {held_hot}held.lock_key = {row}.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL"
 )
 
 
-def lock_key_free(table: str, row: str, now: str) -> str:
-    """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all three
-    arguments are identifiers or expressions of this library, never user input)."""
+def lock_key_free(table: str, row: str, now: str, hot_day: int | None = None) -> str:
+    """SQL: the candidate ``row`` of ``table`` is not held back by its lock_key (all
+    arguments are identifiers or expressions of this library, never user input); ``hot_day``:
+    the probes pinned to the unfinished rows' partition (db/mysql/layout.py)."""
     return conditions.lock_key_free(
-        table, row, now, key_idle=_KEY_IDLE, keyed_status="lock_key_status"
+        table, row, now, key_idle=_KEY_IDLE, keyed_status="lock_key_status", hot_day=hot_day
     )

@@ -10,6 +10,10 @@
 --
 -- NOW(6) is the statement's start time in the session's time zone; the
 -- workers' sessions use UTC (see db/mysql/driver.py).
+--
+-- {hot} / {hot_t} pin a statement of unfinished rows to the hot partition of a
+-- partitioned table, and {finished_day_set} is a settle's partition key
+-- (db/mysql/layout.py); all three are empty on a plain table.
 
 -- name: insert_task
 -- The store appends one VALUES row: an absent data_hora is DEFAULT (the
@@ -43,7 +47,7 @@ RETURNING id
 -- committed row, which a REPEATABLE READ snapshot taken earlier would not.
 SELECT COALESCE(id_inicial, id) AS id_inicial
 FROM {queue_table}
-WHERE dedupe_active = %(dedupe_key)s
+WHERE {hot}dedupe_active = %(dedupe_key)s
 LOCK IN SHARE MODE
 
 -- name: insert_tasks
@@ -83,7 +87,7 @@ WHERE t.id = %(id)s
 -- step: select
 SELECT {claimed_columns}
 FROM {queue_table} AS t
-WHERE t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
+WHERE {hot_t}t.status = 'pendente' AND t.data_hora <= NOW(6) AND {lock_key_free}
   AND {deliverable}
   AND {limits_free}
 ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -92,7 +96,7 @@ FOR UPDATE SKIP LOCKED;
 -- step: mark
 UPDATE {queue_table}
 SET status = 'processando', started_at = NOW(6), worker = %(worker)s
-WHERE id = %(id)s AND status = 'pendente';
+WHERE {hot}id = %(id)s AND status = 'pendente';
 -- step: first_payloads
 -- Later attempts keep no payload of their own: it comes from the first attempt.
 SELECT id, payload
@@ -117,10 +121,10 @@ WHERE routine_schema = COALESCE(%(schema)s, DATABASE())
 SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), MIN(due.at)) / 1000000 AS seconds
 FROM (
     SELECT MIN(data_hora) AS at FROM {queue_table}
-    WHERE status = 'pendente' AND data_hora > NOW(6)
+    WHERE {hot}status = 'pendente' AND data_hora > NOW(6)
     UNION ALL
     SELECT MIN(data_hora) FROM {queue_table}
-    WHERE status = 'agendada'
+    WHERE {hot}status = 'agendada'
 ) AS due
 
 -- name: unlock_task
@@ -137,8 +141,8 @@ SET status = %(status)s,
     mensagem = %(mensagem)s,
     reenfileirado = true,
     proxima_tentativa = NOW(6) + INTERVAL %(delay_us)s MICROSECOND,
-    finished_at = NOW(6)
-WHERE id = %(id)s AND status = 'processando';
+    finished_at = NOW(6){finished_day_set}
+WHERE {hot}id = %(id)s AND status = 'processando';
 -- step: insert
 INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
@@ -160,8 +164,8 @@ WHERE f.id = %(id)s
 -- step: mark
 UPDATE {queue_table}
 SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
-    finished_at = NOW(6)
-WHERE id = %(id)s AND status = 'processando';
+    finished_at = NOW(6){finished_day_set}
+WHERE {hot}id = %(id)s AND status = 'processando';
 -- step: insert
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, tentativa, status, payload, payload_hash,
@@ -179,14 +183,14 @@ WHERE f.id = %(id)s
 -- A dead-letter task ran out of attempts: nothing further is enqueued.
 UPDATE {queue_table}
 SET status = %(status)s, mensagem = %(mensagem)s, estouro_tentativas = true,
-    finished_at = NOW(6)
-WHERE id = %(id)s AND status = 'processando'
+    finished_at = NOW(6){finished_day_set}
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: release_task
 -- Gives a claimed task that never started back to the queue (as unstarted).
 UPDATE {queue_table}
 SET status = 'pendente', started_at = NULL, worker = NULL
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: try_service_lock
 SELECT GET_LOCK(%(name)s, 0)
@@ -206,7 +210,7 @@ DO RELEASE_LOCK(%(name)s)
 -- step: candidates
 SELECT t.id
 FROM {queue_table} AS t
-WHERE t.status = 'processando'
+WHERE {hot_t}t.status = 'processando'
   -- In client/server mode the liveness locks live in the socket server: the
   -- caller asks it which of these rows are still held.
   AND (NOT %(check_db_locks)s OR IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL)
@@ -215,7 +219,7 @@ LIMIT %(limit)s;
 -- step: lock
 SELECT t.id
 FROM {queue_table} AS t
-WHERE t.id IN %(ids)s
+WHERE {hot_t}t.id IN %(ids)s
   AND t.status = 'processando'
   AND (NOT %(check_db_locks)s OR IS_USED_LOCK(CONCAT(%(lock_prefix)s, t.id)) IS NULL)
 ORDER BY t.id
@@ -233,20 +237,20 @@ ORDER BY t.id
 -- step: select
 SELECT id
 FROM {queue_table}
-WHERE status = 'agendada' AND data_hora <= NOW(6)
+WHERE {hot}status = 'agendada' AND data_hora <= NOW(6)
 ORDER BY data_hora, id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 -- step: mark
 UPDATE {queue_table}
 SET status = 'pendente'
-WHERE id IN %(ids)s AND status = 'agendada'
+WHERE {hot}id IN %(ids)s AND status = 'agendada'
 
 -- name: count_stale_pending
 -- ORDER BY data_hora makes the (status, data_hora) index the way in: one probe.
 SELECT count(*) FROM (
     SELECT 1 FROM {queue_table}
-    WHERE status = 'pendente'
+    WHERE {hot}status = 'pendente'
       AND data_hora <= NOW(6) - INTERVAL %(wait_us)s MICROSECOND
     ORDER BY data_hora
     LIMIT 1
@@ -335,15 +339,15 @@ SET mensagem = CASE WHEN status = 'processando' THEN mensagem ELSE %(mensagem)s 
     finished_at = CASE WHEN status = 'processando' THEN finished_at ELSE NOW(6) END,
     status = CASE WHEN status = 'processando' THEN status ELSE 'cancelada' END,
     cancel_requested = true
-WHERE id = %(id)s AND status IN ('pendente', 'agendada', 'processando');
+WHERE {hot}id = %(id)s AND status IN ('pendente', 'agendada', 'processando');
 -- step: status
 SELECT status FROM {queue_table} WHERE id = %(id)s
 
 -- name: cancel_running
 -- The handler stopped on a cancel request (it raised TaskCancelled).
 UPDATE {queue_table}
-SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = NOW(6)
-WHERE id = %(id)s AND status = 'processando'
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = NOW(6){finished_day_set}
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: cancel_if_requested
 -- A failed or abandoned attempt whose cancel was requested ends 'cancelada'
@@ -352,24 +356,24 @@ WHERE id = %(id)s AND status = 'processando'
 -- step: lock
 SELECT cancel_requested
 FROM {queue_table}
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 FOR UPDATE;
 -- step: mark
 UPDATE {queue_table}
-SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = NOW(6)
-WHERE id = %(id)s AND status = 'processando'
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = NOW(6){finished_day_set}
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: cancel_requests
 -- Which of a worker's running attempts have a cancel request (its poll).
 SELECT id
 FROM {queue_table}
-WHERE id IN %(ids)s AND status = 'processando' AND cancel_requested
+WHERE {hot}id IN %(ids)s AND status = 'processando' AND cancel_requested
 
 -- name: report_progress
 -- Written by the worker outside the handler's transaction, while the attempt runs.
 UPDATE {queue_table}
 SET progress_done = %(done)s, progress_total = %(total)s, progress_message = %(message)s
-WHERE id = %(id)s AND status = 'processando'
+WHERE {hot}id = %(id)s AND status = 'processando'
 
 -- name: lifecycle_columns
 -- Checked at start: a table from before db_gen --upgrade lacks them.
@@ -410,6 +414,12 @@ SET SESSION information_schema_stats_expiry = 0;
 SELECT TABLE_ROWS
 FROM information_schema.TABLES
 WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
+-- step: partition_rows
+-- The same of one partition (the hot one of a partitioned table).
+SELECT TABLE_ROWS
+FROM information_schema.PARTITIONS
+WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
+  AND PARTITION_NAME = %(partition)s
 
 -- name: analyze
 -- InnoDB's persistent statistics of the queue table, from a sample of each
@@ -425,3 +435,50 @@ SET STATEMENT use_stat_tables = 'NEVER' FOR
 ANALYZE NO_WRITE_TO_BINLOG TABLE {queue_table};
 -- step: mysql
 ANALYZE NO_WRITE_TO_BINLOG TABLE {queue_table}
+-- step: mariadb_partition
+-- A partitioned table's hot partition alone (the day partitions never change
+-- once their day is over).
+SET STATEMENT use_stat_tables = 'NEVER' FOR
+ALTER TABLE {queue_table} ANALYZE PARTITION p_hot;
+-- step: mysql_partition
+ALTER TABLE {queue_table} ANALYZE PARTITION p_hot
+
+-- name: retention
+-- A partitioned table's retention (db/mysql/retention.py): whole days added
+-- ahead and dropped once expired, where the plain table's purge deletes rows.
+-- step: today
+-- The UTC day, as days since 1970-01-01 (the key of the partition it fills).
+SELECT UNIX_TIMESTAMP() DIV 86400;
+-- step: days
+-- The day partitions (p<day>, VALUES LESS THAN (<day> + 1)) and their rows, as
+-- InnoDB estimates them.
+SELECT PARTITION_NAME, PARTITION_DESCRIPTION, TABLE_ROWS
+FROM information_schema.PARTITIONS
+WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
+  AND PARTITION_NAME <> 'p_hot';
+-- step: lock_wait
+-- ADD and DROP PARTITION take an exclusive metadata lock, which waits for
+-- every open transaction that touched the table (a running handler's, say)
+-- while the statements behind it wait too: each gives up quickly and is tried
+-- again (the session's own value is put back afterwards).
+SET SESSION lock_wait_timeout = %(seconds)s;
+-- step: lock_wait_of_session
+SELECT @@SESSION.lock_wait_timeout;
+-- step: keep_payloads
+-- Later attempts still waiting whose first attempt ended on the day about to
+-- be dropped get its payload: they read it from the first attempt.
+UPDATE {queue_table} AS a
+JOIN {queue_table} AS f ON f.id = a.id_inicial AND f.finished_day = %(day)s
+SET a.payload = f.payload
+WHERE a.finished_day = 1 AND a.payload IS NULL;
+-- step: add
+ALTER TABLE {queue_table} ADD PARTITION;
+-- step: drop
+ALTER TABLE {queue_table} DROP PARTITION
+
+-- name: layout
+-- Whether the queue table is partitioned (db/mysql/layout.py): its hot partition.
+SELECT count(*)
+FROM information_schema.PARTITIONS
+WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
+  AND PARTITION_NAME = 'p_hot'

@@ -129,7 +129,12 @@ class MysqlTaskSession(TaskSession):
         The fence: fewer than ``expected`` rows changed means a task is no longer
         'processando' (another worker rescued it): ``AttemptFenced``, and the caller rolls
         the transaction back with its handlers' writes."""
-        sql = success_sql(conn, self.store.queue_table, [(task.id, m) for task, m in written])
+        sql = success_sql(
+            conn,
+            self.store.queue_table,
+            [(task.id, m) for task, m in written],
+            self.store.partitioned,
+        )
         with wrap_driver_errors("complete_tasks"), conn.cursor() as cur:
             changed = cur.execute(sql)
         if changed < expected:

@@ -38,12 +38,17 @@ class InnodbStatistics:
     """The statistics of one queue table. Used by the vacuum service's thread alone (its
     baseline is this process's)."""
 
-    def __init__(self, sql: dict[str, dict[str, str]], queue_table: str):
+    def __init__(
+        self, sql: dict[str, dict[str, str]], queue_table: str, partition: str | None = None
+    ):
         self.health_steps = sql["table_health"]
         self.analyze_steps = sql["analyze"]
         self.queue_table = queue_table
         schema, table = split_table_name(queue_table)
         self.params = {"schema": schema, "table": table}
+        # A partitioned table (db/mysql/layout.py): its hot partition's statistics alone,
+        # the one that changes; InnoDB names it <table>#P#<partition> (MySQL: #p#).
+        self.partition = partition
         self.counter_readable = True  # until the server says the user lacks PROCESS
         self.rows_at_analyze: int | None = None  # the baseline without the counter
 
@@ -62,7 +67,9 @@ class InnodbStatistics:
 
     def analyze(self, conn: Any, flavour: str) -> None:
         with wrap_driver_errors("analyze"), conn.cursor() as cur:
-            cur.execute(self.analyze_steps[flavour])
+            cur.execute(
+                self.analyze_steps[flavour if self.partition is None else f"{flavour}_partition"]
+            )
             # ANALYZE TABLE reports a failure as a row of its result, not as an error.
             failed = [str(row[3]) for row in cur.fetchall() if str(row[2]).lower() == "error"]
             if failed:
@@ -73,7 +80,11 @@ class InnodbStatistics:
     def _modified_counter(self, cur: Any, flavour: str) -> int | None:
         """InnoDB's counter; None when this user may not read it."""
         try:
-            cur.execute(self.health_steps[f"modified_{flavour}"], self.params)
+            params = self.params
+            if self.partition is not None:
+                marker = "#p#" if flavour == MYSQL else "#P#"
+                params = dict(params, table=f"{params['table']}{marker}{self.partition}")
+            cur.execute(self.health_steps[f"modified_{flavour}"], params)
         except Exception as exc:
             if error_code(exc) != ER_SPECIFIC_ACCESS_DENIED:
                 raise
@@ -93,6 +104,11 @@ class InnodbStatistics:
     def _rows(self, cur: Any, flavour: str) -> int:
         if flavour == MYSQL:
             cur.execute(self.health_steps["live_rows_mysql"])
-        cur.execute(self.health_steps["rows"], self.params)
+        if self.partition is None:
+            cur.execute(self.health_steps["rows"], self.params)
+        else:
+            cur.execute(
+                self.health_steps["partition_rows"], dict(self.params, partition=self.partition)
+            )
         row = cur.fetchone()
         return 0 if row is None or row[0] is None else int(row[0])

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from nsj_queue_lib.db import tally
 from nsj_queue_lib.db.dialect import check_claim_routine_version, claim_routine_name
+from nsj_queue_lib.db.mysql import retention
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_versions
 from nsj_queue_lib.db.mysql.errors import (
     ER_LOCK_DEADLOCK,
@@ -35,6 +36,8 @@ from nsj_queue_lib.db.mysql.errors import (
     wrap_driver_errors,
 )
 from nsj_queue_lib.db.mysql.family_store import LOST, NOT_RUNNING, MysqlFamilyStore
+from nsj_queue_lib.db.mysql.layout import FINISHED_DAY_NOW, HOT_DAY, HOT_PARTITION, hot_pin
+from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.mysql.names import database_of, lock_prefix, qualified_table, table_exists
 from nsj_queue_lib.db.mysql.procedure import Result, Statement, StatementFailed, call_procedure
 from nsj_queue_lib.db.mysql.rows import (
@@ -116,6 +119,8 @@ class MysqlQueueStore(MysqlFamilyStore):
 
     def bind(self, conn: Any) -> int:
         number = super().bind(conn)
+        if self.is_partitioned(conn):
+            self._use_partitioned_layout(conn)
         if self.claim_procedure is None:
             raise ClaimRoutineError(
                 f"QUEUE_TABLE: {self.queue_table}'s name is too long for its claim procedure "
@@ -131,6 +136,36 @@ class MysqlQueueStore(MysqlFamilyStore):
         # Either server family's variant (db_gen --server): MariaDB runs both.
         check_claim_routine_version(self.claim_procedure, found, claim_procedure_versions())
         return number
+
+    def is_partitioned(self, conn: Any) -> bool:
+        """Whether the queue table has the partitioned layout (db/mysql/layout.py)."""
+        schema, table = split_table_name(self.queue_table)
+        with wrap_driver_errors("layout"), conn.cursor() as cur:
+            cur.execute(self.sql["layout"]["sql"], {"schema": schema, "table": table})
+            return bool(cur.fetchone()[0])
+
+    def _use_partitioned_layout(self, conn: Any) -> None:
+        """The statements of unfinished rows pinned to the hot partition (pruned to it, not
+        probed in every partition); the settles set the partition key themselves; the
+        statistics service looks at the hot partition; retention drops days. Warns when the
+        days ahead run short."""
+        self.partitioned = True
+        self.sql = self._render_queries(
+            dict(
+                self._query_values,
+                lock_key_free=lock_key_free(self.queue_table, "t", "NOW(6)", HOT_DAY),
+                hot=hot_pin(),
+                hot_t=hot_pin("t"),
+                finished_day_set=f", finished_day = {FINISHED_DAY_NOW}",
+            )
+        )
+        self._statistics = InnodbStatistics(self.sql, self.queue_table, HOT_PARTITION)
+        retention.check_days_ahead(conn, self.sql["retention"], self.queue_table)
+
+    def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
+        if self.partitioned:
+            return retention.rotate(conn, self.sql["retention"], self.queue_table, max_age_days)
+        return super().purge_round(conn, max_age_days, limit)
 
     # -- claiming (the liveness lock in the database) --
 

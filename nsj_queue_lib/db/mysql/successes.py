@@ -17,14 +17,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from nsj_queue_lib.db.mysql.layout import FINISHED_DAY_NOW, hot_pin
 
-def success_sql(conn: Any, queue_table: str, written: Sequence[tuple[int, str]]) -> str:
+
+def success_sql(
+    conn: Any, queue_table: str, written: Sequence[tuple[int, str]], partitioned: bool = False
+) -> str:
     """'sucesso' and each task's mensagem for the tasks of ``written`` (ids with their
-    mensagem) still running."""
+    mensagem) still running. ``partitioned``: the rows are looked for in the hot partition
+    alone, and moved to today's (db/mysql/layout.py)."""
+    day, pin = (f", finished_day = {FINISHED_DAY_NOW}", hot_pin()) if partitioned else ("", "")
     return (
         f"UPDATE {queue_table} SET status = 'sucesso', "
-        f"mensagem = {mensagem_by_id(conn, written)}, finished_at = NOW(6) "
-        f"WHERE id IN ({id_list([task_id for task_id, _ in written])}) "
+        f"mensagem = {mensagem_by_id(conn, written)}, finished_at = NOW(6){day} "
+        f"WHERE {pin}id IN ({id_list([task_id for task_id, _ in written])}) "
         "AND status = 'processando'"
     )
 

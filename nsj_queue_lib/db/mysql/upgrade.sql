@@ -7,13 +7,15 @@
 -- Existing column types are left as they are.
 {server_check}
 
+{layout_check}
+
 {add_columns}
 
 -- Indexes whose columns changed since an earlier release (status left out:
 -- indexes.sql says why) are rebuilt in place, under their own names.
 {redefine_indexes}
 
-{add_indexes}
+{add_indexes}{day_trigger_upgrade}
 
 {subscriber_table_ddl}
 {add_subscriber_indexes}

@@ -6,6 +6,7 @@ A ``Backend`` is one fresh queue made by ``db_gen`` (the ``pg_queue`` or
 - ``postgres``: PostgresQueueStore; client connections are psycopg 3;
 - ``psycopg2``: the same, with psycopg2 client connections (client tests only);
 - ``mysql``: MysqlQueueStore on MariaDB, PyMySQL connections;
+- ``mysql-partitioned``: the same on a table of the partitioned layout;
 - ``singlestore``: SingleStoreQueueStore on MariaDB (SingleStore cannot run
   here; its store only uses SQL MariaDB shares), on the MySQL DDL's table.
 
@@ -52,10 +53,14 @@ MYSQL = pytest.param("mysql", id="mysql", marks=pytest.mark.mysql)
 SINGLESTORE = pytest.param("singlestore", id="singlestore", marks=pytest.mark.mysql)
 # PostgreSQL's partitioned layout (db/postgres/layout.py): every test of the plain one too.
 PARTITIONED = pytest.param("partitioned", id="partitioned")
+# MariaDB's partitioned layout (db/mysql/layout.py), the same way.
+MYSQL_PARTITIONED = pytest.param(
+    "mysql-partitioned", id="mysql-partitioned", marks=pytest.mark.mysql
+)
 # Stores with session locks (claim, complete_and_claim, liveness and service locks).
-LOCKING = [POSTGRES, PARTITIONED, MYSQL]
+LOCKING = [POSTGRES, PARTITIONED, MYSQL, MYSQL_PARTITIONED]
 # Every store: what the socket-server path and the maintenance services use.
-EVERY_STORE = [POSTGRES, PARTITIONED, MYSQL, SINGLESTORE]
+EVERY_STORE = [POSTGRES, PARTITIONED, MYSQL, MYSQL_PARTITIONED, SINGLESTORE]
 # Every way a caller's connection reaches a store (QueueClient).
 CLIENT_PATHS = [POSTGRES, PSYCOPG2, MYSQL, SINGLESTORE]
 
@@ -66,6 +71,7 @@ _DB_DRIVERS = dict(
     mysql="MYSQL",
     singlestore="SINGLE_STORE",
 )
+_DB_DRIVERS["mysql-partitioned"] = "MYSQL"
 POSTGRES_KINDS = ("postgres", "psycopg2", "partitioned")
 _BOOLEAN_COLUMNS = ("reenfileirado", "estouro_tentativas", "pub_sub", "dead", "ativo")
 
@@ -177,6 +183,22 @@ class Backend:
         self.store: Any = self.driver.store()
         self.store.bind(self.admin)
         self._enqueuer: Any = None
+
+    @property
+    def hot(self) -> str:
+        """What pins a statement by id to the unfinished rows' partition on MariaDB's
+        partitioned layout, as this library's statements are pinned: unpinned, an update by
+        id is a range of the primary key (id, finished_day), whose gap locks hold up the
+        inserts that follow (docs/internals/storage.md)."""
+        return "finished_day = 1 AND " if self.kind == "mysql-partitioned" else ""
+
+    def where_id(self, task_id: int) -> str:
+        """``id = <task_id>``, and on MariaDB's partitioned layout the row's partition key
+        too: a unique look-up, which locks the row alone (``hot`` says why)."""
+        if self.kind != "mysql-partitioned":
+            return f"id = {int(task_id)}"
+        sql = f"SELECT finished_day FROM {self.table} WHERE id = %s"
+        return f"id = {int(task_id)} AND finished_day = {int(self.value(sql, (task_id,)))}"
 
     @property
     def table(self) -> str:

@@ -58,7 +58,10 @@ def backend(request):
         admin = request.getfixturevalue("pg_admin")
         connect_args = request.getfixturevalue("pg_dsn")
     else:
-        queue = request.getfixturevalue("mysql_queue")
+        fixture = (
+            "mysql_partitioned_queue" if request.param == "mysql-partitioned" else "mysql_queue"
+        )
+        queue = request.getfixturevalue(fixture)
         admin = request.getfixturevalue("mysql_admin")
         connect_args = request.getfixturevalue("mysql_kwargs")
     # Set up after the queue, so torn down before it: an open transaction

@@ -45,7 +45,11 @@ def test_a_head_committed_between_two_claims_never_runs_beside_the_running_task(
     [first] = [backend.enqueue(lock_key="k", chave_externa="first")]
     holder = backend.client_conn()
     # A: the claim of the key's head, not committed yet.
-    execute(holder, f"UPDATE {backend.table} SET status = 'processando' WHERE id = %s", (first,))
+    execute(
+        holder,
+        f"UPDATE {backend.table} SET status = 'processando' WHERE {backend.hot}id = %s",
+        (first,),
+    )
     # The key's new head, committed while A's claim is open.
     head = backend.enqueue(lock_key="k", chave_externa="head", prioridade=90)
 

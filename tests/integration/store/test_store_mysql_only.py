@@ -35,10 +35,10 @@ from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import PROCESSANDO
 from nsj_queue_lib.settings import MAX_BATCH_SIZE
 from tests.helpers import mysql_queue as mysql_helpers
-from tests.integration.store.backends import MYSQL, TASK, UTC, execute, on, value
+from tests.integration.store.backends import MYSQL, MYSQL_PARTITIONED, TASK, UTC, execute, on, value
 from tests.integration.store.test_store_claim import HOSTILE_PAYLOADS, enqueue_hostile_payloads
 
-pytestmark = on(MYSQL)
+pytestmark = on(MYSQL, MYSQL_PARTITIONED)
 
 DEADLOCK = "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found (test)'"
 
@@ -459,10 +459,11 @@ def test_a_deadlock_while_completing_puts_the_task_back(backend, store, worker, 
     backend.set_status("sucesso", other_id)  # keep the second row out of the claim
     store.claim(worker)
     # The handler's work: it locks the other row.
-    execute(worker, f"UPDATE {backend.table} SET mensagem = 'handler' WHERE id = %s", (other_id,))
+    other, task = backend.where_id(other_id), backend.where_id(task_id)
+    execute(worker, f"UPDATE {backend.table} SET mensagem = 'handler' WHERE {other}")
     rival = backend.client_conn()
     # A heavier transaction (more rows changed), so InnoDB picks the handler as the victim.
-    execute(rival, f"UPDATE {backend.table} SET mensagem = 'rival' WHERE id = %s", (task_id,))
+    execute(rival, f"UPDATE {backend.table} SET mensagem = 'rival' WHERE {task}")
     execute(
         rival,
         f"INSERT INTO {backend.table} (processo, status) VALUES "
@@ -472,9 +473,7 @@ def test_a_deadlock_while_completing_puts_the_task_back(backend, store, worker, 
 
     def rival_waits() -> None:
         try:
-            execute(
-                rival, f"UPDATE {backend.table} SET mensagem = 'rival' WHERE id = %s", (other_id,)
-            )
+            execute(rival, f"UPDATE {backend.table} SET mensagem = 'rival' WHERE {other}")
             rival.commit()
         except BaseException as exc:  # the test asserts none were collected
             errors.append(exc)

@@ -1,0 +1,100 @@
+"""The MySQL/MariaDB queue table's layouts: what db_gen renders differently for each.
+
+``plain``: one table holds every attempt until the purge service deletes it.
+``partitioned`` (docs/internals/storage.md, design (c2)): the queue's name is a table
+partitioned by RANGE on ``finished_day``: the unfinished attempts (key 1) in partition
+``p_hot``, and each day's finished attempts (key: the UTC day they ended, as days since
+1970-01-01) in partition ``p<day>``, which retention drops whole. No MAXVALUE partition:
+a settle on a day without its partition fails, so the purge service keeps days ahead.
+
+The same shape as PostgreSQL's (db/postgres/layout.py), in MySQL's terms: the primary key
+and every unique index hold the partition key (MySQL refuses them otherwise), and the
+unique indexes of unfinished keys still mean "one per key among unfinished tasks",
+because every unfinished attempt has key 1 and a finished one's indexed value is NULL.
+"""
+
+from __future__ import annotations
+
+from nsj_queue_lib.db.sql_files import read_sql, render
+
+# As PostgreSQL's (db/postgres/layout.py): a dialect imports no other.
+LAYOUTS = ("plain", "partitioned")
+# The key of the hot partition: every unfinished attempt.
+HOT_DAY = 1
+# Day partitions db_gen creates ahead (the purge service keeps as many ahead).
+DAYS_AHEAD = 14
+
+# The partition of the unfinished attempts: every key below 2.
+HOT_PARTITION = "p_hot"
+# The UTC day of now, as days since 1970-01-01, whatever the session's time zone
+# (UNIX_TIMESTAMP reads a time in it). NOW(6) is the statement's start, as finished_at's.
+FINISHED_DAY_NOW = "UNIX_TIMESTAMP(NOW(6)) DIV 86400"
+
+_PARTITION_KEY = """,
+    -- The partition key (docs/internals/storage.md): 1 while the attempt is
+    -- unfinished, then the UTC day it ended, as days since 1970-01-01.
+    finished_day integer NOT NULL DEFAULT 1,
+    PRIMARY KEY (id, finished_day)"""
+_PARTITION_BY = f"\nPARTITION BY RANGE (finished_day) (PARTITION {HOT_PARTITION} VALUES LESS THAN ({HOT_DAY + 1}))"
+
+
+def day_partition(day: int) -> str:
+    """``p<day>``: the partition of the attempts that ended on ``day``."""
+    return f"p{int(day)}"
+
+
+def hot_pin(alias: str | None = None) -> str:
+    """The condition that prunes a statement of unfinished rows to ``p_hot``."""
+    column = "finished_day" if alias is None else f"{alias}.finished_day"
+    return f"{column} = {HOT_DAY} AND "
+
+
+def layout_values(partitioned: bool, values: dict[str, str]) -> dict[str, str]:
+    """The templates' layout placeholders: empty for the plain layout; for the partitioned
+    one the table's shape, its partitions and trigger, the pins of the claim procedures'
+    statements to the hot partition (``hot_<alias>``) and the settle's own key
+    (``finished_day_set``: the trigger then changes nothing)."""
+    aliases = ("t",)
+    if not partitioned:
+        return dict(
+            id_column="id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY",
+            partition_key="",
+            partition_by="",
+            partitions="",
+            day_trigger_upgrade="",
+            with_day="",
+            hot="",
+            finished_day_set="",
+            layout_check=_layout_check(values, partitioned),
+            **{f"hot_{alias}": "" for alias in aliases},
+        )
+    day_values = dict(values, days_ahead=str(DAYS_AHEAD))
+    trigger = render(read_sql("mysql", "day_trigger.sql"), values).strip()
+    return dict(
+        id_column="id bigint NOT NULL AUTO_INCREMENT",
+        partition_key=_PARTITION_KEY,
+        partition_by=_PARTITION_BY,
+        partitions="\n"
+        + render(read_sql("mysql", "partitions.sql"), day_values).strip()
+        + "\n\n"
+        + trigger
+        + "\n",
+        # db_gen --upgrade builds the trigger again (this release's).
+        day_trigger_upgrade=f"\n\nDROP TRIGGER IF EXISTS {values['day_trigger']};\n{trigger}",
+        with_day=", finished_day",
+        hot=hot_pin(),
+        finished_day_set=f", finished_day = {FINISHED_DAY_NOW}",
+        layout_check=_layout_check(values, partitioned),
+        **{f"hot_{alias}": hot_pin(alias) for alias in aliases},
+    )
+
+
+def _layout_check(values: dict[str, str], partitioned: bool) -> str:
+    """An upgrade for the other layout stops before it changes anything."""
+    check = dict(
+        values,
+        other="plain" if partitioned else "partitioned",
+        flag="" if partitioned else " --layout partitioned",
+        test="= 0" if partitioned else "> 0",
+    )
+    return render(read_sql("mysql", "layout_check.sql"), check).strip()

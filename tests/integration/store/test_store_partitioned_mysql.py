@@ -1,0 +1,198 @@
+"""The partitioned layout of a MariaDB queue table (db/mysql/layout.py,
+docs/internals/storage.md): where attempts live, and retention by day.
+
+The store conformance suite runs on this layout too (the ``mysql-partitioned`` backend);
+these are the layout's own promises.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nsj_queue_lib import model
+from nsj_queue_lib.db.mysql import retention
+from nsj_queue_lib.db.mysql.layout import DAYS_AHEAD
+from tests.integration.store.backends import MYSQL_PARTITIONED, on
+
+pytestmark = on(MYSQL_PARTITIONED)
+
+
+def partition_of(backend, task_id: int) -> str:
+    """The partition holding ``task_id``: the one whose rows include it."""
+    for name in partitions(backend):
+        found = backend.value(
+            f"SELECT count(*) FROM {backend.table} PARTITION ({name}) WHERE id = %s", (task_id,)
+        )
+        if found:
+            return name
+    raise AssertionError(f"task {task_id} is in no partition")
+
+
+def partitions(backend) -> list[str]:
+    rows = backend.admin.cursor()
+    rows.execute(
+        "SELECT PARTITION_NAME FROM information_schema.PARTITIONS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY PARTITION_ORDINAL_POSITION",
+        (backend.queue.database, backend.queue.name),
+    )
+    return [name for (name,) in rows.fetchall()]
+
+
+def today(backend) -> int:
+    return int(backend.value("SELECT UNIX_TIMESTAMP() DIV 86400"))
+
+
+def day_partitions(backend, worker) -> dict[int, tuple[str, int]]:
+    return retention.days(worker, backend.store.sql["retention"], backend.table)
+
+
+def test_the_store_finds_the_layout_at_bind(backend, store):
+    assert store.partitioned
+    assert "finished_day = 1 AND" in store.sql["fail_final"]["sql"]
+    assert partitions(backend)[0] == "p_hot"
+
+
+def test_unfinished_attempts_are_hot_and_finished_ones_move_to_their_day(backend, store, worker):
+    done, failed, waiting = backend.enqueue({}, {}, {})
+    assert {partition_of(backend, t) for t in (done, failed, waiting)} == {"p_hot"}
+    assert backend.claim(worker).id == done
+    assert partition_of(backend, done) == "p_hot"  # running: still unfinished
+    assert store.complete_if_running(worker, done, "ok")
+    store.commit(worker)
+    day = f"p{today(backend)}"
+    assert partition_of(backend, done) == day
+    task = backend.claim(worker)
+    store.rollback(worker)
+    store.begin(worker)
+    retry = store.fail_and_retry(worker, task.id, model.FALHA, "boom", 60.0)
+    store.commit(worker)
+    assert partition_of(backend, failed) == day and partition_of(backend, retry) == "p_hot"
+    assert partition_of(backend, waiting) == "p_hot"
+    assert backend.row(done)["finished_day"] == today(backend)
+
+
+def test_the_claim_procedures_completion_moves_the_row(backend, store, worker):
+    first, second = backend.enqueue({}, {})
+    claimed = store.claim(worker)
+    assert claimed is not None and claimed.task.id == first
+    following = store.complete_and_claim(worker, first, "ok", claim_next=True)
+    assert following is not None and following.task.id == second
+    assert partition_of(backend, first) == f"p{today(backend)}"
+    assert partition_of(backend, second) == "p_hot"
+
+
+def test_a_1_2_2_workers_update_moves_the_row_too(backend):
+    """1.2.2's workers write status by id and know nothing of finished_day: the trigger
+    keeps the key in step with the status, both ways."""
+    task_id = backend.enqueue()
+    backend.execute(f"UPDATE {backend.table} SET status = 'sucesso' WHERE id = %s", (task_id,))
+    assert partition_of(backend, task_id) == f"p{today(backend)}"
+    backend.execute(f"UPDATE {backend.table} SET status = 'pendente' WHERE id = %s", (task_id,))
+    assert partition_of(backend, task_id) == "p_hot"
+
+
+def test_dedupe_keys_stay_unique_among_unfinished_tasks(backend, client, conn, store, worker):
+    first = client.insert_task(**_task(), dedupe_key="d")
+    conn.commit()
+    assert client.insert_task(**_task(), dedupe_key="d") == first  # the holder's id
+    conn.commit()
+    assert backend.claim(worker).id == first
+    assert store.complete_if_running(worker, first, "ok")
+    store.commit(worker)
+    again = client.insert_task(**_task(), dedupe_key="d")  # the holder finished: a new task
+    conn.commit()
+    assert again != first and backend.count("dedupe_key = 'd'") == 2
+
+
+def _task() -> dict[str, str]:
+    return dict(origem="o", destino="d", processo="p", chave_externa="c", payload="x")
+
+
+def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store, worker):
+    now = today(backend)
+    old_day = now - 40
+    # The first day partition of a table made 40 days ago (days are added at the end
+    # only: the oldest day is split in two).
+    backend.execute(
+        f"ALTER TABLE {backend.table} REORGANIZE PARTITION p{now - 1} INTO ("
+        f"PARTITION p{old_day} VALUES LESS THAN ({old_day + 1}), "
+        f"PARTITION p{now - 1} VALUES LESS THAN ({now}))"
+    )
+    first = backend.enqueue(payload="the first attempt's payload")
+    backend.execute(
+        f"UPDATE {backend.table} SET status = 'falha', finished_day = %s WHERE id = %s",
+        (old_day, first),
+    )
+    retry = backend.enqueue(payload=None)
+    backend.execute(
+        f"UPDATE {backend.table} SET status = 'agendada', id_inicial = %s WHERE id = %s",
+        (first, retry),
+    )
+    last = max(day_partitions(backend, worker))
+    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION p{last}")  # a day missing ahead
+    backend.execute(f"ALTER TABLE {backend.table} ANALYZE PARTITION p{old_day}")
+
+    dropped = store.purge_round(worker, 30, 1000)
+
+    days = day_partitions(backend, worker)
+    assert old_day not in days and backend.row(first) is None
+    assert set(range(now - 1, now + DAYS_AHEAD + 1)) <= set(days)
+    assert dropped == 1 and not backend.in_transaction(worker)
+    # The waiting retry kept the payload its first attempt took away.
+    assert backend.row(retry)["payload"] == "the first attempt's payload"
+    # Within QUEUE_PURGE_MAX_AGE nothing goes: the next run drops nothing.
+    assert store.purge_round(worker, 30, 1000) == 0
+    assert set(day_partitions(backend, worker)) == set(days)
+
+
+def test_retention_gives_up_quickly_while_a_transaction_holds_the_table(backend, store, worker):
+    """ADD PARTITION waits for the metadata lock of an open transaction that wrote a row:
+    a short wait, tried again, then the error; the workers' statements are not held up
+    for long, and the next run adds the day."""
+    last = max(day_partitions(backend, worker))
+    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION p{last}")
+    holder = backend.client_conn()
+    backend.client(holder).insert_task(**_task())  # open: its metadata lock stays
+    with pytest.raises(Exception, match="Lock wait timeout"):
+        store.purge_round(worker, 30, 1000)
+    holder.rollback()
+    store.purge_round(worker, 30, 1000)
+    assert last in day_partitions(backend, worker)
+    assert int(backend.value("SELECT @@SESSION.lock_wait_timeout")) > retention.LOCK_WAIT_SECONDS
+
+
+def test_the_statistics_service_analyzes_the_hot_partition(backend, store, worker):
+    # InnoDB would recalculate a small table's statistics itself, and reset the count.
+    backend.execute(f"ALTER TABLE {backend.table} STATS_AUTO_RECALC = 0")
+    store.analyze(worker)
+    ids = backend.enqueue(*[{} for _ in range(20)])
+    health = store.table_health(worker)
+    assert health.may_maintain and health.changed_since_analyze >= len(ids), health
+    store.analyze(worker)
+    assert store.table_health(worker).changed_since_analyze == 0
+
+
+def test_workers_claim_and_settle_concurrently(backend, store):
+    """Several executors drain the queue; every task is settled once, in today's day."""
+    ids = backend.enqueue(*[{} for _ in range(60)])
+    errors: list[BaseException] = []
+
+    def drain() -> None:
+        conn = backend.worker()
+        try:
+            claimed = store.claim(conn)
+            while claimed is not None:
+                claimed = store.complete_and_claim(conn, claimed.task.id, "ok", claim_next=True)
+        except BaseException as exc:  # read below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert backend.count("status = 'sucesso'") == len(ids)
+    assert backend.value(f"SELECT count(*) FROM {backend.table} PARTITION (p_hot)") == 0
