@@ -76,6 +76,18 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'max_retry') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN max_retry integer', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'timeout_s') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN timeout_s double', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'next_try_priority') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN next_try_priority integer', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'dedupe_active') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN (''pendente'', ''agendada'', ''processando'') THEN dedupe_key END) VIRTUAL', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
@@ -319,7 +331,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 7bb1273173198718'
+    COMMENT 'nsj_queue_lib claim 03da09f031ed9807'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -433,7 +445,7 @@ BEGIN
                            GET_LOCK(CONCAT(p_lock_prefix, t.id), 0) AS locked,
                            (@nsjq_claimed_chunk := IF(@nsjq_claimed_rows IS NULL, NULL,
                                                       CONCAT(@nsjq_claimed_chunk, ',',
-                                                             JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, 1)))) IS NULL
+                                                             JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, 1)))) IS NULL
                                OR (LENGTH(@nsjq_claimed_chunk) > 32768
                                    AND ((@nsjq_claimed_rows := IF(LENGTH(@nsjq_claimed_rows) > 98304, NULL,
                                                                   CONCAT(@nsjq_claimed_rows, @nsjq_claimed_chunk))) IS NULL
@@ -489,7 +501,7 @@ BEGIN
                         @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
                 END;
                 SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context),
+                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority),
                        t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -505,7 +517,7 @@ BEGIN
             END;
         ELSEIF v_lookup_failed THEN
             SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context),
+                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority),
                    t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -586,7 +598,7 @@ BEGIN
             -- statement reading that stretch of the primary key costs the
             -- server less than building, parsing and planning one with the
             -- ids in it; FIND_IN_SET keeps the batch's rows only.
-            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context,
+            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority,
                               IF(v_locked = v_count, 1,
                                  IS_USED_LOCK(CONCAT(p_lock_prefix, t.id)) <=> CONNECTION_ID())) AS task_row
             FROM public.fila_teste AS t
@@ -596,7 +608,7 @@ BEGIN
             ORDER BY t.prioridade DESC, t.data_hora, t.id;
         ELSE
             EXECUTE IMMEDIATE CONCAT(
-                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, ',
+                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, ',
                 IF(v_locked = v_count, '1',
                    CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
                 ') AS task_row FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
@@ -668,7 +680,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 36770d197c37316c'
+    COMMENT 'nsj_queue_lib limited claim cb13e62eafed1878'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -709,7 +721,7 @@ BEGIN
         END IF;
         claim: LOOP
             SET v_attempt = v_attempt + 1, v_claimed = NULL, v_keys_lost = FALSE;
-            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context)
+            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority)
             INTO v_claimed, v_first_attempt, v_task
             FROM public.fila_teste AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)

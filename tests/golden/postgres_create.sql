@@ -46,7 +46,12 @@ CREATE TABLE public.fila_teste (
     worker varchar(200),
     -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
     -- NULL without OpenTelemetry. Carried by retries and dead letters.
-    trace_context varchar(512)
+    trace_context varchar(512),
+    -- The task's own overrides, given at enqueue (docs/fleet-control.md): NULL means
+    -- the @Task option, else the queue's default. Carried by retries.
+    max_retry integer,
+    timeout_s double precision,
+    next_try_priority integer
 );
 
 -- Autovacuum of the queue table by fixed counts of rows instead of a fraction

@@ -24,6 +24,9 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS started_at timestamp with
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS worker varchar(200);
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS trace_context varchar(512);
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS max_retry integer;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS timeout_s double precision;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS next_try_priority integer;
 
 -- Autovacuum of the queue table by fixed counts of rows instead of a fraction
 -- of the table. Autovacuum's defaults wait for a fifth of the table's rows to

@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim ab7d88b7b3bff90f",
-        "mysql": "nsj_queue_lib claim 7bb1273173198718",
+        "mysql": "nsj_queue_lib claim 03da09f031ed9807",
     },
 }
 

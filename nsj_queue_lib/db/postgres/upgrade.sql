@@ -18,6 +18,9 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS started_at timestamp with time zone
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS worker varchar(200);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context varchar(512);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS max_retry integer;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS timeout_s double precision;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS next_try_priority integer;
 
 {autovacuum}
 
