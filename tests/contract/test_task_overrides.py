@@ -17,16 +17,6 @@ from tests.helpers.processes import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
-WITH_OVERRIDES = pytest.mark.parametrize(
-    "backend",
-    [
-        "postgres",
-        "postgres-via-server",
-        pytest.param("mysql", marks=pytest.mark.mysql),
-        pytest.param("singlestore-via-server", marks=pytest.mark.mysql),
-    ],
-    indirect=True,
-)
 
 
 def attempts(backend, task_id: int) -> list[dict]:
@@ -51,7 +41,6 @@ def failing_worker(backend) -> WorkerBase:
     )
 
 
-@WITH_OVERRIDES
 @pytest.mark.parametrize("bulk", [False, True], ids=["insert_task", "insert_tasks"])
 def test_max_retry_and_next_try_priority_win_over_task_and_queue_defaults(backend, bulk):
     worker = backend.run(failing_worker(backend))
@@ -87,7 +76,6 @@ def test_max_retry_and_next_try_priority_win_over_task_and_queue_defaults(backen
     assert {r["max_retry"] for r in attempts(backend, plain_queue)} == {None}
 
 
-@WITH_OVERRIDES
 def test_timeout_s_at_enqueue_wins_over_the_task_option(backend):
     class Timed(WorkerBase):
         @Task("lento", timeout_s=60, retry_base_s=0.1)
