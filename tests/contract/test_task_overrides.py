@@ -18,7 +18,6 @@ from tests.helpers.processes import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 
-
 def attempts(backend, task_id: int) -> list[dict]:
     return backend.rows("(id = %s OR id_inicial = %s) AND NOT dead", (task_id, task_id))
 
