@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime
 import functools
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
+from nsj_queue_lib.db.pause_store import PauseStore
 from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
@@ -254,6 +256,27 @@ class QueueClient:
                 "only a task that ran out of attempts can be retried"
             )
         return new_id
+
+    # -- fleet control (docs/fleet-control.md) --
+
+    def pause(self, processo: str | None = None, until: datetime.datetime | None = None) -> None:
+        """Pause the whole queue, or one ``processo``, across every worker: from the
+        commit of the caller's transaction on, no task it holds is claimed (running tasks
+        finish). ``until`` (a timezone-aware datetime) ends the pause by itself; pausing
+        again replaces it. Not on SingleStore (``NotImplementedError``)."""
+        PauseStore(self._conn, self.queue_table).pause(
+            self._conn, processo, until, by=f"client pid {os.getpid()}"
+        )
+
+    def resume(self, processo: str | None = None) -> bool:
+        """End the pause of the whole queue (or of ``processo``) at the commit of the
+        caller's transaction, waking the workers; whether there was one."""
+        return PauseStore(self._conn, self.queue_table).resume(self._conn, processo)
+
+    def paused(self) -> list[dict[str, Any]]:
+        """The pauses in force: ``{"processo": None | str, "until": None | ISO 8601}``,
+        the whole queue's (``processo`` None) first."""
+        return [p.as_dict() for p in PauseStore(self._conn, self.queue_table).paused(self._conn)]
 
 
 CANCEL_ATTEMPTS = 5

@@ -18,6 +18,7 @@ from nsj_queue_lib.db.driver import Driver
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.notify.checked import DEAF_REASON
+from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
 
 MESSAGE_WIDTH = 60
@@ -114,6 +115,7 @@ def status(args: argparse.Namespace, config: Config) -> int:
         workers = _live_workers(session)
         dialect = session.driver.name
         wakeups = _wakeups(session.driver)
+        pauses = _pauses(session, config)
     processos, total = _summaries(rows)
     unhandled = _unhandled(processos, workers or [])
     if args.json:
@@ -127,17 +129,40 @@ def status(args: argparse.Namespace, config: Config) -> int:
                 "running": running,
                 "workers": workers,
                 "unhandled_processos": unhandled,
+                "paused": pauses,
             }
         )
         return EXIT_OK
     reason = f" ({wakeups['reason']})" if "reason" in wakeups else ""
     write(
         f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n"
-        f"{_workers_lines(workers, unhandled)}\n\n"
+        f"{_workers_lines(workers, unhandled)}\n{_pause_lines(pauses)}\n"
         f"{_summary_table(processos, total)}"
     )
     _write_running(running, args.limit)
     return EXIT_OK
+
+
+def _pauses(session: Any, config: Config) -> list[dict[str, Any]] | None:
+    """The pauses in force (QueueClient.paused); None where there are none to read
+    (SingleStore, or a table db_gen --upgrade has not reached)."""
+    try:
+        return QueueClient(session.conn, config.queue_table).paused()
+    except (NotImplementedError, DatabaseError):
+        rollback = getattr(session.conn, "rollback", None)
+        if rollback is not None:
+            rollback()
+        return None
+
+
+def _pause_lines(pauses: list[dict[str, Any]] | None) -> str:
+    """``paused: ...`` for each pause in force (one line each), or nothing."""
+    lines = []
+    for pause in pauses or ():
+        what = "the whole queue" if pause["processo"] is None else f"processo {pause['processo']}"
+        until = f" until {pause['until']}" if pause["until"] else " until resumed"
+        lines.append(f"PAUSED: {what}{until}\n")
+    return "".join(lines)
 
 
 def _summary_table(processos: list[dict[str, Any]], total: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nsj_queue_lib.db import pause_conditions
 from nsj_queue_lib.db.conditions import lock_key_free
 from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
@@ -73,6 +74,8 @@ def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: 
         limits_table=limits_table,
         open=dialect.open_windows,
         handled=dialect.handled_processos,
+        # Neither a pause-only row nor a paused processo or queue (db/pause_conditions.py).
+        startable=pause_conditions.startable("l", limits_table, dialect.now),
         capped=_CAPPED.format(table=table),
         ready=_READY.format(table=table, now=dialect.now, lock_key_free=free),
     )

@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim ab7d88b7b3bff90f",
-        "mysql": "nsj_queue_lib claim 03da09f031ed9807",
+        "postgres": "nsj_queue_lib claim a4a62f6bac998726",
+        "mysql": "nsj_queue_lib claim 8ae3234f6690649b",
     },
 }
 

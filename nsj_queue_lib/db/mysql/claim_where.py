@@ -32,6 +32,6 @@ def claim_where(table: str, limits_table: str, after_position: bool) -> str:
     conditions += [
         lock_key_free(table, "t", now),
         deliverable("t", "p_handled_subscribers", "p_handled_processos"),
-        limits_free(limits_table, "t"),
+        limits_free(limits_table, "t", now),
     ]
     return "\n      AND ".join(conditions)

@@ -29,6 +29,7 @@ STATES = (
     " WHERE (l.time_windows IS NULL"
     " OR JSON_CONTAINS({open}, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows)))))"
     " AND ({handled} IS NULL OR JSON_CONTAINS({handled}, JSON_QUOTE(l.processo)))"
+    " AND {startable}"
     " AND {ready}"
 )
 

@@ -40,6 +40,7 @@ STATES = (
     " WHERE (l.time_windows IS NULL"
     " OR md5(l.processo || chr(10) || l.time_windows) = ANY({open}))"
     " AND ({handled} IS NULL OR l.processo = ANY({handled}))"
+    " AND {startable}"
     " AND {ready}"
 )
 

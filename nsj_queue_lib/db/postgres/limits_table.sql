@@ -13,5 +13,9 @@ CREATE TABLE {if_not_exists}{limits_table} (
     next_start_at timestamp with time zone,
     rate_tat timestamp with time zone,
     declared_by varchar(200),
-    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
+    -- A pause (docs/fleet-control.md): no task of the processo ('' : of the
+    -- queue) starts while paused, until paused_until (NULL: until resumed).
+    paused boolean NOT NULL DEFAULT false,
+    paused_until timestamp with time zone
 );

@@ -132,7 +132,7 @@ LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
 
 -- name: next_due
--- Seconds until the next waiting row becomes ready, by the database's clock
+-- Seconds until the next waiting row becomes ready (or a pause ends), by the database's clock
 -- (NULL when none is waiting). A retry ('agendada') already due gives a
 -- negative number: it must be promoted now. Each MIN reads one index entry:
 -- the instant is a sub-select (computed once, before the scan), because
@@ -142,7 +142,11 @@ LEFT JOIN {queue_table} AS first_attempt
 SELECT extract(epoch FROM least(
     (SELECT min(data_hora) FROM {queue_table} WHERE {hot}status = 'agendada'),
     (SELECT min(data_hora) FROM {queue_table}
-      WHERE {hot}status = 'pendente' AND data_hora > (SELECT clock_timestamp()))
+      WHERE {hot}status = 'pendente' AND data_hora > (SELECT clock_timestamp())),
+    -- The end of a pause with until= (db/pause_conditions.py): its tasks become claimable
+    -- then, with no insert to wake the workers.
+    (SELECT min(paused_until) FROM {limits_table}
+      WHERE paused AND paused_until > (SELECT clock_timestamp()))
 ) - clock_timestamp())::float8 AS seconds
 
 -- name: unlock_task

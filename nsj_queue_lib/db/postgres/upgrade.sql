@@ -71,6 +71,8 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 {periodic_table_ddl}
 {workers_table_ddl}
 {limits_table_ddl}
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS paused_until timestamp with time zone;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's

@@ -1,0 +1,34 @@
+-- Pause and resume (docs/fleet-control.md, nsj_queue_lib/fleet/pause.py): a
+-- pause is a row of the limits table, the processo's own (or '' for the whole
+-- queue), with paused = true until paused_until (NULL: until resumed). The
+-- claims read it with the limits (db/conditions.py, db/postgres/claim_sets.py).
+
+-- name: pause
+INSERT INTO {limits_table} (processo, paused, paused_until, declared_by)
+VALUES (%(processo)s, true, to_timestamp(0) + %(until_us)s::bigint * interval '1 microsecond', %(by)s)
+ON CONFLICT (processo) DO UPDATE
+SET paused = true, paused_until = EXCLUDED.paused_until
+
+-- name: resume
+UPDATE {limits_table} SET paused = false, paused_until = NULL
+WHERE processo = %(processo)s AND paused
+
+-- name: forget
+-- A pause row without limits is gone once resumed (or expired): the limits
+-- table keeps the rows of limited processos only.
+DELETE FROM {limits_table}
+WHERE processo = %(processo)s AND NOT paused
+  AND max_concurrent IS NULL AND rate_count IS NULL AND interval_min_s IS NULL
+  AND time_windows IS NULL
+
+-- name: paused
+-- The pauses in force, the whole queue's ('') first.
+SELECT processo, (extract(epoch FROM paused_until) * 1000000)::bigint AS until_us,
+       paused_until IS NOT NULL AND paused_until <= clock_timestamp() AS expired
+FROM {limits_table}
+WHERE paused
+ORDER BY processo
+
+-- name: wake
+-- A resume wakes the queue's workers at commit (the insert trigger's channel).
+SELECT pg_notify(%(channel)s, '')
