@@ -224,4 +224,19 @@ class _DepthCollector:
             labels=("queue",),
         )
         taken.add_metric((self.queue,), sample.taken_at)
-        yield from (tasks, oldest, taken)
+        paused = GaugeMetricFamily(
+            "nsjq_queue_paused",
+            "1 per pause in force (processo '': the whole queue; sampled with the depth)",
+            labels=("queue", "processo"),
+        )
+        paused_until = GaugeMetricFamily(
+            "nsjq_queue_paused_until_timestamp_seconds",
+            "When a pause given an until ends by itself (Unix time; sampled)",
+            labels=("queue", "processo"),
+        )
+        for pause in sample.pauses:
+            labels = (self.queue, pause.processo or "")
+            paused.add_metric(labels, 1)
+            if pause.until is not None:
+                paused_until.add_metric(labels, pause.until.timestamp())
+        yield from (tasks, oldest, taken, paused, paused_until)

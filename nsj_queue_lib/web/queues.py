@@ -56,6 +56,26 @@ class Queue:
         with self._connections.transaction() as conn:
             return QueueClient(conn, self.table).retry_task(task_id)
 
+    def pause(self, processo: str | None, until: datetime.datetime | None) -> None:
+        """``QueueClient.pause``: the whole queue (or ``processo``), across every worker."""
+        with self._connections.transaction() as conn:
+            QueueClient(conn, self.table).pause(processo, until)
+
+    def resume(self, processo: str | None) -> bool:
+        """``QueueClient.resume``; whether there was a pause."""
+        with self._connections.transaction() as conn:
+            return QueueClient(conn, self.table).resume(processo)
+
+    def paused(self) -> list[dict[str, Any]] | None:
+        """``QueueClient.paused``; None where pauses cannot be read (SingleStore, or a
+        limits table db_gen --upgrade has not reached). Its own transaction, as
+        ``_live_workers``."""
+        try:
+            with self._connections.transaction() as conn:
+                return QueueClient(conn, self.table).paused()
+        except (DatabaseError, NotImplementedError):
+            return None
+
     def task(self, task_id: int) -> dict[str, Any]:
         """The task (``get_task``'s view), its attempts and its payload; ``NotFoundError``."""
         with self._connections.transaction() as conn:
@@ -97,7 +117,7 @@ class Queue:
             recent = self._inspection.recent(conn)
             running = self._inspection.running_by_worker(conn)
         workers = worker_rows(self._live_workers(), running)
-        return queue_stats(self.table, depth, recent, workers)
+        return dict(queue_stats(self.table, depth, recent, workers), paused=self.paused())
 
     def _live_workers(self) -> list[dict[str, Any]] | None:
         """The workers seen within STALE_SECONDS; None without a workers table (a schema
