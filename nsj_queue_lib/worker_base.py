@@ -235,6 +235,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             handled_processos=self.handled_processos(),
             limits=checked_limits(registry),
             handled=frozenset(registry.methods),
+            breakers=registry.breakers(),
         )
         return self._runtime
 

@@ -61,7 +61,14 @@ _CAPPED = (
 )
 _READY = (
     "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
-    " AND t.data_hora <= {now} AND {lock_key_free})"
+    " AND t.data_hora <= {now} AND {lock_key_free}"
+    " AND NOT (t.dead AND l.breaker_open))"
+)
+# An open circuit breaker's trial is a task of the processo's handler: its dead letters
+# (execute_dead's) wait until the breaker closes (fleet/breakers.py).
+_TRIAL_CANDIDATE = (
+    "NOT (t.dead AND EXISTS (SELECT 1 FROM {limits_table} AS b"
+    " WHERE b.processo = t.processo AND b.breaker_open))"
 )
 
 
@@ -89,6 +96,7 @@ def _values(dialect: LimitsDialect, table: str, limits_table: str) -> dict[str, 
         "limits_table": limits_table,
         "limited_states": limited_states(dialect, table, limits_table, free),
         "lock_key_free": free,
+        "trial_candidate": _TRIAL_CANDIDATE.format(limits_table=limits_table),
         "catch_up": repr(RATE_CATCH_UP),
         "cap_recheck": repr(CAP_RECHECK_SECONDS),
         "attempts": str(CLAIM_ATTEMPTS),

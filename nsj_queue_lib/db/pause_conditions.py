@@ -34,8 +34,10 @@ def limited(alias: str) -> str:
 
 
 def held(alias: str, now: str) -> str:
-    """SQL: the limits row ``alias`` holds its processo back from the ordinary claims."""
-    return f"({limited(alias)} OR {paused(alias, now)})"
+    """SQL: the limits row ``alias`` holds its processo back from the ordinary claims: it
+    declares limits, is paused, or its circuit breaker is open (fleet/breakers.py: the
+    limited claim takes its trial)."""
+    return f"({limited(alias)} OR {paused(alias, now)} OR {alias}.breaker_open)"
 
 
 def queue_running(limits_table: str, now: str) -> str:
@@ -47,6 +49,13 @@ def queue_running(limits_table: str, now: str) -> str:
 
 
 def startable(alias: str, limits_table: str, now: str) -> str:
-    """SQL, for the limited claim: the limits row ``alias`` declares limits, is not
-    paused, and the whole queue is not paused."""
-    return f"{limited(alias)} AND NOT {paused(alias, now)} AND {queue_running(limits_table, now)}"
+    """SQL, for the limited claim: the limits row ``alias`` declares limits or has an open
+    circuit breaker whose trial has not started (its cool-down's end is a due moment, as
+    an interval's: db/<dialect>/limits.py), is not paused, and the whole queue is not
+    paused."""
+    a = alias
+    return (
+        f"({limited(a)} OR {a}.breaker_open) AND NOT {paused(a, now)}"
+        f" AND NOT ({a}.breaker_open AND {a}.breaker_trial)"
+        f" AND {queue_running(limits_table, now)}"
+    )

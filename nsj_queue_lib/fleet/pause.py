@@ -22,7 +22,7 @@ from nsj_queue_lib.model import TEXT_LIMITS
 QUEUE_ROW = ""
 
 UTC = datetime.timezone.utc
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,4 +58,4 @@ def checked_until(until: Any) -> int | None:
         return None
     if not isinstance(until, datetime.datetime) or until.utcoffset() is None:
         raise ValueError(f"until must be a timezone-aware datetime or None, got {until!r}")
-    return (until - _EPOCH) // datetime.timedelta(microseconds=1)
+    return (until - EPOCH) // datetime.timedelta(microseconds=1)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.db.pause_store import BreakerStore
 from nsj_queue_lib.db.queue_store import InspectionStore
 from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
 from nsj_queue_lib.queue_client import QueueClient
@@ -117,7 +118,19 @@ class Queue:
             recent = self._inspection.recent(conn)
             running = self._inspection.running_by_worker(conn)
         workers = worker_rows(self._live_workers(), running)
-        return dict(queue_stats(self.table, depth, recent, workers), paused=self.paused())
+        return dict(
+            queue_stats(self.table, depth, recent, workers),
+            paused=self.paused(),
+            circuit_breakers=self.breakers(),
+        )
+
+    def breakers(self) -> list[dict[str, Any]] | None:
+        """The circuit breakers with failures or open; None where they cannot be read."""
+        try:
+            with self._connections.transaction() as conn:
+                return [b.as_dict() for b in BreakerStore(conn, self.table).breakers(conn)]
+        except (DatabaseError, NotImplementedError):
+            return None
 
     def _live_workers(self) -> list[dict[str, Any]] | None:
         """The workers seen within STALE_SECONDS; None without a workers table (a schema

@@ -560,3 +560,25 @@ def test_pause_until_a_duration_from_now(queue, capsys):
     assert 29 * 60 < (until - before).total_seconds() < 31 * 60
     code, _, err = run(capsys, *queue.args("pause", "--until", "someday"))
     assert code == 2 and "is not a time" in err
+
+
+def test_status_shows_the_circuit_breakers_with_failures_or_open(queue, capsys):
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(
+            f"INSERT INTO {queue.table}_limits (processo, breaker_failures) VALUES ('p1', 2)"
+        )
+        cur.execute(
+            f"INSERT INTO {queue.table}_limits (processo, breaker_open, breaker_trial)"
+            " VALUES ('p2', TRUE, TRUE)"
+        )
+    finally:
+        close_quietly(conn)
+    status = run_json(capsys, *queue.args("status"))
+    assert status["circuit_breakers"] == [
+        {"processo": "p1", "failures": 2, "state": "closed", "until": None},
+        {"processo": "p2", "failures": 0, "state": "half_open", "until": None},
+    ]
+    _, out, _ = run(capsys, *queue.args("status"))
+    assert "CIRCUIT BREAKER of processo p2: half-open (0 consecutive failures)\n" in out

@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim a4a62f6bac998726",
-        "mysql": "nsj_queue_lib claim 8ae3234f6690649b",
+        "postgres": "nsj_queue_lib claim 27e1c8a233818012",
+        "mysql": "nsj_queue_lib claim 151cd3586f1622b4",
     },
 }
 

@@ -46,8 +46,15 @@ UPGRADE_COLUMNS = (
 )
 
 # The columns --upgrade adds to a limits table that lacks them: the pause
-# (fleet/pause.py), from limits_table.sql.
-LIMITS_UPGRADE_COLUMNS = ("paused", "paused_until")
+# (fleet/pause.py) and the circuit breaker (fleet/breakers.py), from limits_table.sql.
+LIMITS_UPGRADE_COLUMNS = (
+    "paused",
+    "paused_until",
+    "breaker_failures",
+    "breaker_open",
+    "breaker_until",
+    "breaker_trial",
+)
 
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.

@@ -32,5 +32,6 @@ SET max_concurrent = EXCLUDED.max_concurrent, rate_count = EXCLUDED.rate_count,
     declared_by = EXCLUDED.declared_by, declared_at = clock_timestamp()
 
 -- name: undeclare
--- A paused processo's row stays, for its pause (resume removes it).
-DELETE FROM {limits_table} WHERE processo = %(processo)s AND NOT paused
+-- A paused processo's row stays, for its pause (resume removes it), and so does
+-- an open circuit breaker's (its closing removes it).
+DELETE FROM {limits_table} WHERE processo = %(processo)s AND NOT paused AND NOT breaker_open

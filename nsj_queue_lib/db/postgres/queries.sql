@@ -146,7 +146,10 @@ SELECT extract(epoch FROM least(
     -- The end of a pause with until= (db/pause_conditions.py): its tasks become claimable
     -- then, with no insert to wake the workers.
     (SELECT min(paused_until) FROM {limits_table}
-      WHERE paused AND paused_until > (SELECT clock_timestamp()))
+      WHERE paused AND paused_until > (SELECT clock_timestamp())),
+    -- ... and of an open circuit breaker's cool-down (fleet/breakers.py).
+    (SELECT min(breaker_until) FROM {limits_table}
+      WHERE breaker_open AND breaker_until > (SELECT clock_timestamp()))
 ) - clock_timestamp())::float8 AS seconds
 
 -- name: unlock_task

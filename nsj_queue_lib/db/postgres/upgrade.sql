@@ -73,6 +73,10 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 {limits_table_ddl}
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS paused_until timestamp with time zone;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_failures integer NOT NULL DEFAULT 0;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_open boolean NOT NULL DEFAULT false;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_until timestamp with time zone;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's
