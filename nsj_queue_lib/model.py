@@ -64,10 +64,20 @@ ATTEMPT_COLUMNS = ("started_at", "finished_at", "worker")
 # of QUEUE_COLUMNS, which clients read on tables db_gen --upgrade has not reached yet; the
 # claims return it (CLAIMED_COLUMNS), so a worker reads it without a query of its own.
 TRACE_COLUMNS = ("trace_context",)
+# A task's own overrides of its processo's options, given at enqueue (fleet control,
+# docs/fleet-control.md): attempts, the attempt's timeout, the retries' prioridade. NULL:
+# the @Task option, else the queue's default. Carried by retries; the claims return them.
+OVERRIDE_COLUMNS = ("max_retry", "timeout_s", "next_try_priority")
 # Every column besides QUEUE_COLUMNS that a worker needs (checked at start).
-EXTRA_COLUMNS = (*LIFECYCLE_COLUMNS, *FLOW_COLUMNS, *ATTEMPT_COLUMNS, *TRACE_COLUMNS)
+EXTRA_COLUMNS = (
+    *LIFECYCLE_COLUMNS,
+    *FLOW_COLUMNS,
+    *ATTEMPT_COLUMNS,
+    *TRACE_COLUMNS,
+    *OVERRIDE_COLUMNS,
+)
 # A claimed task's row, as the claims return it and a handler receives it (``tarefa``).
-CLAIMED_COLUMNS = (*QUEUE_COLUMNS, *TRACE_COLUMNS)
+CLAIMED_COLUMNS = (*QUEUE_COLUMNS, *TRACE_COLUMNS, *OVERRIDE_COLUMNS)
 
 SUBSCRIBER_COLUMNS = (
     "id",

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import datetime
 import functools
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
+from nsj_queue_lib.db.pause_store import PauseStore
 from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
@@ -34,6 +37,7 @@ _TASK_FIELDS = (
     "prioridade",
     "dedupe_key",
     "lock_key",
+    *model.OVERRIDE_COLUMNS,
 )
 # insert_tasks' checks, built once (sets per task cost more than the insert's COPY row).
 _BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub"}
@@ -76,6 +80,9 @@ class QueueClient:
         *,
         dedupe_key: str | None = None,
         lock_key: str | None = None,
+        max_retry: int | None = None,
+        timeout_s: float | None = None,
+        next_try_priority: int | None = None,
     ) -> int:
         """Enqueue one task; returns its id.
 
@@ -83,6 +90,9 @@ class QueueClient:
         running or due for a retry) nothing is written and that task's
         ``id_inicial`` is returned. Tasks with equal ``lock_key`` never run at
         the same time and start in claim order (docs/flow-control.md).
+        ``max_retry``, ``timeout_s`` and ``next_try_priority`` (the prioridade of its
+        retries) override the ``@Task`` options and the queue's defaults for this task
+        (docs/fleet-control.md).
         """
         row = task_row(locals(), pub_sub=False, trace_context=self._capture())
         return self._store.insert_task(self._conn, row)
@@ -143,8 +153,12 @@ class QueueClient:
                 self._conn, len(items), map(bulk_row, range(len(items)), items)
             )
         rows = [bulk_row(index, task) for index, task in enumerate(items)]
-        if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
-            # Each keyed insert may find its dedupe_key taken: one statement per task.
+        if any(
+            row["dedupe_key"] is not None or row["lock_key"] is not None or has_overrides(row)
+            for row in rows
+        ):
+            # Each keyed insert may find its dedupe_key taken: one statement per task (and
+            # per task with overrides, whose columns the bulk insert does not name).
             return [self._store.insert_task(self._conn, row) for row in rows]
         return self._store.insert_tasks(self._conn, rows)
 
@@ -243,6 +257,27 @@ class QueueClient:
             )
         return new_id
 
+    # -- fleet control (docs/fleet-control.md) --
+
+    def pause(self, processo: str | None = None, until: datetime.datetime | None = None) -> None:
+        """Pause the whole queue, or one ``processo``, across every worker: from the
+        commit of the caller's transaction on, no task it holds is claimed (running tasks
+        finish). ``until`` (a timezone-aware datetime) ends the pause by itself; pausing
+        again replaces it. Not on SingleStore (``NotImplementedError``)."""
+        PauseStore(self._conn, self.queue_table).pause(
+            self._conn, processo, until, by=f"client pid {os.getpid()}"
+        )
+
+    def resume(self, processo: str | None = None) -> bool:
+        """End the pause of the whole queue (or of ``processo``) at the commit of the
+        caller's transaction, waking the workers; whether there was one."""
+        return PauseStore(self._conn, self.queue_table).resume(self._conn, processo)
+
+    def paused(self) -> list[dict[str, Any]]:
+        """The pauses in force: ``{"processo": None | str, "until": None | ISO 8601}``,
+        the whole queue's (``processo`` None) first."""
+        return [p.as_dict() for p in PauseStore(self._conn, self.queue_table).paused(self._conn)]
+
 
 CANCEL_ATTEMPTS = 5
 CANCELLED_MESSAGE = model.CANCELLED_BEFORE_IT_RAN
@@ -320,15 +355,18 @@ def task_row(
         row[key] = _optional_text(key, args.get(key))
         if row[key] == "":
             raise ValueError(f"{key} must be a non-empty string or None")
+    row.update(checked_overrides(args))
     return row
 
 
 def _unkeyed(items: Sequence[Any]) -> bool:
-    """No item has a dedupe_key or lock_key (items that are no mappings fail later, in _bulk_row)."""
+    """No item has a dedupe_key, lock_key or override (items that are no mappings fail
+    later, in _bulk_row)."""
     return all(
         isinstance(task, Mapping)
         and task.get("dedupe_key") is None
         and task.get("lock_key") is None
+        and not has_overrides(task)
         for task in items
     )
 

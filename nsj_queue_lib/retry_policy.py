@@ -159,8 +159,17 @@ class RetryPolicies:
             return self.default
         return self.per_processo.get(processo, self.default)
 
-    def decide(self, task: TaskRecord, error: BaseException | str) -> Decision:
+    def for_task(self, task: TaskRecord) -> RetryPolicy:
+        """The task's policy: its processo's, with the ``max_retry`` it was enqueued with
+        (docs/fleet-control.md) over the processo's and the queue's."""
         policy = self.for_processo(task.row.get("processo"))
+        override = task.row.get("max_retry")
+        if override is None or override == policy.max_retry:
+            return policy
+        return dataclasses.replace(policy, max_retry=int(override))
+
+    def decide(self, task: TaskRecord, error: BaseException | str) -> Decision:
+        policy = self.for_task(task)
         return policy.decide(task.tentativa, task.dead, error, self.rng)
 
 

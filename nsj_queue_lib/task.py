@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from nsj_queue_lib.exceptions import ConfigError
+from nsj_queue_lib.fleet.breakers import breaker_problem
 from nsj_queue_lib.flow import limits
 from nsj_queue_lib.flow.periodic import PeriodicSchedule, schedule_problem
 from nsj_queue_lib.model import TEXT_LIMITS
@@ -57,6 +58,8 @@ class TaskOptions:
     rate_limit: str | None = None
     interval_s: tuple[float, float] | None = None
     time_windows: str | tuple[str, ...] | None = None
+    # Fleet control (fleet/breakers.py): (consecutive failures, cool-down seconds).
+    circuit_breaker: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -104,6 +107,9 @@ def _problem(options: TaskOptions) -> tuple[str, str] | None:
     problem = schedule_problem(options.cron, options.cron_tz, options.every_s, options.cron_payload)
     if problem is not None:
         return problem
+    why = breaker_problem(options.circuit_breaker)
+    if why is not None:
+        return "circuit_breaker", why
     return limits.check_declaration(
         options.processo,
         options.max_concurrent,
@@ -155,6 +161,7 @@ class Task:
         rate_limit: str | None = None,
         interval_s: tuple[float, float] | None = None,
         time_windows: str | Sequence[str] | None = None,
+        circuit_breaker: tuple[int, float] | None = None,
     ) -> None:
         why = _processo_problem(processo)
         if why is not None:
@@ -176,6 +183,9 @@ class Task:
             # Hashable (frozen options), whatever sequence was given.
             interval_s=tuple(interval_s) if isinstance(interval_s, list) else interval_s,
             time_windows=tuple(time_windows) if isinstance(time_windows, list) else time_windows,  # type: ignore[arg-type]
+            circuit_breaker=(
+                tuple(circuit_breaker) if isinstance(circuit_breaker, list) else circuit_breaker
+            ),
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:
@@ -226,6 +236,12 @@ class TaskRegistry:
         """processo -> its declared limits, for the processos that declare some."""
         found = {p: declared_limits(o) for p, o in self.options.items()}
         return {p: lim for p, lim in found.items() if lim is not None}
+
+    def breakers(self) -> dict[str, tuple[int, float]]:
+        """processo -> (failures, cool-down seconds), for the processos with a circuit breaker."""
+        return {
+            p: o.circuit_breaker for p, o in self.options.items() if o.circuit_breaker is not None
+        }
 
     def options_for(self, processo: str) -> TaskOptions:
         """The declared options of ``processo``; all defaults when none were declared."""

@@ -154,7 +154,10 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         return result
 
     def _timeout_for(self, tarefa: dict[str, Any]) -> float | None:
-        """The attempt's time limit (a pipeline checks it at each checkpoint)."""
+        """The attempt's time limit (a pipeline checks it at each checkpoint): the task's
+        own ``timeout_s``, its processo's, else QUEUE_TASK_TIMEOUT."""
+        if tarefa.get("timeout_s") is not None:
+            return float(tarefa["timeout_s"])
         declared = self.task_options(tarefa.get("processo") or "").timeout_s
         if declared is not None:
             return declared
@@ -232,6 +235,7 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
             handled_processos=self.handled_processos(),
             limits=checked_limits(registry),
             handled=frozenset(registry.methods),
+            breakers=registry.breakers(),
         )
         return self._runtime
 

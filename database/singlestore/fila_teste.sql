@@ -51,6 +51,11 @@ CREATE ROWSTORE TABLE public.fila_teste (
     -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
     -- NULL without OpenTelemetry. Carried by retries and dead letters.
     trace_context varchar(512),
+    -- The task's own overrides, given at enqueue (docs/fleet-control.md): NULL means
+    -- the @Task option, else the queue's default. Carried by retries.
+    max_retry integer,
+    timeout_s double,
+    next_try_priority integer,
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

@@ -10,7 +10,7 @@ from importlib import metadata
 from typing import NoReturn
 
 from nsj_queue_lib.cli import config as cli_config
-from nsj_queue_lib.cli import health_command
+from nsj_queue_lib.cli import fleet_commands, health_command
 from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
 from nsj_queue_lib.cli.operate_commands import cancel, retry
@@ -152,6 +152,21 @@ def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None
     )
     sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
 
+    sub = _add(
+        commands,
+        "pause",
+        fleet_commands.pause,
+        "pause the queue, or one processo, across every worker (running tasks finish)",
+    )
+    sub.add_argument("processo", nargs="?", help="only this processo (default: the whole queue)")
+    sub.add_argument(
+        "--until",
+        type=fleet_commands.parse_until,
+        help="resume by itself then: ISO 8601 (UTC unless stated) or 30m, 2h, 1d from now",
+    )
+    sub = _add(commands, "resume", fleet_commands.resume, "end a pause of the queue or processo")
+    sub.add_argument("processo", nargs="?", help="only this processo (default: the whole queue)")
+
 
 def _add_schema_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     """ddl and upgrade: db_gen's scripts, printed or applied."""
@@ -218,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                "a command is required: status, tasks, show, retry, cancel, ddl, upgrade, web or health"
+                "a command is required: status, tasks, show, retry, cancel, pause, resume, ddl, "
+                "upgrade, web or health"
             )
         standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
         if standalone is not None:  # reads no database nor queue settings

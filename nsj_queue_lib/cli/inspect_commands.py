@@ -16,8 +16,10 @@ from nsj_queue_lib.cli.output import cell, duration, table, write, write_json
 from nsj_queue_lib.cli.session import open_session
 from nsj_queue_lib.db.driver import Driver
 from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.db.pause_store import BreakerStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.notify.checked import DEAF_REASON
+from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
 
 MESSAGE_WIDTH = 60
@@ -114,6 +116,7 @@ def status(args: argparse.Namespace, config: Config) -> int:
         workers = _live_workers(session)
         dialect = session.driver.name
         wakeups = _wakeups(session.driver)
+        pauses = _pauses(session, config)
     processos, total = _summaries(rows)
     unhandled = _unhandled(processos, workers or [])
     if args.json:
@@ -127,17 +130,54 @@ def status(args: argparse.Namespace, config: Config) -> int:
                 "running": running,
                 "workers": workers,
                 "unhandled_processos": unhandled,
+                "paused": None if pauses is None else pauses["paused"],
+                "circuit_breakers": None if pauses is None else pauses["breakers"],
             }
         )
         return EXIT_OK
     reason = f" ({wakeups['reason']})" if "reason" in wakeups else ""
     write(
         f"queue {config.queue_table} ({dialect})\nwake-ups: {wakeups['mode']}{reason}\n"
-        f"{_workers_lines(workers, unhandled)}\n\n"
+        f"{_workers_lines(workers, unhandled)}\n{_pause_lines(pauses)}\n"
         f"{_summary_table(processos, total)}"
     )
     _write_running(running, args.limit)
     return EXIT_OK
+
+
+def _pauses(session: Any, config: Config) -> dict[str, Any] | None:
+    """The pauses in force (QueueClient.paused) and the circuit breakers with failures
+    or open; None where there are none to read (SingleStore, or a table db_gen
+    --upgrade has not reached)."""
+    try:
+        breakers = BreakerStore(session.conn, config.queue_table).breakers(session.conn)
+        return {
+            "paused": QueueClient(session.conn, config.queue_table).paused(),
+            "breakers": [b.as_dict() for b in breakers],
+        }
+    except (NotImplementedError, DatabaseError):
+        rollback = getattr(session.conn, "rollback", None)
+        if rollback is not None:
+            rollback()
+        return None
+
+
+def _pause_lines(fleet: dict[str, Any] | None) -> str:
+    """``PAUSED: ...`` for each pause in force and ``CIRCUIT BREAKER ...`` for each breaker
+    with failures or open (one line each), or nothing."""
+    lines = []
+    for breaker in (fleet or {}).get("breakers", ()):
+        state = breaker["state"].replace("_", "-")
+        until = f" until {breaker['until']}" if breaker["state"] == "open" else ""
+        lines.append(
+            f"CIRCUIT BREAKER of processo {breaker['processo']}: {state}{until} "
+            f"({breaker['failures']} consecutive failures)\n"
+        )
+    for pause in (fleet or {}).get("paused", ()):
+        what = "the whole queue" if pause["processo"] is None else f"processo {pause['processo']}"
+        until = f" until {pause['until']}" if pause["until"] else " until resumed"
+        lines.append(f"PAUSED: {what}{until}\n")
+    return "".join(lines)
 
 
 def _summary_table(processos: list[dict[str, Any]], total: dict[str, Any]) -> str:

@@ -78,7 +78,7 @@ def query_values(
         # ... and which deliveries the claiming worker handles (flow/deliveries.py).
         "deliverable": deliverable,
         # Tasks of limited processos are left to the limited claim (flow/limits.py).
-        "limits_free": limits_free(limits_table_name(queue_table), "t"),
+        "limits_free": limits_free(limits_table_name(queue_table), "t", now),
         "limits_table": limits_table_name(queue_table),
         "workers_table": workers_table_name(queue_table),
     }

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from nsj_queue_lib.db import pause_conditions
+
 # Two probes, each reading one index entry: is a task of the key running (an
 # index of the running keyed rows), and is this row the first ready one of its
 # key in claim order (the keyed ready rows, in claim order within a key).
@@ -63,14 +65,17 @@ def lock_key_free(
     )
 
 
-def limits_free(limits_table: str, row: str) -> str:
+def limits_free(limits_table: str, row: str, now: str) -> str:
     """SQL: the candidate ``row``'s processo has no limits (those tasks are claimed by the
-    limited claim only). Both arguments are this library's identifiers, never user input."""
+    limited claim only) and is not paused, nor is the queue (db/pause_conditions.py). The
+    arguments are this library's identifiers and expressions, never user input."""
     # OFFSET 0 keeps it a per-row probe: PostgreSQL would otherwise plan the
     # claim as an anti-join and leave the claim index's order.
     return (
-        f"NOT EXISTS (SELECT 1 FROM {limits_table} AS lim"
-        f" WHERE lim.processo = {row}.processo LIMIT 1 OFFSET 0)"
+        f"{pause_conditions.queue_running(limits_table, now)}"
+        f" AND NOT EXISTS (SELECT 1 FROM {limits_table} AS lim"
+        f" WHERE lim.processo = {row}.processo AND {pause_conditions.held('lim', now)}"
+        " LIMIT 1 OFFSET 0)"
     )
 
 

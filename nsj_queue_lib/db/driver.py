@@ -528,3 +528,13 @@ def close_quietly(conn: Any) -> None:
         conn.close()
     except Exception:  # noqa: BLE001 - closing a connection that may be broken
         pass
+
+
+def connection_driver(conn: object) -> type[Driver]:
+    """The driver class of a caller's DB-API connection (the package that made it)."""
+    return _connection_driver(conn)
+
+
+def dialect_errors(name: str) -> ModuleType:
+    """A dialect's ``errors`` module (its ``wrap_driver_errors``), by dialect name."""
+    return _dialect_module(name, "errors")

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nsj_queue_lib.db import pause_conditions
 from nsj_queue_lib.db.conditions import lock_key_free
 from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
@@ -60,7 +61,14 @@ _CAPPED = (
 )
 _READY = (
     "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
-    " AND t.data_hora <= {now} AND {lock_key_free})"
+    " AND t.data_hora <= {now} AND {lock_key_free}"
+    " AND NOT (t.dead AND l.breaker_open))"
+)
+# An open circuit breaker's trial is a task of the processo's handler: its dead letters
+# (execute_dead's) wait until the breaker closes (fleet/breakers.py).
+_TRIAL_CANDIDATE = (
+    "NOT (t.dead AND EXISTS (SELECT 1 FROM {limits_table} AS b"
+    " WHERE b.processo = t.processo AND b.breaker_open))"
 )
 
 
@@ -73,6 +81,8 @@ def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: 
         limits_table=limits_table,
         open=dialect.open_windows,
         handled=dialect.handled_processos,
+        # Neither a pause-only row nor a paused processo or queue (db/pause_conditions.py).
+        startable=pause_conditions.startable("l", limits_table, dialect.now),
         capped=_CAPPED.format(table=table),
         ready=_READY.format(table=table, now=dialect.now, lock_key_free=free),
     )
@@ -86,6 +96,7 @@ def _values(dialect: LimitsDialect, table: str, limits_table: str) -> dict[str, 
         "limits_table": limits_table,
         "limited_states": limited_states(dialect, table, limits_table, free),
         "lock_key_free": free,
+        "trial_candidate": _TRIAL_CANDIDATE.format(limits_table=limits_table),
         "catch_up": repr(RATE_CATCH_UP),
         "cap_recheck": repr(CAP_RECHECK_SECONDS),
         "attempts": str(CLAIM_ATTEMPTS),

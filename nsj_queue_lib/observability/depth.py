@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.db.driver import close_quietly
+from nsj_queue_lib.db.pause_store import PauseStore
 from nsj_queue_lib.log import get_logger
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class DepthSample:
     rows: tuple[dict[str, Any], ...]  # processo, status, tasks, oldest_ready_seconds
     taken_at: float  # time.time() when the query returned
     taken_monotonic: float
+    # The pauses in force (fleet/pause.py's Pause), read with the depth.
+    pauses: tuple[Any, ...] = ()
 
 
 class DepthSnapshot:
@@ -47,8 +50,8 @@ class DepthSnapshot:
         self._lock = threading.Lock()
         self._sample: DepthSample | None = None
 
-    def publish(self, rows: list[dict[str, Any]]) -> None:
-        sample = DepthSample(tuple(rows), time.time(), self._clock())
+    def publish(self, rows: list[dict[str, Any]], pauses: tuple[Any, ...] = ()) -> None:
+        sample = DepthSample(tuple(rows), time.time(), self._clock(), pauses)
         with self._lock:
             self._sample = sample
 
@@ -84,6 +87,7 @@ class DepthSampler:
         self.snapshot = snapshot
         self._conn: Any = None
         self.leading = False
+        self.pauses_readable = True
 
     def run(self) -> None:
         try:
@@ -104,13 +108,25 @@ class DepthSampler:
                     self._let_go()
                     return False
             rows = self.store.depth(self._conn)
+            pauses = self._pauses()
             self._conn.commit()
         except Exception as exc:  # noqa: BLE001 - an outage: another worker or a later try samples
             logger.info("queue depth not sampled: %s", exc)
             self._let_go()
             return False
-        self.snapshot.publish(rows)
+        self.snapshot.publish(rows, pauses)
         return True
+
+    def _pauses(self) -> tuple[Any, ...]:
+        """The pauses in force, on the sampling connection; none where the database has
+        no pauses (SingleStore)."""
+        if not self.pauses_readable:
+            return ()
+        try:
+            return tuple(PauseStore(self._conn, self.store.queue_table).paused(self._conn))
+        except (NotImplementedError, TypeError):  # SingleStore; a connection of no driver
+            self.pauses_readable = False
+            return ()
 
     def _let_go(self) -> None:
         """Stop being the sampling worker: clear the sample, release the lock, close."""

@@ -24,7 +24,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from nsj_queue_lib.model import TaskRecord
@@ -182,6 +182,10 @@ class PrometheusObserver(Observer):
         )
         self.registry.register(_DepthCollector(self.queue, depth))
 
+    def register_breakers(self, recorder: Any) -> None:
+        """The circuit breakers of ``recorder`` (fleet/breaker_recorder.py) as metrics."""
+        self.registry.register(_BreakerCollector(self.queue, recorder))
+
     def exposition(self, accept: str) -> tuple[str, bytes]:
         """(content type, body) of a scrape, in the format the ``Accept`` header asks for."""
         encoder, content_type = choose_encoder(accept)
@@ -224,4 +228,51 @@ class _DepthCollector:
             labels=("queue",),
         )
         taken.add_metric((self.queue,), sample.taken_at)
-        yield from (tasks, oldest, taken)
+        paused = GaugeMetricFamily(
+            "nsjq_queue_paused",
+            "1 per pause in force (processo '': the whole queue; sampled with the depth)",
+            labels=("queue", "processo"),
+        )
+        paused_until = GaugeMetricFamily(
+            "nsjq_queue_paused_until_timestamp_seconds",
+            "When a pause given an until ends by itself (Unix time; sampled)",
+            labels=("queue", "processo"),
+        )
+        for pause in sample.pauses:
+            labels = (self.queue, pause.processo or "")
+            paused.add_metric(labels, 1)
+            if pause.until is not None:
+                paused_until.add_metric(labels, pause.until.timestamp())
+        yield from (tasks, oldest, taken, paused, paused_until)
+
+
+class _BreakerCollector:
+    """This worker's circuit breakers: how often it opened and closed each, and each
+    one's state as its recorder last read it (fleet/breaker_recorder.py)."""
+
+    def __init__(self, queue: str, recorder: Any):
+        self.queue = queue
+        self.recorder = recorder
+
+    def collect(self) -> Iterator[Metric]:
+        opened = CounterMetricFamily(
+            "nsjq_circuit_breaker_opened",
+            "Times this worker opened a processo's circuit breaker",
+            labels=("queue", "processo"),
+        )
+        closed = CounterMetricFamily(
+            "nsjq_circuit_breaker_closed",
+            "Times this worker closed a processo's circuit breaker (its trial succeeded)",
+            labels=("queue", "processo"),
+        )
+        state = GaugeMetricFamily(
+            "nsjq_circuit_breaker_open",
+            "1 while a processo's circuit breaker is open or half-open (read every second)",
+            labels=("queue", "processo"),
+        )
+        for processo in sorted(self.recorder.breakers):
+            opened.add_metric((self.queue, processo), self.recorder.opened.get(processo, 0))
+            closed.add_metric((self.queue, processo), self.recorder.closed.get(processo, 0))
+            is_open = any(s.open for s in self.recorder.states if s.processo == processo)
+            state.add_metric((self.queue, processo), int(is_open))
+        yield from (opened, closed, state)

@@ -213,7 +213,7 @@ class Attempts:
             self.queue_name,
             task.id,
             task.tentativa,
-            self.policies.for_processo(task.row.get("processo")).max_retry,
+            self.policies.for_task(task).max_retry,
             task.row.get("id_inicial"),
             task.row.get("mensagem_anterior"),
         )

@@ -96,7 +96,7 @@ def failure_record(
         error = str(error)
     if decision is None:
         decision = policies.decide(task, error)
-    max_retry = policies.for_processo(task.row.get("processo")).max_retry
+    max_retry = policies.for_task(task).max_retry
     mensagem = failure_message(error, decision, max_retry, model.MENSAGEM_LIMIT)
     if decision.outcome is Outcome.RETRY:
         delay = decision.delay_seconds if delay_seconds is None else delay_seconds
@@ -230,7 +230,7 @@ class Failures:
             self.queue_name,
             task.id,
             task.tentativa,
-            self.policies.for_processo(task.row.get("processo")).max_retry,
+            self.policies.for_task(task).max_retry,
             type(error).__name__,
             error,
             then,

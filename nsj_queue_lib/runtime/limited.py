@@ -69,6 +69,9 @@ class Limiter:
         # False for a worker routing by @Task: it never claims other workers' processos.
         self.claims_every_processo = claims_every_processo
         self.limited: set[str] = set(declared)
+        # Processos with a circuit breaker (fleet/breakers.py): the limited claim takes
+        # their trial, so this worker looks at the limited claim for them too.
+        self.breakers: set[str] = set()
         # Every limits row known (this worker's and the others'), for their time windows.
         self.known: dict[str, ProcessoLimits] = dict(declared)
         # Processos with max_concurrent: the end of one of their tasks frees a slot.
@@ -105,7 +108,7 @@ class Limiter:
             self.store.undeclare(conn, processo)
         # Other workers' limited processos matter only to a worker that claims them.
         foreign = set(stored) - self.handled if self.claims_every_processo else set()
-        self.limited = set(self.declared) | foreign
+        self.limited = set(self.declared) | foreign | self.breakers
         self.known = {**stored, **self.declared}
         self.capped |= {
             p for p, lim in stored.items() if p in self.limited and lim.max_concurrent is not None
@@ -133,6 +136,15 @@ class Limiter:
             if self._active:
                 self._due_at = 0.0
                 self._cond.notify_all()
+
+    def activate(self) -> None:
+        """A limits row was just written (a circuit breaker opened): try the limited claim at
+        the next claim, even when the last one found the limits table empty."""
+        with self._cond:
+            self._active = True
+            self._generation += 1
+            self._due_at = 0.0
+            self._cond.notify_all()
 
     def seconds_until_due(self) -> float | None:
         with self._cond:

@@ -45,6 +45,12 @@ class TaskTimeouts:
         """Seconds an attempt of ``processo`` may run, or None (no limit)."""
         return self.per_processo.get(processo or "", self.default)
 
+    def timeout_for_task(self, row: Mapping[str, Any]) -> float | None:
+        """Seconds the attempt of the claimed ``row`` may run: the ``timeout_s`` it was
+        enqueued with (docs/fleet-control.md), else its processo's."""
+        override = row.get("timeout_s")
+        return float(override) if override is not None else self.timeout_for(row.get("processo"))
+
 
 def timeout_message(seconds: float) -> str:
     return f"timeout: the attempt ran longer than {seconds:g} s and was stopped"
@@ -70,7 +76,7 @@ class TimeoutEnforcer:
         """Ask the tasks past their timeout to stop; give up those past the grace period."""
         now = time.monotonic() if now is None else now
         for item in self.executor.running_tasks():
-            limit = self.timeouts.timeout_for(item.task.row.get("processo"))
+            limit = self.timeouts.timeout_for_task(item.task.row)
             if limit is None or now - item.started < limit:
                 continue
             if item.timeout_message is None:

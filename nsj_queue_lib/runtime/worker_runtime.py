@@ -31,10 +31,12 @@ from nsj_queue_lib.exceptions import (
     DatabaseAccessError,
     QueueTableMissingError,
 )
+from nsj_queue_lib.fleet.breaker_recorder import BreakerRecorder
 from nsj_queue_lib.flow.limits import ProcessoLimits
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.observability.assembly import attempt_tracer, observed
+from nsj_queue_lib.observability.assembly import Observers, attempt_tracer, observed
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
+from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.assembly import AsyncRoute, ExecutorInputs
 from nsj_queue_lib.runtime.attempt import TaskHandler
@@ -143,6 +145,7 @@ class WorkerRuntime:
         limits: ProcessoLimits_Map | None = None,
         handled: frozenset[str] = frozenset(),
         handled_processos: frozenset[str] | None = None,
+        breakers: Mapping[str, tuple[int, float]] | None = None,
     ):
         """``async_route``: which tasks' handlers are coroutines (then an event loop runs
         them, ``async_slots.py``); ``pool``: a pool shared with other workers of this
@@ -161,6 +164,8 @@ class WorkerRuntime:
         self.endpoints = _endpoints(settings, self.stop_event)
         self.tracer = attempt_tracer(settings)  # QUEUE_OTEL
         handler, self.observer = observed(handler, self.endpoints, self.tracer)
+        # Circuit breakers (fleet/breakers.py): an observer of outcomes and a thread.
+        self.breakers = self._breakers(breakers or {})
         self.store = self.driver.store()
         self.store.set_handled_subscribers(handled_subscribers)
         self.store.set_handled_processos(handled_processos)
@@ -194,6 +199,8 @@ class WorkerRuntime:
             *(handled_processos, self.stop_event),
         )
         self.store.set_worker_name(registry.worker)
+        if self.breakers is not None:
+            self.breakers.worker_name = registry.worker
         return registry
 
     def _parts(self, policies: RetryPolicies | None, task_timeouts: TaskTimeouts) -> WorkerParts:
@@ -226,7 +233,7 @@ class WorkerRuntime:
             if limits:
                 raise ConfigError({f"@Task({sorted(limits)[0]!r})": str(exc)}) from exc
             return None
-        return Limiter(
+        limiter = Limiter(
             self.settings.queue_name,
             limits_store,
             limits,
@@ -235,6 +242,44 @@ class WorkerRuntime:
             claims_every_processo,
             wake_executor=self._wake,
         )
+        if self.breakers is not None:  # their trials come from the limited claim
+            limiter.breakers = set(self.breakers.breakers)
+            self.breakers.on_change = self._breaker_changed
+        return limiter
+
+    def _breakers(self, breakers: Mapping[str, tuple[int, float]]) -> BreakerRecorder | None:
+        """The circuit breakers' recorder, reporting with the observer; None without any.
+        Where the database has no limits table (SingleStore), a ConfigError."""
+        if not breakers:
+            return None
+        if self.driver.limits is None:
+            raise ConfigError(
+                {
+                    f"@Task({sorted(breakers)[0]!r}) circuit_breaker": (
+                        f"circuit breakers are not available on {self.driver.name}"
+                    )
+                }
+            )
+        recorder = BreakerRecorder(
+            self.settings.queue_name,
+            self.settings.queue_table,
+            breakers,
+            lambda: self.driver.connect(autocommit=False),
+            self.stop_event,
+        )
+        self.observer = (
+            recorder if self.observer is NULL_OBSERVER else Observers([self.observer, recorder])
+        )
+        if self.endpoints is not None:
+            self.endpoints.observer.register_breakers(recorder)
+        return recorder
+
+    def _breaker_changed(self) -> None:
+        """A breaker opened or closed: the limited claim learns when its trial is due (or
+        the ordinary claims take the processo again)."""
+        if self.limiter is not None:
+            self.limiter.activate()
+        self._wake(1)
 
     def _dispatcher(self) -> Dispatcher:
         return Dispatcher(
@@ -446,6 +491,8 @@ class WorkerRuntime:
         threads.append(_Supervised("nsj-registry", self.registry.run))
         if self.endpoints is not None:
             threads.append(_Supervised("nsj-depth", self.parts.depth_sampler().run))
+        if self.breakers is not None:
+            threads.append(_Supervised("nsj-breakers", self.breakers.run))
         return threads
 
     def _activity(self, executor: TaskExecutor) -> tuple[int, int, int]:

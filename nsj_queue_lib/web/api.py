@@ -1,4 +1,5 @@
-"""HTTP API v1: enqueue, read, list, cancel and retry tasks; queue statistics.
+"""HTTP API v1: enqueue, read, list, cancel and retry tasks; pause and resume a queue or a
+processo; queue statistics (with the pauses in force).
 
 Every route needs a token when the server has one (401 otherwise, before the
 body is looked at); the writing routes need the full-access token (403 with
@@ -167,6 +168,50 @@ def retry_task(
         return Retried(id=queue_named(request, queue).retry(task_id))
     except ValueError as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+class PauseRequest(BaseModel):
+    """``QueueClient.pause``'s arguments (processo null: the whole queue), and the queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = None
+    processo: str | None = Field(None, min_length=1, max_length=model.TEXT_LIMITS["processo"])
+    until: AwareDatetime | None = None
+
+
+class ResumeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = None
+    processo: str | None = Field(None, min_length=1, max_length=model.TEXT_LIMITS["processo"])
+
+
+@router.post("/pause")
+def pause(
+    body: PauseRequest, request: Request, _: Annotated[Role, Depends(writer)]
+) -> dict[str, Any]:
+    """Pause the queue (or one processo) across every worker; running tasks finish. 501
+    where the database has no pauses (SingleStore)."""
+    queue = queue_named(request, body.queue, "body")
+    try:
+        queue.pause(body.processo, body.until)
+    except NotImplementedError as exc:
+        raise HTTPException(501, str(exc)) from None
+    return {"queue": queue.table, "paused": queue.paused()}
+
+
+@router.post("/resume")
+def resume(
+    body: ResumeRequest, request: Request, _: Annotated[Role, Depends(writer)]
+) -> dict[str, Any]:
+    """End the pause of the queue (or of one processo); ``was_paused`` says if it had one."""
+    queue = queue_named(request, body.queue, "body")
+    try:
+        was = queue.resume(body.processo)
+    except NotImplementedError as exc:
+        raise HTTPException(501, str(exc)) from None
+    return {"queue": queue.table, "was_paused": was, "paused": queue.paused()}
 
 
 @router.get("/queues")

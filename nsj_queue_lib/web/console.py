@@ -265,6 +265,29 @@ def task_action(
     return RedirectResponse(f"/queues/{name}/tasks/{task_id}", 303)
 
 
+@router.post("/queues/{name}/{action}")
+def pause_action(
+    request: Request,
+    name: str,
+    action: str,
+    csrf: Annotated[str, Form()] = "",
+    processo: Annotated[str, Form()] = "",
+) -> Response:
+    """The overview's Pause and Resume buttons: the whole queue, or one processo."""
+    refused = _refused(request, csrf)
+    if refused is not None:
+        return refused
+    queue = _queue(request, name)
+    target = processo or None
+    if action == "pause":
+        queue.pause(target, None)
+    elif action == "resume":
+        queue.resume(target)
+    else:
+        raise NotFoundError(f"no action {action!r}")
+    return RedirectResponse("/", 303)
+
+
 @router.post("/queues/{name}/dead-letters/retry")
 def bulk_retry(
     request: Request,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.db.pause_store import BreakerStore
 from nsj_queue_lib.db.queue_store import InspectionStore
 from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
 from nsj_queue_lib.queue_client import QueueClient
@@ -56,6 +57,26 @@ class Queue:
         with self._connections.transaction() as conn:
             return QueueClient(conn, self.table).retry_task(task_id)
 
+    def pause(self, processo: str | None, until: datetime.datetime | None) -> None:
+        """``QueueClient.pause``: the whole queue (or ``processo``), across every worker."""
+        with self._connections.transaction() as conn:
+            QueueClient(conn, self.table).pause(processo, until)
+
+    def resume(self, processo: str | None) -> bool:
+        """``QueueClient.resume``; whether there was a pause."""
+        with self._connections.transaction() as conn:
+            return QueueClient(conn, self.table).resume(processo)
+
+    def paused(self) -> list[dict[str, Any]] | None:
+        """``QueueClient.paused``; None where pauses cannot be read (SingleStore, or a
+        limits table db_gen --upgrade has not reached). Its own transaction, as
+        ``_live_workers``."""
+        try:
+            with self._connections.transaction() as conn:
+                return QueueClient(conn, self.table).paused()
+        except (DatabaseError, NotImplementedError):
+            return None
+
     def task(self, task_id: int) -> dict[str, Any]:
         """The task (``get_task``'s view), its attempts and its payload; ``NotFoundError``."""
         with self._connections.transaction() as conn:
@@ -97,7 +118,19 @@ class Queue:
             recent = self._inspection.recent(conn)
             running = self._inspection.running_by_worker(conn)
         workers = worker_rows(self._live_workers(), running)
-        return queue_stats(self.table, depth, recent, workers)
+        return dict(
+            queue_stats(self.table, depth, recent, workers),
+            paused=self.paused(),
+            circuit_breakers=self.breakers(),
+        )
+
+    def breakers(self) -> list[dict[str, Any]] | None:
+        """The circuit breakers with failures or open; None where they cannot be read."""
+        try:
+            with self._connections.transaction() as conn:
+                return [b.as_dict() for b in BreakerStore(conn, self.table).breakers(conn)]
+        except (DatabaseError, NotImplementedError):
+            return None
 
     def _live_workers(self) -> list[dict[str, Any]] | None:
         """The workers seen within STALE_SECONDS; None without a workers table (a schema

@@ -53,6 +53,11 @@ CREATE TABLE public.fila_teste (
     -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
     -- NULL without OpenTelemetry. Carried by retries and dead letters.
     trace_context varchar(512),
+    -- The task's own overrides, given at enqueue (docs/fleet-control.md): NULL means
+    -- the @Task option, else the queue's default. Carried by retries.
+    max_retry integer,
+    timeout_s double,
+    next_try_priority integer,
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
@@ -203,7 +208,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim b4db82161ff82ff6'
+    COMMENT 'nsj_queue_lib claim 0574cc6b311c7877'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -304,14 +309,14 @@ BEGIN
                 DECLARE v_row_locked INT;
                 DECLARE c_batch CURSOR FOR
                     SELECT t.id, t.prioridade, UNIX_TIMESTAMP(t.data_hora),
-                           JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, 1),
+                           JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, 1),
                            t.payload IS NULL AND t.id_inicial IS NOT NULL
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > NOW(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT v_limit
                     FOR UPDATE SKIP LOCKED;
@@ -384,7 +389,7 @@ BEGIN
                         @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
                 END;
                 SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context),
+                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority),
                        t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -393,14 +398,14 @@ BEGIN
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > NOW(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
             END;
         ELSEIF v_lookup_failed THEN
             SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context),
+                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority),
                    t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -408,7 +413,7 @@ BEGIN
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo LIMIT 1 OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > NOW(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -481,7 +486,7 @@ BEGIN
             -- statement reading that stretch of the primary key costs the
             -- server less than building, parsing and planning one with the
             -- ids in it; FIND_IN_SET keeps the batch's rows only.
-            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context,
+            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority,
                               IF(v_locked = v_count, 1,
                                  IS_USED_LOCK(CONCAT(p_lock_prefix, t.id)) <=> CONNECTION_ID())) AS task_row
             FROM public.fila_teste AS t
@@ -491,7 +496,7 @@ BEGIN
             ORDER BY t.prioridade DESC, t.data_hora, t.id;
         ELSE
             SET @nsjq_statement = CONCAT(
-                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, ',
+                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, ',
                 IF(v_locked = v_count, '1',
                    CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
                 ') AS task_row FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
@@ -539,7 +544,18 @@ CREATE TABLE public.fila_teste_limits (
     next_start_at timestamp(6) NULL,
     rate_tat timestamp(6) NULL,
     declared_by varchar(200) NULL,
-    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    -- A pause (docs/fleet-control.md): no task of the processo ('' : of the
+    -- queue) starts while paused, until paused_until (NULL: until resumed).
+    paused boolean NOT NULL DEFAULT false,
+    paused_until timestamp(6) NULL,
+    -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
+    -- failures; open (no task starts until breaker_until, then one trial at a
+    -- time); the trial started and not decided yet.
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until timestamp(6) NULL,
+    breaker_trial boolean NOT NULL DEFAULT false
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);
 
@@ -617,7 +633,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 36770d197c37316c'
+    COMMENT 'nsj_queue_lib limited claim 0f2771d4205412ce'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -636,7 +652,7 @@ BEGIN
     -- Nothing found: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > NOW(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s)
     ORDER BY s.due_in IS NOT NULL, s.due_in, s.processo
     LIMIT 1;
@@ -647,7 +663,7 @@ BEGIN
         SET v_due_in = NULL;
         SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
         INTO v_startable, v_due_in, v_due_at
-        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > NOW(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
@@ -658,11 +674,11 @@ BEGIN
         END IF;
         claim: LOOP
             SET v_attempt = v_attempt + 1, v_claimed = NULL, v_keys_lost = FALSE;
-            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context)
+            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority)
             INTO v_claimed, v_first_attempt, v_task
             FROM public.fila_teste AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)
-              AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+              AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND EXISTS (SELECT 1 FROM public.fila_teste_limits AS b WHERE b.processo = t.processo AND b.breaker_open))
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -696,7 +712,9 @@ BEGIN
                              NOW(6))),
             l.rate_tat = IF(l.rate_count IS NULL, l.rate_tat,
                 TIMESTAMPADD(MICROSECOND, ROUND(1e6 * l.rate_period_s / l.rate_count),
-                             IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor)))
+                             IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor))),
+            -- An open circuit breaker's task is its trial: no other starts until it is decided.
+            l.breaker_trial = l.breaker_open
         WHERE l.processo = v_chosen;
         IF v_first_attempt IS NOT NULL THEN
             SET v_task = JSON_SET(v_task, '$.payload',
@@ -708,7 +726,7 @@ BEGIN
     -- Read before the commit: the task's own transaction takes its snapshot
     -- at its handler's first read.
     SELECT MIN(IF(s.capped, 1.0, GREATEST(COALESCE(s.due_in, 0), 0))) INTO v_wait
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s;
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > NOW(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s;
     SELECT COUNT(*) INTO v_rows FROM public.fila_teste_limits;
     SELECT EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL

@@ -46,7 +46,12 @@ CREATE TABLE public.fila_teste (
     worker varchar(200),
     -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
     -- NULL without OpenTelemetry. Carried by retries and dead letters.
-    trace_context varchar(512)
+    trace_context varchar(512),
+    -- The task's own overrides, given at enqueue (docs/fleet-control.md): NULL means
+    -- the @Task option, else the queue's default. Carried by retries.
+    max_retry integer,
+    timeout_s double precision,
+    next_try_priority integer
 );
 
 -- Autovacuum of the queue table by fixed counts of rows instead of a fraction
@@ -268,7 +273,7 @@ BEGIN
       AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
-      AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
@@ -321,7 +326,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
       AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
-      AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
@@ -349,7 +354,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
       AND TRUE
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
-      AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim)) AS limited(processo)))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
@@ -392,7 +397,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim ab7d88b7b3bff90f';
+    IS 'nsj_queue_lib claim 27e1c8a233818012';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -508,7 +513,18 @@ CREATE TABLE public.fila_teste_limits (
     next_start_at timestamp with time zone,
     rate_tat timestamp with time zone,
     declared_by varchar(200),
-    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
+    -- A pause (docs/fleet-control.md): no task of the processo ('' : of the
+    -- queue) starts while paused, until paused_until (NULL: until resumed).
+    paused boolean NOT NULL DEFAULT false,
+    paused_until timestamp with time zone,
+    -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
+    -- failures; open (no task starts until breaker_until, then one trial at a
+    -- time); the trial started and not decided yet.
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until timestamp with time zone,
+    breaker_trial boolean NOT NULL DEFAULT false
 );
 
 -- The limited claim: the start of a task of a processo with limits.
@@ -556,14 +572,14 @@ DECLARE
     v_claimed public.fila_teste;
 BEGIN
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+    FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END, CASE WHEN l.breaker_open THEN l.breaker_until END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > clock_timestamp())) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= early_s)
     ORDER BY s.due_in NULLS FIRST, s.processo
     LIMIT 1;
     IF v_chosen IS NOT NULL THEN
         PERFORM 1 FROM public.fila_teste_limits AS l WHERE l.processo = v_chosen FOR UPDATE;
         SELECT s.due_in INTO v_due_in
-        FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s
+        FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END, CASE WHEN l.breaker_open THEN l.breaker_until END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > clock_timestamp())) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= early_s);
         IF NOT FOUND THEN
             v_chosen := NULL;
@@ -585,6 +601,7 @@ BEGIN
                     FROM public.fila_teste AS t
                     WHERE t.processo = v_chosen AND t.status = 'pendente'
                       AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+                      AND NOT (t.dead AND EXISTS (SELECT 1 FROM public.fila_teste_limits AS b WHERE b.processo = t.processo AND b.breaker_open))
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT 1
                     FOR UPDATE SKIP LOCKED
@@ -611,7 +628,9 @@ BEGIN
                     ELSE GREATEST(l.rate_tat,
                                   clock_timestamp() - 0.08 * l.rate_period_s * interval '1 second')
                          + l.rate_period_s / l.rate_count * interval '1 second'
-                END
+                END,
+                -- An open circuit breaker's task is its trial: no other starts until it is decided.
+                breaker_trial = l.breaker_open
             WHERE l.processo = v_chosen;
         END IF;
     END IF;
@@ -622,7 +641,7 @@ BEGIN
            CASE WHEN take_lock AND v_claimed.id IS NOT NULL
                 THEN pg_try_advisory_lock(lock_queue_key, (v_claimed.id % 2147483648)::int4) END,
            (SELECT min(CASE WHEN s.capped THEN 1.0 ELSE GREATEST(s.due_in, 0) END)
-            FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))))) AS s),
+            FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END, CASE WHEN l.breaker_open THEN l.breaker_until END) - clock_timestamp())::float8 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > clock_timestamp())) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s),
            (SELECT count(*) FROM public.fila_teste_limits),
            EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL
@@ -632,4 +651,4 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[], varchar)
-    IS 'nsj_queue_lib limited claim bab1f050b6973b4b';
+    IS 'nsj_queue_lib limited claim c21cb2552f7c130d';

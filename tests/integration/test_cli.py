@@ -545,3 +545,60 @@ def test_cancel_cancels_a_waiting_task_asks_a_running_one_and_leaves_a_finished_
     chain = run_json(capsys, *queue.args("show", str(t["running"])))
     assert chain["status"] == "processando"
     assert run_json(capsys, *queue.args("show", str(t["later"])))["status"] == "cancelada"
+
+
+# -- pause and resume (docs/fleet-control.md) -----------------------------------------------
+
+
+def test_pause_and_resume_a_processo_and_the_queue_shown_by_status(queue, capsys):
+    assert run_json(capsys, *queue.args("status"))["paused"] == []
+    code, out, err = run(capsys, *queue.args("pause", "p1", "--until", "2030-01-02T03:04:05Z"))
+    assert (code, err) == (0, "")
+    assert out == "processo 'p1' paused until 2030-01-02T03:04:05+00:00\n"
+    assert run_json(capsys, *queue.args("pause")) == {"paused": None, "until": None}
+    status = run_json(capsys, *queue.args("status"))
+    assert status["paused"] == [
+        {"processo": None, "until": None},
+        {"processo": "p1", "until": "2030-01-02T03:04:05+00:00"},
+    ]
+    code, out, _ = run(capsys, *queue.args("status"))
+    assert "PAUSED: the whole queue until resumed\n" in out
+    assert "PAUSED: processo p1 until 2030-01-02T03:04:05+00:00\n" in out
+    assert run_json(capsys, *queue.args("resume")) == {"resumed": None, "was_paused": True}
+    code, out, _ = run(capsys, *queue.args("resume", "p1"))
+    assert out == "processo 'p1' resumed\n"
+    code, out, _ = run(capsys, *queue.args("resume", "p1"))
+    assert out == "processo 'p1' was not paused\n"
+    assert run_json(capsys, *queue.args("status"))["paused"] == []
+
+
+def test_pause_until_a_duration_from_now(queue, capsys):
+    before = datetime.datetime.now(datetime.timezone.utc)
+    run(capsys, *queue.args("pause", "p2", "--until", "30m"))
+    [pause] = run_json(capsys, *queue.args("status"))["paused"]
+    until = datetime.datetime.fromisoformat(pause["until"])
+    assert 29 * 60 < (until - before).total_seconds() < 31 * 60
+    code, _, err = run(capsys, *queue.args("pause", "--until", "someday"))
+    assert code == 2 and "is not a time" in err
+
+
+def test_status_shows_the_circuit_breakers_with_failures_or_open(queue, capsys):
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(
+            f"INSERT INTO {queue.table}_limits (processo, breaker_failures) VALUES ('p1', 2)"
+        )
+        cur.execute(
+            f"INSERT INTO {queue.table}_limits (processo, breaker_open, breaker_trial)"
+            " VALUES ('p2', TRUE, TRUE)"
+        )
+    finally:
+        close_quietly(conn)
+    status = run_json(capsys, *queue.args("status"))
+    assert status["circuit_breakers"] == [
+        {"processo": "p1", "failures": 2, "state": "closed", "until": None},
+        {"processo": "p2", "failures": 0, "state": "half_open", "until": None},
+    ]
+    _, out, _ = run(capsys, *queue.args("status"))
+    assert "CIRCUIT BREAKER of processo p2: half-open (0 consecutive failures)\n" in out

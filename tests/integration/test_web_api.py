@@ -259,3 +259,29 @@ def test_the_server_refuses_to_start_on_a_bad_setting():
         )
         assert done.returncode == 2, done.stderr
         assert "QUEUE_WEB_HOST" in done.stderr and "QUEUE_WEB_TOKEN" in done.stderr
+
+
+def test_pause_and_resume_through_the_api_and_the_console(web, queue):
+    stats = web.get(f"/api/v1/queues/{queue.table}/stats").json()
+    assert stats["paused"] == []
+    paused = web.post("/api/v1/pause", json={"processo": "p", "until": "2030-01-02T03:04:05+00:00"})
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["paused"] == [{"processo": "p", "until": "2030-01-02T03:04:05+00:00"}]
+    assert web.post("/api/v1/pause", json={"until": "2030-01-02T03:04:05"}).status_code == 422
+    assert web.post("/api/v1/pause", json={}).json()["paused"][0] == {
+        "processo": None,
+        "until": None,
+    }
+    readonly = web.post("/api/v1/resume", json={}, headers={"Authorization": f"Bearer {READONLY}"})
+    assert readonly.status_code == 403
+    # The console shows the pauses and offers Resume to an admin.
+    overview = web.get("/")
+    assert "PAUSED: the whole queue until resumed" in overview.text
+    assert 'id="resume-queue"' in overview.text and 'id="pause-queue"' not in overview.text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', overview.text).group(1)
+    assert web.post(f"/queues/{queue.table}/resume", data={"csrf": "forged"}).status_code == 403
+    done = web.post(f"/queues/{queue.table}/resume", data={"csrf": csrf}, follow_redirects=False)
+    assert done.status_code == 303
+    assert 'id="pause-queue"' in web.get("/").text
+    resumed = web.post("/api/v1/resume", json={"processo": "p"}).json()
+    assert resumed["was_paused"] is True and resumed["paused"] == []

@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim ab7d88b7b3bff90f",
-        "mysql": "nsj_queue_lib claim 041b3d7c3ca06c65",
+        "postgres": "nsj_queue_lib claim 27e1c8a233818012",
+        "mysql": "nsj_queue_lib claim 9bdfbed0804304b3",
     },
 }
 

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from nsj_queue_lib.cli.app import main as nsjq
+from nsj_queue_lib.fleet.pause import Pause
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.depth import DepthSampler, DepthSnapshot
 from nsj_queue_lib.observability.endpoint_server import EndpointServer, EndpointServerError
@@ -271,8 +272,18 @@ def test_gauges_are_read_at_each_scrape_and_the_depth_only_where_sampled():
     )
     assert value(observer, "nsjq_queue_tasks", processo="a", status="pendente") == 7
     assert value(observer, "nsjq_queue_oldest_ready_seconds", processo="a") == 12.5
+    assert value(observer, "nsjq_queue_paused", processo="") is None
+    until = datetime.datetime(2030, 1, 1, tzinfo=datetime.timezone.utc)
+    depth.publish([], (Pause(None, None), Pause("a", until)))
+    assert value(observer, "nsjq_queue_paused", processo="") == 1
+    assert value(observer, "nsjq_queue_paused", processo="a") == 1
+    assert value(observer, "nsjq_queue_paused_until_timestamp_seconds", processo="") is None
+    assert value(observer, "nsjq_queue_paused_until_timestamp_seconds", processo="a") == (
+        until.timestamp()
+    )
     clock.now += 31  # older than three intervals: its sampler is stuck
     assert value(observer, "nsjq_queue_tasks", processo="a", status="pendente") is None
+    assert value(observer, "nsjq_queue_paused", processo="a") is None
     content_type, body = observer.exposition("application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
 
@@ -305,6 +316,8 @@ class FakeLock:
 
 
 class FakeStore:
+    queue_table = "public.q"  # its pauses: none (a FakeConn belongs to no driver)
+
     def __init__(self) -> None:
         self.fail = False
 

@@ -37,6 +37,6 @@ def claim_where(
     conditions += [
         lock_key_free(table, "t", now, hot_day),
         deliverable("t", "p_handled_subscribers", "p_handled_processos"),
-        limits_free(limits_table, "t"),
+        limits_free(limits_table, "t", now),
     ]
     return "\n      AND ".join(conditions)

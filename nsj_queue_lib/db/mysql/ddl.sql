@@ -53,6 +53,11 @@ CREATE TABLE {table} (
     -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
     -- NULL without OpenTelemetry. Carried by retries and dead letters.
     trace_context varchar(512),
+    -- The task's own overrides, given at enqueue (docs/fleet-control.md): NULL means
+    -- the @Task option, else the queue's default. Carried by retries.
+    max_retry integer,
+    timeout_s double,
+    next_try_priority integer,
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,

@@ -46,6 +46,17 @@ UPGRADE_COLUMNS = (
     "lock_key_status",
 )
 
+# The columns --upgrade adds to a limits table that lacks them: the pause
+# (fleet/pause.py) and the circuit breaker (fleet/breakers.py), from limits_table.sql.
+LIMITS_UPGRADE_COLUMNS = (
+    "paused",
+    "paused_until",
+    "breaker_failures",
+    "breaker_open",
+    "breaker_until",
+    "breaker_trial",
+)
+
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
 REDEFINED_INDEXES = ("idx_chain", "idx_equivalent", "idx_lock_key")
@@ -302,6 +313,18 @@ class MysqlDialect(Dialect):
         values["add_indexes"] = self._index_steps(names, values["indexes"])
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
+        limits_columns = column_definitions(created, values["limits_table"])
+        values["add_limits_columns"] = "\n".join(
+            self._step(
+                names,
+                "columns",
+                values["limits_table"].split(".")[-1],
+                "column_name",
+                column,
+                f"ALTER TABLE {values['limits_table']} ADD COLUMN {column} {limits_columns[column]}",
+            )
+            for column in LIMITS_UPGRADE_COLUMNS
+        )
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._workers_tables(values, True)
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)

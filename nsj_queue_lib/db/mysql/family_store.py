@@ -49,8 +49,10 @@ from nsj_queue_lib.db.mysql.successes import success_sql
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.db.tally import FoldResult
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
+from nsj_queue_lib.model import OVERRIDE_COLUMNS
 
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
@@ -112,9 +114,10 @@ class MysqlFamilyStore:
 
     def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
         key = row.get("dedupe_key")
-        if key is None and row.get("lock_key") is None:
+        overridden = has_overrides(row)
+        if key is None and row.get("lock_key") is None and not overridden:
             return self.insert_tasks(conn, [row], what="insert_task")[0]
-        if self.dialect == "singlestore":
+        if self.dialect == "singlestore" and (key is not None or row.get("lock_key") is not None):
             raise ValueError(
                 "dedupe_key and lock_key are not supported on SingleStore (no unique key "
                 "without the shard key; its claim does not look at lock keys)"
@@ -133,8 +136,10 @@ class MysqlFamilyStore:
         args = [row[name] for name in TASK_INSERT_FIELDS]
         args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"], row["lock_key"]]
         args.append(row.get("trace_context"))
+        args += [row.get(name) for name in OVERRIDE_COLUMNS]
         value = (
-            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s, %s)",
+            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s, %s"
+            ", %s, %s, %s)",
             args,
         )
         try:
@@ -158,7 +163,7 @@ class MysqlFamilyStore:
         if not rows:
             return []
         trace_context = rows[0].get("trace_context")
-        traced = () if trace_context is None else (None, None, trace_context)
+        traced = () if trace_context is None else (None, None, trace_context, None, None, None)
         values = []
         for row in rows:
             due, due_args = due_sql(row.get("data_hora"))
@@ -167,7 +172,7 @@ class MysqlFamilyStore:
             values.append(
                 (
                     f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}"
-                    + (", %s, %s, %s)" if traced else ")"),
+                    + (", %s, %s, %s, %s, %s, %s)" if traced else ")"),
                     [*args, *due_args, *due_args, *traced],
                 )
             )

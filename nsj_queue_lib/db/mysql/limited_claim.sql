@@ -71,7 +71,7 @@ BEGIN
             INTO v_claimed, v_first_attempt, v_task
             FROM {table} AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)
-              AND {lock_key_free}
+              AND {lock_key_free} AND {trial_candidate}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -105,7 +105,9 @@ BEGIN
                              NOW(6))),
             l.rate_tat = IF(l.rate_count IS NULL, l.rate_tat,
                 TIMESTAMPADD(MICROSECOND, ROUND(1e6 * l.rate_period_s / l.rate_count),
-                             IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor)))
+                             IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor))),
+            -- An open circuit breaker's task is its trial: no other starts until it is decided.
+            l.breaker_trial = l.breaker_open
         WHERE l.processo = v_chosen;
         IF v_first_attempt IS NOT NULL THEN
             SET v_task = JSON_SET(v_task, '$.payload',

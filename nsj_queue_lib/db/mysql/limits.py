@@ -23,12 +23,15 @@ STATES = (
     "IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18,"
     " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)),"
     " IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18,"
-    " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat))), -1e18) / 1e6 AS due_in,"
+    " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)),"
+    " IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18,"
+    " TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in,"
     " {capped} AS capped"
     " FROM {limits_table} AS l"
     " WHERE (l.time_windows IS NULL"
     " OR JSON_CONTAINS({open}, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows)))))"
     " AND ({handled} IS NULL OR JSON_CONTAINS({handled}, JSON_QUOTE(l.processo)))"
+    " AND {startable}"
     " AND {ready}"
 )
 

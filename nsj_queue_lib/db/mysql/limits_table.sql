@@ -13,5 +13,16 @@ CREATE TABLE {if_not_exists}{limits_table} (
     next_start_at timestamp(6) NULL,
     rate_tat timestamp(6) NULL,
     declared_by varchar(200) NULL,
-    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+    declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    -- A pause (docs/fleet-control.md): no task of the processo ('' : of the
+    -- queue) starts while paused, until paused_until (NULL: until resumed).
+    paused boolean NOT NULL DEFAULT false,
+    paused_until timestamp(6) NULL,
+    -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
+    -- failures; open (no task starts until breaker_until, then one trial at a
+    -- time); the trial started and not decided yet.
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until timestamp(6) NULL,
+    breaker_trial boolean NOT NULL DEFAULT false
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -28,7 +28,8 @@ INSERT INTO {queue_table} (
 RETURNING id
 
 -- name: insert_task_keyed
--- insert_task with a dedupe_key or a lock_key, and inserts with a trace context:
+-- insert_task with a dedupe_key, a lock_key or overrides (max_retry, timeout_s,
+-- next_try_priority: docs/fleet-control.md), and inserts with a trace context:
 -- a duplicate-key error on the dedupe index when an unfinished task holds the
 -- dedupe_key (MySQL rolls back that statement only). Plain inserts name none of
 -- these columns, so that a client keeps working on a table db_gen --upgrade has
@@ -37,7 +38,7 @@ RETURNING id
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
     grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
-    trace_context
+    trace_context, max_retry, timeout_s, next_try_priority
 ) VALUES
 -- step: returning
 RETURNING id
@@ -148,14 +149,17 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade, dedupe_key, lock_key, trace_context
+    dead, live_id, prioridade, dedupe_key, lock_key, trace_context,
+    max_retry, timeout_s, next_try_priority
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
-    f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
-    f.lock_key, f.trace_context
+    f.subscriber_id, f.dead, f.live_id,
+    -- The retry's prioridade: the task's next_try_priority when it was given one.
+    COALESCE(f.next_try_priority, f.prioridade), f.dedupe_key,
+    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
 
@@ -225,7 +229,7 @@ WHERE {hot_t}t.id IN %(ids)s
 ORDER BY t.id
 FOR UPDATE SKIP LOCKED;
 -- step: rows
-SELECT {task_columns_resolved}
+SELECT {claimed_columns_resolved}
 FROM {queue_table} AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL

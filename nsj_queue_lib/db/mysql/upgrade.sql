@@ -19,6 +19,7 @@
 
 {subscriber_table_ddl}
 {add_subscriber_indexes}
+{add_limits_columns}
 
 {periodic_table_ddl}
 

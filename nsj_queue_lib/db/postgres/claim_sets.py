@@ -30,6 +30,8 @@ plan with statistics of an empty table and of a full one.
 
 from __future__ import annotations
 
+from nsj_queue_lib.db import pause_conditions
+
 # The candidate {row}'s key (not NULL here: lock_keys.py asks this only of a keyed
 # row) is not one of the running keys. In key order, with the claim function's
 # enable_sort off: only the unique index of running keys gives that order without a
@@ -43,11 +45,14 @@ KEY_IDLE = (
 )
 
 
-def limits_free(limits_table: str, row: str) -> str:
+def limits_free(limits_table: str, row: str, now: str = "clock_timestamp()") -> str:
     """SQL: the candidate ``row``'s processo has no limits (flow/limits.py's condition, read
-    once per claim). Both arguments are this library's identifiers, never user input."""
+    once per claim) and is not paused, nor is the queue (db/pause_conditions.py: one probe per
+    claim statement). The arguments are this library's identifiers, never user input."""
     return (
-        f"({row}.processo IS NULL OR {row}.processo NOT IN ("
-        f"SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM {limits_table} AS lim))"
+        f"{pause_conditions.queue_running(limits_table, now)}"
+        f" AND ({row}.processo IS NULL OR {row}.processo NOT IN ("
+        f"SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM {limits_table} AS lim"
+        f" WHERE {pause_conditions.held('lim', now)}))"
         " AS limited(processo)))"
     )

@@ -20,6 +20,7 @@ from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
+from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 
@@ -100,7 +101,11 @@ class PostgresClientStore:
                 lambda: self._insert_returning(conn, "insert_task_keyed", row),
                 lambda: self._insert_returning(conn, "dedupe_holder", {"dedupe_key": key}),
             )
-        keyed = row.get("lock_key") is not None or row.get("trace_context") is not None
+        keyed = (
+            row.get("lock_key") is not None
+            or row.get("trace_context") is not None
+            or has_overrides(row)
+        )
         new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
         assert new_id is not None  # a plain INSERT ... RETURNING returns its row
         return new_id

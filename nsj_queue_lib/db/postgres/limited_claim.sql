@@ -71,6 +71,7 @@ BEGIN
                     FROM {table} AS t
                     WHERE t.processo = v_chosen AND t.status = 'pendente'
                       AND t.data_hora <= clock_timestamp() AND {lock_key_free}
+                      AND {trial_candidate}
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT 1
                     FOR UPDATE SKIP LOCKED
@@ -97,7 +98,9 @@ BEGIN
                     ELSE GREATEST(l.rate_tat,
                                   clock_timestamp() - {catch_up} * l.rate_period_s * interval '1 second')
                          + l.rate_period_s / l.rate_count * interval '1 second'
-                END
+                END,
+                -- An open circuit breaker's task is its trial: no other starts until it is decided.
+                breaker_trial = l.breaker_open
             WHERE l.processo = v_chosen;
         END IF;
     END IF;

@@ -33,13 +33,15 @@ STATES = (
     "SELECT l.processo,"
     " extract(epoch FROM GREATEST("
     "CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END,"
-    " CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END) - clock_timestamp())::float8"
+    " CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END,"
+    " CASE WHEN l.breaker_open THEN l.breaker_until END) - clock_timestamp())::float8"
     " AS due_in,"
     " {capped} AS capped"
     " FROM {limits_table} AS l"
     " WHERE (l.time_windows IS NULL"
     " OR md5(l.processo || chr(10) || l.time_windows) = ANY({open}))"
     " AND ({handled} IS NULL OR l.processo = ANY({handled}))"
+    " AND {startable}"
     " AND {ready}"
 )
 

@@ -15,6 +15,9 @@ SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')
 SELECT processo, max_concurrent, rate_count, rate_period_s, interval_min_s, interval_max_s,
        time_windows
 FROM {limits_table}
+-- A pause-only row (db/pause_conditions.py) declares nothing.
+WHERE max_concurrent IS NOT NULL OR rate_count IS NOT NULL OR interval_min_s IS NOT NULL
+   OR time_windows IS NOT NULL
 
 -- name: declare
 -- The shared state is kept: a worker starting does not reset the spacing.
@@ -29,4 +32,6 @@ SET max_concurrent = EXCLUDED.max_concurrent, rate_count = EXCLUDED.rate_count,
     declared_by = EXCLUDED.declared_by, declared_at = clock_timestamp()
 
 -- name: undeclare
-DELETE FROM {limits_table} WHERE processo = %(processo)s
+-- A paused processo's row stays, for its pause (resume removes it), and so does
+-- an open circuit breaker's (its closing removes it).
+DELETE FROM {limits_table} WHERE processo = %(processo)s AND NOT paused AND NOT breaker_open

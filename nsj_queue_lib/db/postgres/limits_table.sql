@@ -13,5 +13,16 @@ CREATE TABLE {if_not_exists}{limits_table} (
     next_start_at timestamp with time zone,
     rate_tat timestamp with time zone,
     declared_by varchar(200),
-    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
+    declared_at timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
+    -- A pause (docs/fleet-control.md): no task of the processo ('' : of the
+    -- queue) starts while paused, until paused_until (NULL: until resumed).
+    paused boolean NOT NULL DEFAULT false,
+    paused_until timestamp with time zone,
+    -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
+    -- failures; open (no task starts until breaker_until, then one trial at a
+    -- time); the trial started and not decided yet.
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until timestamp with time zone,
+    breaker_trial boolean NOT NULL DEFAULT false
 );

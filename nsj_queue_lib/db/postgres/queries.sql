@@ -16,7 +16,8 @@ FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS d
 RETURNING id
 
 -- name: insert_task_keyed
--- insert_task with a dedupe_key, a lock_key or a trace context: no row when an
+-- insert_task with a dedupe_key, a lock_key, a trace context or overrides
+-- (max_retry, timeout_s, next_try_priority: docs/fleet-control.md): no row when an
 -- unfinished task holds the dedupe_key (after waiting for the transaction that
 -- is inserting it, if any). Plain inserts name none of these columns, so that a
 -- client keeps working on a table db_gen --upgrade has not reached yet. No
@@ -28,12 +29,13 @@ RETURNING id
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
     grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
-    trace_context
+    trace_context, max_retry, timeout_s, next_try_priority
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
     %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
-    due.at, due.at, %(dedupe_key)s, %(lock_key)s, %(trace_context)s
+    due.at, due.at, %(dedupe_key)s, %(lock_key)s, %(trace_context)s,
+    %(max_retry)s::integer, %(timeout_s)s::float8, %(next_try_priority)s::integer
 FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -130,7 +132,7 @@ LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL
 
 -- name: next_due
--- Seconds until the next waiting row becomes ready, by the database's clock
+-- Seconds until the next waiting row becomes ready (or a pause ends), by the database's clock
 -- (NULL when none is waiting). A retry ('agendada') already due gives a
 -- negative number: it must be promoted now. Each MIN reads one index entry:
 -- the instant is a sub-select (computed once, before the scan), because
@@ -140,7 +142,14 @@ LEFT JOIN {queue_table} AS first_attempt
 SELECT extract(epoch FROM least(
     (SELECT min(data_hora) FROM {queue_table} WHERE {hot}status = 'agendada'),
     (SELECT min(data_hora) FROM {queue_table}
-      WHERE {hot}status = 'pendente' AND data_hora > (SELECT clock_timestamp()))
+      WHERE {hot}status = 'pendente' AND data_hora > (SELECT clock_timestamp())),
+    -- The end of a pause with until= (db/pause_conditions.py): its tasks become claimable
+    -- then, with no insert to wake the workers.
+    (SELECT min(paused_until) FROM {limits_table}
+      WHERE paused AND paused_until > (SELECT clock_timestamp())),
+    -- ... and of an open circuit breaker's cool-down (fleet/breakers.py).
+    (SELECT min(breaker_until) FROM {limits_table}
+      WHERE breaker_open AND breaker_until > (SELECT clock_timestamp()))
 ) - clock_timestamp())::float8 AS seconds
 
 -- name: unlock_task
@@ -164,14 +173,17 @@ INSERT INTO {queue_table} (
     id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa,
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
-    dead, live_id, prioridade, dedupe_key, lock_key, trace_context
+    dead, live_id, prioridade, dedupe_key, lock_key, trace_context,
+    max_retry, timeout_s, next_try_priority
 )
 SELECT
     coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
     f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
-    f.subscriber_id, f.dead, f.live_id, f.prioridade, f.dedupe_key,
-    f.lock_key, f.trace_context
+    f.subscriber_id, f.dead, f.live_id,
+    -- The retry's prioridade: the task's next_try_priority when it was given one.
+    coalesce(f.next_try_priority, f.prioridade), f.dedupe_key,
+    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority
 FROM failed AS f
 RETURNING id
 
@@ -223,7 +235,7 @@ SELECT pg_advisory_unlock(%(key)s)
 -- 'processando' rows with no live worker: no liveness lock is held for them
 -- and no transaction holds their row. The row locks taken here make a
 -- worker that is just starting the task wait and then see the new status.
-SELECT {task_columns_resolved}
+SELECT {claimed_columns_resolved}
 FROM {queue_table} AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL

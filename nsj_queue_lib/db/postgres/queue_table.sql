@@ -46,6 +46,11 @@ CREATE TABLE {table} (
     worker varchar(200),
     -- The enqueuing code's W3C trace context (docs/integrations/opentelemetry.md);
     -- NULL without OpenTelemetry. Carried by retries and dead letters.
-    trace_context varchar(512){partition_key}
+    trace_context varchar(512),
+    -- The task's own overrides, given at enqueue (docs/fleet-control.md): NULL means
+    -- the @Task option, else the queue's default. Carried by retries.
+    max_retry integer,
+    timeout_s double precision,
+    next_try_priority integer{partition_key}
 ){partition_by};
 {partitions}

@@ -18,6 +18,9 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS started_at timestamp with time zone
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS finished_at timestamp with time zone;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS worker varchar(200);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context varchar(512);
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS max_retry integer;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS timeout_s double precision;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS next_try_priority integer;
 
 {autovacuum}
 
@@ -68,6 +71,12 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 {periodic_table_ddl}
 {workers_table_ddl}
 {limits_table_ddl}
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS paused_until timestamp with time zone;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_failures integer NOT NULL DEFAULT 0;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_open boolean NOT NULL DEFAULT false;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_until timestamp with time zone;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's

@@ -48,7 +48,7 @@ WHERE t.status = 'processando'
 ORDER BY t.data_hora, t.id
 LIMIT %(limit)s;
 -- step: rows
-SELECT {task_columns_resolved}
+SELECT {claimed_columns_resolved}
 FROM {queue_table} AS t
 LEFT JOIN {queue_table} AS first_attempt
        ON first_attempt.id = t.id_inicial AND t.payload IS NULL

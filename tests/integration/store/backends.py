@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from nsj_queue_lib import QueueClient
+from nsj_queue_lib import QueueClient, model
 from nsj_queue_lib.db.dialect import claim_routine_name
 from nsj_queue_lib.db.driver import Driver, make_driver
 from nsj_queue_lib.db.postgres.store import queue_lock_key
@@ -289,12 +289,15 @@ class Backend:
 
     def claimed_row(self, store: Any, reader: Any, task_id: int) -> dict[str, Any] | None:
         """A task as a claim returns it: get_task's row (QUEUE_COLUMNS), then its
-        trace_context (model.CLAIMED_COLUMNS)."""
+        trace_context and overrides (model.CLAIMED_COLUMNS)."""
         row = store.get_task(reader, task_id)
         if row is None:
             return None
-        sql = f"SELECT trace_context FROM {self.table} WHERE id = %s"
-        return {**row, "trace_context": self.value(sql, (task_id,))}
+        extra = ("trace_context", *model.OVERRIDE_COLUMNS)
+        found = fetch(
+            self.admin, f"SELECT {', '.join(extra)} FROM {self.table} WHERE id = %s", (task_id,)
+        )[0]
+        return {**row, **{c: found[c] for c in extra}}
 
     def statuses(self) -> dict[int, str]:
         return {r["id"]: r["status"] for r in self.rows()}

@@ -1,0 +1,64 @@
+"""The commands that steer the whole fleet of a queue: ``pause [PROCESSO]`` and
+``resume [PROCESSO]`` (docs/fleet-control.md)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+
+from nsj_queue_lib.cli.config import Config
+from nsj_queue_lib.cli.errors import EXIT_OK
+from nsj_queue_lib.cli.output import write, write_json
+from nsj_queue_lib.cli.session import open_session
+from nsj_queue_lib.queue_client import QueueClient
+
+_FROM_NOW = re.compile(r"(\d+(?:\.\d+)?)([smhd])\Z")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_until(text: str) -> datetime.datetime:
+    """``--until``: an ISO 8601 date/time (UTC unless it says otherwise) or a duration
+    from now (``30m``, ``2h``, ``1d``), as an aware datetime; argparse's ``type``."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ahead = _FROM_NOW.match(text.strip())
+    if ahead:
+        amount, unit = ahead.groups()
+        return now + datetime.timedelta(seconds=float(amount) * _UNIT_SECONDS[unit])
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: use an ISO date/time such as 2030-05-01T12:00Z, "
+            "or 30m, 2h, 1d from now"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.timezone.utc)
+
+
+def _what(processo: str | None) -> str:
+    return "the queue" if processo is None else f"processo {processo!r}"
+
+
+def pause(args: argparse.Namespace, config: Config) -> int:
+    """Pause the queue (or one processo) across every worker, in one transaction."""
+    with open_session(config, autocommit=False) as session:
+        QueueClient(session.conn, config.queue_table).pause(args.processo, until=args.until)
+        session.conn.commit()
+    until = None if args.until is None else args.until.isoformat()
+    if args.json:
+        write_json({"paused": args.processo, "until": until})
+    else:
+        write(f"{_what(args.processo)} paused" + (f" until {until}" if until else ""))
+    return EXIT_OK
+
+
+def resume(args: argparse.Namespace, config: Config) -> int:
+    """End the pause of the queue (or of one processo), in one transaction."""
+    with open_session(config, autocommit=False) as session:
+        was = QueueClient(session.conn, config.queue_table).resume(args.processo)
+        session.conn.commit()
+    if args.json:
+        write_json({"resumed": args.processo, "was_paused": was})
+    else:
+        write(f"{_what(args.processo)} " + ("resumed" if was else "was not paused"))
+    return EXIT_OK

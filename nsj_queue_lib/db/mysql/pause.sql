@@ -1,0 +1,37 @@
+-- Pause and resume on MySQL/MariaDB: PostgreSQL's pause.sql, which says what
+-- each statement is for, with these statements instead.
+-- base: postgres
+
+-- name: pause
+INSERT INTO {limits_table} (processo, paused, paused_until, declared_by)
+VALUES (%(processo)s, 1, FROM_UNIXTIME(%(until_s)s), %(by)s)
+ON DUPLICATE KEY UPDATE paused = 1, paused_until = FROM_UNIXTIME(%(until_s)s)
+
+-- name: paused
+SELECT processo, CAST(UNIX_TIMESTAMP(paused_until) * 1000000 AS SIGNED) AS until_us,
+       paused_until IS NOT NULL AND paused_until <= NOW(6) AS expired
+FROM {limits_table}
+WHERE paused
+ORDER BY processo
+
+-- name: wake
+-- No NOTIFY: the workers poll (QUEUE_POLL_INTERVAL) or the socket server wakes them.
+DO 0
+
+-- name: breaker_fail
+INSERT INTO {limits_table} (processo, breaker_failures, declared_by)
+VALUES (%(processo)s, 1, %(by)s)
+ON DUPLICATE KEY UPDATE breaker_failures = breaker_failures + 1
+
+-- name: breaker_open
+UPDATE {limits_table}
+SET breaker_open = 1, breaker_trial = 0, breaker_failures = 0,
+    breaker_until = TIMESTAMPADD(MICROSECOND, ROUND(%(cool_down_s)s * 1000000), NOW(6))
+WHERE processo = %(processo)s
+
+-- name: breakers
+SELECT processo, breaker_failures, breaker_open, breaker_trial,
+       CAST(UNIX_TIMESTAMP(breaker_until) * 1000000 AS SIGNED) AS until_us
+FROM {limits_table}
+WHERE breaker_failures > 0 OR breaker_open
+ORDER BY processo

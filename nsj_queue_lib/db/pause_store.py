@@ -1,0 +1,134 @@
+"""The pause statements (``db/<dialect>/pause.sql``) on a caller's connection: what
+``QueueClient.pause``, ``resume`` and ``paused`` run (nsj_queue_lib/fleet/pause.py says
+what a pause means, db/pause_conditions.py how the claims read it)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from typing import Any
+
+from nsj_queue_lib.db.dialect import notify_channel
+from nsj_queue_lib.db.driver import client_store, connection_driver, dialect_errors
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.fleet.breakers import BreakerState
+from nsj_queue_lib.fleet.pause import EPOCH, QUEUE_ROW, Pause, checked_processo, checked_until
+from nsj_queue_lib.flow.limits import limits_table_name
+from nsj_queue_lib.identifiers import split_table_name
+
+
+class PauseStore:
+    """The pause statements of one queue on a caller's connection (its transaction)."""
+
+    def __init__(self, conn: Any, queue_table: str):
+        driver = connection_driver(conn)
+        limits = driver.limits
+        if limits is None or (limits.name == "mysql" and _is_singlestore(conn)):
+            raise NotImplementedError(
+                "pause and resume are not available on SingleStore (no limits table; "
+                "docs/fleet-control.md)"
+            )
+        self._errors = dialect_errors(limits.name)
+        self.sql = render_queries(
+            limits.name, {"limits_table": limits_table_name(queue_table)}, "pause.sql"
+        )
+        self.channel = notify_channel_of(queue_table)
+
+    def _run(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        with self._errors.wrap_driver_errors(f"pause: {name}"), conn.cursor() as cur:
+            cur.execute(self.sql[name], params or {})
+            return list(cur.fetchall()) if cur.description else []
+
+    def pause(self, conn: Any, processo: str | None, until: datetime.datetime | None, by: str):
+        key = checked_processo(processo)
+        micros = checked_until(until)
+        params = {
+            "processo": key,
+            "until_us": micros,
+            "until_s": None if micros is None else decimal.Decimal(micros).scaleb(-6),
+            "by": by[:200],
+        }
+        self._run(conn, "pause", params)
+
+    def resume(self, conn: Any, processo: str | None) -> bool:
+        """End the pause; whether there was one (expired or not)."""
+        key = checked_processo(processo)
+        was = any(p.processo == (processo or None) for p in self.paused(conn, expired=True))
+        self._run(conn, "resume", {"processo": key})
+        self._run(conn, "forget", {"processo": key})
+        self._run(conn, "wake", {"channel": self.channel})
+        return was
+
+    def paused(self, conn: Any, expired: bool = False) -> list[Pause]:
+        """The pauses in force (with ``expired``: and those whose ``until`` passed), the
+        whole queue's first."""
+        found = []
+        for row in self._run(conn, "paused"):
+            processo, until_us, is_expired = _values(row, "processo", "until_us", "expired")
+            if is_expired and not expired:
+                continue
+            until = (
+                None if until_us is None else EPOCH + datetime.timedelta(microseconds=int(until_us))
+            )
+            found.append(Pause(None if processo == QUEUE_ROW else processo, until))
+        return found
+
+
+def _is_singlestore(conn: Any) -> bool:
+    """A MySQL-family connection to SingleStore (its client store knows the server)."""
+    server = getattr(client_store(conn, "nsjq_probe", None), "server", None)
+    return server is not None and server(conn).flavour == "singlestore"
+
+
+def notify_channel_of(queue_table: str) -> str:
+    """The queue's wake-up channel on PostgreSQL (its insert trigger's)."""
+    return notify_channel(split_table_name(queue_table)[1])
+
+
+class BreakerStore(PauseStore):
+    """The circuit breakers' statements (fleet/breakers.py), in the caller's transaction."""
+
+    def fail(self, conn: Any, processo: str, by: str) -> BreakerState:
+        """Count one more consecutive failure; the breaker after it, its row locked."""
+        self._run(conn, "breaker_fail", {"processo": processo, "by": by[:200]})
+        found = self.state(conn, processo)
+        assert found is not None  # the upsert wrote it
+        return found
+
+    def state(self, conn: Any, processo: str) -> BreakerState | None:
+        """The processo's breaker, its row locked until the transaction ends."""
+        for row in self._run(conn, "breaker_state", {"processo": processo}):
+            failures, is_open, trial = _values(
+                row, "breaker_failures", "breaker_open", "breaker_trial"
+            )
+            return BreakerState(processo, int(failures), bool(is_open), bool(trial))
+        return None
+
+    def open(self, conn: Any, processo: str, cool_down_s: float) -> None:
+        self._run(conn, "breaker_open", {"processo": processo, "cool_down_s": cool_down_s})
+
+    def close(self, conn: Any, processo: str) -> None:
+        """Closed; the row gone when nothing else keeps it; the workers woken (PostgreSQL)."""
+        self._run(conn, "breaker_reset", {"processo": processo})
+        self._run(conn, "forget", {"processo": processo})
+        self._run(conn, "wake", {"channel": self.channel})
+
+    def breakers(self, conn: Any) -> list[BreakerState]:
+        """The breakers with failures counted, or open."""
+        found = []
+        for row in self._run(conn, "breakers"):
+            processo, failures, is_open, trial, until_us = _values(
+                row, "processo", "breaker_failures", "breaker_open", "breaker_trial", "until_us"
+            )
+            until = (
+                None if until_us is None else EPOCH + datetime.timedelta(microseconds=int(until_us))
+            )
+            found.append(BreakerState(processo, int(failures), bool(is_open), bool(trial), until))
+        return found
+
+
+def _values(row: Any, *names: str) -> tuple[Any, ...]:
+    """A row's values in ``names`` order, from a tuple or a DictCursor's dict."""
+    if isinstance(row, dict):
+        return tuple(row[n] for n in names)
+    return tuple(row)
