@@ -29,9 +29,10 @@ done.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,8 +254,11 @@ def _prepare(
         pause_s,
     )
     prefix = _prebuilt_prefix(oid)
-    for name, columns in _unique_indexes(names):
-        _build_concurrently(conn, names.schema, f"{prefix}{name}", table, columns)
+    with _no_lock_timeout(conn):
+        # A concurrent build waits for every transaction that could still see the table
+        # as it was (anywhere in the database), and blocks no worker meanwhile.
+        for name, columns in _unique_indexes(names):
+            _build_concurrently(conn, names.schema, f"{prefix}{name}", table, columns)
     check = f"{prefix}days"
     if not conn.execute(
         "SELECT 1 FROM pg_constraint WHERE conrelid = %s AND conname = %s", (oid, check)
@@ -269,9 +273,22 @@ def _prepare(
             pause_s,
         )
     # A scan under SHARE UPDATE EXCLUSIVE: workers go on.
-    conn.execute(
-        sql.SQL("ALTER TABLE {} VALIDATE CONSTRAINT {}").format(table, sql.Identifier(check))
-    )
+    with _no_lock_timeout(conn):
+        conn.execute(
+            sql.SQL("ALTER TABLE {} VALIDATE CONSTRAINT {}").format(table, sql.Identifier(check))
+        )
+
+
+@contextlib.contextmanager
+def _no_lock_timeout(conn: Any) -> Iterator[None]:
+    """The steps that block no worker wait as long as they must; the session's setting
+    (the caller's connection) is put back afterwards."""
+    [(before,)] = conn.execute("SELECT current_setting('lock_timeout')").fetchall()
+    conn.execute("SET lock_timeout = 0")
+    try:
+        yield
+    finally:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (before,))
 
 
 def _unique_indexes(names: DdlNames) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nsj_queue_lib.runtime.service import service_lock_key
 from tests.integration.store.backends import (
     EVERY_STORE,
     LOCKING,
@@ -83,7 +84,9 @@ def test_notify_wakes_listeners_where_the_database_has_them(backend, store, work
 
 @on(*LOCKING)
 def test_service_lock_is_held_by_one_connection(backend, store, worker):
-    key = -1234567890123
+    # The queue's own key: PostgreSQL's one-bigint locks are database-wide, and the suite
+    # runs this test on several backends at once.
+    key = service_lock_key(backend.table, "test")
     other = backend.worker(executor=False)
     assert store.try_service_lock(worker, key) is True
     assert store.try_service_lock(other, key) is False
