@@ -88,9 +88,14 @@ def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: 
     )
 
 
-def _values(dialect: LimitsDialect, table: str, limits_table: str) -> dict[str, str]:
+def _values(
+    dialect: LimitsDialect, table: str, limits_table: str, hot_t: str = ""
+) -> dict[str, str]:
+    """``hot_t``: the pin of the claim's reads of unfinished rows to the hot partition of a
+    partitioned table (db/postgres/layout.py; the version is computed without it)."""
     free = dialect.lock_key_free(table, "t", dialect.now)
     return {
+        "hot_t": hot_t,
         **dialect.claim_values,
         "table": table,
         "limits_table": limits_table,
@@ -112,7 +117,12 @@ def limited_claim_version(dialect: LimitsDialect) -> str:
 
 def limited_claim_ddl(dialect: LimitsDialect, template_values: dict[str, str]) -> str:
     """The routine's CREATE for the queue of ``template_values`` (DdlNames.template_values)."""
-    values = _values(dialect, template_values["table"], template_values["limits_table"])
+    values = _values(
+        dialect,
+        template_values["table"],
+        template_values["limits_table"],
+        template_values.get("hot_t", ""),
+    )
     values["limited_claim"] = template_values["limited_claim"]
     values["limited_claim_version"] = limited_claim_version(dialect)
     return render(read_sql(dialect.name, "limited_claim.sql"), values).strip()

@@ -69,7 +69,7 @@ BEGIN
                 WITH picked AS (
                     SELECT t.id
                     FROM {table} AS t
-                    WHERE t.processo = v_chosen AND t.status = 'pendente'
+                    WHERE {hot_t}t.processo = v_chosen AND t.status = 'pendente'
                       AND t.data_hora <= clock_timestamp() AND {lock_key_free}
                       AND {trial_candidate}
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
@@ -79,7 +79,7 @@ BEGIN
                 UPDATE {table} AS t
                 SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
                 FROM picked
-                WHERE t.id = picked.id
+                WHERE {hot_t}t.id = picked.id
                 RETURNING t.* INTO v_claimed;
                 EXIT;
             EXCEPTION WHEN unique_violation THEN
