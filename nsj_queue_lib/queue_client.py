@@ -15,11 +15,18 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
 from nsj_queue_lib.db.queue_store import StreamingClientStore
+from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
+from nsj_queue_lib.workflow.dependencies import (
+    check_after,
+    insert_child,
+    parents_failed,
+    read_parents,
+)
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -36,7 +43,7 @@ _TASK_FIELDS = (
     "lock_key",
 )
 # insert_tasks' checks, built once (sets per task cost more than the insert's COPY row).
-_BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub"}
+_BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub", "after", "on_parent_failure"}
 _REQUIRED_FIELDS = frozenset({"origem", "destino", "processo", "chave_externa", "payload"})
 
 
@@ -76,6 +83,8 @@ class QueueClient:
         *,
         dedupe_key: str | None = None,
         lock_key: str | None = None,
+        after: Sequence[int] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> int:
         """Enqueue one task; returns its id.
 
@@ -83,9 +92,36 @@ class QueueClient:
         running or due for a retry) nothing is written and that task's
         ``id_inicial`` is returned. Tasks with equal ``lock_key`` never run at
         the same time and start in claim order (docs/flow-control.md).
+
+        With ``after`` (task ids), the task is 'aguardando' until every one of
+        them ends 'sucesso'; a parent dead-lettered or cancelled cancels it, or,
+        with ``on_parent_failure="run"``, counts as finished
+        (docs/how-to/dependencies.md). Unknown ids raise ``NotFoundError`` and
+        nothing is written.
         """
         row = task_row(locals(), pub_sub=False, trace_context=self._capture())
+        parents = check_after(after, on_parent_failure)
+        if parents:
+            return self._insert_after([row], [parents], [on_parent_failure])[0]
         return self._store.insert_task(self._conn, row)
+
+    def _insert_after(
+        self,
+        rows: Sequence[dict[str, Any]],
+        afters: Sequence[list[int] | None],
+        modes: Sequence[str],
+    ) -> list[int]:
+        """Insert ``rows``, each after its tasks in ``afters``: every parent is read (and
+        locked) before the first insert, so an unknown id writes nothing."""
+        if any(row["dedupe_key"] is not None for row in rows):
+            raise ValueError("after= and dedupe_key cannot be combined")
+        wstore = WorkflowStore.for_store(self._store, self.queue_table)
+        parents = [read_parents(wstore, self._conn, after) if after else [] for after in afters]
+        ids = []
+        for row, read, mode in zip(rows, parents, modes, strict=True):
+            insert = functools.partial(self._store.insert_task, self._conn, row)
+            ids.append(insert_child(wstore, self._conn, insert, read, mode) if read else insert())
+        return ids
 
     def insert_task_pub_sub(
         self,
@@ -143,6 +179,13 @@ class QueueClient:
                 self._conn, len(items), map(bulk_row, range(len(items)), items)
             )
         rows = [bulk_row(index, task) for index, task in enumerate(items)]
+        if any(task.get("after") for task in items):
+            modes = [task.get("on_parent_failure", "cancel") for task in items]
+            afters = [
+                check_after(task.get("after"), mode)
+                for task, mode in zip(items, modes, strict=True)
+            ]
+            return self._insert_after(rows, afters, modes)
         if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
             # Each keyed insert may find its dedupe_key taken: one statement per task.
             return [self._store.insert_task(self._conn, row) for row in rows]
@@ -217,10 +260,21 @@ class QueueClient:
             status = self._store.cancel_attempt(self._conn, latest["id"], CANCELLED_MESSAGE)
             if status == model.PROCESSANDO:
                 self._store.notify_cancel(self._conn, latest["id"])
+            elif status == model.CANCELADA:
+                self._cancel_children(latest["id"])
             if status is not None:
                 return status
             # The attempt settled meanwhile (ran, failed, was claimed): look again.
         raise RuntimeError(f"task {task_id} kept changing; cancel it again")
+
+    def _cancel_children(self, attempt_id: int) -> None:
+        """The children waiting for a task just cancelled: none where the queue has no
+        dependency tables (SingleStore, whose client shares MySQL's driver)."""
+        try:
+            wstore = WorkflowStore.for_store(self._store, self.queue_table)
+            parents_failed(wstore, self._conn, [attempt_id])
+        except WorkflowUnsupported:
+            return
 
     def retry_task(self, task_id: int) -> int:
         """A new 'pendente' attempt, due now, for a task that ran out of attempts (or a dead

@@ -19,7 +19,14 @@ from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
 
 MAX_PAGE = 500
 Status = Literal[
-    "pendente", "agendada", "processando", "falha", "falha_processando", "sucesso", "cancelada"
+    "pendente",
+    "agendada",
+    "processando",
+    "falha",
+    "falha_processando",
+    "sucesso",
+    "cancelada",
+    "aguardando",
 ]
 assert set(Status.__args__) == set(model.STATUSES)  # type: ignore[attr-defined]
 

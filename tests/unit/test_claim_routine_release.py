@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim ab7d88b7b3bff90f",
-        "mysql": "nsj_queue_lib claim 7bb1273173198718",
+        "postgres": "nsj_queue_lib claim 4a0ad1716a1b3ecb",
+        "mysql": "nsj_queue_lib claim 4bc835ea4b6aa737",
     },
 }
 

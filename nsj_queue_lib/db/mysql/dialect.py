@@ -258,6 +258,9 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
         values["workers_table_ddl"] = self._table("workers_table.sql", values, False)
+        values["workflow_ddl"] = self._table(
+            "workflow_tables.sql", dict(values, drop_release_procedure=""), False
+        )
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -282,6 +285,14 @@ class MysqlDialect(Dialect):
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._table("workers_table.sql", values, True)
+        values["workflow_ddl"] = self._table(
+            "workflow_tables.sql",
+            dict(
+                values,
+                drop_release_procedure=f"DROP PROCEDURE IF EXISTS {values['release_function']};\n",
+            ),
+            True,
+        )
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 

@@ -50,6 +50,7 @@ from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
+from nsj_queue_lib.workflow import dependencies
 
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
@@ -394,6 +395,9 @@ class MysqlFamilyStore:
             outcome = self._complete(conn, task_id, mensagem)
             if outcome is LOST:
                 self._give_back(conn, task_id, lambda: None)
+            elif outcome is COMPLETED:
+                # Its children, released in this transaction (nsj_queue_lib/workflow/).
+                dependencies.after_successes(self, conn, [task_id])
             return outcome is COMPLETED
 
     def _complete(self, conn: Any, task_id: int, mensagem: str) -> str:

@@ -55,6 +55,8 @@ CREATE TABLE {table} (
 
 {trigger}
 
+{workflow_ddl}
+
 {claim_function_ddl}
 
 -- Subscribers of pub/sub and webhook publications.

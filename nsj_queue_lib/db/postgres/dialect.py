@@ -123,6 +123,9 @@ class PostgresDialect(Dialect):
         parts["workers_table_ddl"] = render(
             read_sql("postgres", "workers_table.sql"), table_values
         ).strip()
+        parts["workflow_ddl"] = render(
+            read_sql("postgres", "workflow_tables.sql"), table_values
+        ).strip()
         parts["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql("postgres", template), parts)
 
