@@ -27,6 +27,7 @@ from nsj_queue_lib.workflow.dependencies import (
     parents_failed,
     read_parents,
 )
+from nsj_queue_lib.workflow.waiting import wait_for
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -66,6 +67,7 @@ class QueueClient:
         self.queue_table = queue_table
         self.queue_subscriber_table = queue_subscriber_table
         self._capture = capture if trace_context else _no_trace_context
+        self._workflow_store: WorkflowStore | None = None
 
     # -- enqueue --
 
@@ -115,7 +117,7 @@ class QueueClient:
         locked) before the first insert, so an unknown id writes nothing."""
         if any(row["dedupe_key"] is not None for row in rows):
             raise ValueError("after= and dedupe_key cannot be combined")
-        wstore = WorkflowStore.for_store(self._store, self.queue_table)
+        wstore = self._workflow()
         parents = [read_parents(wstore, self._conn, after) if after else [] for after in afters]
         ids = []
         for row, read, mode in zip(rows, parents, modes, strict=True):
@@ -267,11 +269,42 @@ class QueueClient:
             # The attempt settled meanwhile (ran, failed, was claimed): look again.
         raise RuntimeError(f"task {task_id} kept changing; cancel it again")
 
+    def wait_for_task(self, task_id: int, timeout_s: float) -> dict[str, Any]:
+        """``get_task``'s dict once the task ``task_id`` has finished ('sucesso',
+        'cancelada', or failed with no attempt left); ``TimeoutError`` when it has not
+        within ``timeout_s`` seconds, ``NotFoundError`` for an unknown id. Call it outside
+        any open transaction (after the insert's commit): it polls the latest committed
+        state; on MySQL/MariaDB each look is its own transaction, which it ends, so
+        REPEATABLE READ's snapshot never hides the end (docs/how-to/wait-for-a-task.md)."""
+        task_id = _task_id(task_id)
+        try:
+            own_transactions = self._workflow().fresh_looks(self._conn)
+        except WorkflowUnsupported:
+            own_transactions = False
+
+        def look() -> Mapping[str, Any] | None:
+            if own_transactions:
+                # Ends a transaction that only read (its snapshot would hide the end);
+                # each look then reads in a transaction of its own.
+                self._conn.rollback()
+            return self._store.task_view(self._conn, task_id)
+
+        try:
+            return task_view(wait_for(look, task_id, timeout_s))
+        finally:
+            if own_transactions:
+                self._conn.rollback()
+
+    def _workflow(self) -> WorkflowStore:
+        if self._workflow_store is None:
+            self._workflow_store = WorkflowStore.for_store(self._store, self.queue_table)
+        return self._workflow_store
+
     def _cancel_children(self, attempt_id: int) -> None:
         """The children waiting for a task just cancelled: none where the queue has no
         dependency tables (SingleStore, whose client shares MySQL's driver)."""
         try:
-            wstore = WorkflowStore.for_store(self._store, self.queue_table)
+            wstore = self._workflow()
             parents_failed(wstore, self._conn, [attempt_id])
         except WorkflowUnsupported:
             return

@@ -9,6 +9,7 @@ query names everywhere) and runs on the caller's connection, in its transaction
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from nsj_queue_lib.exceptions import DatabaseError, QueueLibError
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
 
 DIALECTS = ("postgres", "mysql")
+SERVER_STATUS_IN_TRANS = 1  # the MySQL protocol's flag: a transaction is open
 
 
 class WorkflowUnsupported(DatabaseError):
@@ -56,7 +58,7 @@ class WorkflowStore:
         names the SQL (SingleStore's store says so, though it shares MySQL's driver);
         ``WorkflowUnsupported`` for a store without one (the in-memory queue)."""
         dialect = getattr(store, "dialect", None)
-        return cls(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
+        return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
 
     # -- statements --
 
@@ -153,6 +155,24 @@ class WorkflowStore:
         if self.dialect == "postgres":
             self._rows(conn, "notify_ready", {"channel": self.channel})
 
+    def fresh_looks(self, conn: Any) -> bool:
+        """Whether reads on ``conn`` see the latest commit each time if each look ends the
+        transaction it opened. PostgreSQL: its reads do so anyway under READ COMMITTED (the
+        default), so nothing is ended (False). MySQL/MariaDB (REPEATABLE READ keeps the first
+        read's snapshot): True, each look ending the transaction it read in, unless the
+        server reports a transaction open with writes or an explicit BEGIN (the status
+        flag of its last OK reply): ``ValueError`` then, since ending it would lose them
+        and keeping it would hide the task's end. Reads alone do not raise the flag: an
+        open transaction that only read is ended (it held nothing but its snapshot)."""
+        if self.dialect == "postgres":
+            return False
+        if getattr(conn, "server_status", 0) & SERVER_STATUS_IN_TRANS:
+            raise ValueError(
+                "wait_for_task: the connection has a transaction open; on MySQL/MariaDB its "
+                "snapshot would hide the task's end: commit (or roll back) first"
+            )
+        return True
+
     def parents_of(self, conn: Any, child_id: int) -> list[tuple[int, int]]:
         """(parent's first attempt id, its latest attempt id) of each parent of the child."""
         return [(int(p), int(a)) for p, a in self._rows(conn, "parents_of", {"child": child_id})]
@@ -172,3 +192,9 @@ class WorkflowStore:
     def _release(self, conn: Any, probe: str, ids: Sequence[int]) -> None:
         for (parent,) in self._rows(conn, probe, {"ids": self._ids(ids)}):
             self._rows(conn, "release_children", {"parent": int(parent)})
+
+
+@functools.lru_cache(maxsize=256)
+def _store(dialect: str, queue_table: str) -> WorkflowStore:
+    """One store per (dialect, queue): it holds only its rendered statements."""
+    return WorkflowStore(dialect, queue_table)

@@ -333,6 +333,7 @@ class AsyncSlots:
         attempts = self.attempts
         task, conn = item.task, item.conn
         twin = self._twins[conn]
+        item.context.bd_conn, item.context.queue_table = twin, attempts.session.store.queue_table
         me = asyncio.current_task()
         assert me is not None
         self._handling[me] = task.id

@@ -9,13 +9,16 @@ ids are refused with nothing written. SingleStore refuses ``after=`` clearly.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from nsj_queue_lib import current_task
 from nsj_queue_lib.exceptions import NotFoundError
 from tests.contract.test_contract import write_exec
 from tests.helpers.processes import wait_for
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(240)
 
 DEPENDENCY_BACKENDS = pytest.mark.parametrize(
     "backend",
@@ -212,3 +215,46 @@ def _days(n):
     import datetime
 
     return datetime.timedelta(days=n)
+
+
+@DEPENDENCY_BACKENDS
+def test_a_handler_fans_out_and_in_with_spawn(backend):
+    """1 -> 1,000 -> 1 spawned from a handler, in its transaction: the children exist once
+    the root's success commits (its first attempt fails and spawns nothing that stays); the
+    fan-in runs once, after all of them, and sees them through parents()."""
+    fan = int(os.environ.get("FAN", "1000"))
+    attempts, fan_in_seen = [], []
+
+    def execute(payload, tarefa, bd_conn):
+        task = current_task()
+        if tarefa["processo"] == "root":
+            assert task.parents() == {}
+            children = [task.spawn("child", {"n": n}) for n in range(fan)]
+            task.spawn("fan_in", {}, after=children, chave_externa="fan-in")
+            attempts.append(tarefa["tentativa"])
+            if tarefa["tentativa"] == 1:
+                raise RuntimeError("the first attempt fails: its spawns are rolled back")
+        elif tarefa["processo"] == "fan_in":
+            seen = task.parents()
+            fan_in_seen.append(
+                (
+                    len(seen),
+                    {v["status"] for v in seen.values()},
+                    {v["mensagem"] for v in seen.values()},
+                )
+            )
+        write_exec(backend, bd_conn, tarefa)
+        return "done" if tarefa["processo"] == "child" else "ok"
+
+    with backend.transaction() as conn:
+        backend.client(conn).insert_task("o", "d", "root", "root", "{}")
+    worker = backend.run(
+        backend.function_worker(execute, queue_concurrency=4, queue_base_interval_retry=1 / 600)
+    )
+    wait_for(lambda: fan_in_seen or print(backend.statuses()), 120, "the fan-in to run")
+    backend.wait_statuses({"sucesso": fan + 2, "falha": 1}, 30, "everything to settle")
+    assert worker.stop() == 0
+    assert attempts == [1, 2]
+    assert fan_in_seen == [(fan, {"sucesso"}, {"done"})]
+    assert exec_order(backend).count("fan-in") == 1
+    assert exec_order(backend)[-1] == "fan-in"
