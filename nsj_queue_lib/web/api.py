@@ -137,12 +137,12 @@ def enqueue(
             422, [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]
         ) from None
     if wait is None:
-        return Enqueued(id=task_id, queue=queue.table)
+        return Enqueued(id=task_id, queue=queue.table, task=None)
     try:
         task = queue.wait(task_id, wait)
     except TimeoutError:
         response.status_code = 202
-        return Enqueued(id=task_id, queue=queue.table)
+        return Enqueued(id=task_id, queue=queue.table, task=None)
     return Enqueued(id=task_id, queue=queue.table, task=task)
 
 

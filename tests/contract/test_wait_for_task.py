@@ -18,10 +18,11 @@ pytestmark = pytest.mark.timeout(60)
 
 def lag_after_commit(backend, conn) -> float:
     """Seconds since the latest task's end, by the database's clock."""
-    sql = (
-        f"SELECT {'extract(epoch FROM clock_timestamp() - max(finished_at))' if backend.family == 'postgres' else 'TIMESTAMPDIFF(MICROSECOND, MAX(finished_at), NOW(6)) / 1e6'} "
-        f"FROM {backend.table}"
-    )
+    if backend.family == "postgres":
+        since = "extract(epoch FROM clock_timestamp() - max(finished_at))"
+    else:
+        since = "TIMESTAMPDIFF(MICROSECOND, MAX(finished_at), NOW(6)) / 1e6"
+    sql = f"SELECT {since} FROM {backend.table}"
     return float(backend.value(sql, conn=conn))
 
 
