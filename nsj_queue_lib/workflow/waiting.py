@@ -20,7 +20,7 @@ from nsj_queue_lib import model
 from nsj_queue_lib.exceptions import NotFoundError
 
 FIRST_INTERVAL = 0.001
-MAX_INTERVAL = 0.02
+MAX_INTERVAL = 0.005
 GROWTH = 1.3
 
 

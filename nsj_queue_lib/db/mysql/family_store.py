@@ -395,9 +395,6 @@ class MysqlFamilyStore:
             outcome = self._complete(conn, task_id, mensagem)
             if outcome is LOST:
                 self._give_back(conn, task_id, lambda: None)
-            elif outcome is COMPLETED:
-                # Its children, released in this transaction (nsj_queue_lib/workflow/).
-                dependencies.after_successes(self, conn, [task_id])
             return outcome is COMPLETED
 
     def _complete(self, conn: Any, task_id: int, mensagem: str) -> str:
@@ -410,8 +407,9 @@ class MysqlFamilyStore:
         with conn.cursor() as cur:
             for number in range(1, RETRY_ATTEMPTS + 1):
                 try:
-                    changed = cur.execute(sql)
-                    return COMPLETED if changed == 1 else NOT_RUNNING
+                    if cur.execute(sql) != 1:
+                        return NOT_RUNNING
+                    return self._release_children(conn, task_id)
                 except Exception as exc:
                     code = error_code(exc)
                     if code not in RETRYABLE_ERRORS:
@@ -424,6 +422,23 @@ class MysqlFamilyStore:
                         )
                         return LOST
         return LOST  # pragma: no cover
+
+    def _release_children(self, conn: Any, task_id: int) -> str:
+        """The children waiting for the task just written 'sucesso', released in this
+        transaction (nsj_queue_lib/workflow/): every completion outside the claim procedure
+        comes here. COMPLETED, or LOST when a deadlock or lock wait timeout hit it."""
+        try:
+            dependencies.after_successes(self, conn, [task_id])
+        except DatabaseError as exc:
+            if error_code(exc.__cause__) not in RETRYABLE_ERRORS:
+                raise
+            logger.warning(
+                "task=%s: %s while releasing its children; the task goes back to the queue",
+                task_id,
+                exc,
+            )
+            return LOST
+        return COMPLETED
 
     def _give_back(self, conn: Any, task_id: int, unlock: Callable[[], None]) -> None:
         """After a lost completion: roll back, return the task to the queue, release its lock."""
