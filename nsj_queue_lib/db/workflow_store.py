@@ -20,15 +20,11 @@ from nsj_queue_lib.db.dialect import (
     waiting_table_name,
 )
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.exceptions import DatabaseError, QueueLibError
+from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsupported
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
 
 DIALECTS = ("postgres", "mysql")
 SERVER_STATUS_IN_TRANS = 1  # the MySQL protocol's flag: a transaction is open
-
-
-class WorkflowUnsupported(DatabaseError):
-    """The database holds no dependencies between tasks (SingleStore)."""
 
 
 class WorkflowStore:

@@ -203,7 +203,7 @@ def test_a_fan_out_and_fan_in_across_workers(backend):
 @pytest.mark.mysql
 @pytest.mark.parametrize("backend", ["singlestore-via-server"], indirect=True)
 def test_singlestore_refuses_dependencies(backend):
-    from nsj_queue_lib.db.workflow_store import WorkflowUnsupported
+    from nsj_queue_lib.exceptions import WorkflowUnsupported
 
     [a] = backend.enqueue([dict(chave_externa="a")])
     with backend.transaction() as conn:
