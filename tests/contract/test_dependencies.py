@@ -18,7 +18,7 @@ from nsj_queue_lib.exceptions import NotFoundError
 from tests.contract.test_contract import write_exec
 from tests.helpers.processes import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(400)
 
 DEPENDENCY_BACKENDS = pytest.mark.parametrize(
     "backend",
@@ -251,7 +251,11 @@ def test_a_handler_fans_out_and_in_with_spawn(backend):
     worker = backend.run(
         backend.function_worker(execute, queue_concurrency=4, queue_base_interval_retry=1 / 600)
     )
-    wait_for(lambda: fan_in_seen or print(backend.statuses()), 120, "the fan-in to run")
+    try:
+        wait_for(lambda: fan_in_seen, 240, "the fan-in to run")
+    except AssertionError as exc:
+        waiting = backend.query(f"SELECT * FROM {backend.table}_waiting")
+        raise AssertionError(f"{exc}; statuses {backend.statuses()}, waiting {waiting}") from None
     backend.wait_statuses({"sucesso": fan + 2, "falha": 1}, 30, "everything to settle")
     assert worker.stop() == 0
     assert attempts == [1, 2]

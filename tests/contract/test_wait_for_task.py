@@ -53,8 +53,9 @@ def test_wait_for_task_sees_the_end_whatever_the_isolation(backend):
                 f"done {n}",
             )
     assert worker.stop() == 0
-    # Seen within 50 ms of the task's end (the median of 7: the machine is shared).
-    assert statistics.median(lags) < 0.05, lags
+    # Seen within 50 ms of the task's end on PostgreSQL (the median of 7: the machine is
+    # shared); through the socket server and on MariaDB, within a poll of the commit.
+    assert statistics.median(lags) < (0.05 if backend.kind == "postgres" else 0.25), lags
 
 
 @DEPENDENCY_BACKENDS
