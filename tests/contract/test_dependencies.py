@@ -262,3 +262,35 @@ def test_a_handler_fans_out_and_in_with_spawn(backend):
     assert fan_in_seen == [(fan, {"sucesso"}, {"done"})]
     assert exec_order(backend).count("fan-in") == 1
     assert exec_order(backend)[-1] == "fan-in"
+
+
+@pytest.mark.parametrize(
+    "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
+)
+def test_an_async_handler_spawns_and_reads_its_parents(backend):
+    """spawn() and parents() from ``async def`` handlers (sync calls on the handler's session)."""
+    from nsj_queue_lib import Task, WorkerBase
+
+    seen = []
+
+    class Spawning(WorkerBase):
+        @Task("root")
+        async def root(self, payload, tarefa, bd_conn):
+            task = current_task()
+            first = task.spawn("leaf", {"n": 1})
+            task.spawn("leaf", {"n": 2}, after=[first], chave_externa="second")
+            return "spawned"
+
+        @Task("leaf")
+        async def leaf(self, payload, tarefa, bd_conn):
+            seen.append((tarefa["chave_externa"], current_task().parents()))
+            return "leaf"
+
+    worker = backend.run(Spawning(settings=backend.settings()))
+    with backend.transaction() as conn:
+        backend.client(conn).insert_task("o", "d", "root", "root", "{}")
+    backend.wait_statuses({"sucesso": 3}, 30, "the spawned tasks to run")
+    assert worker.stop() == 0
+    assert [chave for chave, _ in seen] == [None, "second"]
+    [(parent_id, view)] = seen[1][1].items()
+    assert seen[0][1] == {} and view["status"] == "sucesso" and view["mensagem"] == "leaf"
