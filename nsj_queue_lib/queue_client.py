@@ -411,11 +411,13 @@ def task_row(
 
 
 def _unkeyed(items: Sequence[Any]) -> bool:
-    """No item has a dedupe_key or lock_key (items that are no mappings fail later, in _bulk_row)."""
+    """No item has a dedupe_key, a lock_key or parents (``after``): items that are no
+    mappings fail later, in _bulk_row."""
     return all(
         isinstance(task, Mapping)
         and task.get("dedupe_key") is None
         and task.get("lock_key") is None
+        and not task.get("after")
         for task in items
     )
 

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from nsj_queue_lib import current_task
+from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD
 from nsj_queue_lib.exceptions import NotFoundError
 from tests.contract.test_contract import write_exec
 from tests.helpers.processes import wait_for
@@ -169,7 +170,7 @@ def test_unknown_parents_are_refused_with_nothing_written(backend):
 
 @DEPENDENCY_BACKENDS
 def test_a_fan_out_and_fan_in_across_workers(backend):
-    """1 -> 60 -> 1 with three workers of two slots: the fan-in runs once, after all 60."""
+    """1 -> N -> 1 with three workers of two slots: the fan-in runs once, after all N."""
 
     def execute(payload, tarefa, bd_conn):
         write_exec(backend, bd_conn, tarefa)
@@ -178,6 +179,8 @@ def test_a_fan_out_and_fan_in_across_workers(backend):
     with backend.transaction() as conn:
         client = backend.client(conn)
         root = insert(backend, conn, "root")
+        # More than the COPY threshold of PostgreSQL's bulk insert: after= takes the
+        # item-by-item path.
         middle = client.insert_tasks(
             [
                 dict(
@@ -188,14 +191,15 @@ def test_a_fan_out_and_fan_in_across_workers(backend):
                     payload="1",
                     after=[root],
                 )
-                for i in range(60)
+                for i in range(COPY_THRESHOLD + 10)
             ]
         )
         insert(backend, conn, "last", after=middle)
+    assert backend.statuses() == {"pendente": 1, "aguardando": COPY_THRESHOLD + 11}
     workers = [backend.run(backend.function_worker(execute, queue_concurrency=2)) for _ in range(3)]
-    backend.wait_statuses({"sucesso": 62}, 40, "the fan-in to run")
+    backend.wait_statuses({"sucesso": COPY_THRESHOLD + 12}, 60, "the fan-in to run")
     order = exec_order(backend)
-    assert len(order) == 62 and order[0] == "root" and order[-1] == "last"
+    assert len(order) == COPY_THRESHOLD + 12 and order[0] == "root" and order[-1] == "last"
     for worker in workers:
         assert worker.stop() == 0
 
