@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nsj_queue_lib.db.workflow_store import WorkflowUnsupported
+from nsj_queue_lib.exceptions import WorkflowUnsupported
 
 if TYPE_CHECKING:
-    from nsj_queue_lib.context import TaskContext
     from nsj_queue_lib.queue_client import QueueClient
+
+# The running task's context (nsj_queue_lib.context.TaskContext, which calls in here): not
+# imported, not even for annotations, so that the two modules form no import cycle.
+TaskContext = Any
 
 
 def _client(context: TaskContext) -> QueueClient:
