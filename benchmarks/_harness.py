@@ -74,12 +74,15 @@ def drop_queue_sql(schema: str, name: str) -> str:
     misses them). The claim functions return the table's row type: CASCADE takes them; the
     group settle function names no table type, so it is dropped by name."""
     names = DdlNames(schema, name).object_names()
-    tables = [name] + [names[key] for key in ("subscriber", "limits", "periodic", "workers")]
+    tables = [name] + [
+        names[key] for key in ("subscriber", "limits", "periodic", "workers", "parents", "waiting")
+    ]
     return (
         f"DROP TABLE IF EXISTS {', '.join(f'{schema}.{t}' for t in tables)} CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.{names['function']}() CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.{names['day_function']}() CASCADE;"
-        f"DROP FUNCTION IF EXISTS {schema}.{names['settle_function']}"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['settle_function']};"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['release_function']}"
     )
 
 

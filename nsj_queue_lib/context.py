@@ -15,6 +15,7 @@ import contextvars
 import dataclasses
 import threading
 import time
+from typing import Any
 
 from nsj_queue_lib.exceptions import NoCurrentTaskError, TaskCancelled
 from nsj_queue_lib.model import MENSAGEM_LIMIT
@@ -48,6 +49,26 @@ class TaskContext:
         self._unwritten = False
         self.checkpoints = 0  # a pipeline's yields so far (runtime/pipeline.py)
         self.last_checkpoint: float | None = None  # time.monotonic() of the last one
+        # The handler's connection and its queue table, while it runs (workflow/handler.py).
+        self.bd_conn: Any = None
+        self.queue_table: str | None = None
+        self.workflow_client: Any = None  # a QueueClient on bd_conn, built on first use
+
+    # -- workflows (nsj_queue_lib/workflow/handler.py) --
+
+    def parents(self) -> dict[int, dict[str, Any]]:
+        """Each parent named in this task's ``after=``: {id: {"status", "mensagem", ...}}
+        (``get_task``'s dict of its latest attempt); ``{}`` for a task without parents."""
+        from nsj_queue_lib.workflow.handler import parents
+
+        return parents(self)
+
+    def spawn(self, processo: str, payload: Any, after: Any = None, **insert_options: Any) -> int:
+        """Enqueue a task in the handler's own transaction (it exists exactly when this
+        task's success commits); ``after``: ids it waits for. Returns its id."""
+        from nsj_queue_lib.workflow.handler import spawn
+
+        return spawn(self, processo, payload, after, **insert_options)
 
     # -- cancellation --
 

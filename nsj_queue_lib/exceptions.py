@@ -80,3 +80,8 @@ class TaskCancelled(QueueLibError):
 
 class NoCurrentTaskError(QueueLibError, LookupError):
     """``current_task()`` was called outside a handler run by a worker."""
+
+
+class WorkflowUnsupported(DatabaseError):
+    """The queue holds no dependencies between tasks: SingleStore, or a queue that
+    ``db_gen --upgrade`` has not reached (nsj_queue_lib/workflow/)."""

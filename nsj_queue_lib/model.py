@@ -13,10 +13,21 @@ FALHA_PROCESSANDO = "falha_processando"
 SUCESSO = "sucesso"
 # Terminal: cancelled before it ran, or its handler stopped on a cancel request.
 CANCELADA = "cancelada"
+# Waits for its parents (insert_task(..., after=[...]), nsj_queue_lib/workflow/).
+AGUARDANDO = "aguardando"
 
-STATUSES = (PENDENTE, AGENDADA, PROCESSANDO, FALHA, FALHA_PROCESSANDO, SUCESSO, CANCELADA)
+STATUSES = (
+    PENDENTE,
+    AGENDADA,
+    PROCESSANDO,
+    FALHA,
+    FALHA_PROCESSANDO,
+    SUCESSO,
+    CANCELADA,
+    AGUARDANDO,
+)
 # Rows in these statuses still have work ahead of them: purge never deletes them.
-ACTIVE_STATUSES = (PENDENTE, AGENDADA, PROCESSANDO)
+ACTIVE_STATUSES = (PENDENTE, AGENDADA, PROCESSANDO, AGUARDANDO)
 
 QUEUE_COLUMNS = (
     "id",

@@ -17,12 +17,20 @@ from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
 from nsj_queue_lib.db.pause_store import PauseStore
 from nsj_queue_lib.db.queue_store import StreamingClientStore
+from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
 from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
+from nsj_queue_lib.workflow.dependencies import (
+    check_after,
+    insert_child,
+    parents_failed,
+    read_parents,
+)
+from nsj_queue_lib.workflow.waiting import wait_for
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -40,7 +48,7 @@ _TASK_FIELDS = (
     *model.OVERRIDE_COLUMNS,
 )
 # insert_tasks' checks, built once (sets per task cost more than the insert's COPY row).
-_BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub"}
+_BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub", "after", "on_parent_failure"}
 _REQUIRED_FIELDS = frozenset({"origem", "destino", "processo", "chave_externa", "payload"})
 
 
@@ -63,6 +71,7 @@ class QueueClient:
         self.queue_table = queue_table
         self.queue_subscriber_table = queue_subscriber_table
         self._capture = capture if trace_context else _no_trace_context
+        self._workflow_store: WorkflowStore | None = None
 
     # -- enqueue --
 
@@ -83,6 +92,8 @@ class QueueClient:
         max_retry: int | None = None,
         timeout_s: float | None = None,
         next_try_priority: int | None = None,
+        after: Sequence[int] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> int:
         """Enqueue one task; returns its id.
 
@@ -93,9 +104,36 @@ class QueueClient:
         ``max_retry``, ``timeout_s`` and ``next_try_priority`` (the prioridade of its
         retries) override the ``@Task`` options and the queue's defaults for this task
         (docs/fleet-control.md).
+
+        With ``after`` (task ids), the task is 'aguardando' until every one of
+        them ends 'sucesso'; a parent dead-lettered or cancelled cancels it, or,
+        with ``on_parent_failure="run"``, counts as finished
+        (docs/how-to/dependencies.md). Unknown ids raise ``NotFoundError`` and
+        nothing is written.
         """
         row = task_row(locals(), pub_sub=False, trace_context=self._capture())
+        parents = check_after(after, on_parent_failure)
+        if parents:
+            return self._insert_after([row], [parents], [on_parent_failure])[0]
         return self._store.insert_task(self._conn, row)
+
+    def _insert_after(
+        self,
+        rows: Sequence[dict[str, Any]],
+        afters: Sequence[list[int] | None],
+        modes: Sequence[str],
+    ) -> list[int]:
+        """Insert ``rows``, each after its tasks in ``afters``: every parent is read (and
+        locked) before the first insert, so an unknown id writes nothing."""
+        if any(row["dedupe_key"] is not None for row in rows):
+            raise ValueError("after= and dedupe_key cannot be combined")
+        wstore = self._workflow()
+        parents = [read_parents(wstore, self._conn, after) if after else [] for after in afters]
+        ids = []
+        for row, read, mode in zip(rows, parents, modes, strict=True):
+            insert = functools.partial(self._store.insert_task, self._conn, row)
+            ids.append(insert_child(wstore, self._conn, insert, read, mode) if read else insert())
+        return ids
 
     def insert_task_pub_sub(
         self,
@@ -153,6 +191,13 @@ class QueueClient:
                 self._conn, len(items), map(bulk_row, range(len(items)), items)
             )
         rows = [bulk_row(index, task) for index, task in enumerate(items)]
+        if any(task.get("after") for task in items):
+            modes = [task.get("on_parent_failure", "cancel") for task in items]
+            afters = [
+                check_after(task.get("after"), mode)
+                for task, mode in zip(items, modes, strict=True)
+            ]
+            return self._insert_after(rows, afters, modes)
         if any(
             row["dedupe_key"] is not None or row["lock_key"] is not None or has_overrides(row)
             for row in rows
@@ -231,10 +276,52 @@ class QueueClient:
             status = self._store.cancel_attempt(self._conn, latest["id"], CANCELLED_MESSAGE)
             if status == model.PROCESSANDO:
                 self._store.notify_cancel(self._conn, latest["id"])
+            elif status == model.CANCELADA:
+                self._cancel_children(latest["id"])
             if status is not None:
                 return status
             # The attempt settled meanwhile (ran, failed, was claimed): look again.
         raise RuntimeError(f"task {task_id} kept changing; cancel it again")
+
+    def wait_for_task(self, task_id: int, timeout_s: float) -> dict[str, Any]:
+        """``get_task``'s dict once the task ``task_id`` has finished ('sucesso',
+        'cancelada', or failed with no attempt left); ``TimeoutError`` when it has not
+        within ``timeout_s`` seconds, ``NotFoundError`` for an unknown id. Call it outside
+        any open transaction (after the insert's commit): it polls the latest committed
+        state; on MySQL/MariaDB each look is its own transaction, which it ends, so
+        REPEATABLE READ's snapshot never hides the end (docs/how-to/wait-for-a-task.md)."""
+        task_id = _task_id(task_id)
+        try:
+            own_transactions = self._workflow().fresh_looks(self._conn)
+        except WorkflowUnsupported:
+            own_transactions = False
+
+        def look() -> Mapping[str, Any] | None:
+            if own_transactions:
+                # Ends a transaction that only read (its snapshot would hide the end);
+                # each look then reads in a transaction of its own.
+                self._conn.rollback()
+            return self._store.task_view(self._conn, task_id)
+
+        try:
+            return task_view(wait_for(look, task_id, timeout_s))
+        finally:
+            if own_transactions:
+                self._conn.rollback()
+
+    def _workflow(self) -> WorkflowStore:
+        if self._workflow_store is None:
+            self._workflow_store = WorkflowStore.for_store(self._store, self.queue_table)
+        return self._workflow_store
+
+    def _cancel_children(self, attempt_id: int) -> None:
+        """The children waiting for a task just cancelled: none where the queue has no
+        dependency tables (SingleStore, whose client shares MySQL's driver)."""
+        try:
+            wstore = self._workflow()
+            parents_failed(wstore, self._conn, [attempt_id])
+        except WorkflowUnsupported:
+            return
 
     def retry_task(self, task_id: int) -> int:
         """A new 'pendente' attempt, due now, for a task that ran out of attempts (or a dead
@@ -360,13 +447,14 @@ def task_row(
 
 
 def _unkeyed(items: Sequence[Any]) -> bool:
-    """No item has a dedupe_key, lock_key or override (items that are no mappings fail
-    later, in _bulk_row)."""
+    """No item has a dedupe_key, a lock_key, an override or parents (``after``): items
+    that are no mappings fail later, in _bulk_row."""
     return all(
         isinstance(task, Mapping)
         and task.get("dedupe_key") is None
         and task.get("lock_key") is None
         and not has_overrides(task)
+        and not task.get("after")
         for task in items
     )
 

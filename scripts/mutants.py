@@ -108,6 +108,7 @@ TASK_SESSION = "nsj_queue_lib/db/task_session.py"
 GUARDS_PG = "tests/integration/test_guards_pg.py"
 GUARDS_MY = "tests/integration/test_guards_mysql.py"
 GUARDS_SERVER = "tests/integration/test_guards_server.py"
+DEPENDENCIES_TEST = "tests/integration/store/test_store_dependencies.py"
 GUARDS_SHUTDOWN = "tests/contract/test_guards_shutdown.py"
 CONTRACT = "tests/contract/test_contract.py"
 GROUP_COMMIT = "tests/contract/test_group_commit.py"
@@ -153,6 +154,33 @@ def _policies(test: str, *backends: str) -> tuple[str, ...]:
 
 
 MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "pg-claim-function-releases-children",
+        "nsj_queue_lib/db/postgres/claim_function.sql",
+        "            PERFORM {release_function}(ARRAY[done_first]);",
+        "            NULL;",
+        (f"{DEPENDENCIES_TEST}::test_the_claim_routines_completion_releases_the_child",),
+        ("postgres",),
+        "a task's success leaves its waiting children waiting",
+    ),
+    Mutant(
+        "mysql-procedure-releases-children",
+        MY_PROCEDURE,
+        "            CALL {release_function}(v_done_first);",
+        "            DO 0;",
+        (f"{DEPENDENCIES_TEST}::test_the_claim_routines_completion_releases_the_child",),
+        ("mysql",),
+        "the claim procedure's completion leaves the waiting children waiting",
+    ),
+    Mutant(
+        "mysql-outside-completion-releases-children",
+        "nsj_queue_lib/db/mysql/family_store.py",
+        "            dependencies.after_successes(self, conn, [task_id])",
+        "            pass",
+        (f"{DEPENDENCIES_TEST}::test_the_claim_routines_completion_releases_the_child",),
+        ("mysql",),
+        "a completion without a next claim leaves the waiting children waiting",
+    ),
     # -- issue 22: the seven gaps ---------------------------------------------------------
     Mutant(
         "pg-claim-uncommitted-skip-locked",

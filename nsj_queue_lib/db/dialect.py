@@ -85,6 +85,7 @@ class DdlNames:
             "idx_lock_key_running": f"idx_{q}_lock_key_running",
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "idx_processo": f"idx_{q}_processo",
+            "idx_aguardando": f"idx_{q}_aguardando",
             "limits": f"{q}_limits",
             "subscriber": f"{q}_subscriber",
             "periodic": periodic_table_name(q),
@@ -97,6 +98,11 @@ class DdlNames:
             "limited_claim": self.limited_routine_name(q),
             "settle_function": self.settle_routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
+            # Dependencies between tasks (nsj_queue_lib/workflow/).
+            "parents": parents_table_name(q),
+            "waiting": waiting_table_name(q),
+            "idx_parents_child": f"idx_{q}_parents_child",
+            "release_function": release_routine_name(q),
             # The partitioned layout's (db/postgres/layout.py).
             "day_function": f"finished_day_{q}",
             "day_trigger": f"trigger_finished_day_{q}",
@@ -117,6 +123,9 @@ class DdlNames:
         values["limited_claim"] = f"{self.schema}.{names['limited_claim']}"
         values["settle_function"] = f"{self.schema}.{names['settle_function']}"
         values["day_function"] = f"{self.schema}.{names['day_function']}"
+        values["parents_table"] = f"{self.schema}.{names['parents']}"
+        values["waiting_table"] = f"{self.schema}.{names['waiting']}"
+        values["release_function"] = f"{self.schema}.{names['release_function']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
@@ -133,6 +142,23 @@ def tally_table_names(queue_table: str) -> tuple[str, str, str]:
     """``[schema.]<queue>_tally``, ``_tally_open`` and ``_tally_state``: the counts of the
     finished attempts that ``nsjq status`` reads (db/tally.py), next to the queue table."""
     return (f"{queue_table}_tally", f"{queue_table}_tally_open", f"{queue_table}_tally_state")
+
+
+def parents_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_parents``: one row per (parent, child) of a task inserted with
+    ``after=`` (nsj_queue_lib/workflow/), next to the queue table."""
+    return f"{queue_table}_parents"
+
+
+def waiting_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_waiting``: each 'aguardando' child's count of unfinished parents."""
+    return f"{queue_table}_waiting"
+
+
+def release_routine_name(queue_table: str) -> str:
+    """``[schema.]release_<queue>``: the routine that releases a settled parent's children."""
+    schema, _, table = queue_table.rpartition(".")
+    return f"{schema}.release_{table}" if schema else f"release_{table}"
 
 
 def workers_table_name(queue_table: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Protocol
 from nsj_queue_lib import model
 from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.workflow import dependencies
 
 SAVEPOINT = "nsjq_group"
 
@@ -94,9 +95,11 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
     cancel_task told its caller it would stop. Every write is conditional on the row
     still being 'processando', so two workers never both settle one attempt."""
     if record.kind == CANCELLED:
-        store.cancel_running(conn, task_id, record.mensagem)
+        if store.cancel_running(conn, task_id, record.mensagem):
+            dependencies.after_failure(store, conn, task_id)
         return None
     if store.cancel_if_requested(conn, task_id, model.CANCELLED_WHILE_RUNNING):
+        dependencies.after_failure(store, conn, task_id)
         return None
     if record.kind == RETRY:
         next_id: int | None = store.fail_and_retry(
@@ -107,9 +110,13 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
         dead: int | None = store.fail_and_bury(
             conn, task_id, record.status, record.mensagem, record.payload
         )
-        return dead
-    store.fail_final(conn, task_id, record.status, record.mensagem)
-    return None
+    else:
+        dead = None
+        store.fail_final(conn, task_id, record.status, record.mensagem)
+    # Failed for good: the children waiting for it are cancelled (or run), in this
+    # transaction (nsj_queue_lib/workflow/dependencies.py).
+    dependencies.after_failure(store, conn, task_id)
+    return dead
 
 
 def _roll_back_quietly(store: Any, conn: Any) -> None:
@@ -231,6 +238,7 @@ class TaskSession:
         was neither. Its liveness lock is freed either way."""
         if self.store.cancel_if_requested(conn, task.id, cancel_mensagem):
             outcome = CANCELADA
+            dependencies.after_failure(self.store, conn, task.id)
         else:
             outcome = RELEASED if self.store.release(conn, task.id) else GONE
         self.locks.unlock_in_transaction(conn, task)

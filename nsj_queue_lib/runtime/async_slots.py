@@ -333,6 +333,8 @@ class AsyncSlots:
         attempts = self.attempts
         task, conn = item.task, item.conn
         twin = self._twins[conn]
+        # The sync connection of the same session: parents() and spawn() are sync calls.
+        item.context.bd_conn, item.context.queue_table = conn, attempts.session.store.queue_table
         me = asyncio.current_task()
         assert me is not None
         self._handling[me] = task.id

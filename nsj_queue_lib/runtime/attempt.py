@@ -106,6 +106,7 @@ class Attempts:
         """Run the handler: the ``mensagem`` of a success, the error of a failure, or None when
         the task was abandoned meanwhile (its timeout gave it up: nothing more to do)."""
         task, conn = item.task, item.conn
+        item.context.bd_conn, item.context.queue_table = conn, self.session.store.queue_table
         try:
             with running(item.context):
                 result = self.handler(task.row, conn)

@@ -204,6 +204,7 @@ class InMemoryQueue:
         staged: list[Row] = []
         conn = bd_conn if bd_conn is not None else MemoryConnection(self.store, staged)
         context = TaskContext(task.id, task.row.get("id_inicial"))
+        context.bd_conn, context.queue_table = conn, self.store.queue_table
         self._running[task.id] = context
         try:
             if task.row["pub_sub"] and task.row["publication_id"] is None and not task.dead:

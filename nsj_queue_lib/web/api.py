@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 
 from nsj_queue_lib import model
@@ -19,8 +19,16 @@ from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
 
 MAX_PAGE = 500
+MAX_WAIT = 300.0  # seconds POST /tasks?wait= may hold a request
 Status = Literal[
-    "pendente", "agendada", "processando", "falha", "falha_processando", "sucesso", "cancelada"
+    "pendente",
+    "agendada",
+    "processando",
+    "falha",
+    "falha_processando",
+    "sucesso",
+    "cancelada",
+    "aguardando",
 ]
 assert set(Status.__args__) == set(model.STATUSES)  # type: ignore[attr-defined]
 
@@ -85,6 +93,9 @@ class EnqueueRequest(BaseModel):
 class Enqueued(BaseModel):
     id: int
     queue: str
+    task: dict[str, Any] | None = Field(
+        None, description="with ?wait=SECONDS: get_task's view once it finished (else null)"
+    )
 
 
 class Cancelled(BaseModel):
@@ -107,8 +118,17 @@ QueueParam = Annotated[str | None, Query(description="the queue table; default: 
 
 @router.post("/tasks", status_code=201, response_model=Enqueued)
 def enqueue(
-    body: EnqueueRequest, request: Request, _: Annotated[Role, Depends(writer)]
+    body: EnqueueRequest,
+    request: Request,
+    response: Response,
+    _: Annotated[Role, Depends(writer)],
+    wait: Annotated[
+        float | None,
+        Query(ge=0, le=MAX_WAIT, description="seconds to wait for the task to finish"),
+    ] = None,
 ) -> Enqueued:
+    """Enqueue a task (committed). With ``wait``, answer once it finished (201, its view in
+    ``task``), or after ``wait`` seconds with ``task`` null (202: it is still running)."""
     queue = queue_named(request, body.queue, "body")
     fields = body.model_dump(exclude={"queue"})
     try:
@@ -117,7 +137,14 @@ def enqueue(
         raise HTTPException(
             422, [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]
         ) from None
-    return Enqueued(id=task_id, queue=queue.table)
+    if wait is None:
+        return Enqueued(id=task_id, queue=queue.table, task=None)
+    try:
+        task = queue.wait(task_id, wait)
+    except TimeoutError:
+        response.status_code = 202
+        return Enqueued(id=task_id, queue=queue.table, task=None)
+    return Enqueued(id=task_id, queue=queue.table, task=task)
 
 
 @router.get("/tasks", response_model=TaskPage)

@@ -32,7 +32,8 @@ def queue_stats(
 ) -> dict[str, Any]:
     """The statistics the API's ``/queues/{queue}/stats`` answers and the overview shows.
     ``workers``: ``worker_rows``' (None: the queue has no workers table)."""
-    waiting = dict.fromkeys(model.ACTIVE_STATUSES, 0)
+    # What the depth query counts ('aguardando' waits for its parents, not for a worker).
+    waiting = dict.fromkeys((model.PENDENTE, model.AGENDADA, model.PROCESSANDO), 0)
     oldest: float | None = None
     for row in depth:
         waiting[row["status"]] = waiting.get(row["status"], 0) + row["tasks"]

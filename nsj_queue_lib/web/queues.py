@@ -47,6 +47,11 @@ class Queue:
         with self._connections.transaction() as conn:
             return QueueClient(conn, self.table).insert_task(**fields)
 
+    def wait(self, task_id: int, timeout_s: float) -> dict[str, Any]:
+        """``QueueClient.wait_for_task`` (after the enqueue's commit); raises ``TimeoutError``."""
+        with self._connections.transaction() as conn:
+            return QueueClient(conn, self.table).wait_for_task(task_id, timeout_s)
+
     def cancel(self, task_id: int) -> str:
         """``QueueClient.cancel_task``; raises ``NotFoundError``."""
         with self._connections.transaction() as conn:

@@ -261,8 +261,11 @@ class Backend:
             f"{self.table}_periodic",
             f"{self.table}_limits",
             f"{self.table}_workers",
+            f"{self.table}_parents",
+            f"{self.table}_waiting",
         ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
+        self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.release_{self.name}")
         for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
             routine = DdlNames.routine_name(self.name, release)
             self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")

@@ -290,6 +290,52 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_tally_state (
     folded_at timestamp(6) NULL
 ) ENGINE=InnoDB;
 
+-- Dependencies between tasks (docs/how-to/dependencies.md, nsj_queue_lib/workflow/).
+-- One row per (parent, child): parent_id is the parent's first attempt's id
+-- (its id_inicial), child_id the child's. The claim procedure and the group's
+-- end look a settled task up here by parent_id; parents() reads by child_id.
+CREATE TABLE IF NOT EXISTS public.fila_teste_parents (
+    parent_id BIGINT NOT NULL,
+    child_id BIGINT NOT NULL,
+    PRIMARY KEY (parent_id, child_id),
+    KEY idx_fila_teste_parents_child (child_id)
+) ENGINE=InnoDB;
+
+-- A child in 'aguardando': how many of its parents have not finished yet, and
+-- what a parent that ends dead-lettered or 'cancelada' does to it ('cancel':
+-- the child is cancelled; 'run': it counts as finished).
+CREATE TABLE IF NOT EXISTS public.fila_teste_waiting (
+    child_id BIGINT NOT NULL PRIMARY KEY,
+    pending_parents INT NOT NULL,
+    on_parent_failure VARCHAR(10) NOT NULL DEFAULT 'cancel'
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The children of a settled parent (its first attempt's id), released in the
+-- settling transaction: each child's count goes down by one, and those whose
+-- count reaches 0 become 'pendente'. Two statements whatever the number of
+-- children: no query per child. The subqueries are locking reads (InnoDB
+-- reads the tables an UPDATE's subquery names with shared locks, as of their
+-- latest commit), so a child committed after the handler's snapshot counts.
+DROP PROCEDURE IF EXISTS public.release_fila_teste;
+DELIMITER //
+CREATE PROCEDURE public.release_fila_teste(IN p_parent BIGINT)
+    MODIFIES SQL DATA
+    SQL SECURITY INVOKER
+BEGIN
+    UPDATE public.fila_teste_waiting AS w
+    SET w.pending_parents = w.pending_parents - 1
+    WHERE w.child_id IN (SELECT p.child_id FROM public.fila_teste_parents AS p WHERE p.parent_id = p_parent);
+    UPDATE public.fila_teste AS t
+    SET t.status = 'pendente'
+    WHERE t.status = 'aguardando' AND t.id IN (
+        SELECT w.child_id FROM public.fila_teste_waiting AS w
+        WHERE w.pending_parents <= 0 AND w.child_id IN (
+            SELECT p.child_id FROM public.fila_teste_parents AS p WHERE p.parent_id = p_parent
+        )
+    );
+END//
+DELIMITER ;
+
 -- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
 -- earlier build of itself. Earlier releases' procedures stay, for their workers
 -- during a rolling upgrade: db_gen --drop-old-routines drops them afterwards.
@@ -398,7 +444,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 0574cc6b311c7877'
+    COMMENT 'nsj_queue_lib claim 1f4a48ced76bcf1f'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -423,6 +469,9 @@ BEGIN
     -- array of arrays), unless a row needs reading again (see below).
     DECLARE v_needs_read INT;
     DECLARE v_rows LONGTEXT CHARACTER SET utf8mb4;
+    -- The finished task's first attempt, and whether children wait for it.
+    DECLARE v_done_first BIGINT;
+    DECLARE v_children INT DEFAULT 0;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
@@ -437,6 +486,15 @@ BEGIN
             DO RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id));
             SIGNAL SQLSTATE '45000'
                 SET MESSAGE_TEXT = 'nsjq fenced: the task is no longer processando';
+        END IF;
+        -- Its children waiting for it (workflow/dependencies.py), released in the
+        -- same commit. A locking read: it sees a child committed after this
+        -- transaction's snapshot (the child's insert held the row's lock till then).
+        SELECT COALESCE(id_inicial, id) INTO v_done_first FROM public.fila_teste WHERE id = p_task_id;
+        SELECT COUNT(*) INTO v_children FROM public.fila_teste_parents
+        WHERE parent_id = v_done_first LOCK IN SHARE MODE;
+        IF v_children > 0 THEN
+            CALL public.release_fila_teste(v_done_first);
         END IF;
     END IF;
     -- Also ends the empty transaction a first claim is called in. The

@@ -134,6 +134,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_dedupe ON public.fila_teste (de
 -- both commit a running task of it (the later one skips the row).
 CREATE INDEX IF NOT EXISTS idx_fila_teste_lock_key ON public.fila_teste (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
 CREATE UNIQUE INDEX IF NOT EXISTS idx_fila_teste_lock_key_running ON public.fila_teste (lock_key) WHERE lock_key IS NOT NULL AND status = 'processando';
+-- Tasks waiting for their parents (docs/how-to/dependencies.md): what nsjq status counts
+-- of them (db/tally.py) without reading the history.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_aguardando ON public.fila_teste (id) WHERE status = 'aguardando';
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX IF NOT EXISTS idx_fila_teste_processo ON public.fila_teste (processo, status) WHERE status IN ('pendente', 'processando');
@@ -170,6 +173,63 @@ AFTER INSERT ON public.fila_teste
 REFERENCING NEW TABLE AS new_tasks
 FOR EACH STATEMENT
 EXECUTE FUNCTION public.notify_fila_teste_insert();
+
+-- Dependencies between tasks (docs/how-to/dependencies.md, nsj_queue_lib/workflow/).
+-- One row per (parent, child): parent_id is the parent's first attempt's id
+-- (its id_inicial), child_id the child's. The claim and settle functions look
+-- a settled task up here by parent_id; parents() reads a child's by child_id.
+CREATE TABLE public.fila_teste_parents (
+    parent_id bigint NOT NULL,
+    child_id bigint NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_parents_child ON public.fila_teste_parents (child_id);
+
+-- A child in 'aguardando': how many of its parents have not finished yet, and
+-- what a parent that ends dead-lettered or 'cancelada' does to it ('cancel':
+-- the child is cancelled; 'run': it counts as finished).
+CREATE TABLE public.fila_teste_waiting (
+    child_id bigint NOT NULL PRIMARY KEY,
+    pending_parents integer NOT NULL,
+    on_parent_failure varchar(10) NOT NULL DEFAULT 'cancel'
+);
+
+-- The children of settled parents (their first attempts' ids), released in the
+-- settling transaction: each child's count goes down by its parents among
+-- them, and the children whose count reaches 0 become 'pendente' (the workers
+-- are told at commit). One statement per step, whatever the number of
+-- children: no query per child.
+CREATE OR REPLACE FUNCTION public.release_fila_teste(parent_ids bigint[])
+RETURNS integer
+LANGUAGE plpgsql
+SET jit = off
+AS $$
+DECLARE
+    released integer;
+BEGIN
+    WITH counted AS (
+        SELECT p.child_id, count(*)::integer AS n
+        FROM public.fila_teste_parents AS p
+        WHERE p.parent_id = ANY(parent_ids)
+        GROUP BY p.child_id
+    ), waited AS (
+        UPDATE public.fila_teste_waiting AS w
+        SET pending_parents = w.pending_parents - counted.n
+        FROM counted
+        WHERE w.child_id = counted.child_id
+        RETURNING w.child_id, w.pending_parents
+    )
+    UPDATE public.fila_teste AS t
+    SET status = 'pendente'
+    FROM waited
+    WHERE t.id = waited.child_id AND waited.pending_parents <= 0 AND t.status = 'aguardando';
+    GET DIAGNOSTICS released = ROW_COUNT;
+    IF released > 0 THEN
+        PERFORM pg_notify('fila_teste', '');
+    END IF;
+    RETURN released;
+END;
+$$;
 
 -- The worker's hot path in one call: a task that succeeded becomes 'sucesso'
 -- and its liveness lock is released, then the next ready tasks are claimed
@@ -212,11 +272,13 @@ DECLARE
     edge_id public.fila_teste.id%TYPE;
     claimed bigint;
     settled bigint;
+    done_first bigint;
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE public.fila_teste AS d
         SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp()
-        WHERE d.id = done_id AND d.status = 'processando';
+        WHERE d.id = done_id AND d.status = 'processando'
+        RETURNING coalesce(d.id_inicial, d.id) INTO done_first;
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
         -- commit. Advisory unlocks are not transactional: the lock goes even when
@@ -228,6 +290,12 @@ BEGIN
         IF settled = 0 THEN
             RAISE EXCEPTION USING ERRCODE = 'NQ001',
                 MESSAGE = format('nsjq fenced: task %s is no longer ''processando''', done_id);
+        END IF;
+        -- Its children waiting for it (workflow/dependencies.py), released in this
+        -- transaction. A child inserted meanwhile held the row's lock until its
+        -- commit, which this statement's snapshot (taken after the UPDATE) sees.
+        IF EXISTS (SELECT 1 FROM public.fila_teste_parents AS p WHERE p.parent_id = done_first) THEN
+            PERFORM public.release_fila_teste(ARRAY[done_first]);
         END IF;
     END IF;
     IF claim_limit > 0 THEN
@@ -397,7 +465,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 27e1c8a233818012';
+    IS 'nsj_queue_lib claim 94e803bdd6ff53d6';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -418,14 +486,18 @@ AS $$
 DECLARE
     settled bigint;
     fenced bigint[];
+    firsts bigint[];
 BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
-    UPDATE public.fila_teste AS t
-    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
-        finished_at = clock_timestamp()
-    WHERE t.id = ANY(done_ids) AND t.status = 'processando';
-    GET DIAGNOSTICS settled = ROW_COUNT;
+    WITH done AS (
+        UPDATE public.fila_teste AS t
+        SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
+            finished_at = clock_timestamp()
+        WHERE t.id = ANY(done_ids) AND t.status = 'processando'
+        RETURNING coalesce(t.id_inicial, t.id) AS first_id
+    )
+    SELECT count(*), array_agg(done.first_id) INTO settled, firsts FROM done;
     PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)
     FROM unnest(done_ids) AS done(id);
     IF settled < cardinality(done_ids) THEN
@@ -436,6 +508,11 @@ BEGIN
         );
         RAISE EXCEPTION USING ERRCODE = 'NQ001',
             MESSAGE = format('nsjq fenced: tasks %s are no longer ''processando''', fenced);
+    END IF;
+    -- Their children waiting for them, released in this transaction (as in the
+    -- claim function).
+    IF EXISTS (SELECT 1 FROM public.fila_teste_parents AS p WHERE p.parent_id = ANY(firsts)) THEN
+        PERFORM public.release_fila_teste(firsts);
     END IF;
     RETURN settled;
 END;

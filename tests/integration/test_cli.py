@@ -152,6 +152,7 @@ def test_status_counts_per_processo_and_status(queue, capsys):
         "falha_processando": 0,
         "sucesso": 1,
         "cancelada": 0,
+        "aguardando": 0,  # waiting for parents (docs/how-to/dependencies.md)
     }
     assert by["p2"]["counts"]["pendente"] == 2 and by["p2"]["counts"]["processando"] == 1
     assert by["p1"]["tasks"] == 3 and by["p2"]["tasks"] == 3
@@ -175,7 +176,8 @@ def test_status_table_is_aligned(queue, capsys):
     assert (
         lines[0].split()
         == (
-            "PROCESSO PENDENTE AGENDADA PROCESSANDO FALHA FALHA_PROCESSANDO SUCESSO CANCELADA TASKS "
+            "PROCESSO PENDENTE AGENDADA PROCESSANDO FALHA FALHA_PROCESSANDO SUCESSO CANCELADA "
+            "AGUARDANDO TASKS "
             "OLDEST_READY FAILED_24H DEAD_24H"
         ).split()
     )

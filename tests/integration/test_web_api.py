@@ -285,3 +285,19 @@ def test_pause_and_resume_through_the_api_and_the_console(web, queue):
     assert 'id="pause-queue"' in web.get("/").text
     resumed = web.post("/api/v1/resume", json={"processo": "p"}).json()
     assert resumed["was_paused"] is True and resumed["paused"] == []
+
+
+def test_enqueue_with_wait_answers_once_the_task_finished_or_202(web, queue):
+    """POST /tasks?wait=SECONDS: no worker runs the task here, so the answer comes after the
+    wait with task null (202); a task cancelled meanwhile is answered at once (201)."""
+    started = __import__("time").monotonic()
+    answer = web.post("/api/v1/tasks?wait=0.3", json={"processo": "p", "payload": {"n": 1}})
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["task"] is None
+    assert __import__("time").monotonic() - started >= 0.3
+    task_id = answer.json()["id"]
+    assert web.post(f"/api/v1/tasks/{task_id}/cancel").json()["status"] == "cancelada"
+    assert (
+        web.post("/api/v1/tasks?wait=-1", json={"processo": "p", "payload": {"n": 1}}).status_code
+        == 422
+    )

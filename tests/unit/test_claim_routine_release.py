@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim 27e1c8a233818012",
-        "mysql": "nsj_queue_lib claim 9bdfbed0804304b3",
+        "postgres": "nsj_queue_lib claim 94e803bdd6ff53d6",
+        "mysql": "nsj_queue_lib claim e34e90a76be3ae8e",
     },
 }
 

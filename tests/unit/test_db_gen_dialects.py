@@ -205,7 +205,8 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
         # The MariaDB script's first statement: on MySQL it stops the script (changes nothing).
         r"|SET @nsjq_ddl = IF\(VERSION\(\) LIKE '%MariaDB%', 'DO 0', "
         r"|CREATE TABLE IF NOT EXISTS "
-        r"|DROP PROCEDURE IF EXISTS public.claim_(next|limited)_fila_teste(_v2)?$)"
+        r"|DROP PROCEDURE IF EXISTS public.claim_(next|limited)_fila_teste(_v2)?$"
+        r"|DROP PROCEDURE IF EXISTS public.release_fila_teste$)"
     )
     assert len(statements) >= 40
     # The claim procedure, the previous release's (a call of this one's) and the limited
@@ -214,6 +215,7 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
         i for i, statement in enumerate(statements) if statement.startswith("CREATE PROCEDURE")
     ]
     assert [statements[i - 1] for i in creates] == [
+        "DROP PROCEDURE IF EXISTS public.release_fila_teste",
         "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste_v2",
         "DROP PROCEDURE IF EXISTS public.claim_next_fila_teste",
         "DROP PROCEDURE IF EXISTS public.claim_limited_fila_teste_v2",

@@ -129,6 +129,9 @@ BEGIN
     -- array of arrays), unless a row needs reading again (see below).
     DECLARE v_needs_read INT;
     DECLARE v_rows LONGTEXT CHARACTER SET utf8mb4;
+    -- The finished task's first attempt, and whether children wait for it.
+    DECLARE v_done_first BIGINT;
+    DECLARE v_children INT DEFAULT 0;
     -- No ready task: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
@@ -143,6 +146,15 @@ BEGIN
             DO RELEASE_LOCK(CONCAT(p_lock_prefix, p_task_id));
             SIGNAL SQLSTATE '45000'
                 SET MESSAGE_TEXT = 'nsjq fenced: the task is no longer processando';
+        END IF;
+        -- Its children waiting for it (workflow/dependencies.py), released in the
+        -- same commit. A locking read: it sees a child committed after this
+        -- transaction's snapshot (the child's insert held the row's lock till then).
+        SELECT COALESCE(id_inicial, id) INTO v_done_first FROM {table} WHERE id = p_task_id;
+        SELECT COUNT(*) INTO v_children FROM {parents_table}
+        WHERE parent_id = v_done_first LOCK IN SHARE MODE;
+        IF v_children > 0 THEN
+            CALL {release_function}(v_done_first);
         END IF;
     END IF;
     -- Also ends the empty transaction a first claim is called in. The

@@ -7,7 +7,7 @@ CREATE TRIGGER {day_trigger}
 BEFORE UPDATE ON {table}
 FOR EACH ROW
 SET NEW.finished_day = CASE
-    WHEN NEW.status IN ('pendente', 'agendada', 'processando') THEN 1
+    WHEN NEW.status IN ('pendente', 'agendada', 'processando', 'aguardando') THEN 1
     WHEN NEW.finished_day = 1 THEN UNIX_TIMESTAMP(COALESCE(NEW.finished_at, NOW(6))) DIV 86400
     ELSE NEW.finished_day
 END;

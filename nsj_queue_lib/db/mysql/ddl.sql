@@ -74,6 +74,8 @@ CREATE TABLE {table} (
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 
+{workflow_ddl}
+
 {claim_procedure_ddl}
 
 -- Subscribers of pub/sub and webhook publications.

@@ -291,6 +291,9 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
         values["workers_table_ddl"] = self._workers_tables(values, False)
+        values["workflow_ddl"] = self._table(
+            "workflow_tables.sql", dict(values, drop_release_procedure=""), False
+        )
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -327,6 +330,14 @@ class MysqlDialect(Dialect):
         )
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._workers_tables(values, True)
+        values["workflow_ddl"] = self._table(
+            "workflow_tables.sql",
+            dict(
+                values,
+                drop_release_procedure=f"DROP PROCEDURE IF EXISTS {values['release_function']};\n",
+            ),
+            True,
+        )
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
 

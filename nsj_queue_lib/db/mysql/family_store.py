@@ -53,6 +53,7 @@ from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import OVERRIDE_COLUMNS
+from nsj_queue_lib.workflow import dependencies
 
 # What completing a task in its own transaction came to (see _complete).
 COMPLETED, NOT_RUNNING, LOST = "completed", "not running", "lost"
@@ -419,8 +420,9 @@ class MysqlFamilyStore:
         with conn.cursor() as cur:
             for number in range(1, RETRY_ATTEMPTS + 1):
                 try:
-                    changed = cur.execute(sql)
-                    return COMPLETED if changed == 1 else NOT_RUNNING
+                    if cur.execute(sql) != 1:
+                        return NOT_RUNNING
+                    return self._release_children(conn, task_id)
                 except Exception as exc:
                     code = error_code(exc)
                     if code not in RETRYABLE_ERRORS:
@@ -433,6 +435,23 @@ class MysqlFamilyStore:
                         )
                         return LOST
         return LOST  # pragma: no cover
+
+    def _release_children(self, conn: Any, task_id: int) -> str:
+        """The children waiting for the task just written 'sucesso', released in this
+        transaction (nsj_queue_lib/workflow/): every completion outside the claim procedure
+        comes here. COMPLETED, or LOST when a deadlock or lock wait timeout hit it."""
+        try:
+            dependencies.after_successes(self, conn, [task_id])
+        except DatabaseError as exc:
+            if error_code(exc.__cause__) not in RETRYABLE_ERRORS:
+                raise
+            logger.warning(
+                "task=%s: %s while releasing its children; the task goes back to the queue",
+                task_id,
+                exc,
+            )
+            return LOST
+        return COMPLETED
 
     def _give_back(self, conn: Any, task_id: int, unlock: Callable[[], None]) -> None:
         """After a lost completion: roll back, return the task to the queue, release its lock."""

@@ -45,15 +45,15 @@ FROM (
                AND t.data_hora_inicial >= NOW(6) - INTERVAL %(recent_seconds)s SECOND) AS dead_24h
     FROM (
         SELECT {tally_columns} FROM {queue_table} AS t
-        WHERE t.status IN ('pendente', 'agendada', 'processando')
+        WHERE t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
         UNION ALL
         SELECT {tally_columns} FROM {queue_table} AS t
-        WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+        WHERE t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
           AND t.id > COALESCE((SELECT s.folded_to FROM {tally_state_table} AS s WHERE s.id = 1), 0)
         UNION ALL
         SELECT {tally_columns} FROM {queue_table} AS t
         JOIN {tally_open_table} AS o ON o.id = t.id
-        WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+        WHERE t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
     ) AS t
     GROUP BY t.processo, t.status
     UNION ALL

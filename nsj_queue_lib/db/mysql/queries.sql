@@ -271,6 +271,7 @@ SELECT o.id
 FROM {queue_table} AS o
 WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY
   AND o.status NOT IN ('pendente', 'agendada', 'processando')
+  AND o.status <> 'aguardando'
   AND NOT EXISTS (
       SELECT 1 FROM {queue_table} AS a
       WHERE a.id_inicial = COALESCE(o.id_inicial, o.id)
@@ -282,6 +283,7 @@ LIMIT %(limit)s;
 DELETE FROM {queue_table}
 WHERE id IN %(ids)s
   AND status NOT IN ('pendente', 'agendada', 'processando')
+  AND status <> 'aguardando'
 
 -- name: queue_oid
 -- MySQL has no oid: the store derives a stable number from the qualified
@@ -343,7 +345,7 @@ SET mensagem = CASE WHEN status = 'processando' THEN mensagem ELSE %(mensagem)s 
     finished_at = CASE WHEN status = 'processando' THEN finished_at ELSE NOW(6) END,
     status = CASE WHEN status = 'processando' THEN status ELSE 'cancelada' END,
     cancel_requested = true
-WHERE {hot}id = %(id)s AND status IN ('pendente', 'agendada', 'processando');
+WHERE {hot}id = %(id)s AND status IN ('pendente', 'agendada', 'processando', 'aguardando');
 -- step: status
 SELECT status FROM {queue_table} WHERE id = %(id)s
 

@@ -39,6 +39,7 @@ from nsj_queue_lib.db.mysql.successes import success_sql
 from nsj_queue_lib.db.task_session import SAVEPOINT, GroupLost, GroupState, Locks, TaskSession
 from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.model import SUCESSO, Claim, TaskRecord
+from nsj_queue_lib.workflow import dependencies
 
 
 class MysqlTaskSession(TaskSession):
@@ -107,6 +108,8 @@ class MysqlTaskSession(TaskSession):
             # Those the first savepoint wrote are 'sucesso' already: the UPDATE skips them.
             early = group.tx[1] if group.tx is not None else 0
             self._write_successes(conn, written, len(written) - early)
+            # Their children, released in this commit (nsj_queue_lib/workflow/).
+            dependencies.after_successes(self.store, conn, [task.id for task, _ in written])
             self._release_locks(conn, [task.id for task, _ in written])
         if claim_limit > 1:
             # The next claim's transaction opens with the commit: one round trip fewer.

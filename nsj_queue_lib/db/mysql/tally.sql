@@ -11,7 +11,7 @@ INSERT IGNORE INTO {tally_state_table} (id, folded_to, seen) VALUES (1, 0, 0)
 -- name: tally_unfinished_ids
 -- The attempts of the range not finished yet: they wait in the open table.
 SELECT t.id FROM {queue_table} AS t
-WHERE t.id > %(lo)s AND t.id <= %(hi)s AND t.status IN ('pendente', 'agendada', 'processando')
+WHERE t.id > %(lo)s AND t.id <= %(hi)s AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
 
 -- name: tally_add_open
 INSERT IGNORE INTO {tally_open_table} (id) VALUES (%(id)s)
@@ -25,7 +25,7 @@ SELECT FLOOR(UNIX_TIMESTAMP(t.data_hora) / 3600) AS hour,
        SUM(t.dead AND t.id_inicial IS NULL) AS dead
 FROM {queue_table} AS t
 WHERE t.id > %(lo)s AND t.id <= %(hi)s
-  AND t.status NOT IN ('pendente', 'agendada', 'processando')
+  AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
   AND NOT EXISTS (SELECT 1 FROM {tally_open_table} AS o WHERE o.id = t.id)
 GROUP BY 1, 2, 3
 
@@ -34,7 +34,7 @@ GROUP BY 1, 2, 3
 SELECT o.id FROM {tally_open_table} AS o
 WHERE NOT EXISTS (
     SELECT 1 FROM {queue_table} AS t
-    WHERE t.id = o.id AND t.status IN ('pendente', 'agendada', 'processando')
+    WHERE t.id = o.id AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
 )
 LIMIT %(limit)s
 
@@ -45,7 +45,7 @@ SELECT t.id, FLOOR(UNIX_TIMESTAMP(t.data_hora) / 3600) AS hour,
        t.status IN ('falha', 'falha_processando') AS failed,
        t.dead AND t.id_inicial IS NULL AS dead
 FROM {queue_table} AS t
-WHERE t.id IN %(ids)s AND t.status NOT IN ('pendente', 'agendada', 'processando')
+WHERE t.id IN %(ids)s AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
 
 -- name: tally_close_open
 DELETE FROM {tally_open_table} WHERE id IN %(ids)s

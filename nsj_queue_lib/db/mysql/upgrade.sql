@@ -25,6 +25,8 @@
 
 {workers_table_ddl}
 
+{workflow_ddl}
+
 -- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
 -- earlier build of itself. Earlier releases' procedures stay, for their workers
 -- during a rolling upgrade: db_gen --drop-old-routines drops them afterwards.

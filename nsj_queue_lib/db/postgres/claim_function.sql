@@ -39,11 +39,13 @@ DECLARE
     edge_id {table}.id%TYPE;
     claimed bigint;
     settled bigint;
+    done_first bigint;
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE {table} AS d
         SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp(){finished_day_d}
-        WHERE {hot_d}d.id = done_id AND d.status = 'processando';
+        WHERE {hot_d}d.id = done_id AND d.status = 'processando'
+        RETURNING coalesce(d.id_inicial, d.id) INTO done_first;
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
         -- commit. Advisory unlocks are not transactional: the lock goes even when
@@ -55,6 +57,12 @@ BEGIN
         IF settled = 0 THEN
             RAISE EXCEPTION USING ERRCODE = 'NQ001',
                 MESSAGE = format('nsjq fenced: task %s is no longer ''processando''', done_id);
+        END IF;
+        -- Its children waiting for it (workflow/dependencies.py), released in this
+        -- transaction. A child inserted meanwhile held the row's lock until its
+        -- commit, which this statement's snapshot (taken after the UPDATE) sees.
+        IF EXISTS (SELECT 1 FROM {parents_table} AS p WHERE p.parent_id = done_first) THEN
+            PERFORM {release_function}(ARRAY[done_first]);
         END IF;
     END IF;
     IF claim_limit > 0 THEN
@@ -173,14 +181,18 @@ AS $$
 DECLARE
     settled bigint;
     fenced bigint[];
+    firsts bigint[];
 BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
-    UPDATE {table} AS t
-    SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
-        finished_at = clock_timestamp(){finished_day_t}
-    WHERE {hot_t}t.id = ANY(done_ids) AND t.status = 'processando';
-    GET DIAGNOSTICS settled = ROW_COUNT;
+    WITH done AS (
+        UPDATE {table} AS t
+        SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
+            finished_at = clock_timestamp(){finished_day_t}
+        WHERE {hot_t}t.id = ANY(done_ids) AND t.status = 'processando'
+        RETURNING coalesce(t.id_inicial, t.id) AS first_id
+    )
+    SELECT count(*), array_agg(done.first_id) INTO settled, firsts FROM done;
     PERFORM pg_advisory_unlock(lock_queue_key, (done.id % 2147483648)::int4)
     FROM unnest(done_ids) AS done(id);
     IF settled < cardinality(done_ids) THEN
@@ -191,6 +203,11 @@ BEGIN
         );
         RAISE EXCEPTION USING ERRCODE = 'NQ001',
             MESSAGE = format('nsjq fenced: tasks %s are no longer ''processando''', fenced);
+    END IF;
+    -- Their children waiting for them, released in this transaction (as in the
+    -- claim function).
+    IF EXISTS (SELECT 1 FROM {parents_table} AS p WHERE p.parent_id = ANY(firsts)) THEN
+        PERFORM {release_function}(firsts);
     END IF;
     RETURN settled;
 END;

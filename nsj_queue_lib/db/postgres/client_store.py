@@ -58,6 +58,8 @@ def rows_as_dicts(cursor) -> list[dict[str, Any]]:
 class PostgresClientStore:
     """What a client does with a queue table (and its subscriber table) on PostgreSQL."""
 
+    dialect = "postgres"
+
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
         check_store_tables(queue_table, subscriber_table)
         self.queue_table = queue_table

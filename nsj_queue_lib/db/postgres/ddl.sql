@@ -4,6 +4,8 @@
 
 {trigger}
 
+{workflow_ddl}
+
 {claim_function_ddl}
 
 -- Subscribers of pub/sub and webhook publications.

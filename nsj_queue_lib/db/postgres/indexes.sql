@@ -32,6 +32,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS {idx_dedupe} ON {table} (dedupe_key{with_day})
 -- both commit a running task of it (the later one skips the row).
 CREATE INDEX IF NOT EXISTS {idx_lock_key} ON {table} (lock_key, prioridade DESC, data_hora, id) WHERE lock_key IS NOT NULL AND status = 'pendente';
 CREATE UNIQUE INDEX IF NOT EXISTS {idx_lock_key_running} ON {table} (lock_key{with_day}) WHERE lock_key IS NOT NULL AND status = 'processando';
+-- Tasks waiting for their parents (docs/how-to/dependencies.md): what nsjq status counts
+-- of them (db/tally.py) without reading the history.
+CREATE INDEX IF NOT EXISTS {idx_aguardando} ON {table} (id) WHERE status = 'aguardando';
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX IF NOT EXISTS {idx_processo} ON {table} (processo, status) WHERE status IN ('pendente', 'processando');

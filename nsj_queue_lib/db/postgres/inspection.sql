@@ -39,21 +39,23 @@ WITH clock AS (
 gone AS (
     SELECT o.id FROM {tally_open_table} AS o
     WHERE coalesce((SELECT h.status FROM {queue_table} AS h WHERE {hot_h}h.id = o.id), '')
-          NOT IN ('pendente', 'agendada', 'processando')
+          NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
 ),
 attempts AS (
     SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status IN ('pendente', 'agendada')
     UNION ALL
     SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status = 'processando'
     UNION ALL
+    SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status = 'aguardando'
+    UNION ALL
     SELECT {tally_columns} FROM {queue_table} AS t
-    WHERE t.status NOT IN ('pendente', 'agendada', 'processando')
+    WHERE t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
       AND t.id > (SELECT folded_to FROM clock)
     UNION ALL
     SELECT t.* FROM gone AS g CROSS JOIN LATERAL (
         -- LIMIT: one look-up by id per attempt (a join could read the whole table)
         SELECT {tally_columns} FROM {queue_table} AS t
-        WHERE t.id = g.id AND t.status NOT IN ('pendente', 'agendada', 'processando')
+        WHERE t.id = g.id AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
         LIMIT 1
     ) AS t
 ),

@@ -54,7 +54,7 @@ from nsj_queue_lib.exceptions import DatabaseError
 
 # The suffix of the old table once it is the legacy partition.
 LEGACY_SUFFIX = "_legacy"
-UNFINISHED = ("pendente", "agendada", "processando")
+UNFINISHED = ("pendente", "agendada", "processando", "aguardando")
 # A sequence name as pg_get_serial_sequence gives it for a plainly named table.
 _SEQUENCE = re.compile(r"^[a-z_][a-z0-9_$]*\.[a-z_][a-z0-9_$]*$")
 _UNIQUE_INDEX = re.compile(r"CREATE UNIQUE INDEX IF NOT EXISTS (\w+) ON \S+ (\(.*\));")

@@ -28,7 +28,7 @@ CREATE OR REPLACE FUNCTION {day_function}()
 RETURNS trigger AS $$
 BEGIN
     NEW.finished_day := CASE
-        WHEN NEW.status IN ('pendente', 'agendada', 'processando') THEN 1
+        WHEN NEW.status IN ('pendente', 'agendada', 'processando', 'aguardando') THEN 1
         ELSE (coalesce(NEW.finished_at, clock_timestamp()) AT TIME ZONE 'UTC')::date - DATE '1970-01-01'
     END;
     RETURN NEW;
@@ -38,5 +38,5 @@ $$ LANGUAGE plpgsql;
 CREATE TRIGGER {day_trigger}
 BEFORE UPDATE ON {table}
 FOR EACH ROW
-WHEN ((NEW.status IN ('pendente', 'agendada', 'processando')) IS DISTINCT FROM (NEW.finished_day = 1))
+WHEN ((NEW.status IN ('pendente', 'agendada', 'processando', 'aguardando')) IS DISTINCT FROM (NEW.finished_day = 1))
 EXECUTE FUNCTION {day_function}();

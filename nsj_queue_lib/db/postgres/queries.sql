@@ -301,6 +301,7 @@ WITH doomed AS (
     FROM {queue_table} AS o
     WHERE o.data_hora < statement_timestamp() - make_interval(days => %(max_age_days)s)
       AND o.status NOT IN ('pendente', 'agendada', 'processando')
+      AND o.status <> 'aguardando'
       AND NOT EXISTS (
           SELECT 1 FROM {queue_table} AS a
           WHERE a.id_inicial = coalesce(o.id_inicial, o.id)
@@ -370,7 +371,7 @@ SET mensagem = CASE WHEN t.status = 'processando' THEN t.mensagem ELSE %(mensage
     finished_at = CASE WHEN t.status = 'processando' THEN t.finished_at ELSE clock_timestamp() END,
     status = CASE WHEN t.status = 'processando' THEN t.status ELSE 'cancelada' END,
     cancel_requested = true
-WHERE t.id = %(id)s AND t.status IN ('pendente', 'agendada', 'processando')
+WHERE t.id = %(id)s AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
 RETURNING t.status
 
 -- name: cancel_running

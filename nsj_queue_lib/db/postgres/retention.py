@@ -39,7 +39,7 @@ _RANGE = re.compile(r"FROM \((\d+)\) TO \((\d+)\)")
 # A day's attach and the copy before a drop give up quickly: the next run tries again.
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'"
 # The legacy partition's rows, as its purge index (indexes.sql) states them.
-FINISHED = "status NOT IN ('pendente', 'agendada', 'processando')"
+FINISHED = "status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')"
 # Fewer days ahead than this at a worker's start: it says so.
 SHORT_AHEAD = 2
 

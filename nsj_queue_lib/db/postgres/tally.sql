@@ -10,7 +10,7 @@ INSERT INTO {tally_state_table} (id, folded_to, seen) VALUES (1, 0, 0) ON CONFLI
 -- name: tally_unfinished_ids
 -- The attempts of the range not finished yet: they wait in the open table.
 SELECT t.id FROM {queue_table} AS t
-WHERE t.id > %(lo)s AND t.id <= %(hi)s AND t.status IN ('pendente', 'agendada', 'processando')
+WHERE t.id > %(lo)s AND t.id <= %(hi)s AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
 
 -- name: tally_add_open
 INSERT INTO {tally_open_table} (id) VALUES (%(id)s) ON CONFLICT (id) DO NOTHING
@@ -24,7 +24,7 @@ SELECT floor(extract(epoch FROM t.data_hora) / 3600)::bigint AS hour,
        count(*) FILTER (WHERE t.dead AND t.id_inicial IS NULL) AS dead
 FROM {queue_table} AS t
 WHERE t.id > %(lo)s AND t.id <= %(hi)s
-  AND t.status NOT IN ('pendente', 'agendada', 'processando')
+  AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
   AND NOT EXISTS (SELECT 1 FROM {tally_open_table} AS o WHERE o.id = t.id)
 GROUP BY 1, 2, 3
 
@@ -33,7 +33,7 @@ GROUP BY 1, 2, 3
 SELECT o.id FROM {tally_open_table} AS o
 WHERE NOT EXISTS (
     SELECT 1 FROM {queue_table} AS t
-    WHERE {hot_t}t.id = o.id AND t.status IN ('pendente', 'agendada', 'processando')
+    WHERE {hot_t}t.id = o.id AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
 )
 LIMIT %(limit)s
 
@@ -44,7 +44,7 @@ SELECT t.id, floor(extract(epoch FROM t.data_hora) / 3600)::bigint AS hour,
        t.status IN ('falha', 'falha_processando') AS failed,
        t.dead AND t.id_inicial IS NULL AS dead
 FROM {queue_table} AS t
-WHERE t.id = ANY(%(ids)s::bigint[]) AND t.status NOT IN ('pendente', 'agendada', 'processando')
+WHERE t.id = ANY(%(ids)s::bigint[]) AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
 
 -- name: tally_close_open
 DELETE FROM {tally_open_table} WHERE id = ANY(%(ids)s::bigint[])

@@ -52,6 +52,8 @@ $$;
 
 {trigger}
 
+{workflow_ddl}
+
 -- This release's claim function as its first builds declared it, before it took
 -- the handled processos and then the worker's name (never released): gone, so
 -- that one signature remains.

@@ -1,0 +1,88 @@
+-- Named queries of dependencies between tasks (nsj_queue_lib/workflow/).
+-- {queue_table}, {parents_table}, {waiting_table} and {release_function} are
+-- validated identifiers; every value is a bound parameter.
+
+-- name: parent_state
+-- The latest attempt of the task the id belongs to, locked until the caller's
+-- commit: a worker settling it waits for the child's edges to commit (and then
+-- sees them), or the child sees it settled.
+WITH task AS (
+    SELECT coalesce(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s
+)
+SELECT t.id, task.first_id, t.status, t.reenfileirado, t.estouro_tentativas, t.dead
+FROM {queue_table} AS t, task
+WHERE t.id = coalesce(
+    (SELECT max(a.id) FROM {queue_table} AS a WHERE a.id_inicial = task.first_id),
+    task.first_id
+)
+FOR SHARE OF t
+
+-- name: add_edge
+INSERT INTO {parents_table} (parent_id, child_id) VALUES (%(parent)s, %(child)s)
+
+-- name: add_waiting
+INSERT INTO {waiting_table} (child_id, pending_parents, on_parent_failure)
+VALUES (%(child)s, %(pending)s, %(on_parent_failure)s)
+
+-- name: set_new_status
+-- A child just inserted: 'aguardando', or 'cancelada' when a parent failed first.
+UPDATE {queue_table}
+SET status = %(status)s::varchar, mensagem = %(mensagem)s,
+    finished_at = CASE WHEN %(status)s::varchar = 'cancelada' THEN clock_timestamp() END
+WHERE id = %(id)s
+
+-- name: first_id
+SELECT coalesce(id_inicial, id) FROM {queue_table} WHERE id = %(id)s
+
+-- name: dependents
+-- The waiting children of these parents, locked (their counts change next).
+SELECT p.parent_id, p.child_id, w.on_parent_failure
+FROM {parents_table} AS p
+JOIN {waiting_table} AS w ON w.child_id = p.child_id
+WHERE p.parent_id = ANY(%(ids)s)
+ORDER BY p.child_id, p.parent_id
+FOR UPDATE OF w
+
+-- name: count_down
+UPDATE {waiting_table} SET pending_parents = pending_parents - %(n)s WHERE child_id = %(child)s
+
+-- name: release_child
+UPDATE {queue_table} AS t
+SET status = 'pendente'
+WHERE t.id = %(child)s AND t.status = 'aguardando'
+  AND EXISTS (
+      SELECT 1 FROM {waiting_table} AS w WHERE w.child_id = %(child)s AND w.pending_parents <= 0
+  )
+
+-- name: cancel_waiting
+UPDATE {queue_table}
+SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = clock_timestamp()
+WHERE id = %(child)s AND status = 'aguardando'
+
+-- name: parents_of
+-- A child's parents (their first attempts' ids), each with its latest attempt.
+SELECT p.parent_id,
+       coalesce(
+           (SELECT max(a.id) FROM {queue_table} AS a WHERE a.id_inicial = p.parent_id),
+           p.parent_id
+       ) AS latest_id
+FROM {parents_table} AS p
+WHERE p.child_id = %(child)s
+ORDER BY p.parent_id
+
+-- name: notify_ready
+SELECT pg_notify(%(channel)s, '')
+
+-- name: children_of
+-- Which of these settled tasks (first attempts' ids) have children.
+SELECT DISTINCT parent_id FROM {parents_table} WHERE parent_id = ANY(%(ids)s)
+
+-- name: release_children
+SELECT {release_function}(ARRAY[%(parent)s]::bigint[])
+
+-- name: children_of_attempts
+-- children_of for attempts' ids (their tasks' first attempts with children).
+SELECT DISTINCT p.parent_id
+FROM {queue_table} AS t
+JOIN {parents_table} AS p ON p.parent_id = coalesce(t.id_inicial, t.id)
+WHERE t.id = ANY(%(ids)s)

@@ -1,0 +1,196 @@
+"""The statements of dependencies between tasks (``nsj_queue_lib/workflow/``), per dialect.
+
+One class for every dialect: the SQL lives in ``db/<dialect>/workflow.sql`` (the same
+query names everywhere) and runs on the caller's connection, in its transaction
+(a client's, a handler's ``bd_conn`` or a worker's). SingleStore has no such tables:
+``for_connection`` refuses it with ``WorkflowUnsupported``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from nsj_queue_lib.db.dialect import (
+    notify_channel,
+    parents_table_name,
+    release_routine_name,
+    waiting_table_name,
+)
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsupported
+from nsj_queue_lib.identifiers import check_table_name, split_table_name
+
+DIALECTS = ("postgres", "mysql")
+SERVER_STATUS_IN_TRANS = 1  # the MySQL protocol's flag: a transaction is open
+
+
+class WorkflowStore:
+    """Dependencies of the queue ``queue_table`` on a ``dialect`` ('postgres', 'mysql')."""
+
+    def __init__(self, dialect: str, queue_table: str):
+        if dialect not in DIALECTS:
+            raise WorkflowUnsupported(
+                f"dependencies between tasks (after=) need PostgreSQL or MySQL/MariaDB, "
+                f"not {dialect}"
+            )
+        check_table_name(queue_table, "queue table")
+        self.dialect = dialect
+        self.queue_table = queue_table
+        self.channel = notify_channel(split_table_name(queue_table)[1])
+        values = {
+            "queue_table": queue_table,
+            "parents_table": parents_table_name(queue_table),
+            "waiting_table": waiting_table_name(queue_table),
+            "release_function": release_routine_name(queue_table),
+        }
+        self.sql = render_queries(dialect, values, "workflow.sql")
+
+    @classmethod
+    def for_store(cls, store: Any, queue_table: str) -> WorkflowStore:
+        """The dependencies next to a queue ``store`` (client or worker): its ``dialect``
+        names the SQL (SingleStore's store says so, though it shares MySQL's driver);
+        ``WorkflowUnsupported`` for a store without one (the in-memory queue)."""
+        dialect = getattr(store, "dialect", None)
+        return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
+
+    # -- statements --
+
+    @contextlib.contextmanager
+    def _cursor(self, conn: Any, what: str) -> Iterator[Any]:
+        try:
+            with conn.cursor() as cur:
+                yield cur
+        except QueueLibError:
+            raise
+        except Exception as exc:  # the driver's error, kept as the cause
+            error = DatabaseError(f"workflow {what} failed: {exc}".strip())
+            missing = (parents_table_name(self.queue_table), waiting_table_name(self.queue_table))
+            text = str(exc).lower()
+            if any(name.split(".")[-1].lower() in text for name in missing):
+                error = WorkflowUnsupported(
+                    f"{what}: the queue has no dependency tables ({exc}); run db_gen --upgrade "
+                    "(SingleStore has no dependencies between tasks)"
+                )
+            raise error from exc
+
+    def _rows(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._cursor(conn, name) as cur:
+            cur.execute(self.sql[name], params)
+            return [tuple(row) for row in cur.fetchall()]
+
+    def _run(self, conn: Any, name: str, params: dict[str, Any]) -> int:
+        with self._cursor(conn, name) as cur:
+            cur.execute(self.sql[name], params)
+            return int(cur.rowcount or 0)
+
+    def _ids(self, ids: Sequence[int]) -> Any:
+        # psycopg adapts a list to an array (= ANY); PyMySQL a tuple to (a, b, ...) (IN).
+        return [int(i) for i in ids] if self.dialect == "postgres" else tuple(int(i) for i in ids)
+
+    def parent_state(self, conn: Any, task_id: int) -> dict[str, Any] | None:
+        """The latest attempt of the task ``task_id`` belongs to, row-locked until the
+        caller's transaction ends; None for an unknown id."""
+        rows = self._rows(conn, "parent_state", {"id": task_id})
+        if not rows:
+            return None
+        attempt, first, status, reenfileirado, estouro, dead = rows[0]
+        return {
+            "id": int(attempt),
+            "first_id": int(first),
+            "status": status,
+            "reenfileirado": bool(reenfileirado),
+            "estouro_tentativas": bool(estouro),
+            "dead": bool(dead),
+        }
+
+    def add_child(
+        self,
+        conn: Any,
+        child_id: int,
+        parent_ids: Sequence[int],
+        pending: int,
+        on_parent_failure: str,
+    ) -> None:
+        """The edges of a new child; with ``pending`` parents unfinished, its count too."""
+        with self._cursor(conn, "add_edge") as cur:
+            cur.executemany(
+                self.sql["add_edge"], [{"parent": p, "child": child_id} for p in parent_ids]
+            )
+        if pending > 0:
+            params = {"child": child_id, "pending": pending, "on_parent_failure": on_parent_failure}
+            self._run(conn, "add_waiting", params)
+
+    def set_new_status(self, conn: Any, task_id: int, status: str, mensagem: str | None) -> None:
+        self._run(conn, "set_new_status", {"id": task_id, "status": status, "mensagem": mensagem})
+
+    def first_id(self, conn: Any, task_id: int) -> int | None:
+        rows = self._rows(conn, "first_id", {"id": task_id})
+        return int(rows[0][0]) if rows else None
+
+    def dependents(self, conn: Any, parent_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+        """(parent, child, on_parent_failure) of the waiting children of these parents,
+        their counts locked."""
+        if not parent_ids:
+            return []
+        rows = self._rows(conn, "dependents", {"ids": self._ids(parent_ids)})
+        return [(int(p), int(c), str(mode)) for p, c, mode in rows]
+
+    def count_down(self, conn: Any, child_id: int, finished: int) -> bool:
+        """``finished`` more parents of ``child_id`` ended; True when that released it."""
+        self._run(conn, "count_down", {"child": child_id, "n": finished})
+        return self._run(conn, "release_child", {"child": child_id}) > 0
+
+    def cancel_waiting(self, conn: Any, child_id: int, mensagem: str) -> bool:
+        return self._run(conn, "cancel_waiting", {"child": child_id, "mensagem": mensagem}) > 0
+
+    def notify_ready(self, conn: Any) -> None:
+        """Wake the queue's workers at commit (PostgreSQL; others poll)."""
+        if self.dialect == "postgres":
+            self._rows(conn, "notify_ready", {"channel": self.channel})
+
+    def fresh_looks(self, conn: Any) -> bool:
+        """Whether reads on ``conn`` see the latest commit each time if each look ends the
+        transaction it opened. PostgreSQL: its reads do so anyway under READ COMMITTED (the
+        default), so nothing is ended (False). MySQL/MariaDB (REPEATABLE READ keeps the first
+        read's snapshot): True, each look ending the transaction it read in, unless the
+        server reports a transaction open with writes or an explicit BEGIN (the status
+        flag of its last OK reply): ``ValueError`` then, since ending it would lose them
+        and keeping it would hide the task's end. Reads alone do not raise the flag: an
+        open transaction that only read is ended (it held nothing but its snapshot)."""
+        if self.dialect == "postgres":
+            return False
+        if getattr(conn, "server_status", 0) & SERVER_STATUS_IN_TRANS:
+            raise ValueError(
+                "wait_for_task: the connection has a transaction open; on MySQL/MariaDB its "
+                "snapshot would hide the task's end: commit (or roll back) first"
+            )
+        return True
+
+    def parents_of(self, conn: Any, child_id: int) -> list[tuple[int, int]]:
+        """(parent's first attempt id, its latest attempt id) of each parent of the child."""
+        return [(int(p), int(a)) for p, a in self._rows(conn, "parents_of", {"child": child_id})]
+
+    def release_after_success(self, conn: Any, first_ids: Sequence[int]) -> None:
+        """The children of these tasks just written 'sucesso' (their first attempts' ids),
+        released in the same transaction: one locking read, then one call per parent that
+        has children (never a query per child)."""
+        if first_ids:
+            self._release(conn, "children_of", first_ids)
+
+    def release_after_success_of_attempts(self, conn: Any, attempt_ids: Sequence[int]) -> None:
+        """``release_after_success`` for attempts' ids."""
+        if attempt_ids:
+            self._release(conn, "children_of_attempts", attempt_ids)
+
+    def _release(self, conn: Any, probe: str, ids: Sequence[int]) -> None:
+        for (parent,) in self._rows(conn, probe, {"ids": self._ids(ids)}):
+            self._rows(conn, "release_children", {"parent": int(parent)})
+
+
+@functools.lru_cache(maxsize=256)
+def _store(dialect: str, queue_table: str) -> WorkflowStore:
+    """One store per (dialect, queue): it holds only its rendered statements."""
+    return WorkflowStore(dialect, queue_table)

@@ -1,0 +1,64 @@
+"""Every path that writes a task's 'sucesso' releases its waiting children in the same
+transaction (nsj_queue_lib/workflow/): the claim routine's completion with and without a
+next claim, the completion under an outside lock (complete_if_running), and a commit
+group's end; a failure written for good cancels them. On PostgreSQL (plain and
+partitioned) and MariaDB."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsj_queue_lib.db.task_session import BURY, FailureRecord, write_failure
+
+
+def family(backend, after, **options):
+    """A committed parent and a child after it: their ids."""
+    [parent] = [backend.enqueue()]
+    conn = backend.client_conn()
+    child = backend.client(conn).insert_task("o", "d", "p", None, "x", after=[parent], **options)
+    conn.commit()
+    return parent, child
+
+
+@pytest.mark.parametrize("claim_next", [True, False])
+def test_the_claim_routines_completion_releases_the_child(backend, store, worker, claim_next):
+    parent, child = family(backend, after=True)
+    assert backend.row(child)["status"] == "aguardando"
+    store.bind(worker)
+    assert store.claim(worker).task.id == parent
+    claimed = store.complete_and_claim(worker, parent, "ok", claim_next=claim_next)
+    if claim_next:
+        assert claimed.task.id == child  # released in the commit the claim came with
+        store.complete_and_claim(worker, child, "ok", claim_next=False)
+        assert backend.row(child)["status"] == "sucesso"
+    else:
+        assert claimed is None and backend.row(child)["status"] == "pendente"
+
+
+def test_a_completion_under_an_outside_lock_releases_the_child(backend, store, worker):
+    parent, child = family(backend, after=True)
+    store.bind(worker)
+    store.begin(worker)
+    assert store.claim_uncommitted(worker).id == parent
+    store.commit_and_begin(worker)
+    assert store.complete_if_running(worker, parent, "ok")
+    assert backend.row(child)["status"] == "aguardando"  # not committed yet
+    store.commit(worker)
+    assert backend.row(child)["status"] == "pendente"
+
+
+def test_a_buried_parent_cancels_the_child_and_a_run_child_is_released(backend, store, worker):
+    parent, child = family(backend, after=True)
+    conn = backend.client_conn()
+    runs = backend.client(conn).insert_task(
+        "o", "d", "p", None, "x", after=[parent], on_parent_failure="run"
+    )
+    conn.commit()
+    store.bind(worker)
+    assert store.claim(worker).task.id == parent
+    store.rollback_and_begin(worker)
+    write_failure(store, worker, parent, FailureRecord(BURY, "falha", "boom", payload="x"))
+    store.commit(worker)
+    assert backend.row(child)["status"] == "cancelada"
+    assert f"parent task {parent} " in backend.row(child)["mensagem"]
+    assert backend.row(runs)["status"] == "pendente"
