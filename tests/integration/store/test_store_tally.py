@@ -122,3 +122,16 @@ def test_hours_older_than_two_days_are_merged_into_their_day(backend):
     assert all(h % 24 == 0 for h in hours if h < now_hour - 48)
     assert len([h for h in hours if h >= now_hour - 48]) == 3  # the last ones stay by hour
     assert len(hours) <= 5  # six old hours in one or two days
+
+
+def test_tasks_waiting_for_their_parents_are_unfinished_for_the_tally(backend):
+    parent = backend.enqueue()
+    child = backend.enqueue(after=[parent])
+    _fold(backend)
+    _fold(backend)
+    waiting = _agrees(backend)
+    assert waiting[("emitir_nota", "aguardando")][0] == 1
+    assert backend.value(f"SELECT count(*) FROM {backend.table}_tally_open") == 2
+    _mark(backend, "cancelada", [child])  # ends it: folded once, as finished
+    _fold(backend)
+    assert ("emitir_nota", "aguardando") not in _agrees(backend)
