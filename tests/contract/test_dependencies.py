@@ -226,7 +226,9 @@ def test_a_handler_fans_out_and_in_with_spawn(backend):
     """1 -> 1,000 -> 1 spawned from a handler, in its transaction: the children exist once
     the root's success commits (its first attempt fails and spawns nothing that stays); the
     fan-in runs once, after all of them, and sees them through parents()."""
-    fan = int(os.environ.get("FAN", "1000"))
+    # The issue's 1,000 children on PostgreSQL; 200 on the other backends (the same paths,
+    # a fifth of MariaDB's and the socket server's minutes; FAN=1000 runs them in full).
+    fan = int(os.environ.get("FAN", "1000" if backend.kind == "postgres" else "200"))
     attempts, fan_in_seen = [], []
 
     def execute(payload, tarefa, bd_conn):

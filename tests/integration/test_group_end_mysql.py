@@ -165,7 +165,7 @@ def test_a_task_no_longer_processando_fences_the_group_commit(
     }
 
 
-def test_a_group_end_is_five_statements_with_the_next_claim(
+def test_a_group_end_is_six_statements_with_the_next_claim(
     ops, enqueue, mysql_worker_conn, mysql_admin, mysql_queue
 ):
     enqueue(4)
@@ -174,9 +174,10 @@ def test_a_group_end_is_five_statements_with_the_next_claim(
     next_group = ops.settle_group(
         mysql_worker_conn, SimpleNamespace(written=[(task, "ok") for task in tasks], tx=None), 2
     )
-    # The successes, the locks, COMMIT AND CHAIN (the claim's transaction opened with the
-    # commit), the claim limit, the CALL; questions() counts itself once.
-    assert questions(mysql_worker_conn) - before - 1 == 5
+    # The successes, the release of their waiting children (nsj_queue_lib/workflow/), the
+    # locks, COMMIT AND CHAIN (the claim's transaction opened with the commit), the claim
+    # limit, the CALL; questions() counts itself once.
+    assert questions(mysql_worker_conn) - before - 1 == 6
     assert len(next_group) == 2 and in_transaction(mysql_worker_conn)
     statuses = {i: status for i, (status, _) in rows(mysql_admin, mysql_queue.table).items()}
     assert sorted(statuses.values()) == ["processando"] * 2 + ["sucesso"] * 2
