@@ -2,8 +2,9 @@
 whole history (issue 39, item 3; docs/internals/storage.md, "Counters").
 
 The tally service (runtime/tally.py) folds the queue table's attempts in order of id into
-``<queue>_tally``: per hour of ``data_hora``, processo and status, the attempts not
-re-enqueued (``tasks``), the failed ones and the dead letters' first attempts. An
+``<queue>_tally``: per hour of ``data_hora`` (per day past the last two days), processo and
+status, the attempts not re-enqueued (``tasks``), the failed ones and the dead letters'
+first attempts. An
 attempt still unfinished when its id is folded waits in ``<queue>_tally_open`` and is
 counted once it ends. ``<queue>_tally_state`` holds how far the ids are folded
 (``folded_to``) and the highest id the last fold saw (``seen``): each fold goes up to
