@@ -271,7 +271,7 @@ def test_asynchronous_commits_need_a_session_pool(
         assert "QUEUE_SYNCHRONOUS_COMMIT: false needs a session" in worker.output()
         return
     enqueue(pg_dsn, side.table, [dict(payload="{}")])
-    wait_for(lambda: statuses(pg_autocommit, side.table) == {"sucesso": 1}, 10, "the task to run")
+    wait_for(lambda: statuses(pg_autocommit, side.table) == {"sucesso": 1}, 30, "the task to run")
     worker.send(signal.SIGTERM)
     assert worker.wait(15) == 0
 

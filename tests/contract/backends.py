@@ -307,7 +307,16 @@ class Backend:
         }
 
     def wait_statuses(self, expected: dict[str, int], timeout: float, what: str) -> None:
-        wait_for(lambda: self.statuses() == expected, timeout, f"{what} ({expected})")
+        seen: list[dict[str, int]] = []
+
+        def reached() -> bool:
+            seen[:] = [self.statuses()]
+            return seen[0] == expected
+
+        try:
+            wait_for(reached, timeout, f"{what} ({expected})")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the statuses were {seen[0] if seen else None}") from None
 
     def exec_rows(self) -> list[dict[str, Any]]:
         return self.query(f"SELECT task_id, chave, pid FROM {self.exec_table} ORDER BY at, task_id")

@@ -170,7 +170,7 @@ def test_cancel_and_timeout_inside_a_group(backend):
     with backend.transaction() as conn:
         backend.client(conn).cancel_task(ids[1])
     backend.wait_statuses(
-        {"sucesso": 5, "cancelada": 1, "falha": 1}, 20, "the group's tasks settled"
+        {"sucesso": 5, "cancelada": 1, "falha": 1}, 45, "the group's tasks settled"
     )
     assert backend.row(ids[1])["status"] == "cancelada"
     assert backend.row(ids[3])["mensagem"].startswith("timeout")
