@@ -309,6 +309,24 @@ class QueueClient:
             if own_transactions:
                 self._conn.rollback()
 
+    def get_workflow(self, workflow_id: int) -> dict[str, Any] | None:
+        """The workflow ``workflow_id`` (what ``Workflow.enqueue`` returned), or None when
+        unknown: ``id``, ``name``, ``created_at``, ``status`` ('running', 'succeeded',
+        'failed', 'cancelled': derived from its tasks), ``counts`` (tasks per status) and
+        ``tasks`` (each ``get_task``'s dict with ``processo``, ``chave_externa`` and
+        ``parents``, in the order added). docs/how-to/workflows.md."""
+        from nsj_queue_lib.workflow.view import get_workflow
+
+        return get_workflow(self, _task_id(workflow_id))
+
+    def cancel_workflow(self, workflow_id: int) -> dict[int, str]:
+        """Cancel the workflow's unfinished tasks as ``cancel_task`` does (waiting ones become
+        'cancelada', running ones are asked to stop), in the caller's transaction; returns
+        ``{task id: status after the call}``. ``NotFoundError`` for an unknown id."""
+        from nsj_queue_lib.workflow.view import cancel_workflow
+
+        return cancel_workflow(self, _task_id(workflow_id))
+
     def _workflow(self) -> WorkflowStore:
         if self._workflow_store is None:
             self._workflow_store = WorkflowStore.for_store(self._store, self.queue_table)

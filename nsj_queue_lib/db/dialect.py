@@ -103,6 +103,10 @@ class DdlNames:
             "waiting": waiting_table_name(q),
             "idx_parents_child": f"idx_{q}_parents_child",
             "release_function": release_routine_name(q),
+            # Workflows (nsj_queue_lib/workflow/builder.py).
+            "workflows": workflows_table_name(q),
+            "workflow_tasks": workflow_tasks_table_name(q),
+            "idx_workflow_task": f"idx_{q}_workflow_task",
             # The partitioned layout's (db/postgres/layout.py).
             "day_function": f"finished_day_{q}",
             "day_trigger": f"trigger_finished_day_{q}",
@@ -126,6 +130,8 @@ class DdlNames:
         values["parents_table"] = f"{self.schema}.{names['parents']}"
         values["waiting_table"] = f"{self.schema}.{names['waiting']}"
         values["release_function"] = f"{self.schema}.{names['release_function']}"
+        values["workflows_table"] = f"{self.schema}.{names['workflows']}"
+        values["workflow_tasks_table"] = f"{self.schema}.{names['workflow_tasks']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
@@ -153,6 +159,16 @@ def parents_table_name(queue_table: str) -> str:
 def waiting_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_waiting``: each 'aguardando' child's count of unfinished parents."""
     return f"{queue_table}_waiting"
+
+
+def workflows_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_workflows``: one row per ``Workflow`` enqueued (its name)."""
+    return f"{queue_table}_workflows"
+
+
+def workflow_tasks_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_workflow_tasks``: each workflow's tasks, in the order added."""
+    return f"{queue_table}_workflow_tasks"
 
 
 def release_routine_name(queue_table: str) -> str:

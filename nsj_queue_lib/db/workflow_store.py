@@ -56,6 +56,10 @@ class WorkflowStore:
         dialect = getattr(store, "dialect", None)
         return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
 
+    def tables(self) -> tuple[str, ...]:
+        """The tables these statements need (an error naming one says db_gen --upgrade)."""
+        return (parents_table_name(self.queue_table), waiting_table_name(self.queue_table))
+
     # -- statements --
 
     @contextlib.contextmanager
@@ -67,9 +71,8 @@ class WorkflowStore:
             raise
         except Exception as exc:  # the driver's error, kept as the cause
             error = DatabaseError(f"workflow {what} failed: {exc}".strip())
-            missing = (parents_table_name(self.queue_table), waiting_table_name(self.queue_table))
             text = str(exc).lower()
-            if any(name.split(".")[-1].lower() in text for name in missing):
+            if any(name.split(".")[-1].lower() in text for name in self.tables()):
                 error = WorkflowUnsupported(
                     f"{what}: the queue has no dependency tables ({exc}); run db_gen --upgrade "
                     "(SingleStore has no dependencies between tasks)"

@@ -282,6 +282,18 @@ class MysqlDialect(Dialect):
             for name in ("workers_table.sql", "tally_table.sql")
         )
 
+    def _workflow_tables(
+        self, values: dict[str, str], drop_release_procedure: str, if_not_exists: bool
+    ) -> str:
+        # The dependencies' tables and release procedure, then the workflows' tables.
+        dependencies = dict(values, drop_release_procedure=drop_release_procedure)
+        return "\n\n".join(
+            (
+                self._table("workflow_tables.sql", dependencies, if_not_exists),
+                self._table("workflows_table.sql", values, if_not_exists),
+            )
+        )
+
     def _table(self, filename: str, values: dict[str, str], if_not_exists: bool) -> str:
         table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
         return render(read_sql(self.name, filename), table_values).strip()
@@ -291,9 +303,7 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
         values["workers_table_ddl"] = self._workers_tables(values, False)
-        values["workflow_ddl"] = self._table(
-            "workflow_tables.sql", dict(values, drop_release_procedure=""), False
-        )
+        values["workflow_ddl"] = self._workflow_tables(values, "", False)
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -330,13 +340,8 @@ class MysqlDialect(Dialect):
         )
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._workers_tables(values, True)
-        values["workflow_ddl"] = self._table(
-            "workflow_tables.sql",
-            dict(
-                values,
-                drop_release_procedure=f"DROP PROCEDURE IF EXISTS {values['release_function']};\n",
-            ),
-            True,
+        values["workflow_ddl"] = self._workflow_tables(
+            values, f"DROP PROCEDURE IF EXISTS {values['release_function']};\n", True
         )
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)

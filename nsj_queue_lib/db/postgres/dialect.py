@@ -126,9 +126,10 @@ class PostgresDialect(Dialect):
             render(read_sql("postgres", name), table_values).strip()
             for name in ("workers_table.sql", "tally_table.sql")
         )
-        parts["workflow_ddl"] = render(
-            read_sql("postgres", "workflow_tables.sql"), table_values
-        ).strip()
+        parts["workflow_ddl"] = "\n\n".join(
+            render(read_sql("postgres", name), table_values).strip()
+            for name in ("workflow_tables.sql", "workflows_table.sql")
+        )
         parts["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql("postgres", template), parts)
 
