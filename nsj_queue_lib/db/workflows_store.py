@@ -10,6 +10,7 @@ writes are batched: enqueueing a workflow costs a few round trips whatever its s
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -97,7 +98,8 @@ class WorkflowsStore(WorkflowStore):
         rows = self._rows(conn, "workflow", {"id": workflow_id})
         if not rows:
             return None
-        found, name, created_at = rows[0]
+        found, name, epoch = rows[0]
+        created_at = datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc)
         return {"id": int(found), "name": name, "created_at": created_at}
 
     def workflow_tasks(self, conn: Any, workflow_id: int) -> list[dict[str, Any]]:

@@ -15,7 +15,8 @@ VALUES (%(workflow)s, %(seq)s, %(task)s)
 UPDATE {queue_table} SET status = 'aguardando' WHERE id IN %(ids)s
 
 -- name: workflow
-SELECT id, name, created_at FROM {workflows_table} WHERE id = %(id)s
+-- created_at as seconds since the epoch: an instant whatever the session's time zone.
+SELECT id, name, UNIX_TIMESTAMP(created_at) FROM {workflows_table} WHERE id = %(id)s
 
 -- name: workflow_tasks
 -- Each task of the workflow (in the order added) as get_task shows it: its
