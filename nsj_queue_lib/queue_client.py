@@ -30,7 +30,7 @@ from nsj_queue_lib.workflow.dependencies import (
     parents_failed,
     read_parents,
 )
-from nsj_queue_lib.workflow.waiting import wait_for
+from nsj_queue_lib.workflow.waiting import wait_for, wait_pushed
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -287,14 +287,25 @@ class QueueClient:
         """``get_task``'s dict once the task ``task_id`` has finished ('sucesso',
         'cancelada', or failed with no attempt left); ``TimeoutError`` when it has not
         within ``timeout_s`` seconds, ``NotFoundError`` for an unknown id. Call it outside
-        any open transaction (after the insert's commit): it polls the latest committed
-        state; on MySQL/MariaDB each look is its own transaction, which it ends, so
-        REPEATABLE READ's snapshot never hides the end (docs/how-to/wait-for-a-task.md)."""
+        any open transaction (after the insert's commit). On PostgreSQL it LISTENs on the
+        connection for the end trigger's NOTIFY (UNLISTEN after); inside a transaction,
+        and on MySQL/MariaDB, it polls the latest committed state; on MySQL/MariaDB each
+        look is its own transaction, which it ends, so REPEATABLE READ's snapshot never
+        hides the end (docs/how-to/wait-for-a-task.md)."""
         task_id = _task_id(task_id)
         try:
-            own_transactions = self._workflow().fresh_looks(self._conn)
+            wstore: WorkflowStore | None = self._workflow()
         except WorkflowUnsupported:
-            own_transactions = False
+            wstore = None
+        if wstore is not None and wstore.dialect == "postgres":
+            from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
+
+            waiter = TaskEndWaiter.on(self._conn, self.queue_table)
+            if waiter is not None:  # an idle connection: pushed by the end trigger's NOTIFY
+                look = functools.partial(self._store.task_view, self._conn, task_id)
+                statement = (self._store.sql["task_view"], {"id": task_id})
+                return task_view(wait_pushed(look, statement, waiter, task_id, timeout_s))
+        own_transactions = wstore is not None and wstore.fresh_looks(self._conn)
 
         def look() -> Mapping[str, Any] | None:
             if own_transactions:

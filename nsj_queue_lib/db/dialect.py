@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import zlib
 
 from nsj_queue_lib.exceptions import ClaimRoutineError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
@@ -98,6 +99,9 @@ class DdlNames:
             "limited_claim": self.limited_routine_name(q),
             "settle_function": self.settle_routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
+            # wait_for_task's wake-up (db/postgres/end_trigger.sql).
+            "end_function": f"notify_{q}_end",
+            "end_trigger": f"trigger_end_{q}",
             # Dependencies between tasks (nsj_queue_lib/workflow/).
             "parents": parents_table_name(q),
             "waiting": waiting_table_name(q),
@@ -133,6 +137,9 @@ class DdlNames:
         values["workflows_table"] = f"{self.schema}.{names['workflows']}"
         values["workflow_tasks_table"] = f"{self.schema}.{names['workflow_tasks']}"
         values["channel"] = notify_channel(self.queue)
+        values["end_function"] = f"{self.schema}.{names['end_function']}"
+        values["end_channel"] = task_end_channel(self.queue)
+        values["end_lock_key"] = str(task_end_lock_key(self.queue))
         values["schema"] = self.schema
         values["queue"] = self.queue
         return values
@@ -228,6 +235,19 @@ def notify_channel(queue_name: str) -> str:
     case, so the trigger and the workers use the folded name too.
     """
     return queue_name.lower()
+
+
+def task_end_channel(queue_name: str) -> str:
+    """The channel that tells a waited-for task's end (PostgreSQL): the queue's, + '_end'."""
+    return f"{notify_channel(queue_name)}_end"
+
+
+def task_end_lock_key(queue_name: str) -> int:
+    """The first key of the advisory locks by which ``wait_for_task`` says it waits
+    (PostgreSQL; the second is the task's id): a 32-bit hash of the queue's name, so the
+    trigger and every client agree on it without asking the database. A collision with
+    another lock's key costs a NOTIFY for nothing, or the waiter polls."""
+    return zlib.crc32(f"nsjq task end {notify_channel(queue_name)}".encode()) - 2**31
 
 
 def check_claim_routine_version(

@@ -1,20 +1,26 @@
-"""``QueueClient.wait_for_task``: block until a task has finished, by polling its row.
+"""``QueueClient.wait_for_task``: block until a task has finished.
 
 Each look is one indexed read of the task's latest attempt (``task_view``), with
 locking reads where the store has them (MySQL/MariaDB: they read the latest
 committed rows whatever the caller's snapshot, REPEATABLE READ included; a row a
-worker is settling is read right after that commit). Looks start 1 ms apart and
-grow to ``MAX_INTERVAL``: a short task is seen within a few milliseconds of its
-commit, a long one costs a few reads a second. No notification is used: the
-client never opens a connection of its own, and a LISTEN on the caller's would
-only be heard after the caller's own commits.
+worker is settling is read right after that commit).
+
+On PostgreSQL the wait is pushed (``wait_pushed``): after a first look, the caller's
+idle connection LISTENs for the queue's task ends and says it waits
+(``db/postgres/task_end.py``); the end trigger's NOTIFY arrives at the commit that
+ends the task, and the next look returns it. Looks still run every
+``PUSHED_INTERVAL`` in case a notification was missed (a task that ended between the
+first look and the LISTEN is seen by the look right after it). Elsewhere, and on a
+connection inside a transaction, it polls (``wait_for``): looks start 1 ms apart and
+grow to ``MAX_INTERVAL``, so a short task is seen within a few milliseconds of its
+commit.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from nsj_queue_lib import model
 from nsj_queue_lib.exceptions import NotFoundError
@@ -22,6 +28,25 @@ from nsj_queue_lib.exceptions import NotFoundError
 FIRST_INTERVAL = 0.001
 MAX_INTERVAL = 0.005
 GROWTH = 1.3
+# With a LISTEN, how often a look runs anyway (a notification lost between a look and the
+# wait, a trigger disabled meanwhile): never slower than this behind a missed NOTIFY.
+PUSHED_INTERVAL = 0.05
+
+
+class EndWaiter(Protocol):
+    """What ``wait_pushed`` needs of a dialect's LISTEN (db/postgres/task_end.py)."""
+
+    def end_look(self) -> None: ...
+
+    def register(
+        self, first_id: int, look: tuple[str, Mapping[str, Any]]
+    ) -> tuple[bool, Mapping[str, Any] | None]: ...
+
+    def unregister(self) -> None: ...
+
+    def wait(self, seconds: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def finished(row: Mapping[str, Any]) -> bool:
@@ -39,13 +64,15 @@ def wait_for(
     timeout_s: float,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    intervals: tuple[float, float] = (FIRST_INTERVAL, MAX_INTERVAL),
 ) -> Mapping[str, Any]:
-    """``look()`` until it returns a finished row; ``TimeoutError`` after ``timeout_s``,
+    """``look()`` until it returns a finished row, ``sleep``-ing between looks (from
+    ``intervals[0]`` growing to ``intervals[1]``); ``TimeoutError`` after ``timeout_s``,
     ``NotFoundError`` for an unknown task."""
     if timeout_s < 0:
         raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
     deadline = clock() + timeout_s
-    interval = FIRST_INTERVAL
+    interval, longest = intervals
     while True:
         row = look()
         if row is None:
@@ -56,4 +83,59 @@ def wait_for(
         if remaining <= 0:
             raise TimeoutError(f"task {task_id} is still {row['status']} after {timeout_s} s")
         sleep(min(interval, remaining))
-        interval = min(interval * GROWTH, MAX_INTERVAL)
+        interval = min(interval * GROWTH, longest)
+
+
+def wait_pushed(
+    look: Callable[[], Mapping[str, Any] | None],
+    look_statement: tuple[str, Mapping[str, Any]],
+    waiter: EndWaiter,
+    task_id: int,
+    timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> Mapping[str, Any]:
+    """``wait_for`` woken by ``waiter``'s notifications: ``waiter.register`` with the first
+    look (``look_statement``, ``look``'s SQL and parameters; ``task_id`` taken for the first attempt's id, as insert_task returns it; another
+    attempt's id registers again), then looks after each notification, or as polling's at
+    first (see below); it polls where ``register`` says no NOTIFY will come. The waiter is
+    closed whatever happens."""
+    if timeout_s < 0:
+        raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
+    deadline = clock() + timeout_s
+
+    def ended_look() -> Mapping[str, Any] | None:
+        try:
+            return look()
+        finally:
+            waiter.end_look()
+
+    try:
+        pushed, first = waiter.register(task_id, look_statement)
+        if first is not None and not finished(first) and int(first["id_inicial"]) != task_id:
+            waiter.unregister()  # a later attempt's id: the trigger names the first's
+            pushed, first = waiter.register(int(first["id_inicial"]), look_statement)
+        if first is None or finished(first):
+            return wait_for(lambda: first, task_id, 0)
+        remaining = max(0.0, deadline - clock())
+        if not pushed:
+            return wait_for(ended_look, task_id, remaining, clock=clock)
+        seen = [first]
+
+        def looked_first() -> Mapping[str, Any] | None:
+            # The registration's look is the first: then one per wake-up.
+            return seen.pop() if seen else ended_look()
+
+        # Looks as often as polling's at first: a task whose end was being written when
+        # the waiter registered (its trigger ran before, its commit comes after) sent no
+        # NOTIFY; its commit follows within milliseconds. Then a look every
+        # PUSHED_INTERVAL at most: a NOTIFY wakes the wait at once.
+        return wait_for(
+            looked_first,
+            task_id,
+            remaining,
+            sleep=waiter.wait,
+            clock=clock,
+            intervals=(FIRST_INTERVAL, PUSHED_INTERVAL),
+        )
+    finally:
+        waiter.close()

@@ -174,6 +174,40 @@ REFERENCING NEW TABLE AS new_tasks
 FOR EACH STATEMENT
 EXECUTE FUNCTION public.notify_fila_teste_insert();
 
+-- wait_for_task's wake-up (nsj_queue_lib/workflow/waiting.py): the end of a task
+-- someone waits for is told on channel 'fila_teste_end', its payload the task's
+-- first attempt's id. A waiter says it waits by holding a shared advisory lock,
+-- (-562726803, the id's low 31 bits), while it waits: an end no one waits
+-- for costs a try-lock and no NOTIFY (a NOTIFY serializes the commits of the
+-- transactions that send one, which the workers' settles must not pay for).
+-- Only rows whose status becomes an end fire it (the WHEN clause, checked
+-- without calling the function); a failure with a retry ahead wakes the waiter
+-- for nothing, and it waits on.
+CREATE OR REPLACE FUNCTION public.notify_fila_teste_end()
+RETURNS trigger
+LANGUAGE plpgsql
+SET jit = off
+AS $$
+DECLARE
+    first_id bigint := coalesce(NEW.id_inicial, NEW.id);
+    task_key integer := (first_id % 2147483648)::integer;
+BEGIN
+    IF pg_try_advisory_lock(-562726803, task_key) THEN
+        PERFORM pg_advisory_unlock(-562726803, task_key);
+    ELSE
+        PERFORM pg_notify('fila_teste_end', first_id::text);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS trigger_end_fila_teste ON public.fila_teste;
+CREATE TRIGGER trigger_end_fila_teste
+AFTER UPDATE OF status ON public.fila_teste
+FOR EACH ROW
+WHEN (NEW.status IN ('sucesso', 'cancelada', 'falha', 'falha_processando'))
+EXECUTE FUNCTION public.notify_fila_teste_end();
+
 -- Dependencies between tasks (docs/how-to/dependencies.md, nsj_queue_lib/workflow/).
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim and settle functions look

@@ -85,6 +85,11 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
+        if not self.partitioned:
+            # On the partitioned layout a task's end moves its row to its day's partition
+            # (a DELETE and an INSERT, no UPDATE trigger): wait_for_task polls there.
+            end = render(read_sql("postgres", "end_trigger.sql"), values).strip()
+            parts["trigger"] = f"{parts['trigger']}\n\n{end}"
         parts["queue_table_ddl"] = render(read_sql("postgres", "queue_table.sql"), values)
         parts["autovacuum"] = render(
             read_sql("postgres", "autovacuum.sql"), dict(values, table=values["maintained_table"])
