@@ -101,7 +101,7 @@ def main() -> int:
     if args.wait_poll:
         from nsj_queue_lib.db.postgres import task_end
 
-        task_end.TaskEndWaiter.on = classmethod(lambda cls, conn, table: None)  # type: ignore[method-assign]
+        task_end.TaskEndWaiter.on = classmethod(lambda cls, *args: None)  # type: ignore[method-assign]
     logs = Path(tempfile.mkdtemp(prefix="bench-workflow-"))
     tasks = args.children + 1
     print(f"{args.processes} worker processes x {args.concurrency} slots, PostgreSQL")

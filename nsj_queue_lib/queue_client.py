@@ -300,11 +300,10 @@ class QueueClient:
         if wstore is not None and wstore.dialect == "postgres":
             from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
 
-            waiter = TaskEndWaiter.on(self._conn, self.queue_table)
+            waiter = TaskEndWaiter.on(self._conn, self._store, self.queue_table, task_id)
             if waiter is not None:  # an idle connection: pushed by the end trigger's NOTIFY
-                look = functools.partial(self._store.task_view, self._conn, task_id)
-                statement = (self._store.sql["task_view"], {"id": task_id})
-                return task_view(wait_pushed(look, statement, waiter, task_id, timeout_s))
+                view = functools.partial(self._store.task_view, self._conn, task_id)
+                return task_view(wait_pushed(view, waiter, task_id, timeout_s))
         own_transactions = wstore is not None and wstore.fresh_looks(self._conn)
 
         def look() -> Mapping[str, Any] | None:

@@ -239,9 +239,7 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
 
 
 @router.get("/queues/{name}/workflows/{workflow_id}")
-def workflow_page(
-    request: Request, name: str, workflow_id: int, partial: bool = False
-) -> Response:
+def workflow_page(request: Request, name: str, workflow_id: int, partial: bool = False) -> Response:
     """A workflow's graph (web/graph.py), each task coloured by its status, and its tasks;
     the graph refreshes itself as they run."""
     role = _role(request)

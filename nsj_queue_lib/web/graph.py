@@ -53,7 +53,7 @@ def layout(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         for index, (_, task) in enumerate(ordered):
             row[int(task["id_inicial"])] = index
     tallest = max(len(column) for column in columns.values())
-    nodes = {}
+    nodes: dict[int, dict[str, Any]] = {}
     for task in tasks:
         task_id = int(task["id_inicial"])
         # Shorter columns are centred on the tallest: a diamond's ends sit mid-height.
@@ -70,7 +70,9 @@ def layout(tasks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             parent = nodes.get(parent_id)
             if parent is not None:
                 path = _curve(parent, child)
-                edges.append({"parent": parent_id, "child": child["task"]["id_inicial"], "path": path})
+                edges.append(
+                    {"parent": parent_id, "child": child["task"]["id_inicial"], "path": path}
+                )
     return {
         "nodes": list(nodes.values()),
         "edges": edges,

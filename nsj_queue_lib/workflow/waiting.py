@@ -38,9 +38,7 @@ class EndWaiter(Protocol):
 
     def end_look(self) -> None: ...
 
-    def register(
-        self, first_id: int, look: tuple[str, Mapping[str, Any]]
-    ) -> tuple[bool, Mapping[str, Any] | None]: ...
+    def register(self, first_id: int) -> tuple[bool, Mapping[str, Any] | None]: ...
 
     def unregister(self) -> None: ...
 
@@ -88,17 +86,17 @@ def wait_for(
 
 def wait_pushed(
     look: Callable[[], Mapping[str, Any] | None],
-    look_statement: tuple[str, Mapping[str, Any]],
     waiter: EndWaiter,
     task_id: int,
     timeout_s: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> Mapping[str, Any]:
-    """``wait_for`` woken by ``waiter``'s notifications: ``waiter.register`` with the first
-    look (``look_statement``, ``look``'s SQL and parameters; ``task_id`` taken for the first attempt's id, as insert_task returns it; another
-    attempt's id registers again), then looks after each notification, or as polling's at
-    first (see below); it polls where ``register`` says no NOTIFY will come. The waiter is
-    closed whatever happens."""
+    """``wait_for`` woken by ``waiter``'s notifications. ``waiter.register`` runs the first
+    look (as ``look`` does) with the registration;
+    ``task_id`` is taken for the first attempt's id (what insert_task returns), and another
+    attempt's id registers again under its first's. Then a look after each notification,
+    or at polling's pace at first (see below); it polls where ``register`` says no NOTIFY
+    will come. The waiter is closed whatever happens."""
     if timeout_s < 0:
         raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
     deadline = clock() + timeout_s
@@ -110,10 +108,10 @@ def wait_pushed(
             waiter.end_look()
 
     try:
-        pushed, first = waiter.register(task_id, look_statement)
+        pushed, first = waiter.register(task_id)
         if first is not None and not finished(first) and int(first["id_inicial"]) != task_id:
             waiter.unregister()  # a later attempt's id: the trigger names the first's
-            pushed, first = waiter.register(int(first["id_inicial"]), look_statement)
+            pushed, first = waiter.register(int(first["id_inicial"]))
         if first is None or finished(first):
             return wait_for(lambda: first, task_id, 0)
         remaining = max(0.0, deadline - clock())

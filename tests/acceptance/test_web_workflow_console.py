@@ -15,12 +15,11 @@ import psycopg
 import pytest
 
 from nsj_queue_lib import QueueClient, Workflow
-from tests.acceptance.test_web_console import (  # noqa: F401 - the fixture
-    IMAGES,
-    _browser_or_skip,
-    _sign_in,
-    server,
-)
+from tests.acceptance import test_web_console
+from tests.acceptance.test_web_console import IMAGES, _browser_or_skip, _sign_in
+
+# The console test's fixture: a web server and a worker process on a PostgreSQL queue.
+server = test_web_console.server
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("web_console")]
 

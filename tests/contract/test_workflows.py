@@ -79,7 +79,10 @@ def test_a_diamond_workflow_runs_in_order_and_get_workflow_shows_it(backend):
 def test_a_failed_task_fails_the_workflow_and_cancels_what_waits_for_it(backend):
     wf, handles = diamond("failing")
     wf.add(
-        processo="processar", payload={}, chave_externa="E", after=[handles["B"]],
+        processo="processar",
+        payload={},
+        chave_externa="E",
+        after=[handles["B"]],
         on_parent_failure="run",
     )
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 from nsj_queue_lib import Workflow
 from nsj_queue_lib.db.driver import close_quietly
 from nsj_queue_lib.queue_client import QueueClient
-from tests.integration.test_cli import (  # noqa: F401 - fixtures
-    _driver,
-    isolated_environment,
-    queue,
-    run,
-    run_json,
-)
+from tests.integration import test_cli
+from tests.integration.test_cli import _driver, run, run_json
+
+# nsjq's tests' fixtures: a queue on PostgreSQL and on MariaDB, a clean environment.
+queue = test_cli.queue
+isolated_environment = test_cli.isolated_environment
 
 
 def enqueue_diamond(queue) -> dict[str, int]:
@@ -38,7 +37,13 @@ def test_workflow_shows_status_tasks_and_parents(queue, capsys):
     assert lines[0].startswith(f"workflow {ids['A']} (nightly <load>, created ")
     assert lines[0].endswith("running; 4 task(s): 3 aguardando, 1 pendente")
     assert lines[1].split() == [
-        "TASK", "PROCESSO", "CHAVE_EXTERNA", "STATUS", "TENTATIVA", "AFTER", "MENSAGEM"
+        "TASK",
+        "PROCESSO",
+        "CHAVE_EXTERNA",
+        "STATUS",
+        "TENTATIVA",
+        "AFTER",
+        "MENSAGEM",
     ]
     rows = [line.split() for line in lines[2:]]
     assert [r[:4] for r in rows] == [

@@ -30,8 +30,9 @@ def end_task(dsn: str, table: str, task_id: int, delay: float) -> threading.Thre
     def run() -> None:
         time.sleep(delay)
         with psycopg.connect(dsn) as conn:
-            conn.execute(f"UPDATE {table} SET status = 'sucesso', mensagem = 'ok' WHERE id = %s",
-                         (task_id,))
+            conn.execute(
+                f"UPDATE {table} SET status = 'sucesso', mensagem = 'ok' WHERE id = %s", (task_id,)
+            )
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -51,9 +52,10 @@ def session_state(conn) -> tuple[list, int]:
 def test_the_end_trigger_notifies_only_waited_tasks(pg_queue, pg_dsn):
     channel = task_end_channel(pg_queue.name)
     key = task_end_lock_key(pg_queue.name)
-    with psycopg.connect(pg_dsn, autocommit=True) as listener, psycopg.connect(
-        pg_dsn, autocommit=True
-    ) as other:
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as listener,
+        psycopg.connect(pg_dsn, autocommit=True) as other,
+    ):
         listener.execute(f'LISTEN "{channel}"')
         unwaited, waited = insert(other, pg_queue.table), insert(other, pg_queue.table)
         other.execute("SELECT pg_advisory_lock_shared(%s, %s)", (key, waited))
@@ -81,7 +83,7 @@ def test_a_wait_is_woken_by_the_end_and_leaves_the_connection_as_it_was(
 def test_inside_a_transaction_it_polls_and_keeps_the_transaction(pg_queue, pg_dsn):
     with psycopg.connect(pg_dsn) as conn:
         task_id = insert(conn, pg_queue.table)
-        conn.execute(f"CREATE TEMP TABLE mine (x int); INSERT INTO mine VALUES (1)")
+        conn.execute("CREATE TEMP TABLE mine (x int); INSERT INTO mine VALUES (1)")
         thread = end_task(pg_dsn, pg_queue.table, task_id, 0.2)
         view = QueueClient(conn, pg_queue.table).wait_for_task(task_id, 10)
         thread.join()

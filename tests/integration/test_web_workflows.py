@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import re
 
+from tests.integration import test_web_api
 from tests.integration.test_cli_workflow import enqueue_diamond
-from tests.integration.test_web_api import READONLY, queue, web  # noqa: F401 - fixtures
+from tests.integration.test_web_api import READONLY
+
+# The web API tests' fixtures: a queue on PostgreSQL and on MariaDB, and the app over it.
+queue = test_web_api.queue
+web = test_web_api.web
 
 
 def test_get_and_cancel_a_workflow(web, queue):

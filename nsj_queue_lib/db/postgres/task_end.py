@@ -15,13 +15,13 @@ transaction is ended (``end_look``), else no notification would be delivered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
 from nsj_queue_lib.db.dialect import task_end_channel, task_end_lock_key
+from nsj_queue_lib.db.postgres.client_store import PostgresClientStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.identifiers import split_table_name
 
@@ -38,9 +38,12 @@ _REGISTER = (
 class TaskEndWaiter:
     """One wait for one task's end on ``conn``, an idle psycopg 3 connection."""
 
-    def __init__(self, conn: psycopg.Connection[Any], queue_table: str) -> None:
-        schema, table = split_table_name(queue_table)
+    def __init__(
+        self, conn: psycopg.Connection[Any], queue_table: str, look: tuple[str, dict[str, Any]]
+    ) -> None:
+        _, table = split_table_name(queue_table)
         self._conn = conn
+        self._look = look
         self._table = queue_table
         self._trigger = _END_TRIGGER.format(table)
         self._channel = task_end_channel(table)
@@ -49,28 +52,26 @@ class TaskEndWaiter:
         self._listening = False
 
     @classmethod
-    def on(cls, conn: Any, queue_table: str) -> TaskEndWaiter | None:
-        """A waiter on ``conn``, or None where it cannot hear a NOTIFY: not a psycopg 3
-        connection, or one inside a transaction (its caller's, which it must not end)."""
-        if not isinstance(conn, psycopg.Connection):
+    def on(cls, conn: Any, store: Any, queue_table: str, task_id: int) -> TaskEndWaiter | None:
+        """A waiter for the task ``task_id`` on ``conn``, whose looks are ``store``'s
+        ``task_view``; None where it cannot hear a NOTIFY: not a psycopg 3 connection, or one
+        inside a transaction (its caller's, which it must not end)."""
+        if not isinstance(conn, psycopg.Connection) or not isinstance(store, PostgresClientStore):
             return None
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             return None
-        return cls(conn, queue_table)
+        return cls(conn, queue_table, (store.sql["task_view"], {"id": task_id}))
 
     def end_look(self) -> None:
         """End the transaction a look opened (not autocommit): notifications wait for it."""
         if not self._conn.autocommit:
             self._conn.rollback()
 
-    def register(
-        self, first_id: int, look: tuple[str, Mapping[str, Any]]
-    ) -> tuple[bool, dict[str, Any] | None]:
+    def register(self, first_id: int) -> tuple[bool, dict[str, Any] | None]:
         """LISTEN, say that a session waits for the task ``first_id`` (its first attempt's
-        id), and run ``look`` (a statement reading the task, and its parameters), in one
-        round trip (a pipeline); the look's row, and whether a NOTIFY will come (False: no
-        end trigger on the queue, or the lock's key is taken by another lock; the caller
-        polls)."""
+        id), and look at the task (``task_view``), in one round trip (a pipeline); the
+        look's row, and whether a NOTIFY will come (False: no end trigger on the queue, or
+        the lock's key is taken by another lock; the caller polls)."""
         task_key = first_id % 2**31
         listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
         params = {"key": self._key, "task_key": task_key, "table": self._table}
@@ -79,7 +80,7 @@ class TaskEndWaiter:
                 self._conn.execute(listen)
                 self._listening = True
                 registered = self._conn.execute(_REGISTER, {**params, "trigger": self._trigger})
-                looked = self._conn.execute(look[0], look[1])
+                looked = self._conn.execute(*self._look)
             row = registered.fetchone()
             seen = looked.fetchone()
             names = [column.name for column in looked.description or ()]
