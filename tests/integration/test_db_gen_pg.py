@@ -38,7 +38,8 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     }
     assert "WHERE ((status)::text = 'pendente'::text)" in catalog["indexes"]["idx_{q}_claim"]
     assert "(prioridade DESC, data_hora, id)" in catalog["indexes"]["idx_{q}_claim"]
-    assert list(catalog["triggers"]) == ["trigger_insert_{q}"]
+    # The insert trigger, and the end trigger that wakes wait_for_task.
+    assert sorted(catalog["triggers"]) == ["trigger_end_{q}", "trigger_insert_{q}"]
     assert set(catalog["subscriber_indexes"]) == {
         "{q}_subscriber_pkey",
         "idx_{q}_subscriber_processo",
