@@ -9,7 +9,11 @@
    is the target: the workflow drains at least 0.8x as fast).
 2. ``wait_for_task``: a task enqueued and committed, then waited for on another
    connection while a worker runs it; the time from the commit until the call
-   returns, p50 and p95 over ``--waits`` tasks.
+   returns, p50 and p95 over ``--waits`` tasks, and the share of it after the task's
+   end (by the database's clock). Then the waiter's share alone: tasks ended by an
+   UPDATE on another connection, from that commit until the call returns.
+   ``--wait-poll`` makes wait_for_task poll, as before its LISTEN; ``--rounds 0``
+   measures only this part.
 
     .venv/bin/python benchmarks/bench_workflow.py [--rounds 3] [--children 10000]
 """
@@ -84,6 +88,35 @@ def wait_latencies(dsn: str, waits: int, logs: Path) -> tuple[list[float], list[
             return latencies, lags
 
 
+def wake_latencies(dsn: str, waits: int) -> list[float]:
+    """The waiter's own share alone: a task ended by an UPDATE committed on another
+    connection (no worker), the time from that commit's return until wait_for_task's."""
+    import random
+    import threading
+
+    with fresh_queue(dsn) as queue:
+        table = f"public.{queue}"
+        with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as waiter:
+            client, waiting = QueueClient(conn, table), QueueClient(waiter, table)
+            latencies = []
+            for n in range(waits):
+                task_id = client.insert_task("bench", "bench", "noop", str(n), {})
+                returned: list[float] = []
+
+                def wait(task_id: int = task_id, returned: list[float] = returned) -> None:
+                    waiting.wait_for_task(task_id, 10)
+                    returned.append(time.perf_counter())
+
+                thread = threading.Thread(target=wait)
+                thread.start()
+                time.sleep(0.005 + random.random() * 0.01)  # the wait is under way
+                conn.execute(f"UPDATE {table} SET status = 'sucesso' WHERE id = %s", (task_id,))
+                committed = time.perf_counter()
+                thread.join()
+                latencies.append(returned[0] - committed)
+            return latencies
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=DEFAULT_PG_DSN)
@@ -130,7 +163,12 @@ def main() -> int:
         print(f"median ratio (workflow speed / independent speed): {statistics.median(ratios):.2f}")
     latencies, lags = (sorted(values) for values in wait_latencies(args.dsn, args.waits, logs))
     how = "polling" if args.wait_poll else "LISTEN/NOTIFY"
-    for what, values in (("commit -> return", latencies), ("task's end -> return", lags)):
+    wakes = sorted(wake_latencies(args.dsn, min(args.waits, 100)))
+    for what, values in (
+        ("commit -> return", latencies),
+        ("task's end -> return", lags),
+        ("an end's commit -> return, no worker", wakes),
+    ):
         p50 = statistics.median(values) * 1000
         p95 = values[int(len(values) * 0.95) - 1] * 1000
         print(
