@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsj_queue_lib import Workflow
+from nsj_queue_lib import PermanentError, Workflow
 from nsj_queue_lib.exceptions import NotFoundError, WorkflowUnsupported
 from tests.contract.test_contract import write_exec
 from tests.contract.test_dependencies import DEPENDENCY_BACKENDS, exec_order
@@ -87,14 +87,14 @@ def test_a_failed_task_fails_the_workflow_and_cancels_what_waits_for_it(backend)
     )
 
     def execute(payload, tarefa, bd_conn):
-        if tarefa["chave_externa"] == "B":
-            raise RuntimeError("B fails")
         write_exec(backend, bd_conn, tarefa)
-        return "ok"
+        if tarefa["chave_externa"] != "B":
+            return "ok"
+        raise PermanentError("B can never succeed")  # no retry: its dead letter follows
 
     with backend.transaction() as conn:
         workflow_id = wf.enqueue(backend.client(conn))
-    worker = backend.run(backend.function_worker(execute, queue_max_retry=1))
+    worker = backend.run(backend.function_worker(execute))
     # A, C, E and B's dead letter (which is no task of the workflow) end 'sucesso'.
     backend.wait_statuses({"sucesso": 4, "falha": 1, "cancelada": 1}, 30, "the workflow to end")
     assert worker.stop() == 0
