@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from nsj_queue_lib import PermanentError, Workflow
+from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD
 from nsj_queue_lib.exceptions import NotFoundError, WorkflowUnsupported
 from tests.contract.test_contract import write_exec
 from tests.contract.test_dependencies import DEPENDENCY_BACKENDS, exec_order
@@ -30,7 +31,8 @@ def get_workflow(backend, workflow_id):
 
 
 @DEPENDENCY_BACKENDS
-def test_a_diamond_workflow_runs_in_order_and_get_workflow_shows_it(backend):
+@pytest.mark.parametrize("batch", [None, 20], ids=["default-commit", "group-commit"])
+def test_a_diamond_workflow_runs_in_order_and_get_workflow_shows_it(backend, batch):
     wf, handles = diamond()
     with backend.transaction() as conn:
         workflow_id = wf.enqueue(backend.client(conn))
@@ -59,7 +61,8 @@ def test_a_diamond_workflow_runs_in_order_and_get_workflow_shows_it(backend):
         write_exec(backend, bd_conn, tarefa)
         return f"done {tarefa['chave_externa']}"
 
-    worker = backend.run(backend.function_worker(execute, queue_concurrency=3))
+    changes = {"queue_concurrency": 3, **({"queue_batch_size": batch} if batch else {})}
+    worker = backend.run(backend.function_worker(execute, **changes))
     backend.wait_statuses({"sucesso": 4}, 30, "the diamond to finish")
     assert worker.stop() == 0
     order = exec_order(backend)
@@ -198,3 +201,33 @@ def test_singlestore_refuses_workflows_clearly(backend):
             wf.enqueue(backend.client(conn))
         with pytest.raises(WorkflowUnsupported):
             backend.client(conn).get_workflow(1)
+
+
+@DEPENDENCY_BACKENDS
+def test_a_wide_fan_out_and_fan_in_workflow(backend):
+    """1 -> N -> 1 with N over the bulk insert's COPY threshold (PostgreSQL): enqueued in one
+    call, the fan-in runs once, after every middle task; the view lists N + 2 tasks."""
+    width = COPY_THRESHOLD + 10
+    wf = Workflow("wide")
+    root = wf.add(processo="processar", payload={}, chave_externa="root")
+    middle = [
+        wf.add(processo="processar", payload={}, chave_externa=f"m{i}", after=[root])
+        for i in range(width)
+    ]
+    wf.add(processo="processar", payload={}, chave_externa="last", after=middle)
+    with backend.transaction() as conn:
+        workflow_id = wf.enqueue(backend.client(conn))
+    assert backend.statuses() == {"pendente": 1, "aguardando": width + 1}
+
+    def execute(payload, tarefa, bd_conn):
+        write_exec(backend, bd_conn, tarefa)
+        return "ok"
+
+    worker = backend.run(backend.function_worker(execute, queue_concurrency=4))
+    backend.wait_statuses({"sucesso": width + 2}, 60, "the fan-in to run")
+    assert worker.stop() == 0
+    order = exec_order(backend)
+    assert order[0] == "root" and order[-1] == "last" and order.count("last") == 1
+    view = get_workflow(backend, workflow_id)
+    assert view["status"] == "succeeded" and len(view["tasks"]) == width + 2
+    assert len(view["tasks"][-1]["parents"]) == width
