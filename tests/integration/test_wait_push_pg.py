@@ -126,3 +126,20 @@ def test_the_partitioned_layout_polls(pg_partitioned_queue, pg_dsn):
         thread.join()
         assert view["status"] == "sucesso"
         assert session_state(conn) == ([], 0)
+
+
+def test_a_connection_with_notify_handlers_polls(pg_queue, pg_dsn):
+    """The caller's handlers keep their notifications: the wait does not LISTEN."""
+    heard = []
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.add_notify_handler(heard.append)
+        conn.execute('LISTEN "mine"')
+        task_id = insert(conn, pg_queue.table)
+        thread = end_task(pg_dsn, pg_queue.table, task_id, 0.2)
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            other.execute("SELECT pg_notify('mine', 'hello')")
+        assert QueueClient(conn, pg_queue.table).wait_for_task(task_id, 10)["status"] == "sucesso"
+        thread.join()
+        conn.execute("SELECT 1")  # delivers what arrived meanwhile to the handler
+        assert [n.payload for n in heard] == ["hello"]
+        assert session_state(conn) == (["mine"], 0)

@@ -54,11 +54,16 @@ class TaskEndWaiter:
     @classmethod
     def on(cls, conn: Any, store: Any, queue_table: str, task_id: int) -> TaskEndWaiter | None:
         """A waiter for the task ``task_id`` on ``conn``, whose looks are ``store``'s
-        ``task_view``; None where it cannot hear a NOTIFY: not a psycopg 3 connection, or one
-        inside a transaction (its caller's, which it must not end)."""
+        ``task_view``; None where it cannot hear a NOTIFY: not a psycopg 3 connection, one
+        inside a transaction (its caller's, which it must not end), or one with notification
+        handlers of the caller's."""
         if not isinstance(conn, psycopg.Connection) or not isinstance(store, PostgresClientStore):
             return None
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            return None
+        if getattr(conn, "_notify_handlers", None):
+            # The caller's own notification handlers: psycopg's notifies() would take
+            # what they wait for (it does not call them), so this wait polls.
             return None
         return cls(conn, queue_table, (store.sql["task_view"], {"id": task_id}))
 
