@@ -42,7 +42,9 @@ class EndWaiter(Protocol):
 
     def unregister(self) -> None: ...
 
-    def wait(self, seconds: float) -> None: ...
+    def wait(self, seconds: float) -> bool: ...
+
+    def look_and_close(self) -> Mapping[str, Any] | None: ...
 
     def close(self) -> None: ...
 
@@ -92,11 +94,11 @@ def wait_pushed(
     clock: Callable[[], float] = time.monotonic,
 ) -> Mapping[str, Any]:
     """``wait_for`` woken by ``waiter``'s notifications. ``waiter.register`` runs the first
-    look (as ``look`` does) with the registration;
-    ``task_id`` is taken for the first attempt's id (what insert_task returns), and another
-    attempt's id registers again under its first's. Then a look after each notification,
-    or at polling's pace at first (see below); it polls where ``register`` says no NOTIFY
-    will come. The waiter is closed whatever happens."""
+    look (as ``look`` does) with the registration; ``task_id`` is taken for the first
+    attempt's id (what insert_task returns), and another attempt's id registers again
+    under its first's. Then a look after each wake-up: when the task's own end was heard,
+    with the waiter's close in the same round trip. It polls where ``register`` says no
+    NOTIFY will come. The waiter is closed whatever happens."""
     if timeout_s < 0:
         raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
     deadline = clock() + timeout_s
@@ -108,32 +110,31 @@ def wait_pushed(
             waiter.end_look()
 
     try:
-        pushed, first = waiter.register(task_id)
-        if first is not None and not finished(first) and int(first["id_inicial"]) != task_id:
+        pushed, row = waiter.register(task_id)
+        if row is not None and not finished(row) and int(row["id_inicial"]) != task_id:
             waiter.unregister()  # a later attempt's id: the trigger names the first's
-            pushed, first = waiter.register(int(first["id_inicial"]))
-        if first is None or finished(first):
-            return wait_for(lambda: first, task_id, 0)
-        remaining = max(0.0, deadline - clock())
-        if not pushed:
-            return wait_for(ended_look, task_id, remaining, clock=clock)
-        seen = [first]
-
-        def looked_first() -> Mapping[str, Any] | None:
-            # The registration's look is the first: then one per wake-up.
-            return seen.pop() if seen else ended_look()
-
+            pushed, row = waiter.register(int(row["id_inicial"]))
+        if not pushed and row is not None and not finished(row):
+            return wait_for(ended_look, task_id, max(0.0, deadline - clock()), clock=clock)
         # Looks as often as polling's at first: a task whose end was being written when
         # the waiter registered (its trigger ran before, its commit comes after) sent no
         # NOTIFY; its commit follows within milliseconds. Then a look every
         # PUSHED_INTERVAL at most: a NOTIFY wakes the wait at once.
-        return wait_for(
-            looked_first,
-            task_id,
-            remaining,
-            sleep=waiter.wait,
-            clock=clock,
-            intervals=(FIRST_INTERVAL, PUSHED_INTERVAL),
-        )
+        interval = FIRST_INTERVAL
+        while True:
+            if row is None:
+                raise NotFoundError(f"task {task_id} not found")
+            if finished(row):
+                return row
+            remaining = deadline - clock()
+            if remaining <= 0:
+                raise TimeoutError(f"task {task_id} is still {row['status']} after {timeout_s} s")
+            if waiter.wait(min(interval, remaining)):
+                row = waiter.look_and_close()
+                if row is not None and not finished(row):  # a failure, a retry ahead
+                    pushed, row = waiter.register(int(row["id_inicial"]))
+            else:
+                row = ended_look()
+            interval = min(interval * GROWTH, PUSHED_INTERVAL)
     finally:
         waiter.close()

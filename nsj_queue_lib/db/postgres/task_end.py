@@ -49,6 +49,7 @@ class TaskEndWaiter:
         self._channel = task_end_channel(table)
         self._key = task_end_lock_key(table)
         self._task_key: int | None = None
+        self._first_id: int | None = None
         self._listening = False
 
     @classmethod
@@ -78,6 +79,7 @@ class TaskEndWaiter:
         look's row, and whether a NOTIFY will come (False: no end trigger on the queue, or
         the lock's key is taken by another lock; the caller polls)."""
         task_key = first_id % 2**31
+        self._first_id = first_id
         listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
         params = {"key": self._key, "task_key": task_key, "table": self._table}
         try:
@@ -103,38 +105,62 @@ class TaskEndWaiter:
         if self._task_key is not None:
             self._unlock_and_unlisten(unlisten=False)
 
-    def wait(self, seconds: float) -> None:
-        """Until a notification on the channel (any task's end: the caller looks again) or
-        ``seconds`` pass."""
+    def wait(self, seconds: float) -> bool:
+        """Until a notification on the channel or ``seconds`` pass; whether the task
+        registered for was named (its end: ``look_and_close`` next)."""
+        mine = str(self._first_id)
         try:
-            for _ in self._conn.notifies(timeout=max(0.0, seconds), stop_after=1):
-                pass
+            # Consumed to its end: the generator holds the connection's lock meanwhile.
+            notes = list(self._conn.notifies(timeout=max(0.0, seconds), stop_after=1))
         except psycopg.Error as exc:
             raise DatabaseError(f"wait_for_task: waiting on {self._channel} failed: {exc}") from exc
+        return any(note.payload == mine for note in notes)
+
+    def look_and_close(self) -> dict[str, Any] | None:
+        """Look at the task and ``close``, in one round trip (a pipeline): after its end was
+        heard, the look almost always ends the wait (a failure with a retry ahead does not:
+        the caller registers again)."""
+        try:
+            with self._conn.pipeline():
+                looked = self._conn.execute(*self._look)
+                self._unlock_and_unlisten(unlisten=True, pipelined=True)
+            seen = looked.fetchone()
+            names = [column.name for column in looked.description or ()]
+            if not self._conn.autocommit:
+                self._conn.commit()
+        except psycopg.Error as exc:
+            raise DatabaseError(f"wait_for_task: UNLISTEN {self._channel} failed: {exc}") from exc
+        return None if seen is None else dict(zip(names, seen, strict=True))
 
     def close(self) -> None:
         """UNLISTEN and let the lock go (the connection as it was before the wait)."""
         self._unlock_and_unlisten(unlisten=True)
 
-    def _unlock_and_unlisten(self, unlisten: bool) -> None:
-        parts = []
+    def _unlock_and_unlisten(self, unlisten: bool, pipelined: bool = False) -> None:
+        """``pipelined``: queue the statements in the caller's pipeline, which ends the
+        transaction itself."""
+        statements = []
         if unlisten and self._listening:
-            parts.append(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
+            statements.append(sql.SQL("UNLISTEN {}").format(sql.Identifier(self._channel)))
             self._listening = False
         if self._task_key is not None:
-            parts.append(
+            statements.append(
                 sql.SQL("SELECT pg_advisory_unlock_shared({}, {})").format(
                     sql.Literal(self._key), sql.Literal(self._task_key)
                 )
             )
             self._task_key = None
-        if not parts or self._conn.closed:
+        if pipelined:
+            for statement in statements:
+                self._conn.execute(statement)
+            return
+        if not statements or self._conn.closed:
             return
         try:
             if self._conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 self._conn.rollback()  # a look that failed left its transaction open
             # No parameters: one simple query, both statements in one round trip.
-            self._conn.execute(sql.SQL("; ").join(parts))
+            self._conn.execute(sql.SQL("; ").join(statements))
             if not self._conn.autocommit:
                 self._conn.commit()
         except psycopg.Error as exc:
