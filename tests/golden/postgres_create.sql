@@ -177,26 +177,21 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- wait_for_task's wake-up (nsj_queue_lib/workflow/waiting.py): the end of a task
 -- someone waits for is told on channel 'fila_teste_end', its payload the task's
 -- first attempt's id. A waiter says it waits by holding a shared advisory lock,
--- (-562726803, the id's low 31 bits), while it waits: an end no one waits
--- for costs a try-lock and no NOTIFY (a NOTIFY serializes the commits of the
--- transactions that send one, which the workers' settles must not pay for).
--- Only rows whose status becomes an end fire it (the WHEN clause, checked
--- without calling the function); a failure with a retry ahead wakes the waiter
--- for nothing, and it waits on.
+-- (-562726803, the id's low 31 bits), while it waits. The trigger's WHEN
+-- clause asks, for each row whose status becomes an end: it takes that lock
+-- and lets it go at once when no one holds it (the usual case: no event is
+-- queued, no function called, no NOTIFY sent), and fires when it cannot, i.e.
+-- when someone waits. A NOTIFY serializes the commits of the transactions that
+-- send one: the workers' settles must not pay for it, nor for a function call,
+-- on every task. The CASEs fix the order of the calls. A failure with a retry
+-- ahead wakes the waiter for nothing, and it waits on.
 CREATE OR REPLACE FUNCTION public.notify_fila_teste_end()
 RETURNS trigger
 LANGUAGE plpgsql
 SET jit = off
 AS $$
-DECLARE
-    first_id bigint := coalesce(NEW.id_inicial, NEW.id);
-    task_key integer := (first_id % 2147483648)::integer;
 BEGIN
-    IF pg_try_advisory_lock(-562726803, task_key) THEN
-        PERFORM pg_advisory_unlock(-562726803, task_key);
-    ELSE
-        PERFORM pg_notify('fila_teste_end', first_id::text);
-    END IF;
+    PERFORM pg_notify('fila_teste_end', coalesce(NEW.id_inicial, NEW.id)::text);
     RETURN NULL;
 END;
 $$;
@@ -205,7 +200,11 @@ DROP TRIGGER IF EXISTS trigger_end_fila_teste ON public.fila_teste;
 CREATE TRIGGER trigger_end_fila_teste
 AFTER UPDATE OF status ON public.fila_teste
 FOR EACH ROW
-WHEN (NEW.status IN ('sucesso', 'cancelada', 'falha', 'falha_processando'))
+WHEN (CASE WHEN NEW.status IN ('sucesso', 'cancelada', 'falha', 'falha_processando') THEN
+    CASE WHEN pg_try_advisory_lock(-562726803, (coalesce(NEW.id_inicial, NEW.id) % 2147483648)::integer)
+    THEN NOT pg_advisory_unlock(-562726803, (coalesce(NEW.id_inicial, NEW.id) % 2147483648)::integer)
+    ELSE true END
+ELSE false END)
 EXECUTE FUNCTION public.notify_fila_teste_end();
 
 -- Dependencies between tasks (docs/how-to/dependencies.md, nsj_queue_lib/workflow/).
