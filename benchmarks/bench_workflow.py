@@ -109,7 +109,8 @@ def wake_latencies(dsn: str, waits: int) -> list[float]:
 
                 thread = threading.Thread(target=wait)
                 thread.start()
-                time.sleep(0.005 + random.random() * 0.01)  # the wait is under way
+                # The wait is under way, past its first polling (waiting.POLL_FIRST).
+                time.sleep(0.03 + random.random() * 0.02)
                 conn.execute(f"UPDATE {table} SET status = 'sucesso' WHERE id = %s", (task_id,))
                 committed = time.perf_counter()
                 thread.join()

@@ -5,15 +5,15 @@ locking reads where the store has them (MySQL/MariaDB: they read the latest
 committed rows whatever the caller's snapshot, REPEATABLE READ included; a row a
 worker is settling is read right after that commit).
 
-On PostgreSQL the wait is pushed (``wait_pushed``): after a first look, the caller's
-idle connection LISTENs for the queue's task ends and says it waits
-(``db/postgres/task_end.py``); the end trigger's NOTIFY arrives at the commit that
-ends the task, and the next look returns it. Looks still run every
-``PUSHED_INTERVAL`` in case a notification was missed (a task that ended between the
-first look and the LISTEN is seen by the look right after it). Elsewhere, and on a
-connection inside a transaction, it polls (``wait_for``): looks start 1 ms apart and
-grow to ``MAX_INTERVAL``, so a short task is seen within a few milliseconds of its
-commit.
+On PostgreSQL a wait that lasts is pushed (``wait_pushed``): after ``POLL_FIRST`` of
+polling, the caller's idle connection LISTENs for the queue's task ends and says it
+waits (``db/postgres/task_end.py``); the end trigger's NOTIFY arrives at the commit that
+ends the task, and the next look returns it. Looks still run at polling's pace for a
+few milliseconds after the LISTEN (a task whose end was being written meanwhile sent
+no NOTIFY), then every ``PUSHED_INTERVAL`` in case a notification was missed.
+Elsewhere, and on a connection inside a transaction, it polls (``wait_for``): looks
+start 1 ms apart and grow to ``MAX_INTERVAL``, so a short task is seen within a few
+milliseconds of its commit.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ GROWTH = 1.3
 # With a LISTEN, how often a look runs anyway (a notification lost between a look and the
 # wait, a trigger disabled meanwhile): never slower than this behind a missed NOTIFY.
 PUSHED_INTERVAL = 0.05
+# How long a wait polls before it LISTENs. A LISTEN registered right after the task's
+# enqueue competes with the worker being woken to claim it: measured, the pickup of a
+# short task took 1.5 to 2 ms longer, more than the push saves (bench_workflow.py). A
+# task that ends within this is seen by polling; a longer one is pushed.
+POLL_FIRST = 0.02
 
 
 class EndWaiter(Protocol):
@@ -93,8 +98,8 @@ def wait_pushed(
     timeout_s: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> Mapping[str, Any]:
-    """``wait_for`` woken by ``waiter``'s notifications. ``waiter.register`` runs the first
-    look (as ``look`` does) with the registration; ``task_id`` is taken for the first
+    """``wait_for`` woken by ``waiter``'s notifications, after ``POLL_FIRST`` of polling.
+    ``waiter.register`` runs a look (as ``look`` does) with the registration; ``task_id`` is taken for the first
     attempt's id (what insert_task returns), and another attempt's id registers again
     under its first's. Then a look after each wake-up: when the task's own end was heard,
     with the waiter's close in the same round trip. It polls where ``register`` says no
@@ -110,6 +115,11 @@ def wait_pushed(
             waiter.end_look()
 
     try:
+        try:
+            return wait_for(ended_look, task_id, min(POLL_FIRST, timeout_s), clock=clock)
+        except TimeoutError:
+            if clock() >= deadline:
+                raise
         pushed, row = waiter.register(task_id)
         if row is not None and not finished(row) and int(row["id_inicial"]) != task_id:
             waiter.unregister()  # a later attempt's id: the trigger names the first's

@@ -14,6 +14,7 @@ import pytest
 
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.db.dialect import task_end_channel, task_end_lock_key
+from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
 from tests.helpers.databases import collect_until_sentinel
 
 pytestmark = pytest.mark.timeout(60)
@@ -66,8 +67,16 @@ def test_the_end_trigger_notifies_only_waited_tasks(pg_queue, pg_dsn):
 
 @pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "idle-transactional"])
 def test_a_wait_is_woken_by_the_end_and_leaves_the_connection_as_it_was(
-    pg_queue, pg_dsn, autocommit
+    pg_queue, pg_dsn, autocommit, monkeypatch
 ):
+    heard = []
+    wait = TaskEndWaiter.wait
+
+    def spied_wait(self, seconds):  # the real wait, its answers recorded
+        heard.append(wait(self, seconds))
+        return heard[-1]
+
+    monkeypatch.setattr(TaskEndWaiter, "wait", spied_wait)
     with psycopg.connect(pg_dsn, autocommit=autocommit) as conn:
         task_id = insert(conn, pg_queue.table)
         thread = end_task(pg_dsn, pg_queue.table, task_id, 0.3)
@@ -75,6 +84,9 @@ def test_a_wait_is_woken_by_the_end_and_leaves_the_connection_as_it_was(
         view = QueueClient(conn, pg_queue.table).wait_for_task(task_id, 10)
         thread.join()
         assert view["status"] == "sucesso" and view["mensagem"] == "ok"
+        # Woken by the task's own NOTIFY, after a few timed-out waits at most.
+        assert heard[-1] is True and heard.count(True) == 1, heard
+        assert len(heard) < 20, heard
         assert 0.3 <= time.monotonic() - started < 2
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert session_state(conn) == ([], 0)
