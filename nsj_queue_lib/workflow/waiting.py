@@ -99,11 +99,13 @@ def wait_pushed(
     clock: Callable[[], float] = time.monotonic,
 ) -> Mapping[str, Any]:
     """``wait_for`` woken by ``waiter``'s notifications, after ``POLL_FIRST`` of polling.
-    ``waiter.register`` runs a look (as ``look`` does) with the registration; ``task_id`` is taken for the first
-    attempt's id (what insert_task returns), and another attempt's id registers again
-    under its first's. Then a look after each wake-up: when the task's own end was heard,
-    with the waiter's close in the same round trip. It polls where ``register`` says no
-    NOTIFY will come. The waiter is closed whatever happens."""
+
+    ``waiter.register`` runs a look (as ``look`` does) with the registration.
+    ``task_id`` is taken for the first attempt's id (what insert_task returns); another
+    attempt's id registers again under its first's. Then a look after each wake-up:
+    when the task's own end was heard, with the waiter's close in the same round trip.
+    It polls where ``register`` says no NOTIFY will come. The waiter is closed whatever
+    happens."""
     if timeout_s < 0:
         raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
     deadline = clock() + timeout_s
