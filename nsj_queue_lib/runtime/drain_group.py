@@ -321,3 +321,6 @@ class GroupDrain:
             tasks, failures = group.take()
         if tasks or failures:
             self.recovery.give_back(tasks, failures, None, False)
+            # They are ready again, and nothing announces them: the replacement slot was
+            # woken when the task was abandoned, before they went back, and may be idle.
+            self.tokens.wake(1)
