@@ -511,11 +511,23 @@ class PostgresQueueStore(PostgresClientStore):
             conn.execute(self.sql["notify"], {"channel": channel, "payload": payload})
 
     def purge_round(self, conn, max_age_days: int, limit: int) -> int:
+        if not self.partitioned:
+            self._notice_migration(conn)
         if self.partitioned:
             return retention.rotate(conn, self.queue_table, max_age_days, limit)
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
             return conn.execute(self.sql["purge"], params).rowcount
+
+    def _notice_migration(self, conn) -> None:
+        """A worker bound before ``nsjq upgrade --layout partitioned`` moved its table goes
+        on with the partitioned statements from its next purge: left on the plain purge, it
+        would attach no day ahead and, once the days made by the migration ran out, every
+        settle would find no partition for its row."""
+        _, partitioned = self._table_oid(conn)
+        if partitioned:
+            self._use_partitioned_layout(conn)
+            self.partitioned = True
 
     def fold_counts(self, conn, max_age_days: int) -> tally.FoldResult | None:
         """A fold of the tally (db/tally.py); None where db_gen --upgrade has not made its
