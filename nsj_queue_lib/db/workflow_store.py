@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import (
     notify_channel,
@@ -19,12 +19,14 @@ from nsj_queue_lib.db.dialect import (
     release_routine_name,
     waiting_table_name,
 )
+from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsupported
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
 
 DIALECTS = ("postgres", "mysql")
 SERVER_STATUS_IN_TRANS = 1  # the MySQL protocol's flag: a transaction is open
+T = TypeVar("T")
 
 
 class WorkflowStore:
@@ -111,6 +113,14 @@ class WorkflowStore:
             "estouro_tentativas": bool(estouro),
             "dead": bool(dead),
         }
+
+    def retrying_moved_rows(self, conn: Any, reads: Callable[[], T]) -> T:
+        """``reads()``, run again under a savepoint when a row it locks moved to another
+        partition meanwhile (PostgreSQL's partitioned layout: ``moved_rows``); as it is
+        elsewhere."""
+        if self.dialect != "postgres":
+            return reads()
+        return retry_moved_rows(conn, reads)
 
     def add_child(
         self,

@@ -77,7 +77,19 @@ def read_parents(
     wstore: WorkflowStore, conn: Any, after: Sequence[int]
 ) -> list[tuple[int, int, str | None]]:
     """(given id, first attempt id, outcome) per parent, each row-locked; ``NotFoundError``
-    naming the unknown ids (nothing written)."""
+    naming the unknown ids (nothing written). The reads run again, all of them, where a
+    parent's row moved meanwhile (``WorkflowStore.retrying_moved_rows``)."""
+    found, unknown = wstore.retrying_moved_rows(conn, lambda: _read_parents(wstore, conn, after))
+    if unknown:
+        raise NotFoundError(
+            f"after: no task {', '.join(map(str, unknown))} in {wstore.queue_table}"
+        )
+    return found
+
+
+def _read_parents(
+    wstore: WorkflowStore, conn: Any, after: Sequence[int]
+) -> tuple[list[tuple[int, int, str | None]], list[int]]:
     found: list[tuple[int, int, str | None]] = []
     unknown: list[int] = []
     for task_id in after:
@@ -90,11 +102,7 @@ def read_parents(
             unknown.append(task_id)
             continue
         found.append((task_id, state["first_id"], parent_outcome(state)))
-    if unknown:
-        raise NotFoundError(
-            f"after: no task {', '.join(map(str, unknown))} in {wstore.queue_table}"
-        )
-    return found
+    return found, unknown
 
 
 def insert_child(
