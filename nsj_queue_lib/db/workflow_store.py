@@ -210,8 +210,24 @@ class WorkflowStore:
             self._release(conn, "children_of_attempts", attempt_ids)
 
     def _release(self, conn: Any, probe: str, ids: Sequence[int]) -> None:
-        for (parent,) in self._rows(conn, probe, {"ids": self._ids(ids)}):
-            self._rows(conn, "release_children", {"parent": int(parent)})
+        """The children of several parents are locked in one child id order, as every
+        settlement locks them, so that two commit groups with shared children queue
+        instead of deadlocking: PostgreSQL's function takes every parent at once;
+        MySQL's procedure takes one, so the children are locked first."""
+        parents = sorted(int(p) for (p,) in self._rows(conn, probe, {"ids": self._ids(ids)}))
+        if not parents:
+            return
+        if self.dialect == "postgres":
+            self._rows(conn, "release_children", {"parents": parents})
+            return
+        if len(parents) > 1:
+            children = self._rows(conn, "children_to_lock", {"ids": self._ids(parents)})
+            if children:
+                self._rows(
+                    conn, "lock_children", {"ids": self._ids(sorted(c for (c,) in children))}
+                )
+        for parent in parents:
+            self._rows(conn, "release_children", {"parent": parent})
 
 
 @functools.lru_cache(maxsize=256)

@@ -89,6 +89,18 @@ SELECT DISTINCT parent_id FROM {parents_table} WHERE parent_id IN %(ids)s LOCK I
 -- name: release_children
 CALL {release_function}(%(parent)s)
 
+-- name: children_to_lock
+-- The children the settlement of these parents counts down (a locking read: the
+-- latest edges, whatever the caller's snapshot).
+SELECT DISTINCT child_id FROM {parents_table} WHERE parent_id IN %(ids)s AND NOT settled
+LOCK IN SHARE MODE
+
+-- name: lock_children
+-- Their counts, locked before the release procedure's calls (one per parent)
+-- in one id order: an IN list of constants is a range scan of the primary
+-- key in ascending order.
+SELECT child_id FROM {waiting_table} WHERE child_id IN %(ids)s FOR UPDATE
+
 -- name: notify_ready
 DO 0
 

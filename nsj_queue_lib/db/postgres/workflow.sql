@@ -91,7 +91,8 @@ SELECT pg_notify(%(channel)s, '')
 SELECT DISTINCT parent_id FROM {parents_table} WHERE parent_id = ANY(%(ids)s)
 
 -- name: release_children
-SELECT {release_function}(ARRAY[%(parent)s]::bigint[])
+-- Every parent in one call: the function locks all their children in id order.
+SELECT {release_function}(%(parents)s::bigint[])
 
 -- name: children_of_attempts
 -- children_of for attempts' ids (their tasks' first attempts with children).

@@ -118,27 +118,22 @@ def test_a_dead_letter_retried_by_hand_is_not_counted_twice(backend, store, work
     assert backend.row(c)["status"] == "pendente"
 
 
-def test_a_settlement_locks_the_children_in_id_order(backend):
-    """While another transaction holds the last child's count, a settlement of their
-    parent waits there holding every other child's count: it took them in id order."""
-    parent = backend.enqueue()
-    children = [child_after(backend, parent) for _ in range(24)]
-    wstore = WorkflowStore(backend.dialect, backend.table)
+def holding_the_last_child(backend, children, settle):
+    """``settle(conn)`` in a thread while another transaction holds the last child's count;
+    True once every other child's count is locked (by the settlement, waiting there)."""
     waiting = f"{backend.table}_waiting"
-    for child in reversed(children):  # rows stored in descending id order (PostgreSQL's heap)
-        backend.execute(f"UPDATE {waiting} SET pending_parents = 1 WHERE child_id = %s", (child,))
     holder, settler, probe = backend.client_conn(), backend.client_conn(), backend.client_conn()
     fetch(holder, f"SELECT child_id FROM {waiting} WHERE child_id = %s FOR UPDATE", (children[-1],))
     errors: list[BaseException] = []
 
-    def settle():
+    def run():
         try:
-            wstore.release_after_success(settler, [parent])
+            settle(settler)
             settler.commit()
         except BaseException as exc:  # asserted below
             errors.append(exc)
 
-    thread = threading.Thread(target=settle)
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         free_sql = f"SELECT child_id FROM {waiting} ORDER BY child_id FOR UPDATE SKIP LOCKED"
@@ -154,6 +149,34 @@ def test_a_settlement_locks_the_children_in_id_order(backend):
         thread.join(30)
     assert not errors, errors
     assert {backend.row(c)["status"] for c in children} == {"pendente"}
+
+
+def test_a_settlement_locks_the_children_in_id_order(backend):
+    """While another transaction holds the last child's count, a settlement of their
+    parent waits there holding every other child's count: it took them in id order."""
+    parent = backend.enqueue()
+    children = [child_after(backend, parent) for _ in range(24)]
+    waiting = f"{backend.table}_waiting"
+    for child in reversed(children):  # rows stored in descending id order (PostgreSQL's heap)
+        backend.execute(f"UPDATE {waiting} SET pending_parents = 1 WHERE child_id = %s", (child,))
+    wstore = WorkflowStore(backend.dialect, backend.table)
+    holding_the_last_child(
+        backend, children, lambda conn: wstore.release_after_success(conn, [parent])
+    )
+
+
+def test_a_group_end_locks_the_children_of_all_its_parents_in_id_order(backend):
+    """A commit group settling two parents: the children of both in one id order, not
+    parent by parent (the first parent's child has the higher id)."""
+    first, second = backend.enqueue(chave_externa="a"), backend.enqueue(chave_externa="b")
+    low = child_after(backend, second)
+    high = child_after(backend, first)
+    wstore = WorkflowStore(backend.dialect, backend.table)
+    holding_the_last_child(
+        backend,
+        [low, high],
+        lambda conn: wstore.release_after_success_of_attempts(conn, [first, second]),
+    )
 
 
 def test_the_upgrade_adds_the_edges_settled_flag(backend, store, worker):
