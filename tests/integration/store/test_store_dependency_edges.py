@@ -118,7 +118,7 @@ def test_a_dead_letter_retried_by_hand_is_not_counted_twice(backend, store, work
     assert backend.row(c)["status"] == "pendente"
 
 
-def holding_the_last_child(backend, children, settle):
+def holding_the_last_child(backend, children, settle, status="pendente"):
     """``settle(conn)`` in a thread while another transaction holds the last child's count;
     True once every other child's count is locked (by the settlement, waiting there)."""
     waiting = f"{backend.table}_waiting"
@@ -148,7 +148,7 @@ def holding_the_last_child(backend, children, settle):
         holder.rollback()
         thread.join(30)
     assert not errors, errors
-    assert {backend.row(c)["status"] for c in children} == {"pendente"}
+    assert {backend.row(c)["status"] for c in children} == {status}
 
 
 def test_a_settlement_locks_the_children_in_id_order(backend):
@@ -176,6 +176,21 @@ def test_a_group_end_locks_the_children_of_all_its_parents_in_id_order(backend):
         backend,
         [low, high],
         lambda conn: wstore.release_after_success_of_attempts(conn, [first, second]),
+    )
+
+
+def test_a_cancel_cascade_locks_the_grandchildren_in_id_order(backend):
+    """A cancelled parent cancels its two children, whose children (the lower id after the
+    second child) are then cancelled with their counts locked in one id order."""
+    parent = backend.enqueue()
+    first, second = child_after(backend, parent), child_after(backend, parent)
+    low = child_after(backend, second)
+    high = child_after(backend, first)
+    holding_the_last_child(
+        backend,
+        [first, second, low, high],
+        lambda conn: backend.client(conn).cancel_task(parent),
+        status="cancelada",
     )
 
 
