@@ -178,9 +178,13 @@ EXECUTE FUNCTION public.notify_fila_teste_insert();
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim and settle functions look
 -- a settled task up here by parent_id; parents() reads a child's by child_id.
+-- settled: the parent's end has been counted in the child's pending_parents (or
+-- it had ended when the child was inserted); an edge is counted only when this
+-- flips, so once whatever the parent does next (a retry by hand).
 CREATE TABLE public.fila_teste_parents (
     parent_id bigint NOT NULL,
     child_id bigint NOT NULL,
+    settled boolean NOT NULL DEFAULT false,
     PRIMARY KEY (parent_id, child_id)
 );
 CREATE INDEX IF NOT EXISTS idx_fila_teste_parents_child ON public.fila_teste_parents (child_id);
@@ -195,10 +199,10 @@ CREATE TABLE public.fila_teste_waiting (
 );
 
 -- The children of settled parents (their first attempts' ids), released in the
--- settling transaction: each child's count goes down by its parents among
--- them, and the children whose count reaches 0 become 'pendente' (the workers
--- are told at commit). One statement per step, whatever the number of
--- children: no query per child.
+-- settling transaction: the parents' unsettled edges flip, each child's count
+-- goes down by its edges that flipped, and the children whose count reaches 0
+-- become 'pendente' (the workers are told at commit). One statement per step,
+-- whatever the number of children: no query per child.
 CREATE OR REPLACE FUNCTION public.release_fila_teste(parent_ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql
@@ -207,11 +211,27 @@ AS $$
 DECLARE
     released integer;
 BEGIN
-    WITH counted AS (
-        SELECT p.child_id, count(*)::integer AS n
-        FROM public.fila_teste_parents AS p
-        WHERE p.parent_id = ANY(parent_ids)
-        GROUP BY p.child_id
+    -- The children's counts are locked first, in child id order: two transactions
+    -- settling parents that share children then queue on the first shared one
+    -- instead of deadlocking (the UPDATE below locks in its join's order, a hash
+    -- aggregate's, which differs from one set of parents to another).
+    PERFORM 1
+    FROM public.fila_teste_waiting AS w
+    WHERE w.child_id IN (
+        SELECT p.child_id FROM public.fila_teste_parents AS p
+        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled
+    )
+    ORDER BY w.child_id
+    FOR UPDATE;
+    WITH flipped AS (
+        UPDATE public.fila_teste_parents AS p
+        SET settled = true
+        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled
+        RETURNING p.child_id
+    ), counted AS (
+        SELECT flipped.child_id, count(*)::integer AS n
+        FROM flipped
+        GROUP BY flipped.child_id
     ), waited AS (
         UPDATE public.fila_teste_waiting AS w
         SET pending_parents = w.pending_parents - counted.n

@@ -110,12 +110,16 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
         dead: int | None = store.fail_and_bury(
             conn, task_id, record.status, record.mensagem, record.payload
         )
+        written = dead is not None
     else:
         dead = None
-        store.fail_final(conn, task_id, record.status, record.mensagem)
-    # Failed for good: the children waiting for it are cancelled (or run), in this
-    # transaction (nsj_queue_lib/workflow/dependencies.py).
-    dependencies.after_failure(store, conn, task_id)
+        written = bool(store.fail_final(conn, task_id, record.status, record.mensagem))
+    if written:
+        # Failed for good: the children waiting for it are cancelled (or run), in this
+        # transaction (nsj_queue_lib/workflow/dependencies.py). Not when the fenced
+        # write changed nothing: the attempt was settled elsewhere (the retry service
+        # rescued it and its next attempt may still succeed).
+        dependencies.after_failure(store, conn, task_id)
     return dead
 
 

@@ -299,9 +299,13 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_tally_state (
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim procedure and the group's
 -- end look a settled task up here by parent_id; parents() reads by child_id.
+-- settled: the parent's end has been counted in the child's pending_parents (or
+-- it had ended when the child was inserted); an edge is counted only when this
+-- flips, so once whatever the parent does next (a retry by hand).
 CREATE TABLE IF NOT EXISTS public.fila_teste_parents (
     parent_id BIGINT NOT NULL,
     child_id BIGINT NOT NULL,
+    settled BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (parent_id, child_id),
     KEY idx_fila_teste_parents_child (child_id)
 ) ENGINE=InnoDB;
@@ -316,20 +320,26 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_waiting (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- The children of a settled parent (its first attempt's id), released in the
--- settling transaction: each child's count goes down by one, and those whose
--- count reaches 0 become 'pendente'. Two statements whatever the number of
--- children: no query per child. The subqueries are locking reads (InnoDB
--- reads the tables an UPDATE's subquery names with shared locks, as of their
--- latest commit), so a child committed after the handler's snapshot counts.
+-- settling transaction: its unsettled edges flip and each of their children's
+-- count goes down by one, then those whose count reaches 0 become 'pendente'.
+-- Three statements whatever the number of children: no query per child. The
+-- first reads the parent's edges in primary key order (STRAIGHT_JOIN: edges
+-- first), so the children's counts are locked in child id order, as every
+-- other settling transaction locks them: no deadlock between two parents with
+-- shared children. The second settles edges of children no longer waiting.
+-- The subqueries are locking reads (InnoDB reads the tables an UPDATE's
+-- subquery names with shared locks, as of their latest commit), so a child
+-- committed after the handler's snapshot counts.
 DROP PROCEDURE IF EXISTS public.release_fila_teste;
 DELIMITER //
 CREATE PROCEDURE public.release_fila_teste(IN p_parent BIGINT)
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
 BEGIN
-    UPDATE public.fila_teste_waiting AS w
-    SET w.pending_parents = w.pending_parents - 1
-    WHERE w.child_id IN (SELECT p.child_id FROM public.fila_teste_parents AS p WHERE p.parent_id = p_parent);
+    UPDATE public.fila_teste_parents AS p STRAIGHT_JOIN public.fila_teste_waiting AS w ON w.child_id = p.child_id
+    SET w.pending_parents = w.pending_parents - 1, p.settled = TRUE
+    WHERE p.parent_id = p_parent AND NOT p.settled;
+    UPDATE public.fila_teste_parents SET settled = TRUE WHERE parent_id = p_parent AND NOT settled;
     UPDATE public.fila_teste AS t
     SET t.status = 'pendente'
     WHERE t.status = 'aguardando' AND t.id IN (
@@ -340,6 +350,10 @@ BEGIN
     );
 END//
 DELIMITER ;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_parents' AND column_name = 'settled') = 0, 'ALTER TABLE public.fila_teste_parents ADD COLUMN settled BOOLEAN NOT NULL DEFAULT FALSE', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 
 -- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
 -- earlier build of itself. Earlier releases' procedures stay, for their workers

@@ -338,8 +338,23 @@ class MysqlDialect(Dialect):
             ),
             True,
         )
+        values["add_workflow_columns"] = self._workflow_columns(names, values, created)
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
+
+    def _workflow_columns(self, names: DdlNames, values: dict[str, str], created: str) -> str:
+        """The edges' ``settled`` flag, which came after the first builds of dependencies
+        between tasks (their edges count as unsettled)."""
+        parents = values["parents_table"]
+        definition = column_definitions(created, parents)["settled"]
+        return self._step(
+            names,
+            "columns",
+            parents.split(".")[-1],
+            "column_name",
+            "settled",
+            f"ALTER TABLE {parents} ADD COLUMN settled {definition}",
+        )
 
     def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:
         """Each ``CREATE INDEX`` of ``indexes_sql`` (comments kept) as an idempotent step."""

@@ -26,6 +26,7 @@
 {workers_table_ddl}
 
 {workflow_ddl}
+{add_workflow_columns}
 
 -- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
 -- earlier build of itself. Earlier releases' procedures stay, for their workers

@@ -19,6 +19,7 @@ from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
@@ -275,7 +276,10 @@ class PostgresClientStore:
         return rows[0] if rows else None
 
     def cancel_attempt(self, conn, attempt_id: int, mensagem: str) -> str | None:
-        row = self._one(conn, "cancel_attempt", {"id": attempt_id, "mensagem": mensagem})
+        """Run again, under a savepoint, when the row moved to its day's partition as its
+        worker settled it (the partitioned layout: ``moved_rows``)."""
+        params = {"id": attempt_id, "mensagem": mensagem}
+        row = retry_moved_rows(conn, lambda: self._one(conn, "cancel_attempt", params))
         return None if row is None else str(row[0])
 
     def notify_cancel(self, conn, attempt_id: int) -> None:

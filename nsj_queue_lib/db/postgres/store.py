@@ -29,6 +29,7 @@ from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_functio
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition, lock_key_of
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
+from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
@@ -491,9 +492,15 @@ class PostgresQueueStore(PostgresClientStore):
             "limit": limit,
             "check_db_locks": check_session_locks,
         }
-        with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
-            cur.execute(self.sql["find_orphans"], params)
-            return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
+
+        def find() -> list[TaskRecord]:
+            with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
+                cur.execute(self.sql["find_orphans"], params)
+                return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
+
+        # SKIP LOCKED skips a row being settled, not one whose settling committed after
+        # the statement's snapshot: on the partitioned layout it moved (moved_rows).
+        return retry_moved_rows(conn, find)
 
     def promote_due(self, conn, limit: int) -> int:
         with wrap_driver_errors("promote_due"):

@@ -53,6 +53,9 @@ $$;
 {trigger}
 
 {workflow_ddl}
+-- The edges' settled flag came after the first builds of dependencies between
+-- tasks; their edges count as unsettled.
+ALTER TABLE {parents_table} ADD COLUMN IF NOT EXISTS settled boolean NOT NULL DEFAULT false;
 
 -- This release's claim function as its first builds declared it, before it took
 -- the handled processos and then the worker's name (never released): gone, so

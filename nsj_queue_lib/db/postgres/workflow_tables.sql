@@ -2,9 +2,13 @@
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim and settle functions look
 -- a settled task up here by parent_id; parents() reads a child's by child_id.
+-- settled: the parent's end has been counted in the child's pending_parents (or
+-- it had ended when the child was inserted); an edge is counted only when this
+-- flips, so once whatever the parent does next (a retry by hand).
 CREATE TABLE {if_not_exists}{parents_table} (
     parent_id bigint NOT NULL,
     child_id bigint NOT NULL,
+    settled boolean NOT NULL DEFAULT false,
     PRIMARY KEY (parent_id, child_id)
 );
 CREATE INDEX IF NOT EXISTS {idx_parents_child} ON {parents_table} (child_id);
@@ -19,10 +23,10 @@ CREATE TABLE {if_not_exists}{waiting_table} (
 );
 
 -- The children of settled parents (their first attempts' ids), released in the
--- settling transaction: each child's count goes down by its parents among
--- them, and the children whose count reaches 0 become 'pendente' (the workers
--- are told at commit). One statement per step, whatever the number of
--- children: no query per child.
+-- settling transaction: the parents' unsettled edges flip, each child's count
+-- goes down by its edges that flipped, and the children whose count reaches 0
+-- become 'pendente' (the workers are told at commit). One statement per step,
+-- whatever the number of children: no query per child.
 CREATE OR REPLACE FUNCTION {release_function}(parent_ids bigint[])
 RETURNS integer
 LANGUAGE plpgsql
@@ -31,11 +35,27 @@ AS $$
 DECLARE
     released integer;
 BEGIN
-    WITH counted AS (
-        SELECT p.child_id, count(*)::integer AS n
-        FROM {parents_table} AS p
-        WHERE p.parent_id = ANY(parent_ids)
-        GROUP BY p.child_id
+    -- The children's counts are locked first, in child id order: two transactions
+    -- settling parents that share children then queue on the first shared one
+    -- instead of deadlocking (the UPDATE below locks in its join's order, a hash
+    -- aggregate's, which differs from one set of parents to another).
+    PERFORM 1
+    FROM {waiting_table} AS w
+    WHERE w.child_id IN (
+        SELECT p.child_id FROM {parents_table} AS p
+        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled
+    )
+    ORDER BY w.child_id
+    FOR UPDATE;
+    WITH flipped AS (
+        UPDATE {parents_table} AS p
+        SET settled = true
+        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled
+        RETURNING p.child_id
+    ), counted AS (
+        SELECT flipped.child_id, count(*)::integer AS n
+        FROM flipped
+        GROUP BY flipped.child_id
     ), waited AS (
         UPDATE {waiting_table} AS w
         SET pending_parents = w.pending_parents - counted.n
