@@ -174,6 +174,9 @@ class WorkerRuntime:
         self.lock_client = _lock_client(settings)
         self.limiter = self._limiter(limits or {}, set(handled), handled_processos is None)
         self.parts = self._parts(policies, TaskTimeouts(settings, task_timeouts))
+        if self.breakers is not None:  # the bound of an undecided trial (fleet/breakers.py)
+            self.breakers.timeout_for = TaskTimeouts(settings, task_timeouts).timeout_for
+            self.breakers.grace_s = settings.queue_task_timeout_grace
         self.progress = ProgressWriter(self.store, self.pool, settings.queue_name)
         self._inputs = ExecutorInputs(
             *(settings, self.pool, handler, self.stop_event, self.driver),
@@ -265,7 +268,6 @@ class WorkerRuntime:
             self.settings.queue_table,
             breakers,
             lambda: self.driver.connect(autocommit=False),
-            self.stop_event,
         )
         self.observer = (
             recorder if self.observer is NULL_OBSERVER else Observers([self.observer, recorder])
@@ -566,6 +568,10 @@ class WorkerRuntime:
             if not self.executor.wait_idle(s.queue_grace_period):
                 self._release_running(self.executor)
             self.executor.join(timeout=1)
+        if self.breakers is not None:
+            # Every attempt has ended (or was released): the outcomes queued meanwhile are
+            # written before the recorder's thread ends, a trial's above all.
+            self.breakers.finish()
         for thread in services:
             thread.join(timeout=5)
         if self._owns_pool:

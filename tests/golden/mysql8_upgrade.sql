@@ -210,11 +210,15 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_limits (
     paused_until timestamp(6) NULL,
     -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
     -- failures; open (no task starts until breaker_until, then one trial at a
-    -- time); the trial started and not decided yet.
+    -- time); the trial started and not decided yet, when it started and its
+    -- task (only that task's outcome decides; a trial undecided for too long
+    -- counts as failed: fleet/breaker_recorder.py).
     breaker_failures integer NOT NULL DEFAULT 0,
     breaker_open boolean NOT NULL DEFAULT false,
     breaker_until timestamp(6) NULL,
-    breaker_trial boolean NOT NULL DEFAULT false
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at timestamp(6) NULL,
+    breaker_trial_task bigint NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND index_name = 'idx_fila_teste_subscriber_processo') = 0, 'CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
@@ -241,6 +245,14 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_limits' AND column_name = 'breaker_trial') = 0, 'ALTER TABLE public.fila_teste_limits ADD COLUMN breaker_trial boolean NOT NULL DEFAULT false', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_limits' AND column_name = 'breaker_trial_at') = 0, 'ALTER TABLE public.fila_teste_limits ADD COLUMN breaker_trial_at timestamp(6) NULL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_limits' AND column_name = 'breaker_trial_task') = 0, 'ALTER TABLE public.fila_teste_limits ADD COLUMN breaker_trial_task bigint NULL', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -820,7 +832,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 0f2771d4205412ce'
+    COMMENT 'nsj_queue_lib limited claim 8b7276c345e3c3d2'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -900,7 +912,11 @@ BEGIN
             l.rate_tat = IF(l.rate_count IS NULL, l.rate_tat,
                 TIMESTAMPADD(MICROSECOND, ROUND(1e6 * l.rate_period_s / l.rate_count),
                              IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor))),
-            -- An open circuit breaker's task is its trial: no other starts until it is decided.
+            -- An open circuit breaker's task is its trial: no other starts until it is
+            -- decided. Its id and start let only its outcome decide, and let a trial
+            -- whose outcome never came be told (fleet/breaker_recorder.py).
+            l.breaker_trial_at = IF(l.breaker_open, NOW(6), NULL),
+            l.breaker_trial_task = IF(l.breaker_open, v_claimed, NULL),
             l.breaker_trial = l.breaker_open
         WHERE l.processo = v_chosen;
         IF v_first_attempt IS NOT NULL THEN

@@ -55,6 +55,8 @@ LIMITS_UPGRADE_COLUMNS = (
     "breaker_open",
     "breaker_until",
     "breaker_trial",
+    "breaker_trial_at",
+    "breaker_trial_task",
 )
 
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):

@@ -26,12 +26,16 @@ ON DUPLICATE KEY UPDATE breaker_failures = breaker_failures + 1
 -- name: breaker_open
 UPDATE {limits_table}
 SET breaker_open = 1, breaker_trial = 0, breaker_failures = 0,
+    breaker_trial_at = NULL, breaker_trial_task = NULL,
     breaker_until = TIMESTAMPADD(MICROSECOND, ROUND(%(cool_down_s)s * 1000000), NOW(6))
 WHERE processo = %(processo)s
 
 -- name: breakers
-SELECT processo, breaker_failures, breaker_open, breaker_trial,
-       CAST(UNIX_TIMESTAMP(breaker_until) * 1000000 AS SIGNED) AS until_us
-FROM {limits_table}
-WHERE breaker_failures > 0 OR breaker_open
-ORDER BY processo
+SELECT l.processo, l.breaker_failures, l.breaker_open, l.breaker_trial,
+       CAST(UNIX_TIMESTAMP(l.breaker_until) * 1000000 AS SIGNED) AS until_us,
+       l.breaker_trial_task,
+       TIMESTAMPDIFF(MICROSECOND, l.breaker_trial_at, NOW(6)) / 1e6 AS trial_age_s,
+       (SELECT t.timeout_s FROM {table} AS t WHERE t.id = l.breaker_trial_task) AS trial_timeout_s
+FROM {limits_table} AS l
+WHERE l.breaker_failures > 0 OR l.breaker_open
+ORDER BY l.processo
