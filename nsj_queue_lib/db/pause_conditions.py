@@ -17,6 +17,11 @@ from __future__ import annotations
 from nsj_queue_lib.fleet.pause import QUEUE_ROW
 
 _PAUSED = "({a}.paused AND ({a}.paused_until IS NULL OR {a}.paused_until > {now}))"
+# MySQL/MariaDB keep paused_until as a UTC DATETIME (db/mysql/limits_table.sql says why):
+# it is compared with the UTC clock, not with NOW(6), which is in the session's time zone
+# (a worker's is UTC, a handler may change its own). PostgreSQL's clock_timestamp() is a
+# timestamptz: no zone to mind.
+_UTC_CLOCKS = {"NOW(6)": "UTC_TIMESTAMP(6)", "CURRENT_TIMESTAMP(6)": "UTC_TIMESTAMP(6)"}
 _LIMITED = (
     "({a}.max_concurrent IS NOT NULL OR {a}.rate_count IS NOT NULL"
     " OR {a}.interval_min_s IS NOT NULL OR {a}.time_windows IS NOT NULL)"
@@ -25,7 +30,7 @@ _LIMITED = (
 
 def paused(alias: str, now: str) -> str:
     """SQL: the limits row ``alias`` is a pause in force at ``now``."""
-    return _PAUSED.format(a=alias, now=now)
+    return _PAUSED.format(a=alias, now=_UTC_CLOCKS.get(now, now))
 
 
 def limited(alias: str) -> str:

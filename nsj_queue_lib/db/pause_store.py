@@ -5,7 +5,6 @@ what a pause means, db/pause_conditions.py how the claims read it)."""
 from __future__ import annotations
 
 import datetime
-import decimal
 from typing import Any
 
 from nsj_queue_lib.db.dialect import notify_channel
@@ -47,7 +46,8 @@ class PauseStore:
         params = {
             "processo": key,
             "until_us": micros,
-            "until_s": None if micros is None else decimal.Decimal(micros).scaleb(-6),
+            # MySQL/MariaDB: the UTC DATETIME itself (db/mysql/pause.sql says why).
+            "until_utc": None if micros is None else _utc_text(micros),
             "by": by[:200],
         }
         self._run(conn, "pause", params)
@@ -74,6 +74,12 @@ class PauseStore:
             )
             found.append(Pause(None if processo == QUEUE_ROW else processo, until))
         return found
+
+
+def _utc_text(micros: int) -> str:
+    """A DATETIME(6) literal's text, in UTC, of ``micros`` since 1970 (a parameter)."""
+    moment = EPOCH + datetime.timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def _is_singlestore(conn: Any) -> bool:

@@ -330,6 +330,7 @@ class MysqlDialect(Dialect):
             )
             for column in LIMITS_UPGRADE_COLUMNS
         )
+        values["add_limits_columns"] += "\n" + self._utc_pause_step(names, values)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._workers_tables(values, True)
         values["workflow_ddl"] = self._table(
@@ -378,6 +379,28 @@ class MysqlDialect(Dialect):
                 )
             )
         return "\n".join(steps)
+
+    def _utc_pause_step(self, names: DdlNames, values: dict[str, str]) -> str:
+        """An earlier release's ``paused_until`` TIMESTAMP made the UTC DATETIME(6) of
+        limits_table.sql. The change converts each value through the session's time zone:
+        the script's session is set to UTC around it (and given its own zone back)."""
+        limits_table = values["limits_table"]
+        step = self._step(
+            names,
+            "columns",
+            limits_table.split(".")[-1],
+            "column_name",
+            "paused_until",
+            f"ALTER TABLE {limits_table} MODIFY COLUMN paused_until datetime(6) NULL",
+            condition=" AND data_type = 'timestamp') > 0",
+        )
+        return (
+            "-- paused_until, a TIMESTAMP before: a UTC DATETIME(6), converted in UTC.\n"
+            "SET @nsjq_time_zone = @@session.time_zone;\n"
+            "SET time_zone = '+00:00';\n"
+            f"{step}\n"
+            "SET time_zone = @nsjq_time_zone;"
+        )
 
     def _step(
         self,

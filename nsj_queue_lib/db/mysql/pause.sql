@@ -3,13 +3,18 @@
 -- base: postgres
 
 -- name: pause
+-- paused_until is a UTC DATETIME (limits_table.sql): the UTC value itself is
+-- written, so neither the caller's session time zone (FROM_UNIXTIME's, with
+-- its daylight-saving folds) nor 2038 (FROM_UNIXTIME's NULL) changes it.
 INSERT INTO {limits_table} (processo, paused, paused_until, declared_by)
-VALUES (%(processo)s, 1, FROM_UNIXTIME(%(until_s)s), %(by)s)
-ON DUPLICATE KEY UPDATE paused = 1, paused_until = FROM_UNIXTIME(%(until_s)s)
+VALUES (%(processo)s, 1, %(until_utc)s, %(by)s)
+ON DUPLICATE KEY UPDATE paused = 1, paused_until = %(until_utc)s
 
 -- name: paused
-SELECT processo, CAST(UNIX_TIMESTAMP(paused_until) * 1000000 AS SIGNED) AS until_us,
-       paused_until IS NOT NULL AND paused_until <= NOW(6) AS expired
+-- Read and compared in UTC too: TIMESTAMPDIFF of two DATETIMEs converts nothing.
+SELECT processo,
+       TIMESTAMPDIFF(MICROSECOND, TIMESTAMP '1970-01-01 00:00:00', paused_until) AS until_us,
+       paused_until IS NOT NULL AND paused_until <= UTC_TIMESTAMP(6) AS expired
 FROM {limits_table}
 WHERE paused
 ORDER BY processo
