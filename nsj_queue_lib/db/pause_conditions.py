@@ -9,6 +9,10 @@ leave out a paused one too; the whole queue's row is one primary-key probe per
 claim statement (an uncorrelated subquery, run once). An expired pause holds
 nothing back: ``until`` resumes by itself, on the database's clock.
 
+The ``now`` of these conditions is the clock ``paused_until`` is compared with: the
+dialect's (``LimitsDialect.pause_clock``; on MySQL/MariaDB the UTC clock, as
+``paused_until`` is a UTC DATETIME there: db/mysql/limits_table.sql says why).
+
 Every argument is an identifier or expression of this library, never user input.
 """
 
@@ -17,11 +21,6 @@ from __future__ import annotations
 from nsj_queue_lib.fleet.pause import QUEUE_ROW
 
 _PAUSED = "({a}.paused AND ({a}.paused_until IS NULL OR {a}.paused_until > {now}))"
-# MySQL/MariaDB keep paused_until as a UTC DATETIME (db/mysql/limits_table.sql says why):
-# it is compared with the UTC clock, not with NOW(6), which is in the session's time zone
-# (a worker's is UTC, a handler may change its own). PostgreSQL's clock_timestamp() is a
-# timestamptz: no zone to mind.
-_UTC_CLOCKS = {"NOW(6)": "UTC_TIMESTAMP(6)", "CURRENT_TIMESTAMP(6)": "UTC_TIMESTAMP(6)"}
 _LIMITED = (
     "({a}.max_concurrent IS NOT NULL OR {a}.rate_count IS NOT NULL"
     " OR {a}.interval_min_s IS NOT NULL OR {a}.time_windows IS NOT NULL)"
@@ -30,7 +29,7 @@ _LIMITED = (
 
 def paused(alias: str, now: str) -> str:
     """SQL: the limits row ``alias`` is a pause in force at ``now``."""
-    return _PAUSED.format(a=alias, now=_UTC_CLOCKS.get(now, now))
+    return _PAUSED.format(a=alias, now=now)
 
 
 def limited(alias: str) -> str:

@@ -23,7 +23,7 @@ from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import SERVER_FAMILIES, DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import LimitsDialect, limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.mysql import limits
-from nsj_queue_lib.db.mysql.claim_where import claim_where
+from nsj_queue_lib.db.mysql.claim_where import PAUSE_CLOCK, claim_where
 from nsj_queue_lib.db.mysql.layout import HOT_DAY, LAYOUTS, layout_values
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
@@ -153,6 +153,7 @@ CLAIMED_TASK_VALUES = _task_values(status="'processando'")
 LIMITS = LimitsDialect(
     name="mysql",
     now="NOW(6)",
+    pause_clock=PAUSE_CLOCK,
     open_windows="p_open_windows",
     handled_processos="p_handled_processos",
     states=limits.STATES,
