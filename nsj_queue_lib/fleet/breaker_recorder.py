@@ -40,6 +40,7 @@ from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
 from nsj_queue_lib.observability.observer import Observer
+from nsj_queue_lib.settings import Settings
 
 logger = get_logger("breakers")
 
@@ -57,22 +58,23 @@ Event = tuple[str, int, str]
 class BreakerRecorder(Observer):
     def __init__(
         self,
-        queue_name: str,
-        queue_table: str,
+        settings: Settings,
         breakers: Mapping[str, tuple[int, float]],
         connect: Callable[[], Any],
+        timeout_for: Callable[[str], float | None],
     ):
-        self.queue_name = queue_name
-        self.queue_table = queue_table
+        """``connect``: a new connection, not autocommit; ``timeout_for``: how long an
+        attempt of a processo may run (runtime/timeouts.py), which with the grace before it
+        is given up bounds an undecided trial (fleet/breakers.py)."""
+        self.queue_name = settings.queue_name
+        self.queue_table = settings.queue_table
         self.breakers = dict(breakers)
-        self._connect = connect  # a new connection, not autocommit
+        self._connect = connect
+        self.timeout_for = timeout_for
+        self.grace_s = settings.queue_task_timeout_grace
         # Set by the runtime once its executors ended (finish): the thread writes what is
         # queued, then ends. Not the worker's stop event: tasks still end after it.
         self.finished = threading.Event()
-        # How long an attempt of a processo may run, and the grace before it is given up
-        # (runtime/timeouts.py): the bound of an undecided trial.
-        self.timeout_for: Callable[[str], float | None] = lambda processo: None
-        self.grace_s = 0.0
         self.worker_name = "nsj_queue_lib worker"  # the runtime sets its registry's name
         # Called after a breaker opened or closed (the runtime wakes its claims).
         self.on_change: Callable[[], None] = lambda: None

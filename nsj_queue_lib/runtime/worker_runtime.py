@@ -16,6 +16,7 @@ running without it.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -165,7 +166,7 @@ class WorkerRuntime:
         self.tracer = attempt_tracer(settings)  # QUEUE_OTEL
         handler, self.observer = observed(handler, self.endpoints, self.tracer)
         # Circuit breakers (fleet/breakers.py): an observer of outcomes and a thread.
-        self.breakers = self._breakers(breakers or {})
+        self.breakers = self._breakers(breakers or {}, TaskTimeouts(settings, task_timeouts))
         self.store = self.driver.store()
         self.store.set_handled_subscribers(handled_subscribers)
         self.store.set_handled_processos(handled_processos)
@@ -174,9 +175,6 @@ class WorkerRuntime:
         self.lock_client = _lock_client(settings)
         self.limiter = self._limiter(limits or {}, set(handled), handled_processos is None)
         self.parts = self._parts(policies, TaskTimeouts(settings, task_timeouts))
-        if self.breakers is not None:  # the bound of an undecided trial (fleet/breakers.py)
-            self.breakers.timeout_for = TaskTimeouts(settings, task_timeouts).timeout_for
-            self.breakers.grace_s = settings.queue_task_timeout_grace
         self.progress = ProgressWriter(self.store, self.pool, settings.queue_name)
         self._inputs = ExecutorInputs(
             *(settings, self.pool, handler, self.stop_event, self.driver),
@@ -250,7 +248,9 @@ class WorkerRuntime:
             self.breakers.on_change = self._breaker_changed
         return limiter
 
-    def _breakers(self, breakers: Mapping[str, tuple[int, float]]) -> BreakerRecorder | None:
+    def _breakers(
+        self, breakers: Mapping[str, tuple[int, float]], timeouts: TaskTimeouts
+    ) -> BreakerRecorder | None:
         """The circuit breakers' recorder, reporting with the observer; None without any.
         Where the database has no limits table (SingleStore), a ConfigError."""
         if not breakers:
@@ -263,12 +263,8 @@ class WorkerRuntime:
                     )
                 }
             )
-        recorder = BreakerRecorder(
-            self.settings.queue_name,
-            self.settings.queue_table,
-            breakers,
-            lambda: self.driver.connect(autocommit=False),
-        )
+        connect = functools.partial(self.driver.connect, autocommit=False)
+        recorder = BreakerRecorder(self.settings, breakers, connect, timeouts.timeout_for)
         self.observer = (
             recorder if self.observer is NULL_OBSERVER else Observers([self.observer, recorder])
         )
@@ -568,9 +564,7 @@ class WorkerRuntime:
             if not self.executor.wait_idle(s.queue_grace_period):
                 self._release_running(self.executor)
             self.executor.join(timeout=1)
-        if self.breakers is not None:
-            # Every attempt has ended (or was released): the outcomes queued meanwhile are
-            # written before the recorder's thread ends, a trial's above all.
+        if self.breakers is not None:  # every attempt ended: what they queued is written
             self.breakers.finish()
         for thread in services:
             thread.join(timeout=5)

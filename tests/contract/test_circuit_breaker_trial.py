@@ -3,7 +3,8 @@ task runs; its failure re-opens the breaker, its success closes it"), when the t
 not simply succeed or fail: cancelled, released at the worker's stop, ending in the stop's
 grace period, its outcome lost, or another task of the processo ending during it. None of
 them may leave the breaker half-open for good (fleet/breakers.py). And the operator's
-reset (``QueueClient.reset_breaker``). PostgreSQL and MariaDB, in-process workers.
+reset (``QueueClient.reset_breaker``). PostgreSQL (direct and through the socket server)
+and MariaDB, in-process workers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from tests.helpers.processes import wait_for
 pytestmark = pytest.mark.timeout(90)
 
 BACKENDS = pytest.mark.parametrize(
-    "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
+    "backend",
+    ["postgres", "postgres-via-server", pytest.param("mysql", marks=pytest.mark.mysql)],
+    indirect=True,
 )
 COOL_DOWN_S = 1.0
 

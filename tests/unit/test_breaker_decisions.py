@@ -17,6 +17,7 @@ from nsj_queue_lib.fleet.breakers import (
 )
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
+from nsj_queue_lib.settings import Settings
 
 TRIAL = BreakerState("p", 0, True, True, trial_task=7, trial_age_s=1.0)
 COOLING = BreakerState("p", 0, True, False)
@@ -53,8 +54,13 @@ def task(task_id: int, processo: str = "p", dead: bool = False) -> TaskRecord:
     return TaskRecord.from_row(row)
 
 
+def recorder_of(breakers) -> BreakerRecorder:
+    settings = Settings(db_host="h", db_name="d", db_user="u", queue_name="q", queue_table="q")
+    return BreakerRecorder(settings, breakers, lambda: None, lambda processo: None)
+
+
 def test_the_recorder_queues_successes_failures_and_undecided_ends():
-    recorder = BreakerRecorder("q", "public.q", {"p": (3, 60.0)}, lambda: None)
+    recorder = recorder_of({"p": (3, 60.0)})
     recorder.task_finished(task(1), outcomes.SUCESSO)
     recorder.task_finished(task(2), outcomes.FALHA)
     recorder.task_finished(task(3), outcomes.RESCUED)
@@ -77,7 +83,7 @@ def test_the_recorder_queues_successes_failures_and_undecided_ends():
 
 
 def test_the_recorder_writes_what_is_queued_before_it_ends():
-    recorder = BreakerRecorder("q", "public.q", {"p": (3, 60.0)}, lambda: None)
+    recorder = recorder_of({"p": (3, 60.0)})
     written = []
     recorder.record_once = written.append  # type: ignore[method-assign]
     recorder.task_finished(task(1), outcomes.SUCESSO)
