@@ -15,7 +15,7 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
-from nsj_queue_lib.db.pause_store import PauseStore
+from nsj_queue_lib.db.pause_store import BreakerStore, PauseStore
 from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
 from nsj_queue_lib.dbapi import DBConnection
@@ -359,6 +359,12 @@ class QueueClient:
         """End the pause of the whole queue (or of ``processo``) at the commit of the
         caller's transaction, waking the workers; whether there was one."""
         return PauseStore(self._conn, self.queue_table).resume(self._conn, processo)
+
+    def reset_breaker(self, processo: str) -> bool:
+        """Close ``processo``'s circuit breaker at the commit of the caller's transaction
+        (its failures and any trial forgotten), waking the workers; whether it had
+        failures or was open. The operator's way out of a breaker they know is wrong."""
+        return BreakerStore(self._conn, self.queue_table).reset(self._conn, processo)
 
     def paused(self) -> list[dict[str, Any]]:
         """The pauses in force: ``{"processo": None | str, "until": None | ISO 8601}``,

@@ -617,11 +617,15 @@ CREATE TABLE public.fila_teste_limits (
     paused_until timestamp with time zone,
     -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
     -- failures; open (no task starts until breaker_until, then one trial at a
-    -- time); the trial started and not decided yet.
+    -- time); the trial started and not decided yet, when it started and its
+    -- task (only that task's outcome decides; a trial undecided for too long
+    -- counts as failed: fleet/breaker_recorder.py).
     breaker_failures integer NOT NULL DEFAULT 0,
     breaker_open boolean NOT NULL DEFAULT false,
     breaker_until timestamp with time zone,
-    breaker_trial boolean NOT NULL DEFAULT false
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at timestamp with time zone,
+    breaker_trial_task bigint
 );
 
 -- The limited claim: the start of a task of a processo with limits.
@@ -726,8 +730,12 @@ BEGIN
                                   clock_timestamp() - 0.08 * l.rate_period_s * interval '1 second')
                          + l.rate_period_s / l.rate_count * interval '1 second'
                 END,
-                -- An open circuit breaker's task is its trial: no other starts until it is decided.
-                breaker_trial = l.breaker_open
+                -- An open circuit breaker's task is its trial: no other starts until it is
+                -- decided. Its id and start let only its outcome decide, and let a trial
+                -- whose outcome never came be told (fleet/breaker_recorder.py).
+                breaker_trial = l.breaker_open,
+                breaker_trial_at = CASE WHEN l.breaker_open THEN clock_timestamp() END,
+                breaker_trial_task = CASE WHEN l.breaker_open THEN v_claimed.id END
             WHERE l.processo = v_chosen;
         END IF;
     END IF;
@@ -748,4 +756,4 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[], varchar)
-    IS 'nsj_queue_lib limited claim c21cb2552f7c130d';
+    IS 'nsj_queue_lib limited claim 0e4990ed21006d71';

@@ -646,11 +646,15 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_limits (
     paused_until timestamp with time zone,
     -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
     -- failures; open (no task starts until breaker_until, then one trial at a
-    -- time); the trial started and not decided yet.
+    -- time); the trial started and not decided yet, when it started and its
+    -- task (only that task's outcome decides; a trial undecided for too long
+    -- counts as failed: fleet/breaker_recorder.py).
     breaker_failures integer NOT NULL DEFAULT 0,
     breaker_open boolean NOT NULL DEFAULT false,
     breaker_until timestamp with time zone,
-    breaker_trial boolean NOT NULL DEFAULT false
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at timestamp with time zone,
+    breaker_trial_task bigint
 );
 ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
 ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS paused_until timestamp with time zone;
@@ -658,6 +662,8 @@ ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS breaker_failures i
 ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS breaker_open boolean NOT NULL DEFAULT false;
 ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS breaker_until timestamp with time zone;
 ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
+ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS breaker_trial_at timestamp with time zone;
+ALTER TABLE public.fila_teste_limits ADD COLUMN IF NOT EXISTS breaker_trial_task bigint;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's
@@ -765,8 +771,12 @@ BEGIN
                                   clock_timestamp() - 0.08 * l.rate_period_s * interval '1 second')
                          + l.rate_period_s / l.rate_count * interval '1 second'
                 END,
-                -- An open circuit breaker's task is its trial: no other starts until it is decided.
-                breaker_trial = l.breaker_open
+                -- An open circuit breaker's task is its trial: no other starts until it is
+                -- decided. Its id and start let only its outcome decide, and let a trial
+                -- whose outcome never came be told (fleet/breaker_recorder.py).
+                breaker_trial = l.breaker_open,
+                breaker_trial_at = CASE WHEN l.breaker_open THEN clock_timestamp() END,
+                breaker_trial_task = CASE WHEN l.breaker_open THEN v_claimed.id END
             WHERE l.processo = v_chosen;
         END IF;
     END IF;
@@ -787,4 +797,4 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[], varchar)
-    IS 'nsj_queue_lib limited claim c21cb2552f7c130d';
+    IS 'nsj_queue_lib limited claim 0e4990ed21006d71';

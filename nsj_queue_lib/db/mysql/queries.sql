@@ -434,7 +434,8 @@ WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
 -- InnoDB's persistent statistics of the queue table, from a sample of each
 -- index's pages (innodb_stats_persistent_sample_pages, 20 by default). While
 -- it runs the table is read and written as usual (MariaDB 10.5+ and MySQL
--- 8.0.24+ no longer flush it from the table cache). NO_WRITE_TO_BINLOG: the
+-- 8.0.24+ no longer flush it from the table cache; on an earlier MySQL the
+-- service never runs it: db/mysql/statistics.py). NO_WRITE_TO_BINLOG: the
 -- statistics are this server's own; replicas keep theirs.
 -- step: mariadb
 -- use_stat_tables: where the server is set to collect MariaDB's

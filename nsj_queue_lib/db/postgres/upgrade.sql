@@ -82,6 +82,8 @@ ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_failures integer NOT
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_open boolean NOT NULL DEFAULT false;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_until timestamp with time zone;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial_at timestamp with time zone;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial_task bigint;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's
