@@ -1142,6 +1142,42 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "a 1.2.2 worker's update leaves a finished row in the hot partition",
     ),
+    Mutant(
+        "given-up-group-wakes-no-slot",
+        "nsj_queue_lib/runtime/drain_group.py",
+        "            self.tokens.wake(1)\n",
+        "            pass\n",
+        (
+            "tests/unit/test_executor_step_back_loop.py::"
+            "test_a_given_up_groups_tasks_back_in_the_queue_wake_a_slot",
+        ),
+        ("postgres",),
+        "a given-up group's tasks wait in 'pendente' with every slot idle",
+    ),
+    Mutant(
+        "pg-retry-drops-kept-payload",
+        PG_QUERIES,
+        "    CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END\nFROM failed AS f",
+        "    NULL\nFROM failed AS f",
+        (
+            "tests/integration/store/test_store_partitioned.py::"
+            "test_retention_keeps_days_ahead_and_drops_expired_days_whole[partitioned]",
+        ),
+        ("postgres",),
+        "a retry after its first attempt's day was dropped runs without its payload",
+    ),
+    Mutant(
+        "pg-migrated-table-unnoticed",
+        PG_STORE,
+        "        if not self.partitioned:\n            self._notice_migration(conn)\n",
+        "",
+        (
+            "tests/integration/store/test_store_migration.py::"
+            "test_a_worker_bound_before_the_migration_rotates_the_partitions_from_its_next_purge",
+        ),
+        ("postgres",),
+        "a worker bound before the migration never rotates the day partitions",
+    ),
 )
 
 
