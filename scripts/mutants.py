@@ -1178,6 +1178,27 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "a worker bound before the migration never rotates the day partitions",
     ),
+    Mutant(
+        "pg-release-counts-settled-edges-again",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "        SET settled = true\n        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled\n",
+        "        SET settled = true\n        WHERE p.parent_id = ANY(parent_ids)\n",
+        (
+            "tests/integration/store/test_store_dependency_edges.py::"
+            "test_a_dead_letter_retried_by_hand_is_not_counted_twice[postgres]",
+        ),
+        ("postgres",),
+        "a parent retried by hand counts its 'run' children down a second time",
+    ),
+    Mutant(
+        "breaker-any-task-decides-the-trial",
+        "nsj_queue_lib/fleet/breakers.py",
+        "and state.trial_task == task_id",
+        "",
+        ("tests/unit/test_breaker_decisions.py::test_while_open_only_the_trial_task_decides",),
+        ("postgres",),
+        "a task claimed before the breaker opened decides its trial",
+    ),
 )
 
 
