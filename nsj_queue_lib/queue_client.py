@@ -31,6 +31,7 @@ from nsj_queue_lib.workflow.dependencies import (
     read_parents,
 )
 from nsj_queue_lib.workflow.waiting import wait_for
+from nsj_queue_lib.workflow.waits import send_event
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -308,6 +309,13 @@ class QueueClient:
         finally:
             if own_transactions:
                 self._conn.rollback()
+
+    def send_event(self, task_id: int, name: str, payload: Any = None) -> None:
+        """Send the event ``name`` (``payload``: a JSON value) to the task ``task_id``, in the
+        caller's transaction: kept until the task's ``wait_event(name, ...)`` takes it (an
+        event sent before the task waits is kept); a task waiting for it is due at the
+        commit (docs/how-to/durable-waits.md). ``NotFoundError`` for an unknown id."""
+        send_event(self._conn, self._store, self.queue_table, _task_id(task_id), name, payload)
 
     def _workflow(self) -> WorkflowStore:
         if self._workflow_store is None:

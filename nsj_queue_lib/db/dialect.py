@@ -103,6 +103,10 @@ class DdlNames:
             "waiting": waiting_table_name(q),
             "idx_parents_child": f"idx_{q}_parents_child",
             "release_function": release_routine_name(q),
+            # Durable steps and waits (nsj_queue_lib/workflow/steps.py, waits.py).
+            "steps": steps_table_name(q),
+            "events": events_table_name(q),
+            "idx_events_task": f"idx_{q}_events_task",
             # The partitioned layout's (db/postgres/layout.py).
             "day_function": f"finished_day_{q}",
             "day_trigger": f"trigger_finished_day_{q}",
@@ -126,6 +130,8 @@ class DdlNames:
         values["parents_table"] = f"{self.schema}.{names['parents']}"
         values["waiting_table"] = f"{self.schema}.{names['waiting']}"
         values["release_function"] = f"{self.schema}.{names['release_function']}"
+        values["steps_table"] = f"{self.schema}.{names['steps']}"
+        values["events_table"] = f"{self.schema}.{names['events']}"
         values["channel"] = notify_channel(self.queue)
         values["schema"] = self.schema
         values["queue"] = self.queue
@@ -153,6 +159,17 @@ def parents_table_name(queue_table: str) -> str:
 def waiting_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_waiting``: each 'aguardando' child's count of unfinished parents."""
     return f"{queue_table}_waiting"
+
+
+def steps_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_steps``: the checkpoints of durable steps and waits, one row per
+    (task, step name), kept across the task's attempts (nsj_queue_lib/workflow/steps.py)."""
+    return f"{queue_table}_steps"
+
+
+def events_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_events``: the events sent to tasks (``QueueClient.send_event``)."""
+    return f"{queue_table}_events"
 
 
 def release_routine_name(queue_table: str) -> str:

@@ -248,6 +248,25 @@ class TaskSession:
         self.locks.unlock_in_transaction(conn, task)
         return outcome
 
+    # -- a handler's own commits (durable steps and waits: runtime/handler_commits.py) --
+
+    def commit_handler(self, conn: Any) -> None:
+        """What the handler's transaction holds, committed; the next transaction opened in
+        the same round trip (never idle while the session holds the task's liveness lock,
+        which a commit keeps: it is a session lock)."""
+        self.store.commit_and_begin(conn)
+
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
+        """The task's liveness lock freed with the open transaction (where the lock is the
+        database's; elsewhere after its commit, in ``after_settled``)."""
+        self.locks.unlock_in_transaction(conn, task)
+
+    def release_handler(self, conn: Any, task: TaskRecord) -> None:
+        """The liveness lock freed and the handler's transaction committed (its task written
+        'pendente' again in it: a durable wait); ``conn`` idle after it."""
+        self.locks.unlock_in_transaction(conn, task)
+        self.store.commit(conn)
+
     # -- a commit group (dialects with savepoints: db/<dialect>/session.py) --
 
     def claim_group(self, conn: Any, limit: int) -> list[Claim]:

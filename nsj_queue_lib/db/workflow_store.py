@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import (
+    events_table_name,
     notify_channel,
     parents_table_name,
     release_routine_name,
+    steps_table_name,
     waiting_table_name,
 )
 from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
@@ -31,6 +33,10 @@ T = TypeVar("T")
 
 class WorkflowStore:
     """Dependencies of the queue ``queue_table`` on a ``dialect`` ('postgres', 'mysql')."""
+
+    # The named queries' file (db/<dialect>/...): a subclass serves another part of the
+    # workflow tables (db/step_store.py).
+    queries_file = "workflow.sql"
 
     def __init__(self, dialect: str, queue_table: str):
         if dialect not in DIALECTS:
@@ -47,8 +53,10 @@ class WorkflowStore:
             "parents_table": parents_table_name(queue_table),
             "waiting_table": waiting_table_name(queue_table),
             "release_function": release_routine_name(queue_table),
+            "steps_table": steps_table_name(queue_table),
+            "events_table": events_table_name(queue_table),
         }
-        self.sql = render_queries(dialect, values, "workflow.sql")
+        self.sql = render_queries(dialect, values, self.queries_file)
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> WorkflowStore:
@@ -56,7 +64,9 @@ class WorkflowStore:
         names the SQL (SingleStore's store says so, though it shares MySQL's driver);
         ``WorkflowUnsupported`` for a store without one (the in-memory queue)."""
         dialect = getattr(store, "dialect", None)
-        return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
+        name = dialect if isinstance(dialect, str) else type(store).__name__
+        found: WorkflowStore = _store(cls, name, queue_table)
+        return found
 
     # -- statements --
 
@@ -69,12 +79,17 @@ class WorkflowStore:
             raise
         except Exception as exc:  # the driver's error, kept as the cause
             error = DatabaseError(f"workflow {what} failed: {exc}".strip())
-            missing = (parents_table_name(self.queue_table), waiting_table_name(self.queue_table))
+            missing = (
+                parents_table_name(self.queue_table),
+                waiting_table_name(self.queue_table),
+                steps_table_name(self.queue_table),
+                events_table_name(self.queue_table),
+            )
             text = str(exc).lower()
             if any(name.split(".")[-1].lower() in text for name in missing):
                 error = WorkflowUnsupported(
-                    f"{what}: the queue has no dependency tables ({exc}); run db_gen --upgrade "
-                    "(SingleStore has no dependencies between tasks)"
+                    f"{what}: the queue has no workflow tables ({exc}); run db_gen --upgrade "
+                    "(SingleStore has no workflows)"
                 )
             raise error from exc
 
@@ -231,6 +246,6 @@ class WorkflowStore:
 
 
 @functools.lru_cache(maxsize=256)
-def _store(dialect: str, queue_table: str) -> WorkflowStore:
-    """One store per (dialect, queue): it holds only its rendered statements."""
-    return WorkflowStore(dialect, queue_table)
+def _store(kind: type[WorkflowStore], dialect: str, queue_table: str) -> WorkflowStore:
+    """One store per (kind, dialect, queue): it holds only its rendered statements."""
+    return kind(dialect, queue_table)
