@@ -1,0 +1,149 @@
+"""Durable steps (issue 41 item 4; CONTRACT.md section 8) on PostgreSQL and MariaDB.
+
+``current_task().step(name, fn, *args)`` runs ``fn`` once per task: its writes on
+``bd_conn`` and its JSON result commit together when the step returns, so a retry
+(after a failure, or a worker killed with kill -9 between two steps) skips the
+finished step and finds its writes exactly once. Inside a commit group, a step
+commits the group's finished tasks with it. ``@Task(durable_steps=True)`` makes each
+``yield`` of a generator handler such a step. Worker processes where kill -9 is the
+point, in-process workers elsewhere (``workers/steps_worker.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nsj_queue_lib.runtime.retry import ORPHAN_MESSAGE
+from tests.contract.test_async_handlers import BOTH, RETRY_BASE_MINUTES
+from tests.helpers.processes import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+STEPS_WORKER = Path(__file__).resolve().parent / "workers" / "steps_worker.py"
+BATCHES = pytest.mark.parametrize("batch", [1, 20], ids=["one-commit-per-task", "group-commit"])
+
+
+def steps_worker(backend, **changes):
+    from tests.contract.workers.steps_worker import StepsContractWorker
+
+    return StepsContractWorker(
+        backend.settings(**changes),
+        exec_table=backend.exec_table,
+        started_table=backend.started_table,
+        ready_file="",
+    )
+
+
+def committed(backend) -> list[str]:
+    return sorted(r["chave"] for r in backend.exec_rows())
+
+
+def checkpoints(backend, task_id) -> dict[str, dict]:
+    rows = backend.query(
+        f"SELECT name, result, attempt_id FROM {backend.table}_steps WHERE task_id = %s",
+        (task_id,),
+    )
+    return {r["name"]: {"result": json.loads(r["result"]), "attempt": r["attempt_id"]} for r in rows}
+
+
+def enqueue(backend, processo, chave, **spec):
+    [task_id] = backend.enqueue(
+        [dict(processo=processo, chave_externa=chave, payload=json.dumps(spec))]
+    )
+    return task_id
+
+
+@BOTH
+@BATCHES
+def test_a_retry_skips_the_finished_step_whose_writes_committed_once(backend, batch):
+    """Attempt 1 fails after step "a": a's write and checkpoint stay committed (the
+    failure rolls back only what followed); attempt 2 gets a's stored result without
+    running it, runs "b", and succeeds."""
+    task_id = enqueue(backend, "two_steps", "k", fail_after_a=[1])
+    running = backend.run(
+        steps_worker(
+            backend, queue_batch_size=batch, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
+    )
+    backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the failure and the retry")
+    assert running.stop() == 0
+    [retry] = backend.rows("id_anterior = %s", (task_id,))
+    assert committed(backend) == ["k-a", "k-b", "k-end"]
+    assert [r["task_id"] for r in backend.exec_rows() if r["chave"] == "k-a"] == [task_id]
+    a = {"step": "a", "attempt": 1}
+    b = {"step": "b", "attempt": 2}
+    assert json.loads(retry["mensagem"]) == [a, b]  # a's result as attempt 1 stored it
+    assert checkpoints(backend, task_id) == {
+        "a": {"result": a, "attempt": task_id},
+        "b": {"result": b, "attempt": retry["id"]},
+    }
+
+
+@BOTH
+def test_kill_9_between_two_steps_the_retry_skips_the_first(backend):
+    """A worker process killed between steps "a" and "b": a's write was visible to other
+    sessions before the kill (committed when the step returned); the rescued retry skips
+    "a" and the task's rows exist once each."""
+    victim = backend.start_process("victim", script=STEPS_WORKER)
+    task_id = enqueue(backend, "two_steps", "k", hang=True)
+    wait_for(lambda: committed(backend) == ["k-a"], 15, "step a to commit in the victim")
+    assert backend.row(task_id)["status"] == "processando"  # still its own, mid-handler
+    victim.kill9()
+    rescuer = backend.run(
+        steps_worker(
+            backend, queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
+    )
+    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 20, "the rescue and the retry")
+    assert ORPHAN_MESSAGE in backend.row(task_id)["mensagem"]
+    [retry] = backend.rows("id_anterior = %s", (task_id,))
+    assert [(r["task_id"], r["chave"]) for r in backend.exec_rows()] == [
+        (task_id, "k-a"),
+        (retry["id"], "k-b"),
+        (retry["id"], "k-end"),
+    ]
+    assert rescuer.stop() == 0
+
+
+@BOTH
+def test_a_step_inside_a_commit_group_commits_the_groups_finished_tasks(backend):
+    """Group commit: quick tasks finished before a task's step commit with that step (their
+    'sucesso' with their writes); the group goes on, and every task ends 'sucesso' once."""
+    ids = backend.enqueue(
+        [dict(processo="quick", chave_externa=f"q{i}", payload="{}") for i in range(3)]
+        + [dict(processo="two_steps", chave_externa="s", payload="{}")]
+        + [dict(processo="quick", chave_externa=f"r{i}", payload="{}") for i in range(3)]
+    )
+    running = backend.run(steps_worker(backend, queue_batch_size=20, queue_concurrency=1))
+    backend.wait_statuses({"sucesso": 7}, 20, "the group to finish")
+    assert running.stop() == 0
+    assert committed(backend) == sorted(
+        [f"q{i}-quick" for i in range(3)]
+        + ["s-a", "s-b", "s-end"]
+        + [f"r{i}-quick" for i in range(3)]
+    )
+    assert len(backend.rows()) == len(ids)  # no retry anywhere
+    assert set(checkpoints(backend, ids[3])) == {"a", "b"}
+
+
+@BOTH
+def test_a_durable_pipeline_commits_each_yield_and_a_retry_resumes_after_them(backend):
+    """``@Task(durable_steps=True)``: kill -9 before the 2nd yield of attempt 1; its 1st
+    yield's write stays, committed; the retry sees ``durable_yields == 1``, writes 2 and 3."""
+    victim = backend.start_process("victim", script=STEPS_WORKER)
+    task_id = enqueue(backend, "yields", "y", hang_at=2)
+    wait_for(lambda: committed(backend) == ["y-1"], 15, "the first yield to commit")
+    victim.kill9()
+    rescuer = backend.run(
+        steps_worker(
+            backend, queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
+    )
+    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 20, "the rescue and the retry")
+    assert rescuer.stop() == 0
+    assert committed(backend) == ["y-1", "y-2", "y-3"]
+    assert set(checkpoints(backend, task_id)) == {"yield:1", "yield:2", "yield:3"}
+    assert checkpoints(backend, task_id)["yield:1"]["result"] == [1, 3, "step 1"]
