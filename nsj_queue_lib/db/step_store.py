@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib.db.workflow_store import WorkflowStore
+from nsj_queue_lib.notify import SCHEDULED_PAYLOAD as SCHEDULED
 
 
 class StepStore(WorkflowStore):
@@ -70,7 +71,12 @@ class StepStore(WorkflowStore):
         """The attempt 'pendente' again, due at ``until`` (epoch seconds); False when it was
         no longer 'processando'."""
         params = {"id": attempt_id, "until": until, "mensagem": mensagem}
-        return self._run(conn, "suspend", params) == 1
+        suspended = self._run(conn, "suspend", params) == 1
+        if suspended and self.dialect == "postgres":
+            # The listening workers re-plan their next wake-up at the commit, as for a task
+            # inserted to run later (trigger.sql); elsewhere they poll.
+            self._rows(conn, "notify_ready", {"channel": self.channel, "payload": SCHEDULED})
+        return suspended
 
     def latest_attempt(self, conn: Any, task_id: int) -> tuple[int, int, str] | None:
         """(latest attempt's id, first attempt's id, its status) of the task ``task_id``
@@ -95,7 +101,7 @@ class StepStore(WorkflowStore):
         params = {"id": attempt_id, "task": task_id, "name": name}
         woken = self._run(conn, "wake_waiting", params) > 0
         if woken and self.dialect == "postgres":
-            self._rows(conn, "notify_ready", {"channel": self.channel})
+            self._rows(conn, "notify_ready", {"channel": self.channel, "payload": ""})
         return woken
 
     # -- the purge --

@@ -70,7 +70,7 @@ WHERE id = %(id)s AND status = 'pendente'
   )
 
 -- name: notify_ready
-SELECT pg_notify(%(channel)s, '')
+SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: orphan_steps
 -- Tasks with checkpoints whose first attempt the purge deleted (bounded).
