@@ -147,3 +147,30 @@ def test_a_durable_pipeline_commits_each_yield_and_a_retry_resumes_after_them(ba
     assert committed(backend) == ["y-1", "y-2", "y-3"]
     assert set(checkpoints(backend, task_id)) == {"yield:1", "yield:2", "yield:3"}
     assert checkpoints(backend, task_id)["yield:1"]["result"] == [1, 3, "step 1"]
+
+
+@BOTH
+def test_the_purge_deletes_a_purged_tasks_checkpoints_and_events(backend):
+    """A finished task old enough to purge loses its checkpoints and events with its rows;
+    a recent task keeps them."""
+    from nsj_queue_lib.runtime.purge import PurgeService
+    from tests.helpers import services
+
+    old, recent = enqueue(backend, "two_steps", "o"), enqueue(backend, "two_steps", "r")
+    running = backend.run(steps_worker(backend))
+    backend.wait_statuses({"sucesso": 2}, 20, "both tasks to run")
+    assert running.stop() == 0
+    for task_id in (old, recent):
+        with backend.transaction() as conn:
+            backend.client(conn).send_event(task_id, "late")
+    backend.execute(
+        f"UPDATE {backend.table} SET data_hora = data_hora - INTERVAL '3' DAY WHERE id = %s",
+        (old,),
+    )
+    service = services.make_service(PurgeService, backend.settings(queue_purge_max_age=1))
+    assert service.run_once() == 1
+    assert [r["id"] for r in backend.rows()] == [recent]
+    assert set(checkpoints(backend, old)) == set()
+    assert set(checkpoints(backend, recent)) == {"a", "b"}
+    events = backend.query(f"SELECT task_id FROM {backend.table}_events")
+    assert [e["task_id"] for e in events] == [recent]

@@ -16,7 +16,7 @@ SELECT status FROM {queue_table} WHERE id = %(id)s FOR UPDATE
 INSERT INTO {steps_table} (task_id, name, result, attempt_id, waiting_for)
 VALUES (%(task)s, %(name)s, %(result)s, %(attempt)s, %(waiting_for)s)
 ON DUPLICATE KEY UPDATE
-    result = VALUES(result), attempt_id = VALUES(attempt_id), waiting_for = VALUES(waiting_for)
+    result = %(result)s, attempt_id = %(attempt)s, waiting_for = %(waiting_for)s
 
 -- name: now_epoch
 SELECT UNIX_TIMESTAMP(NOW(6))
