@@ -65,7 +65,8 @@ class WorkflowStore:
         ``WorkflowUnsupported`` for a store without one (the in-memory queue)."""
         dialect = getattr(store, "dialect", None)
         name = dialect if isinstance(dialect, str) else type(store).__name__
-        found: WorkflowStore = _store(cls, name, queue_table)
+        kind: Any = cls  # (mypy reads a class object as unhashable)
+        found: WorkflowStore = _store(kind, name, queue_table)
         return found
 
     # -- statements --
@@ -246,6 +247,7 @@ class WorkflowStore:
 
 
 @functools.lru_cache(maxsize=256)
-def _store(kind: type[WorkflowStore], dialect: str, queue_table: str) -> WorkflowStore:
-    """One store per (kind, dialect, queue): it holds only its rendered statements."""
+def _store(kind: Any, dialect: str, queue_table: str) -> WorkflowStore:
+    """One store per (kind: a WorkflowStore class, dialect, queue): it holds only its rendered
+    statements."""
     return kind(dialect, queue_table)

@@ -46,7 +46,9 @@ def checkpoints(backend, task_id) -> dict[str, dict]:
         f"SELECT name, result, attempt_id FROM {backend.table}_steps WHERE task_id = %s",
         (task_id,),
     )
-    return {r["name"]: {"result": json.loads(r["result"]), "attempt": r["attempt_id"]} for r in rows}
+    return {
+        r["name"]: {"result": json.loads(r["result"]), "attempt": r["attempt_id"]} for r in rows
+    }
 
 
 def enqueue(backend, processo, chave, **spec):
@@ -64,9 +66,7 @@ def test_a_retry_skips_the_finished_step_whose_writes_committed_once(backend, ba
     running it, runs "b", and succeeds."""
     task_id = enqueue(backend, "two_steps", "k", fail_after_a=[1])
     running = backend.run(
-        steps_worker(
-            backend, queue_batch_size=batch, queue_base_interval_retry=RETRY_BASE_MINUTES
-        )
+        steps_worker(backend, queue_batch_size=batch, queue_base_interval_retry=RETRY_BASE_MINUTES)
     )
     backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the failure and the retry")
     assert running.stop() == 0
