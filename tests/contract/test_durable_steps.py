@@ -23,6 +23,12 @@ from tests.helpers.processes import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 STEPS_WORKER = Path(__file__).resolve().parent / "workers" / "steps_worker.py"
+# The liveness lock in the database, or on the socket server (one commit per task there).
+WITH_SERVER = pytest.mark.parametrize(
+    "backend",
+    ["postgres", "postgres-via-server", pytest.param("mysql", marks=pytest.mark.mysql)],
+    indirect=True,
+)
 BATCHES = pytest.mark.parametrize("batch", [1, 20], ids=["one-commit-per-task", "group-commit"])
 
 
@@ -58,7 +64,7 @@ def enqueue(backend, processo, chave, **spec):
     return task_id
 
 
-@BOTH
+@WITH_SERVER
 @BATCHES
 def test_a_retry_skips_the_finished_step_whose_writes_committed_once(backend, batch):
     """Attempt 1 fails after step "a": a's write and checkpoint stay committed (the

@@ -17,7 +17,14 @@ import pytest
 
 from nsj_queue_lib.exceptions import NotFoundError
 from tests.contract.test_async_handlers import BOTH
-from tests.contract.test_durable_steps import BATCHES, checkpoints, committed, enqueue, steps_worker
+from tests.contract.test_durable_steps import (
+    BATCHES,
+    WITH_SERVER,
+    checkpoints,
+    committed,
+    enqueue,
+    steps_worker,
+)
 from tests.helpers.processes import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,7 +35,7 @@ def send(backend, task_id, name, payload=None):
         backend.client(conn).send_event(task_id, name, payload)
 
 
-@BOTH
+@WITH_SERVER
 @BATCHES
 def test_a_sleeping_task_frees_its_executor_and_resumes(backend, batch):
     """One executor: a task sleeping 2 s lets a quick task run meanwhile; it resumes after
@@ -58,7 +65,7 @@ def test_a_sleeping_task_frees_its_executor_and_resumes(backend, batch):
     assert set(checkpoints(backend, sleeper)) == {"before", "sleep:1"}
 
 
-@BOTH
+@WITH_SERVER
 @BATCHES
 def test_wait_event_is_woken_by_send_event_from_another_transaction(backend, batch):
     """The waiting task is 'pendente' with a far deadline; send_event's commit makes it due
