@@ -57,6 +57,18 @@ def checkpoints(backend, task_id) -> dict[str, dict]:
     }
 
 
+def rescue_after_kill_9(backend, victim) -> None:
+    """Kill the victim process; an in-process worker rescues its task and runs the retry."""
+    victim.kill9()
+    rescuer = backend.run(
+        steps_worker(
+            backend, queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
+    )
+    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 20, "the rescue and the retry")
+    assert rescuer.stop() == 0
+
+
 def enqueue(backend, processo, chave, **spec):
     [task_id] = backend.enqueue(
         [dict(processo=processo, chave_externa=chave, payload=json.dumps(spec))]
@@ -97,13 +109,7 @@ def test_kill_9_between_two_steps_the_retry_skips_the_first(backend):
     task_id = enqueue(backend, "two_steps", "k", hang=True)
     wait_for(lambda: committed(backend) == ["k-a"], 15, "step a to commit in the victim")
     assert backend.row(task_id)["status"] == "processando"  # still its own, mid-handler
-    victim.kill9()
-    rescuer = backend.run(
-        steps_worker(
-            backend, queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
-        )
-    )
-    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 20, "the rescue and the retry")
+    rescue_after_kill_9(backend, victim)
     assert ORPHAN_MESSAGE in backend.row(task_id)["mensagem"]
     [retry] = backend.rows("id_anterior = %s", (task_id,))
     assert [(r["task_id"], r["chave"]) for r in backend.exec_rows()] == [
@@ -111,7 +117,6 @@ def test_kill_9_between_two_steps_the_retry_skips_the_first(backend):
         (retry["id"], "k-b"),
         (retry["id"], "k-end"),
     ]
-    assert rescuer.stop() == 0
 
 
 @BOTH
@@ -142,14 +147,7 @@ def test_a_durable_pipeline_commits_each_yield_and_a_retry_resumes_after_them(ba
     victim = backend.start_process("victim", script=STEPS_WORKER)
     task_id = enqueue(backend, "yields", "y", hang_at=2)
     wait_for(lambda: committed(backend) == ["y-1"], 15, "the first yield to commit")
-    victim.kill9()
-    rescuer = backend.run(
-        steps_worker(
-            backend, queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
-        )
-    )
-    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 20, "the rescue and the retry")
-    assert rescuer.stop() == 0
+    rescue_after_kill_9(backend, victim)
     assert committed(backend) == ["y-1", "y-2", "y-3"]
     assert set(checkpoints(backend, task_id)) == {"yield:1", "yield:2", "yield:3"}
     assert checkpoints(backend, task_id)["yield:1"]["result"] == [1, 3, "step 1"]

@@ -1,9 +1,7 @@
--- Named queries of durable steps and waits, as PostgreSQL's steps.sql. Reads that
--- decide are locking reads: they see the latest committed rows whatever the
--- caller's snapshot (REPEATABLE READ).
-
--- name: step_result
-SELECT result FROM {steps_table} WHERE task_id = %(task)s AND name = %(name)s
+-- Named queries of durable steps and waits: PostgreSQL's steps.sql, these
+-- replacing its queries by name. Reads that decide are locking reads: they see
+-- the latest committed rows whatever the caller's snapshot (REPEATABLE READ).
+-- base: postgres
 
 -- name: count_prefixed
 SELECT COUNT(*) FROM {steps_table}
@@ -39,9 +37,6 @@ WHERE t.id = COALESCE(
 )
 FOR UPDATE
 
--- name: add_event
-INSERT INTO {events_table} (task_id, name, payload) VALUES (%(task)s, %(name)s, %(payload)s)
-
 -- name: nth_event
 SELECT payload FROM {events_table}
 WHERE task_id = %(task)s AND name = %(name)s
@@ -60,16 +55,6 @@ WHERE id = %(id)s AND status = 'pendente'
 
 -- name: notify_ready
 SELECT 1
-
--- name: orphan_steps
-SELECT DISTINCT s.task_id FROM {steps_table} AS s
-WHERE NOT EXISTS (SELECT 1 FROM {queue_table} AS q WHERE q.id = s.task_id)
-LIMIT %(limit)s
-
--- name: orphan_events
-SELECT DISTINCT e.task_id FROM {events_table} AS e
-WHERE NOT EXISTS (SELECT 1 FROM {queue_table} AS q WHERE q.id = e.task_id)
-LIMIT %(limit)s
 
 -- name: delete_steps
 DELETE FROM {steps_table} WHERE task_id IN %(ids)s
