@@ -65,7 +65,9 @@ def enqueue_and_wait() -> None:
             )
         client = QueueClient(conn, settings.queue_table)
         bill = client.insert_task("example", "billing", "bill_order", "o-1", {"order": "o-1"})
-        lines = client.insert_task("example", "import", "import_lines", "f-1", {"lines": ["a", "b"]})
+        lines = client.insert_task(
+            "example", "import", "import_lines", "f-1", {"lines": ["a", "b"]}
+        )
         for task_id in (bill, lines):
             print(client.wait_for_task(task_id, timeout_s=30)["mensagem"])
     finally:
