@@ -29,13 +29,20 @@ WITH_SERVER = pytest.mark.parametrize(
     ["postgres", "postgres-via-server", pytest.param("mysql", marks=pytest.mark.mysql)],
     indirect=True,
 )
-BATCHES = pytest.mark.parametrize("batch", [1, 20], ids=["one-commit-per-task", "group-commit"])
+BATCHES = pytest.mark.parametrize(
+    ("batch", "slots"),
+    [(1, "threads"), (20, "threads"), (1, "async")],
+    ids=["one-commit-per-task", "group-commit", "async-slots"],
+)
 
 
-def steps_worker(backend, **changes):
-    from tests.contract.workers.steps_worker import StepsContractWorker
+def steps_worker(backend, slots="threads", **changes):
+    """An in-process steps worker; ``slots="async"``: one with an async handler too, whose
+    sync handlers run in the async slots' threads."""
+    from tests.contract.workers import steps_worker as module
 
-    return StepsContractWorker(
+    kind = module.AsyncStepsContractWorker if slots == "async" else module.StepsContractWorker
+    return kind(
         backend.settings(**changes),
         exec_table=backend.exec_table,
         started_table=backend.started_table,
@@ -78,13 +85,15 @@ def enqueue(backend, processo, chave, **spec):
 
 @WITH_SERVER
 @BATCHES
-def test_a_retry_skips_the_finished_step_whose_writes_committed_once(backend, batch):
+def test_a_retry_skips_the_finished_step_whose_writes_committed_once(backend, batch, slots):
     """Attempt 1 fails after step "a": a's write and checkpoint stay committed (the
     failure rolls back only what followed); attempt 2 gets a's stored result without
     running it, runs "b", and succeeds."""
     task_id = enqueue(backend, "two_steps", "k", fail_after_a=[1])
     running = backend.run(
-        steps_worker(backend, queue_batch_size=batch, queue_base_interval_retry=RETRY_BASE_MINUTES)
+        steps_worker(
+            backend, slots, queue_batch_size=batch, queue_base_interval_retry=RETRY_BASE_MINUTES
+        )
     )
     backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the failure and the retry")
     assert running.stop() == 0

@@ -37,11 +37,11 @@ def send(backend, task_id, name, payload=None):
 
 @WITH_SERVER
 @BATCHES
-def test_a_sleeping_task_frees_its_executor_and_resumes(backend, batch):
+def test_a_sleeping_task_frees_its_executor_and_resumes(backend, batch, slots):
     """One executor: a task sleeping 2 s lets a quick task run meanwhile; it resumes after
     the 2 s on the same attempt row (no retry), its step "before" not run again."""
     sleeper = enqueue(backend, "sleeper", "s", sleep=2)
-    running = backend.run(steps_worker(backend, queue_batch_size=batch, queue_concurrency=1))
+    running = backend.run(steps_worker(backend, slots, queue_batch_size=batch, queue_concurrency=1))
     wait_for(
         lambda: backend.row(sleeper)["status"] == "pendente" and committed(backend),
         10,
@@ -67,11 +67,11 @@ def test_a_sleeping_task_frees_its_executor_and_resumes(backend, batch):
 
 @WITH_SERVER
 @BATCHES
-def test_wait_event_is_woken_by_send_event_from_another_transaction(backend, batch):
+def test_wait_event_is_woken_by_send_event_from_another_transaction(backend, batch, slots):
     """The waiting task is 'pendente' with a far deadline; send_event's commit makes it due
     at once and the resumed handler gets the payload."""
     task_id = enqueue(backend, "waiter", "w", timeout=60)
-    running = backend.run(steps_worker(backend, queue_batch_size=batch))
+    running = backend.run(steps_worker(backend, slots, queue_batch_size=batch))
     wait_for(
         lambda: (backend.row(task_id)["mensagem"] or "").startswith("waiting for event 'go'"),
         10,

@@ -91,5 +91,14 @@ class StepsContractWorker(ContractWorker):
         return "quick"
 
 
+class AsyncStepsContractWorker(StepsContractWorker):
+    """With an ``async def`` handler too: the worker runs its sync handlers in the async
+    slots' handler threads (runtime/async_slots.py)."""
+
+    @Task("async_quick")
+    async def async_quick(self, payload, tarefa, bd_conn):
+        return "async"
+
+
 if __name__ == "__main__":
     StepsContractWorker().run()
