@@ -58,6 +58,10 @@ class TaskContext:
         # that runs it (runtime/handler_commits.py); None where there are none (async).
         self.commits: Any = None
         self.wait_counts: dict[str, int] = {}  # durable waits met so far (workflow/waits.py)
+        self.in_step = False  # a durable step's fn is running (steps and waits do not nest)
+        # Set by a durable wait that ended the attempt: the attempt's outcome, whatever the
+        # handler does after it (it may catch TaskSuspended).
+        self.suspension: BaseException | None = None
         # A durable pipeline's yields committed by earlier attempts (workflow/steps.py).
         self.durable_yields = 0
 

@@ -139,9 +139,11 @@ class Attempts:
         """The handler's ``outcome``; None when its task was abandoned meanwhile."""
         if not self.running.finishing(item):
             return None
-        if item.context.stop_reason == TIMED_OUT and not isinstance(outcome, TaskSuspended):
-            # Past its timeout the attempt fails, whatever the handler did (a durable wait
-            # committed its end already).
+        if item.context.suspension is not None:
+            # A durable wait committed the attempt's end (even if the handler caught it).
+            return item.context.suspension
+        if item.context.stop_reason == TIMED_OUT:
+            # Past its timeout the attempt fails, whatever the handler did.
             return TaskTimeout(item.timeout_message or "timeout")
         return outcome
 

@@ -54,6 +54,12 @@ def check_name(name: Any) -> str:
 
 def step_store(context: TaskContext) -> StepStore:
     """The running task's checkpoints (on its handler's connection)."""
+    if context.in_step:
+        # Its commit would commit part of the enclosing step's work without that step's
+        # checkpoint: a retry would run the enclosing step again over it.
+        raise RuntimeError("durable steps and waits cannot run inside a step's fn")
+    if context.suspension is not None:
+        raise RuntimeError("this attempt ended at a durable wait: the task resumes later")
     if context.bd_conn is None or context.queue_table is None or context.commits is None:
         raise RuntimeError(
             "durable steps need a synchronous handler run by a worker on PostgreSQL or "
@@ -71,7 +77,11 @@ def step(context: TaskContext, name: str, fn: Callable[..., Any], *args: Any) ->
     stored = store.result(conn, context.id_inicial, name)
     if stored is not None:
         return json.loads(stored)
-    result = json.dumps(fn(*args))  # TypeError for a result JSON cannot hold
+    context.in_step = True
+    try:
+        result = json.dumps(fn(*args))  # TypeError for a result JSON cannot hold
+    finally:
+        context.in_step = False
     checkpoint(context, store, name, result)
     return json.loads(result)
 

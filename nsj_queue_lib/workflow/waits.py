@@ -131,7 +131,8 @@ def _suspend(
     store.save(conn, context.id_inicial, key, json.dumps({"until": until}), context.id, waiting_for)
     store.suspend(conn, context.id, until, mensagem)
     context.commits.release()
-    raise TaskSuspended(mensagem)
+    context.suspension = TaskSuspended(mensagem)
+    raise context.suspension
 
 
 def send_event(

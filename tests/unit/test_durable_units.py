@@ -63,3 +63,14 @@ def test_singlestore_has_no_checkpoints_and_says_so():
     with pytest.raises(WorkflowUnsupported, match="PostgreSQL or MySQL/MariaDB"):
         StepStore("singlestore", "public.fila")
     assert StepStore("mysql", "db.fila").sql["save_step"].startswith("INSERT INTO db.fila_steps")
+
+
+def test_steps_and_waits_do_not_nest_nor_run_after_the_attempt_ended():
+    context = TaskContext(1)
+    context.in_step = True
+    with pytest.raises(RuntimeError, match="inside a step's fn"):
+        context.sleep(1)
+    context.in_step = False
+    context.suspension = BaseException("ended")
+    with pytest.raises(RuntimeError, match="ended at a durable wait"):
+        context.step("a", print)
