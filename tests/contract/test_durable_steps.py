@@ -64,15 +64,17 @@ def checkpoints(backend, task_id) -> dict[str, dict]:
     }
 
 
-def rescue_after_kill_9(backend, victim) -> None:
-    """Kill the victim process; an in-process worker rescues its task and runs the retry."""
+def rescue_after_kill_9(backend, victim, rescued=1, succeeded=1) -> None:
+    """Kill the victim process; an in-process worker rescues its tasks and runs the retries."""
     victim.kill9()
     rescuer = backend.run(
         steps_worker(
             backend, queue_retry_thread_interval=0.3, queue_base_interval_retry=RETRY_BASE_MINUTES
         )
     )
-    backend.wait_statuses({"falha_processando": 1, "sucesso": 1}, 20, "the rescue and the retry")
+    backend.wait_statuses(
+        {"falha_processando": rescued, "sucesso": succeeded}, 20, "the rescue and the retries"
+    )
     assert rescuer.stop() == 0
 
 
@@ -147,6 +149,34 @@ def test_a_step_inside_a_commit_group_commits_the_groups_finished_tasks(backend)
     )
     assert len(backend.rows()) == len(ids)  # no retry anywhere
     assert set(checkpoints(backend, ids[3])) == {"a", "b"}
+
+
+@BOTH
+def test_kill_9_after_a_step_inside_a_commit_group_keeps_the_tasks_committed_with_it(backend):
+    """A group (never committed early: QUEUE_BATCH_MAX_MS of a minute) runs q0..q2, then the
+    task whose step "a" commits: q0..q2 are 'sucesso' with it, while the group's unstarted
+    r0, r1 stay claimed. kill -9 then: q0..q2 never run again, "a" is skipped by the retry,
+    and r0, r1 are rescued and run once."""
+    ids = backend.enqueue(
+        [dict(processo="quick", chave_externa=f"q{i}", payload="{}") for i in range(3)]
+        + [dict(processo="two_steps", chave_externa="s", payload=json.dumps({"hang": True}))]
+        + [dict(processo="quick", chave_externa=f"r{i}", payload="{}") for i in range(2)]
+    )
+    victim = backend.start_process(
+        "victim",
+        script=STEPS_WORKER,
+        QUEUE_BATCH_SIZE="10",
+        QUEUE_BATCH_MAX_MS="60000",
+        QUEUE_CONCURRENCY="1",
+    )
+    wait_for(lambda: "s-a" in committed(backend), 15, "step a to commit in the victim")
+    assert [backend.row(i)["status"] for i in ids] == ["sucesso"] * 3 + ["processando"] * 3
+    assert committed(backend) == ["q0-quick", "q1-quick", "q2-quick", "s-a"]
+    rescue_after_kill_9(backend, victim, rescued=3, succeeded=6)
+    assert committed(backend) == sorted(
+        ["q0-quick", "q1-quick", "q2-quick", "s-a", "s-b", "s-end", "r0-quick", "r1-quick"]
+    )
+    assert [r["task_id"] for r in backend.exec_rows() if r["chave"] == "s-a"] == [ids[3]]
 
 
 @BOTH
