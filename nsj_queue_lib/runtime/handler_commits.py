@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 class SingleCommits:
     """A handler's commits when its task commits alone."""
 
+    __slots__ = ("session", "conn", "task")  # one per task: kept cheap
+
     def __init__(self, session: TaskSession, conn: Any, task: TaskRecord):
         self.session = session
         self.conn = conn
@@ -57,6 +59,8 @@ class SingleCommits:
 
 class GroupCommits:
     """A handler's commits inside a commit group (see the module's docstring)."""
+
+    __slots__ = ("session", "recovery", "conn", "group", "task")
 
     def __init__(
         self,
