@@ -250,7 +250,7 @@ class TaskSession:
 
     # -- a handler's own commits (durable steps and waits: runtime/handler_commits.py) --
 
-    def commit_handler(self, conn: Any) -> None:
+    def keep_handler_work(self, conn: Any) -> None:
         """What the handler's transaction holds, committed; the next transaction opened in
         the same round trip (never idle while the session holds the task's liveness lock,
         which a commit keeps: it is a session lock)."""

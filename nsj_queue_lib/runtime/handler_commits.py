@@ -47,9 +47,9 @@ class SingleCommits:
         self.conn = conn
         self.task = task
 
-    def commit(self) -> None:
+    def keep(self) -> None:
         """What the transaction holds, committed; the next one open, the task still claimed."""
-        self.session.commit_handler(self.conn)
+        self.session.keep_handler_work(self.conn)
 
     def release(self) -> None:
         """The liveness lock freed and the transaction committed (the caller wrote the task
@@ -76,7 +76,7 @@ class GroupCommits:
         self.group = group
         self.task = task
 
-    def commit(self) -> None:
+    def keep(self) -> None:
         try:
             self.session.settle_group(self.conn, self.group, 0, go_on=True)
         except GroupLost as exc:
@@ -87,7 +87,7 @@ class GroupCommits:
 
     def release(self) -> None:
         self.session.unlock_in_transaction(self.conn, self.task)
-        self.commit()
+        self.keep()
 
 
 HandlerCommits = SingleCommits | GroupCommits

@@ -107,9 +107,7 @@ class Checkpoints:
         if self.stop is None and self.durable:
             # Not when stopping: a cancelled or timed-out attempt commits nothing more.
             self.yields += 1
-            durable_steps.commit_yield(
-                self.context, self.context.durable_yields + self.yields, value
-            )
+            durable_steps.keep_yield(self.context, self.context.durable_yields + self.yields, value)
         return self.stop
 
     def _record(self, value: Any) -> None:

@@ -92,7 +92,7 @@ def checkpoint(
     """Write a checkpoint and commit the handler's transaction with it, fenced."""
     fence(context, store)
     store.save(context.bd_conn, context.id_inicial, name, result, context.id, waiting_for)
-    context.commits.commit()
+    context.commits.keep()
 
 
 def fence(context: TaskContext, store: StepStore) -> None:
@@ -113,7 +113,7 @@ def yields_done(context: TaskContext) -> int:
     return store.count_prefixed(context.bd_conn, context.id_inicial, YIELD_PREFIX)
 
 
-def commit_yield(context: TaskContext, number: int, value: Any) -> None:
+def keep_yield(context: TaskContext, number: int, value: Any) -> None:
     """A durable pipeline's ``number``-th yield: its work so far committed with a checkpoint
     holding the yielded value (as text when JSON cannot hold it)."""
     try:
