@@ -217,3 +217,32 @@ def test_the_purge_deletes_a_purged_tasks_checkpoints_and_events(backend):
     assert set(checkpoints(backend, recent)) == {"a", "b"}
     events = backend.query(f"SELECT task_id FROM {backend.table}_events")
     assert [e["task_id"] for e in events] == [recent]
+
+
+@BOTH
+def test_a_queue_without_the_checkpoint_tables_says_so_until_db_gen_upgrade(backend):
+    """A queue made before durable steps: a step fails its attempt with a message naming
+    ``db_gen --upgrade`` (nothing of it kept) and send_event is refused; the upgrade adds
+    the tables and the task's retry then runs its steps."""
+    from nsj_queue_lib.db_gen import render
+    from nsj_queue_lib.exceptions import WorkflowUnsupported
+    from tests.helpers.mysql_queue import execute_script
+
+    backend.execute(f"DROP TABLE {backend.table}_steps")
+    backend.execute(f"DROP TABLE {backend.table}_events")
+    task_id = enqueue(backend, "two_steps", "k")
+    with pytest.raises(WorkflowUnsupported, match="db_gen --upgrade"):
+        with backend.transaction() as conn:
+            backend.client(conn).send_event(task_id, "go")
+    # The retry 3 s after the failure: after the upgrade below.
+    running = backend.run(steps_worker(backend, queue_base_interval_retry=3 / 60))
+    wait_for(lambda: backend.row(task_id)["status"] == "falha", 15, "the step to fail")
+    assert "db_gen --upgrade" in backend.row(task_id)["mensagem"]
+    assert committed(backend) == []
+    if backend.family == "postgres":
+        backend.admin.execute(render(backend.schema, backend.name, upgrade=True))
+    else:
+        execute_script(backend.admin, render(backend.schema, backend.name, "mysql", upgrade=True))
+    backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the retry after the upgrade")
+    assert running.stop() == 0
+    assert committed(backend) == ["k-a", "k-b", "k-end"]
