@@ -32,12 +32,14 @@ class PurgeService(PeriodicService):
                 break
         if deleted:
             logger.info("queue=%s: purged %d row(s)", self.settings.queue_name, deleted)
-        self.purge_checkpoints(conn)
+        if deleted:
+            self.purge_checkpoints(conn)
         return deleted
 
     def purge_checkpoints(self, conn: Any) -> None:
         """The durable steps' checkpoints and the events of the tasks purged (their first
-        attempts gone), in bounded rounds as the rows themselves."""
+        attempts gone), in bounded rounds as the rows themselves. Only after a run that
+        deleted rows: finding them reads the whole checkpoint table."""
         limit = self.settings.queue_purge_limit
         while not self.stop.is_set():
             cleared = steps.purge_orphans(self.store, conn, limit)
