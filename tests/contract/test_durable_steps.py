@@ -65,7 +65,13 @@ def checkpoints(backend, task_id) -> dict[str, dict]:
 
 
 def rescue_after_kill_9(backend, victim, rescued=1, succeeded=1) -> None:
-    """Kill the victim process; an in-process worker rescues its tasks and runs the retries."""
+    """The retry service finds nothing to rescue while the victim lives (its step's commit
+    kept its tasks' liveness locks); then kill the victim: an in-process worker rescues its
+    tasks and runs the retries."""
+    from nsj_queue_lib.runtime.retry import RetryService
+    from tests.helpers import services
+
+    assert not services.make_service(RetryService, backend.settings()).run_once()
     victim.kill9()
     rescuer = backend.run(
         steps_worker(
