@@ -28,9 +28,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nsj_queue_lib.db.step_store import StepStore
 from nsj_queue_lib.db.task_session import GroupLost, TaskSession
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import TaskRecord
+from nsj_queue_lib.workflow.steps import checkpoints_of
 
 if TYPE_CHECKING:
     from nsj_queue_lib.runtime.commit_group import CommitGroup
@@ -46,6 +48,11 @@ class SingleCommits:
         self.session = session
         self.conn = conn
         self.task = task
+
+    @property
+    def steps(self) -> StepStore:
+        """Where the task's checkpoints are (workflow/steps.py)."""
+        return checkpoints_of(self.session.store, self.session.store.queue_table)
 
     def keep(self) -> None:
         """What the transaction holds, committed; the next one open, the task still claimed."""
@@ -75,6 +82,10 @@ class GroupCommits:
         self.conn = conn
         self.group = group
         self.task = task
+
+    @property
+    def steps(self) -> StepStore:
+        return checkpoints_of(self.session.store, self.session.store.queue_table)
 
     def keep(self) -> None:
         try:

@@ -44,6 +44,17 @@ NAME_LIMIT = 200  # the steps table's name column
 YIELD_PREFIX = "yield:"
 
 
+def checkpoints_of(queue_store: Any, queue_table: str) -> StepStore:
+    """The checkpoints and events next to a queue store: its own where it keeps them (the
+    in-memory queue's, testing/steps.py), else the database's (one per dialect and queue,
+    cached: the store names the dialect)."""
+    own = getattr(queue_store, "steps", None)
+    if own is not None:
+        found: StepStore = own
+        return found
+    return StepStore.for_store(queue_store, queue_table)
+
+
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise TypeError(f"a step's name is a non-empty str, got {name!r}")
@@ -62,11 +73,11 @@ def step_store(context: TaskContext) -> StepStore:
         raise RuntimeError("this attempt ended at a durable wait: the task resumes later")
     if context.bd_conn is None or context.queue_table is None or context.commits is None:
         raise RuntimeError(
-            "durable steps need a synchronous handler run by a worker on PostgreSQL or "
-            "MySQL/MariaDB (not an async handler, not InMemoryQueue)"
+            "durable steps need a synchronous handler run by a worker (on PostgreSQL or "
+            "MySQL/MariaDB) or by InMemoryQueue; not an async def handler"
         )
-    # One per (dialect, queue), cached: the worker's queue store names the dialect.
-    return StepStore.for_store(context.commits.session.store, context.queue_table)
+    store: StepStore = context.commits.steps
+    return store
 
 
 def step(context: TaskContext, name: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -34,7 +34,13 @@ from typing import Any
 
 from nsj_queue_lib.db.step_store import StepStore
 from nsj_queue_lib.exceptions import NotFoundError, TaskSuspended
-from nsj_queue_lib.workflow.steps import check_name, checkpoint, fence, step_store
+from nsj_queue_lib.workflow.steps import (
+    check_name,
+    checkpoint,
+    checkpoints_of,
+    fence,
+    step_store,
+)
 
 TaskContext = Any
 
@@ -142,7 +148,7 @@ def send_event(
     now. ``queue_store``: the client's, which names the dialect."""
     check_name(name)
     text = None if payload is None else json.dumps(payload)
-    store = StepStore.for_store(queue_store, queue_table)
+    store = checkpoints_of(queue_store, queue_table)
     found = store.latest_attempt(conn, task_id)
     if found is None:
         raise NotFoundError(f"send_event: no task {task_id} in {queue_table}")
