@@ -39,9 +39,7 @@ if TYPE_CHECKING:
     from nsj_queue_lib.runtime.group_recovery import GroupRecovery
 
 
-class SingleCommits:
-    """A handler's commits when its task commits alone."""
-
+class _Commits:
     __slots__ = ("session", "conn", "task")  # one per task: kept cheap
 
     def __init__(self, session: TaskSession, conn: Any, task: TaskRecord):
@@ -54,6 +52,12 @@ class SingleCommits:
         """Where the task's checkpoints are (workflow/steps.py)."""
         return checkpoints_of(self.session.store, self.session.store.queue_table)
 
+
+class SingleCommits(_Commits):
+    """A handler's commits when its task commits alone."""
+
+    __slots__ = ()
+
     def keep(self) -> None:
         """What the transaction holds, committed; the next one open, the task still claimed."""
         self.session.keep_handler_work(self.conn)
@@ -64,10 +68,10 @@ class SingleCommits:
         self.session.release_handler(self.conn, self.task)
 
 
-class GroupCommits:
+class GroupCommits(_Commits):
     """A handler's commits inside a commit group (see the module's docstring)."""
 
-    __slots__ = ("session", "recovery", "conn", "group", "task")
+    __slots__ = ("recovery", "group")
 
     def __init__(
         self,
@@ -77,15 +81,9 @@ class GroupCommits:
         group: CommitGroup,
         task: TaskRecord,
     ):
-        self.session = session
+        super().__init__(session, conn, task)
         self.recovery = recovery
-        self.conn = conn
         self.group = group
-        self.task = task
-
-    @property
-    def steps(self) -> StepStore:
-        return checkpoints_of(self.session.store, self.session.store.queue_table)
 
     def keep(self) -> None:
         try:
