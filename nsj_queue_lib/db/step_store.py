@@ -19,6 +19,7 @@ class StepStore(WorkflowStore):
     """Checkpoints and events of the queue ``queue_table`` on a ``dialect``."""
 
     queries_file = "steps.sql"
+    feature = "durable steps and waits (step, sleep, wait_event, send_event)"
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> StepStore:

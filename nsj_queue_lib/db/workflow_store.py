@@ -37,12 +37,13 @@ class WorkflowStore:
     # The named queries' file (db/<dialect>/...): a subclass serves another part of the
     # workflow tables (db/step_store.py).
     queries_file = "workflow.sql"
+    # What needs the tables, for the refusal's message.
+    feature = "dependencies between tasks (after=)"
 
     def __init__(self, dialect: str, queue_table: str):
         if dialect not in DIALECTS:
             raise WorkflowUnsupported(
-                f"dependencies between tasks (after=) need PostgreSQL or MySQL/MariaDB, "
-                f"not {dialect}"
+                f"{self.feature} need PostgreSQL or MySQL/MariaDB, not {dialect}"
             )
         check_table_name(queue_table, "queue table")
         self.dialect = dialect

@@ -60,7 +60,7 @@ def test_singlestore_has_no_checkpoints_and_says_so():
     from nsj_queue_lib.db.step_store import StepStore
     from nsj_queue_lib.exceptions import WorkflowUnsupported
 
-    with pytest.raises(WorkflowUnsupported, match="PostgreSQL or MySQL/MariaDB"):
+    with pytest.raises(WorkflowUnsupported, match="durable steps and waits .* need PostgreSQL"):
         StepStore("singlestore", "public.fila")
     assert StepStore("mysql", "db.fila").sql["save_step"].startswith("INSERT INTO db.fila_steps")
 
