@@ -252,3 +252,24 @@ def test_a_queue_without_the_checkpoint_tables_says_so_until_db_gen_upgrade(back
     backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the retry after the upgrade")
     assert running.stop() == 0
     assert committed(backend) == ["k-a", "k-b", "k-end"]
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("backend", ["singlestore-via-server"], indirect=True)
+def test_singlestore_refuses_steps_and_events_clearly(backend):
+    """The client (on MySQL's driver) finds no checkpoint tables; the worker knows its
+    dialect: the step fails its attempt saying what needs what."""
+    from nsj_queue_lib.exceptions import WorkflowUnsupported
+
+    task_id = enqueue(backend, "two_steps", "k")
+    with pytest.raises(WorkflowUnsupported, match="SingleStore has no workflows"):
+        with backend.transaction() as conn:
+            backend.client(conn).send_event(task_id, "go")
+    running = backend.run(steps_worker(backend, queue_base_interval_retry=1))
+    wait_for(lambda: backend.row(task_id)["status"] == "falha", 15, "the step to fail")
+    assert running.stop() == 0
+    assert (
+        "durable steps and waits (step, sleep, wait_event, send_event) need PostgreSQL"
+        in (backend.row(task_id)["mensagem"])
+    )
+    assert committed(backend) == []
