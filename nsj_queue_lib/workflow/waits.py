@@ -28,6 +28,7 @@ PostgreSQL its NOTIFY wakes the workers at commit).
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from typing import Any
@@ -83,7 +84,7 @@ def sleep(context: TaskContext, seconds: float) -> None:
         until = float(json.loads(stored)["until"])
         if until - now <= SLACK_S:
             return
-    _suspend(context, store, name, until, None, f"sleeping until {until:.3f} (epoch s)")
+    _suspend(context, store, name, until, None, f"sleeping until {_utc(until)}")
 
 
 def wait_event(context: TaskContext, name: str, timeout_s: float) -> Any:
@@ -114,8 +115,14 @@ def wait_event(context: TaskContext, name: str, timeout_s: float) -> Any:
         # if the event arrived since: the handler's run repeats what happened.
         checkpoint(context, store, key, json.dumps({"until": until, "timed_out": True}))
         raise _timed_out(context, name, timeout_s)
-    mensagem = f"waiting for event {name!r} until {until:.3f} (epoch s)"
+    mensagem = f"waiting for event {name!r} until {_utc(until)}"
     _suspend(context, store, key, until, name, mensagem)
+
+
+def _utc(epoch: float) -> str:
+    """The end of a wait, as the task's ``mensagem`` says it."""
+    moment = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds")
 
 
 def _timed_out(context: TaskContext, name: str, timeout_s: float) -> TimeoutError:
