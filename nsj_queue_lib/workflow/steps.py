@@ -42,6 +42,9 @@ TaskContext = Any
 
 NAME_LIMIT = 200  # the steps table's name column
 YIELD_PREFIX = "yield:"
+# The names the library gives its own checkpoints start so (a durable pipeline's yields,
+# durable waits: waits.py); a step may not take one.
+RESERVED_PREFIXES = (YIELD_PREFIX, "sleep:", "event:")
 
 
 def checkpoints_of(queue_store: Any, queue_table: str) -> StepStore:
@@ -55,12 +58,22 @@ def checkpoints_of(queue_store: Any, queue_table: str) -> StepStore:
     return StepStore.for_store(queue_store, queue_table)
 
 
-def check_name(name: Any) -> str:
+def check_name(name: Any, what: str = "a step's name", limit: int = NAME_LIMIT) -> str:
     if not isinstance(name, str) or not name:
-        raise TypeError(f"a step's name is a non-empty str, got {name!r}")
-    if len(name) > NAME_LIMIT:
-        raise ValueError(f"a step's name is at most {NAME_LIMIT} characters")
+        raise TypeError(f"{what} is a non-empty str, got {name!r}")
+    if len(name) > limit:
+        raise ValueError(f"{what} is at most {limit} characters")
     return name
+
+
+def check_step_name(name: Any) -> str:
+    check_name(name)
+    if name.startswith(RESERVED_PREFIXES):
+        raise ValueError(
+            f"a step's name may not start with {', '.join(RESERVED_PREFIXES)} (the names of "
+            f"durable waits and pipelines' yields), got {name!r}"
+        )
+    return str(name)
 
 
 def step_store(context: TaskContext) -> StepStore:
@@ -82,7 +95,7 @@ def step_store(context: TaskContext) -> StepStore:
 
 def step(context: TaskContext, name: str, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` once per task: its writes and JSON result committed together."""
-    check_name(name)
+    check_step_name(name)
     store = step_store(context)
     conn = context.bd_conn
     stored = store.result(conn, context.id_inicial, name)

@@ -47,6 +47,8 @@ TaskContext = Any
 
 SLEEP_PREFIX = "sleep:"
 EVENT_PREFIX = "event:"
+# An event's name, with room in the checkpoint's name for the prefix and the wait's number.
+EVENT_NAME_LIMIT = 180
 # A wait that ends within this many seconds of now has ended: no attempt is spent on it.
 SLACK_S = 0.001
 
@@ -90,7 +92,7 @@ def sleep(context: TaskContext, seconds: float) -> None:
 def wait_event(context: TaskContext, name: str, timeout_s: float) -> Any:
     """The payload of the task's next event ``name``; ``TimeoutError`` once ``timeout_s``
     passed (counted from the first attempt that waited here)."""
-    check_name(name)
+    check_name(name, "an event's name", EVENT_NAME_LIMIT)
     timeout_s = _seconds("timeout_s", timeout_s)
     store = step_store(context)
     number = _next_number(context, EVENT_PREFIX + name)
@@ -153,7 +155,7 @@ def send_event(
 ) -> None:
     """Store the event in the caller's transaction on ``conn``; a task waiting for it is due
     now. ``queue_store``: the client's, which names the dialect."""
-    check_name(name)
+    check_name(name, "an event's name", EVENT_NAME_LIMIT)
     text = None if payload is None else json.dumps(payload)
     store = checkpoints_of(queue_store, queue_table)
     found = store.latest_attempt(conn, task_id)

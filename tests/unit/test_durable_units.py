@@ -74,3 +74,15 @@ def test_steps_and_waits_do_not_nest_nor_run_after_the_attempt_ended():
     context.suspension = BaseException("ended")
     with pytest.raises(RuntimeError, match="ended at a durable wait"):
         context.step("a", print)
+
+
+def test_step_names_of_the_librarys_own_checkpoints_are_refused():
+    from nsj_queue_lib.workflow.steps import check_step_name
+    from nsj_queue_lib.workflow.waits import EVENT_NAME_LIMIT
+
+    for name in ("sleep:1", "event:go:1", "yield:2"):
+        with pytest.raises(ValueError, match="may not start with"):
+            check_step_name(name)
+    assert check_step_name("sleepy") == "sleepy"
+    with pytest.raises(ValueError):
+        waits.wait_event(TaskContext(1), "x" * (EVENT_NAME_LIMIT + 1), 1)
