@@ -248,9 +248,6 @@ BEGIN
     RETURN released;
 END;
 $$;
--- The edges' settled flag came after the first builds of dependencies between
--- tasks; their edges count as unsettled.
-ALTER TABLE public.fila_teste_parents ADD COLUMN IF NOT EXISTS settled boolean NOT NULL DEFAULT false;
 
 -- Durable steps and waits (docs/how-to/durable-steps.md, nsj_queue_lib/workflow/steps.py):
 -- one checkpoint per (task, name), task_id being the task's first attempt's id
@@ -279,6 +276,9 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_events (
     created_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS idx_fila_teste_events_task ON public.fila_teste_events (task_id, name, id);
+-- The edges' settled flag came after the first builds of dependencies between
+-- tasks; their edges count as unsettled.
+ALTER TABLE public.fila_teste_parents ADD COLUMN IF NOT EXISTS settled boolean NOT NULL DEFAULT false;
 
 -- This release's claim function as its first builds declared it, before it took
 -- the handled processos and then the worker's name (never released): gone, so
