@@ -21,7 +21,7 @@ from nsj_queue_lib.db.dialect import (
     steps_table_name,
     waiting_table_name,
 )
-from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsupported
 from nsj_queue_lib.identifiers import check_table_name, split_table_name

@@ -16,10 +16,10 @@ import psycopg
 from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, TRACED_INSERT, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated

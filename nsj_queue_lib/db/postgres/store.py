@@ -22,6 +22,7 @@ from nsj_queue_lib.db.dialect import (
     missing_columns_error,
     settle_routine_name,
 )
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
@@ -29,7 +30,6 @@ from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_functio
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition, lock_key_of
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
-from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
