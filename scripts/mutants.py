@@ -1309,6 +1309,7 @@ def make_scratch(parent: Path, index: int) -> Path:
 
 
 _SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+_SUMMARY_LINE = re.compile(r"\d+ (passed|failed|errors?|skipped|deselected)\b.* in [\d.]+s")
 
 
 def pytest_run(scratch: Path, tests: Sequence[str], stop_first: bool) -> tuple[int, str, dict]:
@@ -1334,9 +1335,11 @@ def pytest_run(scratch: Path, tests: Sequence[str], stop_first: bool) -> tuple[i
     output = done.stdout + done.stderr
     lines = [line for line in output.splitlines() if line.strip()]
     counts: dict[str, int] = {}
-    if lines:
-        for number, what in _SUMMARY.findall(lines[-1]):
-            counts["errors" if what.startswith("error") else what] = int(number)
+    # pytest's summary line, the last one but for what a leftover thread logged after it
+    # (a worker's service writing to stderr as the interpreter exits).
+    summary = next((line for line in reversed(lines) if _SUMMARY_LINE.search(line)), "")
+    for number, what in _SUMMARY.findall(summary):
+        counts["errors" if what.startswith("error") else what] = int(number)
     return done.returncode, output, counts
 
 
