@@ -133,9 +133,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.wait_poll:
-        from nsj_queue_lib.db.postgres import task_end
+        from nsj_queue_lib.db.postgres.client_store import PostgresClientStore
 
-        task_end.TaskEndWaiter.on = classmethod(lambda cls, *args: None)  # type: ignore[method-assign]
+        PostgresClientStore.end_waiter = lambda self, conn, task_id: None  # type: ignore[method-assign]
     logs = Path(tempfile.mkdtemp(prefix="bench-workflow-"))
     tasks = args.children + 1
     print(f"{args.processes} worker processes x {args.concurrency} slots, PostgreSQL")

@@ -85,3 +85,14 @@ class NoCurrentTaskError(QueueLibError, LookupError):
 class WorkflowUnsupported(DatabaseError):
     """The queue holds no dependencies between tasks: SingleStore, or a queue that
     ``db_gen --upgrade`` has not reached (nsj_queue_lib/workflow/)."""
+
+
+class TaskSuspended(BaseException):
+    """A durable wait (``current_task().sleep``, ``.wait_event``) ended the attempt without
+    failing it: the task is 'pendente' again, committed, and resumes when the wait ends.
+    Raised through the handler to the worker; a ``BaseException`` so that a handler's
+    ``except Exception`` does not stop it (nsj_queue_lib/workflow/waits.py)."""
+
+    def __init__(self, mensagem: str):
+        super().__init__(mensagem)
+        self.mensagem = mensagem

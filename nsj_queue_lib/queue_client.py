@@ -15,7 +15,7 @@ from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
-from nsj_queue_lib.db.pause_store import PauseStore
+from nsj_queue_lib.db.pause_store import BreakerStore, PauseStore
 from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
 from nsj_queue_lib.dbapi import DBConnection
@@ -24,6 +24,7 @@ from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
+from nsj_queue_lib.task_views import task_view
 from nsj_queue_lib.workflow.dependencies import (
     check_after,
     insert_child,
@@ -31,6 +32,7 @@ from nsj_queue_lib.workflow.dependencies import (
     read_parents,
 )
 from nsj_queue_lib.workflow.waiting import wait_for, wait_pushed
+from nsj_queue_lib.workflow.waits import send_event
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -293,18 +295,14 @@ class QueueClient:
         look is its own transaction, which it ends, so REPEATABLE READ's snapshot never
         hides the end (docs/how-to/wait-for-a-task.md)."""
         task_id = _task_id(task_id)
+        waiter = self._store.end_waiter(self._conn, task_id)
+        if waiter is not None:  # PostgreSQL, an idle connection: the end trigger's NOTIFY
+            view = functools.partial(self._store.task_view, self._conn, task_id)
+            return task_view(wait_pushed(view, waiter, task_id, timeout_s))
         try:
-            wstore: WorkflowStore | None = self._workflow()
+            own_transactions = self._workflow().fresh_looks(self._conn)
         except WorkflowUnsupported:
-            wstore = None
-        if wstore is not None and wstore.dialect == "postgres":
-            from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
-
-            waiter = TaskEndWaiter.on(self._conn, self._store, self.queue_table, task_id)
-            if waiter is not None:  # an idle connection: pushed by the end trigger's NOTIFY
-                view = functools.partial(self._store.task_view, self._conn, task_id)
-                return task_view(wait_pushed(view, waiter, task_id, timeout_s))
-        own_transactions = wstore is not None and wstore.fresh_looks(self._conn)
+            own_transactions = False
 
         def look() -> Mapping[str, Any] | None:
             if own_transactions:
@@ -336,6 +334,13 @@ class QueueClient:
         from nsj_queue_lib.workflow.view import cancel_workflow
 
         return cancel_workflow(self, _task_id(workflow_id))
+
+    def send_event(self, task_id: int, name: str, payload: Any = None) -> None:
+        """Send the event ``name`` (``payload``: a JSON value) to the task ``task_id``, in the
+        caller's transaction: kept until the task's ``wait_event(name, ...)`` takes it (an
+        event sent before the task waits is kept); a task waiting for it is due at the
+        commit (docs/how-to/durable-waits.md). ``NotFoundError`` for an unknown id."""
+        send_event(self._conn, self._store, self.queue_table, _task_id(task_id), name, payload)
 
     def _workflow(self) -> WorkflowStore:
         if self._workflow_store is None:
@@ -388,6 +393,12 @@ class QueueClient:
         caller's transaction, waking the workers; whether there was one."""
         return PauseStore(self._conn, self.queue_table).resume(self._conn, processo)
 
+    def reset_breaker(self, processo: str) -> bool:
+        """Close ``processo``'s circuit breaker at the commit of the caller's transaction
+        (its failures and any trial forgotten), waking the workers; whether it had
+        failures or was open. The operator's way out of a breaker they know is wrong."""
+        return BreakerStore(self._conn, self.queue_table).reset(self._conn, processo)
+
     def paused(self) -> list[dict[str, Any]]:
         """The pauses in force: ``{"processo": None | str, "until": None | ISO 8601}``,
         the whole queue's (``processo`` None) first."""
@@ -402,26 +413,6 @@ def _task_id(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"task_id must be an int, got {type(value).__name__}")
     return value
-
-
-def task_view(row: Mapping[str, Any]) -> dict[str, Any]:
-    """``get_task``'s answer from a store's ``task_view`` row."""
-    progress = None
-    if row["progress_done"] is not None:
-        progress = {
-            "done": int(row["progress_done"]),
-            "total": None if row["progress_total"] is None else int(row["progress_total"]),
-            "message": row["progress_message"],
-        }
-    return {
-        "id_inicial": int(row["id_inicial"]),
-        "id": int(row["id"]),
-        "status": row["status"],
-        "tentativa": row["tentativa"],
-        "mensagem": row["mensagem"],
-        "cancel_requested": bool(row["cancel_requested"]),
-        "progress": progress,
-    }
 
 
 def _no_trace_context() -> None:

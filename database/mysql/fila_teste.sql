@@ -113,9 +113,13 @@ CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, dat
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim procedure and the group's
 -- end look a settled task up here by parent_id; parents() reads by child_id.
+-- settled: the parent's end has been counted in the child's pending_parents (or
+-- it had ended when the child was inserted); an edge is counted only when this
+-- flips, so once whatever the parent does next (a retry by hand).
 CREATE TABLE public.fila_teste_parents (
     parent_id BIGINT NOT NULL,
     child_id BIGINT NOT NULL,
+    settled BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (parent_id, child_id),
     KEY idx_fila_teste_parents_child (child_id)
 ) ENGINE=InnoDB;
@@ -129,20 +133,54 @@ CREATE TABLE public.fila_teste_waiting (
     on_parent_failure VARCHAR(10) NOT NULL DEFAULT 'cancel'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- Durable steps and waits (docs/how-to/durable-steps.md, nsj_queue_lib/workflow/steps.py):
+-- one checkpoint per (task, name), task_id being the task's first attempt's id
+-- (its id_inicial), so every attempt of the task finds it. result is the step's
+-- JSON result, committed with the step's writes; attempt_id the attempt that
+-- wrote it. A durable wait's checkpoint names the event it waits for in
+-- waiting_for until the event arrives (send_event looks there).
+CREATE TABLE public.fila_teste_steps (
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    result LONGTEXT NOT NULL,
+    attempt_id BIGINT NOT NULL,
+    waiting_for VARCHAR(200) NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (task_id, name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The events sent to tasks (QueueClient.send_event), kept whether or not the
+-- task waits for them yet; task_id is the task's first attempt's id. A task's
+-- n-th wait_event of a name gets its n-th event of that name (by id).
+CREATE TABLE public.fila_teste_events (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    payload LONGTEXT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY idx_fila_teste_events_task (task_id, name, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The children of a settled parent (its first attempt's id), released in the
--- settling transaction: each child's count goes down by one, and those whose
--- count reaches 0 become 'pendente'. Two statements whatever the number of
--- children: no query per child. The subqueries are locking reads (InnoDB
--- reads the tables an UPDATE's subquery names with shared locks, as of their
--- latest commit), so a child committed after the handler's snapshot counts.
+-- settling transaction: its unsettled edges flip and each of their children's
+-- count goes down by one, then those whose count reaches 0 become 'pendente'.
+-- Three statements whatever the number of children: no query per child. The
+-- first reads the parent's edges in primary key order (STRAIGHT_JOIN: edges
+-- first), so the children's counts are locked in child id order, as every
+-- other settling transaction locks them: no deadlock between two parents with
+-- shared children. The second settles edges of children no longer waiting.
+-- The subqueries are locking reads (InnoDB reads the tables an UPDATE's
+-- subquery names with shared locks, as of their latest commit), so a child
+-- committed after the handler's snapshot counts.
 DELIMITER //
 CREATE PROCEDURE public.release_fila_teste(IN p_parent BIGINT)
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
 BEGIN
-    UPDATE public.fila_teste_waiting AS w
-    SET w.pending_parents = w.pending_parents - 1
-    WHERE w.child_id IN (SELECT p.child_id FROM public.fila_teste_parents AS p WHERE p.parent_id = p_parent);
+    UPDATE public.fila_teste_parents AS p STRAIGHT_JOIN public.fila_teste_waiting AS w ON w.child_id = p.child_id
+    SET w.pending_parents = w.pending_parents - 1, p.settled = TRUE
+    WHERE p.parent_id = p_parent AND NOT p.settled;
+    UPDATE public.fila_teste_parents SET settled = TRUE WHERE parent_id = p_parent AND NOT settled;
     UPDATE public.fila_teste AS t
     SET t.status = 'pendente'
     WHERE t.status = 'aguardando' AND t.id IN (
@@ -272,7 +310,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim e34e90a76be3ae8e'
+    COMMENT 'nsj_queue_lib claim 4bfbde144f49a1e4'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -409,7 +447,7 @@ BEGIN
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > NOW(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > UTC_TIMESTAMP(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > UTC_TIMESTAMP(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT v_limit
                     FOR UPDATE SKIP LOCKED
@@ -463,7 +501,7 @@ BEGIN
       AND (t.prioridade < v_prioridade OR t.prioridade IS NULL OR (t.prioridade = v_prioridade AND (t.data_hora > v_data_hora OR (t.data_hora = v_data_hora AND t.id >= v_id))))
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > NOW(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > UTC_TIMESTAMP(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > UTC_TIMESTAMP(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
                 ORDER BY t.prioridade DESC, t.data_hora, t.id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED;
@@ -478,7 +516,7 @@ BEGIN
             WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
       AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (t.subscriber_id IS NULL OR p_handled_subscribers IS NULL OR JSON_CONTAINS(p_handled_subscribers, JSON_QUOTE(t.subscriber_id))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(t.processo)))
-      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > NOW(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > UTC_TIMESTAMP(6)))) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS lim WHERE lim.processo = t.processo AND ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > UTC_TIMESTAMP(6))) OR lim.breaker_open) LIMIT 1 OFFSET 0)
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;
@@ -608,15 +646,22 @@ CREATE TABLE public.fila_teste_limits (
     declared_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     -- A pause (docs/fleet-control.md): no task of the processo ('' : of the
     -- queue) starts while paused, until paused_until (NULL: until resumed).
+    -- paused_until is a UTC DATETIME, not a TIMESTAMP: an operator's until may
+    -- lie past 2038 (a TIMESTAMP's end), and it is written and compared in
+    -- UTC whatever the session's time zone (no daylight-saving fold).
     paused boolean NOT NULL DEFAULT false,
-    paused_until timestamp(6) NULL,
+    paused_until datetime(6) NULL,
     -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
     -- failures; open (no task starts until breaker_until, then one trial at a
-    -- time); the trial started and not decided yet.
+    -- time); the trial started and not decided yet, when it started and its
+    -- task (only that task's outcome decides; a trial undecided for too long
+    -- counts as failed: fleet/breaker_recorder.py).
     breaker_failures integer NOT NULL DEFAULT 0,
     breaker_open boolean NOT NULL DEFAULT false,
     breaker_until timestamp(6) NULL,
-    breaker_trial boolean NOT NULL DEFAULT false
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at timestamp(6) NULL,
+    breaker_trial_task bigint NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial);
 
@@ -694,7 +739,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 0f2771d4205412ce'
+    COMMENT 'nsj_queue_lib limited claim 4c386b76b2e1e6f3'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -713,7 +758,7 @@ BEGIN
     -- Nothing found: SELECT ... INTO assigns nothing, and that is no error here.
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > NOW(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > UTC_TIMESTAMP(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > UTC_TIMESTAMP(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
     WHERE NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s)
     ORDER BY s.due_in IS NOT NULL, s.due_in, s.processo
     LIMIT 1;
@@ -724,7 +769,7 @@ BEGIN
         SET v_due_in = NULL;
         SELECT TRUE, s.due_in, TIMESTAMPADD(MICROSECOND, ROUND(1e6 * s.due_in), NOW(6))
         INTO v_startable, v_due_in, v_due_at
-        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > NOW(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
+        FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > UTC_TIMESTAMP(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > UTC_TIMESTAMP(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
         WHERE s.processo = v_chosen AND NOT s.capped AND (s.due_in IS NULL OR s.due_in <= p_early_s);
     END IF;
     IF v_startable THEN
@@ -774,7 +819,11 @@ BEGIN
             l.rate_tat = IF(l.rate_count IS NULL, l.rate_tat,
                 TIMESTAMPADD(MICROSECOND, ROUND(1e6 * l.rate_period_s / l.rate_count),
                              IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor))),
-            -- An open circuit breaker's task is its trial: no other starts until it is decided.
+            -- An open circuit breaker's task is its trial: no other starts until it is
+            -- decided. Its id and start let only its outcome decide, and let a trial
+            -- whose outcome never came be told (fleet/breaker_recorder.py).
+            l.breaker_trial_at = IF(l.breaker_open, NOW(6), NULL),
+            l.breaker_trial_task = IF(l.breaker_open, v_claimed, NULL),
             l.breaker_trial = l.breaker_open
         WHERE l.processo = v_chosen;
         IF v_first_attempt IS NOT NULL THEN
@@ -787,7 +836,7 @@ BEGIN
     -- Read before the commit: the task's own transaction takes its snapshot
     -- at its handler's first read.
     SELECT MIN(IF(s.capped, 1.0, GREATEST(COALESCE(s.due_in, 0), 0))) INTO v_wait
-    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > NOW(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > NOW(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s;
+    FROM (SELECT l.processo, NULLIF(GREATEST(IF(l.interval_min_s IS NULL OR l.next_start_at IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.next_start_at)), IF(l.rate_count IS NULL OR l.rate_tat IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.rate_tat)), IF(NOT l.breaker_open OR l.breaker_until IS NULL, -1e18, TIMESTAMPDIFF(MICROSECOND, NOW(6), l.breaker_until))), -1e18) / 1e6 AS due_in, (l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR JSON_CONTAINS(p_open_windows, JSON_QUOTE(MD5(CONCAT(l.processo, CHAR(10), l.time_windows))))) AND (p_handled_processos IS NULL OR JSON_CONTAINS(p_handled_processos, JSON_QUOTE(l.processo))) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > UTC_TIMESTAMP(6))) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > UTC_TIMESTAMP(6)))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= NOW(6) AND (t.lock_key IS NULL OR ((SELECT held.id FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.lock_key_status = 'processando' LIMIT 1) IS NULL AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.lock_key_status = 'pendente' AND head.data_hora <= NOW(6) ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s;
     SELECT COUNT(*) INTO v_rows FROM public.fila_teste_limits;
     SELECT EXISTS (SELECT 1 FROM public.fila_teste_limits AS l
                    WHERE l.time_windows IS NOT NULL

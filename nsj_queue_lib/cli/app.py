@@ -177,6 +177,14 @@ def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None
     )
     sub = _add(commands, "resume", fleet_commands.resume, "end a pause of the queue or processo")
     sub.add_argument("processo", nargs="?", help="only this processo (default: the whole queue)")
+    sub = _add(
+        commands,
+        "breaker",
+        fleet_commands.breaker_reset,
+        "close a processo's circuit breaker (breaker reset PROCESSO)",
+    )
+    sub.add_argument("action", choices=["reset"], help="reset: close it, forgetting its failures")
+    sub.add_argument("processo", help="the processo whose @Task declares the breaker")
 
 
 def _add_schema_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -244,8 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                "a command is required: status, tasks, show, workflow, retry, cancel, pause, resume, ddl, "
-                "upgrade, web or health"
+                "a command is required: status, tasks, show, workflow, retry, cancel, pause, "
+                "resume, breaker, ddl, upgrade, web or health"
             )
         standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
         if standalone is not None:  # reads no database nor queue settings

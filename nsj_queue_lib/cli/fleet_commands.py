@@ -1,11 +1,12 @@
-"""The commands that steer the whole fleet of a queue: ``pause [PROCESSO]`` and
-``resume [PROCESSO]`` (docs/fleet-control.md)."""
+"""The commands that steer the whole fleet of a queue: ``pause [PROCESSO]``,
+``resume [PROCESSO]`` and ``breaker reset PROCESSO`` (docs/fleet-control.md)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
 import re
+from collections.abc import Callable
 
 from nsj_queue_lib.cli.config import Config
 from nsj_queue_lib.cli.errors import EXIT_OK
@@ -52,13 +53,31 @@ def pause(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _committed(config: Config, act: Callable[[QueueClient], bool]) -> bool:
+    """``act`` on the queue's client in one committed transaction; its answer."""
+    with open_session(config, autocommit=False) as session:
+        answer = act(QueueClient(session.conn, config.queue_table))
+        session.conn.commit()
+    return answer
+
+
 def resume(args: argparse.Namespace, config: Config) -> int:
     """End the pause of the queue (or of one processo), in one transaction."""
-    with open_session(config, autocommit=False) as session:
-        was = QueueClient(session.conn, config.queue_table).resume(args.processo)
-        session.conn.commit()
+    was = _committed(config, lambda client: client.resume(args.processo))
     if args.json:
         write_json({"resumed": args.processo, "was_paused": was})
     else:
         write(f"{_what(args.processo)} " + ("resumed" if was else "was not paused"))
+    return EXIT_OK
+
+
+def breaker_reset(args: argparse.Namespace, config: Config) -> int:
+    """Close a processo's circuit breaker (its failures and trial forgotten), in one
+    transaction."""
+    was = _committed(config, lambda client: client.reset_breaker(args.processo))
+    if args.json:
+        write_json({"breaker_reset": args.processo, "was_tripped": was})
+    else:
+        state = "closed" if was else "had no failures"
+        write(f"circuit breaker of processo {args.processo!r} {state}")
     return EXIT_OK

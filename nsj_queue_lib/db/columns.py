@@ -53,7 +53,11 @@ TRACED_INSERT = {"trace_column": ", trace_context", "trace_value": ", %(trace_co
 
 
 def query_values(
-    queue_table: str, subscriber_table: str | None, now: str, deliverable: str
+    queue_table: str,
+    subscriber_table: str | None,
+    now: str,
+    deliverable: str,
+    pause_clock: str | None = None,
 ) -> dict[str, str]:
     """The placeholders every dialect's named queries use (identifiers already checked):
     ``now``, the dialect's clock; ``deliverable``, its socket-server claims' condition on the
@@ -78,7 +82,7 @@ def query_values(
         # ... and which deliveries the claiming worker handles (flow/deliveries.py).
         "deliverable": deliverable,
         # Tasks of limited processos are left to the limited claim (flow/limits.py).
-        "limits_free": limits_free(limits_table_name(queue_table), "t", now),
+        "limits_free": limits_free(limits_table_name(queue_table), "t", pause_clock or now),
         "limits_table": limits_table_name(queue_table),
         "workers_table": workers_table_name(queue_table),
     }

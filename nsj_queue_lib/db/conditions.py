@@ -67,8 +67,9 @@ def lock_key_free(
 
 def limits_free(limits_table: str, row: str, now: str) -> str:
     """SQL: the candidate ``row``'s processo has no limits (those tasks are claimed by the
-    limited claim only) and is not paused, nor is the queue (db/pause_conditions.py). The
-    arguments are this library's identifiers and expressions, never user input."""
+    limited claim only) and is not paused, nor is the queue (db/pause_conditions.py);
+    ``now``: the dialect's pause clock (``LimitsDialect.pause_clock``). The arguments are
+    this library's identifiers and expressions, never user input."""
     # OFFSET 0 keeps it a per-row probe: PostgreSQL would otherwise plan the
     # claim as an anti-join and leave the claim index's order.
     return (

@@ -111,6 +111,10 @@ class DdlNames:
             "workflows": workflows_table_name(q),
             "workflow_tasks": workflow_tasks_table_name(q),
             "idx_workflow_task": f"idx_{q}_workflow_task",
+            # Durable steps and waits (nsj_queue_lib/workflow/steps.py, waits.py).
+            "steps": steps_table_name(q),
+            "events": events_table_name(q),
+            "idx_events_task": f"idx_{q}_events_task",
             # The partitioned layout's (db/postgres/layout.py).
             "day_function": f"finished_day_{q}",
             "day_trigger": f"trigger_finished_day_{q}",
@@ -136,6 +140,8 @@ class DdlNames:
         values["release_function"] = f"{self.schema}.{names['release_function']}"
         values["workflows_table"] = f"{self.schema}.{names['workflows']}"
         values["workflow_tasks_table"] = f"{self.schema}.{names['workflow_tasks']}"
+        values["steps_table"] = f"{self.schema}.{names['steps']}"
+        values["events_table"] = f"{self.schema}.{names['events']}"
         values["channel"] = notify_channel(self.queue)
         values["end_function"] = f"{self.schema}.{names['end_function']}"
         values["end_channel"] = task_end_channel(self.queue)
@@ -176,6 +182,17 @@ def workflows_table_name(queue_table: str) -> str:
 def workflow_tasks_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_workflow_tasks``: each workflow's tasks, in the order added."""
     return f"{queue_table}_workflow_tasks"
+
+
+def steps_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_steps``: the checkpoints of durable steps and waits, one row per
+    (task, step name), kept across the task's attempts (nsj_queue_lib/workflow/steps.py)."""
+    return f"{queue_table}_steps"
+
+
+def events_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_events``: the events sent to tasks (``QueueClient.send_event``)."""
+    return f"{queue_table}_events"
 
 
 def release_routine_name(queue_table: str) -> str:

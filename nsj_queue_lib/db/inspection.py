@@ -60,13 +60,15 @@ NEXT_ATTEMPT_COLUMNS = (
     "id_inicial, data_hora_inicial, data_hora, origem, destino, processo, chave_externa, "
     "tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior, "
     "tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id, "
-    "dead, live_id, prioridade"
+    "dead, live_id, prioridade, payload"
 )
 NEXT_ATTEMPT_VALUES = (
     "COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, "
     "f.destino, f.processo, f.chave_externa, f.tentativa + 1, 'pendente', f.id, f.data_hora, "
     "f.status, f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, "
-    "f.publication_id, f.subscriber_id, f.dead, f.live_id, f.prioridade"
+    "f.publication_id, f.subscriber_id, f.dead, f.live_id, f.prioridade, "
+    # Kept where the first attempt's day may be dropped (see fail_and_retry).
+    "CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END"
 )
 
 

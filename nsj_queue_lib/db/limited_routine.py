@@ -43,6 +43,8 @@ class LimitsDialect:
     # One call of the routine: (limits store, conn, db.limits_store.ClaimRequest) ->
     # db.limits_store.LimitedClaim.
     claim: Callable[..., Any]
+    # The clock paused_until is compared with (db/pause_conditions.py): ``now`` by default.
+    pause_clock: str | None = None
     # The routine's lock_key condition (table, row, now): db/conditions.py's by default.
     lock_key_free: Callable[[str, str, str], str] = lock_key_free
     # The dialect's own placeholders of limited_claim.sql, and of limits.sql.
@@ -82,7 +84,7 @@ def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: 
         open=dialect.open_windows,
         handled=dialect.handled_processos,
         # Neither a pause-only row nor a paused processo or queue (db/pause_conditions.py).
-        startable=pause_conditions.startable("l", limits_table, dialect.now),
+        startable=pause_conditions.startable("l", limits_table, dialect.pause_clock or dialect.now),
         capped=_CAPPED.format(table=table),
         ready=_READY.format(table=table, now=dialect.now, lock_key_free=free),
     )

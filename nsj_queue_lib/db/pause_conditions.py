@@ -9,6 +9,10 @@ leave out a paused one too; the whole queue's row is one primary-key probe per
 claim statement (an uncorrelated subquery, run once). An expired pause holds
 nothing back: ``until`` resumes by itself, on the database's clock.
 
+The ``now`` of these conditions is the clock ``paused_until`` is compared with: the
+dialect's (``LimitsDialect.pause_clock``; on MySQL/MariaDB the UTC clock, as
+``paused_until`` is a UTC DATETIME there: db/mysql/limits_table.sql says why).
+
 Every argument is an identifier or expression of this library, never user input.
 """
 

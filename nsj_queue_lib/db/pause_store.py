@@ -5,7 +5,6 @@ what a pause means, db/pause_conditions.py how the claims read it)."""
 from __future__ import annotations
 
 import datetime
-import decimal
 from typing import Any
 
 from nsj_queue_lib.db.dialect import notify_channel
@@ -30,7 +29,9 @@ class PauseStore:
             )
         self._errors = dialect_errors(limits.name)
         self.sql = render_queries(
-            limits.name, {"limits_table": limits_table_name(queue_table)}, "pause.sql"
+            limits.name,
+            {"limits_table": limits_table_name(queue_table), "table": queue_table},
+            "pause.sql",
         )
         self.channel = notify_channel_of(queue_table)
 
@@ -45,7 +46,8 @@ class PauseStore:
         params = {
             "processo": key,
             "until_us": micros,
-            "until_s": None if micros is None else decimal.Decimal(micros).scaleb(-6),
+            # MySQL/MariaDB: the UTC DATETIME itself (db/mysql/pause.sql says why).
+            "until_utc": None if micros is None else _utc_text(micros),
             "by": by[:200],
         }
         self._run(conn, "pause", params)
@@ -74,6 +76,12 @@ class PauseStore:
         return found
 
 
+def _utc_text(micros: int) -> str:
+    """A DATETIME(6) literal's text, in UTC, of ``micros`` since 1970 (a parameter)."""
+    moment = EPOCH + datetime.timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 def _is_singlestore(conn: Any) -> bool:
     """A MySQL-family connection to SingleStore (its client store knows the server)."""
     server = getattr(client_store(conn, "nsjq_probe", None), "server", None)
@@ -98,14 +106,23 @@ class BreakerStore(PauseStore):
     def state(self, conn: Any, processo: str) -> BreakerState | None:
         """The processo's breaker, its row locked until the transaction ends."""
         for row in self._run(conn, "breaker_state", {"processo": processo}):
-            failures, is_open, trial = _values(
-                row, "breaker_failures", "breaker_open", "breaker_trial"
+            failures, is_open, trial, task = _values(
+                row, "breaker_failures", "breaker_open", "breaker_trial", "breaker_trial_task"
             )
-            return BreakerState(processo, int(failures), bool(is_open), bool(trial))
+            return BreakerState(
+                processo, int(failures), bool(is_open), bool(trial), trial_task=_int(task)
+            )
         return None
 
     def open(self, conn: Any, processo: str, cool_down_s: float) -> None:
         self._run(conn, "breaker_open", {"processo": processo, "cool_down_s": cool_down_s})
+
+    def undecided(self, conn: Any, processo: str, task_id: int) -> bool:
+        """The trial ``task_id`` ended without an outcome: another may start (the breaker
+        stays open); whether it was the trial."""
+        with self._errors.wrap_driver_errors("pause: breaker_undecided"), conn.cursor() as cur:
+            cur.execute(self.sql["breaker_undecided"], {"processo": processo, "task": task_id})
+            return bool(cur.rowcount)
 
     def close(self, conn: Any, processo: str) -> None:
         """Closed; the row gone when nothing else keeps it; the workers woken (PostgreSQL)."""
@@ -113,18 +130,56 @@ class BreakerStore(PauseStore):
         self._run(conn, "forget", {"processo": processo})
         self._run(conn, "wake", {"channel": self.channel})
 
+    def reset(self, conn: Any, processo: str) -> bool:
+        """The operator's reset: the breaker closed, its failures and trial forgotten, the
+        workers woken; whether it had failures or was open."""
+        if processo is None:  # breakers are per processo; the whole queue's row has none
+            raise ValueError("processo must be a non-empty string")
+        key = checked_processo(processo)
+        state = self.state(conn, key)
+        self.close(conn, key)
+        return state is not None and (state.open or state.failures > 0)
+
     def breakers(self, conn: Any) -> list[BreakerState]:
         """The breakers with failures counted, or open."""
         found = []
         for row in self._run(conn, "breakers"):
-            processo, failures, is_open, trial, until_us = _values(
-                row, "processo", "breaker_failures", "breaker_open", "breaker_trial", "until_us"
+            processo, failures, is_open, trial, until_us, task, age, timeout = _values(
+                row, *_BREAKER_COLUMNS
             )
             until = (
                 None if until_us is None else EPOCH + datetime.timedelta(microseconds=int(until_us))
             )
-            found.append(BreakerState(processo, int(failures), bool(is_open), bool(trial), until))
+            found.append(
+                BreakerState(
+                    processo,
+                    int(failures),
+                    bool(is_open),
+                    bool(trial),
+                    until,
+                    trial_task=_int(task),
+                    trial_age_s=None if age is None else float(age),
+                    trial_timeout_s=None if timeout is None else float(timeout),
+                )
+            )
         return found
+
+
+# The columns of the breakers statement, in its order.
+_BREAKER_COLUMNS = (
+    "processo",
+    "breaker_failures",
+    "breaker_open",
+    "breaker_trial",
+    "until_us",
+    "breaker_trial_task",
+    "trial_age_s",
+    "trial_timeout_s",
+)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _values(row: Any, *names: str) -> tuple[Any, ...]:

@@ -110,12 +110,16 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
         dead: int | None = store.fail_and_bury(
             conn, task_id, record.status, record.mensagem, record.payload
         )
+        written = dead is not None
     else:
         dead = None
-        store.fail_final(conn, task_id, record.status, record.mensagem)
-    # Failed for good: the children waiting for it are cancelled (or run), in this
-    # transaction (nsj_queue_lib/workflow/dependencies.py).
-    dependencies.after_failure(store, conn, task_id)
+        written = bool(store.fail_final(conn, task_id, record.status, record.mensagem))
+    if written:
+        # Failed for good: the children waiting for it are cancelled (or run), in this
+        # transaction (nsj_queue_lib/workflow/dependencies.py). Not when the fenced
+        # write changed nothing: the attempt was settled elsewhere (the retry service
+        # rescued it and its next attempt may still succeed).
+        dependencies.after_failure(store, conn, task_id)
     return dead
 
 
@@ -243,6 +247,25 @@ class TaskSession:
             outcome = RELEASED if self.store.release(conn, task.id) else GONE
         self.locks.unlock_in_transaction(conn, task)
         return outcome
+
+    # -- a handler's own commits (durable steps and waits: runtime/handler_commits.py) --
+
+    def keep_handler_work(self, conn: Any) -> None:
+        """What the handler's transaction holds, committed; the next transaction opened in
+        the same round trip (never idle while the session holds the task's liveness lock,
+        which a commit keeps: it is a session lock)."""
+        self.store.commit_and_begin(conn)
+
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
+        """The task's liveness lock freed with the open transaction (where the lock is the
+        database's; elsewhere after its commit, in ``after_settled``)."""
+        self.locks.unlock_in_transaction(conn, task)
+
+    def release_handler(self, conn: Any, task: TaskRecord) -> None:
+        """The liveness lock freed and the handler's transaction committed (its task written
+        'pendente' again in it: a durable wait); ``conn`` idle after it."""
+        self.locks.unlock_in_transaction(conn, task)
+        self.store.commit(conn)
 
     # -- a commit group (dialects with savepoints: db/<dialect>/session.py) --
 

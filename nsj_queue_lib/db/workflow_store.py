@@ -10,31 +10,40 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import (
+    events_table_name,
     notify_channel,
     parents_table_name,
     release_routine_name,
+    steps_table_name,
     waiting_table_name,
 )
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsupported
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
 
 DIALECTS = ("postgres", "mysql")
 SERVER_STATUS_IN_TRANS = 1  # the MySQL protocol's flag: a transaction is open
+T = TypeVar("T")
 
 
 class WorkflowStore:
     """Dependencies of the queue ``queue_table`` on a ``dialect`` ('postgres', 'mysql')."""
 
+    # The named queries' file (db/<dialect>/...): a subclass serves another part of the
+    # workflow tables (db/step_store.py).
+    queries_file = "workflow.sql"
+    # What needs the tables, for the refusal's message.
+    feature = "dependencies between tasks (after=)"
+
     def __init__(self, dialect: str, queue_table: str):
         if dialect not in DIALECTS:
             raise WorkflowUnsupported(
-                f"dependencies between tasks (after=) need PostgreSQL or MySQL/MariaDB, "
-                f"not {dialect}"
+                f"{self.feature} need PostgreSQL or MySQL/MariaDB, not {dialect}"
             )
         check_table_name(queue_table, "queue table")
         self.dialect = dialect
@@ -45,8 +54,10 @@ class WorkflowStore:
             "parents_table": parents_table_name(queue_table),
             "waiting_table": waiting_table_name(queue_table),
             "release_function": release_routine_name(queue_table),
+            "steps_table": steps_table_name(queue_table),
+            "events_table": events_table_name(queue_table),
         }
-        self.sql = render_queries(dialect, values, "workflow.sql")
+        self.sql = render_queries(dialect, values, self.queries_file)
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> WorkflowStore:
@@ -54,11 +65,19 @@ class WorkflowStore:
         names the SQL (SingleStore's store says so, though it shares MySQL's driver);
         ``WorkflowUnsupported`` for a store without one (the in-memory queue)."""
         dialect = getattr(store, "dialect", None)
-        return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
+        name = dialect if isinstance(dialect, str) else type(store).__name__
+        kind: Any = cls  # (mypy reads a class object as unhashable)
+        found: WorkflowStore = _store(kind, name, queue_table)
+        return found
 
     def tables(self) -> tuple[str, ...]:
         """The tables these statements need (an error naming one says db_gen --upgrade)."""
-        return (parents_table_name(self.queue_table), waiting_table_name(self.queue_table))
+        return (
+            parents_table_name(self.queue_table),
+            waiting_table_name(self.queue_table),
+            steps_table_name(self.queue_table),
+            events_table_name(self.queue_table),
+        )
 
     # -- statements --
 
@@ -74,8 +93,8 @@ class WorkflowStore:
             text = str(exc).lower()
             if any(name.split(".")[-1].lower() in text for name in self.tables()):
                 error = WorkflowUnsupported(
-                    f"{what}: the queue has no dependency tables ({exc}); run db_gen --upgrade "
-                    "(SingleStore has no dependencies between tasks)"
+                    f"{what}: the queue has no workflow tables ({exc}); run db_gen --upgrade "
+                    "(SingleStore has no workflows)"
                 )
             raise error from exc
 
@@ -95,32 +114,48 @@ class WorkflowStore:
 
     def parent_state(self, conn: Any, task_id: int) -> dict[str, Any] | None:
         """The latest attempt of the task ``task_id`` belongs to, row-locked until the
-        caller's transaction ends; None for an unknown id."""
-        rows = self._rows(conn, "parent_state", {"id": task_id})
+        caller's transaction ends; None for an unknown id. Three statements, each seeing
+        the latest commit (``workflow.sql`` says why one is not enough on MySQL)."""
+        first = self._rows(conn, "parent_first", {"id": task_id})
+        if not first:
+            return None
+        latest = self._rows(conn, "parent_latest", {"first": int(first[0][0])})
+        attempt_id = int(first[0][0]) if latest[0][0] is None else int(latest[0][0])
+        rows = self._rows(conn, "parent_state", {"id": attempt_id})
         if not rows:
             return None
-        attempt, first, status, reenfileirado, estouro, dead = rows[0]
+        attempt, first_id, status, reenfileirado, estouro, dead = rows[0]
         return {
             "id": int(attempt),
-            "first_id": int(first),
+            "first_id": int(first_id),
             "status": status,
             "reenfileirado": bool(reenfileirado),
             "estouro_tentativas": bool(estouro),
             "dead": bool(dead),
         }
 
+    def retrying_moved_rows(self, conn: Any, reads: Callable[[], T]) -> T:
+        """``reads()``, run again under a savepoint when a row it locks moved to another
+        partition meanwhile (PostgreSQL's partitioned layout: ``moved_rows``); as it is
+        elsewhere."""
+        if self.dialect != "postgres":
+            return reads()
+        return retry_moved_rows(conn, reads)
+
     def add_child(
         self,
         conn: Any,
         child_id: int,
-        parent_ids: Sequence[int],
+        edges: Sequence[tuple[int, bool]],
         pending: int,
         on_parent_failure: str,
     ) -> None:
-        """The edges of a new child; with ``pending`` parents unfinished, its count too."""
+        """The edges of a new child, (parent's first attempt id, settled: the parent had
+        finished already); with ``pending`` parents unfinished, its count too."""
         with self._cursor(conn, "add_edge") as cur:
             cur.executemany(
-                self.sql["add_edge"], [{"parent": p, "child": child_id} for p in parent_ids]
+                self.sql["add_edge"],
+                [{"parent": p, "child": child_id, "settled": done} for p, done in edges],
             )
         if pending > 0:
             params = {"child": child_id, "pending": pending, "on_parent_failure": on_parent_failure}
@@ -134,12 +169,18 @@ class WorkflowStore:
         return int(rows[0][0]) if rows else None
 
     def dependents(self, conn: Any, parent_ids: Sequence[int]) -> list[tuple[int, int, str]]:
-        """(parent, child, on_parent_failure) of the waiting children of these parents,
-        their counts locked."""
+        """(parent, child, on_parent_failure) of the waiting children of these parents
+        whose edge is not settled yet, their counts and edges locked."""
         if not parent_ids:
             return []
         rows = self._rows(conn, "dependents", {"ids": self._ids(parent_ids)})
         return [(int(p), int(c), str(mode)) for p, c, mode in rows]
+
+    def settle_edges(self, conn: Any, parent_ids: Sequence[int]) -> None:
+        """These parents finished: their edges are settled, so they are never counted
+        again (``dependents`` locked those of waiting children)."""
+        if parent_ids:
+            self._run(conn, "settle_edges", {"ids": self._ids(parent_ids)})
 
     def count_down(self, conn: Any, child_id: int, finished: int) -> bool:
         """``finished`` more parents of ``child_id`` ended; True when that released it."""
@@ -189,11 +230,28 @@ class WorkflowStore:
             self._release(conn, "children_of_attempts", attempt_ids)
 
     def _release(self, conn: Any, probe: str, ids: Sequence[int]) -> None:
-        for (parent,) in self._rows(conn, probe, {"ids": self._ids(ids)}):
-            self._rows(conn, "release_children", {"parent": int(parent)})
+        """The children of several parents are locked in one child id order, as every
+        settlement locks them, so that two commit groups with shared children queue
+        instead of deadlocking: PostgreSQL's function takes every parent at once;
+        MySQL's procedure takes one, so the children are locked first."""
+        parents = sorted(int(p) for (p,) in self._rows(conn, probe, {"ids": self._ids(ids)}))
+        if not parents:
+            return
+        if self.dialect == "postgres":
+            self._rows(conn, "release_children", {"parents": parents})
+            return
+        if len(parents) > 1:
+            children = self._rows(conn, "children_to_lock", {"ids": self._ids(parents)})
+            if children:
+                self._rows(
+                    conn, "lock_children", {"ids": self._ids(sorted(c for (c,) in children))}
+                )
+        for parent in parents:
+            self._rows(conn, "release_children", {"parent": parent})
 
 
 @functools.lru_cache(maxsize=256)
-def _store(dialect: str, queue_table: str) -> WorkflowStore:
-    """One store per (dialect, queue): it holds only its rendered statements."""
-    return WorkflowStore(dialect, queue_table)
+def _store(kind: Any, dialect: str, queue_table: str) -> WorkflowStore:
+    """One store per (kind: a WorkflowStore class, dialect, queue): it holds only its rendered
+    statements."""
+    return kind(dialect, queue_table)

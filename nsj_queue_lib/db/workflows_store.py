@@ -11,7 +11,6 @@ writes are batched: enqueueing a workflow costs a few round trips whatever its s
 from __future__ import annotations
 
 import datetime
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,8 +28,10 @@ class WorkflowsStore(WorkflowStore):
     """Workflows of the queue ``queue_table`` on a ``dialect`` ('postgres', 'mysql');
     ``WorkflowUnsupported`` elsewhere, as the dependencies."""
 
+    feature = "workflows (Workflow, get_workflow, cancel_workflow)"
+
     def __init__(self, dialect: str, queue_table: str):
-        super().__init__(dialect, queue_table)
+        super().__init__(dialect, queue_table)  # the dependencies' statements (add_edge, ...)
         values = {
             "queue_table": queue_table,
             "parents_table": parents_table_name(queue_table),
@@ -42,8 +43,9 @@ class WorkflowsStore(WorkflowStore):
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> WorkflowsStore:
-        dialect = getattr(store, "dialect", None)
-        return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
+        found = super().for_store(store, queue_table)
+        assert isinstance(found, WorkflowsStore)
+        return found
 
     def tables(self) -> tuple[str, ...]:
         return (
@@ -119,8 +121,3 @@ class WorkflowsStore(WorkflowStore):
         """The id of the workflow the task (any attempt's id) belongs to, or None."""
         rows = self._rows(conn, "workflow_of_task", {"id": task_id})
         return int(rows[0][0]) if rows else None
-
-
-@functools.lru_cache(maxsize=256)
-def _store(dialect: str, queue_table: str) -> WorkflowsStore:
-    return WorkflowsStore(dialect, queue_table)

@@ -16,6 +16,7 @@ running without it.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -165,7 +166,7 @@ class WorkerRuntime:
         self.tracer = attempt_tracer(settings)  # QUEUE_OTEL
         handler, self.observer = observed(handler, self.endpoints, self.tracer)
         # Circuit breakers (fleet/breakers.py): an observer of outcomes and a thread.
-        self.breakers = self._breakers(breakers or {})
+        self.breakers = self._breakers(breakers or {}, TaskTimeouts(settings, task_timeouts))
         self.store = self.driver.store()
         self.store.set_handled_subscribers(handled_subscribers)
         self.store.set_handled_processos(handled_processos)
@@ -247,7 +248,9 @@ class WorkerRuntime:
             self.breakers.on_change = self._breaker_changed
         return limiter
 
-    def _breakers(self, breakers: Mapping[str, tuple[int, float]]) -> BreakerRecorder | None:
+    def _breakers(
+        self, breakers: Mapping[str, tuple[int, float]], timeouts: TaskTimeouts
+    ) -> BreakerRecorder | None:
         """The circuit breakers' recorder, reporting with the observer; None without any.
         Where the database has no limits table (SingleStore), a ConfigError."""
         if not breakers:
@@ -260,13 +263,8 @@ class WorkerRuntime:
                     )
                 }
             )
-        recorder = BreakerRecorder(
-            self.settings.queue_name,
-            self.settings.queue_table,
-            breakers,
-            lambda: self.driver.connect(autocommit=False),
-            self.stop_event,
-        )
+        connect = functools.partial(self.driver.connect, autocommit=False)
+        recorder = BreakerRecorder(self.settings, breakers, connect, timeouts.timeout_for)
         self.observer = (
             recorder if self.observer is NULL_OBSERVER else Observers([self.observer, recorder])
         )
@@ -566,6 +564,8 @@ class WorkerRuntime:
             if not self.executor.wait_idle(s.queue_grace_period):
                 self._release_running(self.executor)
             self.executor.join(timeout=1)
+        if self.breakers is not None:  # every attempt ended: what they queued is written
+            self.breakers.finish()
         for thread in services:
             thread.join(timeout=5)
         if self._owns_pool:

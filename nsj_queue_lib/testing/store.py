@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.testing.steps import MemorySteps
 
 Row = dict[str, Any]
 UTC = datetime.timezone.utc
@@ -77,6 +78,8 @@ class MemoryStore:
         # Told the id of a running attempt whose cancel was requested (InMemoryQueue).
         self.on_cancel_requested: Callable[[int], None] = lambda attempt_id: None
         self.periodic_slots: dict[str, datetime.datetime] = {}  # processo -> latest enqueued
+        # Durable steps' checkpoints and the events sent to tasks (testing/steps.py).
+        self.steps = MemorySteps(self)
 
     # -- rows --
 

@@ -17,6 +17,13 @@ for good (its dead letter enqueued, or failed with nothing after) or ends
 it), and theirs in turn; a child inserted with ``on_parent_failure="run"``
 counts such a parent as finished instead. That is ``parents_failed``, called by
 the worker where the failure is written, and by ``cancel_task``.
+
+Each edge (``<queue>_parents`` row) is counted once: its ``settled`` flag flips
+when its parent's end is counted (or is set at insert for a parent that had
+finished), and only edges that flip count. A parent that failed for good and is
+then retried by hand (``retry_task``) keeps its edges settled: its cancelled
+children stay cancelled, and its "run" children, which counted it as finished,
+do not wait for the retry nor count it again.
 """
 
 from __future__ import annotations
@@ -70,7 +77,19 @@ def read_parents(
     wstore: WorkflowStore, conn: Any, after: Sequence[int]
 ) -> list[tuple[int, int, str | None]]:
     """(given id, first attempt id, outcome) per parent, each row-locked; ``NotFoundError``
-    naming the unknown ids (nothing written)."""
+    naming the unknown ids (nothing written). The reads run again, all of them, where a
+    parent's row moved meanwhile (``WorkflowStore.retrying_moved_rows``)."""
+    found, unknown = wstore.retrying_moved_rows(conn, lambda: _read_parents(wstore, conn, after))
+    if unknown:
+        raise NotFoundError(
+            f"after: no task {', '.join(map(str, unknown))} in {wstore.queue_table}"
+        )
+    return found
+
+
+def _read_parents(
+    wstore: WorkflowStore, conn: Any, after: Sequence[int]
+) -> tuple[list[tuple[int, int, str | None]], list[int]]:
     found: list[tuple[int, int, str | None]] = []
     unknown: list[int] = []
     for task_id in after:
@@ -83,11 +102,7 @@ def read_parents(
             unknown.append(task_id)
             continue
         found.append((task_id, state["first_id"], parent_outcome(state)))
-    if unknown:
-        raise NotFoundError(
-            f"after: no task {', '.join(map(str, unknown))} in {wstore.queue_table}"
-        )
-    return found
+    return found, unknown
 
 
 def insert_child(
@@ -100,14 +115,17 @@ def insert_child(
     """Insert a task (``insert()``, returning its id) after ``parents`` (``read_parents``'s
     answer, read in this transaction), in the caller's transaction; returns its id."""
     task_id: int = insert()
-    first_ids = sorted({first for _, first, _ in parents})
+    # Per parent, not per id given: two ids of one task (an attempt and its retry) are
+    # one edge, counted once.
+    outcomes = {first: outcome for _, first, outcome in parents}
+    edges = [(first, outcomes[first] is not None) for first in sorted(outcomes)]
+    pending = sum(1 for outcome in outcomes.values() if outcome is None)
     failed = [given for given, _, outcome in parents if outcome == "failed"]
-    pending = sum(1 for _, _, outcome in parents if outcome is None)
     if failed and on_parent_failure == "cancel":
-        wstore.add_child(conn, task_id, first_ids, 0, on_parent_failure)
+        wstore.add_child(conn, task_id, edges, 0, on_parent_failure)
         wstore.set_new_status(conn, task_id, model.CANCELADA, failed_parent_message(failed[0]))
         return task_id
-    wstore.add_child(conn, task_id, first_ids, pending, on_parent_failure)
+    wstore.add_child(conn, task_id, edges, pending, on_parent_failure)
     if pending:
         wstore.set_new_status(conn, task_id, AGUARDANDO, None)
     return task_id
@@ -126,6 +144,9 @@ def parents_failed(wstore: WorkflowStore, conn: Any, attempt_ids: Sequence[int])
     released = False
     while frontier:
         rows = wstore.dependents(conn, frontier)
+        # Each edge counts once: a parent retried by hand after it failed for good, or
+        # a failure written twice, finds its edges settled.
+        wstore.settle_edges(conn, frontier)
         finished = Counter(child for _, child, mode in rows if mode == "run")
         for child, n in sorted(finished.items()):
             released = wstore.count_down(conn, child, n) or released

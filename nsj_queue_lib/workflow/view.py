@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.workflows_store import WorkflowsStore
 from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.task_views import task_view
 
-if TYPE_CHECKING:
-    from nsj_queue_lib.queue_client import QueueClient
+# A QueueClient (which calls in here): not imported, not even for annotations, so that
+# the two modules form no import cycle.
+QueueClient = Any
 
 RUNNING = "running"
 SUCCEEDED = "succeeded"
@@ -62,8 +64,6 @@ def get_workflow(client: QueueClient, workflow_id: int) -> dict[str, Any] | None
     """``id``, ``name``, ``created_at``, ``status``, ``counts`` (tasks per status) and
     ``tasks``: each task's ``get_task`` dict with its ``processo``, ``chave_externa`` and
     ``parents`` (ids), in the order added; None for an unknown id."""
-    from nsj_queue_lib.queue_client import task_view
-
     store = _store(client)
     conn = client._conn
     found = store.workflow(conn, workflow_id)

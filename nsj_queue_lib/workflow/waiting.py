@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.queue_store import EndWaiter
 from nsj_queue_lib.exceptions import NotFoundError
 
 FIRST_INTERVAL = 0.001
@@ -36,22 +37,6 @@ PUSHED_INTERVAL = 0.05
 # short task took 1.5 to 2 ms longer, more than the push saves (bench_workflow.py). A
 # task that ends within this is seen by polling; a longer one is pushed.
 POLL_FIRST = 0.02
-
-
-class EndWaiter(Protocol):
-    """What ``wait_pushed`` needs of a dialect's LISTEN (db/postgres/task_end.py)."""
-
-    def end_look(self) -> None: ...
-
-    def register(self, first_id: int) -> tuple[bool, Mapping[str, Any] | None]: ...
-
-    def unregister(self) -> None: ...
-
-    def wait(self, seconds: float) -> bool: ...
-
-    def look_and_close(self) -> Mapping[str, Any] | None: ...
-
-    def close(self) -> None: ...
 
 
 def finished(row: Mapping[str, Any]) -> bool:

@@ -265,6 +265,8 @@ class Backend:
             f"{self.table}_waiting",
             f"{self.table}_workflows",
             f"{self.table}_workflow_tasks",
+            f"{self.table}_steps",
+            f"{self.table}_events",
         ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.release_{self.name}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections import Counter
 
@@ -92,7 +93,9 @@ def test_an_async_handler_rescued_while_it_runs_commits_none_of_its_writes(backe
     assert worker.alive() and worker.stop() == 0
 
 
-DRAIN_TASKS = 30_000
+# Issue 36 measured 30,000 (DRAIN_TASKS=30000 runs that); make test drains 12,000, which
+# still spans a dozen runs of the retry service, to keep the suite within its 10 minutes.
+DRAIN_TASKS = int(os.environ.get("DRAIN_TASKS", "12000"))
 
 
 @BOTH
@@ -100,7 +103,7 @@ def test_a_busy_drain_with_the_retry_service_every_second_commits_each_write_onc
     """The measurement of issue 36: 32 executors in one worker, group commit (PostgreSQL's
     default; MariaDB with QUEUE_BATCH_SIZE=50), the retry service every second. MariaDB
     drains a third of the tasks: 30,000 took 145 s of the test's 240 alone, and timed out
-    beside the rest of the suite."""
+    beside the rest of the suite; 10,000 took 107 s of a 14-minute suite."""
     count = DRAIN_TASKS if backend.family == "postgres" else DRAIN_TASKS // 3
     ids = backend.enqueue([dict(payload="x")] * count, bulk=True)
 

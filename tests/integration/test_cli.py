@@ -604,3 +604,21 @@ def test_status_shows_the_circuit_breakers_with_failures_or_open(queue, capsys):
     ]
     _, out, _ = run(capsys, *queue.args("status"))
     assert "CIRCUIT BREAKER of processo p2: half-open (0 consecutive failures)\n" in out
+
+
+def test_breaker_reset_closes_a_processo_s_circuit_breaker(queue, capsys):
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        conn.cursor().execute(
+            f"INSERT INTO {queue.table}_limits (processo, breaker_open, breaker_trial,"
+            " breaker_trial_task) VALUES ('p2', TRUE, TRUE, 41)"
+        )
+    finally:
+        close_quietly(conn)
+    code, out, _ = run(capsys, *queue.args("breaker", "reset", "p2"))
+    assert code == 0 and out == "circuit breaker of processo 'p2' closed\n"
+    assert run_json(capsys, *queue.args("status"))["circuit_breakers"] == []
+    assert run_json(capsys, *queue.args("breaker", "reset", "p2")) == {
+        "breaker_reset": "p2",
+        "was_tripped": False,
+    }

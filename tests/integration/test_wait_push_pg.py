@@ -14,7 +14,6 @@ import pytest
 
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.db.dialect import task_end_channel, task_end_lock_key
-from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
 from tests.helpers.databases import collect_until_sentinel
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,8 +86,7 @@ def test_the_waiter_hears_its_task_end(pg_queue, pg_dsn, autocommit):
     and look_and_close reads the end and leaves the connection as it was."""
     with psycopg.connect(pg_dsn, autocommit=autocommit) as conn:
         task_id = insert(conn, pg_queue.table)
-        store = QueueClient(conn, pg_queue.table)._store
-        waiter = TaskEndWaiter.on(conn, store, pg_queue.table, task_id)
+        waiter = QueueClient(conn, pg_queue.table)._store.end_waiter(conn, task_id)
         assert waiter is not None
         pushed, row = waiter.register(task_id)
         assert pushed and row["status"] == "pendente"

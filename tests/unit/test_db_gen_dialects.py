@@ -204,6 +204,8 @@ def test_mysql_upgrade_statements_are_all_idempotent_forms():
         r"|PREPARE nsjq_step FROM @nsjq_ddl$|EXECUTE nsjq_step$|DEALLOCATE PREPARE nsjq_step$"
         # The MariaDB script's first statement: on MySQL it stops the script (changes nothing).
         r"|SET @nsjq_ddl = IF\(VERSION\(\) LIKE '%MariaDB%', 'DO 0', "
+        # The session's time zone, UTC around paused_until's change (and given back).
+        r"|SET @nsjq_time_zone = @@session\.time_zone$|SET time_zone = ('\+00:00'|@nsjq_time_zone)$"
         r"|CREATE TABLE IF NOT EXISTS "
         r"|DROP PROCEDURE IF EXISTS public.claim_(next|limited)_fila_teste(_v2)?$"
         r"|DROP PROCEDURE IF EXISTS public.release_fila_teste$)"

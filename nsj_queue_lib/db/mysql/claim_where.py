@@ -15,6 +15,11 @@ from nsj_queue_lib.db.conditions import limits_free
 from nsj_queue_lib.db.mysql.deliveries import deliverable
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 
+# The clock paused_until is compared with: it is a UTC DATETIME (limits_table.sql says
+# why), and NOW(6) is in the session's time zone (a worker's is UTC; a handler may change
+# its own connection's, on which the next claim runs).
+PAUSE_CLOCK = "UTC_TIMESTAMP(6)"
+
 _READY = "t.status = 'pendente' AND t.data_hora <= {now}"
 _AFTER_POSITION = (
     "(t.prioridade < v_prioridade OR t.prioridade IS NULL"
@@ -37,6 +42,6 @@ def claim_where(
     conditions += [
         lock_key_free(table, "t", now, hot_day),
         deliverable("t", "p_handled_subscribers", "p_handled_processos"),
-        limits_free(limits_table, "t", now),
+        limits_free(limits_table, "t", PAUSE_CLOCK),
     ]
     return "\n      AND ".join(conditions)

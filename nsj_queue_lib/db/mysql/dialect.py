@@ -23,7 +23,7 @@ from nsj_queue_lib import model
 from nsj_queue_lib.db.dialect import SERVER_FAMILIES, DdlNames, Dialect
 from nsj_queue_lib.db.limited_routine import LimitsDialect, limited_claim_ddl, previous_claim_ddl
 from nsj_queue_lib.db.mysql import limits
-from nsj_queue_lib.db.mysql.claim_where import claim_where
+from nsj_queue_lib.db.mysql.claim_where import PAUSE_CLOCK, claim_where
 from nsj_queue_lib.db.mysql.layout import HOT_DAY, LAYOUTS, layout_values
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.sql_files import read_sql, render, sql_code
@@ -55,6 +55,8 @@ LIMITS_UPGRADE_COLUMNS = (
     "breaker_open",
     "breaker_until",
     "breaker_trial",
+    "breaker_trial_at",
+    "breaker_trial_task",
 )
 
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
@@ -151,6 +153,7 @@ CLAIMED_TASK_VALUES = _task_values(status="'processando'")
 LIMITS = LimitsDialect(
     name="mysql",
     now="NOW(6)",
+    pause_clock=PAUSE_CLOCK,
     open_windows="p_open_windows",
     handled_processos="p_handled_processos",
     states=limits.STATES,
@@ -338,13 +341,29 @@ class MysqlDialect(Dialect):
             )
             for column in LIMITS_UPGRADE_COLUMNS
         )
+        values["add_limits_columns"] += "\n" + self._utc_pause_step(names, values)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._workers_tables(values, True)
         values["workflow_ddl"] = self._workflow_tables(
             values, f"DROP PROCEDURE IF EXISTS {values['release_function']};\n", True
         )
+        values["add_workflow_columns"] = self._workflow_columns(names, values, created)
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
+
+    def _workflow_columns(self, names: DdlNames, values: dict[str, str], created: str) -> str:
+        """The edges' ``settled`` flag, which came after the first builds of dependencies
+        between tasks (their edges count as unsettled)."""
+        parents = values["parents_table"]
+        definition = column_definitions(created, parents)["settled"]
+        return self._step(
+            names,
+            "columns",
+            parents.split(".")[-1],
+            "column_name",
+            "settled",
+            f"ALTER TABLE {parents} ADD COLUMN settled {definition}",
+        )
 
     def _index_steps(self, names: DdlNames, indexes_sql: str) -> str:
         """Each ``CREATE INDEX`` of ``indexes_sql`` (comments kept) as an idempotent step."""
@@ -381,6 +400,28 @@ class MysqlDialect(Dialect):
                 )
             )
         return "\n".join(steps)
+
+    def _utc_pause_step(self, names: DdlNames, values: dict[str, str]) -> str:
+        """An earlier release's ``paused_until`` TIMESTAMP made the UTC DATETIME(6) of
+        limits_table.sql. The change converts each value through the session's time zone:
+        the script's session is set to UTC around it (and given its own zone back)."""
+        limits_table = values["limits_table"]
+        step = self._step(
+            names,
+            "columns",
+            limits_table.split(".")[-1],
+            "column_name",
+            "paused_until",
+            f"ALTER TABLE {limits_table} MODIFY COLUMN paused_until datetime(6) NULL",
+            condition=" AND data_type = 'timestamp') > 0",
+        )
+        return (
+            "-- paused_until, a TIMESTAMP before: a UTC DATETIME(6), converted in UTC.\n"
+            "SET @nsjq_time_zone = @@session.time_zone;\n"
+            "SET time_zone = '+00:00';\n"
+            f"{step}\n"
+            "SET time_zone = @nsjq_time_zone;"
+        )
 
     def _step(
         self,

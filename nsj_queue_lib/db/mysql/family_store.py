@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, missing_columns_error
 from nsj_queue_lib.db.mysql import galera
+from nsj_queue_lib.db.mysql.claim_where import PAUSE_CLOCK
 from nsj_queue_lib.db.mysql.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.mysql.dialect import TASK_JSON
 from nsj_queue_lib.db.mysql.errors import (
@@ -72,7 +73,9 @@ class MysqlFamilyStore:
         self.queue_table = queue_table
         self.subscriber_table = subscriber_table
         self._query_values = {
-            **query_values(queue_table, subscriber_table, "NOW(6)", SERVER_DELIVERABLE),
+            **query_values(
+                queue_table, subscriber_table, "NOW(6)", SERVER_DELIVERABLE, PAUSE_CLOCK
+            ),
             # The socket-server claim's lock_key condition: the claim procedure's.
             "lock_key_free": lock_key_free(queue_table, "t", "NOW(6)"),
             "task_json": TASK_JSON,
@@ -278,6 +281,10 @@ class MysqlFamilyStore:
             return count
 
     # -- a task's life cycle (docs/lifecycle.md) --
+
+    def end_waiter(self, conn: Any, task_id: int) -> None:
+        """No push here: wait_for_task polls (MySQL/MariaDB have no NOTIFY)."""
+        return None
 
     def task_view(self, conn: Any, task_id: int, lock: bool = False) -> dict[str, Any] | None:
         """The latest attempt of the task ``task_id`` belongs to; with ``lock``, read with

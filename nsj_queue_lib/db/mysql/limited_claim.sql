@@ -106,7 +106,11 @@ BEGIN
             l.rate_tat = IF(l.rate_count IS NULL, l.rate_tat,
                 TIMESTAMPADD(MICROSECOND, ROUND(1e6 * l.rate_period_s / l.rate_count),
                              IF(l.rate_tat IS NOT NULL AND l.rate_tat > v_floor, l.rate_tat, v_floor))),
-            -- An open circuit breaker's task is its trial: no other starts until it is decided.
+            -- An open circuit breaker's task is its trial: no other starts until it is
+            -- decided. Its id and start let only its outcome decide, and let a trial
+            -- whose outcome never came be told (fleet/breaker_recorder.py).
+            l.breaker_trial_at = IF(l.breaker_open, NOW(6), NULL),
+            l.breaker_trial_task = IF(l.breaker_open, v_claimed, NULL),
             l.breaker_trial = l.breaker_open
         WHERE l.processo = v_chosen;
         IF v_first_attempt IS NOT NULL THEN

@@ -3,13 +3,18 @@
 -- base: postgres
 
 -- name: pause
+-- paused_until is a UTC DATETIME (limits_table.sql): the UTC value itself is
+-- written, so neither the caller's session time zone (FROM_UNIXTIME's, with
+-- its daylight-saving folds) nor 2038 (FROM_UNIXTIME's NULL) changes it.
 INSERT INTO {limits_table} (processo, paused, paused_until, declared_by)
-VALUES (%(processo)s, 1, FROM_UNIXTIME(%(until_s)s), %(by)s)
-ON DUPLICATE KEY UPDATE paused = 1, paused_until = FROM_UNIXTIME(%(until_s)s)
+VALUES (%(processo)s, 1, %(until_utc)s, %(by)s)
+ON DUPLICATE KEY UPDATE paused = 1, paused_until = %(until_utc)s
 
 -- name: paused
-SELECT processo, CAST(UNIX_TIMESTAMP(paused_until) * 1000000 AS SIGNED) AS until_us,
-       paused_until IS NOT NULL AND paused_until <= NOW(6) AS expired
+-- Read and compared in UTC too: TIMESTAMPDIFF of two DATETIMEs converts nothing.
+SELECT processo,
+       TIMESTAMPDIFF(MICROSECOND, TIMESTAMP '1970-01-01 00:00:00', paused_until) AS until_us,
+       paused_until IS NOT NULL AND paused_until <= UTC_TIMESTAMP(6) AS expired
 FROM {limits_table}
 WHERE paused
 ORDER BY processo
@@ -26,12 +31,16 @@ ON DUPLICATE KEY UPDATE breaker_failures = breaker_failures + 1
 -- name: breaker_open
 UPDATE {limits_table}
 SET breaker_open = 1, breaker_trial = 0, breaker_failures = 0,
+    breaker_trial_at = NULL, breaker_trial_task = NULL,
     breaker_until = TIMESTAMPADD(MICROSECOND, ROUND(%(cool_down_s)s * 1000000), NOW(6))
 WHERE processo = %(processo)s
 
 -- name: breakers
-SELECT processo, breaker_failures, breaker_open, breaker_trial,
-       CAST(UNIX_TIMESTAMP(breaker_until) * 1000000 AS SIGNED) AS until_us
-FROM {limits_table}
-WHERE breaker_failures > 0 OR breaker_open
-ORDER BY processo
+SELECT l.processo, l.breaker_failures, l.breaker_open, l.breaker_trial,
+       CAST(UNIX_TIMESTAMP(l.breaker_until) * 1000000 AS SIGNED) AS until_us,
+       l.breaker_trial_task,
+       TIMESTAMPDIFF(MICROSECOND, l.breaker_trial_at, NOW(6)) / 1e6 AS trial_age_s,
+       (SELECT t.timeout_s FROM {table} AS t WHERE t.id = l.breaker_trial_task) AS trial_timeout_s
+FROM {limits_table} AS l
+WHERE l.breaker_failures > 0 OR l.breaker_open
+ORDER BY l.processo

@@ -150,7 +150,7 @@ INSERT INTO {queue_table} (
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
     dead, live_id, prioridade, dedupe_key, lock_key, trace_context,
-    max_retry, timeout_s, next_try_priority
+    max_retry, timeout_s, next_try_priority, payload
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
@@ -159,7 +159,10 @@ SELECT
     f.subscriber_id, f.dead, f.live_id,
     -- The retry's prioridade: the task's next_try_priority when it was given one.
     COALESCE(f.next_try_priority, f.prioridade), f.dedupe_key,
-    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority
+    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority,
+    -- A later attempt holds a payload only when the partitioned layout's retention copied
+    -- the first attempt's before dropping its day: the next attempt keeps it too.
+    CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END
 FROM {queue_table} AS f
 WHERE f.id = %(id)s
 
@@ -431,7 +434,8 @@ WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
 -- InnoDB's persistent statistics of the queue table, from a sample of each
 -- index's pages (innodb_stats_persistent_sample_pages, 20 by default). While
 -- it runs the table is read and written as usual (MariaDB 10.5+ and MySQL
--- 8.0.24+ no longer flush it from the table cache). NO_WRITE_TO_BINLOG: the
+-- 8.0.24+ no longer flush it from the table cache; on an earlier MySQL the
+-- service never runs it: db/mysql/statistics.py). NO_WRITE_TO_BINLOG: the
 -- statistics are this server's own; replicas keep theirs.
 -- step: mariadb
 -- use_stat_tables: where the server is set to collect MariaDB's

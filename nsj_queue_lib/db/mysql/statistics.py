@@ -18,10 +18,21 @@ this process's last ANALYZE (before one: at its first look). That sees a
 burst of enqueued or purged tasks, not updates in place. Every worker process
 keeps its own baseline, so after a burst each may analyze once: harmless, an
 ANALYZE reads a few pages per index.
+
+MySQL before 8.0.24 ends every ANALYZE TABLE by flushing the table from the table
+definition cache: it waits for every statement that has the table open, and each
+statement that opens it meanwhile waits behind it ("Waiting for table flush"), so one
+long report query stalls the whole queue. On those servers the service leaves the
+statistics to InnoDB's own recalculation (``analyze_stalls_queries``). MariaDB took
+Percona's fix (MDEV-15101: InnoDB's ANALYZE keeps the table in the cache) in 10.5; the
+library supports MariaDB 10.6 and later, and runs its ANALYZE with
+``use_stat_tables = 'NEVER'`` (queries.sql), so neither the flush nor a full-table
+engine-independent collection happens there.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from nsj_queue_lib.db.mysql.errors import error_code, logger, wrap_driver_errors
@@ -32,6 +43,24 @@ from nsj_queue_lib.identifiers import split_table_name
 
 # "Access denied; you need (at least one of) the PROCESS privilege(s)".
 ER_SPECIFIC_ACCESS_DENIED = 1227
+# The first MySQL whose ANALYZE TABLE no longer flushes the table (its 8.0.24 release notes).
+MYSQL_ANALYZE_WITHOUT_FLUSH = (8, 0, 24)
+MARIADB_ANALYZE_WITHOUT_FLUSH = (10, 5, 0)  # MDEV-15101
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def analyze_stalls_queries(version: str) -> bool:
+    """Whether ANALYZE TABLE on the server of ``version`` (``SELECT VERSION()``) flushes the
+    table from the table cache, stalling the queue's statements behind a long query. An
+    unreadable version counts as affected: skipping ANALYZE costs only staler statistics."""
+    # MariaDB's handshake may start with "5.5.5-" (for clients of long ago) before its own.
+    found = _VERSION.search(version.removeprefix("5.5.5-"))
+    if found is None:
+        return True
+    number = tuple(int(part) for part in found.groups())
+    if "mariadb" in version.lower():
+        return number < MARIADB_ANALYZE_WITHOUT_FLUSH
+    return number < MYSQL_ANALYZE_WITHOUT_FLUSH
 
 
 class InnodbStatistics:
@@ -50,12 +79,16 @@ class InnodbStatistics:
         # the one that changes; InnoDB names it <table>#P#<partition> (MySQL: #p#).
         self.partition = partition
         self.counter_readable = True  # until the server says the user lacks PROCESS
+        self.analyze_safe: bool | None = None  # whether ANALYZE leaves the table cache alone
         self.rows_at_analyze: int | None = None  # the baseline without the counter
 
     def health(self, conn: Any, flavour: str) -> TableHealth:
         """Rows changed since the last calculation; ANALYZE TABLE needs SELECT and INSERT on
-        the table, which every worker's user has (it reads tasks and inserts retries)."""
+        the table, which every worker's user has (it reads tasks and inserts retries). On a
+        server whose ANALYZE would stall the queue, nothing ever needs refreshing."""
         with wrap_driver_errors("table health"), conn.cursor() as cur:
+            if not self._analyze_safe(cur):
+                return TableHealth(0, 0, may_maintain=True)
             if self.counter_readable:
                 changed = self._modified_counter(cur, flavour)
                 if changed is not None:
@@ -76,6 +109,26 @@ class InnodbStatistics:
                 raise DatabaseError(f"ANALYZE TABLE {self.queue_table} failed: {'; '.join(failed)}")
             if not self.counter_readable:
                 self.rows_at_analyze = self._rows(cur, flavour)
+
+    def _analyze_safe(self, cur: Any) -> bool:
+        """Whether this server's ANALYZE TABLE keeps the table in the cache (read once)."""
+        if self.analyze_safe is None:
+            cur.execute("SELECT VERSION()")
+            row = cur.fetchone()
+            version = row[0] if row else ""
+            if isinstance(version, bytes):
+                version = version.decode("ascii", "replace")
+            self.analyze_safe = not analyze_stalls_queries(str(version))
+            if not self.analyze_safe:
+                logger.warning(
+                    "%s: this server (%s) flushes the table from its cache on ANALYZE TABLE, "
+                    "stalling the queue's statements behind any long query; the vacuum "
+                    "service leaves the statistics to InnoDB (MySQL 8.0.24 and later do not "
+                    "flush)",
+                    self.queue_table,
+                    version,
+                )
+        return self.analyze_safe
 
     def _modified_counter(self, cur: Any, flavour: str) -> int | None:
         """InnoDB's counter; None when this user may not read it."""

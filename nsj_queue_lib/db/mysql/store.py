@@ -67,10 +67,12 @@ class MysqlQueueStore(MysqlFamilyStore):
         self._lock_prefixes: dict[str | None, str] = {}
         self._statistics = InnodbStatistics(self.sql, queue_table)
         self._tally_values = tally.table_values(queue_table)
-        self.tally_sql = render_queries(
-            "mysql", {"queue_table": queue_table, **self._tally_values}, "tally.sql"
-        )
+        self.tally_sql = self._render_tally(hot_t="")
         self._has_tally: bool | None = None
+
+    def _render_tally(self, hot_t: str) -> dict[str, str]:
+        values = {"queue_table": self.queue_table, **self._tally_values, "hot_t": hot_t}
+        return render_queries("mysql", values, "tally.sql")
 
     # -- names --
 
@@ -159,6 +161,7 @@ class MysqlQueueStore(MysqlFamilyStore):
                 finished_day_set=f", finished_day = {FINISHED_DAY_NOW}",
             )
         )
+        self.tally_sql = self._render_tally(hot_t=hot_pin("t"))
         self._statistics = InnodbStatistics(self.sql, self.queue_table, HOT_PARTITION)
         retention.check_days_ahead(conn, self.sql["retention"], self.queue_table)
 

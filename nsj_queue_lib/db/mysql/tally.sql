@@ -30,11 +30,12 @@ WHERE t.id > %(lo)s AND t.id <= %(hi)s
 GROUP BY 1, 2, 3
 
 -- name: tally_gone_open
--- The open attempts no longer unfinished.
+-- The open attempts no longer unfinished (pinned to the hot partition where the
+-- layout has one: a look-up there alone, not one per partition).
 SELECT o.id FROM {tally_open_table} AS o
 WHERE NOT EXISTS (
     SELECT 1 FROM {queue_table} AS t
-    WHERE t.id = o.id AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
+    WHERE {hot_t}t.id = o.id AND t.status IN ('pendente', 'agendada', 'processando', 'aguardando')
 )
 LIMIT %(limit)s
 

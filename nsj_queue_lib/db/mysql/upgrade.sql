@@ -4,7 +4,8 @@
 -- nor CREATE INDEX IF NOT EXISTS, so each step looks in information_schema
 -- first and runs its statement only when the column or index is missing:
 -- the script is idempotent and runs unchanged on MySQL 8 and MariaDB.
--- Existing column types are left as they are.
+-- Existing column types are left as they are, but for the limits table's
+-- paused_until (a UTC DATETIME since the TIMESTAMP ended in 2038).
 {server_check}
 
 {layout_check}
@@ -26,6 +27,7 @@
 {workers_table_ddl}
 
 {workflow_ddl}
+{add_workflow_columns}
 
 -- The claim procedure of this release (claim_next_<queue>_v<N>) replaces an
 -- earlier build of itself. Earlier releases' procedures stay, for their workers

@@ -1,22 +1,32 @@
 -- Named queries of dependencies between tasks (nsj_queue_lib/workflow/), as
--- PostgreSQL's workflow.sql. Reads that decide are locking reads: they see the
--- latest committed rows whatever the caller's snapshot (REPEATABLE READ).
+-- PostgreSQL's workflow.sql. Reads that decide are locking reads, which read the
+-- latest committed rows whatever the caller's snapshot (REPEATABLE READ); a
+-- subquery inside one is not (it reads the snapshot), hence the steps of
+-- parent_first, parent_latest and parent_state.
+
+-- name: parent_first
+-- The first attempt's id of the task an attempt's id belongs to: a locking read,
+-- which finds a parent committed after the caller's snapshot.
+SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s LOCK IN SHARE MODE
+
+-- name: parent_latest
+-- The task's latest attempt (NULL: the first attempt is the only one), with a
+-- locking read of its own: a subquery inside a locking SELECT is a consistent
+-- read of the caller's snapshot (REPEATABLE READ), which can miss a retry
+-- committed since and name an older attempt that says "retried", forever.
+SELECT MAX(id) FROM {queue_table} WHERE id_inicial = %(first)s LOCK IN SHARE MODE
 
 -- name: parent_state
--- The latest attempt of the task the id belongs to, locked until the caller's
--- commit (see PostgreSQL's). Two steps: MySQL reads a table an UPDATE's own
--- subquery names only without a lock.
+-- That attempt, locked until the caller's commit (see PostgreSQL's).
 SELECT t.id, COALESCE(t.id_inicial, t.id), t.status, t.reenfileirado, t.estouro_tentativas, t.dead
 FROM {queue_table} AS t
-WHERE t.id = COALESCE(
-    (SELECT MAX(a.id) FROM {queue_table} AS a
-     WHERE a.id_inicial = (SELECT COALESCE(f.id_inicial, f.id) FROM {queue_table} AS f WHERE f.id = %(id)s)),
-    (SELECT COALESCE(f.id_inicial, f.id) FROM {queue_table} AS f WHERE f.id = %(id)s)
-)
+WHERE t.id = %(id)s
 LOCK IN SHARE MODE
 
 -- name: add_edge
-INSERT INTO {parents_table} (parent_id, child_id) VALUES (%(parent)s, %(child)s)
+-- settled: the parent had already finished when the child was inserted.
+INSERT INTO {parents_table} (parent_id, child_id, settled)
+VALUES (%(parent)s, %(child)s, %(settled)s)
 
 -- name: add_waiting
 INSERT INTO {waiting_table} (child_id, pending_parents, on_parent_failure)
@@ -33,12 +43,17 @@ WHERE id = %(id)s
 SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s
 
 -- name: dependents
+-- The waiting children of these parents whose edge is not settled yet, their
+-- counts and edges locked until settle_edges flips exactly these edges.
 SELECT p.parent_id, p.child_id, w.on_parent_failure
 FROM {parents_table} AS p
 JOIN {waiting_table} AS w ON w.child_id = p.child_id
-WHERE p.parent_id IN %(ids)s
+WHERE p.parent_id IN %(ids)s AND NOT p.settled
 ORDER BY p.child_id, p.parent_id
 FOR UPDATE
+
+-- name: settle_edges
+UPDATE {parents_table} SET settled = TRUE WHERE parent_id IN %(ids)s AND NOT settled
 
 -- name: count_down
 UPDATE {waiting_table} SET pending_parents = pending_parents - %(n)s WHERE child_id = %(child)s
@@ -73,6 +88,18 @@ SELECT DISTINCT parent_id FROM {parents_table} WHERE parent_id IN %(ids)s LOCK I
 
 -- name: release_children
 CALL {release_function}(%(parent)s)
+
+-- name: children_to_lock
+-- The children the settlement of these parents counts down (a locking read: the
+-- latest edges, whatever the caller's snapshot).
+SELECT DISTINCT child_id FROM {parents_table} WHERE parent_id IN %(ids)s AND NOT settled
+LOCK IN SHARE MODE
+
+-- name: lock_children
+-- Their counts, locked before the release procedure's calls (one per parent)
+-- in one id order: an IN list of constants is a range scan of the primary
+-- key in ascending order.
+SELECT child_id FROM {waiting_table} WHERE child_id IN %(ids)s FOR UPDATE
 
 -- name: notify_ready
 DO 0

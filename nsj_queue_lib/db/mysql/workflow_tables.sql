@@ -2,9 +2,13 @@
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim procedure and the group's
 -- end look a settled task up here by parent_id; parents() reads by child_id.
+-- settled: the parent's end has been counted in the child's pending_parents (or
+-- it had ended when the child was inserted); an edge is counted only when this
+-- flips, so once whatever the parent does next (a retry by hand).
 CREATE TABLE {if_not_exists}{parents_table} (
     parent_id BIGINT NOT NULL,
     child_id BIGINT NOT NULL,
+    settled BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (parent_id, child_id),
     KEY {idx_parents_child} (child_id)
 ) ENGINE=InnoDB;
@@ -18,20 +22,54 @@ CREATE TABLE {if_not_exists}{waiting_table} (
     on_parent_failure VARCHAR(10) NOT NULL DEFAULT 'cancel'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- Durable steps and waits (docs/how-to/durable-steps.md, nsj_queue_lib/workflow/steps.py):
+-- one checkpoint per (task, name), task_id being the task's first attempt's id
+-- (its id_inicial), so every attempt of the task finds it. result is the step's
+-- JSON result, committed with the step's writes; attempt_id the attempt that
+-- wrote it. A durable wait's checkpoint names the event it waits for in
+-- waiting_for until the event arrives (send_event looks there).
+CREATE TABLE {if_not_exists}{steps_table} (
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    result LONGTEXT NOT NULL,
+    attempt_id BIGINT NOT NULL,
+    waiting_for VARCHAR(200) NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (task_id, name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The events sent to tasks (QueueClient.send_event), kept whether or not the
+-- task waits for them yet; task_id is the task's first attempt's id. A task's
+-- n-th wait_event of a name gets its n-th event of that name (by id).
+CREATE TABLE {if_not_exists}{events_table} (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    payload LONGTEXT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY {idx_events_task} (task_id, name, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The children of a settled parent (its first attempt's id), released in the
--- settling transaction: each child's count goes down by one, and those whose
--- count reaches 0 become 'pendente'. Two statements whatever the number of
--- children: no query per child. The subqueries are locking reads (InnoDB
--- reads the tables an UPDATE's subquery names with shared locks, as of their
--- latest commit), so a child committed after the handler's snapshot counts.
+-- settling transaction: its unsettled edges flip and each of their children's
+-- count goes down by one, then those whose count reaches 0 become 'pendente'.
+-- Three statements whatever the number of children: no query per child. The
+-- first reads the parent's edges in primary key order (STRAIGHT_JOIN: edges
+-- first), so the children's counts are locked in child id order, as every
+-- other settling transaction locks them: no deadlock between two parents with
+-- shared children. The second settles edges of children no longer waiting.
+-- The subqueries are locking reads (InnoDB reads the tables an UPDATE's
+-- subquery names with shared locks, as of their latest commit), so a child
+-- committed after the handler's snapshot counts.
 {drop_release_procedure}DELIMITER //
 CREATE PROCEDURE {release_function}(IN p_parent BIGINT)
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
 BEGIN
-    UPDATE {waiting_table} AS w
-    SET w.pending_parents = w.pending_parents - 1
-    WHERE w.child_id IN (SELECT p.child_id FROM {parents_table} AS p WHERE p.parent_id = p_parent);
+    UPDATE {parents_table} AS p STRAIGHT_JOIN {waiting_table} AS w ON w.child_id = p.child_id
+    SET w.pending_parents = w.pending_parents - 1, p.settled = TRUE
+    WHERE p.parent_id = p_parent AND NOT p.settled;
+    UPDATE {parents_table} SET settled = TRUE WHERE parent_id = p_parent AND NOT settled;
     UPDATE {table} AS t
     SET t.status = 'pendente'
     WHERE t.status = 'aguardando' AND t.id IN (

@@ -16,6 +16,7 @@ import psycopg
 from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, TRACED_INSERT, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
@@ -274,8 +275,17 @@ class PostgresClientStore:
             rows = rows_as_dicts(cur)
         return rows[0] if rows else None
 
+    def end_waiter(self, conn: Any, task_id: int) -> Any:
+        """A LISTEN for the task's end on ``conn`` (db/postgres/task_end.py), or None."""
+        from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
+
+        return TaskEndWaiter.on(conn, self.queue_table, (self.sql["task_view"], {"id": task_id}))
+
     def cancel_attempt(self, conn, attempt_id: int, mensagem: str) -> str | None:
-        row = self._one(conn, "cancel_attempt", {"id": attempt_id, "mensagem": mensagem})
+        """Run again, under a savepoint, when the row moved to its day's partition as its
+        worker settled it (the partitioned layout: ``moved_rows``)."""
+        params = {"id": attempt_id, "mensagem": mensagem}
+        row = retry_moved_rows(conn, lambda: self._one(conn, "cancel_attempt", params))
         return None if row is None else str(row[0])
 
     def notify_cancel(self, conn, attempt_id: int) -> None:

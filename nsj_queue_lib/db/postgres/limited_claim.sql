@@ -99,8 +99,12 @@ BEGIN
                                   clock_timestamp() - {catch_up} * l.rate_period_s * interval '1 second')
                          + l.rate_period_s / l.rate_count * interval '1 second'
                 END,
-                -- An open circuit breaker's task is its trial: no other starts until it is decided.
-                breaker_trial = l.breaker_open
+                -- An open circuit breaker's task is its trial: no other starts until it is
+                -- decided. Its id and start let only its outcome decide, and let a trial
+                -- whose outcome never came be told (fleet/breaker_recorder.py).
+                breaker_trial = l.breaker_open,
+                breaker_trial_at = CASE WHEN l.breaker_open THEN clock_timestamp() END,
+                breaker_trial_task = CASE WHEN l.breaker_open THEN v_claimed.id END
             WHERE l.processo = v_chosen;
         END IF;
     END IF;

@@ -20,9 +20,13 @@ CREATE TABLE {if_not_exists}{limits_table} (
     paused_until timestamp with time zone,
     -- The processo's circuit breaker (docs/fleet-control.md): its consecutive
     -- failures; open (no task starts until breaker_until, then one trial at a
-    -- time); the trial started and not decided yet.
+    -- time); the trial started and not decided yet, when it started and its
+    -- task (only that task's outcome decides; a trial undecided for too long
+    -- counts as failed: fleet/breaker_recorder.py).
     breaker_failures integer NOT NULL DEFAULT 0,
     breaker_open boolean NOT NULL DEFAULT false,
     breaker_until timestamp with time zone,
-    breaker_trial boolean NOT NULL DEFAULT false
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at timestamp with time zone,
+    breaker_trial_task bigint
 );

@@ -44,7 +44,7 @@ ON CONFLICT (processo) DO UPDATE SET breaker_failures = {limits_table}.breaker_f
 
 -- name: breaker_state
 -- The breaker as this transaction decides on it (the row locked until it ends).
-SELECT breaker_failures, breaker_open, breaker_trial
+SELECT breaker_failures, breaker_open, breaker_trial, breaker_trial_task
 FROM {limits_table}
 WHERE processo = %(processo)s
 FOR UPDATE
@@ -53,19 +53,36 @@ FOR UPDATE
 -- Open: no task starts until the cool-down ends, then one trial (the limited claim).
 UPDATE {limits_table}
 SET breaker_open = true, breaker_trial = false, breaker_failures = 0,
+    breaker_trial_at = NULL, breaker_trial_task = NULL,
     breaker_until = clock_timestamp() + %(cool_down_s)s * interval '1 second'
 WHERE processo = %(processo)s
 
 -- name: breaker_reset
 -- Closed: no failures counted, the ordinary claims take the processo again.
 UPDATE {limits_table}
-SET breaker_open = false, breaker_trial = false, breaker_failures = 0, breaker_until = NULL
+SET breaker_open = false, breaker_trial = false, breaker_failures = 0, breaker_until = NULL,
+    breaker_trial_at = NULL, breaker_trial_task = NULL
 WHERE processo = %(processo)s
+
+-- name: breaker_undecided
+-- The trial ended without an outcome (cancelled, released at a worker's stop,
+-- given up after its timeout): the breaker stays open and the limited claim
+-- may take another trial at once (its cool-down is over).
+UPDATE {limits_table}
+SET breaker_trial = false, breaker_trial_at = NULL, breaker_trial_task = NULL
+WHERE processo = %(processo)s AND breaker_open AND breaker_trial
+  AND breaker_trial_task = %(task)s
 
 -- name: breakers
 -- The breakers with failures counted, or open.
-SELECT processo, breaker_failures, breaker_open, breaker_trial,
-       (extract(epoch FROM breaker_until) * 1000000)::bigint AS until_us
-FROM {limits_table}
-WHERE breaker_failures > 0 OR breaker_open
-ORDER BY processo
+-- With a trial: its task, the seconds since it started (the database's clock)
+-- and the task's own timeout_s (NULL: its processo's), from which the
+-- recorder tells a trial whose outcome never came.
+SELECT l.processo, l.breaker_failures, l.breaker_open, l.breaker_trial,
+       (extract(epoch FROM l.breaker_until) * 1000000)::bigint AS until_us,
+       l.breaker_trial_task,
+       extract(epoch FROM clock_timestamp() - l.breaker_trial_at)::float8 AS trial_age_s,
+       (SELECT t.timeout_s FROM {table} AS t WHERE t.id = l.breaker_trial_task) AS trial_timeout_s
+FROM {limits_table} AS l
+WHERE l.breaker_failures > 0 OR l.breaker_open
+ORDER BY l.processo

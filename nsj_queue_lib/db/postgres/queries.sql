@@ -174,7 +174,7 @@ INSERT INTO {queue_table} (
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
     dead, live_id, prioridade, dedupe_key, lock_key, trace_context,
-    max_retry, timeout_s, next_try_priority
+    max_retry, timeout_s, next_try_priority, payload
 )
 SELECT
     coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
@@ -183,7 +183,10 @@ SELECT
     f.subscriber_id, f.dead, f.live_id,
     -- The retry's prioridade: the task's next_try_priority when it was given one.
     coalesce(f.next_try_priority, f.prioridade), f.dedupe_key,
-    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority
+    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority,
+    -- A later attempt holds a payload only when the partitioned layout's retention copied
+    -- the first attempt's before dropping its day: the next attempt keeps it too.
+    CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END
 FROM failed AS f
 RETURNING id
 

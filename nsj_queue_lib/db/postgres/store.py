@@ -22,6 +22,7 @@ from nsj_queue_lib.db.dialect import (
     missing_columns_error,
     settle_routine_name,
 )
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
@@ -491,9 +492,15 @@ class PostgresQueueStore(PostgresClientStore):
             "limit": limit,
             "check_db_locks": check_session_locks,
         }
-        with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
-            cur.execute(self.sql["find_orphans"], params)
-            return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
+
+        def find() -> list[TaskRecord]:
+            with wrap_driver_errors("find_orphans"), conn.cursor() as cur:
+                cur.execute(self.sql["find_orphans"], params)
+                return [TaskRecord.from_row(row) for row in rows_as_dicts(cur)]
+
+        # SKIP LOCKED skips a row being settled, not one whose settling committed after
+        # the statement's snapshot: on the partitioned layout it moved (moved_rows).
+        return retry_moved_rows(conn, find)
 
     def promote_due(self, conn, limit: int) -> int:
         with wrap_driver_errors("promote_due"):
@@ -511,11 +518,23 @@ class PostgresQueueStore(PostgresClientStore):
             conn.execute(self.sql["notify"], {"channel": channel, "payload": payload})
 
     def purge_round(self, conn, max_age_days: int, limit: int) -> int:
+        if not self.partitioned:
+            self._notice_migration(conn)
         if self.partitioned:
             return retention.rotate(conn, self.queue_table, max_age_days, limit)
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
             return conn.execute(self.sql["purge"], params).rowcount
+
+    def _notice_migration(self, conn) -> None:
+        """A worker bound before ``nsjq upgrade --layout partitioned`` moved its table goes
+        on with the partitioned statements from its next purge: left on the plain purge, it
+        would attach no day ahead and, once the days made by the migration ran out, every
+        settle would find no partition for its row."""
+        _, partitioned = self._table_oid(conn)
+        if partitioned:
+            self._use_partitioned_layout(conn)
+            self.partitioned = True
 
     def fold_counts(self, conn, max_age_days: int) -> tally.FoldResult | None:
         """A fold of the tally (db/tally.py); None where db_gen --upgrade has not made its

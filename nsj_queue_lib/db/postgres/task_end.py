@@ -21,7 +21,6 @@ import psycopg
 from psycopg import pq, sql
 
 from nsj_queue_lib.db.dialect import task_end_channel, task_end_lock_key
-from nsj_queue_lib.db.postgres.client_store import PostgresClientStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.identifiers import split_table_name
 
@@ -53,12 +52,14 @@ class TaskEndWaiter:
         self._listening = False
 
     @classmethod
-    def on(cls, conn: Any, store: Any, queue_table: str, task_id: int) -> TaskEndWaiter | None:
-        """A waiter for the task ``task_id`` on ``conn``, whose looks are ``store``'s
-        ``task_view``; None where it cannot hear a NOTIFY: not a psycopg 3 connection, one
-        inside a transaction (its caller's, which it must not end), or one with notification
-        handlers of the caller's."""
-        if not isinstance(conn, psycopg.Connection) or not isinstance(store, PostgresClientStore):
+    def on(
+        cls, conn: Any, queue_table: str, look: tuple[str, dict[str, Any]]
+    ) -> TaskEndWaiter | None:
+        """A waiter on ``conn`` whose looks run ``look`` (the task's ``task_view`` statement
+        and its parameters); None where it cannot hear a NOTIFY: not a psycopg 3
+        connection, one inside a transaction (its caller's, which it must not end), or one
+        with notification handlers of the caller's."""
+        if not isinstance(conn, psycopg.Connection):
             return None
         if conn.info.transaction_status != pq.TransactionStatus.IDLE:
             return None
@@ -66,7 +67,7 @@ class TaskEndWaiter:
             # The caller's own notification handlers: psycopg's notifies() would take
             # what they wait for (it does not call them), so this wait polls.
             return None
-        return cls(conn, queue_table, (store.sql["task_view"], {"id": task_id}))
+        return cls(conn, queue_table, look)
 
     def end_look(self) -> None:
         """End the transaction a look opened (not autocommit): notifications wait for it."""

@@ -53,6 +53,9 @@ $$;
 {trigger}
 
 {workflow_ddl}
+-- The edges' settled flag came after the first builds of dependencies between
+-- tasks; their edges count as unsettled.
+ALTER TABLE {parents_table} ADD COLUMN IF NOT EXISTS settled boolean NOT NULL DEFAULT false;
 
 -- This release's claim function as its first builds declared it, before it took
 -- the handled processos and then the worker's name (never released): gone, so
@@ -79,6 +82,8 @@ ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_failures integer NOT
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_open boolean NOT NULL DEFAULT false;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_until timestamp with time zone;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial_at timestamp with time zone;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial_task bigint;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's

@@ -2,23 +2,29 @@
 -- {queue_table}, {parents_table}, {waiting_table} and {release_function} are
 -- validated identifiers; every value is a bound parameter.
 
+-- name: parent_first
+-- The first attempt's id of the task an attempt's id belongs to (a retry is the
+-- same parent). id_inicial never changes once written.
+SELECT coalesce(id_inicial, id) FROM {queue_table} WHERE id = %(id)s
+
+-- name: parent_latest
+-- The task's latest attempt (NULL: the first attempt is the only one). Each
+-- statement sees the latest commit under READ COMMITTED.
+SELECT max(id) FROM {queue_table} WHERE id_inicial = %(first)s
+
 -- name: parent_state
--- The latest attempt of the task the id belongs to, locked until the caller's
--- commit: a worker settling it waits for the child's edges to commit (and then
--- sees them), or the child sees it settled.
-WITH task AS (
-    SELECT coalesce(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s
-)
-SELECT t.id, task.first_id, t.status, t.reenfileirado, t.estouro_tentativas, t.dead
-FROM {queue_table} AS t, task
-WHERE t.id = coalesce(
-    (SELECT max(a.id) FROM {queue_table} AS a WHERE a.id_inicial = task.first_id),
-    task.first_id
-)
-FOR SHARE OF t
+-- That attempt, locked until the caller's commit: a worker settling it waits for
+-- the child's edges to commit (and then sees them), or the child sees it settled.
+SELECT t.id, coalesce(t.id_inicial, t.id), t.status, t.reenfileirado, t.estouro_tentativas, t.dead
+FROM {queue_table} AS t
+WHERE t.id = %(id)s
+FOR SHARE
 
 -- name: add_edge
-INSERT INTO {parents_table} (parent_id, child_id) VALUES (%(parent)s, %(child)s)
+-- settled: the parent had already finished when the child was inserted (it is
+-- not counted in the child's pending_parents, and never counted again).
+INSERT INTO {parents_table} (parent_id, child_id, settled)
+VALUES (%(parent)s, %(child)s, %(settled)s)
 
 -- name: add_waiting
 INSERT INTO {waiting_table} (child_id, pending_parents, on_parent_failure)
@@ -35,13 +41,20 @@ WHERE id = %(id)s
 SELECT coalesce(id_inicial, id) FROM {queue_table} WHERE id = %(id)s
 
 -- name: dependents
--- The waiting children of these parents, locked (their counts change next).
+-- The waiting children of these parents whose edge is not settled yet, their
+-- counts and edges locked (in child id order, as the release function locks
+-- them) until settle_edges flips exactly these edges.
 SELECT p.parent_id, p.child_id, w.on_parent_failure
 FROM {parents_table} AS p
 JOIN {waiting_table} AS w ON w.child_id = p.child_id
-WHERE p.parent_id = ANY(%(ids)s)
+WHERE p.parent_id = ANY(%(ids)s) AND NOT p.settled
 ORDER BY p.child_id, p.parent_id
-FOR UPDATE OF w
+FOR UPDATE OF w, p
+
+-- name: settle_edges
+-- These parents finished: their edges are counted once (a retry of the parent
+-- that finishes again finds them settled).
+UPDATE {parents_table} SET settled = true WHERE parent_id = ANY(%(ids)s) AND NOT settled
 
 -- name: count_down
 UPDATE {waiting_table} SET pending_parents = pending_parents - %(n)s WHERE child_id = %(child)s
@@ -78,7 +91,8 @@ SELECT pg_notify(%(channel)s, '')
 SELECT DISTINCT parent_id FROM {parents_table} WHERE parent_id = ANY(%(ids)s)
 
 -- name: release_children
-SELECT {release_function}(ARRAY[%(parent)s]::bigint[])
+-- Every parent in one call: the function locks all their children in id order.
+SELECT {release_function}(%(parents)s::bigint[])
 
 -- name: children_of_attempts
 -- children_of for attempts' ids (their tasks' first attempts with children).

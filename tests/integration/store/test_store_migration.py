@@ -138,6 +138,32 @@ def test_a_claim_and_settle_work_on_the_migrated_table(pg_queue, pg_admin, pg_ds
     assert rows == [("sucesso", f"{pg_queue.name}_p{day}")] * 3
 
 
+def test_a_worker_bound_before_the_migration_rotates_the_partitions_from_its_next_purge(
+    pg_queue, pg_admin, pg_dsn
+):
+    """Its store read the plain layout at bind: its purge must find the partitioned one, or
+    no day would be attached ahead once the migration's ran out."""
+    table = pg_queue.table
+    _fill(pg_admin, table)
+    store = PostgresQueueStore(table)
+    with connect_pg(pg_dsn, "psycopg", autocommit=True) as conn:
+        store.bind(conn)
+        assert not store.partitioned
+        migration.migrate(pg_admin, DdlNames("public", pg_queue.name))
+        ahead = retention.days(pg_admin, table)
+        last = max(ahead)
+        pg_admin.execute(f"DROP TABLE {ahead[last][0]}")
+        store.purge_round(conn, max_age_days=30, limit=100)
+        assert store.partitioned
+        assert last in retention.days(pg_admin, table)  # attached again by the rotation
+        # Its claims are pinned to the hot partition now.
+        store.begin(conn)
+        claimed = store.claim(conn)
+        assert claimed is not None
+        assert store.complete_if_running(conn, claimed.task.id, "ok")
+        store.commit(conn)
+
+
 def test_a_view_on_the_table_refuses_the_migration_before_any_change(pg_queue, pg_admin):
     table = pg_queue.table
     pg_admin.execute(f"CREATE VIEW {table}_report AS SELECT id, status FROM {table}")

@@ -380,17 +380,19 @@ def test_the_claim_passes_entries_of_claimed_tasks_without_locking_them(backend,
     backend.execute("ROLLBACK")
     assert head_scan >= claimed
     # The counter is server-wide: other sessions (parallel tests) only add to it, so the
-    # fewest requests of a few claims is the procedure's own count.
+    # fewest requests of a few claims is the procedure's own count. Its bound is far
+    # below the entries a head scan meets; a busy suite once put 35 into all five of five.
+    bound = claimed // 5
     counts = []
-    for _ in range(5):
+    for _ in range(10):
         before = innodb_lock_requests(backend)
         claimed_next = store.complete_and_claim(worker, order[-1], "ok", True)
         counts.append(innodb_lock_requests(backend) - before)
         assert claimed_next.task.id == order[-1] + 1
         order.append(claimed_next.task.id)
-        if counts[-1] < 30:
+        if counts[-1] < bound:
             break
-    assert min(counts) < 30, (counts, head_scan)
+    assert min(counts) < bound, (counts, head_scan)
 
 
 def test_without_the_claim_index_the_claim_still_claims_in_repeatable_read(

@@ -104,6 +104,15 @@ def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store,
     wait_for(lambda: backend.value(analyzed) == 1, 5, "the partitioned table's ANALYZE")
     # The waiting retry kept the payload its first attempt took away.
     assert backend.row(retry)["payload"] == "the first attempt's payload"
+    # And its own retry keeps it: the first attempt is gone for good.
+    backend.execute(f"UPDATE {backend.table} SET status = 'pendente' WHERE id = %s", (retry,))
+    task = backend.claim(worker)
+    assert (task.id, task.payload) == (retry, "the first attempt's payload")
+    store.rollback(worker)
+    store.begin(worker)
+    third = store.fail_and_retry(worker, retry, model.FALHA, "boom", 0.0)
+    store.commit(worker)
+    assert backend.row(third)["payload"] == "the first attempt's payload"
     # Within QUEUE_PURGE_MAX_AGE nothing goes: the next run drops nothing.
     assert store.purge_round(worker, 30, 1000) == 0
     assert set(retention.days(worker, backend.table)) == set(days)

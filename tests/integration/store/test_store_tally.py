@@ -6,9 +6,17 @@ hours the purge emptied."""
 from __future__ import annotations
 
 from nsj_queue_lib.db.inspection import RECENT_SECONDS, summary_row
-from tests.integration.store.backends import MYSQL, PARTITIONED, POSTGRES, ago, fetch, on
+from tests.integration.store.backends import (
+    MYSQL,
+    MYSQL_PARTITIONED,
+    PARTITIONED,
+    POSTGRES,
+    ago,
+    fetch,
+    on,
+)
 
-pytestmark = on(POSTGRES, PARTITIONED, MYSQL)
+pytestmark = on(POSTGRES, PARTITIONED, MYSQL, MYSQL_PARTITIONED)
 
 
 def _status(backend, name: str) -> dict[tuple, tuple]:

@@ -1,0 +1,209 @@
+"""Each parent counts once in its child's count of unfinished parents (the edges' ``settled``
+flag, nsj_queue_lib/workflow/dependencies.py), whatever the caller's snapshot, and two
+settlements with shared children lock them in one order. On PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nsj_queue_lib.db.task_session import BURY, FINAL, FailureRecord, write_failure
+from nsj_queue_lib.db.workflow_store import WorkflowStore
+from nsj_queue_lib.db_gen import render
+from tests.helpers import mysql_queue as mysql_helpers
+from tests.helpers.processes import wait_for
+from tests.integration.store import backends
+from tests.integration.store.backends import fetch
+
+pytestmark = backends.on(backends.POSTGRES, backends.MYSQL)
+
+
+def child_after(backend, *parents, **options):
+    conn = backend.client_conn()
+    child = backend.client(conn).insert_task(
+        "o", "d", "p", None, "x", after=list(parents), **options
+    )
+    conn.commit()
+    return child
+
+
+def retried(backend, store, worker, task_id):
+    """Fail the claimed attempt ``task_id`` with a retry due now: the retry's id, 'pendente'."""
+    store.rollback_and_begin(worker)
+    retry = store.fail_and_retry(worker, task_id, "falha", "boom", 0.0)
+    backend.unlock(worker, task_id)
+    store.commit(worker)
+    assert store.promote_due(worker, 10) == 1
+    return retry
+
+
+def succeed(backend, store, worker, task_id):
+    """Claim and complete tasks until ``task_id`` is done (a dead letter may come first)."""
+    for _ in range(3):
+        claimed = backend.claim(worker).id
+        store.complete_and_claim(worker, claimed, "ok", claim_next=False)
+        if claimed == task_id:
+            return
+    raise AssertionError(f"task {task_id} was not claimed")
+
+
+def test_a_caller_with_an_old_snapshot_sees_the_parents_retry_succeed(backend, store, worker):
+    """MySQL's REPEATABLE READ: the caller's snapshot predates the parent's retry, which
+    then succeeds; the child must see the success, not the first attempt's 'retried'."""
+    parent = backend.enqueue()
+    conn = backend.client_conn()
+    client = backend.client(conn)
+    assert client.get_task(parent)["status"] == "pendente"  # the caller's snapshot
+    store.bind(worker)
+    assert backend.claim(worker).id == parent
+    retry = retried(backend, store, worker, parent)
+    succeed(backend, store, worker, retry)
+    child = client.insert_task("o", "d", "p", None, "x", after=[parent])
+    conn.commit()
+    assert backend.row(child)["status"] == "pendente"
+
+
+def test_an_attempt_and_its_retry_given_together_are_one_parent(backend, store, worker):
+    parent = backend.enqueue()
+    store.bind(worker)
+    assert backend.claim(worker).id == parent
+    retry = retried(backend, store, worker, parent)
+    child = child_after(backend, parent, retry)
+    assert backend.row(child)["status"] == "aguardando"
+    succeed(backend, store, worker, retry)
+    assert backend.row(child)["status"] == "pendente"
+
+
+@pytest.mark.parametrize("kind", [BURY, FINAL])
+def test_a_fenced_failure_that_wrote_nothing_leaves_the_children_waiting(
+    backend, store, worker, kind
+):
+    """The retry service rescued the attempt (and inserted the next) while its handler ran;
+    the handler's failure for good then changes no row, and must not cancel the children."""
+    parent = backend.enqueue()
+    child = child_after(backend, parent)
+    store.bind(worker)
+    assert backend.claim(worker).id == parent
+    rescuer = backend.worker()
+    store.begin(rescuer)
+    assert store.fail_and_retry(rescuer, parent, "falha_processando", "lost", 0.0)
+    store.commit(rescuer)
+    store.rollback_and_begin(worker)
+    record = FailureRecord(kind, "falha", "boom", payload="x")
+    assert write_failure(store, worker, parent, record) is None
+    store.commit(worker)
+    assert backend.row(child)["status"] == "aguardando"
+
+
+def test_a_dead_letter_retried_by_hand_is_not_counted_twice(backend, store, worker):
+    """C after A and B with "run": A is dead-lettered (C counts it as finished), retried by
+    hand, and succeeds; C still waits for B."""
+    a, b = backend.enqueue(chave_externa="a"), backend.enqueue(chave_externa="b")
+    c = child_after(backend, a, b, on_parent_failure="run")
+    store.bind(worker)
+    assert backend.claim(worker).id == a
+    store.rollback_and_begin(worker)
+    write_failure(store, worker, a, FailureRecord(BURY, "falha", "boom", payload="x"))
+    backend.unlock(worker, a)
+    store.commit(worker)
+    conn = backend.client_conn()
+    again = backend.client(conn).retry_task(a)
+    conn.commit()
+    backend.set_status("agendada", b)  # out of the claims' way until A's retry is done
+    succeed(backend, store, worker, again)
+    assert backend.row(c)["status"] == "aguardando"
+    backend.set_status("pendente", b)
+    succeed(backend, store, worker, b)
+    assert backend.row(c)["status"] == "pendente"
+
+
+def holding_the_last_child(backend, children, settle, status="pendente"):
+    """``settle(conn)`` in a thread while another transaction holds the last child's count;
+    True once every other child's count is locked (by the settlement, waiting there)."""
+    waiting = f"{backend.table}_waiting"
+    holder, settler, probe = backend.client_conn(), backend.client_conn(), backend.client_conn()
+    fetch(holder, f"SELECT child_id FROM {waiting} WHERE child_id = %s FOR UPDATE", (children[-1],))
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            settle(settler)
+            settler.commit()
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        free_sql = f"SELECT child_id FROM {waiting} ORDER BY child_id FOR UPDATE SKIP LOCKED"
+
+        def all_taken():
+            free = fetch(probe, free_sql)
+            probe.rollback()
+            return not free
+
+        wait_for(all_taken, timeout=10, what="the settlement to lock every other child")
+    finally:
+        holder.rollback()
+        thread.join(30)
+    assert not errors, errors
+    assert {backend.row(c)["status"] for c in children} == {status}
+
+
+def test_a_settlement_locks_the_children_in_id_order(backend):
+    """While another transaction holds the last child's count, a settlement of their
+    parent waits there holding every other child's count: it took them in id order."""
+    parent = backend.enqueue()
+    children = [child_after(backend, parent) for _ in range(24)]
+    waiting = f"{backend.table}_waiting"
+    for child in reversed(children):  # rows stored in descending id order (PostgreSQL's heap)
+        backend.execute(f"UPDATE {waiting} SET pending_parents = 1 WHERE child_id = %s", (child,))
+    wstore = WorkflowStore(backend.dialect, backend.table)
+    holding_the_last_child(
+        backend, children, lambda conn: wstore.release_after_success(conn, [parent])
+    )
+
+
+def test_a_group_end_locks_the_children_of_all_its_parents_in_id_order(backend):
+    """A commit group settling two parents: the children of both in one id order, not
+    parent by parent (the first parent's child has the higher id)."""
+    first, second = backend.enqueue(chave_externa="a"), backend.enqueue(chave_externa="b")
+    low = child_after(backend, second)
+    high = child_after(backend, first)
+    wstore = WorkflowStore(backend.dialect, backend.table)
+    holding_the_last_child(
+        backend,
+        [low, high],
+        lambda conn: wstore.release_after_success_of_attempts(conn, [first, second]),
+    )
+
+
+def test_a_cancel_cascade_locks_the_grandchildren_in_id_order(backend):
+    """A cancelled parent cancels its two children, whose children (the lower id after the
+    second child) are then cancelled with their counts locked in one id order."""
+    parent = backend.enqueue()
+    first, second = child_after(backend, parent), child_after(backend, parent)
+    low = child_after(backend, second)
+    high = child_after(backend, first)
+    holding_the_last_child(
+        backend,
+        [first, second, low, high],
+        lambda conn: backend.client(conn).cancel_task(parent),
+        status="cancelada",
+    )
+
+
+def test_the_upgrade_adds_the_edges_settled_flag(backend, store, worker):
+    """A queue made before the flag (its parents table lacks it) gets it from --upgrade."""
+    backend.execute(f"ALTER TABLE {backend.table}_parents DROP COLUMN settled")
+    schema, name = backend.table.split(".")
+    if backend.dialect == "postgres":
+        backend.admin.execute(render(schema, name, upgrade=True))
+    else:
+        mysql_helpers.execute_script(backend.admin, render(schema, name, "mysql", upgrade=True))
+    parent = backend.enqueue()
+    child = child_after(backend, parent)
+    store.bind(worker)
+    succeed(backend, store, worker, parent)
+    assert backend.row(child)["status"] == "pendente"
