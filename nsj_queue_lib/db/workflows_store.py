@@ -82,7 +82,9 @@ class WorkflowsStore(WorkflowStore):
                 for seq, task in enumerate(task_ids)
             ],
         )
-        self._many(conn, "add_edge", [{"parent": p, "child": c} for p, c in edges])
+        # Every parent is new: none has ended, so no edge is settled (counted down) yet.
+        edge_rows = [{"parent": p, "child": c, "settled": False} for p, c in edges]
+        self._many(conn, "add_edge", edge_rows)
         self._many(
             conn,
             "add_waiting",
