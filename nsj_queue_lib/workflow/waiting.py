@@ -55,13 +55,15 @@ def wait_for(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     intervals: tuple[float, float] = (FIRST_INTERVAL, MAX_INTERVAL),
+    deadline: float | None = None,
 ) -> Mapping[str, Any]:
     """``look()`` until it returns a finished row, ``sleep``-ing between looks (from
-    ``intervals[0]`` growing to ``intervals[1]``); ``TimeoutError`` after ``timeout_s``,
-    ``NotFoundError`` for an unknown task."""
+    ``intervals[0]`` growing to ``intervals[1]``); ``TimeoutError`` after ``timeout_s``
+    (or at ``deadline``, on ``clock``, when given), ``NotFoundError`` for an unknown task."""
     if timeout_s < 0:
         raise ValueError(f"timeout_s must be >= 0, got {timeout_s}")
-    deadline = clock() + timeout_s
+    if deadline is None:
+        deadline = clock() + timeout_s
     interval, longest = intervals
     while True:
         row = look()
@@ -111,27 +113,36 @@ def wait_pushed(
         if row is not None and not finished(row) and int(row["id_inicial"]) != task_id:
             waiter.unregister()  # a later attempt's id: the trigger names the first's
             pushed, row = waiter.register(int(row["id_inicial"]))
-        if not pushed and row is not None and not finished(row):
-            return wait_for(ended_look, task_id, max(0.0, deadline - clock()), clock=clock)
+        if not pushed:
+            return wait_for(ended_look, task_id, timeout_s, clock=clock, deadline=deadline)
+        heard = [False]  # whether the last wait heard the task's own end
+        registered = [row]  # the registration's look comes first
+
+        def pushed_look() -> Mapping[str, Any] | None:
+            if registered:
+                return registered.pop()
+            if not heard[0]:
+                return ended_look()
+            found = waiter.look_and_close()  # the look and the close, one round trip
+            if found is not None and not finished(found):  # a failure, a retry ahead
+                return waiter.register(int(found["id_inicial"]))[1]
+            return found
+
+        def pushed_sleep(seconds: float) -> None:
+            heard[0] = waiter.wait(seconds)
+
         # Looks as often as polling's at first: a task whose end was being written when
         # the waiter registered (its trigger ran before, its commit comes after) sent no
         # NOTIFY; its commit follows within milliseconds. Then a look every
         # PUSHED_INTERVAL at most: a NOTIFY wakes the wait at once.
-        interval = FIRST_INTERVAL
-        while True:
-            if row is None:
-                raise NotFoundError(f"task {task_id} not found")
-            if finished(row):
-                return row
-            remaining = deadline - clock()
-            if remaining <= 0:
-                raise TimeoutError(f"task {task_id} is still {row['status']} after {timeout_s} s")
-            if waiter.wait(min(interval, remaining)):
-                row = waiter.look_and_close()
-                if row is not None and not finished(row):  # a failure, a retry ahead
-                    pushed, row = waiter.register(int(row["id_inicial"]))
-            else:
-                row = ended_look()
-            interval = min(interval * GROWTH, PUSHED_INTERVAL)
+        return wait_for(
+            pushed_look,
+            task_id,
+            timeout_s,
+            sleep=pushed_sleep,
+            clock=clock,
+            intervals=(FIRST_INTERVAL, PUSHED_INTERVAL),
+            deadline=deadline,
+        )
     finally:
         waiter.close()
