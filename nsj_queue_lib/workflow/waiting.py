@@ -115,34 +115,47 @@ def wait_pushed(
             pushed, row = waiter.register(int(row["id_inicial"]))
         if not pushed:
             return wait_for(ended_look, task_id, timeout_s, clock=clock, deadline=deadline)
-        heard = [False]  # whether the last wait heard the task's own end
-        registered = [row]  # the registration's look comes first
-
-        def pushed_look() -> Mapping[str, Any] | None:
-            if registered:
-                return registered.pop()
-            if not heard[0]:
-                return ended_look()
-            found = waiter.look_and_close()  # the look and the close, one round trip
-            if found is not None and not finished(found):  # a failure, a retry ahead
-                return waiter.register(int(found["id_inicial"]))[1]
-            return found
-
-        def pushed_sleep(seconds: float) -> None:
-            heard[0] = waiter.wait(seconds)
-
-        # Looks as often as polling's at first: a task whose end was being written when
-        # the waiter registered (its trigger ran before, its commit comes after) sent no
-        # NOTIFY; its commit follows within milliseconds. Then a look every
-        # PUSHED_INTERVAL at most: a NOTIFY wakes the wait at once.
-        return wait_for(
-            pushed_look,
-            task_id,
-            timeout_s,
-            sleep=pushed_sleep,
-            clock=clock,
-            intervals=(FIRST_INTERVAL, PUSHED_INTERVAL),
-            deadline=deadline,
-        )
+        return _wait_registered(ended_look, waiter, row, task_id, timeout_s, clock, deadline)
     finally:
         waiter.close()
+
+
+def _wait_registered(
+    ended_look: Callable[[], Mapping[str, Any] | None],
+    waiter: EndWaiter,
+    row: Mapping[str, Any] | None,
+    task_id: int,
+    timeout_s: float,
+    clock: Callable[[], float],
+    deadline: float,
+) -> Mapping[str, Any]:
+    """``wait_pushed``'s wait once ``waiter`` is registered (``row``: its look)."""
+    heard = [False]  # whether the last wait heard the task's own end
+    registered = [row]  # the registration's look comes first
+
+    def pushed_look() -> Mapping[str, Any] | None:
+        if registered:
+            return registered.pop()
+        if not heard[0]:
+            return ended_look()
+        found = waiter.look_and_close()  # the look and the close, one round trip
+        if found is not None and not finished(found):  # a failure, a retry ahead
+            return waiter.register(int(found["id_inicial"]))[1]
+        return found
+
+    def pushed_sleep(seconds: float) -> None:
+        heard[0] = waiter.wait(seconds)
+
+    # Looks as often as polling's at first: a task whose end was being written when the
+    # waiter registered (its trigger ran before, its commit comes after) sent no NOTIFY;
+    # its commit follows within milliseconds. Then a look every PUSHED_INTERVAL at most:
+    # a NOTIFY wakes the wait at once.
+    return wait_for(
+        pushed_look,
+        task_id,
+        timeout_s,
+        sleep=pushed_sleep,
+        clock=clock,
+        intervals=(FIRST_INTERVAL, PUSHED_INTERVAL),
+        deadline=deadline,
+    )
