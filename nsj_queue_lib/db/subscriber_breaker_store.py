@@ -8,7 +8,7 @@ import datetime
 from typing import Any
 
 from nsj_queue_lib.db.driver import connection_driver, dialect_errors
-from nsj_queue_lib.db.pause_store import _int, _is_singlestore, _values
+from nsj_queue_lib.db.pause_store import int_or_none, is_singlestore, row_values
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.fleet.breakers import BreakerState
@@ -49,7 +49,7 @@ class SubscriberBreaker:
 class SubscriberBreakerStore:
     def __init__(self, conn: Any, queue_table: str, subscriber_table: str):
         limits = connection_driver(conn).limits
-        if limits is None or (limits.name == "mysql" and _is_singlestore(conn)):
+        if limits is None or (limits.name == "mysql" and is_singlestore(conn)):
             raise NotImplementedError(
                 "webhook subscribers' circuit breakers are not available on SingleStore "
                 "(docs/fleet-control.md)"
@@ -68,17 +68,17 @@ class SubscriberBreakerStore:
     def find(self, conn: Any, subscriber_id: str) -> SubscriberBreaker | None:
         """The subscriber's breaker (None: no such subscriber)."""
         for row in self._run(conn, "subscriber_breaker", {"id": subscriber_id})[0]:
-            failures, cool_down, is_open, trial, task, until_s, age = _values(row, *_FOUND)
+            failures, cool_down, is_open, trial, task, until_s, age = row_values(row, *_FOUND)
             state = BreakerState(
                 subscriber_id,
                 0,
                 bool(is_open),
                 bool(trial),
-                trial_task=_int(task),
+                trial_task=int_or_none(task),
                 trial_age_s=None if age is None else float(age),
             )
             return SubscriberBreaker(
-                _int(failures),
+                int_or_none(failures),
                 None if cool_down is None else float(cool_down),
                 state,
                 None if until_s is None else float(until_s),
@@ -98,11 +98,15 @@ class SubscriberBreakerStore:
     def state(self, conn: Any, subscriber_id: str) -> BreakerState | None:
         """The breaker, its row locked until the transaction ends."""
         for row in self._run(conn, "subscriber_breaker_state", {"id": subscriber_id})[0]:
-            failures, is_open, trial, task = _values(
+            failures, is_open, trial, task = row_values(
                 row, "breaker_failures", "breaker_open", "breaker_trial", "breaker_trial_task"
             )
             return BreakerState(
-                subscriber_id, int(failures), bool(is_open), bool(trial), trial_task=_int(task)
+                subscriber_id,
+                int(failures),
+                bool(is_open),
+                bool(trial),
+                trial_task=int_or_none(task),
             )
         return None
 
@@ -124,7 +128,9 @@ class SubscriberBreakerStore:
         """The breakers with failures counted, or open, each with its cool-down."""
         found = []
         for row in self._run(conn, "subscriber_breakers", {})[0]:
-            key, failures, is_open, trial, until_us, task, age, cool_down = _values(row, *_LISTED)
+            key, failures, is_open, trial, until_us, task, age, cool_down = row_values(
+                row, *_LISTED
+            )
             until = (
                 None if until_us is None else EPOCH + datetime.timedelta(microseconds=int(until_us))
             )
@@ -134,7 +140,7 @@ class SubscriberBreakerStore:
                 bool(is_open),
                 bool(trial),
                 until,
-                trial_task=_int(task),
+                trial_task=int_or_none(task),
                 trial_age_s=None if age is None else float(age),
             )
             found.append((state, None if cool_down is None else float(cool_down)))

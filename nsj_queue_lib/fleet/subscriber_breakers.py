@@ -24,6 +24,7 @@ tells whether it has one).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,7 @@ logger = get_logger("breakers")
 # which a closing breaker finds the deliveries it held).
 HELD_PREFIX = "held by its webhook subscriber's circuit breaker"
 SUCCESS, FAILURE, UNDECIDED = "success", "failure", "undecided"
+UNREADABLE_PAUSE_S = 60.0
 
 
 class SubscriberBreakers:
@@ -69,6 +71,7 @@ class SubscriberBreakers:
         self.call_timeout_s = call_timeout_s
         self.grace_s = grace_s
         self._lock = threading.Lock()
+        self._unreadable_until = 0.0
         self._conn: Any = None
         self._store: SubscriberBreakerStore | None = None
         self.opened: dict[str, int] = {}  # times this worker opened each subscriber's breaker
@@ -103,13 +106,20 @@ class SubscriberBreakers:
         logged, the delivery goes). Raises ``TaskHeld`` while it holds the delivery."""
         held: TaskHeld | None = None
         with self._lock:
+            if time.monotonic() < self._unreadable_until:
+                return None
             try:
                 found, held = self._admit(subscriber_id, task_id)
             except Exception as exc:  # noqa: BLE001 - an outage: the delivery goes
-                logger.info(
-                    "queue=%s: circuit breaker of webhook subscriber %r not read: %s",
-                    *(self.queue_name, subscriber_id, exc),
+                # Not read again for a while: an outage, a subscriber table db_gen
+                # --upgrade has not reached, or a database without them (SingleStore)
+                # costs one failed statement per UNREADABLE_PAUSE_S, not per delivery.
+                logger.warning(
+                    "queue=%s: the webhook subscribers' circuit breakers cannot be read (%s); "
+                    "deliveries go without them for %g s",
+                    *(self.queue_name, exc, UNREADABLE_PAUSE_S),
                 )
+                self._unreadable_until = time.monotonic() + UNREADABLE_PAUSE_S
                 self._let_go()
                 return None
         if held is not None:
@@ -134,19 +144,20 @@ class SubscriberBreakers:
             self._open(conn, store, subscriber_id, cool_down, state.trial_task, bound)
             return found, self._held(subscriber_id, cool_down, "opened again")
         until_s = found.until_s
-        if not state.trial and (until_s is None or until_s <= 0):
-            if store.take_trial(conn, subscriber_id, task_id):
-                conn.commit()
-                logger.info(
-                    "queue=%s: task %d is the circuit breaker trial of webhook subscriber %r",
-                    *(self.queue_name, task_id, subscriber_id),
-                )
-                return found, None
+        cooling = until_s is not None and until_s > 0
+        if not state.trial and not cooling and store.take_trial(conn, subscriber_id, task_id):
+            conn.commit()
+            logger.info(
+                "queue=%s: task %d is the circuit breaker trial of webhook subscriber %r",
+                *(self.queue_name, task_id, subscriber_id),
+            )
+            return found, None
         conn.commit()
-        if state.trial:
-            return found, self._held(subscriber_id, cool_down, "half-open, its trial decides")
-        delay = max(until_s or 0.0, 0.0) or min(cool_down, 1.0)
-        return found, self._held(subscriber_id, delay, "open")
+        if cooling and until_s is not None:
+            return found, self._held(subscriber_id, until_s, "open")
+        # Another delivery is the trial: held for another cool-down, or until its success
+        # makes the held deliveries due.
+        return found, self._held(subscriber_id, cool_down, "half-open, its trial decides")
 
     def _held(self, subscriber_id: str, delay_s: float, why: str) -> TaskHeld:
         return TaskHeld(

@@ -15,8 +15,8 @@ from typing import Any
 
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.db.pause_store import BreakerStore
-from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.db.queue_store import InspectionStore
+from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS

@@ -61,11 +61,7 @@ LIMITS_UPGRADE_COLUMNS = (
 
 # The columns --upgrade adds to a subscriber table that lacks them: the subscriber's
 # circuit breaker (fleet/subscriber_breakers.py), from subscriber_table.sql.
-SUBSCRIBER_UPGRADE_COLUMNS = (
-    "circuit_breaker_failures",
-    "circuit_breaker_cool_down_s",
-    *LIMITS_UPGRADE_COLUMNS[2:],
-)
+SUBSCRIBER_UPGRADE_COLUMNS = model.SUBSCRIBER_BREAKER_COLUMNS
 
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
