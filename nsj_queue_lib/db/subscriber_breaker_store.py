@@ -8,12 +8,19 @@ import datetime
 from typing import Any
 
 from nsj_queue_lib.db.driver import connection_driver, dialect_errors
-from nsj_queue_lib.db.pause_store import int_or_none, is_singlestore, row_values
+from nsj_queue_lib.db.pause_store import (
+    int_or_none,
+    is_singlestore,
+    notify_channel_of,
+    row_values,
+)
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.fleet.breakers import BreakerState
 from nsj_queue_lib.fleet.pause import EPOCH
+from nsj_queue_lib.notify import SCHEDULED_PAYLOAD
 
+RELEASE_BATCH = 500  # held deliveries made due per statement when a breaker closes
 _LISTED = (
     "id",
     "breaker_failures",
@@ -56,6 +63,10 @@ class SubscriberBreakerStore:
             )
         self._errors = dialect_errors(limits.name)
         values = {"subscriber_table": subscriber_table, "queue_table": queue_table}
+        self.channel = notify_channel_of(queue_table)
+        self.queue_table = queue_table  # an identifier checked by the settings or db_gen
+        # The queue table's clock (its data_hora): the dialect's.
+        self._now = "clock_timestamp()" if limits.name == "postgres" else "NOW(6)"
         self.sql = render_queries(limits.name, values, "subscriber_breakers.sql")
 
     def _run(self, conn: Any, name: str, params: dict[str, Any]) -> tuple[list[Any], int]:
@@ -117,8 +128,34 @@ class SubscriberBreakerStore:
     def close(self, conn: Any, subscriber_id: str, held_prefix: str) -> int:
         """Closed; the deliveries it held due now (how many)."""
         self._run(conn, "subscriber_breaker_reset", {"id": subscriber_id})
+        return self.release(conn, subscriber_id, held_prefix)
+
+    def release(self, conn: Any, subscriber_id: str, held_prefix: str) -> int:
+        """The deliveries the subscriber's breaker held, due now (how many)."""
         params = {"id": subscriber_id, "held_prefix": held_prefix + "%"}
-        return self._run(conn, "subscriber_breaker_release", params)[1]
+        held = [
+            int(row_values(r, "id")[0])
+            for r in self._run(conn, "subscriber_breaker_held", params)[0]
+        ]
+        released = 0
+        for start in range(0, len(held), RELEASE_BATCH):
+            ids = held[start : start + RELEASE_BATCH]
+            marks = ", ".join(["%s"] * len(ids))
+            # Still 'agendada': not promoted (and perhaps claimed) since the read.
+            sql = (
+                f"UPDATE {self.queue_table} SET data_hora = {self._now}"
+                f" WHERE id IN ({marks}) AND status = 'agendada'"
+            )
+            with (
+                self._errors.wrap_driver_errors("subscriber breaker: release"),
+                conn.cursor() as cur,
+            ):
+                cur.execute(sql, ids)
+                released += cur.rowcount
+        if released:
+            wake = {"channel": self.channel, "payload": SCHEDULED_PAYLOAD}
+            self._run(conn, "subscriber_breaker_wake", wake)
+        return released
 
     def undecided(self, conn: Any, subscriber_id: str, task_id: int) -> bool:
         params = {"id": subscriber_id, "task": task_id}

@@ -48,6 +48,8 @@ logger = get_logger("breakers")
 HELD_PREFIX = "held by its webhook subscriber's circuit breaker"
 SUCCESS, FAILURE, UNDECIDED = "success", "failure", "undecided"
 UNREADABLE_PAUSE_S = 60.0
+# After a close, the held deliveries are released once more this much later (fleet docs).
+RELEASE_AGAIN_S = 0.5
 
 
 class SubscriberBreakers:
@@ -72,6 +74,7 @@ class SubscriberBreakers:
         self.grace_s = grace_s
         self._lock = threading.Lock()
         self._unreadable_until = 0.0
+        self._stopped = False  # closed at the worker's stop
         self._conn: Any = None
         self._store: SubscriberBreakerStore | None = None
         self.opened: dict[str, int] = {}  # times this worker opened each subscriber's breaker
@@ -235,12 +238,42 @@ class SubscriberBreakers:
         released = store.close(conn, subscriber_id, HELD_PREFIX) if closes else 0
         conn.commit()
         if closes and state is not None and state.open:
+            # A delivery held while the trial ran may commit its next attempt just after
+            # this release: a second one catches it.
+            again = threading.Timer(RELEASE_AGAIN_S, self._release_again, (subscriber_id,))
+            again.daemon = True
+            again.start()
             self.closed[subscriber_id] = self.closed.get(subscriber_id, 0) + 1
             self.open_now[subscriber_id] = False
             logger.warning(
                 "queue=%s: circuit breaker of webhook subscriber %r closed (its trial delivery "
                 "succeeded); %d held deliveries due now",
                 *(self.queue_name, subscriber_id, released),
+            )
+
+    def _release_again(self, subscriber_id: str) -> None:
+        """The held deliveries due now, once more, unless the breaker opened again."""
+        with self._lock:
+            if self._stopped:
+                return
+            try:
+                conn, store = self._session()
+                state = store.state(conn, subscriber_id)
+                released = 0
+                if state is not None and not state.open:
+                    released = store.release(conn, subscriber_id, HELD_PREFIX)
+                conn.commit()
+            except Exception as exc:  # noqa: BLE001 - they go at their scheduled time
+                logger.info(
+                    "queue=%s: the held deliveries of webhook subscriber %r not released: %s",
+                    *(self.queue_name, subscriber_id, exc),
+                )
+                self._let_go()
+                return
+        if released:
+            logger.info(
+                "queue=%s: %d more held deliveries of webhook subscriber %r due now",
+                *(self.queue_name, released, subscriber_id),
             )
 
     def _opened(self, subscriber_id: str, cool_down: float, why: str) -> None:
@@ -278,4 +311,5 @@ class SubscriberBreakers:
 
     def close(self) -> None:
         with self._lock:
+            self._stopped = True
             self._let_go()

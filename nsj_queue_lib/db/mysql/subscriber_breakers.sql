@@ -39,11 +39,15 @@ SET breaker_open = 0, breaker_trial = 0, breaker_failures = 0, breaker_until = N
     breaker_trial_at = NULL, breaker_trial_task = NULL
 WHERE id = %(id)s
 
--- name: subscriber_breaker_release
-UPDATE {queue_table}
-SET data_hora = NOW(6)
-WHERE subscriber_id = %(id)s AND status = 'agendada' AND status_anterior = 'falha_processando'
+-- name: subscriber_breaker_held
+SELECT id
+FROM {queue_table}
+WHERE status = 'agendada' AND subscriber_id = %(id)s AND status_anterior = 'falha_processando'
   AND mensagem_anterior LIKE %(held_prefix)s
+
+-- name: subscriber_breaker_wake
+-- Nothing to wake: the workers poll (QUEUE_POLL_INTERVAL).
+SELECT %(channel)s, %(payload)s
 
 -- name: subscriber_breaker_undecided
 UPDATE {subscriber_table}

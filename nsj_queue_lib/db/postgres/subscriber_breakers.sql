@@ -45,13 +45,20 @@ SET breaker_open = false, breaker_trial = false, breaker_failures = 0, breaker_u
     breaker_trial_at = NULL, breaker_trial_task = NULL
 WHERE id = %(id)s
 
--- name: subscriber_breaker_release
--- The deliveries the breaker held (scheduled attempts whose previous attempt
--- was held: their mensagem_anterior says so) become due now.
-UPDATE {queue_table}
-SET data_hora = clock_timestamp()
-WHERE subscriber_id = %(id)s AND status = 'agendada' AND status_anterior = 'falha_processando'
+-- name: subscriber_breaker_held
+-- The deliveries the breaker held: scheduled attempts whose previous attempt
+-- was held (their mensagem_anterior says so). A plain read: the update below
+-- then locks these rows only, by their keys (on MySQL/MariaDB an update
+-- scanning for them could wait for the rows other transactions hold).
+SELECT id
+FROM {queue_table}
+WHERE status = 'agendada' AND subscriber_id = %(id)s AND status_anterior = 'falha_processando'
   AND mensagem_anterior LIKE %(held_prefix)s
+
+-- name: subscriber_breaker_wake
+-- At commit, the workers' dispatchers plan their next promotion again (the
+-- released deliveries are due now, not when they were scheduled).
+SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: subscriber_breaker_undecided
 -- The trial ended without telling whether the subscriber works (a refused
