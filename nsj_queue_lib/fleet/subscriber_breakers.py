@@ -36,6 +36,7 @@ from nsj_queue_lib.fleet.breakers import (
     Decision,
     after_failure,
     after_success,
+    breaker_problem,
     trial_bound_s,
     trial_lost,
 )
@@ -75,6 +76,7 @@ class SubscriberBreakers:
         self._lock = threading.Lock()
         self._unreadable_until = 0.0
         self._stopped = False  # closed at the worker's stop
+        self._refused: set[str] = set()  # subscribers whose settings were refused (logged)
         self._conn: Any = None
         self._store: SubscriberBreakerStore | None = None
         self.opened: dict[str, int] = {}  # times this worker opened each subscriber's breaker
@@ -136,6 +138,17 @@ class SubscriberBreakers:
         found = store.find(conn, subscriber_id)
         if found is None or found.failures is None or found.cool_down_s is None:
             conn.commit()
+            return None, None
+        why = breaker_problem((found.failures, found.cool_down_s))
+        if why is not None:
+            conn.commit()
+            if subscriber_id not in self._refused:
+                self._refused.add(subscriber_id)
+                logger.warning(
+                    "queue=%s: webhook subscriber %r has no circuit breaker: its settings "
+                    "circuit_breaker_failures, circuit_breaker_cool_down_s are refused (%s)",
+                    *(self.queue_name, subscriber_id, why),
+                )
             return None, None
         state, cool_down = found.state, found.cool_down_s
         self.open_now[subscriber_id] = state.open
