@@ -157,6 +157,13 @@ class SubscriberBreakerStore:
             self._run(conn, "subscriber_breaker_wake", wake)
         return released
 
+    def reset(self, conn: Any, subscriber_id: str, held_prefix: str) -> bool:
+        """The operator's reset: closed, its failures and trial forgotten, its held
+        deliveries due now; whether it had failures or was open."""
+        state = self.state(conn, subscriber_id)
+        self.close(conn, subscriber_id, held_prefix)
+        return state is not None and (state.open or state.failures > 0)
+
     def undecided(self, conn: Any, subscriber_id: str, task_id: int) -> bool:
         params = {"id": subscriber_id, "task": task_id}
         return self._run(conn, "subscriber_breaker_undecided", params)[1] == 1
