@@ -69,6 +69,18 @@ class PermanentError(QueueLibError):
     """
 
 
+class TaskHeld(QueueLibError):
+    """Raised by the library's own handlers when an attempt must not run yet (a webhook
+    subscriber's open circuit breaker: fleet/subscriber_breakers.py): the attempt ends
+    'falha_processando' with this ``mensagem`` and its next attempt is due after
+    ``delay_s`` seconds, with the same ``tentativa`` (a held attempt uses none of the
+    task's ``max_retry``). Not counted as a failure."""
+
+    def __init__(self, message: str, delay_s: float) -> None:
+        super().__init__(message)
+        self.delay_s = max(0.0, float(delay_s))
+
+
 class TaskCancelled(QueueLibError):
     """Raised by ``current_task().check_cancelled()`` once the running task was asked to stop.
 

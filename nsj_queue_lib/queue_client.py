@@ -399,6 +399,18 @@ class QueueClient:
         failures or was open. The operator's way out of a breaker they know is wrong."""
         return BreakerStore(self._conn, self.queue_table).reset(self._conn, processo)
 
+    def reset_subscriber_breaker(self, subscriber_id: str) -> bool:
+        """Close the webhook subscriber's circuit breaker at the commit of the caller's
+        transaction (its failures and any trial forgotten; the deliveries it held due
+        now); whether it had failures or was open. The subscriber table is the client's,
+        else ``<queue table>_subscriber``. Not on SingleStore (``NotImplementedError``)."""
+        from nsj_queue_lib.db.subscriber_breaker_store import SubscriberBreakerStore
+        from nsj_queue_lib.fleet.subscriber_breakers import HELD_PREFIX
+
+        table = self.queue_subscriber_table or f"{self.queue_table}_subscriber"
+        store = SubscriberBreakerStore(self._conn, self.queue_table, table)
+        return store.reset(self._conn, subscriber_id, HELD_PREFIX)
+
     def paused(self) -> list[dict[str, Any]]:
         """The pauses in force: ``{"processo": None | str, "until": None | ISO 8601}``,
         the whole queue's (``processo`` None) first."""

@@ -181,10 +181,16 @@ def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None
         commands,
         "breaker",
         fleet_commands.breaker_reset,
-        "close a processo's circuit breaker (breaker reset PROCESSO)",
+        "close a processo's circuit breaker (breaker reset PROCESSO), or a webhook "
+        "subscriber's (breaker reset --subscriber ID)",
     )
     sub.add_argument("action", choices=["reset"], help="reset: close it, forgetting its failures")
     sub.add_argument("processo", help="the processo whose @Task declares the breaker")
+    sub.add_argument(
+        "--subscriber",
+        action="store_true",
+        help="the name is a webhook subscriber's id (its row of <queue>_subscriber)",
+    )
 
 
 def _add_schema_commands(commands: argparse._SubParsersAction[_Parser]) -> None:

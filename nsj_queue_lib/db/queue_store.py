@@ -163,8 +163,17 @@ class WorkerStore(Protocol):
     def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool: ...
 
     def fail_and_retry(
-        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
-    ) -> int | None: ...
+        self,
+        conn: Any,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
+    ) -> int | None:
+        """The attempt failed; its next attempt (``counted``: with the next ``tentativa``,
+        else the same: a held attempt) due after ``delay_seconds``; the new row's id."""
+        ...
 
     def fail_and_bury(
         self, conn: Any, task_id: int, status: str, mensagem: str, payload: str | None

@@ -85,6 +85,7 @@ class FailureRecord:
     mensagem: str
     delay_seconds: float = 0.0
     payload: str | None = None
+    counted: bool = True  # False: the next attempt keeps the tentativa (a held attempt)
 
 
 def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) -> int | None:
@@ -103,7 +104,7 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
         return None
     if record.kind == RETRY:
         next_id: int | None = store.fail_and_retry(
-            conn, task_id, record.status, record.mensagem, record.delay_seconds
+            conn, task_id, record.status, record.mensagem, record.delay_seconds, record.counted
         )
         return next_id
     if record.kind == BURY:

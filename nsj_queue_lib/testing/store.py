@@ -217,7 +217,13 @@ class MemoryStore:
     # -- what record_failure calls (WorkerStore) --
 
     def fail_and_retry(
-        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self,
+        conn: Any,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
     ) -> int | None:
         failed = self._settle(task_id, status, mensagem)
         if failed is None:
@@ -232,7 +238,7 @@ class MemoryStore:
             id_inicial=failed["id_inicial"] or failed["id"],
             data_hora_inicial=failed["data_hora_inicial"],
             data_hora=failed["proxima_tentativa"],
-            tentativa=failed["tentativa"] + 1,
+            tentativa=failed["tentativa"] + int(counted),
             status=model.AGENDADA,
             id_anterior=failed["id"],
             data_hora_anterior=failed["data_hora"],

@@ -16,6 +16,7 @@ from typing import Any
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.db.pause_store import BreakerStore
 from nsj_queue_lib.db.queue_store import InspectionStore
+from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
@@ -150,6 +151,7 @@ class Queue:
             queue_stats(self.table, depth, recent, workers),
             paused=self.paused(),
             circuit_breakers=self.breakers(),
+            subscriber_circuit_breakers=self.subscriber_breakers(),
         )
 
     def breakers(self) -> list[dict[str, Any]] | None:
@@ -159,6 +161,15 @@ class Queue:
                 return [b.as_dict() for b in BreakerStore(conn, self.table).breakers(conn)]
         except (DatabaseError, NotImplementedError):
             return None
+
+    def subscriber_breakers(self) -> list[dict[str, Any]]:
+        """The webhook subscribers' circuit breakers with failures or open ([] where they
+        cannot be read)."""
+        try:
+            with self._connections.transaction() as conn:
+                return subscriber_breakers(conn, self.table)
+        except DatabaseError:
+            return []
 
     def _live_workers(self) -> list[dict[str, Any]] | None:
         """The workers seen within STALE_SECONDS; None without a workers table (a schema

@@ -192,7 +192,21 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_subscriber (
     http_method varchar(8),
     headers json,
     ativo boolean NOT NULL DEFAULT true,
-    created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+    created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    -- The subscriber's circuit breaker (docs/fleet-control.md): after
+    -- circuit_breaker_failures consecutive failed webhook deliveries, none is
+    -- made for circuit_breaker_cool_down_s seconds, then one trial decides
+    -- (NULL: no breaker). Its state, as the limits table's processo breakers
+    -- keep theirs. breaker_until and breaker_trial_at are UTC DATETIMEs
+    -- (written and compared with UTC_TIMESTAMP(6), as paused_until).
+    circuit_breaker_failures integer,
+    circuit_breaker_cool_down_s double,
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until datetime(6),
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at datetime(6),
+    breaker_trial_task bigint
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 -- Per-processo limits (docs/flow-control.md): one row per limited processo,
 -- written by the workers at start from their @Task declarations, with the
@@ -230,6 +244,38 @@ CREATE TABLE IF NOT EXISTS public.fila_teste_limits (
     breaker_trial_task bigint NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND index_name = 'idx_fila_teste_subscriber_processo') = 0, 'CREATE INDEX idx_fila_teste_subscriber_processo ON public.fila_teste_subscriber (processo, tenant, grupo_empresarial)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'circuit_breaker_failures') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN circuit_breaker_failures integer', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'circuit_breaker_cool_down_s') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN circuit_breaker_cool_down_s double', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'breaker_failures') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN breaker_failures integer NOT NULL DEFAULT 0', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'breaker_open') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN breaker_open boolean NOT NULL DEFAULT false', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'breaker_until') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN breaker_until datetime(6)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'breaker_trial') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN breaker_trial boolean NOT NULL DEFAULT false', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'breaker_trial_at') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN breaker_trial_at datetime(6)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste_subscriber' AND column_name = 'breaker_trial_task') = 0, 'ALTER TABLE public.fila_teste_subscriber ADD COLUMN breaker_trial_task bigint', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;

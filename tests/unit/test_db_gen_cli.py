@@ -63,7 +63,7 @@ def test_create_ddl_has_every_contract_column():
     subscriber_columns = re.findall(
         r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M
     )
-    assert subscriber_columns == list(model.SUBSCRIBER_COLUMNS)
+    assert subscriber_columns == [*model.SUBSCRIBER_COLUMNS, *model.SUBSCRIBER_BREAKER_COLUMNS]
 
 
 def test_upgrade_statements_are_all_idempotent_forms():

@@ -59,6 +59,10 @@ LIMITS_UPGRADE_COLUMNS = (
     "breaker_trial_task",
 )
 
+# The columns --upgrade adds to a subscriber table that lacks them: the subscriber's
+# circuit breaker (fleet/subscriber_breakers.py), from subscriber_table.sql.
+SUBSCRIBER_UPGRADE_COLUMNS = model.SUBSCRIBER_BREAKER_COLUMNS
+
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
 REDEFINED_INDEXES = ("idx_chain", "idx_equivalent", "idx_lock_key")
@@ -329,6 +333,9 @@ class MysqlDialect(Dialect):
         values["add_indexes"] = self._index_steps(names, values["indexes"])
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
+        values["add_subscriber_columns"] = self._column_steps(
+            names, created, values["subscriber_table"], SUBSCRIBER_UPGRADE_COLUMNS
+        )
         limits_columns = column_definitions(created, values["limits_table"])
         values["add_limits_columns"] = "\n".join(
             self._step(
@@ -350,6 +357,24 @@ class MysqlDialect(Dialect):
         values["add_workflow_columns"] = self._workflow_columns(names, values, created)
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
+
+    def _column_steps(
+        self, names: DdlNames, created: str, table: str, columns: tuple[str, ...]
+    ) -> str:
+        """An idempotent ``ADD COLUMN`` step for each of ``columns`` of ``table``, defined as
+        in the created DDL."""
+        definitions = column_definitions(created, table)
+        return "\n".join(
+            self._step(
+                names,
+                "columns",
+                table.split(".")[-1],
+                "column_name",
+                column,
+                f"ALTER TABLE {table} ADD COLUMN {column} {definitions[column]}",
+            )
+            for column in columns
+        )
 
     def _workflow_columns(self, names: DdlNames, values: dict[str, str], created: str) -> str:
         """The edges' ``settled`` flag, which came after the first builds of dependencies

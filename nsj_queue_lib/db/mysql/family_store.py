@@ -484,10 +484,22 @@ class MysqlFamilyStore:
             return int(cur.lastrowid)
 
     def fail_and_retry(
-        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self,
+        conn: Any,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
     ) -> int | None:
         delay_us = max(0, round(delay_seconds * 1_000_000))
-        params = {"id": task_id, "status": status, "mensagem": mensagem, "delay_us": delay_us}
+        params = {
+            "id": task_id,
+            "status": status,
+            "mensagem": mensagem,
+            "delay_us": delay_us,
+            "attempt_step": int(counted),
+        }
         return self._fail(conn, "fail_and_retry", params)
 
     def fail_and_bury(

@@ -436,13 +436,20 @@ class PostgresQueueStore(PostgresClientStore):
             conn.execute(self.sql["unlock_task"], params)
 
     def fail_and_retry(
-        self, conn, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self,
+        conn,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
     ) -> int | None:
         params = {
             "id": task_id,
             "status": status,
             "mensagem": mensagem,
             "delay_seconds": delay_seconds,
+            "attempt_step": int(counted),
         }
         with wrap_driver_errors("fail_and_retry"):
             row = conn.execute(self.sql["fail_and_retry"], params).fetchone()
