@@ -62,7 +62,7 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
         "WHERE table_schema = 'public' AND table_name = %s",
         (f"{pg_queue.name}_subscriber",),
     ).fetchone()[0]
-    assert subscriber == list(model.SUBSCRIBER_COLUMNS)
+    assert subscriber == [*model.SUBSCRIBER_COLUMNS, *model.SUBSCRIBER_BREAKER_COLUMNS]
 
 
 # What db_gen sets on every queue table (postgres/autovacuum.sql says why).
