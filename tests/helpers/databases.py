@@ -348,6 +348,9 @@ def collect_until_sentinel(
 # -- catalog snapshots (compare what two DDL paths produced) -------------------
 
 
+_END_KEY = re.compile(r"(pg_try_advisory_lock|pg_advisory_unlock)\('?-?\d+'?(?:::integer)?,")
+
+
 def queue_catalog(conn, schema: str, name: str) -> dict[str, Any]:
     """Columns, indexes (also the subscriber table's), triggers, trigger function and
     storage parameters of a queue, with its name replaced by ``{q}``.
@@ -387,8 +390,14 @@ def queue_catalog(conn, schema: str, name: str) -> dict[str, Any]:
             (schema, f"{name}_subscriber"),
         )
     }
+
+    def anon_trigger(text: str | None) -> str | None:
+        # The end trigger's lock key is a hash of the queue's name (db/dialect.py), printed
+        # as 272589811 or, when negative, '-30497401'::integer.
+        return None if text is None else _END_KEY.sub(r"\1({end_key},", anon(text) or "")
+
     triggers = {
-        anon(row[0]): anon(row[1])
+        anon(row[0]): anon_trigger(row[1])
         for row in conn.execute(
             "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
             "WHERE tgrelid = %s::regclass AND NOT tgisinternal",
