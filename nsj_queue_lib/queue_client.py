@@ -20,6 +20,7 @@ from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.fleet.fair import checked_fair_key, has_fair_key
 from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
@@ -46,6 +47,7 @@ _TASK_FIELDS = (
     "dedupe_key",
     "lock_key",
     *model.OVERRIDE_COLUMNS,
+    *model.FAIR_COLUMNS,
 )
 # insert_tasks' checks, built once (sets per task cost more than the insert's COPY row).
 _BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub", "after", "on_parent_failure"}
@@ -92,6 +94,7 @@ class QueueClient:
         max_retry: int | None = None,
         timeout_s: float | None = None,
         next_try_priority: int | None = None,
+        fair_key: str | None = None,
         after: Sequence[int] | None = None,
         on_parent_failure: str = "cancel",
     ) -> int:
@@ -103,7 +106,8 @@ class QueueClient:
         the same time and start in claim order (docs/flow-control.md).
         ``max_retry``, ``timeout_s`` and ``next_try_priority`` (the prioridade of its
         retries) override the ``@Task`` options and the queue's defaults for this task
-        (docs/fleet-control.md).
+        (docs/fleet-control.md). Among ready tasks of equal ``prioridade``, claims
+        rotate across ``fair_key`` values (fair shares, docs/fleet-control.md).
 
         With ``after`` (task ids), the task is 'aguardando' until every one of
         them ends 'sucesso'; a parent dead-lettered or cancelled cancels it, or,
@@ -199,11 +203,15 @@ class QueueClient:
             ]
             return self._insert_after(rows, afters, modes)
         if any(
-            row["dedupe_key"] is not None or row["lock_key"] is not None or has_overrides(row)
+            row["dedupe_key"] is not None
+            or row["lock_key"] is not None
+            or has_overrides(row)
+            or has_fair_key(row)
             for row in rows
         ):
             # Each keyed insert may find its dedupe_key taken: one statement per task (and
-            # per task with overrides, whose columns the bulk insert does not name).
+            # per task with overrides or a fair key, whose columns the bulk insert does not
+            # name; a fair key's turn follows the key's tasks inserted before it).
             return [self._store.insert_task(self._conn, row) for row in rows]
         return self._store.insert_tasks(self._conn, rows)
 
@@ -449,17 +457,19 @@ def task_row(
         if row[key] == "":
             raise ValueError(f"{key} must be a non-empty string or None")
     row.update(checked_overrides(args))
+    row["fair_key"] = checked_fair_key(args.get("fair_key"))
     return row
 
 
 def _unkeyed(items: Sequence[Any]) -> bool:
-    """No item has a dedupe_key, a lock_key, an override or parents (``after``): items
+    """No item has a dedupe_key, a lock_key, an override, a fair_key or parents (``after``): items
     that are no mappings fail later, in _bulk_row."""
     return all(
         isinstance(task, Mapping)
         and task.get("dedupe_key") is None
         and task.get("lock_key") is None
         and not has_overrides(task)
+        and not has_fair_key(task)
         and not task.get("after")
         for task in items
     )

@@ -50,6 +50,7 @@ from nsj_queue_lib.db.mysql.successes import success_sql
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.db.tally import FoldResult
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
@@ -118,9 +119,14 @@ class MysqlFamilyStore:
 
     def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
         key = row.get("dedupe_key")
-        overridden = has_overrides(row)
+        overridden = has_overrides(row) or has_fair_key(row)
         if key is None and row.get("lock_key") is None and not overridden:
             return self.insert_tasks(conn, [row], what="insert_task")[0]
+        if self.dialect == "singlestore" and has_fair_key(row):
+            raise ValueError(
+                "fair_key is not supported on SingleStore (fair shares need the fair key "
+                "index and the enqueue's look-ups of it, which its DDL does not have)"
+            )
         if self.dialect == "singlestore" and (key is not None or row.get("lock_key") is not None):
             raise ValueError(
                 "dedupe_key and lock_key are not supported on SingleStore (no unique key "
@@ -137,13 +143,19 @@ class MysqlFamilyStore:
     def _insert_keyed(self, conn: Any, row: dict[str, Any]) -> int | None:
         """The new task's id, or None when an unfinished task holds its dedupe_key."""
         due, due_args = due_sql(row.get("data_hora"))
+        # A fair key's turn (fleet/fair.py) is the task's data_hora; data_hora_inicial
+        # stays the enqueue time (DEFAULT).
+        turn, turn_args = due, due_args
+        if has_fair_key(row) and row.get("data_hora") is None:
+            turn, turn_args = "FROM_UNIXTIME(%s)", [self._fair_turn(conn, row)]
         args = [row[name] for name in TASK_INSERT_FIELDS]
-        args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"], row["lock_key"]]
+        args += [row.get("prioridade"), *turn_args, *due_args, row["dedupe_key"], row["lock_key"]]
         args.append(row.get("trace_context"))
         args += [row.get(name) for name in OVERRIDE_COLUMNS]
+        args.append(row.get("fair_key"))
         value = (
-            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s, %s"
-            ", %s, %s, %s)",
+            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {turn}, {due}, %s, %s, %s"
+            ", %s, %s, %s, %s)",
             args,
         )
         try:
@@ -152,6 +164,13 @@ class MysqlFamilyStore:
             if error_code(exc.__cause__) == ER_DUP_ENTRY:
                 return None
             raise
+
+    def _fair_turn(self, conn: Any, row: dict[str, Any]) -> Any:
+        """The turn of a task with a fair key: seconds since 1970, a Decimal exact to the
+        microsecond (fleet/fair.py)."""
+        prioridade = row.get("prioridade")
+        params = {"fair_key": row["fair_key"], "prioridade": 50 if prioridade is None else prioridade}
+        return self._fetch(conn, "fair_turn", params)[0]["turn"]
 
     def _dedupe_holder(self, conn: Any, key: str) -> int | None:
         found = self._fetch(conn, "dedupe_holder", {"dedupe_key": key})
@@ -167,7 +186,9 @@ class MysqlFamilyStore:
         if not rows:
             return []
         trace_context = rows[0].get("trace_context")
-        traced = () if trace_context is None else (None, None, trace_context, None, None, None)
+        traced = (
+            () if trace_context is None else (None, None, trace_context, None, None, None, None)
+        )
         values = []
         for row in rows:
             due, due_args = due_sql(row.get("data_hora"))
@@ -176,7 +197,7 @@ class MysqlFamilyStore:
             values.append(
                 (
                     f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}"
-                    + (", %s, %s, %s, %s, %s, %s)" if traced else ")"),
+                    + (", %s, %s, %s, %s, %s, %s, %s)" if traced else ")"),
                     [*args, *due_args, *due_args, *traced],
                 )
             )

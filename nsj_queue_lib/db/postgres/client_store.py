@@ -21,6 +21,7 @@ from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
+from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
@@ -108,6 +109,7 @@ class PostgresClientStore:
             row.get("lock_key") is not None
             or row.get("trace_context") is not None
             or has_overrides(row)
+            or has_fair_key(row)
         )
         new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
         assert new_id is not None  # a plain INSERT ... RETURNING returns its row
