@@ -202,17 +202,11 @@ class QueueClient:
                 for task, mode in zip(items, modes, strict=True)
             ]
             return self._insert_after(rows, afters, modes)
-        if any(
-            row["dedupe_key"] is not None
-            or row["lock_key"] is not None
-            or has_overrides(row)
-            or has_fair_key(row)
-            for row in rows
-        ):
-            # Each keyed insert may find its dedupe_key taken: one statement per task (and
-            # per task with overrides or a fair key, whose columns the bulk insert does not
-            # name; a fair key's turn follows the key's tasks inserted before it).
+        if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
+            # Each keyed insert may find its dedupe_key taken: one statement per task.
             return [self._store.insert_task(self._conn, row) for row in rows]
+        # Tasks with overrides or fair keys: the store names their columns (and stamps the
+        # fair keys' turns, fleet/fair.py).
         return self._store.insert_tasks(self._conn, rows)
 
     # -- query --

@@ -92,7 +92,12 @@ def test_unkeyed_tasks_keep_their_order_and_keyed_ones_their_enqueue_time(backen
     keyed = backend.enqueue([dict(fair_key="T1")] * 2 + [dict(fair_key="T2")])
     # A key with no backlog joins the current round: at the head of its prioridade.
     assert [task_id for _, task_id in claim_order(backend)] == [
-        plain[0], keyed[0], keyed[2], keyed[1], plain[1], plain[2],
+        plain[0],
+        keyed[0],
+        keyed[2],
+        keyed[1],
+        plain[1],
+        plain[2],
     ]
     # Another prioridade has rounds of its own; a scheduled task keeps its data_hora.
     later = backend.now() + datetime.timedelta(hours=1)
@@ -119,9 +124,7 @@ def test_retries_carry_the_fair_key(backend):
         backend.function_worker(fail, queue_max_retry=2, queue_base_interval_retry=0.05 / 60)
     )
     [task_id] = backend.enqueue([dict(fair_key="tenant-7")])
-    wait_for(
-        lambda: backend.statuses().get("falha", 0) == 2, 30, "both attempts to fail"
-    )
+    wait_for(lambda: backend.statuses().get("falha", 0) == 2, 30, "both attempts to fail")
     assert worker.stop() == 0
     attempts = backend.rows("id = %s OR id_inicial = %s", (task_id, task_id))
     assert [a["fair_key"] for a in attempts] == ["tenant-7", "tenant-7"]

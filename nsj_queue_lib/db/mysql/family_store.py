@@ -12,6 +12,7 @@ an aware one is stored as that exact instant.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -64,6 +65,41 @@ SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_ST
 ER_BAD_FIELD_ERROR = 1054  # unknown column
 # A duplicate key: only the dedupe index is unique besides the auto-increment id.
 ER_DUP_ENTRY = 1062
+
+
+_SINGLESTORE_FAIR = (
+    "fair_key is not supported on SingleStore (fair shares need the fair key index and "
+    "the enqueue's look-ups of it, which its DDL does not have)"
+)
+_MICROSECOND = decimal.Decimal("0.000001")
+
+
+def _prioridade(row: dict[str, Any]) -> int:
+    prioridade = row.get("prioridade")
+    return 50 if prioridade is None else int(prioridade)
+
+
+def _stamped(row: dict[str, Any]) -> bool:
+    """Whether the task's data_hora is its fair key's turn (fleet/fair.py): a fair key,
+    and no data_hora of its own."""
+    return has_fair_key(row) and row.get("data_hora") is None
+
+
+def _keyed_value(row: dict[str, Any], turn: decimal.Decimal | None) -> InsertValues:
+    """The insert_task_keyed VALUES row of a task: its data_hora is ``turn`` (seconds since
+    1970) when given, and data_hora_inicial its enqueue time."""
+    due, due_args = due_sql(row.get("data_hora"))
+    stamp, stamp_args = (due, due_args) if turn is None else ("FROM_UNIXTIME(%s)", [turn])
+    args = [row[name] for name in TASK_INSERT_FIELDS]
+    args += [row.get("prioridade"), *stamp_args, *due_args, row["dedupe_key"], row["lock_key"]]
+    args.append(row.get("trace_context"))
+    args += [row.get(name) for name in OVERRIDE_COLUMNS]
+    args.append(row.get("fair_key"))
+    return (
+        f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {stamp}, {due}, %s, %s, %s"
+        ", %s, %s, %s, %s)",
+        args,
+    )
 
 
 class MysqlFamilyStore:
@@ -123,10 +159,7 @@ class MysqlFamilyStore:
         if key is None and row.get("lock_key") is None and not overridden:
             return self.insert_tasks(conn, [row], what="insert_task")[0]
         if self.dialect == "singlestore" and has_fair_key(row):
-            raise ValueError(
-                "fair_key is not supported on SingleStore (fair shares need the fair key "
-                "index and the enqueue's look-ups of it, which its DDL does not have)"
-            )
+            raise ValueError(_SINGLESTORE_FAIR)
         if self.dialect == "singlestore" and (key is not None or row.get("lock_key") is not None):
             raise ValueError(
                 "dedupe_key and lock_key are not supported on SingleStore (no unique key "
@@ -142,35 +175,40 @@ class MysqlFamilyStore:
 
     def _insert_keyed(self, conn: Any, row: dict[str, Any]) -> int | None:
         """The new task's id, or None when an unfinished task holds its dedupe_key."""
-        due, due_args = due_sql(row.get("data_hora"))
-        # A fair key's turn (fleet/fair.py) is the task's data_hora; data_hora_inicial
-        # stays the enqueue time (DEFAULT).
-        turn, turn_args = due, due_args
-        if has_fair_key(row) and row.get("data_hora") is None:
-            turn, turn_args = "FROM_UNIXTIME(%s)", [self._fair_turn(conn, row)]
-        args = [row[name] for name in TASK_INSERT_FIELDS]
-        args += [row.get("prioridade"), *turn_args, *due_args, row["dedupe_key"], row["lock_key"]]
-        args.append(row.get("trace_context"))
-        args += [row.get(name) for name in OVERRIDE_COLUMNS]
-        args.append(row.get("fair_key"))
-        value = (
-            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {turn}, {due}, %s, %s, %s"
-            ", %s, %s, %s, %s)",
-            args,
-        )
+        turn = self._fair_turn(conn, row) if _stamped(row) else None
         try:
-            return self._insert_rows(conn, "insert_task", self.sql["insert_task_keyed"], [value])[0]
+            return self._insert_rows(
+                conn, "insert_task", self.sql["insert_task_keyed"], [_keyed_value(row, turn)]
+            )[0]
         except DatabaseError as exc:
             if error_code(exc.__cause__) == ER_DUP_ENTRY:
                 return None
             raise
 
-    def _fair_turn(self, conn: Any, row: dict[str, Any]) -> Any:
+    def _insert_keyed_rows(self, conn: Any, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Tasks with fair keys or overrides (no dedupe_key, no lock_key) in multi-row
+        INSERTs: each fair key's turn is read once per call and prioridade, and the key's
+        n-th task of the call gets the n-th microsecond after it (fleet/fair.py)."""
+        if self.dialect == "singlestore" and any(has_fair_key(row) for row in rows):
+            raise ValueError(_SINGLESTORE_FAIR)
+        turns: dict[tuple[str, int], Any] = {}
+        values = []
+        for row in rows:
+            turn = None
+            if _stamped(row):
+                group = (row["fair_key"], _prioridade(row))
+                if group in turns:
+                    turn = turns[group] = turns[group] + _MICROSECOND
+                else:
+                    turn = turns[group] = self._fair_turn(conn, row)
+            values.append(_keyed_value(row, turn))
+        return self._insert_rows(conn, "insert_tasks", self.sql["insert_task_keyed"], values)
+
+    def _fair_turn(self, conn: Any, row: dict[str, Any]) -> decimal.Decimal:
         """The turn of a task with a fair key: seconds since 1970, a Decimal exact to the
         microsecond (fleet/fair.py)."""
-        prioridade = row.get("prioridade")
-        params = {"fair_key": row["fair_key"], "prioridade": 50 if prioridade is None else prioridade}
-        return self._fetch(conn, "fair_turn", params)[0]["turn"]
+        params = {"fair_key": row["fair_key"], "prioridade": _prioridade(row)}
+        return decimal.Decimal(self._fetch(conn, "fair_turn", params)[0]["turn"])
 
     def _dedupe_holder(self, conn: Any, key: str) -> int | None:
         found = self._fetch(conn, "dedupe_holder", {"dedupe_key": key})
@@ -185,6 +223,8 @@ class MysqlFamilyStore:
         reached yet."""
         if not rows:
             return []
+        if any(has_fair_key(row) or has_overrides(row) for row in rows):
+            return self._insert_keyed_rows(conn, rows)
         trace_context = rows[0].get("trace_context")
         traced = (
             () if trace_context is None else (None, None, trace_context, None, None, None, None)

@@ -52,13 +52,17 @@ RETURNING id
 -- writes: the store reads this first, in the same transaction. Both look-ups are index
 -- reads (idx_fair_key, idx_claim).
 SELECT UNIX_TIMESTAMP(LEAST(NOW(6), COALESCE(
-    GREATEST(k.last_turn + INTERVAL 1 MICROSECOND, h.head), h.head, NOW(6)
+    GREATEST(x.last_turn + INTERVAL 1 MICROSECOND, x.head), x.head, NOW(6)
 ))) AS turn
-FROM (SELECT MAX(data_hora) AS last_turn FROM {queue_table}
-      WHERE fair_key = %(fair_key)s AND fair_key_status = 'pendente'
-        AND prioridade = %(prioridade)s AND data_hora <= NOW(6)) AS k,
-     (SELECT MIN(data_hora) AS head FROM {queue_table}
-      WHERE status = 'pendente' AND prioridade = %(prioridade)s) AS h
+FROM (SELECT
+    (SELECT MAX(data_hora) FROM {queue_table}
+     WHERE fair_key = %(fair_key)s AND fair_key_status = 'pendente'
+       AND prioridade = %(prioridade)s AND data_hora <= NOW(6)) AS last_turn,
+    -- ORDER BY ... LIMIT 1, not MIN(): MIN read every entry of the prioridade here.
+    (SELECT data_hora FROM {queue_table}
+     WHERE status = 'pendente' AND prioridade = %(prioridade)s
+     ORDER BY data_hora LIMIT 1) AS head
+) AS x
 
 -- name: dedupe_holder
 -- The unfinished task holding a dedupe_key. A locking read sees the latest

@@ -126,6 +126,10 @@ class PostgresClientStore:
         per call: the caller's)."""
         if not rows:
             return []
+        if any(has_overrides(row) or has_fair_key(row) for row in rows):
+            # Columns the bulk insert does not name: the keyed insert, one statement per
+            # task (each fair key's turn follows the key's tasks inserted before it).
+            return [self.insert_task(conn, row) for row in rows]
         columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
         if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
