@@ -31,6 +31,13 @@ from nsj_queue_lib.db.mysql.errors import (
     retry_on_lock_errors,
     wrap_driver_errors,
 )
+from nsj_queue_lib.db.mysql.keyed_rows import (
+    MICROSECOND,
+    SINGLESTORE_FAIR,
+    keyed_value,
+    prioridade_of,
+    stamped,
+)
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.mysql.names import (
     MARIADB,
@@ -55,7 +62,6 @@ from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
-from nsj_queue_lib.model import OVERRIDE_COLUMNS
 from nsj_queue_lib.workflow import dependencies
 
 # What completing a task in its own transaction came to (see _complete).
@@ -65,41 +71,6 @@ SERVER_STATUS_IN_TRANS = 1  # a reply's status flag (pymysql.constants.SERVER_ST
 ER_BAD_FIELD_ERROR = 1054  # unknown column
 # A duplicate key: only the dedupe index is unique besides the auto-increment id.
 ER_DUP_ENTRY = 1062
-
-
-_SINGLESTORE_FAIR = (
-    "fair_key is not supported on SingleStore (fair shares need the fair key index and "
-    "the enqueue's look-ups of it, which its DDL does not have)"
-)
-_MICROSECOND = decimal.Decimal("0.000001")
-
-
-def _prioridade(row: dict[str, Any]) -> int:
-    prioridade = row.get("prioridade")
-    return 50 if prioridade is None else int(prioridade)
-
-
-def _stamped(row: dict[str, Any]) -> bool:
-    """Whether the task's data_hora is its fair key's turn (fleet/fair.py): a fair key,
-    and no data_hora of its own."""
-    return has_fair_key(row) and row.get("data_hora") is None
-
-
-def _keyed_value(row: dict[str, Any], turn: decimal.Decimal | None) -> InsertValues:
-    """The insert_task_keyed VALUES row of a task: its data_hora is ``turn`` (seconds since
-    1970) when given, and data_hora_inicial its enqueue time."""
-    due, due_args = due_sql(row.get("data_hora"))
-    stamp, stamp_args = (due, due_args) if turn is None else ("FROM_UNIXTIME(%s)", [turn])
-    args = [row[name] for name in TASK_INSERT_FIELDS]
-    args += [row.get("prioridade"), *stamp_args, *due_args, row["dedupe_key"], row["lock_key"]]
-    args.append(row.get("trace_context"))
-    args += [row.get(name) for name in OVERRIDE_COLUMNS]
-    args.append(row.get("fair_key"))
-    return (
-        f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {stamp}, {due}, %s, %s, %s"
-        ", %s, %s, %s, %s)",
-        args,
-    )
 
 
 class MysqlFamilyStore:
@@ -159,7 +130,7 @@ class MysqlFamilyStore:
         if key is None and row.get("lock_key") is None and not overridden:
             return self.insert_tasks(conn, [row], what="insert_task")[0]
         if self.dialect == "singlestore" and has_fair_key(row):
-            raise ValueError(_SINGLESTORE_FAIR)
+            raise ValueError(SINGLESTORE_FAIR)
         if self.dialect == "singlestore" and (key is not None or row.get("lock_key") is not None):
             raise ValueError(
                 "dedupe_key and lock_key are not supported on SingleStore (no unique key "
@@ -175,10 +146,10 @@ class MysqlFamilyStore:
 
     def _insert_keyed(self, conn: Any, row: dict[str, Any]) -> int | None:
         """The new task's id, or None when an unfinished task holds its dedupe_key."""
-        turn = self._fair_turn(conn, row) if _stamped(row) else None
+        turn = self._fair_turn(conn, row) if stamped(row) else None
         try:
             return self._insert_rows(
-                conn, "insert_task", self.sql["insert_task_keyed"], [_keyed_value(row, turn)]
+                conn, "insert_task", self.sql["insert_task_keyed"], [keyed_value(row, turn)]
             )[0]
         except DatabaseError as exc:
             if error_code(exc.__cause__) == ER_DUP_ENTRY:
@@ -190,24 +161,24 @@ class MysqlFamilyStore:
         INSERTs: each fair key's turn is read once per call and prioridade, and the key's
         n-th task of the call gets the n-th microsecond after it (fleet/fair.py)."""
         if self.dialect == "singlestore" and any(has_fair_key(row) for row in rows):
-            raise ValueError(_SINGLESTORE_FAIR)
+            raise ValueError(SINGLESTORE_FAIR)
         turns: dict[tuple[str, int], Any] = {}
         values = []
         for row in rows:
             turn = None
-            if _stamped(row):
-                group = (row["fair_key"], _prioridade(row))
+            if stamped(row):
+                group = (row["fair_key"], prioridade_of(row))
                 if group in turns:
-                    turn = turns[group] = turns[group] + _MICROSECOND
+                    turn = turns[group] = turns[group] + MICROSECOND
                 else:
                     turn = turns[group] = self._fair_turn(conn, row)
-            values.append(_keyed_value(row, turn))
+            values.append(keyed_value(row, turn))
         return self._insert_rows(conn, "insert_tasks", self.sql["insert_task_keyed"], values)
 
     def _fair_turn(self, conn: Any, row: dict[str, Any]) -> decimal.Decimal:
         """The turn of a task with a fair key: seconds since 1970, a Decimal exact to the
         microsecond (fleet/fair.py)."""
-        params = {"fair_key": row["fair_key"], "prioridade": _prioridade(row)}
+        params = {"fair_key": row["fair_key"], "prioridade": prioridade_of(row)}
         return decimal.Decimal(self._fetch(conn, "fair_turn", params)[0]["turn"])
 
     def _dedupe_holder(self, conn: Any, key: str) -> int | None:
