@@ -48,6 +48,8 @@ _TASK_FIELDS = (
     "lock_key",
     *model.OVERRIDE_COLUMNS,
     *model.FAIR_COLUMNS,
+    # seed 000's name of fair_key (fleet/fair.py), accepted as its alias.
+    "partition_key",
 )
 # insert_tasks' checks, built once (sets per task cost more than the insert's COPY row).
 _BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub", "after", "on_parent_failure"}
@@ -95,6 +97,7 @@ class QueueClient:
         timeout_s: float | None = None,
         next_try_priority: int | None = None,
         fair_key: str | None = None,
+        partition_key: str | None = None,
         after: Sequence[int] | None = None,
         on_parent_failure: str = "cancel",
     ) -> int:
@@ -107,7 +110,8 @@ class QueueClient:
         ``max_retry``, ``timeout_s`` and ``next_try_priority`` (the prioridade of its
         retries) override the ``@Task`` options and the queue's defaults for this task
         (docs/fleet-control.md). Among ready tasks of equal ``prioridade``, claims
-        rotate across ``fair_key`` values (fair shares, docs/fleet-control.md).
+        rotate across ``fair_key`` values (fair shares, docs/fleet-control.md);
+        ``partition_key`` is its alias (seed 000's name).
 
         With ``after`` (task ids), the task is 'aguardando' until every one of
         them ends 'sucesso'; a parent dead-lettered or cancelled cancels it, or,
@@ -451,8 +455,18 @@ def task_row(
         if row[key] == "":
             raise ValueError(f"{key} must be a non-empty string or None")
     row.update(checked_overrides(args))
-    row["fair_key"] = checked_fair_key(args.get("fair_key"))
+    row["fair_key"] = checked_fair_key(_fair_key(args))
     return row
+
+
+def _fair_key(args: Mapping[str, Any]) -> Any:
+    """``fair_key``, or its alias ``partition_key``; ``ValueError`` when both differ."""
+    fair_key, alias = args.get("fair_key"), args.get("partition_key")
+    if alias is None:
+        return fair_key
+    if fair_key is not None and fair_key != alias:
+        raise ValueError("fair_key and partition_key (its alias) differ: give one of them")
+    return alias
 
 
 def _unkeyed(items: Sequence[Any]) -> bool:
@@ -464,6 +478,7 @@ def _unkeyed(items: Sequence[Any]) -> bool:
         and task.get("lock_key") is None
         and not has_overrides(task)
         and not has_fair_key(task)
+        and task.get("partition_key") is None
         and not task.get("after")
         for task in items
     )

@@ -62,6 +62,7 @@ def test_a_small_tenant_is_not_starved_by_a_big_backlog(backend):
         "AND finished_at <= %s",
         (last_b,),
     )
+    print(f"{backend.kind}: {a_before} of A's {len(a_ids)} tasks ran before B's ten finished")
     assert a_before < 0.05 * len(a_ids), (a_before, len(a_ids))
     # Every task of B ran once; A's first attempts keep their real enqueue time.
     assert backend.statuses().get("falha", 0) == 0
@@ -156,3 +157,17 @@ def test_bad_fair_keys_are_refused_before_any_sql():
             task_row({**base, "fair_key": bad}, pub_sub=False)
     assert task_row({**base, "fair_key": "tenant-42"}, False)["fair_key"] == "tenant-42"
     assert task_row(base, False)["fair_key"] is None
+    # seed 000's partition_key is fair_key's alias.
+    assert task_row({**base, "partition_key": "p-1"}, False)["fair_key"] == "p-1"
+    assert task_row({**base, "partition_key": "p-1", "fair_key": "p-1"}, False)["fair_key"] == "p-1"
+    with pytest.raises(ValueError, match="fair_key and partition_key .its alias. differ"):
+        task_row({**base, "partition_key": "p-1", "fair_key": "p-2"}, pub_sub=False)
+    with pytest.raises(ValueError, match="fair_key must be a non-empty string"):
+        task_row({**base, "partition_key": ""}, pub_sub=False)
+
+
+@BACKENDS
+def test_partition_key_is_an_alias_of_fair_key(backend):
+    one = backend.enqueue([dict(partition_key="P")])[0]
+    two = backend.enqueue([dict(partition_key="P")], bulk=True)[0]
+    assert [backend.row(i)["fair_key"] for i in (one, two)] == ["P", "P"]
