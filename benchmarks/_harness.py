@@ -75,11 +75,22 @@ def drop_queue_sql(schema: str, name: str) -> str:
     group settle function names no table type, so it is dropped by name."""
     names = DdlNames(schema, name).object_names()
     tables = [name] + [
-        names[key] for key in ("subscriber", "limits", "periodic", "workers", "parents", "waiting")
+        names[key]
+        for key in (
+            "subscriber",
+            "limits",
+            "periodic",
+            "workers",
+            "parents",
+            "waiting",
+            "workflows",
+            "workflow_tasks",
+        )
     ]
     return (
         f"DROP TABLE IF EXISTS {', '.join(f'{schema}.{t}' for t in tables)} CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.{names['function']}() CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.{names['end_function']}() CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.{names['day_function']}() CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.{names['settle_function']};"
         f"DROP FUNCTION IF EXISTS {schema}.{names['release_function']}"

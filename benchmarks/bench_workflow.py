@@ -9,7 +9,11 @@
    is the target: the workflow drains at least 0.8x as fast).
 2. ``wait_for_task``: a task enqueued and committed, then waited for on another
    connection while a worker runs it; the time from the commit until the call
-   returns, p50 and p95 over ``--waits`` tasks.
+   returns, p50 and p95 over ``--waits`` tasks, and the share of it after the task's
+   end (by the database's clock). Then the waiter's share alone: tasks ended by an
+   UPDATE on another connection, from that commit until the call returns.
+   ``--wait-poll`` makes wait_for_task poll, as before its LISTEN; ``--rounds 0``
+   measures only this part.
 
     .venv/bin/python benchmarks/bench_workflow.py [--rounds 3] [--children 10000]
 """
@@ -59,12 +63,14 @@ def drain_workflow(dsn: str, children: int, processes: int, concurrency: int, lo
             return wait_succeeded(conn, queue, root, last, children + 2, t0, 600)
 
 
-def wait_latencies(dsn: str, waits: int, logs: Path) -> list[float]:
+def wait_latencies(dsn: str, waits: int, logs: Path) -> tuple[list[float], list[float]]:
+    """(commit -> return, the task's end -> return) per task, in seconds: the second is
+    the waiter's own share (the end by the database's clock, read after the return)."""
     with fresh_queue(dsn) as queue, running_workers(dsn, queue, 1, 1, logs):
         with connect(dsn) as conn, connect(dsn, autocommit=True) as waiter:
             client = QueueClient(conn, f"public.{queue}")
             waiting = QueueClient(waiter, f"public.{queue}")
-            latencies = []
+            latencies, lags = [], []
             for n in range(waits):
                 task_id = client.insert_task("bench", "bench", "noop", str(n), {})
                 conn.commit()
@@ -72,6 +78,43 @@ def wait_latencies(dsn: str, waits: int, logs: Path) -> list[float]:
                 view = waiting.wait_for_task(task_id, 10)
                 latencies.append(time.perf_counter() - t0)
                 assert view["status"] == "sucesso", view
+                lag = waiter.execute(
+                    f"SELECT extract(epoch FROM clock_timestamp() - finished_at) "
+                    f"FROM public.{queue} WHERE id = %s",
+                    (task_id,),
+                ).fetchone()[0]
+                # Less the time since the return (a round trip, measured around the read).
+                lags.append(float(lag) - (time.perf_counter() - t0 - latencies[-1]) / 2)
+            return latencies, lags
+
+
+def wake_latencies(dsn: str, waits: int) -> list[float]:
+    """The waiter's own share alone: a task ended by an UPDATE committed on another
+    connection (no worker), the time from that commit's return until wait_for_task's."""
+    import random
+    import threading
+
+    with fresh_queue(dsn) as queue:
+        table = f"public.{queue}"
+        with connect(dsn, autocommit=True) as conn, connect(dsn, autocommit=True) as waiter:
+            client, waiting = QueueClient(conn, table), QueueClient(waiter, table)
+            latencies = []
+            for n in range(waits):
+                task_id = client.insert_task("bench", "bench", "noop", str(n), {})
+                returned: list[float] = []
+
+                def wait(task_id: int = task_id, returned: list[float] = returned) -> None:
+                    waiting.wait_for_task(task_id, 10)
+                    returned.append(time.perf_counter())
+
+                thread = threading.Thread(target=wait)
+                thread.start()
+                # The wait is under way, past its first polling (waiting.POLL_FIRST).
+                time.sleep(0.03 + random.random() * 0.02)
+                conn.execute(f"UPDATE {table} SET status = 'sucesso' WHERE id = %s", (task_id,))
+                committed = time.perf_counter()
+                thread.join()
+                latencies.append(returned[0] - committed)
             return latencies
 
 
@@ -83,7 +126,16 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--waits", type=int, default=200)
+    parser.add_argument(
+        "--wait-poll",
+        action="store_true",
+        help="wait_for_task polls, as before its LISTEN (a comparison in the same run)",
+    )
     args = parser.parse_args()
+    if args.wait_poll:
+        from nsj_queue_lib.db.postgres.client_store import PostgresClientStore
+
+        PostgresClientStore.end_waiter = lambda self, conn, task_id: None  # type: ignore[method-assign]
     logs = Path(tempfile.mkdtemp(prefix="bench-workflow-"))
     tasks = args.children + 1
     print(f"{args.processes} worker processes x {args.concurrency} slots, PostgreSQL")
@@ -108,13 +160,22 @@ def main() -> int:
             f"{runs['workflow']:.2f} s ({(args.children + 2) / runs['workflow']:.0f}/s); "
             f"ratio {ratio:.2f}"
         )
-    print(f"median ratio (workflow speed / independent speed): {statistics.median(ratios):.2f}")
-    latencies = sorted(wait_latencies(args.dsn, args.waits, logs))
-    p50 = statistics.median(latencies) * 1000
-    p95 = latencies[int(len(latencies) * 0.95) - 1] * 1000
-    print(
-        f"wait_for_task, commit -> return ({len(latencies)} tasks): p50 {p50:.1f} ms, p95 {p95:.1f} ms"
-    )
+    if ratios:  # --rounds 0 measures wait_for_task alone
+        print(f"median ratio (workflow speed / independent speed): {statistics.median(ratios):.2f}")
+    latencies, lags = (sorted(values) for values in wait_latencies(args.dsn, args.waits, logs))
+    how = "polling" if args.wait_poll else "LISTEN/NOTIFY"
+    wakes = sorted(wake_latencies(args.dsn, min(args.waits, 100)))
+    for what, values in (
+        ("commit -> return", latencies),
+        ("task's end -> return", lags),
+        ("an end's commit -> return, no worker", wakes),
+    ):
+        p50 = statistics.median(values) * 1000
+        p95 = values[int(len(values) * 0.95) - 1] * 1000
+        print(
+            f"wait_for_task ({how}), {what} ({len(values)} tasks): "
+            f"p50 {p50:.1f} ms, p95 {p95:.1f} ms"
+        )
     return 0
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names load on first
     from nsj_queue_lib.worker_group import WorkerGroup, run_workers
     from nsj_queue_lib.worker_pub_sub_base import DeadSubscriber, Subscriber, WorkerPubSubBase
     from nsj_queue_lib.worker_webhook import WorkerWebhook
+    from nsj_queue_lib.workflow.builder import Workflow
 
 __all__ = [
     "QueueClient",
@@ -40,6 +41,7 @@ __all__ = [
     "TaskCancelled",
     "WorkerGroup",
     "run_workers",
+    "Workflow",
 ]
 
 _LOCATIONS = {
@@ -58,6 +60,7 @@ _LOCATIONS = {
     "TaskCancelled": "nsj_queue_lib.exceptions",
     "WorkerGroup": "nsj_queue_lib.worker_group",
     "run_workers": "nsj_queue_lib.worker_group",
+    "Workflow": "nsj_queue_lib.workflow.builder",
 }
 
 

@@ -15,6 +15,7 @@ import contextvars
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from nsj_queue_lib.exceptions import NoCurrentTaskError, TaskCancelled
@@ -53,6 +54,16 @@ class TaskContext:
         self.bd_conn: Any = None
         self.queue_table: str | None = None
         self.workflow_client: Any = None  # a QueueClient on bd_conn, built on first use
+        # How a durable step or wait commits in the middle of the handler, set by the drain
+        # that runs it (runtime/handler_commits.py); None where there are none (async).
+        self.commits: Any = None
+        self.wait_counts: dict[str, int] = {}  # durable waits met so far (workflow/waits.py)
+        self.in_step = False  # a durable step's fn is running (steps and waits do not nest)
+        # Set by a durable wait that ended the attempt: the attempt's outcome, whatever the
+        # handler does after it (it may catch TaskSuspended).
+        self.suspension: BaseException | None = None
+        # A durable pipeline's yields committed by earlier attempts (workflow/steps.py).
+        self.durable_yields = 0
 
     # -- workflows (nsj_queue_lib/workflow/handler.py) --
 
@@ -69,6 +80,33 @@ class TaskContext:
         from nsj_queue_lib.workflow.handler import spawn
 
         return spawn(self, processo, payload, after, **insert_options)
+
+    # -- durable steps and waits (nsj_queue_lib/workflow/steps.py, waits.py) --
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` once per task: the first time, what it writes on ``bd_conn``
+        commits together with its result (a JSON value) when the step returns; any later
+        attempt of the task gets that result back without running ``fn``. Returns the
+        result as JSON gives it back (a tuple as a list)."""
+        from nsj_queue_lib.workflow.steps import step
+
+        return step(self, name, fn, *args)
+
+    def sleep(self, seconds: float) -> None:
+        """Durable sleep: commits the work so far and ends this attempt without failing it
+        (the executor is free meanwhile); the task runs again from the handler's start
+        once ``seconds`` have passed, and this call then returns."""
+        from nsj_queue_lib.workflow.waits import sleep
+
+        sleep(self, seconds)
+
+    def wait_event(self, name: str, timeout_s: float) -> Any:
+        """The payload of the event ``name`` sent to this task (``QueueClient.send_event``);
+        until it arrives, as ``sleep``, the attempt ends and the task resumes when it does.
+        ``TimeoutError`` once ``timeout_s`` has passed without it."""
+        from nsj_queue_lib.workflow.waits import wait_event
+
+        return wait_event(self, name, timeout_s)
 
     # -- cancellation --
 

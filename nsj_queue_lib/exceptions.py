@@ -69,6 +69,18 @@ class PermanentError(QueueLibError):
     """
 
 
+class TaskHeld(QueueLibError):
+    """Raised by the library's own handlers when an attempt must not run yet (a webhook
+    subscriber's open circuit breaker: fleet/subscriber_breakers.py): the attempt ends
+    'falha_processando' with this ``mensagem`` and its next attempt is due after
+    ``delay_s`` seconds, with the same ``tentativa`` (a held attempt uses none of the
+    task's ``max_retry``). Not counted as a failure."""
+
+    def __init__(self, message: str, delay_s: float) -> None:
+        super().__init__(message)
+        self.delay_s = max(0.0, float(delay_s))
+
+
 class TaskCancelled(QueueLibError):
     """Raised by ``current_task().check_cancelled()`` once the running task was asked to stop.
 
@@ -85,3 +97,14 @@ class NoCurrentTaskError(QueueLibError, LookupError):
 class WorkflowUnsupported(DatabaseError):
     """The queue holds no dependencies between tasks: SingleStore, or a queue that
     ``db_gen --upgrade`` has not reached (nsj_queue_lib/workflow/)."""
+
+
+class TaskSuspended(BaseException):
+    """A durable wait (``current_task().sleep``, ``.wait_event``) ended the attempt without
+    failing it: the task is 'pendente' again, committed, and resumes when the wait ends.
+    Raised through the handler to the worker; a ``BaseException`` so that a handler's
+    ``except Exception`` does not stop it (nsj_queue_lib/workflow/waits.py)."""
+
+    def __init__(self, mensagem: str):
+        super().__init__(mensagem)
+        self.mensagem = mensagem

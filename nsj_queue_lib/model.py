@@ -107,6 +107,18 @@ SUBSCRIBER_COLUMNS = (
     "ativo",
     "created_at",
 )
+# The subscriber table's columns of its circuit breaker (fleet/subscriber_breakers.py): not
+# part of a delivery's envelope (which carries SUBSCRIBER_COLUMNS).
+SUBSCRIBER_BREAKER_COLUMNS = (
+    "circuit_breaker_failures",
+    "circuit_breaker_cool_down_s",
+    "breaker_failures",
+    "breaker_open",
+    "breaker_until",
+    "breaker_trial",
+    "breaker_trial_at",
+    "breaker_trial_task",
+)
 
 # Column sizes of the contract's DDL; checked before insert so the caller
 # gets a clear error instead of a driver truncation error.

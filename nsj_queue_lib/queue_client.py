@@ -25,13 +25,15 @@ from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
+from nsj_queue_lib.task_views import task_view
 from nsj_queue_lib.workflow.dependencies import (
     check_after,
     insert_child,
     parents_failed,
     read_parents,
 )
-from nsj_queue_lib.workflow.waiting import wait_for
+from nsj_queue_lib.workflow.waiting import wait_for, wait_pushed
+from nsj_queue_lib.workflow.waits import send_event
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 _TASK_FIELDS = (
@@ -293,10 +295,16 @@ class QueueClient:
         """``get_task``'s dict once the task ``task_id`` has finished ('sucesso',
         'cancelada', or failed with no attempt left); ``TimeoutError`` when it has not
         within ``timeout_s`` seconds, ``NotFoundError`` for an unknown id. Call it outside
-        any open transaction (after the insert's commit): it polls the latest committed
-        state; on MySQL/MariaDB each look is its own transaction, which it ends, so
-        REPEATABLE READ's snapshot never hides the end (docs/how-to/wait-for-a-task.md)."""
+        any open transaction (after the insert's commit). On PostgreSQL it LISTENs on the
+        connection for the end trigger's NOTIFY (UNLISTEN after); inside a transaction,
+        and on MySQL/MariaDB, it polls the latest committed state; on MySQL/MariaDB each
+        look is its own transaction, which it ends, so REPEATABLE READ's snapshot never
+        hides the end (docs/how-to/wait-for-a-task.md)."""
         task_id = _task_id(task_id)
+        waiter = self._store.end_waiter(self._conn, task_id)
+        if waiter is not None:  # PostgreSQL, an idle connection: the end trigger's NOTIFY
+            view = functools.partial(self._store.task_view, self._conn, task_id)
+            return task_view(wait_pushed(view, waiter, task_id, timeout_s))
         try:
             own_transactions = self._workflow().fresh_looks(self._conn)
         except WorkflowUnsupported:
@@ -314,6 +322,31 @@ class QueueClient:
         finally:
             if own_transactions:
                 self._conn.rollback()
+
+    def get_workflow(self, workflow_id: int) -> dict[str, Any] | None:
+        """The workflow ``workflow_id`` (what ``Workflow.enqueue`` returned), or None when
+        unknown: ``id``, ``name``, ``created_at``, ``status`` ('running', 'succeeded',
+        'failed', 'cancelled': derived from its tasks), ``counts`` (tasks per status) and
+        ``tasks`` (each ``get_task``'s dict with ``processo``, ``chave_externa`` and
+        ``parents``, in the order added). docs/how-to/workflows.md."""
+        from nsj_queue_lib.workflow.view import get_workflow
+
+        return get_workflow(self, _task_id(workflow_id))
+
+    def cancel_workflow(self, workflow_id: int) -> dict[int, str]:
+        """Cancel the workflow's unfinished tasks as ``cancel_task`` does (waiting ones become
+        'cancelada', running ones are asked to stop), in the caller's transaction; returns
+        ``{task id: status after the call}``. ``NotFoundError`` for an unknown id."""
+        from nsj_queue_lib.workflow.view import cancel_workflow
+
+        return cancel_workflow(self, _task_id(workflow_id))
+
+    def send_event(self, task_id: int, name: str, payload: Any = None) -> None:
+        """Send the event ``name`` (``payload``: a JSON value) to the task ``task_id``, in the
+        caller's transaction: kept until the task's ``wait_event(name, ...)`` takes it (an
+        event sent before the task waits is kept); a task waiting for it is due at the
+        commit (docs/how-to/durable-waits.md). ``NotFoundError`` for an unknown id."""
+        send_event(self._conn, self._store, self.queue_table, _task_id(task_id), name, payload)
 
     def _workflow(self) -> WorkflowStore:
         if self._workflow_store is None:
@@ -372,6 +405,18 @@ class QueueClient:
         failures or was open. The operator's way out of a breaker they know is wrong."""
         return BreakerStore(self._conn, self.queue_table).reset(self._conn, processo)
 
+    def reset_subscriber_breaker(self, subscriber_id: str) -> bool:
+        """Close the webhook subscriber's circuit breaker at the commit of the caller's
+        transaction (its failures and any trial forgotten; the deliveries it held due
+        now); whether it had failures or was open. The subscriber table is the client's,
+        else ``<queue table>_subscriber``. Not on SingleStore (``NotImplementedError``)."""
+        from nsj_queue_lib.db.subscriber_breaker_store import SubscriberBreakerStore
+        from nsj_queue_lib.fleet.subscriber_breakers import HELD_PREFIX
+
+        table = self.queue_subscriber_table or f"{self.queue_table}_subscriber"
+        store = SubscriberBreakerStore(self._conn, self.queue_table, table)
+        return store.reset(self._conn, subscriber_id, HELD_PREFIX)
+
     def paused(self) -> list[dict[str, Any]]:
         """The pauses in force: ``{"processo": None | str, "until": None | ISO 8601}``,
         the whole queue's (``processo`` None) first."""
@@ -386,26 +431,6 @@ def _task_id(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"task_id must be an int, got {type(value).__name__}")
     return value
-
-
-def task_view(row: Mapping[str, Any]) -> dict[str, Any]:
-    """``get_task``'s answer from a store's ``task_view`` row."""
-    progress = None
-    if row["progress_done"] is not None:
-        progress = {
-            "done": int(row["progress_done"]),
-            "total": None if row["progress_total"] is None else int(row["progress_total"]),
-            "message": row["progress_message"],
-        }
-    return {
-        "id_inicial": int(row["id_inicial"]),
-        "id": int(row["id"]),
-        "status": row["status"],
-        "tentativa": row["tentativa"],
-        "mensagem": row["mensagem"],
-        "cancel_requested": bool(row["cancel_requested"]),
-        "progress": progress,
-    }
 
 
 def _no_trace_context() -> None:

@@ -60,6 +60,8 @@ class TaskOptions:
     time_windows: str | tuple[str, ...] | None = None
     # Fleet control (fleet/breakers.py): (consecutive failures, cool-down seconds).
     circuit_breaker: tuple[int, float] | None = None
+    # A generator handler's yields are durable steps (workflow/steps.py).
+    durable_steps: bool = False
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -162,8 +164,11 @@ class Task:
         interval_s: tuple[float, float] | None = None,
         time_windows: str | Sequence[str] | None = None,
         circuit_breaker: tuple[int, float] | None = None,
+        durable_steps: bool = False,
     ) -> None:
         why = _processo_problem(processo)
+        if not isinstance(durable_steps, bool):
+            raise TypeError(f"@Task({processo!r}): durable_steps must be a bool")
         if why is not None:
             raise ValueError(f"@Task({processo!r}): processo {why}")
         self.options = TaskOptions(
@@ -186,6 +191,7 @@ class Task:
             circuit_breaker=(
                 tuple(circuit_breaker) if isinstance(circuit_breaker, list) else circuit_breaker
             ),
+            durable_steps=durable_steps,
         )
 
     def __call__(self, func: HandlerT) -> HandlerT:

@@ -150,7 +150,15 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         method, args = self._route(tarefa)
         result = method(*args, bd_conn)
         if is_pipeline(result):
-            return run_pipeline(result, _task_context(tarefa), self._timeout_for(tarefa))
+            # Its @Task method's option (not a dead letter's or a delivery's handler).
+            durable = (
+                not tarefa.get("dead")
+                and tarefa.get("publication_id") is None
+                and self.task_options(tarefa.get("processo") or "").durable_steps
+            )
+            return run_pipeline(
+                result, _task_context(tarefa), self._timeout_for(tarefa), durable=durable
+            )
         return result
 
     def _timeout_for(self, tarefa: dict[str, Any]) -> float | None:

@@ -19,6 +19,8 @@ webhook, so one worker can serve mixed subscribers.
 from __future__ import annotations
 
 import abc
+import functools
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -31,6 +33,7 @@ from nsj_queue_lib.task import no_handler_message
 from nsj_queue_lib.worker_base import HandlerResult, WorkerBase
 
 if TYPE_CHECKING:
+    from nsj_queue_lib.fleet.subscriber_breakers import SubscriberBreakers
     from nsj_queue_lib.webhook import WebhookCaller
 
 logger = get_logger("pubsub")
@@ -102,6 +105,8 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
     _subscriber_methods: dict[str, str] = {}
     _dead_subscriber_methods: dict[str, str] = {}
     _webhook: WebhookCaller | None = None  # also without super().__init__()
+    _breakers: SubscriberBreakers | None = None
+    _breakers_lock = threading.Lock()
     # True: a delivery of a subscriber without a method goes by webhook (its row's
     # url), so this worker claims every delivery. False: it claims only the
     # deliveries of its @Subscriber/@DeadSubscriber subscribers and leaves the
@@ -141,7 +146,15 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
             handler: Callable[..., str | None] = getattr(self, method_name)
             return handler(envelope, subscription, tarefa, bd_conn)
         if subscription.get("url"):
-            return self._webhook_caller().deliver(envelope)
+            caller = self._webhook_caller()
+            breakers = self._subscriber_breakers()
+            if breakers is None:
+                return caller.deliver(envelope)
+            task_id = int(tarefa["id"])
+            result: str | None = breakers.deliver(
+                subscriber_id, task_id, lambda: caller.deliver(envelope)
+            )
+            return result
         raise PubSubError(
             f"subscriber {subscriber_id!r} has no @Subscriber method in {type(self).__name__} and no url"
         )
@@ -157,6 +170,38 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
                 handler: Callable[..., str | None] = getattr(self, method_name)
                 return handler(envelope, subscription, tarefa, bd_conn)
         return super().execute_dead(payload, tarefa, bd_conn)
+
+    def run_until_stopped(self, install_signal_handlers: bool = True) -> int:
+        try:
+            return super().run_until_stopped(install_signal_handlers)
+        finally:
+            if self._breakers is not None:
+                self._breakers.close()
+
+    def _subscriber_breakers(self) -> SubscriberBreakers | None:
+        """The webhook subscribers' circuit breakers (fleet/subscriber_breakers.py), on a
+        connection of their own; None outside a running worker, without a subscriber table
+        or where the database has none (SingleStore)."""
+        runtime, settings = self._runtime, self._settings
+        if runtime is None or settings is None or not settings.queue_subscriber_table:
+            return None
+        if runtime.driver.limits is None:
+            return None
+        with self._breakers_lock:
+            if self._breakers is None:
+                from nsj_queue_lib.fleet.subscriber_breakers import SubscriberBreakers
+
+                self._breakers = SubscriberBreakers(
+                    settings.queue_name,
+                    settings.queue_table,
+                    settings.queue_subscriber_table,
+                    functools.partial(runtime.driver.connect, autocommit=False),
+                    settings.default_webhook_timeout,
+                    settings.queue_task_timeout_grace,
+                )
+                if runtime.endpoints is not None:
+                    runtime.endpoints.observer.register_subscriber_breakers(self._breakers)
+            return self._breakers
 
     def _webhook_caller(self) -> WebhookCaller:
         if self._webhook is None:

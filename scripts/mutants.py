@@ -1142,6 +1142,63 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "a 1.2.2 worker's update leaves a finished row in the hot partition",
     ),
+    Mutant(
+        "given-up-group-wakes-no-slot",
+        "nsj_queue_lib/runtime/drain_group.py",
+        "            self.tokens.wake(1)\n",
+        "            pass\n",
+        (
+            "tests/unit/test_executor_step_back_loop.py::"
+            "test_a_given_up_groups_tasks_back_in_the_queue_wake_a_slot",
+        ),
+        ("postgres",),
+        "a given-up group's tasks wait in 'pendente' with every slot idle",
+    ),
+    Mutant(
+        "pg-retry-drops-kept-payload",
+        PG_QUERIES,
+        "    CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END\nFROM failed AS f",
+        "    NULL\nFROM failed AS f",
+        (
+            "tests/integration/store/test_store_partitioned.py::"
+            "test_retention_keeps_days_ahead_and_drops_expired_days_whole[partitioned]",
+        ),
+        ("postgres",),
+        "a retry after its first attempt's day was dropped runs without its payload",
+    ),
+    Mutant(
+        "pg-migrated-table-unnoticed",
+        PG_STORE,
+        "        if not self.partitioned:\n            self._notice_migration(conn)\n",
+        "",
+        (
+            "tests/integration/store/test_store_migration.py::"
+            "test_a_worker_bound_before_the_migration_rotates_the_partitions_from_its_next_purge",
+        ),
+        ("postgres",),
+        "a worker bound before the migration never rotates the day partitions",
+    ),
+    Mutant(
+        "pg-release-counts-settled-edges-again",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "        SET settled = true\n        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled\n",
+        "        SET settled = true\n        WHERE p.parent_id = ANY(parent_ids)\n",
+        (
+            "tests/integration/store/test_store_dependency_edges.py::"
+            "test_a_dead_letter_retried_by_hand_is_not_counted_twice[postgres]",
+        ),
+        ("postgres",),
+        "a parent retried by hand counts its 'run' children down a second time",
+    ),
+    Mutant(
+        "breaker-any-task-decides-the-trial",
+        "nsj_queue_lib/fleet/breakers.py",
+        "and state.trial_task == task_id",
+        "",
+        ("tests/unit/test_breaker_decisions.py::test_while_open_only_the_trial_task_decides",),
+        ("postgres",),
+        "a task claimed before the breaker opened decides its trial",
+    ),
 )
 
 
@@ -1252,6 +1309,7 @@ def make_scratch(parent: Path, index: int) -> Path:
 
 
 _SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed|xpassed)")
+_SUMMARY_LINE = re.compile(r"\d+ (passed|failed|errors?|skipped|deselected)\b.* in [\d.]+s")
 
 
 def pytest_run(scratch: Path, tests: Sequence[str], stop_first: bool) -> tuple[int, str, dict]:
@@ -1277,9 +1335,11 @@ def pytest_run(scratch: Path, tests: Sequence[str], stop_first: bool) -> tuple[i
     output = done.stdout + done.stderr
     lines = [line for line in output.splitlines() if line.strip()]
     counts: dict[str, int] = {}
-    if lines:
-        for number, what in _SUMMARY.findall(lines[-1]):
-            counts["errors" if what.startswith("error") else what] = int(number)
+    # pytest's summary line, the last one but for what a leftover thread logged after it
+    # (a worker's service writing to stderr as the interpreter exits).
+    summary = next((line for line in reversed(lines) if _SUMMARY_LINE.search(line)), "")
+    for number, what in _SUMMARY.findall(summary):
+        counts["errors" if what.startswith("error") else what] = int(number)
     return done.returncode, output, counts
 
 

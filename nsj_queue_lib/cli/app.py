@@ -15,6 +15,7 @@ from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, Usag
 from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
 from nsj_queue_lib.cli.operate_commands import cancel, retry
 from nsj_queue_lib.cli.schema_commands import ddl, upgrade
+from nsj_queue_lib.cli.workflow_command import workflow
 from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError
 from nsj_queue_lib.web.__main__ import add_arguments as web_arguments
@@ -133,6 +134,16 @@ def _add_inspect_commands(commands: argparse._SubParsersAction[_Parser]) -> None
     sub = _add(commands, "show", show, "every attempt of a task, and its dead letter")
     sub.add_argument("id", type=_positive, help="the id of any attempt of the task")
 
+    sub = _add(
+        commands, "workflow", workflow, "a workflow's status and its tasks with their parents"
+    )
+    sub.add_argument("id", type=_positive, help="the workflow's id (Workflow.enqueue's)")
+    sub.add_argument(
+        "--cancel",
+        action="store_true",
+        help="first cancel its unfinished tasks (waiting ones; running ones are asked to stop)",
+    )
+
 
 def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     """retry and cancel: they change one task."""
@@ -170,10 +181,16 @@ def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None
         commands,
         "breaker",
         fleet_commands.breaker_reset,
-        "close a processo's circuit breaker (breaker reset PROCESSO)",
+        "close a processo's circuit breaker (breaker reset PROCESSO), or a webhook "
+        "subscriber's (breaker reset --subscriber ID)",
     )
     sub.add_argument("action", choices=["reset"], help="reset: close it, forgetting its failures")
     sub.add_argument("processo", help="the processo whose @Task declares the breaker")
+    sub.add_argument(
+        "--subscriber",
+        action="store_true",
+        help="the name is a webhook subscriber's id (its row of <queue>_subscriber)",
+    )
 
 
 def _add_schema_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -241,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                "a command is required: status, tasks, show, retry, cancel, pause, resume, "
-                "breaker, ddl, upgrade, web or health"
+                "a command is required: status, tasks, show, workflow, retry, cancel, pause, "
+                "resume, breaker, ddl, upgrade, web or health"
             )
         standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
         if standalone is not None:  # reads no database nor queue settings

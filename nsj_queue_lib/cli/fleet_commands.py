@@ -73,11 +73,17 @@ def resume(args: argparse.Namespace, config: Config) -> int:
 
 def breaker_reset(args: argparse.Namespace, config: Config) -> int:
     """Close a processo's circuit breaker (its failures and trial forgotten), in one
-    transaction."""
-    was = _committed(config, lambda client: client.reset_breaker(args.processo))
+    transaction; with ``--subscriber``, a webhook subscriber's."""
+    if args.subscriber:
+        was = _committed(config, lambda client: client.reset_subscriber_breaker(args.processo))
+        what = f"webhook subscriber {args.processo!r}"
+    else:
+        was = _committed(config, lambda client: client.reset_breaker(args.processo))
+        what = f"processo {args.processo!r}"
     if args.json:
-        write_json({"breaker_reset": args.processo, "was_tripped": was})
+        key = "subscriber_breaker_reset" if args.subscriber else "breaker_reset"
+        write_json({key: args.processo, "was_tripped": was})
     else:
         state = "closed" if was else "had no failures"
-        write(f"circuit breaker of processo {args.processo!r} {state}")
+        write(f"circuit breaker of {what} {state}")
     return EXIT_OK

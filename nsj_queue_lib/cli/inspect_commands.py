@@ -17,6 +17,7 @@ from nsj_queue_lib.cli.session import open_session
 from nsj_queue_lib.db.driver import Driver
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.db.pause_store import BreakerStore
+from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.notify.checked import DEAF_REASON
 from nsj_queue_lib.queue_client import QueueClient
@@ -132,6 +133,9 @@ def status(args: argparse.Namespace, config: Config) -> int:
                 "unhandled_processos": unhandled,
                 "paused": None if pauses is None else pauses["paused"],
                 "circuit_breakers": None if pauses is None else pauses["breakers"],
+                "subscriber_circuit_breakers": (
+                    None if pauses is None else pauses["subscriber_breakers"]
+                ),
             }
         )
         return EXIT_OK
@@ -151,7 +155,7 @@ def _pauses(session: Any, config: Config) -> dict[str, Any] | None:
     --upgrade has not reached)."""
     try:
         breakers = BreakerStore(session.conn, config.queue_table).breakers(session.conn)
-        return {
+        fleet = {
             "paused": QueueClient(session.conn, config.queue_table).paused(),
             "breakers": [b.as_dict() for b in breakers],
         }
@@ -160,6 +164,8 @@ def _pauses(session: Any, config: Config) -> dict[str, Any] | None:
         if rollback is not None:
             rollback()
         return None
+    fleet["subscriber_breakers"] = subscriber_breakers(session.conn, config.queue_table)
+    return fleet
 
 
 def _pause_lines(fleet: dict[str, Any] | None) -> str:
@@ -171,6 +177,13 @@ def _pause_lines(fleet: dict[str, Any] | None) -> str:
         until = f" until {breaker['until']}" if breaker["state"] == "open" else ""
         lines.append(
             f"CIRCUIT BREAKER of processo {breaker['processo']}: {state}{until} "
+            f"({breaker['failures']} consecutive failures)\n"
+        )
+    for breaker in (fleet or {}).get("subscriber_breakers", ()):
+        state = breaker["state"].replace("_", "-")
+        until = f" until {breaker['until']}" if breaker["state"] == "open" else ""
+        lines.append(
+            f"CIRCUIT BREAKER of webhook subscriber {breaker['subscriber']}: {state}{until} "
             f"({breaker['failures']} consecutive failures)\n"
         )
     for pause in (fleet or {}).get("paused", ()):

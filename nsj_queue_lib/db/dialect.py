@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import zlib
 
 from nsj_queue_lib.exceptions import ClaimRoutineError, InvalidIdentifierError
 from nsj_queue_lib.identifiers import check_identifier, check_table_name, split_table_name
@@ -99,11 +100,22 @@ class DdlNames:
             "limited_claim": self.limited_routine_name(q),
             "settle_function": self.settle_routine_name(q),
             "trigger_name": f"trigger_insert_{q}",
+            # wait_for_task's wake-up (db/postgres/end_trigger.sql).
+            "end_function": f"notify_{q}_end",
+            "end_trigger": f"trigger_end_{q}",
             # Dependencies between tasks (nsj_queue_lib/workflow/).
             "parents": parents_table_name(q),
             "waiting": waiting_table_name(q),
             "idx_parents_child": f"idx_{q}_parents_child",
             "release_function": release_routine_name(q),
+            # Workflows (nsj_queue_lib/workflow/builder.py).
+            "workflows": workflows_table_name(q),
+            "workflow_tasks": workflow_tasks_table_name(q),
+            "idx_workflow_task": f"idx_{q}_workflow_task",
+            # Durable steps and waits (nsj_queue_lib/workflow/steps.py, waits.py).
+            "steps": steps_table_name(q),
+            "events": events_table_name(q),
+            "idx_events_task": f"idx_{q}_events_task",
             # The partitioned layout's (db/postgres/layout.py).
             "day_function": f"finished_day_{q}",
             "day_trigger": f"trigger_finished_day_{q}",
@@ -127,7 +139,14 @@ class DdlNames:
         values["parents_table"] = f"{self.schema}.{names['parents']}"
         values["waiting_table"] = f"{self.schema}.{names['waiting']}"
         values["release_function"] = f"{self.schema}.{names['release_function']}"
+        values["workflows_table"] = f"{self.schema}.{names['workflows']}"
+        values["workflow_tasks_table"] = f"{self.schema}.{names['workflow_tasks']}"
+        values["steps_table"] = f"{self.schema}.{names['steps']}"
+        values["events_table"] = f"{self.schema}.{names['events']}"
         values["channel"] = notify_channel(self.queue)
+        values["end_function"] = f"{self.schema}.{names['end_function']}"
+        values["end_channel"] = task_end_channel(self.queue)
+        values["end_lock_key"] = str(task_end_lock_key(self.queue))
         values["schema"] = self.schema
         values["queue"] = self.queue
         return values
@@ -154,6 +173,27 @@ def parents_table_name(queue_table: str) -> str:
 def waiting_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_waiting``: each 'aguardando' child's count of unfinished parents."""
     return f"{queue_table}_waiting"
+
+
+def workflows_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_workflows``: one row per ``Workflow`` enqueued (its name)."""
+    return f"{queue_table}_workflows"
+
+
+def workflow_tasks_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_workflow_tasks``: each workflow's tasks, in the order added."""
+    return f"{queue_table}_workflow_tasks"
+
+
+def steps_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_steps``: the checkpoints of durable steps and waits, one row per
+    (task, step name), kept across the task's attempts (nsj_queue_lib/workflow/steps.py)."""
+    return f"{queue_table}_steps"
+
+
+def events_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_events``: the events sent to tasks (``QueueClient.send_event``)."""
+    return f"{queue_table}_events"
 
 
 def release_routine_name(queue_table: str) -> str:
@@ -213,6 +253,19 @@ def notify_channel(queue_name: str) -> str:
     case, so the trigger and the workers use the folded name too.
     """
     return queue_name.lower()
+
+
+def task_end_channel(queue_name: str) -> str:
+    """The channel that tells a waited-for task's end (PostgreSQL): the queue's, + '_end'."""
+    return f"{notify_channel(queue_name)}_end"
+
+
+def task_end_lock_key(queue_name: str) -> int:
+    """The first key of the advisory locks by which ``wait_for_task`` says it waits
+    (PostgreSQL; the second is the task's id): a 32-bit hash of the queue's name, so the
+    trigger and every client agree on it without asking the database. A collision with
+    another lock's key costs a NOTIFY for nothing, or the waiter polls."""
+    return zlib.crc32(f"nsjq task end {notify_channel(queue_name)}".encode()) - 2**31
 
 
 def check_claim_routine_version(

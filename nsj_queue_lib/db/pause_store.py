@@ -22,7 +22,7 @@ class PauseStore:
     def __init__(self, conn: Any, queue_table: str):
         driver = connection_driver(conn)
         limits = driver.limits
-        if limits is None or (limits.name == "mysql" and _is_singlestore(conn)):
+        if limits is None or (limits.name == "mysql" and is_singlestore(conn)):
             raise NotImplementedError(
                 "pause and resume are not available on SingleStore (no limits table; "
                 "docs/fleet-control.md)"
@@ -66,7 +66,7 @@ class PauseStore:
         whole queue's first."""
         found = []
         for row in self._run(conn, "paused"):
-            processo, until_us, is_expired = _values(row, "processo", "until_us", "expired")
+            processo, until_us, is_expired = row_values(row, "processo", "until_us", "expired")
             if is_expired and not expired:
                 continue
             until = (
@@ -82,7 +82,7 @@ def _utc_text(micros: int) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _is_singlestore(conn: Any) -> bool:
+def is_singlestore(conn: Any) -> bool:
     """A MySQL-family connection to SingleStore (its client store knows the server)."""
     server = getattr(client_store(conn, "nsjq_probe", None), "server", None)
     return server is not None and server(conn).flavour == "singlestore"
@@ -106,11 +106,11 @@ class BreakerStore(PauseStore):
     def state(self, conn: Any, processo: str) -> BreakerState | None:
         """The processo's breaker, its row locked until the transaction ends."""
         for row in self._run(conn, "breaker_state", {"processo": processo}):
-            failures, is_open, trial, task = _values(
+            failures, is_open, trial, task = row_values(
                 row, "breaker_failures", "breaker_open", "breaker_trial", "breaker_trial_task"
             )
             return BreakerState(
-                processo, int(failures), bool(is_open), bool(trial), trial_task=_int(task)
+                processo, int(failures), bool(is_open), bool(trial), trial_task=int_or_none(task)
             )
         return None
 
@@ -144,7 +144,7 @@ class BreakerStore(PauseStore):
         """The breakers with failures counted, or open."""
         found = []
         for row in self._run(conn, "breakers"):
-            processo, failures, is_open, trial, until_us, task, age, timeout = _values(
+            processo, failures, is_open, trial, until_us, task, age, timeout = row_values(
                 row, *_BREAKER_COLUMNS
             )
             until = (
@@ -157,7 +157,7 @@ class BreakerStore(PauseStore):
                     bool(is_open),
                     bool(trial),
                     until,
-                    trial_task=_int(task),
+                    trial_task=int_or_none(task),
                     trial_age_s=None if age is None else float(age),
                     trial_timeout_s=None if timeout is None else float(timeout),
                 )
@@ -178,11 +178,11 @@ _BREAKER_COLUMNS = (
 )
 
 
-def _int(value: Any) -> int | None:
+def int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _values(row: Any, *names: str) -> tuple[Any, ...]:
+def row_values(row: Any, *names: str) -> tuple[Any, ...]:
     """A row's values in ``names`` order, from a tuple or a DictCursor's dict."""
     if isinstance(row, dict):
         return tuple(row[n] for n in names)

@@ -22,7 +22,7 @@ as ``DatabaseError`` with the driver's error as ``__cause__``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -32,6 +32,23 @@ if TYPE_CHECKING:
     from nsj_queue_lib.db.tally import FoldResult
 
 Row = dict[str, Any]
+
+
+class EndWaiter(Protocol):
+    """What pushes ``wait_for_task`` (workflow/waiting.py's ``wait_pushed``): PostgreSQL's
+    LISTEN on the caller's connection (db/postgres/task_end.py)."""
+
+    def end_look(self) -> None: ...
+
+    def register(self, first_id: int) -> tuple[bool, Mapping[str, Any] | None]: ...
+
+    def unregister(self) -> None: ...
+
+    def wait(self, seconds: float) -> bool: ...
+
+    def look_and_close(self) -> Mapping[str, Any] | None: ...
+
+    def close(self) -> None: ...
 
 
 @runtime_checkable
@@ -72,6 +89,12 @@ class ClientStore(Protocol):
         """The latest attempt of the task ``task_id`` (any attempt's id) belongs to: ``id``,
         ``id_inicial``, ``status``, ``tentativa``, ``mensagem``, ``reenfileirado`` and the
         life-cycle columns; with ``lock``, as locking reads see it."""
+        ...
+
+    def end_waiter(self, conn: Any, task_id: int) -> EndWaiter | None:
+        """What pushes ``wait_for_task`` for the task on ``conn`` (workflow/waiting.py's
+        ``EndWaiter``: PostgreSQL's LISTEN, db/postgres/task_end.py), or None where the
+        wait polls (the dialect has no push, or ``conn`` cannot hear one now)."""
         ...
 
     def cancel_attempt(self, conn: Any, attempt_id: int, mensagem: str) -> str | None:
@@ -140,8 +163,17 @@ class WorkerStore(Protocol):
     def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool: ...
 
     def fail_and_retry(
-        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
-    ) -> int | None: ...
+        self,
+        conn: Any,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
+    ) -> int | None:
+        """The attempt failed; its next attempt (``counted``: with the next ``tentativa``,
+        else the same: a held attempt) due after ``delay_seconds``; the new row's id."""
+        ...
 
     def fail_and_bury(
         self, conn: Any, task_id: int, status: str, mensagem: str, payload: str | None

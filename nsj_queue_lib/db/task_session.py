@@ -85,6 +85,7 @@ class FailureRecord:
     mensagem: str
     delay_seconds: float = 0.0
     payload: str | None = None
+    counted: bool = True  # False: the next attempt keeps the tentativa (a held attempt)
 
 
 def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) -> int | None:
@@ -103,7 +104,7 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
         return None
     if record.kind == RETRY:
         next_id: int | None = store.fail_and_retry(
-            conn, task_id, record.status, record.mensagem, record.delay_seconds
+            conn, task_id, record.status, record.mensagem, record.delay_seconds, record.counted
         )
         return next_id
     if record.kind == BURY:
@@ -247,6 +248,25 @@ class TaskSession:
             outcome = RELEASED if self.store.release(conn, task.id) else GONE
         self.locks.unlock_in_transaction(conn, task)
         return outcome
+
+    # -- a handler's own commits (durable steps and waits: runtime/handler_commits.py) --
+
+    def keep_handler_work(self, conn: Any) -> None:
+        """What the handler's transaction holds, committed; the next transaction opened in
+        the same round trip (never idle while the session holds the task's liveness lock,
+        which a commit keeps: it is a session lock)."""
+        self.store.commit_and_begin(conn)
+
+    def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
+        """The task's liveness lock freed with the open transaction (where the lock is the
+        database's; elsewhere after its commit, in ``after_settled``)."""
+        self.locks.unlock_in_transaction(conn, task)
+
+    def release_handler(self, conn: Any, task: TaskRecord) -> None:
+        """The liveness lock freed and the handler's transaction committed (its task written
+        'pendente' again in it: a durable wait); ``conn`` idle after it."""
+        self.locks.unlock_in_transaction(conn, task)
+        self.store.commit(conn)
 
     # -- a commit group (dialects with savepoints: db/<dialect>/session.py) --
 

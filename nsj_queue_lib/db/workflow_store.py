@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from nsj_queue_lib.db.dialect import (
+    events_table_name,
     notify_channel,
     parents_table_name,
     release_routine_name,
+    steps_table_name,
     waiting_table_name,
 )
-from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsupported
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
@@ -32,11 +34,16 @@ T = TypeVar("T")
 class WorkflowStore:
     """Dependencies of the queue ``queue_table`` on a ``dialect`` ('postgres', 'mysql')."""
 
+    # The named queries' file (db/<dialect>/...): a subclass serves another part of the
+    # workflow tables (db/step_store.py).
+    queries_file = "workflow.sql"
+    # What needs the tables, for the refusal's message.
+    feature = "dependencies between tasks (after=)"
+
     def __init__(self, dialect: str, queue_table: str):
         if dialect not in DIALECTS:
             raise WorkflowUnsupported(
-                f"dependencies between tasks (after=) need PostgreSQL or MySQL/MariaDB, "
-                f"not {dialect}"
+                f"{self.feature} need PostgreSQL or MySQL/MariaDB, not {dialect}"
             )
         check_table_name(queue_table, "queue table")
         self.dialect = dialect
@@ -47,8 +54,10 @@ class WorkflowStore:
             "parents_table": parents_table_name(queue_table),
             "waiting_table": waiting_table_name(queue_table),
             "release_function": release_routine_name(queue_table),
+            "steps_table": steps_table_name(queue_table),
+            "events_table": events_table_name(queue_table),
         }
-        self.sql = render_queries(dialect, values, "workflow.sql")
+        self.sql = render_queries(dialect, values, self.queries_file)
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> WorkflowStore:
@@ -56,7 +65,19 @@ class WorkflowStore:
         names the SQL (SingleStore's store says so, though it shares MySQL's driver);
         ``WorkflowUnsupported`` for a store without one (the in-memory queue)."""
         dialect = getattr(store, "dialect", None)
-        return _store(dialect if isinstance(dialect, str) else type(store).__name__, queue_table)
+        name = dialect if isinstance(dialect, str) else type(store).__name__
+        kind: Any = cls  # (mypy reads a class object as unhashable)
+        found: WorkflowStore = _store(kind, name, queue_table)
+        return found
+
+    def tables(self) -> tuple[str, ...]:
+        """The tables these statements need (an error naming one says db_gen --upgrade)."""
+        return (
+            parents_table_name(self.queue_table),
+            waiting_table_name(self.queue_table),
+            steps_table_name(self.queue_table),
+            events_table_name(self.queue_table),
+        )
 
     # -- statements --
 
@@ -69,12 +90,11 @@ class WorkflowStore:
             raise
         except Exception as exc:  # the driver's error, kept as the cause
             error = DatabaseError(f"workflow {what} failed: {exc}".strip())
-            missing = (parents_table_name(self.queue_table), waiting_table_name(self.queue_table))
             text = str(exc).lower()
-            if any(name.split(".")[-1].lower() in text for name in missing):
+            if any(name.split(".")[-1].lower() in text for name in self.tables()):
                 error = WorkflowUnsupported(
-                    f"{what}: the queue has no dependency tables ({exc}); run db_gen --upgrade "
-                    "(SingleStore has no dependencies between tasks)"
+                    f"{what}: the queue has no workflow tables ({exc}); run db_gen --upgrade "
+                    "(SingleStore has no workflows)"
                 )
             raise error from exc
 
@@ -231,6 +251,7 @@ class WorkflowStore:
 
 
 @functools.lru_cache(maxsize=256)
-def _store(dialect: str, queue_table: str) -> WorkflowStore:
-    """One store per (dialect, queue): it holds only its rendered statements."""
-    return WorkflowStore(dialect, queue_table)
+def _store(kind: Any, dialect: str, queue_table: str) -> WorkflowStore:
+    """One store per (kind: a WorkflowStore class, dialect, queue): it holds only its rendered
+    statements."""
+    return kind(dialect, queue_table)

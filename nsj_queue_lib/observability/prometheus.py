@@ -186,6 +186,10 @@ class PrometheusObserver(Observer):
         """The circuit breakers of ``recorder`` (fleet/breaker_recorder.py) as metrics."""
         self.registry.register(_BreakerCollector(self.queue, recorder))
 
+    def register_subscriber_breakers(self, breakers: Any) -> None:
+        """The webhook subscribers' circuit breakers (fleet/subscriber_breakers.py)."""
+        self.registry.register(_SubscriberBreakerCollector(self.queue, breakers))
+
     def exposition(self, accept: str) -> tuple[str, bytes]:
         """(content type, body) of a scrape, in the format the ``Accept`` header asks for."""
         encoder, content_type = choose_encoder(accept)
@@ -275,4 +279,37 @@ class _BreakerCollector:
             closed.add_metric((self.queue, processo), self.recorder.closed.get(processo, 0))
             is_open = any(s.open for s in self.recorder.states if s.processo == processo)
             state.add_metric((self.queue, processo), int(is_open))
+        yield from (opened, closed, state)
+
+
+class _SubscriberBreakerCollector:
+    """This worker's webhook subscribers' circuit breakers: how often it opened and closed
+    each, and each one's state as this worker last saw it (at a delivery)."""
+
+    def __init__(self, queue: str, breakers: Any):
+        self.queue = queue
+        self.breakers = breakers
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ("queue", "subscriber")
+        opened = CounterMetricFamily(
+            "nsjq_subscriber_circuit_breaker_opened",
+            "Times this worker opened a webhook subscriber's circuit breaker",
+            labels=labels,
+        )
+        closed = CounterMetricFamily(
+            "nsjq_subscriber_circuit_breaker_closed",
+            "Times this worker closed a webhook subscriber's circuit breaker (its trial succeeded)",
+            labels=labels,
+        )
+        state = GaugeMetricFamily(
+            "nsjq_subscriber_circuit_breaker_open",
+            "1 while a webhook subscriber's circuit breaker is open or half-open, as this "
+            "worker last saw it",
+            labels=labels,
+        )
+        for subscriber in sorted(self.breakers.open_now):
+            opened.add_metric((self.queue, subscriber), self.breakers.opened.get(subscriber, 0))
+            closed.add_metric((self.queue, subscriber), self.breakers.closed.get(subscriber, 0))
+            state.add_metric((self.queue, subscriber), int(self.breakers.open_now[subscriber]))
         yield from (opened, closed, state)

@@ -42,11 +42,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from nsj_queue_lib.context import running
-from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError, HandlerTransactionError
+from nsj_queue_lib.exceptions import (
+    AttemptFenced,
+    DatabaseError,
+    HandlerTransactionError,
+    TaskSuspended,
+)
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.runtime.attempt import Attempts
 from nsj_queue_lib.runtime.failures import Failures
+from nsj_queue_lib.runtime.handler_commits import SingleCommits
 from nsj_queue_lib.runtime.loop_watchdog import LoopWatchdog
 from nsj_queue_lib.runtime.running import ABANDONED, RunningTask
 
@@ -280,9 +286,16 @@ class AsyncSlots:
             if asynchronous:
                 outcome = await self._call_async_handler(item)
             else:
+                # Durable steps and waits commit on the handler's (sync) connection, in its
+                # thread (runtime/handler_commits.py); async handlers have none.
+                item.context.commits = SingleCommits(attempts.session, conn, task)
                 outcome = await self._call_sync_handler(item)
             if outcome is not None and item.context.progress is not None:
                 await self._call(attempts.after_handler, item.context)  # its last progress
+            if isinstance(outcome, TaskSuspended):  # committed 'pendente' by a durable wait
+                attempts.suspended(task, outcome)
+                await self._call(attempts.session.after_settled, task, conn)
+                return conn, await self._claim(conn)
             if isinstance(outcome, str):
                 try:
                     return conn, await self._complete(conn, task, outcome)

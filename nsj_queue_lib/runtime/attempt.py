@@ -30,7 +30,7 @@ from typing import Any
 from nsj_queue_lib import model
 from nsj_queue_lib.context import TIMED_OUT, TaskContext, running
 from nsj_queue_lib.db.task_session import TaskSession
-from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError
+from nsj_queue_lib.exceptions import DatabaseError, HandlerTransactionError, TaskSuspended
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
@@ -124,7 +124,7 @@ class Attempts:
         )
 
     def handler_error(self, task: TaskRecord, exc: BaseException) -> BaseException:
-        if not isinstance(exc, Exception):
+        if not isinstance(exc, (Exception, TaskSuspended)):
             logger.warning(
                 "queue=%s task=%s: handler raised %s; the task fails, the worker goes on",
                 self.queue_name,
@@ -139,6 +139,9 @@ class Attempts:
         """The handler's ``outcome``; None when its task was abandoned meanwhile."""
         if not self.running.finishing(item):
             return None
+        if item.context.suspension is not None:
+            # A durable wait committed the attempt's end (even if the handler caught it).
+            return item.context.suspension
         if item.context.stop_reason == TIMED_OUT:
             # Past its timeout the attempt fails, whatever the handler did.
             return TaskTimeout(item.timeout_message or "timeout")
@@ -165,6 +168,10 @@ class Attempts:
         finished = self.observer.task_finished
         for task in tasks:
             finished(task, outcomes.SUCESSO)
+
+    def suspended(self, task: TaskRecord, suspension: TaskSuspended) -> None:
+        """A durable wait ended the attempt without failing it (committed already)."""
+        logger.debug("queue=%s task=%s: %s", self.queue_name, task.id, suspension.mensagem)
 
     def fenced(self, task: TaskRecord, error: BaseException) -> None:
         """The attempt's success was refused, its transaction rolled back: another worker

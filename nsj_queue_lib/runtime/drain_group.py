@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from nsj_queue_lib.db.task_session import GroupLost
-from nsj_queue_lib.exceptions import DatabaseError
+from nsj_queue_lib.exceptions import DatabaseError, TaskSuspended
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim
 from nsj_queue_lib.runtime.attempt import Attempts
@@ -44,6 +44,7 @@ from nsj_queue_lib.runtime.group_isolation import Isolation
 from nsj_queue_lib.runtime.group_pace import Pace
 from nsj_queue_lib.runtime.group_recovery import GroupRecovery
 from nsj_queue_lib.runtime.group_steps import DrainSteps
+from nsj_queue_lib.runtime.handler_commits import GroupCommits
 from nsj_queue_lib.runtime.running import RunningTask
 from nsj_queue_lib.runtime.tokens import WakeTokens
 
@@ -195,8 +196,9 @@ class GroupDrain:
             if group.waiting[0].task.tentativa > 1 and (group.written or group.failures):
                 return conn  # a retry runs in a group of its own: the others commit first
             item = self.attempts.start(conn, group.waiting.popleft())
-            outcome = self.attempts.run_handler(item)
             task = item.task
+            item.context.commits = GroupCommits(self.session, self.recovery, conn, group, task)
+            outcome = self.attempts.run_handler(item)
             self.pace.took(task, time.monotonic() - item.started)
             if outcome is None:  # given up after its timeout (timeouts.py)
                 self.connections.discard(conn, replace=False)  # the transaction rolls back
@@ -206,6 +208,14 @@ class GroupDrain:
                 self.given_up(item)
                 return None
             last = not group.waiting or task.tentativa > 1 or self._closing(group)
+            if isinstance(outcome, TaskSuspended):
+                # A durable wait committed the group so far with the task 'pendente' again:
+                # the next handler is its transaction's first (no savepoint to set).
+                self.attempts.suspended(task, outcome)
+                self.session.after_settled(task, conn)
+                if last:
+                    break
+                continue
             if isinstance(outcome, str):
                 try:
                     self.session.succeeded(conn, task, outcome)

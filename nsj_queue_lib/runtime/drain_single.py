@@ -25,11 +25,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
+from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError, TaskSuspended
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim
 from nsj_queue_lib.runtime.attempt import Attempts
 from nsj_queue_lib.runtime.failures import Failures
+from nsj_queue_lib.runtime.handler_commits import SingleCommits
 
 logger = get_logger("executor")
 
@@ -81,10 +82,16 @@ class SingleDrain:
             return attempts.give_back_unstarted(conn, claimed.task, self.claim_next())
         item = attempts.start(conn, claimed)
         task = item.task
+        item.context.commits = SingleCommits(session, conn, task)
         try:
             outcome = attempts.call_handler(item)
             if outcome is not None:
                 attempts.after_handler(item.context)
+            if isinstance(outcome, TaskSuspended):
+                # A durable wait committed the task 'pendente' again, its lock freed.
+                attempts.suspended(task, outcome)
+                session.after_settled(task, conn)
+                return conn, session.claim(conn, self.claim_next())
             if isinstance(outcome, str):
                 try:
                     next_claim = session.complete_and_claim(conn, task, outcome, self.claim_next())

@@ -33,12 +33,18 @@ from nsj_queue_lib.db.task_session import (
     TaskSession,
     write_failure,
 )
-from nsj_queue_lib.exceptions import TaskCancelled
+from nsj_queue_lib.exceptions import TaskCancelled, TaskHeld
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
 from nsj_queue_lib.observability.observer import Observer
-from nsj_queue_lib.retry_policy import Decision, Outcome, RetryPolicies, failure_message
+from nsj_queue_lib.retry_policy import (
+    Decision,
+    Outcome,
+    RetryPolicies,
+    bounded,
+    failure_message,
+)
 from nsj_queue_lib.runtime.connections import Connections
 from nsj_queue_lib.runtime.running import RunningTasks
 
@@ -149,6 +155,14 @@ class Failures:
             logger.info("queue=%s task=%s: cancelled (%s)", self.queue_name, task.id, error)
             self.observer.task_finished(task, outcomes.CANCELADA)
             return failure_record(self.policies, task, error)
+        if isinstance(error, TaskHeld):
+            # Not run: no failure, no outcome; the next attempt keeps the tentativa.
+            logger.info("queue=%s task=%s: held (%s)", self.queue_name, task.id, error)
+            self.observer.attempt_abandoned(task, str(error))
+            mensagem = bounded(str(error), model.MENSAGEM_LIMIT)
+            return FailureRecord(
+                RETRY, model.FALHA_PROCESSANDO, mensagem, delay_seconds=error.delay_s, counted=False
+            )
         self.observer.attempt_failed(task, error)
         # A lost connection is a release for a new attempt, not the handler's failure.
         settled = settlement(conn, error, self.policies.decide(task, error), self.connection_lost)

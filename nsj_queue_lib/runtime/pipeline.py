@@ -38,6 +38,7 @@ from nsj_queue_lib.exceptions import TaskCancelled
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.failures import TaskTimeout
 from nsj_queue_lib.runtime.timeouts import timeout_message
+from nsj_queue_lib.workflow import steps as durable_steps
 
 logger = get_logger("pipeline")
 _PIPELINE_TYPES = (types.GeneratorType, types.AsyncGeneratorType)
@@ -58,10 +59,18 @@ def run_pipeline(
     steps: Generator[Any, None, Any] | AsyncGenerator[Any, None],
     context: TaskContext,
     timeout_s: float | None,
+    durable: bool = False,
 ) -> str | None | Coroutine[Any, Any, str | None]:
     """Run ``steps``: its ``mensagem`` (None: the default); for an async generator, the
-    coroutine that runs it (the worker awaits it as an ``async def`` handler's)."""
+    coroutine that runs it (the worker awaits it as an ``async def`` handler's).
+    ``durable`` (``@Task(durable_steps=True)``): each yield commits (workflow/steps.py)."""
     checkpoints = Checkpoints(context, timeout_s)
+    if durable:
+        if isinstance(steps, AsyncGenerator):
+            raise TypeError("durable_steps needs a synchronous generator handler")
+        checkpoints.durable = True
+        # Before the generator's body runs: it reads how far earlier attempts got.
+        context.durable_yields = durable_steps.yields_done(context)
     if isinstance(steps, AsyncGenerator):
         return _run_async(steps, checkpoints)
     return _run(steps, checkpoints)
@@ -83,6 +92,8 @@ class Checkpoints:
         self.message: str | None = None  # the last message yielded
         self.stop: TaskCancelled | None = None  # raised into the generator
         self.timed_out = False
+        self.durable = False  # each yield commits (run_pipeline's durable)
+        self.yields = 0  # this run's yields
 
     def reached(self, value: Any) -> BaseException | None:
         """A ``yield value``: the exception to raise into the generator there, or None to
@@ -93,6 +104,10 @@ class Checkpoints:
         except (TypeError, ValueError) as exc:
             return exc
         self.stop = self._stop_request()
+        if self.stop is None and self.durable:
+            # Not when stopping: a cancelled or timed-out attempt commits nothing more.
+            self.yields += 1
+            durable_steps.keep_yield(self.context, self.context.durable_yields + self.yields, value)
         return self.stop
 
     def _record(self, value: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.service import PeriodicService
+from nsj_queue_lib.workflow import steps
 
 logger = get_logger("purge")
 
@@ -31,4 +32,20 @@ class PurgeService(PeriodicService):
                 break
         if deleted:
             logger.info("queue=%s: purged %d row(s)", self.settings.queue_name, deleted)
+        if deleted:
+            self.purge_checkpoints(conn)
         return deleted
+
+    def purge_checkpoints(self, conn: Any) -> None:
+        """The durable steps' checkpoints and the events of the tasks purged (their first
+        attempts gone), in bounded rounds as the rows themselves. Only after a run that
+        deleted rows: finding them reads the whole checkpoint table."""
+        limit = self.settings.queue_purge_limit
+        while not self.stop.is_set():
+            cleared = steps.purge_orphans(self.store, conn, limit)
+            if cleared < 0:
+                conn.rollback()  # no such tables yet (db_gen --upgrade): nothing to clear
+                return
+            conn.commit()
+            if cleared < limit:
+                return

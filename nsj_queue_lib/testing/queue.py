@@ -24,6 +24,7 @@ from nsj_queue_lib.runtime.attempt import DEFAULT_SUCCESS_MESSAGE
 from nsj_queue_lib.runtime.failures import settle_failure
 from nsj_queue_lib.runtime.periodic_service import slot_task_row
 from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.testing.steps import MemoryCommits
 from nsj_queue_lib.testing.store import UTC, MemoryConnection, MemoryStore, Row
 
 if TYPE_CHECKING:
@@ -205,6 +206,7 @@ class InMemoryQueue:
         conn = bd_conn if bd_conn is not None else MemoryConnection(self.store, staged)
         context = TaskContext(task.id, task.row.get("id_inicial"))
         context.bd_conn, context.queue_table = conn, self.store.queue_table
+        context.commits = MemoryCommits(self.store.steps, staged)
         self._running[task.id] = context
         try:
             if task.row["pub_sub"] and task.row["publication_id"] is None and not task.dead:
@@ -217,6 +219,8 @@ class InMemoryQueue:
                         result = asyncio.run(result)
         except BaseException as exc:  # noqa: BLE001 - as the executor: any error fails the task
             _keep_progress(row, context)
+            if context.suspension is not None:
+                return  # a durable wait: 'pendente' again, what it staged kept (steps.py)
             # As every drain (runtime/failures.py): 'cancelada', not retried, when it stopped
             # on a cancel request (or raised TaskCancelled itself), or failed in any way after
             # one; else a failure as the task's retry policy says.
@@ -225,6 +229,8 @@ class InMemoryQueue:
         finally:
             self._running.pop(task.id, None)
         _keep_progress(row, context)
+        if context.suspension is not None:  # the handler caught TaskSuspended
+            return
         self.store.keep(staged)
         message = DEFAULT_SUCCESS_MESSAGE if result is None else str(result)
         row.update(status=model.SUCESSO, mensagem=bounded(message, model.MENSAGEM_LIMIT))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
+from nsj_queue_lib.testing.steps import MemorySteps
 
 Row = dict[str, Any]
 UTC = datetime.timezone.utc
@@ -77,6 +78,8 @@ class MemoryStore:
         # Told the id of a running attempt whose cancel was requested (InMemoryQueue).
         self.on_cancel_requested: Callable[[int], None] = lambda attempt_id: None
         self.periodic_slots: dict[str, datetime.datetime] = {}  # processo -> latest enqueued
+        # Durable steps' checkpoints and the events sent to tasks (testing/steps.py).
+        self.steps = MemorySteps(self)
 
     # -- rows --
 
@@ -214,7 +217,13 @@ class MemoryStore:
     # -- what record_failure calls (WorkerStore) --
 
     def fail_and_retry(
-        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self,
+        conn: Any,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
     ) -> int | None:
         failed = self._settle(task_id, status, mensagem)
         if failed is None:
@@ -229,7 +238,7 @@ class MemoryStore:
             id_inicial=failed["id_inicial"] or failed["id"],
             data_hora_inicial=failed["data_hora_inicial"],
             data_hora=failed["proxima_tentativa"],
-            tentativa=failed["tentativa"] + 1,
+            tentativa=failed["tentativa"] + int(counted),
             status=model.AGENDADA,
             id_anterior=failed["id"],
             data_hora_anterior=failed["data_hora"],

@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.exceptions import WorkflowUnsupported
 from nsj_queue_lib.fleet.fair import FAIR_KEY_LIMIT
 from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
@@ -202,6 +203,42 @@ def retry_task(
         return Retried(id=queue_named(request, queue).retry(task_id))
     except ValueError as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+class WorkflowCancelled(BaseModel):
+    id: int
+    status: str = Field(description="the workflow's status after the call")
+    tasks: dict[str, str] = Field(description="each task's id: its status after the call")
+
+
+@router.get("/workflows/{workflow_id}")
+def get_workflow(workflow_id: int, request: Request, queue: QueueParam = None) -> dict[str, Any]:
+    """A workflow: its status (running, succeeded, failed, cancelled), its tasks with their
+    parents, in the order added. 501 where the queue has no workflows (SingleStore)."""
+    target = queue_named(request, queue)
+    try:
+        return target.workflow(workflow_id)
+    except WorkflowUnsupported as exc:
+        raise HTTPException(501, str(exc)) from None
+
+
+@router.post("/workflows/{workflow_id}/cancel", response_model=WorkflowCancelled)
+def cancel_workflow(
+    workflow_id: int,
+    request: Request,
+    _: Annotated[Role, Depends(writer)],
+    queue: QueueParam = None,
+) -> WorkflowCancelled:
+    """Its waiting tasks become cancelada; its running ones are asked to stop."""
+    target = queue_named(request, queue)
+    try:
+        after = target.cancel_workflow(workflow_id)
+    except WorkflowUnsupported as exc:
+        raise HTTPException(501, str(exc)) from None
+    status = target.workflow(workflow_id)["status"]
+    return WorkflowCancelled(
+        id=workflow_id, status=status, tasks={str(k): v for k, v in after.items()}
+    )
 
 
 class PauseRequest(BaseModel):

@@ -22,9 +22,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.inspection import TaskFilter
-from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.exceptions import NotFoundError, WorkflowUnsupported
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
-from nsj_queue_lib.web import auth, humane, states
+from nsj_queue_lib.web import auth, graph, humane, states
 from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
 from nsj_queue_lib.web.timeline import durations, timeline
@@ -233,8 +233,43 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
         "timeline": timeline(task["attempts"], now),
         "last_error": last_error(task["attempts"], task["id_inicial"]),
         "latest": next((a for a in task["attempts"] if a["id"] == task["id"]), None),
+        "workflow_id": None if partial else _queue(request, name).workflow_of_task(task_id),
     }
     return _page(request, "task_state.html" if partial else "task.html", context)
+
+
+@router.get("/queues/{name}/workflows/{workflow_id}")
+def workflow_page(request: Request, name: str, workflow_id: int, partial: bool = False) -> Response:
+    """A workflow's graph (web/graph.py), each task coloured by its status, and its tasks;
+    the graph refreshes itself as they run."""
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    queue = _queue(request, name)
+    try:
+        found = queue.workflow(workflow_id)
+    except WorkflowUnsupported as exc:
+        return HTMLResponse(f"no workflows here: {html.escape(str(exc))}", 501)
+    context = {
+        "queue": name,
+        "workflow": found,
+        "graph": graph.layout(found["tasks"]),
+        "max_drawn": graph.MAX_DRAWN,
+        "role": role.value,
+        "active": found["status"] == "running",
+    }
+    return _page(request, "workflow_state.html" if partial else "workflow.html", context)
+
+
+@router.post("/queues/{name}/workflows/{workflow_id}/cancel")
+def workflow_cancel(
+    request: Request, name: str, workflow_id: int, csrf: Annotated[str, Form()] = ""
+) -> Response:
+    refused = _refused(request, csrf)
+    if refused is not None:
+        return refused
+    _queue(request, name).cancel_workflow(workflow_id)
+    return RedirectResponse(f"/queues/{name}/workflows/{workflow_id}", 303)
 
 
 def last_error(attempts: list[dict[str, Any]], task_id: int) -> dict[str, Any] | None:

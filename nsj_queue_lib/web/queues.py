@@ -16,12 +16,14 @@ from typing import Any
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.db.pause_store import BreakerStore
 from nsj_queue_lib.db.queue_store import InspectionStore
+from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
 from nsj_queue_lib.web.connections import Connections
 from nsj_queue_lib.web.overview import queue_stats, worker_rows
 from nsj_queue_lib.web.states import state_of
+from nsj_queue_lib.workflow.view import workflow_of_task
 
 
 class UnknownQueue(LookupError):
@@ -61,6 +63,28 @@ class Queue:
         """``QueueClient.retry_task``; raises ``NotFoundError``, ``ValueError``."""
         with self._connections.transaction() as conn:
             return QueueClient(conn, self.table).retry_task(task_id)
+
+    def workflow(self, workflow_id: int) -> dict[str, Any]:
+        """``QueueClient.get_workflow``, JSON-ready; ``NotFoundError`` for an unknown id,
+        ``WorkflowUnsupported`` where the queue has no workflows (SingleStore)."""
+        with self._connections.transaction() as conn:
+            found = QueueClient(conn, self.table).get_workflow(workflow_id)
+        if found is None:
+            raise NotFoundError(f"workflow {workflow_id} not found in {self.table}")
+        return dict(json_ready(found), queue=self.table)
+
+    def cancel_workflow(self, workflow_id: int) -> dict[int, str]:
+        """``QueueClient.cancel_workflow``: {task id: status after}; ``NotFoundError``."""
+        with self._connections.transaction() as conn:
+            return QueueClient(conn, self.table).cancel_workflow(workflow_id)
+
+    def workflow_of_task(self, task_id: int) -> int | None:
+        """The workflow the task belongs to (None: none, or no workflows here)."""
+        try:
+            with self._connections.transaction() as conn:
+                return workflow_of_task(QueueClient(conn, self.table), task_id)
+        except DatabaseError:  # WorkflowUnsupported included: a task page still shows
+            return None
 
     def pause(self, processo: str | None, until: datetime.datetime | None) -> None:
         """``QueueClient.pause``: the whole queue (or ``processo``), across every worker."""
@@ -127,6 +151,7 @@ class Queue:
             queue_stats(self.table, depth, recent, workers),
             paused=self.paused(),
             circuit_breakers=self.breakers(),
+            subscriber_circuit_breakers=self.subscriber_breakers(),
         )
 
     def breakers(self) -> list[dict[str, Any]] | None:
@@ -136,6 +161,15 @@ class Queue:
                 return [b.as_dict() for b in BreakerStore(conn, self.table).breakers(conn)]
         except (DatabaseError, NotImplementedError):
             return None
+
+    def subscriber_breakers(self) -> list[dict[str, Any]]:
+        """The webhook subscribers' circuit breakers with failures or open ([] where they
+        cannot be read)."""
+        try:
+            with self._connections.transaction() as conn:
+                return subscriber_breakers(conn, self.table)
+        except DatabaseError:
+            return []
 
     def _live_workers(self) -> list[dict[str, Any]] | None:
         """The workers seen within STALE_SECONDS; None without a workers table (a schema

@@ -263,6 +263,10 @@ class Backend:
             f"{self.table}_workers",
             f"{self.table}_parents",
             f"{self.table}_waiting",
+            f"{self.table}_workflows",
+            f"{self.table}_workflow_tasks",
+            f"{self.table}_steps",
+            f"{self.table}_events",
         ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.release_{self.name}")

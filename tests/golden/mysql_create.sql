@@ -143,6 +143,34 @@ CREATE TABLE public.fila_teste_waiting (
     on_parent_failure VARCHAR(10) NOT NULL DEFAULT 'cancel'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- Durable steps and waits (docs/how-to/durable-steps.md, nsj_queue_lib/workflow/steps.py):
+-- one checkpoint per (task, name), task_id being the task's first attempt's id
+-- (its id_inicial), so every attempt of the task finds it. result is the step's
+-- JSON result, committed with the step's writes; attempt_id the attempt that
+-- wrote it. A durable wait's checkpoint names the event it waits for in
+-- waiting_for until the event arrives (send_event looks there).
+CREATE TABLE public.fila_teste_steps (
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    result LONGTEXT NOT NULL,
+    attempt_id BIGINT NOT NULL,
+    waiting_for VARCHAR(200) NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (task_id, name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The events sent to tasks (QueueClient.send_event), kept whether or not the
+-- task waits for them yet; task_id is the task's first attempt's id. A task's
+-- n-th wait_event of a name gets its n-th event of that name (by id).
+CREATE TABLE public.fila_teste_events (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    payload LONGTEXT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY idx_fila_teste_events_task (task_id, name, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The children of a settled parent (its first attempt's id), released in the
 -- settling transaction: its unsettled edges flip and each of their children's
 -- count goes down by one, then those whose count reaches 0 become 'pendente'.
@@ -173,6 +201,26 @@ BEGIN
     );
 END//
 DELIMITER ;
+
+-- Workflows (nsj_queue_lib/workflow/builder.py, docs/how-to/workflows.md): one
+-- row per Workflow enqueued. Its id is its first task's id, so it needs no
+-- sequence of its own and a workflow's tasks are found from any of them.
+CREATE TABLE public.fila_teste_workflows (
+    id BIGINT NOT NULL PRIMARY KEY,
+    name VARCHAR(200) NOT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- A workflow's tasks (their first attempts' ids) in the order they were added;
+-- the edges between them are the dependencies' (the parents table). task_id is
+-- indexed for the console's link from a task to its workflow.
+CREATE TABLE public.fila_teste_workflow_tasks (
+    workflow_id BIGINT NOT NULL,
+    seq INT NOT NULL,
+    task_id BIGINT NOT NULL,
+    PRIMARY KEY (workflow_id, seq),
+    KEY idx_fila_teste_workflow_task (task_id)
+) ENGINE=InnoDB;
 
 -- What an executor sends after a task: one short CALL per task. With a
 -- finished task (p_task_id), its 'sucesso', committed, and the release of
@@ -588,7 +636,21 @@ CREATE TABLE public.fila_teste_subscriber (
     http_method varchar(8),
     headers json,
     ativo boolean NOT NULL DEFAULT true,
-    created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+    created_at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    -- The subscriber's circuit breaker (docs/fleet-control.md): after
+    -- circuit_breaker_failures consecutive failed webhook deliveries, none is
+    -- made for circuit_breaker_cool_down_s seconds, then one trial decides
+    -- (NULL: no breaker). Its state, as the limits table's processo breakers
+    -- keep theirs. breaker_until and breaker_trial_at are UTC DATETIMEs
+    -- (written and compared with UTC_TIMESTAMP(6), as paused_until).
+    circuit_breaker_failures integer,
+    circuit_breaker_cool_down_s double,
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until datetime(6),
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at datetime(6),
+    breaker_trial_task bigint
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 -- Per-processo limits (docs/flow-control.md): one row per limited processo,
 -- written by the workers at start from their @Task declarations, with the

@@ -302,9 +302,12 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"{schema}.{name}_tally_state;"
         f"DROP TABLE IF EXISTS {schema}.{name}_parents;"
         f"DROP TABLE IF EXISTS {schema}.{name}_waiting;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_workflows, {schema}.{name}_workflow_tasks;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_steps, {schema}.{name}_events;"
         f"DROP FUNCTION IF EXISTS {schema}.release_{name}(bigint[]);"
         f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE;"
+        f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_end() CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.finished_day_{name}() CASCADE;"
         # The group settle function names no table type: CASCADE does not reach it.
         f"DROP FUNCTION IF EXISTS {schema}.{DdlNames.settle_routine_name(name)}"

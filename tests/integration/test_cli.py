@@ -606,6 +606,41 @@ def test_status_shows_the_circuit_breakers_with_failures_or_open(queue, capsys):
     assert "CIRCUIT BREAKER of processo p2: half-open (0 consecutive failures)\n" in out
 
 
+def test_status_shows_the_webhook_subscribers_circuit_breakers(queue, capsys):
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        conn.cursor().execute(
+            f"INSERT INTO {queue.table}_subscriber (id, processo, url, breaker_open, breaker_trial)"
+            " VALUES ('hook', 'p1', 'http://127.0.0.1:9/', TRUE, TRUE)"
+        )
+    finally:
+        close_quietly(conn)
+    status = run_json(capsys, *queue.args("status"))
+    assert status["subscriber_circuit_breakers"] == [
+        {"subscriber": "hook", "failures": 0, "state": "half_open", "until": None},
+    ]
+    _, out, _ = run(capsys, *queue.args("status"))
+    assert "CIRCUIT BREAKER of webhook subscriber hook: half-open (0 consecutive failures)\n" in out
+
+
+def test_breaker_reset_closes_a_webhook_subscriber_s_circuit_breaker(queue, capsys):
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        conn.cursor().execute(
+            f"INSERT INTO {queue.table}_subscriber (id, processo, url, breaker_open, breaker_trial,"
+            " breaker_trial_task) VALUES ('hook', 'p1', 'http://127.0.0.1:9/', TRUE, TRUE, 41)"
+        )
+    finally:
+        close_quietly(conn)
+    code, out, _ = run(capsys, *queue.args("breaker", "reset", "hook", "--subscriber"))
+    assert code == 0 and out == "circuit breaker of webhook subscriber 'hook' closed\n"
+    assert run_json(capsys, *queue.args("status"))["subscriber_circuit_breakers"] == []
+    assert run_json(capsys, *queue.args("breaker", "reset", "hook", "--subscriber")) == {
+        "subscriber_breaker_reset": "hook",
+        "was_tripped": False,
+    }
+
+
 def test_breaker_reset_closes_a_processo_s_circuit_breaker(queue, capsys):
     conn = _driver(queue).connect(autocommit=True)
     try:

@@ -118,7 +118,10 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
     assert claim[1][1] == "D"  # prioridade DESC: the claim reads the index in claim order
     assert [c[0] for c in queue["indexes"]["idx_{q}_due"]] == ["status", "data_hora"]
     subscriber = snapshot["{q}_subscriber"]
-    assert [c[0] for c in subscriber["columns"]] == list(model.SUBSCRIBER_COLUMNS)
+    assert [c[0] for c in subscriber["columns"]] == [
+        *model.SUBSCRIBER_COLUMNS,
+        *model.SUBSCRIBER_BREAKER_COLUMNS,
+    ]
     assert set(subscriber["indexes"]) == {"PRIMARY", "idx_{q}_subscriber_processo"}
     assert subscriber["options"] == [("InnoDB", "utf8mb4_bin")]
     assert (

@@ -41,7 +41,8 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     # Fair shares' look-up of a key's last ready task (fleet/fair.py): keyed rows only.
     fair = catalog["indexes"]["idx_{q}_fair_key"]
     assert "(fair_key, prioridade, data_hora)" in fair and "fair_key IS NOT NULL" in fair
-    assert list(catalog["triggers"]) == ["trigger_insert_{q}"]
+    # The insert trigger, and the end trigger that wakes wait_for_task.
+    assert sorted(catalog["triggers"]) == ["trigger_end_{q}", "trigger_insert_{q}"]
     assert set(catalog["subscriber_indexes"]) == {
         "{q}_subscriber_pkey",
         "idx_{q}_subscriber_processo",
@@ -64,7 +65,7 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
         "WHERE table_schema = 'public' AND table_name = %s",
         (f"{pg_queue.name}_subscriber",),
     ).fetchone()[0]
-    assert subscriber == list(model.SUBSCRIBER_COLUMNS)
+    assert subscriber == [*model.SUBSCRIBER_COLUMNS, *model.SUBSCRIBER_BREAKER_COLUMNS]
 
 
 # What db_gen sets on every queue table (postgres/autovacuum.sql says why).

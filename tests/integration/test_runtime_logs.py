@@ -130,7 +130,8 @@ def test_a_table_without_its_trigger_is_warned_at_start(
     start_worker, pg_queue, pg_admin, trigger_warnings
 ):
     [name] = pg_admin.execute(
-        "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND NOT tgisinternal",
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND NOT tgisinternal "
+        "AND tgname LIKE 'trigger_insert_%%'",
         (pg_queue.table,),
     ).fetchone()
     pg_admin.execute(f'DROP TRIGGER "{name}" ON {pg_queue.table}')

@@ -106,3 +106,20 @@ def test_without_a_workers_table_the_overview_says_the_workers_are_unknown(web, 
     # The task done just now counts in its processo's rate (per minute, over 5 minutes).
     assert {r["processo"]: r["done_per_minute"] for r in stats["processos"]}["p1"] == 0.2
     assert "no workers table" in web.get("/").text
+
+
+def test_the_overview_shows_an_open_webhook_subscriber_breaker(web, queue):
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        conn.cursor().execute(
+            f"INSERT INTO {queue.table}_subscriber (id, processo, url, breaker_open, breaker_trial)"
+            " VALUES ('hook', 'p1', 'http://127.0.0.1:9/', TRUE, TRUE)"
+        )
+    finally:
+        close_quietly(conn)
+    stats = web.get(f"/api/v1/queues/{queue.table}/stats").json()
+    assert stats["subscriber_circuit_breakers"] == [
+        {"subscriber": "hook", "failures": 0, "state": "half_open", "until": None}
+    ]
+    page = web.get("/").text
+    assert "CIRCUIT BREAKER of webhook subscriber hook: half-open" in page

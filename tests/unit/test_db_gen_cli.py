@@ -63,7 +63,7 @@ def test_create_ddl_has_every_contract_column():
     subscriber_columns = re.findall(
         r"^\s+([a-z_]+) ", _table_body(ddl, "public.fila_teste_subscriber"), re.M
     )
-    assert subscriber_columns == list(model.SUBSCRIBER_COLUMNS)
+    assert subscriber_columns == [*model.SUBSCRIBER_COLUMNS, *model.SUBSCRIBER_BREAKER_COLUMNS]
 
 
 def test_upgrade_statements_are_all_idempotent_forms():
@@ -85,8 +85,10 @@ def test_upgrade_statements_are_all_idempotent_forms():
     )
     assert len(statements) >= 10
     creates_trigger = [s for s in statements if s.startswith("CREATE TRIGGER")]
-    assert len(creates_trigger) == 1  # preceded by its DROP TRIGGER IF EXISTS
+    # The insert trigger and wait_for_task's end trigger, each after its DROP TRIGGER IF EXISTS.
+    assert len(creates_trigger) == 2
     assert "DROP TRIGGER IF EXISTS trigger_insert_fila_teste ON public.fila_teste" in ddl
+    assert "DROP TRIGGER IF EXISTS trigger_end_fila_teste ON public.fila_teste" in ddl
     for statement in statements:
         if statement.startswith("CREATE TRIGGER"):
             continue

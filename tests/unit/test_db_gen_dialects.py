@@ -125,7 +125,9 @@ def test_every_dialect_renders_the_same_logical_table(dialect):
     )
     assert list(queue) == [*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS, *generated]
     subscriber = _columns(ddl, "public.fila_teste_subscriber")
-    assert list(subscriber) == list(model.SUBSCRIBER_COLUMNS)
+    # SingleStore has no circuit breakers (nor a limits table): no breaker columns.
+    breaker = () if dialect == "singlestore" else model.SUBSCRIBER_BREAKER_COLUMNS
+    assert list(subscriber) == [*model.SUBSCRIBER_COLUMNS, *breaker]
     # The same defaults and sizes everywhere.
     assert "DEFAULT 'pendente'" in queue["status"] and queue["status"].startswith("varchar(100)")
     assert "DEFAULT 1" in queue["tentativa"]

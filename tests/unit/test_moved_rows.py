@@ -1,11 +1,11 @@
-"""db/postgres/moved_rows.py: a statement that fails on a row moved to another partition
+"""db/moved_rows.py: a statement that fails on a row moved to another partition
 (40001) runs again, under a savepoint inside a transaction; other errors pass through."""
 
 from __future__ import annotations
 
 import pytest
 
-from nsj_queue_lib.db.postgres.moved_rows import ATTEMPTS, retry_moved_rows
+from nsj_queue_lib.db.moved_rows import ATTEMPTS, retry_moved_rows
 from nsj_queue_lib.exceptions import DatabaseError
 
 

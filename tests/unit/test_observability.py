@@ -424,3 +424,20 @@ def test_a_worker_without_prometheus_client_refuses_the_metrics_port_at_start():
     last = result.stderr.strip().splitlines()[-1]
     assert "QUEUE_METRICS_PORT" in last and "pip install 'nsj-queue-lib[metrics]'" in last
     assert MISSING_CLIENT in last
+
+
+def test_the_webhook_subscribers_circuit_breakers_are_counted():
+    class Breakers:
+        opened = {"hook": 2}
+        closed = {"hook": 1}
+        open_now = {"hook": True, "other": False}
+
+    observer = PrometheusObserver("q")
+    observer.register_subscriber_breakers(Breakers())
+    opened = "nsjq_subscriber_circuit_breaker_opened_total"
+    assert value(observer, opened, subscriber="hook") == 2
+    assert value(observer, opened, subscriber="other") == 0
+    closed = "nsjq_subscriber_circuit_breaker_closed_total"
+    assert value(observer, closed, subscriber="hook") == 1
+    assert value(observer, "nsjq_subscriber_circuit_breaker_open", subscriber="hook") == 1
+    assert value(observer, "nsjq_subscriber_circuit_breaker_open", subscriber="other") == 0

@@ -61,6 +61,10 @@ LIMITS_UPGRADE_COLUMNS = (
     "breaker_trial_task",
 )
 
+# The columns --upgrade adds to a subscriber table that lacks them: the subscriber's
+# circuit breaker (fleet/subscriber_breakers.py), from subscriber_table.sql.
+SUBSCRIBER_UPGRADE_COLUMNS = model.SUBSCRIBER_BREAKER_COLUMNS
+
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
 REDEFINED_INDEXES = ("idx_chain", "idx_equivalent", "idx_lock_key")
@@ -287,6 +291,18 @@ class MysqlDialect(Dialect):
             for name in ("workers_table.sql", "tally_table.sql")
         )
 
+    def _workflow_tables(
+        self, values: dict[str, str], drop_release_procedure: str, if_not_exists: bool
+    ) -> str:
+        # The dependencies' tables and release procedure, then the workflows' tables.
+        dependencies = dict(values, drop_release_procedure=drop_release_procedure)
+        return "\n\n".join(
+            (
+                self._table("workflow_tables.sql", dependencies, if_not_exists),
+                self._table("workflows_table.sql", values, if_not_exists),
+            )
+        )
+
     def _table(self, filename: str, values: dict[str, str], if_not_exists: bool) -> str:
         table_values = dict(values, if_not_exists="IF NOT EXISTS " if if_not_exists else "")
         return render(read_sql(self.name, filename), table_values).strip()
@@ -296,9 +312,7 @@ class MysqlDialect(Dialect):
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=False)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, False)
         values["workers_table_ddl"] = self._workers_tables(values, False)
-        values["workflow_ddl"] = self._table(
-            "workflow_tables.sql", dict(values, drop_release_procedure=""), False
-        )
+        values["workflow_ddl"] = self._workflow_tables(values, "", False)
         return render(read_sql(self.name, "ddl.sql"), values)
 
     def upgrade_ddl(self, names: DdlNames) -> str:
@@ -321,6 +335,9 @@ class MysqlDialect(Dialect):
         values["add_indexes"] = self._index_steps(names, values["indexes"])
         values["subscriber_table_ddl"] = self._subscriber_table(values, if_not_exists=True)
         values["add_subscriber_indexes"] = self._index_steps(names, values["subscriber_indexes"])
+        values["add_subscriber_columns"] = self._column_steps(
+            names, created, values["subscriber_table"], SUBSCRIBER_UPGRADE_COLUMNS
+        )
         limits_columns = column_definitions(created, values["limits_table"])
         values["add_limits_columns"] = "\n".join(
             self._step(
@@ -336,17 +353,30 @@ class MysqlDialect(Dialect):
         values["add_limits_columns"] += "\n" + self._utc_pause_step(names, values)
         values["periodic_table_ddl"] = self._table("periodic_table.sql", values, True)
         values["workers_table_ddl"] = self._workers_tables(values, True)
-        values["workflow_ddl"] = self._table(
-            "workflow_tables.sql",
-            dict(
-                values,
-                drop_release_procedure=f"DROP PROCEDURE IF EXISTS {values['release_function']};\n",
-            ),
-            True,
+        values["workflow_ddl"] = self._workflow_tables(
+            values, f"DROP PROCEDURE IF EXISTS {values['release_function']};\n", True
         )
         values["add_workflow_columns"] = self._workflow_columns(names, values, created)
         values["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql(self.name, "upgrade.sql"), values)
+
+    def _column_steps(
+        self, names: DdlNames, created: str, table: str, columns: tuple[str, ...]
+    ) -> str:
+        """An idempotent ``ADD COLUMN`` step for each of ``columns`` of ``table``, defined as
+        in the created DDL."""
+        definitions = column_definitions(created, table)
+        return "\n".join(
+            self._step(
+                names,
+                "columns",
+                table.split(".")[-1],
+                "column_name",
+                column,
+                f"ALTER TABLE {table} ADD COLUMN {column} {definitions[column]}",
+            )
+            for column in columns
+        )
 
     def _workflow_columns(self, names: DdlNames, values: dict[str, str], created: str) -> str:
         """The edges' ``settled`` flag, which came after the first builds of dependencies

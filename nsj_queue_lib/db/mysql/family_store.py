@@ -314,6 +314,10 @@ class MysqlFamilyStore:
 
     # -- a task's life cycle (docs/lifecycle.md) --
 
+    def end_waiter(self, conn: Any, task_id: int) -> None:
+        """No push here: wait_for_task polls (MySQL/MariaDB have no NOTIFY)."""
+        return None
+
     def task_view(self, conn: Any, task_id: int, lock: bool = False) -> dict[str, Any] | None:
         """The latest attempt of the task ``task_id`` belongs to; with ``lock``, read with
         locking reads (the latest committed rows, whatever the caller's snapshot)."""
@@ -512,10 +516,22 @@ class MysqlFamilyStore:
             return int(cur.lastrowid)
 
     def fail_and_retry(
-        self, conn: Any, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self,
+        conn: Any,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
     ) -> int | None:
         delay_us = max(0, round(delay_seconds * 1_000_000))
-        params = {"id": task_id, "status": status, "mensagem": mensagem, "delay_us": delay_us}
+        params = {
+            "id": task_id,
+            "status": status,
+            "mensagem": mensagem,
+            "delay_us": delay_us,
+            "attempt_step": int(counted),
+        }
         return self._fail(conn, "fail_and_retry", params)
 
     def fail_and_bury(

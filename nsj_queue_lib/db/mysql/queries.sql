@@ -154,7 +154,8 @@ DO RELEASE_LOCK(%(name)s)
 
 -- name: fail_and_retry
 -- Ends a 'processando' attempt as failed and inserts the next attempt, due
--- at the failure time plus the back-off, from the failed row as it ended.
+-- at the failure time plus the back-off (attempt_step 0: with the same
+-- tentativa, a held attempt that used none of max_retry), from the failed row as it ended.
 -- Nothing happens when the row is no longer 'processando' (another worker
 -- already settled it): the store skips the insert when mark changed no row.
 -- step: mark
@@ -175,7 +176,7 @@ INSERT INTO {queue_table} (
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
-    f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
+    f.processo, f.chave_externa, f.tentativa + %(attempt_step)s, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
     f.subscriber_id, f.dead, f.live_id,
     -- The retry's prioridade: the task's next_try_priority when it was given one.

@@ -20,6 +20,7 @@
 
 {subscriber_table_ddl}
 {add_subscriber_indexes}
+{add_subscriber_columns}
 {add_limits_columns}
 
 {periodic_table_ddl}

@@ -22,6 +22,34 @@ CREATE TABLE {if_not_exists}{waiting_table} (
     on_parent_failure VARCHAR(10) NOT NULL DEFAULT 'cancel'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- Durable steps and waits (docs/how-to/durable-steps.md, nsj_queue_lib/workflow/steps.py):
+-- one checkpoint per (task, name), task_id being the task's first attempt's id
+-- (its id_inicial), so every attempt of the task finds it. result is the step's
+-- JSON result, committed with the step's writes; attempt_id the attempt that
+-- wrote it. A durable wait's checkpoint names the event it waits for in
+-- waiting_for until the event arrives (send_event looks there).
+CREATE TABLE {if_not_exists}{steps_table} (
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    result LONGTEXT NOT NULL,
+    attempt_id BIGINT NOT NULL,
+    waiting_for VARCHAR(200) NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (task_id, name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The events sent to tasks (QueueClient.send_event), kept whether or not the
+-- task waits for them yet; task_id is the task's first attempt's id. A task's
+-- n-th wait_event of a name gets its n-th event of that name (by id).
+CREATE TABLE {if_not_exists}{events_table} (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    payload LONGTEXT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY {idx_events_task} (task_id, name, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- The children of a settled parent (its first attempt's id), released in the
 -- settling transaction: its unsettled edges flip and each of their children's
 -- count goes down by one, then those whose count reaches 0 become 'pendente'.

@@ -16,10 +16,10 @@ import psycopg
 from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, TRACED_INSERT, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
 from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
@@ -334,6 +334,12 @@ class PostgresClientStore:
             cur.execute(self.sql["task_view"], {"id": task_id})
             rows = rows_as_dicts(cur)
         return rows[0] if rows else None
+
+    def end_waiter(self, conn: Any, task_id: int) -> Any:
+        """A LISTEN for the task's end on ``conn`` (db/postgres/task_end.py), or None."""
+        from nsj_queue_lib.db.postgres.task_end import TaskEndWaiter
+
+        return TaskEndWaiter.on(conn, self.queue_table, (self.sql["task_view"], {"id": task_id}))
 
     def cancel_attempt(self, conn, attempt_id: int, mensagem: str) -> str | None:
         """Run again, under a savepoint, when the row moved to its day's partition as its

@@ -85,6 +85,11 @@ class PostgresDialect(Dialect):
             read_sql("postgres", "subscriber_indexes.sql"), values
         ).strip()
         parts["trigger"] = render(read_sql("postgres", "trigger.sql"), values).strip()
+        if not self.partitioned:
+            # On the partitioned layout a task's end moves its row to its day's partition
+            # (a DELETE and an INSERT, no UPDATE trigger): wait_for_task polls there.
+            end = render(read_sql("postgres", "end_trigger.sql"), values).strip()
+            parts["trigger"] = f"{parts['trigger']}\n\n{end}"
         parts["queue_table_ddl"] = render(read_sql("postgres", "queue_table.sql"), values)
         parts["autovacuum"] = render(
             read_sql("postgres", "autovacuum.sql"), dict(values, table=values["maintained_table"])
@@ -126,9 +131,10 @@ class PostgresDialect(Dialect):
             render(read_sql("postgres", name), table_values).strip()
             for name in ("workers_table.sql", "tally_table.sql")
         )
-        parts["workflow_ddl"] = render(
-            read_sql("postgres", "workflow_tables.sql"), table_values
-        ).strip()
+        parts["workflow_ddl"] = "\n\n".join(
+            render(read_sql("postgres", name), table_values).strip()
+            for name in ("workflow_tables.sql", "workflows_table.sql")
+        )
         parts["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql("postgres", template), parts)
 

@@ -13,7 +13,7 @@ import psycopg
 import psycopg.errors
 from psycopg.conninfo import make_conninfo
 
-from nsj_queue_lib.db.dialect import DdlNames
+from nsj_queue_lib.db.dialect import DdlNames, task_end_channel
 from nsj_queue_lib.db.driver import (
     CONNECT_TIMEOUT_SECONDS,
     KEEPALIVE_COUNT,
@@ -40,7 +40,7 @@ from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 from nsj_queue_lib.db.wakeups import WakeupDriver
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import ConfigError, DatabaseAccessError, DatabaseError
-from nsj_queue_lib.identifiers import check_table_name
+from nsj_queue_lib.identifiers import check_table_name, split_table_name
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.notify.checked import PROBE_TIMEOUT_SECONDS, CheckedListener
 from nsj_queue_lib.settings import Settings
@@ -322,7 +322,10 @@ class PostgresDriver(WakeupDriver):
             sources = [
                 row[0] for row in conn.execute(_TRIGGER_SOURCES, (self.settings.queue_table,))
             ]
-        channels = sorted({a or b for source in sources for a, b in _NOTIFIED.findall(source)})
+        # The end trigger's channel wakes wait_for_task, never a worker.
+        end = task_end_channel(split_table_name(self.settings.queue_table)[1])
+        found_channels = {a or b for source in sources for a, b in _NOTIFIED.findall(source)}
+        channels = sorted(found_channels - {end})
         if self.channel in channels:
             return None
         found = (

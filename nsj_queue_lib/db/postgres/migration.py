@@ -407,9 +407,17 @@ def _retire(conn: Any, names: DdlNames, oid: int, old: _OldTable) -> list[tuple[
         parsed = _INDEX_DEF.match(definition)
         if name not in ours and not unique and parsed:
             recreate.append((name, parsed.group(3)))
+    # Its notify trigger, and wait_for_task's end trigger with its function (the
+    # partitioned layout has none: a task's end moves its row, and waits poll).
+    for trigger in ("trigger_name", "end_trigger"):
+        conn.execute(
+            sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
+                sql.Identifier(names.object_names()[trigger]), legacy_table
+            )
+        )
     conn.execute(
-        sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
-            sql.Identifier(names.object_names()["trigger_name"]), legacy_table
+        sql.SQL("DROP FUNCTION IF EXISTS {}()").format(
+            sql.Identifier(schema, names.object_names()["end_function"])
         )
     )
     for signature in old.functions:

@@ -172,7 +172,8 @@ SELECT pg_advisory_unlock(%(queue_key)s, %(task_key)s)
 
 -- name: fail_and_retry
 -- Ends a 'processando' attempt as failed and inserts the next attempt, due
--- at the failure time plus the back-off. Nothing happens when the row is no
+-- at the failure time plus the back-off (attempt_step 0: with the same
+-- tentativa, a held attempt that used none of max_retry). Nothing happens when the row is no
 -- longer 'processando' (another worker already settled it).
 WITH failed AS (
     UPDATE {queue_table}
@@ -193,7 +194,7 @@ INSERT INTO {queue_table} (
 )
 SELECT
     coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
-    f.processo, f.chave_externa, f.tentativa + 1, 'agendada', f.id, f.data_hora, f.status,
+    f.processo, f.chave_externa, f.tentativa + %(attempt_step)s, 'agendada', f.id, f.data_hora, f.status,
     f.mensagem, f.tenant, f.grupo_empresarial, f.payload_hash, f.pub_sub, f.publication_id,
     f.subscriber_id, f.dead, f.live_id,
     -- The retry's prioridade: the task's next_try_priority when it was given one.

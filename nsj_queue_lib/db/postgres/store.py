@@ -22,6 +22,7 @@ from nsj_queue_lib.db.dialect import (
     missing_columns_error,
     settle_routine_name,
 )
+from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
@@ -29,7 +30,6 @@ from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_functio
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition, lock_key_of
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
-from nsj_queue_lib.db.postgres.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
@@ -436,13 +436,20 @@ class PostgresQueueStore(PostgresClientStore):
             conn.execute(self.sql["unlock_task"], params)
 
     def fail_and_retry(
-        self, conn, task_id: int, status: str, mensagem: str, delay_seconds: float
+        self,
+        conn,
+        task_id: int,
+        status: str,
+        mensagem: str,
+        delay_seconds: float,
+        counted: bool = True,
     ) -> int | None:
         params = {
             "id": task_id,
             "status": status,
             "mensagem": mensagem,
             "delay_seconds": delay_seconds,
+            "attempt_step": int(counted),
         }
         with wrap_driver_errors("fail_and_retry"):
             row = conn.execute(self.sql["fail_and_retry"], params).fetchone()

@@ -7,5 +7,19 @@ CREATE TABLE {if_not_exists}{subscriber_table} (
     http_method varchar(8),
     headers json,
     ativo boolean NOT NULL DEFAULT true,
-    created_at timestamp with time zone NOT NULL DEFAULT now()
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    -- The subscriber's circuit breaker (docs/fleet-control.md): after
+    -- circuit_breaker_failures consecutive failed webhook deliveries, none is
+    -- made for circuit_breaker_cool_down_s seconds, then one trial decides
+    -- (NULL: no breaker). Its state, as the limits table's processo breakers
+    -- keep theirs: the consecutive failures, open until breaker_until, the trial
+    -- taken (when, which task).
+    circuit_breaker_failures integer,
+    circuit_breaker_cool_down_s double precision,
+    breaker_failures integer NOT NULL DEFAULT 0,
+    breaker_open boolean NOT NULL DEFAULT false,
+    breaker_until timestamp with time zone,
+    breaker_trial boolean NOT NULL DEFAULT false,
+    breaker_trial_at timestamp with time zone,
+    breaker_trial_task bigint
 );

@@ -73,6 +73,15 @@ DROP FUNCTION IF EXISTS {claim_function}(bigint, text, integer, integer, integer
 
 {subscriber_table_ddl}
 {subscriber_indexes}
+-- The subscribers' circuit breakers (docs/fleet-control.md).
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS circuit_breaker_failures integer;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS circuit_breaker_cool_down_s double precision;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS breaker_failures integer NOT NULL DEFAULT 0;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS breaker_open boolean NOT NULL DEFAULT false;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS breaker_until timestamp with time zone;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS breaker_trial_at timestamp with time zone;
+ALTER TABLE {subscriber_table} ADD COLUMN IF NOT EXISTS breaker_trial_task bigint;
 
 {periodic_table_ddl}
 {workers_table_ddl}

@@ -3,7 +3,7 @@ statement that was waiting for that row fails with SQLSTATE 40001 even under REA
 COMMITTED. The calls that meet such a row in the caller's transaction (``insert_task``
 with ``after=``, ``cancel_task``) and the retry service's ``find_orphans`` run the
 statement again under a savepoint: the caller's transaction goes on
-(db/postgres/moved_rows.py). MariaDB's partitioned layout, where the same calls wait and
+(db/moved_rows.py). MariaDB's partitioned layout, where the same calls wait and
 then read the moved row, is held to the same outcome."""
 
 from __future__ import annotations

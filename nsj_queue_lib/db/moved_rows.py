@@ -7,7 +7,9 @@ SQLSTATE 40001, even under READ COMMITTED: PostgreSQL does not follow a row acro
 partitions. The same statement run again sees the row where it is now. In the caller's
 transaction it runs under a savepoint, so that the failure undoes that statement alone
 instead of aborting the transaction (the claims own their transactions and retry them
-whole: ``claim_uncommitted``).
+whole: ``claim_uncommitted``). Shared by the PostgreSQL stores and the dialect-neutral
+workflow store (which uses it on PostgreSQL only); it needs no driver module: it reads
+the SQLSTATE psycopg 3 and psycopg2 both put on their errors.
 """
 
 from __future__ import annotations
