@@ -79,6 +79,11 @@ TRACE_COLUMNS = ("trace_context",)
 # docs/fleet-control.md): attempts, the attempt's timeout, the retries' prioridade. NULL:
 # the @Task option, else the queue's default. Carried by retries; the claims return them.
 OVERRIDE_COLUMNS = ("max_retry", "timeout_s", "next_try_priority")
+# A task's fair key (fair shares, docs/fleet-control.md): among ready tasks of one
+# prioridade, claims rotate across fair keys. The enqueue stamps a keyed task's data_hora
+# with its turn (fleet/fair.py), so the claims, which never read this column, keep their
+# order and their cost. NULL: no fair key (claim order as before). Carried by retries.
+FAIR_COLUMNS = ("fair_key",)
 # Every column besides QUEUE_COLUMNS that a worker needs (checked at start).
 EXTRA_COLUMNS = (
     *LIFECYCLE_COLUMNS,
@@ -86,6 +91,7 @@ EXTRA_COLUMNS = (
     *ATTEMPT_COLUMNS,
     *TRACE_COLUMNS,
     *OVERRIDE_COLUMNS,
+    *FAIR_COLUMNS,
 )
 # A claimed task's row, as the claims return it and a handler receives it (``tarefa``).
 CLAIMED_COLUMNS = (*QUEUE_COLUMNS, *TRACE_COLUMNS, *OVERRIDE_COLUMNS)

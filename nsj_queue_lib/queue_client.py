@@ -20,6 +20,7 @@ from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import NotFoundError
+from nsj_queue_lib.fleet.fair import checked_fair_key, has_fair_key
 from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
@@ -48,6 +49,9 @@ _TASK_FIELDS = (
     "dedupe_key",
     "lock_key",
     *model.OVERRIDE_COLUMNS,
+    *model.FAIR_COLUMNS,
+    # seed 000's name of fair_key (fleet/fair.py), accepted as its alias.
+    "partition_key",
 )
 # insert_tasks' checks, built once (sets per task cost more than the insert's COPY row).
 _BULK_FIELDS = frozenset(_TASK_FIELDS) | {"pub_sub", "after", "on_parent_failure"}
@@ -94,6 +98,8 @@ class QueueClient:
         max_retry: int | None = None,
         timeout_s: float | None = None,
         next_try_priority: int | None = None,
+        fair_key: str | None = None,
+        partition_key: str | None = None,
         after: Sequence[int] | None = None,
         on_parent_failure: str = "cancel",
     ) -> int:
@@ -105,7 +111,9 @@ class QueueClient:
         the same time and start in claim order (docs/flow-control.md).
         ``max_retry``, ``timeout_s`` and ``next_try_priority`` (the prioridade of its
         retries) override the ``@Task`` options and the queue's defaults for this task
-        (docs/fleet-control.md).
+        (docs/fleet-control.md). Among ready tasks of equal ``prioridade``, claims
+        rotate across ``fair_key`` values (fair shares, docs/fleet-control.md);
+        ``partition_key`` is its alias (seed 000's name).
 
         With ``after`` (task ids), the task is 'aguardando' until every one of
         them ends 'sucesso'; a parent dead-lettered or cancelled cancels it, or,
@@ -200,13 +208,11 @@ class QueueClient:
                 for task, mode in zip(items, modes, strict=True)
             ]
             return self._insert_after(rows, afters, modes)
-        if any(
-            row["dedupe_key"] is not None or row["lock_key"] is not None or has_overrides(row)
-            for row in rows
-        ):
-            # Each keyed insert may find its dedupe_key taken: one statement per task (and
-            # per task with overrides, whose columns the bulk insert does not name).
+        if any(row["dedupe_key"] is not None or row["lock_key"] is not None for row in rows):
+            # Each keyed insert may find its dedupe_key taken: one statement per task.
             return [self._store.insert_task(self._conn, row) for row in rows]
+        # Tasks with overrides or fair keys: the store names their columns (and stamps the
+        # fair keys' turns, fleet/fair.py).
         return self._store.insert_tasks(self._conn, rows)
 
     # -- query --
@@ -474,17 +480,30 @@ def task_row(
         if row[key] == "":
             raise ValueError(f"{key} must be a non-empty string or None")
     row.update(checked_overrides(args))
+    row["fair_key"] = checked_fair_key(_fair_key(args))
     return row
 
 
+def _fair_key(args: Mapping[str, Any]) -> Any:
+    """``fair_key``, or its alias ``partition_key``; ``ValueError`` when both differ."""
+    fair_key, alias = args.get("fair_key"), args.get("partition_key")
+    if alias is None:
+        return fair_key
+    if fair_key is not None and fair_key != alias:
+        raise ValueError("fair_key and partition_key (its alias) differ: give one of them")
+    return alias
+
+
 def _unkeyed(items: Sequence[Any]) -> bool:
-    """No item has a dedupe_key, a lock_key, an override or parents (``after``): items
+    """No item has a dedupe_key, a lock_key, an override, a fair_key or parents (``after``): items
     that are no mappings fail later, in _bulk_row."""
     return all(
         isinstance(task, Mapping)
         and task.get("dedupe_key") is None
         and task.get("lock_key") is None
         and not has_overrides(task)
+        and not has_fair_key(task)
+        and task.get("partition_key") is None
         and not task.get("after")
         for task in items
     )

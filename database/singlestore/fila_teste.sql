@@ -56,6 +56,9 @@ CREATE ROWSTORE TABLE public.fila_teste (
     max_retry integer,
     timeout_s double,
     next_try_priority integer,
+    -- Fair shares are refused on SingleStore (docs/fleet-control.md); the column keeps
+    -- the logical table the same everywhere.
+    fair_key varchar(200),
     PRIMARY KEY (id),
     SHARD KEY (id),
     -- The claim: ready rows in claim order (rowstore skiplists are read in

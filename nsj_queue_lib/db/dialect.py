@@ -87,6 +87,7 @@ class DdlNames:
             "idx_subscriber": f"idx_{q}_subscriber_processo",
             "idx_processo": f"idx_{q}_processo",
             "idx_aguardando": f"idx_{q}_aguardando",
+            "idx_fair_key": f"idx_{q}_fair_key",
             "limits": f"{q}_limits",
             "subscriber": f"{q}_subscriber",
             "periodic": periodic_table_name(q),

@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 from nsj_queue_lib import model
 from nsj_queue_lib.db.inspection import TaskFilter
 from nsj_queue_lib.exceptions import WorkflowUnsupported
+from nsj_queue_lib.fleet.fair import FAIR_KEY_LIMIT
 from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
 
@@ -88,6 +89,12 @@ class EnqueueRequest(BaseModel):
         min_length=1,
         max_length=model.TEXT_LIMITS["lock_key"],
         description="tasks with equal keys never run at the same time",
+    )
+    fair_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=FAIR_KEY_LIMIT,
+        description="claims rotate across fair keys among ready tasks of one prioridade",
     )
 
 

@@ -58,6 +58,9 @@ CREATE TABLE public.fila_teste (
     max_retry integer,
     timeout_s double,
     next_try_priority integer,
+    -- The task's fair key (docs/fleet-control.md): claims rotate across fair keys
+    -- among ready tasks of one prioridade. Carried by retries.
+    fair_key varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
@@ -67,7 +70,10 @@ CREATE TABLE public.fila_teste (
     -- status of a keyed task, NULL on an unkeyed one: the key index holds this
     -- instead of status, so that the two status changes of an unkeyed task
     -- (claim, outcome) leave that index alone (indexes.sql).
-    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL
+    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL,
+    -- status of a task with a fair key, NULL on others: the fair key index holds this
+    -- instead of status, as the lock key index does (indexes.sql).
+    fair_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN fair_key IS NOT NULL THEN status END) VIRTUAL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- MySQL has no partial indexes: status leads every index the workers' claims
@@ -101,6 +107,10 @@ CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_k
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, data_hora);
+-- fair_key: the enqueue's look-up of a key's last ready task of one prioridade, whose
+-- data_hora the key's next task follows (fleet/fair.py). fair_key_status is NULL on
+-- tasks without a fair key, whose entries never change.
+CREATE INDEX idx_fila_teste_fair_key ON public.fila_teste (fair_key, fair_key_status, prioridade, data_hora);
 
 -- No trigger: MySQL has no NOTIFY. Workers poll, or the socket server wakes them.
 

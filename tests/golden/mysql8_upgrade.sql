@@ -91,6 +91,10 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'fair_key') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN fair_key varchar(200)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'dedupe_active') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN (''pendente'', ''agendada'', ''processando'') THEN dedupe_key END) VIRTUAL', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
@@ -100,6 +104,10 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'lock_key_status') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'fila_teste' AND column_name = 'fair_key_status') = 0, 'ALTER TABLE public.fila_teste ADD COLUMN fair_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN fair_key IS NOT NULL THEN status END) VIRTUAL', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -174,6 +182,13 @@ DEALLOCATE PREPARE nsjq_step;
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_processo') = 0, 'CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, data_hora)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+-- fair_key: the enqueue's look-up of a key's last ready task of one prioridade, whose
+-- data_hora the key's next task follows (fleet/fair.py). fair_key_status is NULL on
+-- tasks without a fair key, whose entries never change.
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_fair_key') = 0, 'CREATE INDEX idx_fila_teste_fair_key ON public.fila_teste (fair_key, fair_key_status, prioridade, data_hora)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;

@@ -51,7 +51,10 @@ CREATE TABLE public.fila_teste (
     -- the @Task option, else the queue's default. Carried by retries.
     max_retry integer,
     timeout_s double precision,
-    next_try_priority integer
+    next_try_priority integer,
+    -- The task's fair key (docs/fleet-control.md): claims rotate across fair keys
+    -- among ready tasks of one prioridade. Carried by retries.
+    fair_key varchar(200)
 );
 
 -- Autovacuum of the queue table by fixed counts of rows instead of a fraction
@@ -140,6 +143,9 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_aguardando ON public.fila_teste (id) W
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX IF NOT EXISTS idx_fila_teste_processo ON public.fila_teste (processo, status) WHERE status IN ('pendente', 'processando');
+-- fair_key: the enqueue's look-up of a key's last ready task of one prioridade, whose
+-- data_hora the key's next task follows (fleet/fair.py). Unkeyed tasks never enter it.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_fair_key ON public.fila_teste (fair_key, prioridade, data_hora) WHERE fair_key IS NOT NULL AND status = 'pendente';
 
 -- Tells the workers listening on channel 'fila_teste' about new tasks: payload
 -- '' when one is ready now, 'scheduled' when one is due later (they then re-plan

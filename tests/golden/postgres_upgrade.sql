@@ -27,6 +27,7 @@ ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS trace_context varchar(512
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS max_retry integer;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS timeout_s double precision;
 ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS next_try_priority integer;
+ALTER TABLE public.fila_teste ADD COLUMN IF NOT EXISTS fair_key varchar(200);
 
 -- Autovacuum of the queue table by fixed counts of rows instead of a fraction
 -- of the table. Autovacuum's defaults wait for a fifth of the table's rows to
@@ -138,6 +139,9 @@ CREATE INDEX IF NOT EXISTS idx_fila_teste_aguardando ON public.fila_teste (id) W
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX IF NOT EXISTS idx_fila_teste_processo ON public.fila_teste (processo, status) WHERE status IN ('pendente', 'processando');
+-- fair_key: the enqueue's look-up of a key's last ready task of one prioridade, whose
+-- data_hora the key's next task follows (fleet/fair.py). Unkeyed tasks never enter it.
+CREATE INDEX IF NOT EXISTS idx_fila_teste_fair_key ON public.fila_teste (fair_key, prioridade, data_hora) WHERE fair_key IS NOT NULL AND status = 'pendente';
 
 -- Tells the workers listening on channel 'fila_teste' about new tasks: payload
 -- '' when one is ready now, 'scheduled' when one is due later (they then re-plan

@@ -89,6 +89,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         "dedupe_active",
         "lock_key_running",
         "lock_key_status",
+        "fair_key_status",
     ]
     types = {c[0]: c[1] for c in queue["columns"]}
     assert types["data_hora"] == types["data_hora_inicial"] == "timestamp(6)"
@@ -110,6 +111,7 @@ def test_generated_ddl_creates_every_object(mysql_queue, mysql_admin):
         "idx_{q}_processo",
         "idx_{q}_chain",
         "idx_{q}_equivalent",
+        "idx_{q}_fair_key",
     }
     claim = queue["indexes"]["idx_{q}_claim"]
     assert [c[0] for c in claim] == ["status", "prioridade", "data_hora", "id"]
@@ -239,6 +241,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
         "dedupe_active",
         "lock_key_running",
         "lock_key_status",
+        "fair_key_status",
     }
     old_row = fetch_dicts(mysql_admin, f"SELECT * FROM {table}")[0]
     assert (old_row["prioridade"], old_row["dead"], old_row["pub_sub"], old_row["live_id"]) == (
@@ -252,6 +255,7 @@ def test_upgrade_brings_an_old_table_to_the_current_schema(old_queue, mysql_admi
         f"idx_{name}_claim",
         f"idx_{name}_due",
         f"idx_{name}_equivalent",
+        f"idx_{name}_fair_key",
         f"idx_{name}_status",
     } <= set(found)
     assert indexes(mysql_admin, database, f"{name}_subscriber")

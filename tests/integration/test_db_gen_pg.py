@@ -38,6 +38,9 @@ def test_generated_ddl_creates_every_object(pg_queue, pg_autocommit):
     }
     assert "WHERE ((status)::text = 'pendente'::text)" in catalog["indexes"]["idx_{q}_claim"]
     assert "(prioridade DESC, data_hora, id)" in catalog["indexes"]["idx_{q}_claim"]
+    # Fair shares' look-up of a key's last ready task (fleet/fair.py): keyed rows only.
+    fair = catalog["indexes"]["idx_{q}_fair_key"]
+    assert "(fair_key, prioridade, data_hora)" in fair and "fair_key IS NOT NULL" in fair
     # The insert trigger, and the end trigger that wakes wait_for_task.
     assert sorted(catalog["triggers"]) == ["trigger_end_{q}", "trigger_insert_{q}"]
     assert set(catalog["subscriber_indexes"]) == {

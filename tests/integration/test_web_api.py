@@ -127,6 +127,18 @@ def test_retry_attempts_and_cursor_pages(web, queue):
     assert seen == [t["id"] for t in everything] and len(seen) == len(set(seen)) >= 5
 
 
+def test_enqueue_with_a_fair_key_stores_it(web, queue):
+    response = enqueue(web, fair_key="tenant-42")
+    assert response.status_code == 201, response.text
+    conn = _driver(queue).connect(autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(f"SELECT fair_key FROM {queue.table}")
+        assert tuple(cur.fetchone()) == ("tenant-42",)
+    finally:
+        close_quietly(conn)
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -137,6 +149,8 @@ def test_retry_attempts_and_cursor_pages(web, queue):
         ({"data_hora": "2026-01-01T00:00:00"}, "data_hora"),
         ({"lock_key": ""}, "lock_key"),
         ({"dedupe_key": "x" * 201}, "dedupe_key"),
+        ({"fair_key": ""}, "fair_key"),
+        ({"fair_key": 7}, "fair_key"),
     ],
 )
 def test_bad_fields_are_422_naming_the_field_and_write_nothing(web, queue, body, field):

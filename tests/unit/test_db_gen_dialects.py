@@ -119,7 +119,9 @@ def test_every_dialect_renders_the_same_logical_table(dialect):
     # MySQL's unique indexes of unfinished dedupe keys and running lock keys, and its
     # key index's status of keyed rows only, need generated columns.
     generated = (
-        ["dedupe_active", "lock_key_running", "lock_key_status"] if dialect == "mysql" else []
+        ["dedupe_active", "lock_key_running", "lock_key_status", "fair_key_status"]
+        if dialect == "mysql"
+        else []
     )
     assert list(queue) == [*model.QUEUE_COLUMNS, *model.EXTRA_COLUMNS, *generated]
     subscriber = _columns(ddl, "public.fila_teste_subscriber")

@@ -90,8 +90,10 @@ CLAIM_QUERIES = {
     },
     # And MySQL's partitioned layout (db/mysql/layout.py): how the store finds it, and
     # its retention (PostgreSQL's reads its catalog in db/postgres/retention.py).
-    "mysql": {"claim_tasks", "layout", "retention"},
-    "singlestore": {"claim_tasks", "layout", "retention"},
+    # And a fair key's turn, which MySQL reads before its INSERT ... VALUES (no subquery
+    # on the table it writes); PostgreSQL's keyed insert computes it (fleet/fair.py).
+    "mysql": {"claim_tasks", "layout", "retention", "fair_turn"},
+    "singlestore": {"claim_tasks", "layout", "retention", "fair_turn"},
 }
 
 

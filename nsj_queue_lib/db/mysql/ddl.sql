@@ -58,6 +58,9 @@ CREATE TABLE {table} (
     max_retry integer,
     timeout_s double,
     next_try_priority integer,
+    -- The task's fair key (docs/fleet-control.md): claims rotate across fair keys
+    -- among ready tasks of one prioridade. Carried by retries.
+    fair_key varchar(200),
     -- dedupe_key while the task is unfinished, NULL once it is: MySQL has no partial
     -- index, and a unique index admits any number of NULLs.
     dedupe_active varchar(200) GENERATED ALWAYS AS (CASE WHEN status IN ('pendente', 'agendada', 'processando') THEN dedupe_key END) VIRTUAL,
@@ -67,7 +70,10 @@ CREATE TABLE {table} (
     -- status of a keyed task, NULL on an unkeyed one: the key index holds this
     -- instead of status, so that the two status changes of an unkeyed task
     -- (claim, outcome) leave that index alone (indexes.sql).
-    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL{partition_key}
+    lock_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN lock_key IS NOT NULL THEN status END) VIRTUAL,
+    -- status of a task with a fair key, NULL on others: the fair key index holds this
+    -- instead of status, as the lock key index does (indexes.sql).
+    fair_key_status varchar(100) GENERATED ALWAYS AS (CASE WHEN fair_key IS NOT NULL THEN status END) VIRTUAL{partition_key}
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin{partition_by};
 {partitions}
 {indexes}

@@ -44,6 +44,8 @@ UPGRADE_COLUMNS = (
     "lock_key_running",
     # Generated from lock_key and status: the key index's status (indexes.sql).
     "lock_key_status",
+    # Generated from fair_key and status: the fair key index's status (indexes.sql).
+    "fair_key_status",
 )
 
 # The columns --upgrade adds to a limits table that lacks them: the pause

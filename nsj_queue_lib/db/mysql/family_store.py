@@ -12,6 +12,7 @@ an aware one is stored as that exact instant.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -29,6 +30,13 @@ from nsj_queue_lib.db.mysql.errors import (
     logger,
     retry_on_lock_errors,
     wrap_driver_errors,
+)
+from nsj_queue_lib.db.mysql.keyed_rows import (
+    MICROSECOND,
+    SINGLESTORE_FAIR,
+    keyed_value,
+    prioridade_of,
+    stamped,
 )
 from nsj_queue_lib.db.mysql.lock_keys import lock_key_free
 from nsj_queue_lib.db.mysql.names import (
@@ -50,10 +58,10 @@ from nsj_queue_lib.db.mysql.successes import success_sql
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.db.tally import FoldResult
 from nsj_queue_lib.exceptions import DatabaseError, QueueTableMissingError
+from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
-from nsj_queue_lib.model import OVERRIDE_COLUMNS
 from nsj_queue_lib.workflow import dependencies
 
 # What completing a task in its own transaction came to (see _complete).
@@ -118,9 +126,11 @@ class MysqlFamilyStore:
 
     def insert_task(self, conn: Any, row: dict[str, Any]) -> int:
         key = row.get("dedupe_key")
-        overridden = has_overrides(row)
+        overridden = has_overrides(row) or has_fair_key(row)
         if key is None and row.get("lock_key") is None and not overridden:
             return self.insert_tasks(conn, [row], what="insert_task")[0]
+        if self.dialect == "singlestore" and has_fair_key(row):
+            raise ValueError(SINGLESTORE_FAIR)
         if self.dialect == "singlestore" and (key is not None or row.get("lock_key") is not None):
             raise ValueError(
                 "dedupe_key and lock_key are not supported on SingleStore (no unique key "
@@ -136,22 +146,40 @@ class MysqlFamilyStore:
 
     def _insert_keyed(self, conn: Any, row: dict[str, Any]) -> int | None:
         """The new task's id, or None when an unfinished task holds its dedupe_key."""
-        due, due_args = due_sql(row.get("data_hora"))
-        args = [row[name] for name in TASK_INSERT_FIELDS]
-        args += [row.get("prioridade"), *due_args, *due_args, row["dedupe_key"], row["lock_key"]]
-        args.append(row.get("trace_context"))
-        args += [row.get(name) for name in OVERRIDE_COLUMNS]
-        value = (
-            f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}, %s, %s, %s"
-            ", %s, %s, %s)",
-            args,
-        )
+        turn = self._fair_turn(conn, row) if stamped(row) else None
         try:
-            return self._insert_rows(conn, "insert_task", self.sql["insert_task_keyed"], [value])[0]
+            return self._insert_rows(
+                conn, "insert_task", self.sql["insert_task_keyed"], [keyed_value(row, turn)]
+            )[0]
         except DatabaseError as exc:
             if error_code(exc.__cause__) == ER_DUP_ENTRY:
                 return None
             raise
+
+    def _insert_keyed_rows(self, conn: Any, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Tasks with fair keys or overrides (no dedupe_key, no lock_key) in multi-row
+        INSERTs: each fair key's turn is read once per call and prioridade, and the key's
+        n-th task of the call gets the n-th microsecond after it (fleet/fair.py)."""
+        if self.dialect == "singlestore" and any(has_fair_key(row) for row in rows):
+            raise ValueError(SINGLESTORE_FAIR)
+        turns: dict[tuple[str, int], Any] = {}
+        values = []
+        for row in rows:
+            turn = None
+            if stamped(row):
+                group = (row["fair_key"], prioridade_of(row))
+                if group in turns:
+                    turn = turns[group] = turns[group] + MICROSECOND
+                else:
+                    turn = turns[group] = self._fair_turn(conn, row)
+            values.append(keyed_value(row, turn))
+        return self._insert_rows(conn, "insert_tasks", self.sql["insert_task_keyed"], values)
+
+    def _fair_turn(self, conn: Any, row: dict[str, Any]) -> decimal.Decimal:
+        """The turn of a task with a fair key: seconds since 1970, a Decimal exact to the
+        microsecond (fleet/fair.py)."""
+        params = {"fair_key": row["fair_key"], "prioridade": prioridade_of(row)}
+        return decimal.Decimal(self._fetch(conn, "fair_turn", params)[0]["turn"])
 
     def _dedupe_holder(self, conn: Any, key: str) -> int | None:
         found = self._fetch(conn, "dedupe_holder", {"dedupe_key": key})
@@ -166,8 +194,12 @@ class MysqlFamilyStore:
         reached yet."""
         if not rows:
             return []
+        if any(has_fair_key(row) or has_overrides(row) for row in rows):
+            return self._insert_keyed_rows(conn, rows)
         trace_context = rows[0].get("trace_context")
-        traced = () if trace_context is None else (None, None, trace_context, None, None, None)
+        traced = (
+            () if trace_context is None else (None, None, trace_context, None, None, None, None)
+        )
         values = []
         for row in rows:
             due, due_args = due_sql(row.get("data_hora"))
@@ -176,7 +208,7 @@ class MysqlFamilyStore:
             values.append(
                 (
                     f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, 50), {due}, {due}"
-                    + (", %s, %s, %s, %s, %s, %s)" if traced else ")"),
+                    + (", %s, %s, %s, %s, %s, %s, %s)" if traced else ")"),
                     [*args, *due_args, *due_args, *traced],
                 )
             )

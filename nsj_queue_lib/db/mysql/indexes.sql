@@ -29,3 +29,7 @@ CREATE UNIQUE INDEX {idx_lock_key_running} ON {table} (lock_key_running{with_day
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX {idx_processo} ON {table} (processo, status, data_hora);
+-- fair_key: the enqueue's look-up of a key's last ready task of one prioridade, whose
+-- data_hora the key's next task follows (fleet/fair.py). fair_key_status is NULL on
+-- tasks without a fair key, whose entries never change.
+CREATE INDEX {idx_fair_key} ON {table} (fair_key, fair_key_status, prioridade, data_hora);

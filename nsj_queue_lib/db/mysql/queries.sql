@@ -28,8 +28,9 @@ INSERT INTO {queue_table} (
 RETURNING id
 
 -- name: insert_task_keyed
--- insert_task with a dedupe_key, a lock_key or overrides (max_retry, timeout_s,
--- next_try_priority: docs/fleet-control.md), and inserts with a trace context:
+-- insert_task with a dedupe_key, a lock_key, overrides (max_retry, timeout_s,
+-- next_try_priority: docs/fleet-control.md) or a fair_key (fleet/fair.py), and
+-- inserts with a trace context:
 -- a duplicate-key error on the dedupe index when an unfinished task holds the
 -- dedupe_key (MySQL rolls back that statement only). Plain inserts name none of
 -- these columns, so that a client keeps working on a table db_gen --upgrade has
@@ -38,10 +39,30 @@ RETURNING id
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
     grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
-    trace_context, max_retry, timeout_s, next_try_priority
+    trace_context, max_retry, timeout_s, next_try_priority, fair_key
 ) VALUES
 -- step: returning
 RETURNING id
+
+-- name: fair_turn
+-- The turn of a task with a fair_key and no data_hora (fleet/fair.py), as seconds since
+-- 1970 (exact to the microsecond, whatever the session's time zone): a microsecond after
+-- its key's last ready task of its prioridade, never before the first ready task of that
+-- prioridade, never after now. MySQL refuses a subquery on the table an INSERT ... VALUES
+-- writes: the store reads this first, in the same transaction. Both look-ups are index
+-- reads (idx_fair_key, idx_claim).
+SELECT UNIX_TIMESTAMP(LEAST(NOW(6), COALESCE(
+    GREATEST(x.last_turn + INTERVAL 1 MICROSECOND, x.head), x.head, NOW(6)
+))) AS turn
+FROM (SELECT
+    (SELECT MAX(data_hora) FROM {queue_table}
+     WHERE fair_key = %(fair_key)s AND fair_key_status = 'pendente'
+       AND prioridade = %(prioridade)s AND data_hora <= NOW(6)) AS last_turn,
+    -- ORDER BY ... LIMIT 1, not MIN(): MIN read every entry of the prioridade here.
+    (SELECT data_hora FROM {queue_table}
+     WHERE status = 'pendente' AND prioridade = %(prioridade)s
+     ORDER BY data_hora LIMIT 1) AS head
+) AS x
 
 -- name: dedupe_holder
 -- The unfinished task holding a dedupe_key. A locking read sees the latest
@@ -151,7 +172,7 @@ INSERT INTO {queue_table} (
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
     dead, live_id, prioridade, dedupe_key, lock_key, trace_context,
-    max_retry, timeout_s, next_try_priority, payload
+    max_retry, timeout_s, next_try_priority, fair_key, payload
 )
 SELECT
     COALESCE(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
@@ -160,7 +181,7 @@ SELECT
     f.subscriber_id, f.dead, f.live_id,
     -- The retry's prioridade: the task's next_try_priority when it was given one.
     COALESCE(f.next_try_priority, f.prioridade), f.dedupe_key,
-    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority,
+    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority, f.fair_key,
     -- A later attempt holds a payload only when the partitioned layout's retention copied
     -- the first attempt's before dropping its day: the next attempt keeps it too.
     CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END

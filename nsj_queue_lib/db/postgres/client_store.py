@@ -21,9 +21,11 @@ from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
+from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
 from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
+from nsj_queue_lib.model import FAIR_COLUMNS, OVERRIDE_COLUMNS
 
 # From this many tasks on, insert_tasks streams them with COPY.
 COPY_THRESHOLD = 100
@@ -41,6 +43,51 @@ _COPY_TYPES = (
     "int8", "varchar", "varchar", "varchar", "varchar", "text", "bytea",
     "int8", "varchar", "bool", "int4", "timestamptz", "timestamptz",
 )  # fmt: skip
+
+
+_INSERT_TASKS_KEYED = """
+INSERT INTO {queue_table} (
+    origem, destino, processo, chave_externa, payload, payload_hash, tenant,
+    grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, trace_context,
+    max_retry, timeout_s, next_try_priority, fair_key
+)
+SELECT
+    r.origem, r.destino, r.processo, r.chave_externa, r.payload, r.payload_hash,
+    r.tenant, r.grupo_empresarial, r.pub_sub, due.prioridade,
+    CASE WHEN r.fair_key IS NULL OR r.data_hora IS NOT NULL THEN due.at
+         ELSE least(call.now, greatest(
+             (SELECT max(k.data_hora) FROM {queue_table} AS k
+              WHERE k.fair_key = r.fair_key AND k.prioridade = due.prioridade
+                AND k.status = 'pendente' AND k.data_hora <= call.now) + interval '1 microsecond',
+             (SELECT min(h.data_hora) FROM {queue_table} AS h
+              WHERE h.status = 'pendente' AND h.prioridade = due.prioridade)))
+              + (row_number() OVER (
+                     PARTITION BY r.fair_key, due.prioridade, r.data_hora IS NULL ORDER BY r.ord
+                 ) - 1) * interval '1 microsecond'
+    END,
+    due.at, %(trace_context)s::varchar,
+    r.max_retry, r.timeout_s, r.next_try_priority, r.fair_key
+FROM unnest(
+    %(origem)s::varchar[], %(destino)s::varchar[], %(processo)s::varchar[],
+    %(chave_externa)s::varchar[], %(payload)s::text[], %(payload_hash)s::bytea[],
+    %(tenant)s::bigint[], %(grupo_empresarial)s::varchar[], %(pub_sub)s::boolean[],
+    %(prioridade)s::integer[], %(data_hora)s::timestamptz[], %(max_retry)s::integer[],
+    %(timeout_s)s::float8[], %(next_try_priority)s::integer[], %(fair_key)s::varchar[]
+) WITH ORDINALITY AS r(
+    origem, destino, processo, chave_externa, payload, payload_hash, tenant,
+    grupo_empresarial, pub_sub, prioridade, data_hora, max_retry, timeout_s,
+    next_try_priority, fair_key, ord
+)
+CROSS JOIN LATERAL (
+    SELECT coalesce(r.data_hora, clock_timestamp()) AS at,
+           coalesce(r.prioridade, 50) AS prioridade
+) AS due
+-- One instant for the call's turns: each key's turn is the same for all its tasks of the
+-- call, which the row number then spaces a microsecond apart.
+CROSS JOIN (SELECT clock_timestamp() AS now) AS call
+ORDER BY r.ord
+RETURNING id
+"""
 
 
 def rows_as_dicts(cursor) -> list[dict[str, Any]]:
@@ -76,6 +123,11 @@ class PostgresClientStore:
         self.sql["insert_tasks_traced"] = render(
             load_queries("postgres")["insert_tasks"], {**self._query_values, **TRACED_INSERT}
         )
+        # insert_tasks with overrides or fair keys (PostgreSQL only: MySQL's store builds
+        # multi-row VALUES): one statement for the call, whose keyed tasks get their turns
+        # (fleet/fair.py). The statement does not see its own rows: a key's n-th task of the
+        # call is n - 1 microseconds after the key's turn.
+        self.sql["insert_tasks_keyed"] = _INSERT_TASKS_KEYED.format(queue_table=queue_table)
         # insert_tasks' COPY path (PostgreSQL only, so not among the shared query names):
         # ids and one timestamp for the rows without data_hora, then the rows.
         # The sequence is looked up once: pg_get_serial_sequence per row cost
@@ -108,6 +160,7 @@ class PostgresClientStore:
             row.get("lock_key") is not None
             or row.get("trace_context") is not None
             or has_overrides(row)
+            or has_fair_key(row)
         )
         new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
         assert new_id is not None  # a plain INSERT ... RETURNING returns its row
@@ -125,6 +178,13 @@ class PostgresClientStore:
         if not rows:
             return []
         columns = (*TASK_INSERT_FIELDS, "prioridade", "data_hora")
+        if any(has_overrides(row) or has_fair_key(row) for row in rows):
+            keyed = (*columns, *OVERRIDE_COLUMNS, *FAIR_COLUMNS)
+            values: dict[str, Any] = {name: [row.get(name) for row in rows] for name in keyed}
+            values["trace_context"] = rows[0].get("trace_context")
+            with wrap_driver_errors("insert_tasks"), conn.cursor() as cur:
+                cur.execute(self.sql["insert_tasks_keyed"], values)
+                return [int(r[0]) for r in cur.fetchall()]
         if isinstance(conn, psycopg.Connection) and len(rows) >= COPY_THRESHOLD:
             return self._copy_tasks(conn, rows)
         params: dict[str, Any] = {name: [row[name] for row in rows] for name in columns}

@@ -38,3 +38,6 @@ CREATE INDEX IF NOT EXISTS {idx_aguardando} ON {table} (id) WHERE status = 'agua
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX IF NOT EXISTS {idx_processo} ON {table} (processo, status) WHERE status IN ('pendente', 'processando');
+-- fair_key: the enqueue's look-up of a key's last ready task of one prioridade, whose
+-- data_hora the key's next task follows (fleet/fair.py). Unkeyed tasks never enter it.
+CREATE INDEX IF NOT EXISTS {idx_fair_key} ON {table} (fair_key, prioridade, data_hora) WHERE fair_key IS NOT NULL AND status = 'pendente';

@@ -16,8 +16,9 @@ FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS d
 RETURNING id
 
 -- name: insert_task_keyed
--- insert_task with a dedupe_key, a lock_key, a trace context or overrides
--- (max_retry, timeout_s, next_try_priority: docs/fleet-control.md): no row when an
+-- insert_task with a dedupe_key, a lock_key, a trace context, overrides
+-- (max_retry, timeout_s, next_try_priority: docs/fleet-control.md) or a fair_key
+-- (fleet/fair.py): no row when an
 -- unfinished task holds the dedupe_key (after waiting for the transaction that
 -- is inserting it, if any). Plain inserts name none of these columns, so that a
 -- client keeps working on a table db_gen --upgrade has not reached yet. No
@@ -29,14 +30,28 @@ RETURNING id
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
     grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
-    trace_context, max_retry, timeout_s, next_try_priority
+    trace_context, max_retry, timeout_s, next_try_priority, fair_key
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
-    %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
-    due.at, due.at, %(dedupe_key)s, %(lock_key)s, %(trace_context)s,
-    %(max_retry)s::integer, %(timeout_s)s::float8, %(next_try_priority)s::integer
-FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
+    %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, due.prioridade,
+    -- A task with a fair_key and no data_hora is stamped with its turn (fleet/fair.py):
+    -- a microsecond after its key's last ready task of its prioridade, and never before
+    -- the first ready task of that prioridade (a key with no backlog joins the current
+    -- round), nor after now (it is ready at once). data_hora_inicial stays the real time.
+    CASE WHEN %(fair_key)s::varchar IS NULL OR %(data_hora)s::timestamptz IS NOT NULL THEN due.at
+         ELSE least(due.at, greatest(
+             (SELECT max(k.data_hora) FROM {queue_table} AS k
+              WHERE k.fair_key = %(fair_key)s::varchar AND k.prioridade = due.prioridade
+                AND k.status = 'pendente' AND k.data_hora <= due.at) + interval '1 microsecond',
+             (SELECT min(h.data_hora) FROM {queue_table} AS h
+              WHERE h.status = 'pendente' AND h.prioridade = due.prioridade)))
+    END,
+    due.at, %(dedupe_key)s, %(lock_key)s, %(trace_context)s,
+    %(max_retry)s::integer, %(timeout_s)s::float8, %(next_try_priority)s::integer,
+    %(fair_key)s::varchar
+FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at,
+             coalesce(%(prioridade)s::integer, 50) AS prioridade) AS due
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -175,7 +190,7 @@ INSERT INTO {queue_table} (
     tentativa, status, id_anterior, data_hora_anterior, status_anterior, mensagem_anterior,
     tenant, grupo_empresarial, payload_hash, pub_sub, publication_id, subscriber_id,
     dead, live_id, prioridade, dedupe_key, lock_key, trace_context,
-    max_retry, timeout_s, next_try_priority, payload
+    max_retry, timeout_s, next_try_priority, fair_key, payload
 )
 SELECT
     coalesce(f.id_inicial, f.id), f.data_hora_inicial, f.proxima_tentativa, f.origem, f.destino,
@@ -184,7 +199,7 @@ SELECT
     f.subscriber_id, f.dead, f.live_id,
     -- The retry's prioridade: the task's next_try_priority when it was given one.
     coalesce(f.next_try_priority, f.prioridade), f.dedupe_key,
-    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority,
+    f.lock_key, f.trace_context, f.max_retry, f.timeout_s, f.next_try_priority, f.fair_key,
     -- A later attempt holds a payload only when the partitioned layout's retention copied
     -- the first attempt's before dropping its day: the next attempt keeps it too.
     CASE WHEN f.id_inicial IS NOT NULL THEN f.payload END

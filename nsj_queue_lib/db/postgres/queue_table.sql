@@ -51,6 +51,9 @@ CREATE TABLE {table} (
     -- the @Task option, else the queue's default. Carried by retries.
     max_retry integer,
     timeout_s double precision,
-    next_try_priority integer{partition_key}
+    next_try_priority integer,
+    -- The task's fair key (docs/fleet-control.md): claims rotate across fair keys
+    -- among ready tasks of one prioridade. Carried by retries.
+    fair_key varchar(200){partition_key}
 ){partition_by};
 {partitions}

@@ -21,6 +21,7 @@ ALTER TABLE {table} ADD COLUMN IF NOT EXISTS trace_context varchar(512);
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS max_retry integer;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS timeout_s double precision;
 ALTER TABLE {table} ADD COLUMN IF NOT EXISTS next_try_priority integer;
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS fair_key varchar(200);
 
 {autovacuum}
 
