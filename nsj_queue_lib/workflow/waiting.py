@@ -13,7 +13,7 @@ few milliseconds after the LISTEN (a task whose end was being written meanwhile 
 no NOTIFY), then every ``PUSHED_INTERVAL`` in case a notification was missed.
 Elsewhere, and on a connection inside a transaction, it polls (``wait_for``): looks
 start 1 ms apart and grow to ``MAX_INTERVAL``, so a short task is seen within a few
-milliseconds of its commit.
+milliseconds of its commit; after ``LONG_AFTER`` they grow to ``LONG_INTERVAL``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from nsj_queue_lib.exceptions import NotFoundError
 FIRST_INTERVAL = 0.001
 MAX_INTERVAL = 0.005
 GROWTH = 1.3
+# A wait that has lasted LONG_AFTER seconds looks at most every LONG_INTERVAL: a task that
+# runs that long is seen within a tenth of its run, and a waiter costs 10 reads a second,
+# not 200 (an HTTP ?wait= of 300 s holds its look-ups for all of it).
+LONG_AFTER = 1.0
+LONG_INTERVAL = 0.1
 # With a LISTEN, how often a look runs anyway (a notification lost between a look and the
 # wait, a trigger disabled meanwhile): never slower than this behind a missed NOTIFY.
 PUSHED_INTERVAL = 0.05
@@ -65,6 +70,7 @@ def wait_for(
     if deadline is None:
         deadline = clock() + timeout_s
     interval, longest = intervals
+    slow_from = clock() + LONG_AFTER
     while True:
         row = look()
         if row is None:
@@ -75,6 +81,8 @@ def wait_for(
         if remaining <= 0:
             raise TimeoutError(f"task {task_id} is still {row['status']} after {timeout_s} s")
         sleep(min(interval, remaining))
+        if clock() >= slow_from:
+            longest = max(longest, LONG_INTERVAL)
         interval = min(interval * GROWTH, longest)
 
 
