@@ -62,20 +62,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=2000)
-    parser.add_argument("--only", choices=("postgres", "mariadb"))
-    parser.add_argument(
-        "--pg-dsn",
-        default=os.environ.get("BENCH_PG_DSN", "host=127.0.0.1 user=postgres dbname=test"),
-    )
-    parser.add_argument(
-        "--mysql-dsn",
-        default=os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1:3306/test"),
-    )
+    bench_mysql.add_database_options(parser)
     args = parser.parse_args()
-    kinds = [args.only] if args.only else ["postgres", "mariadb"]
-    for kind in kinds:
-        db = bench_mysql.Database(kind, args.pg_dsn if kind == "postgres" else args.mysql_dsn)
-        dialect = "postgres" if kind == "postgres" else "mysql"
+    for db, dialect in bench_mysql.chosen_databases(args):
         sides = ("plain", "fair")
         names = {side: f"bfair_{side}_{os.getpid()}" for side in sides}
         tables = {

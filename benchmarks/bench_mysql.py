@@ -305,6 +305,26 @@ class Database:
             conn.close()
 
 
+def add_database_options(parser: argparse.ArgumentParser) -> None:
+    """``--only``, ``--pg-dsn`` and ``--mysql-dsn`` (BENCH_PG_DSN, BENCH_MYSQL_DSN) of a
+    benchmark that runs on both databases; ``chosen_databases`` reads them back."""
+    parser.add_argument("--only", choices=("postgres", "mariadb"))
+    parser.add_argument("--pg-dsn", default=os.environ.get("BENCH_PG_DSN", DEFAULT_PG_DSN))
+    parser.add_argument("--mysql-dsn", default=os.environ.get("BENCH_MYSQL_DSN", DEFAULT_MYSQL_DSN))
+
+
+def chosen_databases(args: argparse.Namespace) -> list[tuple[Database, str]]:
+    """The databases ``add_database_options`` chose, each with its db_gen dialect."""
+    kinds = [args.only] if args.only else ["postgres", "mariadb"]
+    return [
+        (
+            Database(kind, args.pg_dsn if kind == "postgres" else args.mysql_dsn),
+            "postgres" if kind == "postgres" else "mysql",
+        )
+        for kind in kinds
+    ]
+
+
 def task_rows(count: int, lock_keys: int = 0) -> list[dict]:
     """``count`` no-op tasks; with ``lock_keys``, spread round-robin over that many lock keys."""
     return [

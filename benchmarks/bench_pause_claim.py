@@ -135,20 +135,9 @@ def main() -> None:
     parser.add_argument("--old", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--tasks", type=int, default=2000)
-    parser.add_argument("--only", choices=("postgres", "mariadb"))
-    parser.add_argument(
-        "--pg-dsn",
-        default=os.environ.get("BENCH_PG_DSN", "host=127.0.0.1 user=postgres dbname=test"),
-    )
-    parser.add_argument(
-        "--mysql-dsn",
-        default=os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1:3306/test"),
-    )
+    bench_mysql.add_database_options(parser)
     args = parser.parse_args()
-    kinds = [args.only] if args.only else ["postgres", "mariadb"]
-    for kind in kinds:
-        db = bench_mysql.Database(kind, args.pg_dsn if kind == "postgres" else args.mysql_dsn)
-        dialect = "postgres" if kind == "postgres" else "mysql"
+    for db, dialect in bench_mysql.chosen_databases(args):
         names = {side: f"bpc_{side}_{os.getpid()}" for side in ("old", "new")}
         tables = {
             "old": create(db, names["old"], old_ddl(args.old, db.schema, names["old"], dialect)),
