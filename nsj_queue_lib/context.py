@@ -64,6 +64,8 @@ class TaskContext:
         self.suspension: BaseException | None = None
         # A durable pipeline's yields committed by earlier attempts (workflow/steps.py).
         self.durable_yields = 0
+        # The task's process, while a task of a process runs (nsj_queue_lib/process/).
+        self.process: Any = None
 
     # -- workflows (nsj_queue_lib/workflow/handler.py) --
 

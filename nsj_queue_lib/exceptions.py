@@ -108,3 +108,21 @@ class TaskSuspended(BaseException):
     def __init__(self, mensagem: str):
         super().__init__(mensagem)
         self.mensagem = mensagem
+
+
+class ProcessExistsError(QueueLibError, ValueError):
+    """``start_process`` was given the id of a process that exists (nsj_queue_lib/process/)."""
+
+
+class ProcessCorruptedError(QueueLibError, ValueError):
+    """A call to a corrupted process (its last task was dead-lettered): until a repair task
+    succeeds, it accepts only repairs (``QueueClient.repair_process``)."""
+
+
+class TaskRefused(TaskCancelled):
+    """The worker refused to run a claimed task (its process is corrupted or gone): it ends
+    'cancelada' with ``mensagem`` saying why, without running."""
+
+    def __init__(self, mensagem: str):
+        super().__init__(mensagem)
+        self.mensagem = mensagem

@@ -94,7 +94,7 @@ EXTRA_COLUMNS = (
     *FAIR_COLUMNS,
 )
 # A claimed task's row, as the claims return it and a handler receives it (``tarefa``).
-CLAIMED_COLUMNS = (*QUEUE_COLUMNS, *TRACE_COLUMNS, *OVERRIDE_COLUMNS)
+CLAIMED_COLUMNS = (*QUEUE_COLUMNS, *TRACE_COLUMNS, *OVERRIDE_COLUMNS, "lock_key")
 
 SUBSCRIBER_COLUMNS = (
     "id",

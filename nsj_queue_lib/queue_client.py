@@ -25,6 +25,7 @@ from nsj_queue_lib.fleet.overrides import checked_overrides, has_overrides
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.observability.trace_context import capture
 from nsj_queue_lib.payload import payload_hash, serialize_payload
+from nsj_queue_lib.process.ids import CALL, REPAIR, check_process_id, reserved_lock_key
 from nsj_queue_lib.task_views import task_view
 from nsj_queue_lib.workflow.dependencies import (
     check_after,
@@ -102,6 +103,7 @@ class QueueClient:
         partition_key: str | None = None,
         after: Sequence[int] | None = None,
         on_parent_failure: str = "cancel",
+        process_id: str | None = None,
     ) -> int:
         """Enqueue one task; returns its id.
 
@@ -120,9 +122,25 @@ class QueueClient:
         with ``on_parent_failure="run"``, counts as finished
         (docs/how-to/dependencies.md). Unknown ids raise ``NotFoundError`` and
         nothing is written.
+
+        With ``process_id``, the task is a call to that process (as ``call_process``):
+        ``NotFoundError`` for an unknown process, ``ProcessCorruptedError`` for a corrupted
+        one (docs/how-to/processes.md).
         """
         row = task_row(locals(), pub_sub=False, trace_context=self._capture())
         parents = check_after(after, on_parent_failure)
+        if process_id is not None:
+            from nsj_queue_lib.process import client as processes
+
+            process_id = check_process_id(process_id)
+            row = processes.with_process_key(row, process_id)
+            return processes.insert_checked(self, process_id, CALL, row, parents, on_parent_failure)
+        return self._insert_row(row, parents, on_parent_failure)
+
+    def _insert_row(
+        self, row: dict[str, Any], parents: list[int] | None, on_parent_failure: str
+    ) -> int:
+        """Insert one task whose parameters ``task_row`` checked, after ``parents``."""
         if parents:
             return self._insert_after([row], [parents], [on_parent_failure])[0]
         return self._store.insert_task(self._conn, row)
@@ -348,6 +366,60 @@ class QueueClient:
         commit (docs/how-to/durable-waits.md). ``NotFoundError`` for an unknown id."""
         send_event(self._conn, self._store, self.queue_table, _task_id(task_id), name, payload)
 
+    # -- process instances (nsj_queue_lib/process/, docs/how-to/processes.md) --
+
+    def start_process(
+        self, process_id: str, processo: str, payload: Any, **insert_options: Any
+    ) -> int:
+        """Start the process ``process_id`` with a task of ``processo`` (its first); returns
+        the task's id. ``ProcessExistsError`` when the id exists (nothing written).
+        ``insert_options``: ``insert_task``'s (``tenant``, ``prioridade``, ``max_retry``...;
+        a process's tasks share its lock key, so no ``lock_key``)."""
+        from nsj_queue_lib.process import client as processes
+
+        return processes.start_process(self, process_id, processo, payload, insert_options)
+
+    def call_process(
+        self, process_id: str, processo: str, payload: Any, **insert_options: Any
+    ) -> int:
+        """Enqueue a call to the process: a task of ``processo`` that runs after the process's
+        earlier tasks, one at a time; returns its id (``wait_for_task`` and
+        ``call_response`` give its outcome). ``NotFoundError`` for an unknown process,
+        ``ProcessCorruptedError`` while the process is corrupted."""
+        from nsj_queue_lib.process import client as processes
+
+        return processes.call_process(self, process_id, processo, payload, insert_options)
+
+    def repair_process(
+        self, process_id: str, processo: str, payload: Any, **insert_options: Any
+    ) -> int:
+        """Enqueue a repair of the process: a call accepted (and run) even while the process
+        is corrupted; its success ends the corruption."""
+        from nsj_queue_lib.process import client as processes
+
+        return processes.call_process(
+            self, process_id, processo, payload, insert_options, kind=REPAIR
+        )
+
+    def get_process(
+        self, process_id: str, events: int = 20, tasks: int = 20
+    ) -> dict[str, Any] | None:
+        """The process ``process_id``, or None when unknown: ``state`` (a dict), ``status``,
+        ``detail``, ``corrupted`` and ``corrupted_by``, ``remove_at``, ``timers`` (its
+        pending timer), its last ``events`` events and last ``tasks`` tasks (oldest first;
+        each with its ``kind`` and ``response``)."""
+        from nsj_queue_lib.process import client as processes
+
+        return processes.get_process(self, process_id, events, tasks)
+
+    def call_response(self, task_id: int) -> Any:
+        """What the handler of a process's task returned (the response of a call, as JSON
+        gives it back), once the task succeeded; None before, or when it returned None.
+        ``NotFoundError`` when the task is no process's."""
+        from nsj_queue_lib.process import client as processes
+
+        return processes.call_response(self, _task_id(task_id))
+
     def _workflow(self) -> WorkflowStore:
         if self._workflow_store is None:
             self._workflow_store = WorkflowStore.for_store(self._store, self.queue_table)
@@ -479,6 +551,8 @@ def task_row(
         row[key] = _optional_text(key, args.get(key))
         if row[key] == "":
             raise ValueError(f"{key} must be a non-empty string or None")
+    if reserved_lock_key(row["lock_key"]):
+        raise ValueError("lock_key: the prefix 'process:' is reserved (use process_id=)")
     row.update(checked_overrides(args))
     row["fair_key"] = checked_fair_key(_fair_key(args))
     return row

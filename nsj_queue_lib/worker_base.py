@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from nsj_queue_lib.context import TaskContext, current_task
 from nsj_queue_lib.dbapi import DBConnection
 from nsj_queue_lib.exceptions import ConfigError, NoCurrentTaskError, PermanentError
+from nsj_queue_lib.process.ids import process_id_of
+from nsj_queue_lib.process.running import run_process_task
 from nsj_queue_lib.retry_policy import RetryPolicies
 from nsj_queue_lib.runtime.pipeline import is_pipeline, run_pipeline
 from nsj_queue_lib.settings import Settings
@@ -147,6 +149,18 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         A generator method is a pipeline, run here step by step (runtime/pipeline.py); an
         async generator's run is a coroutine too.
         """
+        if (
+            process_id_of(tarefa) is not None
+            and not tarefa.get("dead")
+            and tarefa.get("publication_id") is None
+        ):
+            # A task of a process: it runs with its process (nsj_queue_lib/process/).
+            return run_process_task(
+                tarefa, _task_context(tarefa), lambda: self._handle(tarefa, bd_conn)
+            )
+        return self._handle(tarefa, bd_conn)
+
+    def _handle(self, tarefa: dict[str, Any], bd_conn: DBConnection) -> Any:
         method, args = self._route(tarefa)
         result = method(*args, bd_conn)
         if is_pipeline(result):

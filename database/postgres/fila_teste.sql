@@ -338,6 +338,50 @@ CREATE TABLE public.fila_teste_workflow_tasks (
 );
 CREATE INDEX IF NOT EXISTS idx_fila_teste_workflow_task ON public.fila_teste_workflow_tasks (task_id);
 
+-- Process instances (nsj_queue_lib/process/, docs/how-to/processes.md). One row
+-- per process: the handler's state (a JSON document), status and detail, saved
+-- with the commit of the task that set them. corrupted_by: the task whose dead
+-- letter corrupted the process (only repair tasks run until one succeeds);
+-- timer_task_id: its pending timer (set_timer replaces it); remove_at: when the
+-- purge service deletes the process and its history (remove_after).
+CREATE TABLE public.fila_teste_processes (
+    process_id varchar(190) NOT NULL PRIMARY KEY,
+    processo varchar(250) NOT NULL,
+    status varchar(100),
+    detail text,
+    state text NOT NULL,
+    corrupted_by bigint,
+    timer_task_id bigint,
+    remove_at timestamptz,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_process_removal ON public.fila_teste_processes (remove_at)
+    WHERE remove_at IS NOT NULL;
+
+-- Each task of a process (its first attempt's id): what it is ('start', 'call',
+-- 'repair', 'timer') and, once it succeeded, its handler's response (JSON text),
+-- which a synchronous caller reads.
+CREATE TABLE public.fila_teste_process_tasks (
+    task_id bigint NOT NULL PRIMARY KEY,
+    process_id varchar(190) NOT NULL,
+    kind varchar(10) NOT NULL,
+    response text,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_process_tasks ON public.fila_teste_process_tasks (process_id, task_id);
+
+-- A process's event history (emit), in the order written.
+CREATE TABLE public.fila_teste_process_events (
+    id bigserial PRIMARY KEY,
+    process_id varchar(190) NOT NULL,
+    task_id bigint,
+    event_type varchar(100) NOT NULL,
+    payload text,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS idx_fila_teste_process_events ON public.fila_teste_process_events (process_id, id);
+
 -- The worker's hot path in one call: a task that succeeded becomes 'sucesso'
 -- and its liveness lock is released, then the next ready tasks are claimed
 -- ('processando', their liveness locks taken by the calling session), all in

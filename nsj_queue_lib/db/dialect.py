@@ -116,6 +116,13 @@ class DdlNames:
             "steps": steps_table_name(q),
             "events": events_table_name(q),
             "idx_events_task": f"idx_{q}_events_task",
+            # Process instances (nsj_queue_lib/process/).
+            "processes": processes_table_name(q),
+            "process_tasks": process_tasks_table_name(q),
+            "process_events": process_events_table_name(q),
+            "idx_process_tasks": f"idx_{q}_process_tasks",
+            "idx_process_events": f"idx_{q}_process_events",
+            "idx_process_removal": f"idx_{q}_process_removal",
             # The partitioned layout's (db/postgres/layout.py).
             "day_function": f"finished_day_{q}",
             "day_trigger": f"trigger_finished_day_{q}",
@@ -143,6 +150,8 @@ class DdlNames:
         values["workflow_tasks_table"] = f"{self.schema}.{names['workflow_tasks']}"
         values["steps_table"] = f"{self.schema}.{names['steps']}"
         values["events_table"] = f"{self.schema}.{names['events']}"
+        for kind in ("processes", "process_tasks", "process_events"):
+            values[f"{kind}_table"] = f"{self.schema}.{names[kind]}"
         values["channel"] = notify_channel(self.queue)
         values["end_function"] = f"{self.schema}.{names['end_function']}"
         values["end_channel"] = task_end_channel(self.queue)
@@ -194,6 +203,23 @@ def steps_table_name(queue_table: str) -> str:
 def events_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_events``: the events sent to tasks (``QueueClient.send_event``)."""
     return f"{queue_table}_events"
+
+
+def processes_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_processes``: one row per process instance (its state, status,
+    detail, pending timer), next to the queue table (nsj_queue_lib/process/)."""
+    return f"{queue_table}_processes"
+
+
+def process_tasks_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_process_tasks``: each task of a process (its first attempt's id),
+    its kind ('start', 'call', 'repair', 'timer') and its handler's response."""
+    return f"{queue_table}_process_tasks"
+
+
+def process_events_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_process_events``: a process's event history (``emit``)."""
+    return f"{queue_table}_process_events"
 
 
 def release_routine_name(queue_table: str) -> str:

@@ -26,12 +26,13 @@ fence (the row must still be 'processando').
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from nsj_queue_lib import model
 from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
+from nsj_queue_lib.process import corruption as processes
 from nsj_queue_lib.workflow import dependencies
 
 SAVEPOINT = "nsjq_group"
@@ -88,13 +89,21 @@ class FailureRecord:
     counted: bool = True  # False: the next attempt keeps the tentativa (a held attempt)
 
 
-def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) -> int | None:
+def write_failure(
+    store: Any,
+    conn: Any,
+    task_id: int,
+    record: FailureRecord,
+    row: Mapping[str, Any] | None = None,
+) -> int | None:
     """Write ``record`` in ``conn``'s open transaction; the id of the row enqueued after it
     (its next attempt or its dead letter), or None.
 
     An attempt whose cancel was requested ends 'cancelada' whatever its handler did:
     cancel_task told its caller it would stop. Every write is conditional on the row
-    still being 'processando', so two workers never both settle one attempt."""
+    still being 'processando', so two workers never both settle one attempt. A task of a
+    process (``row``: the claimed row) that failed for good corrupts it
+    (nsj_queue_lib/process/running.py)."""
     if record.kind == CANCELLED:
         if store.cancel_running(conn, task_id, record.mensagem):
             dependencies.after_failure(store, conn, task_id)
@@ -121,6 +130,8 @@ def write_failure(store: Any, conn: Any, task_id: int, record: FailureRecord) ->
         # write changed nothing: the attempt was settled elsewhere (the retry service
         # rescued it and its next attempt may still succeed).
         dependencies.after_failure(store, conn, task_id)
+        if row is not None:
+            processes.after_failure(store, conn, row, task_id, record.mensagem)
     return dead
 
 
@@ -212,7 +223,7 @@ class TaskSession:
     def record_failure(self, conn: Any, task: TaskRecord, record: FailureRecord) -> None:
         """``record`` written and the liveness lock freed in the open transaction (a commit
         group's: it commits with the group)."""
-        write_failure(self.store, conn, task.id, record)
+        write_failure(self.store, conn, task.id, record, task.row)
         self.locks.unlock_in_transaction(conn, task)
 
     def fail_elsewhere(self, conn: Any, task: TaskRecord, record: FailureRecord) -> int | None:
@@ -221,7 +232,7 @@ class TaskSession:
         enqueued after it, or None."""
         self.store.begin(conn)
         try:
-            next_id = write_failure(self.store, conn, task.id, record)
+            next_id = write_failure(self.store, conn, task.id, record, task.row)
             self.store.commit(conn)
         except BaseException:
             _roll_back_quietly(self.store, conn)

@@ -49,7 +49,12 @@ class WorkflowStore:
         self.dialect = dialect
         self.queue_table = queue_table
         self.channel = notify_channel(split_table_name(queue_table)[1])
-        values = {
+        self.sql = render_queries(dialect, self.template_values(queue_table), self.queries_file)
+
+    @staticmethod
+    def template_values(queue_table: str) -> dict[str, str]:
+        """The names the queries file's placeholders stand for."""
+        return {
             "queue_table": queue_table,
             "parents_table": parents_table_name(queue_table),
             "waiting_table": waiting_table_name(queue_table),
@@ -57,7 +62,6 @@ class WorkflowStore:
             "steps_table": steps_table_name(queue_table),
             "events_table": events_table_name(queue_table),
         }
-        self.sql = render_queries(dialect, values, self.queries_file)
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> WorkflowStore:

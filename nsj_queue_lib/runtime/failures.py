@@ -33,7 +33,7 @@ from nsj_queue_lib.db.task_session import (
     TaskSession,
     write_failure,
 )
-from nsj_queue_lib.exceptions import TaskCancelled, TaskHeld
+from nsj_queue_lib.exceptions import TaskCancelled, TaskHeld, TaskRefused
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability import observer as outcomes
@@ -96,6 +96,8 @@ def failure_record(
     ``TaskCancelled`` (the handler stopped on a cancel request, or raised it on its own)
     ends 'cancelada'; a ``TaskTimeout`` is a failure whose mensagem is its text; anything
     else as the retry policy decides (``decision``: the one already logged)."""
+    if isinstance(error, TaskRefused):
+        return FailureRecord(CANCELLED, status, bounded(error.mensagem, model.MENSAGEM_LIMIT))
     if isinstance(error, TaskCancelled):
         return FailureRecord(CANCELLED, status, model.CANCELLED_WHILE_RUNNING)
     if isinstance(error, TaskTimeout):
@@ -125,7 +127,7 @@ def settle_failure(
     says how; an attempt whose cancel was requested ends 'cancelada'). The id of the row
     enqueued after it (next attempt or dead letter), or None."""
     record = failure_record(policies, task, error, status, delay_seconds)
-    return write_failure(store, conn, task.id, record)
+    return write_failure(store, conn, task.id, record, task.row)
 
 
 class Failures:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nsj_queue_lib.log import get_logger
+from nsj_queue_lib.process.removal import remove_due
 from nsj_queue_lib.runtime.service import PeriodicService
 from nsj_queue_lib.workflow import steps
 
@@ -34,6 +35,7 @@ class PurgeService(PeriodicService):
             logger.info("queue=%s: purged %d row(s)", self.settings.queue_name, deleted)
         if deleted:
             self.purge_checkpoints(conn)
+        self.remove_processes(conn)
         return deleted
 
     def purge_checkpoints(self, conn: Any) -> None:
@@ -49,3 +51,20 @@ class PurgeService(PeriodicService):
             conn.commit()
             if cleared < limit:
                 return
+
+    def remove_processes(self, conn: Any) -> int:
+        """The processes due for removal (``remove_after``), in bounded rounds; how many."""
+        limit = self.settings.queue_purge_limit
+        removed = 0
+        while not self.stop.is_set():
+            count = remove_due(self.store, conn, limit)
+            if count < 0:
+                conn.rollback()  # no such tables yet (db_gen --upgrade): nothing to remove
+                return removed
+            conn.commit()
+            removed += count
+            if count < limit:
+                break
+        if removed:
+            logger.info("queue=%s: removed %d process(es)", self.settings.queue_name, removed)
+        return removed

@@ -267,6 +267,9 @@ class Backend:
             f"{self.table}_workflow_tasks",
             f"{self.table}_steps",
             f"{self.table}_events",
+            f"{self.table}_processes",
+            f"{self.table}_process_tasks",
+            f"{self.table}_process_events",
         ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.release_{self.name}")

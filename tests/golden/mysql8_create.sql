@@ -217,6 +217,49 @@ CREATE TABLE public.fila_teste_workflow_tasks (
     KEY idx_fila_teste_workflow_task (task_id)
 ) ENGINE=InnoDB;
 
+-- Process instances (nsj_queue_lib/process/, docs/how-to/processes.md). One row
+-- per process: the handler's state (a JSON document), status and detail, saved
+-- with the commit of the task that set them. corrupted_by: the task whose dead
+-- letter corrupted the process (only repair tasks run until one succeeds);
+-- timer_task_id: its pending timer (set_timer replaces it); remove_at: when the
+-- purge service deletes the process and its history (remove_after).
+CREATE TABLE public.fila_teste_processes (
+    process_id VARCHAR(190) NOT NULL PRIMARY KEY,
+    processo VARCHAR(250) NOT NULL,
+    status VARCHAR(100) NULL,
+    detail LONGTEXT NULL,
+    state LONGTEXT NOT NULL,
+    corrupted_by BIGINT NULL,
+    timer_task_id BIGINT NULL,
+    remove_at TIMESTAMP(6) NULL DEFAULT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY idx_fila_teste_process_removal (remove_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Each task of a process (its first attempt's id): what it is ('start', 'call',
+-- 'repair', 'timer') and, once it succeeded, its handler's response (JSON text),
+-- which a synchronous caller reads.
+CREATE TABLE public.fila_teste_process_tasks (
+    task_id BIGINT NOT NULL PRIMARY KEY,
+    process_id VARCHAR(190) NOT NULL,
+    kind VARCHAR(10) NOT NULL,
+    response LONGTEXT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY idx_fila_teste_process_tasks (process_id, task_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- A process's event history (emit), in the order written.
+CREATE TABLE public.fila_teste_process_events (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    process_id VARCHAR(190) NOT NULL,
+    task_id BIGINT NULL,
+    event_type VARCHAR(100) NOT NULL,
+    payload LONGTEXT NULL,
+    created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    KEY idx_fila_teste_process_events (process_id, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 -- What an executor sends after a task: one short CALL per task. With a
 -- finished task (p_task_id), its 'sucesso', committed, and the release of
 -- its liveness lock; then the claim of the next ready task in claim order
@@ -321,7 +364,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim d87f2b8459449cfb'
+    COMMENT 'nsj_queue_lib claim d31e805789aa9272'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -434,7 +477,7 @@ BEGIN
                 DECLARE v_row_locked INT;
                 DECLARE c_batch CURSOR FOR
                     SELECT t.id, t.prioridade, UNIX_TIMESTAMP(t.data_hora),
-                           JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, 1),
+                           JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, 'processando', t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, t.payload, t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, t.lock_key, 1),
                            t.payload IS NULL AND t.id_inicial IS NOT NULL
                     FROM public.fila_teste AS t FORCE INDEX (idx_fila_teste_claim)
                     WHERE t.status = 'pendente' AND t.data_hora <= NOW(6)
@@ -514,7 +557,7 @@ BEGIN
                         @nsjq_released = RELEASE_LOCK(CONCAT(p_lock_prefix, @nsjq_claimed));
                 END;
                 SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority),
+                       JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority, 'lock_key', t.lock_key),
                        t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
                 INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                      @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -530,7 +573,7 @@ BEGIN
             END;
         ELSEIF v_lookup_failed THEN
             SELECT t.id, t.id, IF(t.payload IS NULL, t.id_inicial, NULL),
-                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority),
+                   JSON_OBJECT('liveness_locked', GET_LOCK(CONCAT(p_lock_prefix, t.id), 0), 'id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority, 'lock_key', t.lock_key),
                    t.prioridade, UNIX_TIMESTAMP(t.data_hora), t.id
             INTO v_claimed, @nsjq_claimed, v_first_attempt, v_task,
                  @nsjq_position_prioridade, @nsjq_position_data_hora, @nsjq_position_id
@@ -611,7 +654,7 @@ BEGIN
             -- statement reading that stretch of the primary key costs the
             -- server less than building, parsing and planning one with the
             -- ids in it; FIND_IN_SET keeps the batch's rows only.
-            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority,
+            SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, t.lock_key,
                               IF(v_locked = v_count, 1,
                                  IS_USED_LOCK(CONCAT(p_lock_prefix, t.id)) <=> CONNECTION_ID())) AS task_row
             FROM public.fila_teste AS t
@@ -621,7 +664,7 @@ BEGIN
             ORDER BY t.prioridade DESC, t.data_hora, t.id;
         ELSE
             SET @nsjq_statement = CONCAT(
-                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, ',
+                'SELECT JSON_ARRAY(t.id, t.id_inicial, t.data_hora_inicial, t.data_hora, t.origem, t.destino, t.processo, t.chave_externa, t.proxima_tentativa, t.tentativa, t.status, t.reenfileirado, t.estouro_tentativas, t.mensagem, t.id_anterior, t.data_hora_anterior, t.status_anterior, t.mensagem_anterior, COALESCE(t.payload, first_attempt.payload), t.tenant, t.grupo_empresarial, HEX(t.payload_hash), t.pub_sub, t.publication_id, t.subscriber_id, t.dead, t.live_id, t.prioridade, t.trace_context, t.max_retry, t.timeout_s, t.next_try_priority, t.lock_key, ',
                 IF(v_locked = v_count, '1',
                    CONCAT('IS_USED_LOCK(CONCAT(', QUOTE(p_lock_prefix), ', t.id)) <=> CONNECTION_ID()')),
                 ') AS task_row FROM public.fila_teste AS t LEFT JOIN public.fila_teste AS first_attempt',
@@ -779,7 +822,7 @@ CREATE PROCEDURE public.claim_limited_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib limited claim 4c386b76b2e1e6f3'
+    COMMENT 'nsj_queue_lib limited claim ea3cd2bfa7f48fbc'
 BEGIN
     DECLARE v_chosen VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
     DECLARE v_locked VARCHAR(250) CHARACTER SET utf8mb4 DEFAULT NULL;
@@ -820,7 +863,7 @@ BEGIN
         END IF;
         claim: LOOP
             SET v_attempt = v_attempt + 1, v_claimed = NULL, v_keys_lost = FALSE;
-            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority)
+            SELECT t.id, IF(t.payload IS NULL, t.id_inicial, NULL), JSON_OBJECT('id', t.id, 'id_inicial', t.id_inicial, 'data_hora_inicial', t.data_hora_inicial, 'data_hora', t.data_hora, 'origem', t.origem, 'destino', t.destino, 'processo', t.processo, 'chave_externa', t.chave_externa, 'proxima_tentativa', t.proxima_tentativa, 'tentativa', t.tentativa, 'status', 'processando', 'reenfileirado', t.reenfileirado, 'estouro_tentativas', t.estouro_tentativas, 'mensagem', t.mensagem, 'id_anterior', t.id_anterior, 'data_hora_anterior', t.data_hora_anterior, 'status_anterior', t.status_anterior, 'mensagem_anterior', t.mensagem_anterior, 'payload', t.payload, 'tenant', t.tenant, 'grupo_empresarial', t.grupo_empresarial, 'payload_hash', HEX(t.payload_hash), 'pub_sub', t.pub_sub, 'publication_id', t.publication_id, 'subscriber_id', t.subscriber_id, 'dead', t.dead, 'live_id', t.live_id, 'prioridade', t.prioridade, 'trace_context', t.trace_context, 'max_retry', t.max_retry, 'timeout_s', t.timeout_s, 'next_try_priority', t.next_try_priority, 'lock_key', t.lock_key)
             INTO v_claimed, v_first_attempt, v_task
             FROM public.fila_teste AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)

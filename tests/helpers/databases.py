@@ -304,6 +304,8 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"DROP TABLE IF EXISTS {schema}.{name}_waiting;"
         f"DROP TABLE IF EXISTS {schema}.{name}_workflows, {schema}.{name}_workflow_tasks;"
         f"DROP TABLE IF EXISTS {schema}.{name}_steps, {schema}.{name}_events;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_processes, {schema}.{name}_process_tasks, "
+        f"{schema}.{name}_process_events;"
         f"DROP FUNCTION IF EXISTS {schema}.release_{name}(bigint[]);"
         f"DROP TABLE IF EXISTS {schema}.{name}_limits CASCADE;"
         f"DROP FUNCTION IF EXISTS {schema}.notify_{name}_insert() CASCADE;"

@@ -91,6 +91,8 @@ def drop_queue_tables(admin, database: str, name: str) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_workflows")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_workflow_tasks")
         cur.execute(f"DROP TABLE IF EXISTS {database}.{name}_steps, {database}.{name}_events")
+        for suffix in ("_processes", "_process_tasks", "_process_events"):
+            cur.execute(f"DROP TABLE IF EXISTS {database}.{name}{suffix}")
         cur.execute(f"DROP PROCEDURE IF EXISTS {database}.release_{name}")
         for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
             routine = DdlNames.routine_name(name, release)

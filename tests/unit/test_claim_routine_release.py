@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim 94e803bdd6ff53d6",
-        "mysql": "nsj_queue_lib claim 4bfbde144f49a1e4",
+        "mysql": "nsj_queue_lib claim 214420883c713a6b",
     },
 }
 

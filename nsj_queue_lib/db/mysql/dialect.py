@@ -300,6 +300,8 @@ class MysqlDialect(Dialect):
             (
                 self._table("workflow_tables.sql", dependencies, if_not_exists),
                 self._table("workflows_table.sql", values, if_not_exists),
+                # Process instances (nsj_queue_lib/process/) build on the same tables.
+                self._table("process_tables.sql", values, if_not_exists),
             )
         )
 

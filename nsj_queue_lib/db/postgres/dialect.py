@@ -133,7 +133,7 @@ class PostgresDialect(Dialect):
         )
         parts["workflow_ddl"] = "\n\n".join(
             render(read_sql("postgres", name), table_values).strip()
-            for name in ("workflow_tables.sql", "workflows_table.sql")
+            for name in ("workflow_tables.sql", "workflows_table.sql", "process_tables.sql")
         )
         parts["previous_claim_ddl"] = previous_claim_ddl(LIMITS, names)
         return render(read_sql("postgres", template), parts)

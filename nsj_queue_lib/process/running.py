@@ -1,0 +1,96 @@
+"""The worker's side of process instances: a task of a process runs with its process.
+
+``run_process_task`` wraps the handler of a task whose lock key names a process: the
+process's row is read and locked in the task's transaction, the handler sees it in
+``current_task().process``, and what the handler left (``state``, ``status``,
+``detail``, its result as the response) is written before the worker commits the
+task's success, so it commits with it, and a failure rolls it back with the rest.
+
+A corrupted process (a task of it failed for good) runs only repair tasks: any other
+task of it ends 'cancelada' without running, as does a task of a removed process
+(``corruption.py`` corrupts it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from nsj_queue_lib.db.process_store import ProcessStore
+from nsj_queue_lib.exceptions import TaskRefused
+from nsj_queue_lib.process.ids import CALL, CORRUPTED, REPAIR, json_text, process_id_of
+from nsj_queue_lib.process.instance import STATUS_LIMIT, ProcessContext
+
+REPAIRED = "repaired"
+
+
+def run_process_task(tarefa: dict[str, Any], context: Any, handler: Callable[[], Any]) -> Any:
+    """``handler()`` for a task of a process (``process_id_of(tarefa)`` is not None), with
+    its process loaded into ``context.process`` and saved after it returned."""
+    from nsj_queue_lib.workflow.handler import _client
+
+    process_id = process_id_of(tarefa)
+    assert process_id is not None
+    client = _client(context)
+    store = ProcessStore.for_store(client._store, client.queue_table)
+    task_id = int(context.id_inicial)
+    loaded = store.load_for_task(client._conn, process_id, task_id)
+    if loaded is None:
+        raise TaskRefused(f"process {process_id!r} does not exist (removed?): not run")
+    loaded["kind"] = loaded["kind"] or CALL
+    if loaded["corrupted_by"] is not None and loaded["kind"] != REPAIR:
+        raise TaskRefused(
+            f"process {process_id!r} is corrupted (task {loaded['corrupted_by']} was "
+            "dead-lettered): only repair tasks run until one succeeds"
+        )
+    state = json.loads(loaded["state"]) if loaded["state"] else {}
+    process = ProcessContext(client, store, process_id, task_id, loaded, state)
+    context.process = process
+    try:
+        result = handler()
+    finally:
+        context.process = None
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        raise TypeError("a process's tasks need a synchronous handler (not async def)")
+    _save(store, client._conn, process, result)
+    return result
+
+
+def _save(store: ProcessStore, conn: Any, process: ProcessContext, result: Any) -> None:
+    if not isinstance(process.state, dict):
+        raise TypeError(
+            f"process.state must be a dict (a JSON object), got {type(process.state).__name__}"
+        )
+    status = process.status
+    if process.kind == REPAIR and status == CORRUPTED:
+        status = REPAIRED  # a repair that said nothing still ends the corruption
+    for name, value in (("status", status), ("detail", process.detail)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"process.{name} must be a str or None, got {type(value).__name__}")
+    if status is not None and len(status) > STATUS_LIMIT:
+        raise ValueError(f"process.status is longer than {STATUS_LIMIT} characters")
+    response = None if result is None else _response(result)
+    store.save(
+        conn,
+        process.id,
+        process.task_id,
+        json_text(process.state, "process.state"),
+        status,
+        process.detail,
+        process.kind == REPAIR,
+        response,
+    )
+
+
+def _response(result: Any) -> str:
+    """The handler's result as stored for a synchronous caller: as JSON, or its text when
+    JSON cannot hold it (as its ``mensagem`` is)."""
+    try:
+        return json.dumps(result, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(str(result), ensure_ascii=False)
