@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nsj_queue_lib.db.process_store import ProcessStore
 from nsj_queue_lib.exceptions import NotFoundError, ProcessCorruptedError, ProcessExistsError
@@ -20,10 +20,12 @@ from nsj_queue_lib.process.ids import (
     check_process_id,
     lock_key_of,
 )
+from nsj_queue_lib.task_rows import task_row
 from nsj_queue_lib.workflow.dependencies import check_after
 
-if TYPE_CHECKING:
-    from nsj_queue_lib.queue_client import QueueClient
+# The client (nsj_queue_lib.queue_client.QueueClient, which calls in here): not imported,
+# not even for annotations, so that the two modules form no import cycle.
+QueueClient = Any
 
 # What start_process, call_process and repair_process take besides their own arguments:
 # insert_task's options (a process's tasks share one lock key: no lock_key of their own).
@@ -135,8 +137,6 @@ def _task(
     payload: Any,
     options: Mapping[str, Any],
 ) -> tuple[dict[str, Any], list[int] | None, str]:
-    from nsj_queue_lib.queue_client import task_row
-
     unknown = set(options) - INSERT_OPTIONS
     if unknown:
         raise TypeError(f"unknown insert options: {', '.join(sorted(unknown))}")

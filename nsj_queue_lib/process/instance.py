@@ -16,7 +16,10 @@ from nsj_queue_lib.process.ids import TIMER, json_text
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.process_store import ProcessStore
-    from nsj_queue_lib.queue_client import QueueClient
+
+# The client (nsj_queue_lib.queue_client.QueueClient, which calls in here): not imported,
+# not even for annotations, so that the two modules form no import cycle.
+QueueClient = Any
 
 EVENT_TYPE_LIMIT = 100
 STATUS_LIMIT = 100

@@ -29,8 +29,8 @@ from nsj_queue_lib.db.periodic_store import PeriodicStore
 from nsj_queue_lib.db.queue_store import QueueStore
 from nsj_queue_lib.flow.periodic import UTC, PeriodicSchedule, slot_key
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.queue_client import task_row
 from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.task_rows import task_row
 
 logger = get_logger("periodic")
 

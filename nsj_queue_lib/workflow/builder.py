@@ -88,7 +88,7 @@ class Workflow:
         workflow's ``add`` returned) ended 'sucesso'. ``insert_options``: ``insert_task``'s
         (``chave_externa``, ``prioridade``, ``lock_key``, ``on_parent_failure``, ...;
         ``origem`` defaults to ``workflow:<name>``, ``destino`` to ``processo``)."""
-        from nsj_queue_lib.queue_client import task_row
+        from nsj_queue_lib.task_rows import task_row
 
         if self.task_ids is not None:
             raise RuntimeError(f"workflow {self.name!r} was enqueued: build a new one")

@@ -134,7 +134,7 @@ def test_retries_carry_the_fair_key(backend):
 def test_singlestore_refuses_fair_key_before_any_sql():
     """SingleStore's DDL has no fair key index (the contract lets it refuse, clearly)."""
     from nsj_queue_lib.db.singlestore.store import SingleStoreQueueStore
-    from nsj_queue_lib.queue_client import task_row
+    from nsj_queue_lib.task_rows import task_row
 
     store = SingleStoreQueueStore("test.fila")
     base = dict(origem="o", destino="d", processo="p", chave_externa="k", payload="x")
@@ -144,7 +144,7 @@ def test_singlestore_refuses_fair_key_before_any_sql():
 
 
 def test_bad_fair_keys_are_refused_before_any_sql():
-    from nsj_queue_lib.queue_client import task_row
+    from nsj_queue_lib.task_rows import task_row
 
     base = dict(origem="o", destino="d", processo="p", chave_externa="k", payload="x")
     for bad, match in [

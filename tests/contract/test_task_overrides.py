@@ -100,7 +100,7 @@ def test_timeout_s_at_enqueue_wins_over_the_task_option(backend):
 
 
 def test_bad_overrides_are_refused_before_any_sql():
-    from nsj_queue_lib.queue_client import task_row
+    from nsj_queue_lib.task_rows import task_row
 
     base = dict(origem="o", destino="d", processo="p", chave_externa="k", payload="x")
     for bad, match in [

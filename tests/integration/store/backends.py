@@ -289,11 +289,11 @@ class Backend:
 
     def claimed_row(self, store: Any, reader: Any, task_id: int) -> dict[str, Any] | None:
         """A task as a claim returns it: get_task's row (QUEUE_COLUMNS), then its
-        trace_context and overrides (model.CLAIMED_COLUMNS)."""
+        trace_context, overrides and lock_key (model.CLAIMED_COLUMNS)."""
         row = store.get_task(reader, task_id)
         if row is None:
             return None
-        extra = ("trace_context", *model.OVERRIDE_COLUMNS)
+        extra = ("trace_context", *model.OVERRIDE_COLUMNS, "lock_key")
         found = fetch(
             self.admin, f"SELECT {', '.join(extra)} FROM {self.table} WHERE id = %s", (task_id,)
         )[0]

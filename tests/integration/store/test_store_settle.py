@@ -18,7 +18,7 @@ from nsj_queue_lib import model
 from nsj_queue_lib.db.task_session import ClaimPhases
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.model import PROCESSANDO
-from nsj_queue_lib.queue_client import task_row
+from nsj_queue_lib.task_rows import task_row
 from tests.integration.store.backends import (
     EVERY_STORE,
     LOCKING,
