@@ -70,11 +70,13 @@ _READY = (
     " AND NOT (t.dead AND l.breaker_open){also})"
 )
 # The (processo, fair_key) pairs at their processo's max_concurrent_per_key. Not
-# correlated with the candidate: read once per statement (PostgreSQL hashes it)
-# from the running tasks, which are few (the processo index, status 'processando'),
-# however long the backlog of ready tasks the candidates come from. The limited
-# claim holds the processo's limits row, and reads this after taking it: no other
-# claim of the processo can start a task in between.
+# correlated with the candidate: read once per statement (PostgreSQL hashes it,
+# MariaDB materializes it) from the running tasks, which are few, through an index
+# of them (PostgreSQL's partial index of 'processando' rows, probed in each
+# partition of the partitioned layout, empty outside the hot one; MySQL's indexes
+# led by status), however long the backlog of ready tasks the candidates come from.
+# The limited claim holds the processo's limits row, and reads this after taking it:
+# no other claim of the processo can start a task in between.
 _KEYS_AT_CAP = (
     "SELECT c.processo, c.fair_key FROM {table} AS c"
     " JOIN {limits_table} AS k ON k.processo = c.processo"
