@@ -58,6 +58,8 @@ class TaskOptions:
     rate_limit: str | None = None
     interval_s: tuple[float, float] | None = None
     time_windows: str | tuple[str, ...] | None = None
+    # Per fair_key (fleet/fair.py): tasks without one are not capped by it.
+    max_concurrent_per_key: int | None = None
     # Fleet control (fleet/breakers.py): (consecutive failures, cool-down seconds).
     circuit_breaker: tuple[int, float] | None = None
     # A generator handler's yields are durable steps (workflow/steps.py).
@@ -118,6 +120,7 @@ def _problem(options: TaskOptions) -> tuple[str, str] | None:
         options.rate_limit,
         options.interval_s,
         options.time_windows,
+        options.max_concurrent_per_key,
     )
 
 
@@ -129,6 +132,7 @@ def declared_limits(options: TaskOptions) -> limits.ProcessoLimits | None:
         options.rate_limit,
         options.interval_s,
         options.time_windows,
+        options.max_concurrent_per_key,
     )
 
 
@@ -165,6 +169,7 @@ class Task:
         time_windows: str | Sequence[str] | None = None,
         circuit_breaker: tuple[int, float] | None = None,
         durable_steps: bool = False,
+        max_concurrent_per_key: int | None = None,
     ) -> None:
         why = _processo_problem(processo)
         if not isinstance(durable_steps, bool):
@@ -184,6 +189,7 @@ class Task:
             # A copy: a dict changed after the class was defined changes no payload.
             cron_payload=dict(cron_payload) if isinstance(cron_payload, Mapping) else cron_payload,
             max_concurrent=max_concurrent,
+            max_concurrent_per_key=max_concurrent_per_key,
             rate_limit=rate_limit,
             # Hashable (frozen options), whatever sequence was given.
             interval_s=tuple(interval_s) if isinstance(interval_s, list) else interval_s,
@@ -293,6 +299,7 @@ def checked_limits(registry: TaskRegistry) -> dict[str, limits.ProcessoLimits]:
             options.rate_limit,
             options.interval_s,
             options.time_windows,
+            options.max_concurrent_per_key,
         )
         if problem is not None:
             option, why = problem

@@ -56,16 +56,48 @@ class LimitsDialect:
 # time windows are open (by the worker's clock: ``{open}`` is the list of
 # window_hash() of the open ones): ``due_in``, the seconds until its
 # interval_s and rate_limit allow the next start (NULL: now, or never started;
-# negative: late), and ``capped``, max_concurrent reached.
+# negative: late), and ``capped``: max_concurrent reached, or every ready task
+# has a fair_key at its max_concurrent_per_key (then, as for max_concurrent,
+# the worker looks again after cap_recheck or a task's end, rather than at once).
 _CAPPED = (
-    "(l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM {table} AS r"
+    "((l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM {table} AS r"
     " WHERE r.processo = l.processo AND r.status = 'processando'))"
+    " OR (l.max_concurrent_per_key IS NOT NULL AND NOT {ready_with_headroom}))"
 )
 _READY = (
     "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
     " AND t.data_hora <= {now} AND {lock_key_free}"
-    " AND NOT (t.dead AND l.breaker_open))"
+    " AND NOT (t.dead AND l.breaker_open){also})"
 )
+# The (processo, fair_key) pairs at their processo's max_concurrent_per_key. Not
+# correlated with the candidate: read once per statement (PostgreSQL hashes it,
+# MariaDB materializes it) from the running tasks, which are few, through an index
+# of them (PostgreSQL's partial index of 'processando' rows, probed in each
+# partition of the partitioned layout, empty outside the hot one; MySQL's indexes
+# led by status), however long the backlog of ready tasks the candidates come from.
+# The limited claim holds the processo's limits row, and reads this after taking it:
+# no other claim of the processo can start a task in between.
+_KEYS_AT_CAP = (
+    "SELECT c.processo, c.fair_key FROM {table} AS c"
+    " JOIN {limits_table} AS k ON k.processo = c.processo"
+    " WHERE k.max_concurrent_per_key IS NOT NULL AND c.status = 'processando'"
+    " AND c.fair_key IS NOT NULL"
+    " GROUP BY c.processo, c.fair_key, k.max_concurrent_per_key"
+    " HAVING count(*) >= k.max_concurrent_per_key"
+)
+# The candidate ``t``'s fair key has room under its processo's cap (tasks without a
+# fair key are not capped by it).
+_KEY_HEADROOM = "(t.fair_key IS NULL OR (t.processo, t.fair_key) NOT IN ({keys_at_cap}))"
+
+
+def key_headroom(table: str, limits_table: str) -> str:
+    """SQL: the limited claim's candidate ``t`` of ``table`` is not held back by
+    max_concurrent_per_key (identifiers of this library, never user input)."""
+    return _KEY_HEADROOM.format(
+        keys_at_cap=_KEYS_AT_CAP.format(table=table, limits_table=limits_table)
+    )
+
+
 # An open circuit breaker's trial is a task of the processo's handler: its dead letters
 # (execute_dead's) wait until the breaker closes (fleet/breakers.py).
 _TRIAL_CANDIDATE = (
@@ -85,8 +117,16 @@ def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: 
         handled=dialect.handled_processos,
         # Neither a pause-only row nor a paused processo or queue (db/pause_conditions.py).
         startable=pause_conditions.startable("l", limits_table, dialect.pause_clock or dialect.now),
-        capped=_CAPPED.format(table=table),
-        ready=_READY.format(table=table, now=dialect.now, lock_key_free=free),
+        capped=_CAPPED.format(
+            table=table,
+            ready_with_headroom=_READY.format(
+                table=table,
+                now=dialect.now,
+                lock_key_free=free,
+                also=" AND " + key_headroom(table, limits_table),
+            ),
+        ),
+        ready=_READY.format(table=table, now=dialect.now, lock_key_free=free, also=""),
     )
 
 
@@ -104,6 +144,7 @@ def _values(
         "limited_states": limited_states(dialect, table, limits_table, free),
         "lock_key_free": free,
         "trial_candidate": _TRIAL_CANDIDATE.format(limits_table=limits_table),
+        "key_headroom": key_headroom(table, limits_table),
         "catch_up": repr(RATE_CATCH_UP),
         "cap_recheck": repr(CAP_RECHECK_SECONDS),
         "attempts": str(CLAIM_ATTEMPTS),

@@ -23,7 +23,8 @@ from nsj_queue_lib.fleet.pause import QUEUE_ROW
 _PAUSED = "({a}.paused AND ({a}.paused_until IS NULL OR {a}.paused_until > {now}))"
 _LIMITED = (
     "({a}.max_concurrent IS NOT NULL OR {a}.rate_count IS NOT NULL"
-    " OR {a}.interval_min_s IS NOT NULL OR {a}.time_windows IS NOT NULL)"
+    " OR {a}.interval_min_s IS NOT NULL OR {a}.time_windows IS NOT NULL"
+    " OR {a}.max_concurrent_per_key IS NOT NULL)"
 )
 
 

@@ -1,4 +1,5 @@
-"""Per-processo limits: max_concurrent, rate_limit, interval_s, time_windows.
+"""Per-processo limits: max_concurrent, max_concurrent_per_key, rate_limit, interval_s,
+time_windows.
 
 Declared with ``@Task`` (task.py), held cluster-wide in the queue's
 ``<queue>_limits`` table: one row per limited processo with its declaration
@@ -87,6 +88,9 @@ class ProcessoLimits:
     interval_min_s: float | None = None
     interval_max_s: float | None = None
     time_windows: str | None = None
+    # At most this many running tasks per fair_key (fleet/fair.py); unkeyed tasks are not
+    # counted. Last: the positional order above predates it.
+    max_concurrent_per_key: int | None = None
 
     @classmethod
     def declared(
@@ -96,10 +100,12 @@ class ProcessoLimits:
         rate_limit: str | None,
         interval_s: Sequence[float] | None,
         time_windows: str | Sequence[str] | None,
+        max_concurrent_per_key: int | None = None,
     ) -> ProcessoLimits | None:
         """From ``@Task``'s options (already checked); None when none is set."""
         if (
             max_concurrent is None
+            and max_concurrent_per_key is None
             and rate_limit is None
             and interval_s is None
             and not time_windows
@@ -108,7 +114,16 @@ class ProcessoLimits:
         rate = parse_rate(rate_limit) if rate_limit is not None else (None, None)
         interval = parse_interval(interval_s) if interval_s is not None else (None, None)
         windows = windows_text(time_windows) if time_windows else None
-        return cls(processo, max_concurrent, rate[0], rate[1], interval[0], interval[1], windows)
+        return cls(
+            processo,
+            max_concurrent,
+            rate[0],
+            rate[1],
+            interval[0],
+            interval[1],
+            windows,
+            max_concurrent_per_key,
+        )
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ProcessoLimits:
@@ -117,6 +132,7 @@ class ProcessoLimits:
             return None if value is None else float(value)
 
         cap = row.get("max_concurrent")
+        per_key = row.get("max_concurrent_per_key")
         count = row.get("rate_count")
         return cls(
             row["processo"],
@@ -126,6 +142,7 @@ class ProcessoLimits:
             number("interval_min_s"),
             number("interval_max_s"),
             row.get("time_windows") or None,
+            None if per_key is None else int(per_key),
         )
 
     def as_params(self) -> dict[str, Any]:
@@ -135,6 +152,8 @@ class ProcessoLimits:
         parts = []
         if self.max_concurrent is not None:
             parts.append(f"max_concurrent={self.max_concurrent}")
+        if self.max_concurrent_per_key is not None:
+            parts.append(f"max_concurrent_per_key={self.max_concurrent_per_key}")
         if self.rate_count is not None and self.rate_period_s is not None:
             unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(self.rate_period_s, "?")
             parts.append(f"rate_limit={self.rate_count}/{unit}")
@@ -151,17 +170,17 @@ def check_declaration(
     rate_limit: Any,
     interval_s: Any,
     time_windows: Any,
+    max_concurrent_per_key: Any = None,
 ) -> tuple[str, str] | None:
     """The first bad limit option and what is wrong with it, or None."""
-    if max_concurrent is not None and (
-        isinstance(max_concurrent, bool)
-        or not isinstance(max_concurrent, int)
-        or not 1 <= max_concurrent <= MAX_CONCURRENT
+    for option, cap in (
+        ("max_concurrent", max_concurrent),
+        ("max_concurrent_per_key", max_concurrent_per_key),
     ):
-        return (
-            "max_concurrent",
-            f"must be an integer in 1..{MAX_CONCURRENT}, got {max_concurrent!r}",
-        )
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CONCURRENT
+        ):
+            return option, f"must be an integer in 1..{MAX_CONCURRENT}, got {cap!r}"
     checks = (
         ("rate_limit", rate_limit, parse_rate),
         ("interval_s", interval_s, parse_interval),

@@ -74,8 +74,9 @@ class Limiter:
         self.breakers: set[str] = set()
         # Every limits row known (this worker's and the others'), for their time windows.
         self.known: dict[str, ProcessoLimits] = dict(declared)
-        # Processos with max_concurrent: the end of one of their tasks frees a slot.
-        self.capped = {p for p, lim in declared.items() if lim.max_concurrent is not None}
+        # Processos with max_concurrent or max_concurrent_per_key: the end of one of their
+        # tasks frees a slot.
+        self.capped = {p for p, lim in declared.items() if _capped(lim)}
         self.wake_executor = wake_executor
         self._stop = stop
         self._cond = threading.Condition()
@@ -110,9 +111,7 @@ class Limiter:
         foreign = set(stored) - self.handled if self.claims_every_processo else set()
         self.limited = set(self.declared) | foreign | self.breakers
         self.known = {**stored, **self.declared}
-        self.capped |= {
-            p for p, lim in stored.items() if p in self.limited and lim.max_concurrent is not None
-        }
+        self.capped |= {p for p, lim in stored.items() if p in self.limited and _capped(lim)}
         with self._cond:
             self._active = bool(self.limited)
 
@@ -210,7 +209,8 @@ class Limiter:
             self._cond.notify_all()
 
     def ended(self, task: TaskRecord) -> None:
-        """A task ended in this worker: one of a processo with max_concurrent frees a slot."""
+        """A task ended in this worker: one of a processo with max_concurrent (or
+        max_concurrent_per_key) frees a slot."""
         if task.row.get("processo") in self.capped:
             self.mark_due()
 
@@ -247,6 +247,10 @@ class Limiter:
     def interrupt(self) -> None:
         with self._cond:
             self._cond.notify_all()
+
+
+def _capped(limits: ProcessoLimits) -> bool:
+    return limits.max_concurrent is not None or limits.max_concurrent_per_key is not None
 
 
 class LimitedLiveness:

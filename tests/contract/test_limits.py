@@ -170,6 +170,56 @@ def test_the_slot_of_a_killed_worker_is_freed_by_the_rescue_and_nothing_runs_twi
     assert rescuer.stop() == 0
 
 
+def most_at_once(spans: list[tuple]) -> int:
+    """The most of ``spans`` ((start, end) pairs) running at one moment; an end and a start
+    at the same moment do not overlap."""
+    events = sorted([(end, -1) for _, end in spans] + [(start, 1) for start, _ in spans])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+@BACKENDS
+def test_max_concurrent_per_key_caps_each_fair_key_across_processes(backend):
+    """Two worker processes, eight executors, max_concurrent_per_key=2: no fair key ever has
+    more than two tasks between claim and settle (the attempt rows' started_at and
+    finished_at, the database's clock); a key at its cap holds back neither the other keys
+    (key "a" comes first in claim order, by prioridade) nor the unkeyed tasks (not capped)."""
+    start_workers(backend, {"perkey": {"max_concurrent_per_key": 2}}, count=2, concurrency=4)
+    slow = json.dumps({"sleep": 0.25})
+
+    def task(key, prioridade, sleep=slow):
+        return dict(
+            processo="perkey",
+            payload=sleep,
+            chave_externa=key or "none",
+            fair_key=key,
+            prioridade=prioridade,
+        )
+
+    backend.enqueue(
+        [task(None, 90, json.dumps({"sleep": 0.6}))] * 4
+        + [task("a", 50)] * 10
+        + [task("b", 0)] * 6
+        + [task("c", 0)] * 6,
+        bulk=True,
+    )
+    backend.wait_statuses({"sucesso": 26}, 40, "every task")
+    spans: dict[str | None, list[tuple]] = {}
+    for row in backend.rows("processo = 'perkey'"):
+        spans.setdefault(row["fair_key"], []).append((row["started_at"], row["finished_at"]))
+    assert {key: len(found) for key, found in spans.items()} == {None: 4, "a": 10, "b": 6, "c": 6}
+    most = {key: most_at_once(found) for key, found in spans.items()}
+    assert most["a"] == most["b"] == most["c"] == 2, spans  # never above, and the cap was used
+    assert most[None] >= 3, spans  # unkeyed tasks are not capped by it
+    last_of_a = max(start for start, _ in spans["a"])
+    for key in "bc":
+        # Started while "a" (first in claim order, at its cap) still had tasks waiting.
+        assert min(start for start, _ in spans[key]) < last_of_a, spans
+
+
 @pytest.mark.parametrize(
     "backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True
 )

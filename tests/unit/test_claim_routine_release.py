@@ -23,8 +23,8 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim 94e803bdd6ff53d6",
-        "mysql": "nsj_queue_lib claim 214420883c713a6b",
+        "postgres": "nsj_queue_lib claim 4b4de47d1cfe3b8d",
+        "mysql": "nsj_queue_lib claim 38589b8a446d9655",
     },
 }
 

@@ -173,3 +173,28 @@ def test_limits_are_refused_where_the_database_has_no_limits_table():
     with pytest.raises(ValueError, match="nota"):
         WorkerRuntime(settings, lambda tarefa, bd_conn: None, limits=limits)
     assert WorkerRuntime(settings, lambda tarefa, bd_conn: None).limiter is None
+
+
+@pytest.mark.parametrize("value", [0, -1, True, False, 2.0, "2", 1_000_001, [2]])
+def test_max_concurrent_per_key_must_be_a_positive_int(value):
+    with pytest.raises(ValueError, match=r"@Task\('nota'\): max_concurrent_per_key must be"):
+        Task("nota", max_concurrent_per_key=value)
+
+
+def test_max_concurrent_per_key_alone_declares_limits_and_is_described():
+    class Worker:
+        @Task("nota", max_concurrent_per_key=2)
+        def on_nota(self, payload, tarefa, bd_conn): ...
+
+        @Task("other")
+        def on_other(self, payload, tarefa, bd_conn): ...
+
+    declared = checked_limits(TaskRegistry.of(Worker))
+    assert declared == {"nota": ProcessoLimits("nota", max_concurrent_per_key=2)}
+    assert declared["nota"].describe() == "max_concurrent_per_key=2"
+    row = {"processo": "nota", "max_concurrent_per_key": 2, "max_concurrent": None}
+    assert ProcessoLimits.from_row(row) == declared["nota"]
+    mine = {"nota": ProcessoLimits("nota", max_concurrent=4, max_concurrent_per_key=2)}
+    theirs = {"nota": ProcessoLimits("nota", max_concurrent=4, max_concurrent_per_key=3)}
+    [line] = disagreements(mine, theirs, handled={"nota"})
+    assert "max_concurrent_per_key=2" in line and "max_concurrent_per_key=3" in line

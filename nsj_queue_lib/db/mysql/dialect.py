@@ -49,7 +49,8 @@ UPGRADE_COLUMNS = (
 )
 
 # The columns --upgrade adds to a limits table that lacks them: the pause
-# (fleet/pause.py) and the circuit breaker (fleet/breakers.py), from limits_table.sql.
+# (fleet/pause.py), the circuit breaker (fleet/breakers.py) and the per-key cap
+# (max_concurrent_per_key), from limits_table.sql.
 LIMITS_UPGRADE_COLUMNS = (
     "paused",
     "paused_until",
@@ -59,6 +60,7 @@ LIMITS_UPGRADE_COLUMNS = (
     "breaker_trial",
     "breaker_trial_at",
     "breaker_trial_task",
+    "max_concurrent_per_key",
 )
 
 # The columns --upgrade adds to a subscriber table that lacks them: the subscriber's

@@ -71,7 +71,7 @@ BEGIN
             INTO v_claimed, v_first_attempt, v_task
             FROM {table} AS t
             WHERE t.processo = v_chosen AND t.status = 'pendente' AND t.data_hora <= NOW(6)
-              AND {lock_key_free} AND {trial_candidate}
+              AND {lock_key_free} AND {trial_candidate} AND {key_headroom}
             ORDER BY t.prioridade DESC, t.data_hora, t.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED;

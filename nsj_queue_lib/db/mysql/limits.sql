@@ -17,11 +17,14 @@ WHERE routine_schema = COALESCE(%(schema)s, DATABASE())
 -- The new values are the parameters again, not VALUES(column): MySQL 8.0.20
 -- deprecates VALUES() here, and MariaDB lacks MySQL's row alias.
 INSERT INTO {limits_table} (processo, max_concurrent, rate_count, rate_period_s,
-                            interval_min_s, interval_max_s, time_windows, declared_by)
+                            interval_min_s, interval_max_s, time_windows,
+                            max_concurrent_per_key, declared_by)
 VALUES (%(processo)s, %(max_concurrent)s, %(rate_count)s, %(rate_period_s)s,
-        %(interval_min_s)s, %(interval_max_s)s, %(time_windows)s, %(declared_by)s)
+        %(interval_min_s)s, %(interval_max_s)s, %(time_windows)s,
+        %(max_concurrent_per_key)s, %(declared_by)s)
 ON DUPLICATE KEY UPDATE
     max_concurrent = %(max_concurrent)s, rate_count = %(rate_count)s,
     rate_period_s = %(rate_period_s)s, interval_min_s = %(interval_min_s)s,
     interval_max_s = %(interval_max_s)s, time_windows = %(time_windows)s,
+    max_concurrent_per_key = %(max_concurrent_per_key)s,
     declared_by = %(declared_by)s, declared_at = NOW(6)

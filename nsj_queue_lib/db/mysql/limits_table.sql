@@ -31,5 +31,8 @@ CREATE TABLE {if_not_exists}{limits_table} (
     breaker_until timestamp(6) NULL,
     breaker_trial boolean NOT NULL DEFAULT false,
     breaker_trial_at timestamp(6) NULL,
-    breaker_trial_task bigint NULL
+    breaker_trial_task bigint NULL,
+    -- At most this many running tasks of the processo per fair_key (NULL: no
+    -- cap; unkeyed tasks are never counted). Last: --upgrade appends it.
+    max_concurrent_per_key integer NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

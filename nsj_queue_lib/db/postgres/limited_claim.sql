@@ -14,14 +14,16 @@
 -- 4. One ready task of the processo in claim order marked 'processando'
 --    (one the unique index of running lock keys refuses is skipped: another
 --    claim took its key after this statement's snapshot; the next statement
---    sees the key busy), and the processo's state moved on: the next start
+--    sees the key busy; one whose fair_key is at max_concurrent_per_key is
+--    passed over, not claimed), and the processo's state moved on: the next start
 --    interval_s allows, drawn from [min, max] after this start, and the rate
 --    limiter's theoretical arrival time, which a late start may leave at
 --    most {catch_up} of the period behind it.
 -- The row returned: the task (all NULL when none), the first attempt's
 -- payload when the task has none, its liveness lock (take_lock), the seconds
 -- until the next start may be due (NULL: no limited processo has a ready
--- task; a processo at its max_concurrent counts {cap_recheck} s), the number of
+-- task; a processo at its max_concurrent, or whose every ready task's fair_key
+-- is at max_concurrent_per_key, counts {cap_recheck} s), the number of
 -- limits rows, and whether a processo has time windows the worker does not
 -- know (it reads the declarations again). Time windows are judged by the
 -- worker: open_windows and known_windows hold md5(processo, newline,
@@ -71,7 +73,7 @@ BEGIN
                     FROM {table} AS t
                     WHERE {hot_t}t.processo = v_chosen AND t.status = 'pendente'
                       AND t.data_hora <= clock_timestamp() AND {lock_key_free}
-                      AND {trial_candidate}
+                      AND {trial_candidate} AND {key_headroom}
                     ORDER BY t.prioridade DESC, t.data_hora, t.id
                     LIMIT 1
                     FOR UPDATE SKIP LOCKED

@@ -13,22 +13,25 @@ SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')
 
 -- name: declared
 SELECT processo, max_concurrent, rate_count, rate_period_s, interval_min_s, interval_max_s,
-       time_windows
+       time_windows, max_concurrent_per_key
 FROM {limits_table}
 -- A pause-only row (db/pause_conditions.py) declares nothing.
 WHERE max_concurrent IS NOT NULL OR rate_count IS NOT NULL OR interval_min_s IS NOT NULL
-   OR time_windows IS NOT NULL
+   OR time_windows IS NOT NULL OR max_concurrent_per_key IS NOT NULL
 
 -- name: declare
 -- The shared state is kept: a worker starting does not reset the spacing.
 INSERT INTO {limits_table} (processo, max_concurrent, rate_count, rate_period_s,
-                            interval_min_s, interval_max_s, time_windows, declared_by)
+                            interval_min_s, interval_max_s, time_windows,
+                            max_concurrent_per_key, declared_by)
 VALUES (%(processo)s, %(max_concurrent)s, %(rate_count)s, %(rate_period_s)s,
-        %(interval_min_s)s, %(interval_max_s)s, %(time_windows)s, %(declared_by)s)
+        %(interval_min_s)s, %(interval_max_s)s, %(time_windows)s,
+        %(max_concurrent_per_key)s, %(declared_by)s)
 ON CONFLICT (processo) DO UPDATE
 SET max_concurrent = EXCLUDED.max_concurrent, rate_count = EXCLUDED.rate_count,
     rate_period_s = EXCLUDED.rate_period_s, interval_min_s = EXCLUDED.interval_min_s,
     interval_max_s = EXCLUDED.interval_max_s, time_windows = EXCLUDED.time_windows,
+    max_concurrent_per_key = EXCLUDED.max_concurrent_per_key,
     declared_by = EXCLUDED.declared_by, declared_at = clock_timestamp()
 
 -- name: undeclare

@@ -28,5 +28,8 @@ CREATE TABLE {if_not_exists}{limits_table} (
     breaker_until timestamp with time zone,
     breaker_trial boolean NOT NULL DEFAULT false,
     breaker_trial_at timestamp with time zone,
-    breaker_trial_task bigint
+    breaker_trial_task bigint,
+    -- At most this many running tasks of the processo per fair_key (NULL: no
+    -- cap; unkeyed tasks are never counted). Last: --upgrade appends it.
+    max_concurrent_per_key integer
 );

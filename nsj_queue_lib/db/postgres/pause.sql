@@ -19,7 +19,7 @@ WHERE processo = %(processo)s AND paused
 DELETE FROM {limits_table}
 WHERE processo = %(processo)s AND NOT paused AND NOT breaker_open AND breaker_failures = 0
   AND max_concurrent IS NULL AND rate_count IS NULL AND interval_min_s IS NULL
-  AND time_windows IS NULL
+  AND time_windows IS NULL AND max_concurrent_per_key IS NULL
 
 -- name: paused
 -- The pauses in force, the whole queue's ('') first.

@@ -94,6 +94,7 @@ ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_until timestamp with
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial boolean NOT NULL DEFAULT false;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial_at timestamp with time zone;
 ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS breaker_trial_task bigint;
+ALTER TABLE {limits_table} ADD COLUMN IF NOT EXISTS max_concurrent_per_key integer;
 
 -- The limited claim: the start of a task of a processo with limits (its first
 -- builds' signatures, before it took the handled processos and then the worker's

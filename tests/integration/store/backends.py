@@ -217,6 +217,17 @@ class Backend:
         self.opened.append(conn)
         return conn
 
+    def upgrade(self) -> None:
+        """``db_gen --upgrade``'s output run on the queue (plain layouts only: the
+        partitioned ones are checked by test_store_migration.py)."""
+        from nsj_queue_lib.db_gen import render
+
+        schema, name = self.table.split(".")
+        if self.dialect == "postgres":
+            self.admin.execute(render(schema, name, upgrade=True))
+        else:
+            mysql_helpers.execute_script(self.admin, render(schema, name, "mysql", upgrade=True))
+
     # -- connections and stores --
 
     def new_store(self, table: str | None = None) -> Any:

@@ -10,8 +10,6 @@ import pytest
 
 from nsj_queue_lib.db.task_session import BURY, FINAL, FailureRecord, write_failure
 from nsj_queue_lib.db.workflow_store import WorkflowStore
-from nsj_queue_lib.db_gen import render
-from tests.helpers import mysql_queue as mysql_helpers
 from tests.helpers.processes import wait_for
 from tests.integration.store import backends
 from tests.integration.store.backends import fetch
@@ -197,11 +195,7 @@ def test_a_cancel_cascade_locks_the_grandchildren_in_id_order(backend):
 def test_the_upgrade_adds_the_edges_settled_flag(backend, store, worker):
     """A queue made before the flag (its parents table lacks it) gets it from --upgrade."""
     backend.execute(f"ALTER TABLE {backend.table}_parents DROP COLUMN settled")
-    schema, name = backend.table.split(".")
-    if backend.dialect == "postgres":
-        backend.admin.execute(render(schema, name, upgrade=True))
-    else:
-        mysql_helpers.execute_script(backend.admin, render(schema, name, "mysql", upgrade=True))
+    backend.upgrade()
     parent = backend.enqueue()
     child = child_after(backend, parent)
     store.bind(worker)

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from nsj_queue_lib.db.limits_store import LimitsStore
-from nsj_queue_lib.flow.limits import ProcessoLimits
+from nsj_queue_lib.flow.limits import CAP_RECHECK_SECONDS, ProcessoLimits
 from tests.helpers.processes import wait_for
-from tests.integration.store.backends import execute
+from tests.integration.store import backends
+from tests.integration.store.backends import execute, fetch
 from tests.integration.store.test_store_lock_key_race import _waits_for_a_lock
 
 pytestmark = pytest.mark.timeout(60)
@@ -137,3 +138,60 @@ def test_the_limited_claim_takes_only_the_processos_the_worker_handles(backend):
     claimed = store.claim(worker, take_lock=True)
     assert claimed.task is not None and claimed.task.id == task_id
     backend.store.rollback(worker)
+
+
+def test_a_fair_key_at_its_max_concurrent_per_key_is_passed_over_not_claimed(backend):
+    """max_concurrent_per_key=1: the first ready task of a key that has a task running is
+    left 'pendente' and the claim takes the next key's (or an unkeyed task, never capped);
+    once every ready task's key is at its cap, nothing is claimed and the worker is told to
+    look again after the cap's recheck (not at once: it would spin)."""
+    store = limits_store(backend, max_concurrent_per_key=1)
+    a1 = backend.enqueue(processo=LIMITED, fair_key="a", prioridade=90)
+    a2 = backend.enqueue(processo=LIMITED, fair_key="a", prioridade=80)
+    b1 = backend.enqueue(processo=LIMITED, fair_key="b", prioridade=10)
+    plain = backend.enqueue(processo=LIMITED, prioridade=5)
+    workers = [backend.worker() for _ in range(4)]
+    claimed = [store.claim(w, take_lock=True) for w in workers[:3]]
+    assert [c.task.id if c.task else None for c in claimed] == [a1, b1, plain]
+    for worker in workers[:3]:
+        backend.store.rollback(worker)  # the claims are committed: the tasks run on
+    nothing = store.claim(workers[3], take_lock=True)
+    assert nothing.task is None and not nothing.in_transaction
+    assert nothing.wait == pytest.approx(CAP_RECHECK_SECONDS)
+    assert backend.statuses()[a2] == "pendente"
+    backend.execute(f"UPDATE {backend.table} SET status = 'sucesso' WHERE {backend.where_id(a1)}")
+    after = store.claim(workers[3], take_lock=True)
+    assert after.task is not None and after.task.id == a2
+    backend.store.rollback(workers[3])
+
+
+def test_max_concurrent_per_key_counts_the_running_tasks_of_its_processo_only(backend):
+    """Another processo's running tasks of the same fair key take none of the cap, and a
+    processo without the cap is not held back by its running tasks."""
+    store = limits_store(backend, max_concurrent_per_key=2)
+    other = backend.enqueue(*[dict(processo="outro", fair_key="a")] * 2)
+    backend.execute(
+        f"UPDATE {backend.table} SET status = 'processando' WHERE id IN ({other[0]}, {other[1]})"
+    )
+    mine = backend.enqueue(*[dict(processo=LIMITED, fair_key="a")] * 3)
+    workers = [backend.worker() for _ in range(3)]
+    got = [store.claim(w, take_lock=True).task for w in workers]
+    assert [t.id if t else None for t in got] == [mine[0], mine[1], None]
+    for worker in workers:
+        backend.store.rollback(worker)
+
+
+@backends.on(backends.POSTGRES, backends.MYSQL)
+def test_the_upgrade_adds_max_concurrent_per_key_to_an_earlier_limits_table(backend):
+    backend.execute(f"ALTER TABLE {backend.table}_limits DROP COLUMN max_concurrent_per_key")
+    backend.upgrade()
+    store = limits_store(backend, max_concurrent_per_key=1)
+    store.check(backend.worker())  # the routine is this version's
+    [row] = fetch(backend.admin, f"SELECT max_concurrent_per_key FROM {backend.table}_limits")
+    assert row["max_concurrent_per_key"] == 1
+    first, _ = backend.enqueue(*[dict(processo=LIMITED, fair_key="a")] * 2)
+    workers = [backend.worker(), backend.worker()]
+    claimed = [store.claim(w, take_lock=True).task for w in workers]
+    assert [t.id if t else None for t in claimed] == [first, None]
+    for worker in workers:
+        backend.store.rollback(worker)
