@@ -156,7 +156,10 @@ class WorkerBase(abc.ABC):  # noqa: B024 - an ABC still, so subclasses can add a
         ):
             # A task of a process: it runs with its process (nsj_queue_lib/process/).
             return run_process_task(
-                tarefa, _task_context(tarefa), lambda: self._handle(tarefa, bd_conn)
+                tarefa,
+                _task_context(tarefa),
+                lambda: self._handle(tarefa, bd_conn),
+                self._runtime.store if self._runtime is not None else None,
             )
         return self._handle(tarefa, bd_conn)
 

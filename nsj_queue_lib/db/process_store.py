@@ -122,10 +122,9 @@ class ProcessStore(WorkflowStore):
             "status": status,
             "detail": detail,
             "repair": repair,
+            "response": response,
         }
         self._run(conn, "save_process", params)
-        if response is not None:
-            self._run(conn, "save_response", {"task_id": task_id, "response": response})
 
     def emit(
         self, conn: Any, process_id: str, task_id: int, event_type: str, payload: str | None

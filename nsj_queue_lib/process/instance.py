@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib.process.ids import TIMER, json_text
@@ -34,16 +35,17 @@ class ProcessContext:
 
     def __init__(
         self,
-        client: QueueClient,
+        client: Callable[[], QueueClient],
+        conn: Any,
         store: ProcessStore,
         process_id: str,
         task_id: int,
         loaded: dict[str, Any],
         state: dict[str, Any],
     ):
-        self._client = client
+        self._client = client  # the handler's QueueClient, built when first asked for
         self._store = store
-        self._conn = client._conn
+        self._conn = conn
         self.id = process_id
         self.task_id = task_id  # the running task's first attempt's id
         self.kind: str = loaded["kind"]
@@ -69,12 +71,12 @@ class ProcessContext:
         delay = _delay("seconds", seconds)
         previous = self._timer_task_id
         if previous is not None and previous != self.task_id:
-            self._client.cancel_task(previous)  # 'pendente' only; one running ends as it will
+            self._client().cancel_task(previous)  # 'pendente' only; one running ends as it will
         due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=delay)
         from nsj_queue_lib.process.client import insert_process_task
 
         task_id = insert_process_task(
-            self._client, self.id, TIMER, processo, payload, {"data_hora": due}
+            self._client(), self.id, TIMER, processo, payload, {"data_hora": due}
         )
         self._store.set_timer(self._conn, self.id, task_id)
         self._timer_task_id = task_id

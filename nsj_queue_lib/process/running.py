@@ -26,17 +26,22 @@ from nsj_queue_lib.process.instance import STATUS_LIMIT, ProcessContext
 REPAIRED = "repaired"
 
 
-def run_process_task(tarefa: dict[str, Any], context: Any, handler: Callable[[], Any]) -> Any:
+def run_process_task(
+    tarefa: dict[str, Any], context: Any, handler: Callable[[], Any], worker_store: Any
+) -> Any:
     """``handler()`` for a task of a process (``process_id_of(tarefa)`` is not None), with
-    its process loaded into ``context.process`` and saved after it returned."""
+    its process loaded into ``context.process`` and saved after it returned.
+    ``worker_store``: the worker's queue store (its ``dialect`` names the SQL)."""
     from nsj_queue_lib.workflow.handler import _client
 
     process_id = process_id_of(tarefa)
     assert process_id is not None
-    client = _client(context)
-    store = ProcessStore.for_store(client._store, client.queue_table)
+    if context.bd_conn is None or context.queue_table is None:
+        raise RuntimeError("a process's task runs inside a worker (its context has no connection)")
+    conn = context.bd_conn
+    store = ProcessStore.for_store(worker_store, context.queue_table)
     task_id = int(context.id_inicial)
-    loaded = store.load_for_task(client._conn, process_id, task_id)
+    loaded = store.load_for_task(conn, process_id, task_id)
     if loaded is None:
         raise TaskRefused(f"process {process_id!r} does not exist (removed?): not run")
     loaded["kind"] = loaded["kind"] or CALL
@@ -46,7 +51,10 @@ def run_process_task(tarefa: dict[str, Any], context: Any, handler: Callable[[],
             "dead-lettered): only repair tasks run until one succeeds"
         )
     state = json.loads(loaded["state"]) if loaded["state"] else {}
-    process = ProcessContext(client, store, process_id, task_id, loaded, state)
+    # The client (for set_timer) is built on first use: most tasks never need one.
+    process = ProcessContext(
+        lambda: _client(context), conn, store, process_id, task_id, loaded, state
+    )
     context.process = process
     try:
         result = handler()
@@ -57,7 +65,7 @@ def run_process_task(tarefa: dict[str, Any], context: Any, handler: Callable[[],
         if close is not None:
             close()
         raise TypeError("a process's tasks need a synchronous handler (not async def)")
-    _save(store, client._conn, process, result)
+    _save(store, conn, process, result)
     return result
 
 

@@ -25,17 +25,16 @@ WHERE p.process_id = %(process_id)s
 FOR UPDATE
 
 -- name: save_process
--- corrupted_by and timer_task_id are assigned before the columns their CASEs do
--- not read: MySQL evaluates SET left to right.
-UPDATE {processes_table}
-SET corrupted_by = CASE WHEN %(repair)s THEN NULL ELSE corrupted_by END,
-    timer_task_id = CASE WHEN timer_task_id = %(task_id)s THEN NULL ELSE timer_task_id END,
-    state = %(state)s, status = %(status)s, detail = %(detail)s,
-    updated_at = CURRENT_TIMESTAMP(6)
-WHERE process_id = %(process_id)s
-
--- name: save_response
-UPDATE {process_tasks_table} SET response = %(response)s WHERE task_id = %(task_id)s
+-- As PostgreSQL's, in one multi-table UPDATE. corrupted_by and timer_task_id are
+-- assigned before the columns their CASEs do not read: MySQL evaluates SET left to right.
+UPDATE {processes_table} AS p
+LEFT JOIN {process_tasks_table} AS pt ON pt.task_id = %(task_id)s
+SET p.corrupted_by = CASE WHEN %(repair)s THEN NULL ELSE p.corrupted_by END,
+    p.timer_task_id = CASE WHEN p.timer_task_id = %(task_id)s THEN NULL ELSE p.timer_task_id END,
+    p.state = %(state)s, p.status = %(status)s, p.detail = %(detail)s,
+    p.updated_at = CURRENT_TIMESTAMP(6),
+    pt.response = %(response)s
+WHERE p.process_id = %(process_id)s
 
 -- name: emit
 INSERT INTO {process_events_table} (process_id, task_id, event_type, payload)
