@@ -66,6 +66,8 @@ class TaskContext:
         self.durable_yields = 0
         # The task's process, while a task of a process runs (nsj_queue_lib/process/).
         self.process: Any = None
+        # What the process tasks of its commit group share (process/batch.py), or None.
+        self.process_batch: Any = None
 
     # -- workflows (nsj_queue_lib/workflow/handler.py) --
 

@@ -29,6 +29,16 @@ PROCESS_COLUMNS = (
     "created_at",
     "updated_at",
 )
+# What a task of a process starts with (load_for_task), before its kind.
+LOADED_COLUMNS = (
+    "processo",
+    "status",
+    "detail",
+    "state",
+    "corrupted_by",
+    "timer_task_id",
+    "remove_at",
+)
 EVENT_COLUMNS = ("id", "task_id", "event_type", "payload", "created_at")
 TASK_COLUMNS = (
     "id",
@@ -100,9 +110,20 @@ class ProcessStore(WorkflowStore):
         rows = self._rows(conn, "load_for_task", {"process_id": process_id, "task_id": task_id})
         if not rows:
             return None
-        keys = ("processo", "status", "detail", "state", "corrupted_by", "timer_task_id")
-        found = dict(zip((*keys, "remove_at", "kind"), rows[0], strict=True))
-        return found
+        return dict(zip((*LOADED_COLUMNS, "kind"), rows[0], strict=True))
+
+    def load_for_tasks(self, conn: Any, pairs: dict[int, str]) -> dict[int, dict[str, Any]]:
+        """``load_for_task`` for many tasks at once ({task id: process id}; PostgreSQL):
+        {task id: what it gives}, without the tasks whose process is gone."""
+        params = {
+            "task_ids": [int(task) for task in pairs],
+            "process_ids": [pairs[task] for task in pairs],
+        }
+        keys = (*LOADED_COLUMNS, "kind")
+        return {
+            int(row[0]): dict(zip(keys, row[1:], strict=True))
+            for row in self._rows(conn, "load_for_tasks", params)
+        }
 
     def save(
         self,

@@ -55,11 +55,14 @@ class GroupLost(Exception):
 
 
 class GroupState(Protocol):
-    """What a dialect may remember about the open group (``tx``: its own token), and its
-    successes since its last commit (``written``)."""
+    """What a dialect may remember about the open group (``tx``: its own token), its
+    successes since its last commit (``written``), and what its process tasks share
+    (``processes``: a ``process/batch.py`` ProcessBatch where the dialect defers their
+    writes to the group's commit, else None)."""
 
     tx: Any
     written: list[tuple[TaskRecord, str]]
+    processes: Any
 
 
 class Locks(Protocol):
@@ -280,6 +283,9 @@ class TaskSession:
         self.store.commit(conn)
 
     # -- a commit group (dialects with savepoints: db/<dialect>/session.py) --
+
+    # Whether the group's commit writes its process tasks' saves (process/batch.py).
+    process_batches: ClassVar[bool] = False
 
     def claim_group(self, conn: Any, limit: int) -> list[Claim]:
         """Up to ``limit`` tasks, their liveness locks taken, the claim committed; the

@@ -95,7 +95,8 @@ class WorkflowStore:
         except Exception as exc:  # the driver's error, kept as the cause
             error = DatabaseError(f"workflow {what} failed: {exc}".strip())
             text = str(exc).lower()
-            if any(name.split(".")[-1].lower() in text for name in self.tables()):
+            missing = "does not exist" in text or "doesn't exist" in text
+            if missing and any(name.split(".")[-1].lower() in text for name in self.tables()):
                 error = WorkflowUnsupported(
                     f"{what}: the queue has no workflow tables ({exc}); run db_gen --upgrade "
                     "(SingleStore has no workflows)"

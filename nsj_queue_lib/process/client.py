@@ -38,7 +38,6 @@ INSERT_OPTIONS = frozenset(
         "grupo_empresarial",
         "data_hora",
         "prioridade",
-        "dedupe_key",
         "max_retry",
         "timeout_s",
         "next_try_priority",
@@ -126,6 +125,10 @@ def with_process_key(row: dict[str, Any], process_id: str) -> dict[str, Any]:
         raise ValueError(
             "a process's tasks share its lock key: lock_key cannot be combined with process_id"
         )
+    if row.get("dedupe_key") is not None:
+        # A deduplicated insert answers another task's id, which may be no call of this
+        # process: every call of a process is a task of its own.
+        raise ValueError("dedupe_key cannot be combined with process_id")
     row["lock_key"] = lock_key_of(process_id)
     return row
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from nsj_queue_lib.db.process_store import ProcessStore
 from nsj_queue_lib.exceptions import TaskRefused
+from nsj_queue_lib.process.batch import ProcessBatch, ProcessSave
 from nsj_queue_lib.process.ids import CALL, CORRUPTED, REPAIR, json_text, process_id_of
 from nsj_queue_lib.process.instance import STATUS_LIMIT, ProcessContext
 
@@ -41,7 +42,11 @@ def run_process_task(
     conn = context.bd_conn
     store = ProcessStore.for_store(worker_store, context.queue_table)
     task_id = int(context.id_inicial)
-    loaded = store.load_for_task(conn, process_id, task_id)
+    batch = getattr(context, "process_batch", None)  # a commit group's (batch.py)
+    if batch is not None:
+        loaded = batch.load(store, conn, process_id, task_id)
+    else:
+        loaded = store.load_for_task(conn, process_id, task_id)
     if loaded is None:
         raise TaskRefused(f"process {process_id!r} does not exist (removed?): not run")
     loaded["kind"] = loaded["kind"] or CALL
@@ -65,11 +70,19 @@ def run_process_task(
         if close is not None:
             close()
         raise TypeError("a process's tasks need a synchronous handler (not async def)")
-    _save(store, conn, process, result)
+    _save(store, conn, process, result, batch, int(context.id))
     return result
 
 
-def _save(store: ProcessStore, conn: Any, process: ProcessContext, result: Any) -> None:
+def _save(
+    store: ProcessStore,
+    conn: Any,
+    process: ProcessContext,
+    result: Any,
+    batch: ProcessBatch | None,
+    attempt_id: int,
+) -> None:
+    """What the handler left, written now, or with its group's commit (``batch``)."""
     if not isinstance(process.state, dict):
         raise TypeError(
             f"process.state must be a dict (a JSON object), got {type(process.state).__name__}"
@@ -82,17 +95,19 @@ def _save(store: ProcessStore, conn: Any, process: ProcessContext, result: Any) 
             raise TypeError(f"process.{name} must be a str or None, got {type(value).__name__}")
     if status is not None and len(status) > STATUS_LIMIT:
         raise ValueError(f"process.status is longer than {STATUS_LIMIT} characters")
-    response = None if result is None else _response(result)
-    store.save(
-        conn,
+    save: ProcessSave = (
         process.id,
         process.task_id,
         json_text(process.state, "process.state"),
         status,
         process.detail,
         process.kind == REPAIR,
-        response,
+        None if result is None else _response(result),
     )
+    if batch is not None:
+        batch.saves[attempt_id] = save
+    else:
+        store.save(conn, *save)
 
 
 def _response(result: Any) -> str:

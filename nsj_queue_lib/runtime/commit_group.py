@@ -30,6 +30,9 @@ class CommitGroup:
         self.savepoint = False  # a savepoint is set for the next handler
         self.abandoned = False  # its running task was given up (timeouts.py)
         self.tx: Any = None  # the dialect's token for the open transaction (TaskSession)
+        # What its process tasks share (process/batch.py), where the dialect defers their
+        # writes to the group's commit; else None.
+        self.processes: Any = None
 
     def take(self) -> Uncommitted:
         """Everything not committed, the group emptied."""

@@ -36,6 +36,7 @@ from nsj_queue_lib.db.task_session import GroupLost
 from nsj_queue_lib.exceptions import DatabaseError, TaskSuspended
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.model import Claim
+from nsj_queue_lib.process.batch import ProcessBatch
 from nsj_queue_lib.runtime.attempt import Attempts
 from nsj_queue_lib.runtime.commit_group import CommitGroup
 from nsj_queue_lib.runtime.failures import Failures
@@ -164,6 +165,8 @@ class GroupDrain:
         """Run one group; (the connection to go on with or None, the next group's claims)."""
         self.isolation.claimed(claims)
         group = CommitGroup(claims, self._asked.limit)
+        if self.session.process_batches:
+            group.processes = ProcessBatch(lambda: [claim.task.row for claim in group.waiting])
         me = threading.get_ident()
         with self._lock:
             self._groups[me] = group
@@ -198,6 +201,7 @@ class GroupDrain:
             item = self.attempts.start(conn, group.waiting.popleft())
             task = item.task
             item.context.commits = GroupCommits(self.session, self.recovery, conn, group, task)
+            item.context.process_batch = group.processes
             outcome = self.attempts.run_handler(item)
             self.pace.took(task, time.monotonic() - item.started)
             if outcome is None:  # given up after its timeout (timeouts.py)

@@ -280,3 +280,29 @@ def test_bad_input_is_refused_before_anything_is_written(backend):
         assert client.get_process("nobody") is None
     assert len(backend.rows()) == 1
     assert len(backend.query(f"SELECT * FROM {backend.table}_processes")) == 1
+
+
+@WITH_SERVER
+def test_a_call_enqueued_while_a_task_of_the_process_runs_does_not_wait_for_it(backend):
+    """The running task holds its process's row until its commit; a client's call reads it
+    without waiting (only a removal waits)."""
+    first = start(backend, "busy", sleep=3)
+    running = backend.run(process_worker(backend))
+    wait_for(lambda: backend.row(first)["status"] == "processando", 15, "the start to run")
+    began = time.monotonic()
+    second = call(backend, "busy", seq=1)
+    assert time.monotonic() - began < 1.5
+    assert backend.row(first)["status"] == "processando"
+    wait_for(lambda: backend.row(second)["status"] == "sucesso", 20, "the call to run")
+    assert running.stop() == 0
+
+
+@BOTH
+def test_dedupe_key_is_refused_with_a_process(backend):
+    start(backend, "d-1")
+    with backend.transaction() as conn:
+        client = backend.client(conn)
+        with pytest.raises(ValueError, match="dedupe_key"):
+            client.insert_task("o", "d", "count", None, "{}", process_id="d-1", dedupe_key="k")
+        with pytest.raises(TypeError, match="unknown insert options"):
+            client.call_process("d-1", "count", "{}", dedupe_key="k")

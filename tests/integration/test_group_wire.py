@@ -30,7 +30,7 @@ def ops(pg_queue, pg_dsn):
 
 def written_by(written) -> SimpleNamespace:
     """A group whose handlers returned these (task, mensagem)."""
-    return SimpleNamespace(written=written, tx=None)
+    return SimpleNamespace(written=written, tx=None, processes=None)
 
 
 def locks_held(conn) -> int:

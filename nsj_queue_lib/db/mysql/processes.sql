@@ -10,7 +10,10 @@ VALUES (%(process_id)s, %(processo)s, 'running', '{}')
 ON DUPLICATE KEY UPDATE process_id = process_id
 
 -- name: read_process
-SELECT corrupted_by FROM {processes_table} WHERE process_id = %(process_id)s LOCK IN SHARE MODE
+-- Unlocked: a running task holds its process's row (FOR UPDATE) until its commit, and a
+-- call must not wait for it. A call that races a removal finds its process gone when it
+-- runs, and ends 'cancelada'.
+SELECT corrupted_by FROM {processes_table} WHERE process_id = %(process_id)s
 
 -- name: add_task
 INSERT INTO {process_tasks_table} (task_id, process_id, kind)

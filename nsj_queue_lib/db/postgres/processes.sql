@@ -10,9 +10,10 @@ ON CONFLICT (process_id) DO NOTHING
 RETURNING process_id
 
 -- name: read_process
--- A client's look before enqueuing a call: shared-locked until its commit, so that a
--- removal waits for the call (and then removes it with the process) or comes first.
-SELECT corrupted_by FROM {processes_table} WHERE process_id = %(process_id)s FOR SHARE
+-- A client's look before enqueuing a call, key-share-locked until its commit: a removal
+-- (a DELETE) waits for the call and then removes it with the process, or comes first;
+-- a running task's lock (FOR NO KEY UPDATE: it changes no key) does not hold it up.
+SELECT corrupted_by FROM {processes_table} WHERE process_id = %(process_id)s FOR KEY SHARE
 
 -- name: add_task
 INSERT INTO {process_tasks_table} (task_id, process_id, kind)
@@ -20,14 +21,24 @@ VALUES (%(task_id)s, %(process_id)s, %(kind)s)
 
 -- name: load_for_task
 -- What a task of a process starts with: the process, locked until the task's commit
--- (its tasks run one at a time, so nobody else waits for it but a removal), and what
--- the task is. No row: the process was removed.
+-- (FOR NO KEY UPDATE: a removal waits for it, a client enqueuing a call does not), and
+-- what the task is. No row: the process was removed.
 SELECT p.processo, p.status, p.detail, p.state, p.corrupted_by, p.timer_task_id, p.remove_at,
        pt.kind
 FROM {processes_table} AS p
 LEFT JOIN {process_tasks_table} AS pt ON pt.task_id = %(task_id)s
 WHERE p.process_id = %(process_id)s
-FOR UPDATE OF p
+FOR NO KEY UPDATE OF p
+
+-- name: load_for_tasks
+-- load_for_task for the process tasks of a commit group at once (process/batch.py):
+-- one row per (process, task) pair whose process exists.
+SELECT v.task_id, p.processo, p.status, p.detail, p.state, p.corrupted_by, p.timer_task_id,
+       p.remove_at, pt.kind
+FROM unnest(%(process_ids)s::text[], %(task_ids)s::bigint[]) AS v(process_id, task_id)
+JOIN {processes_table} AS p ON p.process_id = v.process_id
+LEFT JOIN {process_tasks_table} AS pt ON pt.task_id = v.task_id
+FOR NO KEY UPDATE OF p
 
 -- name: save_process
 -- A task's success: the state, status and detail it left, the process repaired when
@@ -42,6 +53,29 @@ SET state = %(state)s, status = %(status)s, detail = %(detail)s,
     timer_task_id = CASE WHEN timer_task_id = %(task_id)s THEN NULL ELSE timer_task_id END,
     updated_at = clock_timestamp()
 WHERE process_id = %(process_id)s
+
+-- name: save_processes
+-- save_process for a commit group's successes, sent with the group's settle in one round
+-- trip (process/batch.py): $1..$7 text arrays of process ids, task ids, states, statuses,
+-- details, repairs and responses, in step. One row: how many processes were written.
+WITH v AS (
+    SELECT *
+    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[],
+                $7::text[])
+         AS v(process_id, task_id, state, status, detail, repair, response)
+), answered AS (
+    UPDATE {process_tasks_table} AS pt SET response = v.response
+    FROM v WHERE pt.task_id = v.task_id
+), saved AS (
+    UPDATE {processes_table} AS p
+    SET state = v.state, status = v.status, detail = v.detail,
+        corrupted_by = CASE WHEN v.repair THEN NULL ELSE p.corrupted_by END,
+        timer_task_id = CASE WHEN p.timer_task_id = v.task_id THEN NULL ELSE p.timer_task_id END,
+        updated_at = clock_timestamp()
+    FROM v WHERE p.process_id = v.process_id
+    RETURNING 1
+)
+SELECT count(*) AS saved FROM saved
 
 -- name: emit
 INSERT INTO {process_events_table} (process_id, task_id, event_type, payload)

@@ -54,6 +54,7 @@ from nsj_queue_lib.db.postgres.wire import (
     result_error,
     result_status,
 )
+from nsj_queue_lib.db.process_store import ProcessStore
 from nsj_queue_lib.db.task_session import SAVEPOINT, GroupState, Locks, TaskSession
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
@@ -67,11 +68,13 @@ _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 class PostgresTaskSession(TaskSession):
     groups: ClassVar[bool] = True
+    process_batches: ClassVar[bool] = True
 
     def __init__(self, store: PostgresQueueStore, locks: Locks):
         super().__init__(store, locks)
         self.store: PostgresQueueStore = store
         self._settle = settle_statement(store.settle_function)
+        self._process_saves: PreparedRoundTrip | None = None  # built at a process's first save
 
     def claim_group(self, conn: Any, limit: int) -> list[Claim]:
         # Whatever an earlier drain left armed (an unexpected error) goes.
@@ -109,7 +112,12 @@ class PostgresTaskSession(TaskSession):
         # could be handed to another client by a transaction pooler with the group's
         # liveness locks (docs/how-to/poolers.md).
         commit = b"COMMIT AND CHAIN" if claim_limit or go_on else b"COMMIT"
-        if len(written) == 1:  # the claim function settles one task itself: one round trip
+        saves = (
+            []
+            if group.processes is None
+            else group.processes.take_saves([task.id for task, _ in written])
+        )
+        if len(written) == 1 and not saves:  # the claim function settles one task: one round trip
             [(task, mensagem)] = written
             rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)
             return self._claims(conn, rows) if claim_limit else []
@@ -121,21 +129,30 @@ class PostgresTaskSession(TaskSession):
             # The claim found its prepared statement gone in a new transaction (a pooler in
             # transaction mode): so would this one be, prepared on another server connection.
             self._settle.use_unnamed()
+            if self._process_saves is not None:
+                self._process_saves.use_unnamed()
         claim = store.claim_params(None, None, claim_limit)
+        statements: list[tuple[PreparedRoundTrip, Sequence[Any]]] = [
+            (self._settle, settle_params(written, store.queue_key)),
+            (store.claim_statement, claim),
+        ]
+        if saves:  # the process tasks' writes, before their successes (process/batch.py)
+            statements.insert(0, (self._save_processes(), save_processes_params(saves)))
         with wrap_driver_errors("complete_tasks"):
             try:
-                _, rows = run(
-                    conn,
-                    [
-                        (self._settle, settle_params(written, store.queue_key)),
-                        (store.claim_statement, claim),
-                    ],
-                    commit,
-                )
+                *_, rows = run(conn, statements, commit)
             except RoundTripError as exc:
                 store.unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
         return self._claims(conn, rows) if claim_limit else []
+
+    def _save_processes(self) -> PreparedRoundTrip:
+        if self._process_saves is None:
+            store = ProcessStore.for_store(self.store, self.store.queue_table)
+            self._process_saves = PreparedRoundTrip(store.sql["save_processes"], ("saved",))
+            if self._settle.unnamed:
+                self._process_saves.use_unnamed()
+        return self._process_saves
 
     def _transaction_committed(self, conn: Any, group: GroupState) -> bool | None:
         shared_first_use.disarm(conn)
@@ -185,16 +202,30 @@ def settle_statement(settle_function: str) -> PreparedRoundTrip:
     return PreparedRoundTrip(settle_sql(settle_function), ("settled",))
 
 
-def text_array(values: Iterable[str]) -> str:
-    """``values`` as a PostgreSQL array literal, in order (a parameter sent as text)."""
-    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-    return "{" + ",".join(quoted) + "}"
-
-
 def settle_params(written: Sequence[tuple[Any, str]], queue_key: int) -> tuple[str, str, int]:
     """The settling statement's parameters for ``written`` (tasks with their mensagem)."""
     ids = "{" + ",".join(str(int(task.id)) for task, _ in written) + "}"
-    return ids, text_array(mensagem for _, mensagem in written), queue_key
+    return ids, nullable_array(mensagem for _, mensagem in written), queue_key
+
+
+def save_processes_params(saves: Sequence[Sequence[Any]]) -> list[str]:
+    """processes.sql's save_processes parameters: one array literal per column of ``saves``
+    (process/batch.py's ProcessSave tuples), NULL where a value is None."""
+    return [nullable_array(column) for column in zip(*saves, strict=True)]
+
+
+def nullable_array(values: Iterable[Any]) -> str:
+    """``values`` as a PostgreSQL array literal, in order: None as NULL, a bool as t or f."""
+
+    def element(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if isinstance(value, bool):
+            return "t" if value else "f"
+        text = str(value)
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return "{" + ",".join(element(v) for v in values) + "}"
 
 
 def run(

@@ -93,7 +93,7 @@ def test_a_commit_group_stamps_each_of_its_tasks(backend, stamped):
     worker = backend.worker()
     claims = session.claim_group(worker, 10)
     assert sorted(c.task.id for c in claims) == sorted(ids)
-    group = types.SimpleNamespace(tx=None, written=[])
+    group = types.SimpleNamespace(tx=None, written=[], processes=None)
     for claim in claims:
         session.succeeded(worker, claim.task, "ok")
         group.written.append((claim.task, "ok"))

@@ -1,0 +1,52 @@
+"""What the process tasks of one commit group share: one read, one write.
+
+A process's task costs the worker a read of its process (locked) before its handler
+and a write of what the handler left after it: two statements per task, where a commit
+group's plain task costs a share of one claim and one settle. In a group
+(PostgreSQL's, runtime/drain_group.py), the first process task reads the processes of
+every process task the group claimed, in one statement, and each success's write waits
+in ``saves`` for the group's commit, which sends them all in one statement in the same
+round trip as the settle (db/postgres/session.py): the write commits exactly when the
+task's success does, and vanishes with it.
+
+The rows read ahead stay right until their tasks run: only a task of a process
+changes it, and a process's tasks run one at a time (this group holds them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nsj_queue_lib.process.ids import process_id_of
+
+# One success's write: process_id, task_id (first attempt), state, status, detail, repair,
+# response (the columns of processes.sql's save_processes, in order).
+ProcessSave = tuple[str, int, str, "str | None", "str | None", bool, "str | None"]
+
+
+class ProcessBatch:
+    def __init__(self, peers: Callable[[], list[Mapping[str, Any]]]):
+        self._peers = peers  # the rows of the group's tasks not started yet
+        self._loaded: dict[int, dict[str, Any] | None] = {}  # by first attempt's id
+        # By attempt id: the writes of the group's successes since its last commit.
+        self.saves: dict[int, ProcessSave] = {}
+
+    def load(self, store: Any, conn: Any, process_id: str, task_id: int) -> dict[str, Any] | None:
+        """``store.load_for_task`` for this task, read with the group's other process tasks'
+        the first time."""
+        if task_id not in self._loaded:
+            pairs = {task_id: process_id}
+            for row in self._peers():
+                peer = process_id_of(row)
+                first = int(row.get("id_inicial") or row["id"])
+                if peer is not None and first not in self._loaded:
+                    pairs[first] = peer
+            found = store.load_for_tasks(conn, pairs)
+            for first in pairs:
+                self._loaded[first] = found.get(first)
+        return self._loaded.pop(task_id)
+
+    def take_saves(self, attempt_ids: list[int]) -> list[ProcessSave]:
+        """The writes of these successes (the group's commit sends them), in their order."""
+        return [self.saves.pop(i) for i in attempt_ids if i in self.saves]
