@@ -66,6 +66,9 @@ class TaskContext:
         self.durable_yields = 0
         # The task's process, while a task of a process runs (nsj_queue_lib/process/).
         self.process: Any = None
+        # Its kind ('start', 'call', 'repair', 'timer'), kept after the handler for the
+        # metrics (observability/measured.py): ``process`` is None again by then.
+        self.process_kind: str | None = None
 
     # -- workflows (nsj_queue_lib/workflow/handler.py) --
 

@@ -96,6 +96,23 @@ class PrometheusObserver(Observer):
             "From a notification of a ready task to this worker's next claim",
             NOTIFY_BUCKETS,
         )
+        # Process instances (nsj_queue_lib/process/): no process_id label, whose values
+        # are unbounded; kind is one of four, processo is the queue's own.
+        self.process_delay = self._histogram(
+            "nsjq_process_task_delay_seconds",
+            "From a process's task's due time (a call's enqueue, a timer's due time) to its "
+            "start, by kind (start, call, repair, timer)",
+            WAIT_BUCKETS,
+            "kind",
+        )
+        self.process_duration = self._histogram(
+            "nsjq_process_task_duration_seconds",
+            "A process's task's run (its handler with the process's load and save), by "
+            "processo and kind",
+            HANDLER_BUCKETS,
+            "processo",
+            "kind",
+        )
         # The children without a per-task label, bound once (a labels() call per task costs).
         self._claimed = self.claim.labels(queue, "task")
         self._empty = self.claim.labels(queue, "empty")
@@ -144,6 +161,13 @@ class PrometheusObserver(Observer):
 
     def task_finished(self, task: TaskRecord, outcome: str) -> None:
         self._child(self.finished, str(task.row.get("processo") or ""), outcome).inc()
+
+    def process_task_ran(
+        self, processo: str, kind: str, delay: float | None, seconds: float
+    ) -> None:
+        if delay is not None:
+            self._child(self.process_delay, kind).observe(delay)
+        self._child(self.process_duration, processo, kind).observe(seconds)
 
     def notified(self) -> None:
         with self._lock:
