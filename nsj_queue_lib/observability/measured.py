@@ -199,13 +199,17 @@ def _process_task_ran(
         return
     if kind is None:
         return
-    due = row.get("data_hora")
-    delay = None
-    if isinstance(due, datetime.datetime):
-        if due.tzinfo is None:  # MySQL/MariaDB sessions read times in UTC
-            due = due.replace(tzinfo=datetime.timezone.utc)
-        delay = max(0.0, (began - due).total_seconds())
-    observer.process_task_ran(processo, kind, delay, seconds)
+    observer.process_task_ran(processo, kind, seconds_waited(row.get("data_hora"), began), seconds)
+
+
+def seconds_waited(due: Any, now: datetime.datetime) -> float | None:
+    """Seconds from ``due`` (a data_hora; naive ones are UTC, as worker sessions read them)
+    to ``now``; never negative (clocks differ a little); None without a time."""
+    if not isinstance(due, datetime.datetime):
+        return None
+    if due.tzinfo is None:
+        due = due.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (now - due).total_seconds())
 
 
 async def _reported(coroutine: Coroutine[Any, Any, Any], report: Callable[[], None]) -> Any:

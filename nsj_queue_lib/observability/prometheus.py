@@ -29,6 +29,7 @@ from prometheus_client.exposition import choose_encoder
 
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.depth import DepthSnapshot
+from nsj_queue_lib.observability.measured import seconds_waited
 from nsj_queue_lib.observability.observer import Observer
 
 # Seconds. Waits span a notified task (milliseconds) to a backlog (an hour);
@@ -41,16 +42,6 @@ ROUND_TRIP_BUCKETS = (
 NOTIFY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 _UTC = datetime.timezone.utc
-
-
-def seconds_waited(due: Any, now: datetime.datetime) -> float | None:
-    """Seconds from ``due`` (a data_hora; naive ones are UTC, as worker sessions read them)
-    to ``now``; never negative (clocks differ a little); None without a time."""
-    if not isinstance(due, datetime.datetime):
-        return None
-    if due.tzinfo is None:
-        due = due.replace(tzinfo=_UTC)
-    return max(0.0, (now - due).total_seconds())
 
 
 class PrometheusObserver(Observer):
