@@ -68,6 +68,9 @@ class TaskContext:
         self.process: Any = None
         # What the process tasks of its commit group share (process/batch.py), or None.
         self.process_batch: Any = None
+        # Its kind ('start', 'call', 'repair', 'timer'), kept after the handler for the
+        # metrics (observability/measured.py): ``process`` is None again by then.
+        self.process_kind: str | None = None
 
     # -- workflows (nsj_queue_lib/workflow/handler.py) --
 

@@ -101,3 +101,9 @@ class Observers(Observer):
     def notified(self) -> None:
         for observer in self.observers:
             observer.notified()
+
+    def process_task_ran(
+        self, processo: str, kind: str, delay: float | None, seconds: float
+    ) -> None:
+        for observer in self.observers:
+            observer.process_task_ran(processo, kind, delay, seconds)

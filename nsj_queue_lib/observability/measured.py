@@ -9,15 +9,19 @@ when its loop last completed a round trip with the database.
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from nsj_queue_lib.context import current_task
+from nsj_queue_lib.exceptions import NoCurrentTaskError
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.notify import HALT_PAYLOAD, SCHEDULED_PAYLOAD
 from nsj_queue_lib.observability.observer import Observer
+from nsj_queue_lib.process.ids import process_id_of
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.driver import Listener
@@ -147,13 +151,21 @@ class MeasuredListener:
 
 def timed_handler(handler: TaskHandler, observer: Observer) -> TaskHandler:
     """``handler``, its duration reported by ``processo`` whether it returns or raises (for an
-    ``async def`` handler: until its coroutine ends)."""
+    ``async def`` handler: until its coroutine ends); for a task of a process, also its
+    delay and duration by kind (``process_task_ran``)."""
 
     def run(row: dict[str, Any], conn: Any) -> Any:
         started = time.perf_counter()
+        # The lock key tells a process's task from the row the claim returned: other tasks
+        # cost no query and no clock read more.
+        began = _now() if process_id_of(row) is not None else None
 
         def report() -> None:
-            observer.handler_ran(str(row.get("processo") or ""), time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            processo = str(row.get("processo") or "")
+            observer.handler_ran(processo, seconds)
+            if began is not None:
+                _process_task_ran(observer, row, processo, began, seconds)
 
         try:
             result = handler(row, conn)
@@ -166,6 +178,38 @@ def timed_handler(handler: TaskHandler, observer: Observer) -> TaskHandler:
         return result
 
     return run
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _process_task_ran(
+    observer: Observer,
+    row: dict[str, Any],
+    processo: str,
+    began: datetime.datetime,
+    seconds: float,
+) -> None:
+    """Report a process's task, by the kind ``process/running.py`` left on the context
+    (None: the task never reached its process, e.g. a dead letter, which runs without it)."""
+    try:
+        kind = current_task().process_kind
+    except NoCurrentTaskError:
+        return
+    if kind is None:
+        return
+    observer.process_task_ran(processo, kind, seconds_waited(row.get("data_hora"), began), seconds)
+
+
+def seconds_waited(due: Any, now: datetime.datetime) -> float | None:
+    """Seconds from ``due`` (a data_hora; naive ones are UTC, as worker sessions read them)
+    to ``now``; never negative (clocks differ a little); None without a time."""
+    if not isinstance(due, datetime.datetime):
+        return None
+    if due.tzinfo is None:
+        due = due.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (now - due).total_seconds())
 
 
 async def _reported(coroutine: Coroutine[Any, Any, Any], report: Callable[[], None]) -> Any:

@@ -52,5 +52,12 @@ class Observer:
     def notified(self) -> None:
         """A notification of a new ready task reached the dispatcher."""
 
+    def process_task_ran(
+        self, processo: str, kind: str, delay: float | None, seconds: float
+    ) -> None:
+        """A task of a process (``kind``: 'start', 'call', 'repair', 'timer') started
+        ``delay`` seconds after it was due, and its handler, with the process's load and
+        save, returned or raised after ``seconds``."""
+
 
 NULL_OBSERVER = Observer()

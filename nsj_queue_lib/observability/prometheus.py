@@ -29,6 +29,7 @@ from prometheus_client.exposition import choose_encoder
 
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.observability.depth import DepthSnapshot
+from nsj_queue_lib.observability.measured import seconds_waited
 from nsj_queue_lib.observability.observer import Observer
 
 # Seconds. Waits span a notified task (milliseconds) to a backlog (an hour);
@@ -41,16 +42,6 @@ ROUND_TRIP_BUCKETS = (
 NOTIFY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 _UTC = datetime.timezone.utc
-
-
-def seconds_waited(due: Any, now: datetime.datetime) -> float | None:
-    """Seconds from ``due`` (a data_hora; naive ones are UTC, as worker sessions read them)
-    to ``now``; never negative (clocks differ a little); None without a time."""
-    if not isinstance(due, datetime.datetime):
-        return None
-    if due.tzinfo is None:
-        due = due.replace(tzinfo=_UTC)
-    return max(0.0, (now - due).total_seconds())
 
 
 class PrometheusObserver(Observer):
@@ -95,6 +86,23 @@ class PrometheusObserver(Observer):
             "nsjq_notification_to_claim_seconds",
             "From a notification of a ready task to this worker's next claim",
             NOTIFY_BUCKETS,
+        )
+        # Process instances (nsj_queue_lib/process/): no process_id label, whose values
+        # are unbounded; kind is one of four, processo is the queue's own.
+        self.process_delay = self._histogram(
+            "nsjq_process_task_delay_seconds",
+            "From a process's task's due time (a call's enqueue, a timer's due time) to its "
+            "start, by kind (start, call, repair, timer)",
+            WAIT_BUCKETS,
+            "kind",
+        )
+        self.process_duration = self._histogram(
+            "nsjq_process_task_duration_seconds",
+            "A process's task's run (its handler with the process's load and save), by "
+            "processo and kind",
+            HANDLER_BUCKETS,
+            "processo",
+            "kind",
         )
         # The children without a per-task label, bound once (a labels() call per task costs).
         self._claimed = self.claim.labels(queue, "task")
@@ -144,6 +152,13 @@ class PrometheusObserver(Observer):
 
     def task_finished(self, task: TaskRecord, outcome: str) -> None:
         self._child(self.finished, str(task.row.get("processo") or ""), outcome).inc()
+
+    def process_task_ran(
+        self, processo: str, kind: str, delay: float | None, seconds: float
+    ) -> None:
+        if delay is not None:
+            self._child(self.process_delay, kind).observe(delay)
+        self._child(self.process_duration, processo, kind).observe(seconds)
 
     def notified(self) -> None:
         with self._lock:

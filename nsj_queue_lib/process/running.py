@@ -50,6 +50,7 @@ def run_process_task(
     if loaded is None:
         raise TaskRefused(f"process {process_id!r} does not exist (removed?): not run")
     loaded["kind"] = loaded["kind"] or CALL
+    context.process_kind = loaded["kind"]
     if loaded["corrupted_by"] is not None and loaded["kind"] != REPAIR:
         raise TaskRefused(
             f"process {process_id!r} is corrupted (task {loaded['corrupted_by']} was "

@@ -1,5 +1,6 @@
-"""HTTP API v1: enqueue, read, list, cancel and retry tasks; pause and resume a queue or a
-processo; queue statistics (with the pauses in force).
+"""HTTP API v1: enqueue, read, list, cancel and retry tasks; start, call, repair and read
+process instances; pause and resume a queue or a processo; queue statistics (with the
+pauses in force).
 
 Every route needs a token when the server has one (401 otherwise, before the
 body is looked at); the writing routes need the full-access token (403 with
@@ -10,13 +11,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.inspection import TaskFilter
-from nsj_queue_lib.exceptions import WorkflowUnsupported
+from nsj_queue_lib.exceptions import (
+    ProcessCorruptedError,
+    ProcessExistsError,
+    WorkflowUnsupported,
+)
 from nsj_queue_lib.fleet.fair import FAIR_KEY_LIMIT
+from nsj_queue_lib.process.ids import PROCESS_ID_LIMIT
 from nsj_queue_lib.web.auth import Role
 from nsj_queue_lib.web.queues import Queue, Queues, UnknownQueue
 
@@ -63,8 +69,9 @@ def _text(limit: int) -> Any:
     return Field(None, max_length=limit)
 
 
-class EnqueueRequest(BaseModel):
-    """The arguments of ``QueueClient.insert_task``, and the queue (default: the first)."""
+class InsertOptions(BaseModel):
+    """What ``insert_task`` and the process calls share: the processo, the payload, the
+    options, and the queue (default: the first)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -78,6 +85,17 @@ class EnqueueRequest(BaseModel):
     grupo_empresarial: str | None = _text(model.TEXT_LIMITS["grupo_empresarial"])
     prioridade: StrictInt | None = Field(None, ge=0, le=2**31 - 1)
     data_hora: AwareDatetime | None = Field(None, description="when it is due (default: now)")
+    fair_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=FAIR_KEY_LIMIT,
+        description="claims rotate across fair keys among ready tasks of one prioridade",
+    )
+
+
+class EnqueueRequest(InsertOptions):
+    """The arguments of ``QueueClient.insert_task``, and the queue (default: the first)."""
+
     dedupe_key: str | None = Field(
         None,
         min_length=1,
@@ -89,12 +107,6 @@ class EnqueueRequest(BaseModel):
         min_length=1,
         max_length=model.TEXT_LIMITS["lock_key"],
         description="tasks with equal keys never run at the same time",
-    )
-    fair_key: str | None = Field(
-        None,
-        min_length=1,
-        max_length=FAIR_KEY_LIMIT,
-        description="claims rotate across fair keys among ready tasks of one prioridade",
     )
 
 
@@ -239,6 +251,171 @@ def cancel_workflow(
     return WorkflowCancelled(
         id=workflow_id, status=status, tasks={str(k): v for k, v in after.items()}
     )
+
+
+# -- process instances (nsj_queue_lib/process/) --
+
+ProcessIdPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=PROCESS_ID_LIMIT,
+        description="the process's id (percent-encoded; it may hold '/')",
+    ),
+]
+WaitParam = Annotated[
+    float | None,
+    Query(ge=0, le=MAX_WAIT, description="seconds to wait for the task to finish"),
+]
+EventsParam = Annotated[int, Query(ge=0, le=1000, description="the last N events")]
+TasksParam = Annotated[int, Query(ge=0, le=1000, description="the last N tasks")]
+
+
+class ProcessStartRequest(InsertOptions):
+    """``QueueClient.start_process``'s arguments and insert options, and the queue."""
+
+    process_id: str = Field(min_length=1, max_length=PROCESS_ID_LIMIT)
+
+
+class ProcessTask(BaseModel):
+    id: int = Field(description="the task's id (wait_for_task, call_response, GET /tasks/{id})")
+    queue: str
+    process_id: str
+    task: dict[str, Any] | None = Field(
+        None, description="with ?wait=SECONDS: get_task's view once it finished (else null)"
+    )
+    response: Any = Field(
+        None,
+        description="with ?wait=SECONDS: what the handler returned (call_response), once the "
+        "task succeeded; else null",
+    )
+
+
+def _process_fields(body: InsertOptions) -> dict[str, Any]:
+    """The insert options the caller gave (an absent one keeps the process client's default,
+    e.g. ``chave_externa`` = the process id)."""
+    return body.model_dump(
+        exclude={"queue", "process_id", "processo", "payload"}, exclude_none=True
+    )
+
+
+def _process_task(
+    queue: Queue, process_id: str, enqueue: Any, response: Response, wait: float | None
+) -> ProcessTask:
+    """``enqueue()`` (a start, call or repair) answered as the tasks endpoint answers: with
+    ``wait``, once the task finished (201) or after the wait (202)."""
+    try:
+        task_id = enqueue()
+    except (ProcessExistsError, ProcessCorruptedError) as exc:
+        raise HTTPException(409, str(exc)) from None
+    except WorkflowUnsupported as exc:
+        raise HTTPException(501, str(exc)) from None
+    except (TypeError, ValueError) as exc:
+        raise HTTPException(
+            422, [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]
+        ) from None
+    found = ProcessTask(
+        id=task_id, queue=queue.table, process_id=process_id, task=None, response=None
+    )
+    if wait is None:
+        return found
+    try:
+        found.task, found.response = queue.wait_for_call(task_id, wait)
+    except TimeoutError:
+        response.status_code = 202
+    return found
+
+
+def _call(
+    request: Request,
+    response: Response,
+    process_id: str,
+    body: InsertOptions,
+    wait: float | None,
+    repair: bool,
+) -> ProcessTask:
+    queue = queue_named(request, body.queue, "body")
+    fields = _process_fields(body)
+    return _process_task(
+        queue,
+        process_id,
+        lambda: queue.call_process(process_id, body.processo, body.payload, fields, repair),
+        response,
+        wait,
+    )
+
+
+@router.post("/processes", status_code=201, response_model=ProcessTask)
+def start_process(
+    body: ProcessStartRequest,
+    request: Request,
+    response: Response,
+    _: Annotated[Role, Depends(writer)],
+    wait: WaitParam = None,
+) -> ProcessTask:
+    """Start a process: it and its first task (kind 'start') are committed together; 409
+    when the id exists. ``wait`` as for POST /tasks; ``response``: the handler's result."""
+    queue = queue_named(request, body.queue, "body")
+    fields = _process_fields(body)
+    return _process_task(
+        queue,
+        body.process_id,
+        lambda: queue.start_process(body.process_id, body.processo, body.payload, fields),
+        response,
+        wait,
+    )
+
+
+@router.post("/processes/{process_id:path}/calls", status_code=201, response_model=ProcessTask)
+def call_process(
+    process_id: ProcessIdPath,
+    body: InsertOptions,
+    request: Request,
+    response: Response,
+    _: Annotated[Role, Depends(writer)],
+    wait: WaitParam = None,
+) -> ProcessTask:
+    """Enqueue a call to the process (it runs after the process's earlier tasks, one at a
+    time). With ``wait``: once it finished, its view in ``task`` and its handler's result in
+    ``response`` (201), or after the wait with both null (202). 404 for an unknown process,
+    409 while it is corrupted (only repairs are accepted then)."""
+    return _call(request, response, process_id, body, wait, repair=False)
+
+
+@router.post("/processes/{process_id:path}/repairs", status_code=201, response_model=ProcessTask)
+def repair_process(
+    process_id: ProcessIdPath,
+    body: InsertOptions,
+    request: Request,
+    response: Response,
+    _: Annotated[Role, Depends(writer)],
+    wait: WaitParam = None,
+) -> ProcessTask:
+    """Enqueue a repair: a call accepted (and run) even while the process is corrupted; its
+    success ends the corruption. Answers as the calls route."""
+    return _call(request, response, process_id, body, wait, repair=True)
+
+
+@router.get("/processes/{process_id:path}")
+def get_process(
+    process_id: ProcessIdPath,
+    request: Request,
+    queue: QueueParam = None,
+    events: EventsParam = 20,
+    tasks: TasksParam = 20,
+) -> dict[str, Any]:
+    """``get_process``'s view: ``state``, ``status``, ``detail``, ``corrupted``, the pending
+    timer (``timers``), the last events and tasks (oldest first, each task with its ``kind``
+    and ``response``). 404 for an unknown process."""
+    target = queue_named(request, queue)
+    try:
+        return target.process(process_id, events, tasks)
+    except WorkflowUnsupported as exc:
+        raise HTTPException(501, str(exc)) from None
+    except ValueError as exc:
+        raise HTTPException(
+            422, [{"loc": ["path", "process_id"], "msg": str(exc), "type": "value_error"}]
+        ) from None
 
 
 class PauseRequest(BaseModel):

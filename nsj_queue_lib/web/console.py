@@ -1,4 +1,5 @@
-"""The HTML console: overview, task list, task page, dead letters, login.
+"""The HTML console: overview, task list, task page, dead letters, workflows, processes,
+login.
 
 Pages are rendered on the server by Jinja2 with autoescape on, so no payload,
 message or header value reaches the page unescaped; ``static/console.js``
@@ -13,7 +14,7 @@ import html
 import json
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -34,6 +35,10 @@ PAGE_SIZE = 50
 # The payload shown on a task page: its first bytes, pretty-printed.
 PAYLOAD_SHOWN = 16 * 1024
 CHART_HEIGHT = 60
+# A process page's tasks and events: the last ones of each.
+PROCESS_RECENT = 50
+# A response or an event's payload in a timeline row: its first characters.
+SHOWN_INLINE = 240
 FAILED = (model.FALHA, model.FALHA_PROCESSANDO)
 
 router = APIRouter(include_in_schema=False)
@@ -46,6 +51,7 @@ def templates() -> Jinja2Templates:
     env.globals["statuses"] = model.STATUSES
     env.globals["states"] = states.BY_NAME
     env.filters.update(humane.FILTERS)
+    env.filters["segment"] = lambda value: quote(str(value), safe="")
     return Jinja2Templates(env=env)
 
 
@@ -234,6 +240,7 @@ def task_page(request: Request, name: str, task_id: int, partial: bool = False) 
         "last_error": last_error(task["attempts"], task["id_inicial"]),
         "latest": next((a for a in task["attempts"] if a["id"] == task["id"]), None),
         "workflow_id": None if partial else _queue(request, name).workflow_of_task(task_id),
+        "process": None if partial else _queue(request, name).process_of_task(task_id),
     }
     return _page(request, "task_state.html" if partial else "task.html", context)
 
@@ -259,6 +266,63 @@ def workflow_page(request: Request, name: str, workflow_id: int, partial: bool =
         "active": found["status"] == "running",
     }
     return _page(request, "workflow_state.html" if partial else "workflow.html", context)
+
+
+@router.get("/queues/{name}/processes/{process_id:path}")
+def process_page(request: Request, name: str, process_id: str, partial: bool = False) -> Response:
+    """A process instance: its state, status, detail, corruption, pending timer, and a
+    timeline of its tasks and events; refreshes itself."""
+    role = _role(request)
+    if isinstance(role, Response):
+        return role
+    queue = _queue(request, name)
+    try:
+        found = queue.process(process_id, PROCESS_RECENT, PROCESS_RECENT)
+    except WorkflowUnsupported as exc:
+        return HTMLResponse(f"no processes here: {html.escape(str(exc))}", 501)
+    except ValueError as exc:
+        return HTMLResponse(f"no such process: {html.escape(str(exc))}", 404)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    text = json.dumps(found["state"], indent=2, ensure_ascii=False, sort_keys=True)
+    shown = text.encode()[:PAYLOAD_SHOWN].decode(errors="ignore")
+    context = {
+        "queue": name,
+        "process": found,
+        "state_text": shown,
+        "state_cut": len(shown) < len(text),
+        "timer": found["timers"][0] if found["timers"] else None,
+        "moments": process_timeline(found["tasks"], found["events"], now),
+        "recent": PROCESS_RECENT,
+        "role": role.value,
+    }
+    return _page(request, "process_state.html" if partial else "process.html", context)
+
+
+def process_timeline(
+    tasks: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime.datetime
+) -> list[dict[str, Any]]:
+    """A process's tasks and events in the order they happened: a task at its start (or,
+    not started, when it is due), an event when it was written (its task's run, after the
+    task's row)."""
+    moments: list[tuple[datetime.datetime, int, int, dict[str, Any]]] = []
+    for task in tasks:
+        waited, ran = durations(task, now)
+        at = task["started_at"] or task["data_hora"] or task["created_at"]
+        row = dict(task, what="task", at=at, waited_s=waited, ran_s=ran)
+        row["response_text"] = _json_text(task["response"])
+        moments.append((humane.instant(at) or now, 0, int(task["id"]), row))
+    for event in events:
+        row = dict(event, what="event", at=event["created_at"])
+        row["payload_text"] = _json_text(event["payload"])
+        moments.append((humane.instant(event["created_at"]) or now, 1, int(event["id"]), row))
+    return [row for *_, row in sorted(moments, key=lambda m: m[:3])]
+
+
+def _json_text(value: Any) -> str:
+    if value is None:
+        return ""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= SHOWN_INLINE else text[: SHOWN_INLINE - 1] + "…"
 
 
 @router.post("/queues/{name}/workflows/{workflow_id}/cancel")

@@ -13,11 +13,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nsj_queue_lib.db.inspection import TaskFilter
+from nsj_queue_lib.db.inspection import TaskFilter, as_utc
 from nsj_queue_lib.db.pause_store import BreakerStore
 from nsj_queue_lib.db.queue_store import InspectionStore
 from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.exceptions import DatabaseError, NotFoundError
+from nsj_queue_lib.process.client import process_store
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
 from nsj_queue_lib.web.connections import Connections
@@ -85,6 +86,60 @@ class Queue:
                 return workflow_of_task(QueueClient(conn, self.table), task_id)
         except DatabaseError:  # WorkflowUnsupported included: a task page still shows
             return None
+
+    def start_process(
+        self, process_id: str, processo: str, payload: Any, options: Mapping[str, Any]
+    ) -> int:
+        """``QueueClient.start_process``; raises ``ProcessExistsError``, ``ValueError``."""
+        with self._connections.transaction() as conn:
+            return QueueClient(conn, self.table).start_process(
+                process_id, processo, payload, **options
+            )
+
+    def call_process(
+        self,
+        process_id: str,
+        processo: str,
+        payload: Any,
+        options: Mapping[str, Any],
+        repair: bool = False,
+    ) -> int:
+        """``QueueClient.call_process`` (``repair_process`` with ``repair``); raises
+        ``NotFoundError``, ``ProcessCorruptedError``, ``ValueError``."""
+        with self._connections.transaction() as conn:
+            client = QueueClient(conn, self.table)
+            enqueue = client.repair_process if repair else client.call_process
+            return enqueue(process_id, processo, payload, **options)
+
+    def wait_for_call(self, task_id: int, timeout_s: float) -> tuple[dict[str, Any], Any]:
+        """``wait_for_task``, then ``call_response``, for a process's task (after its commit):
+        (the task's view, the handler's result); raises ``TimeoutError``."""
+        with self._connections.transaction() as conn:
+            client = QueueClient(conn, self.table)
+            task = client.wait_for_task(task_id, timeout_s)
+            return task, client.call_response(task_id)
+
+    def process(self, process_id: str, events: int = 20, tasks: int = 20) -> dict[str, Any]:
+        """``QueueClient.get_process``, JSON-ready; ``NotFoundError`` for an unknown id,
+        ``WorkflowUnsupported`` where the queue has no process tables."""
+        with self._connections.transaction() as conn:
+            found = QueueClient(conn, self.table).get_process(process_id, events, tasks)
+        if found is None:
+            raise NotFoundError(f"process {process_id!r} not found in {self.table}")
+        ready = json_ready(_utc(found))
+        for part in ("timers", "events", "tasks"):
+            ready[part] = [json_ready(_utc(item)) for item in found[part]]
+        return dict(ready, queue=self.table)
+
+    def process_of_task(self, task_id: int) -> tuple[str, str] | None:
+        """(process id, kind) of the task's process; None when it belongs to none (or the
+        queue has no process tables)."""
+        try:
+            with self._connections.transaction() as conn:
+                found = process_store(QueueClient(conn, self.table)).task_process(conn, task_id)
+        except DatabaseError:  # WorkflowUnsupported included: a task page still shows
+            return None
+        return None if found is None else (found[0], found[1])
 
     def pause(self, processo: str | None, until: datetime.datetime | None) -> None:
         """``QueueClient.pause``: the whole queue (or ``processo``), across every worker."""
@@ -235,3 +290,8 @@ def decoded_payload(text: str | None) -> Any:
 def json_ready(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row with its times as ISO 8601 strings."""
     return {k: v.isoformat() if isinstance(v, datetime.datetime) else v for k, v in row.items()}
+
+
+def _utc(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row whose naive times (MySQL/MariaDB's sessions read them in UTC) carry UTC."""
+    return {k: as_utc(v) if isinstance(v, datetime.datetime) else v for k, v in row.items()}

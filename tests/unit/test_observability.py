@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from nsj_queue_lib import current_task
 from nsj_queue_lib.cli.app import main as nsjq
 from nsj_queue_lib.fleet.pause import Pause
 from nsj_queue_lib.model import TaskRecord
@@ -253,6 +254,37 @@ def test_the_handler_is_timed_whether_it_returns_or_raises():
     with pytest.raises(RuntimeError):
         timed({"processo": "p", "payload": "bad"}, None)
     assert value(observer, "nsjq_handler_duration_seconds_count", processo="p") == 2
+
+
+def test_a_process_task_is_timed_by_kind_and_other_tasks_cost_no_more():
+    """The kind comes from the context (process/running.py sets it while the handler runs);
+    a task of no process, or one that never reached its process, is not a process's."""
+    from nsj_queue_lib.context import TaskContext, running
+
+    observer = PrometheusObserver("q")
+    due = datetime.datetime.now(UTC) - datetime.timedelta(seconds=2)
+
+    def handler(row, conn):
+        context = current_task()
+        context.process_kind = row.get("kind")
+        return "ok"
+
+    timed = timed_handler(handler, observer)
+    rows = [
+        {"processo": "p", "lock_key": "process:a", "kind": "timer", "data_hora": due},
+        {"processo": "p", "lock_key": "process:a", "kind": None, "data_hora": due},  # dead letter
+        {"processo": "p", "lock_key": "k", "kind": "call", "data_hora": due},  # no process
+        {"processo": "p", "kind": "call", "data_hora": due},
+    ]
+    for row in rows:
+        with running(TaskContext(1)):
+            assert timed(row, None) == "ok"
+    assert value(observer, "nsjq_handler_duration_seconds_count", processo="p") == 4
+    assert (
+        value(observer, "nsjq_process_task_duration_seconds_count", processo="p", kind="timer") == 1
+    )
+    assert 2 <= value(observer, "nsjq_process_task_delay_seconds_sum", kind="timer") < 10
+    assert value(observer, "nsjq_process_task_delay_seconds_count", kind="call") is None
 
 
 def test_gauges_are_read_at_each_scrape_and_the_depth_only_where_sampled():
