@@ -306,3 +306,37 @@ def test_dedupe_key_is_refused_with_a_process(backend):
             client.insert_task("o", "d", "count", None, "{}", process_id="d-1", dedupe_key="k")
         with pytest.raises(TypeError, match="unknown insert options"):
             client.call_process("d-1", "count", "{}", dedupe_key="k")
+
+
+@BOTH
+def test_a_queue_without_the_process_tables_says_so_until_db_gen_upgrade(backend):
+    """A queue made before process instances: start_process names ``db_gen --upgrade``
+    (nothing written); the upgrade adds the tables, and then a process starts and runs."""
+    from nsj_queue_lib.db_gen import render
+    from nsj_queue_lib.exceptions import WorkflowUnsupported
+    from tests.helpers.mysql_queue import execute_script
+
+    for table in ("process_events", "process_tasks", "processes"):
+        backend.execute(f"DROP TABLE {backend.table}_{table}")
+    with pytest.raises(WorkflowUnsupported, match="db_gen --upgrade"):
+        start(backend, "u-1")
+    assert backend.rows() == []
+    if backend.family == "postgres":
+        backend.admin.execute(render(backend.schema, backend.name, upgrade=True))
+    else:
+        execute_script(backend.admin, render(backend.schema, backend.name, "mysql", upgrade=True))
+    first = start(backend, "u-1")
+    running = backend.run(process_worker(backend))
+    wait_for(lambda: backend.row(first)["status"] == "sucesso", 20, "the start to run")
+    assert running.stop() == 0
+    assert get_process(backend, "u-1")["state"]["n"] == 1
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("backend", ["singlestore-via-server"], indirect=True)
+def test_singlestore_refuses_processes_clearly(backend):
+    from nsj_queue_lib.exceptions import WorkflowUnsupported
+
+    with pytest.raises(WorkflowUnsupported):
+        start(backend, "s-1")
+    assert backend.rows() == []
