@@ -14,6 +14,7 @@ from nsj_queue_lib.cli import fleet_commands, health_command
 from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
 from nsj_queue_lib.cli.operate_commands import cancel, retry
+from nsj_queue_lib.cli.process_command import process
 from nsj_queue_lib.cli.schema_commands import ddl, upgrade
 from nsj_queue_lib.cli.workflow_command import workflow
 from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES
@@ -144,6 +145,11 @@ def _add_inspect_commands(commands: argparse._SubParsersAction[_Parser]) -> None
         help="first cancel its unfinished tasks (waiting ones; running ones are asked to stop)",
     )
 
+    sub = _add(commands, "process", process, "a process instance: state, timer, tasks and events")
+    sub.add_argument("id", help="the process's id (start_process's process_id)")
+    sub.add_argument("--tasks", type=_page_size, default=20, help="its last tasks shown (20)")
+    sub.add_argument("--events", type=_page_size, default=20, help="its last events shown (20)")
+
 
 def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     """retry and cancel: they change one task."""
@@ -258,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command is None:
             raise UsageError(
-                "a command is required: status, tasks, show, workflow, retry, cancel, pause, "
+                "a command is required: status, tasks, show, workflow, process, retry, cancel, pause, "
                 "resume, breaker, ddl, upgrade, web or health"
             )
         standalone: Callable[[argparse.Namespace], int] | None = getattr(args, "standalone", None)
