@@ -131,11 +131,18 @@ class PostgresTaskSession(TaskSession):
             self._settle.use_unnamed()
             if self._process_saves is not None:
                 self._process_saves.use_unnamed()
-        claim = store.claim_params(None, None, claim_limit)
-        statements: list[tuple[PreparedRoundTrip, Sequence[Any]]] = [
-            (self._settle, settle_params(written, store.queue_key)),
-            (store.claim_statement, claim),
-        ]
+        statements: list[tuple[PreparedRoundTrip, Sequence[Any]]]
+        if len(written) == 1:  # the claim function settles it, after its process's write
+            [(task, mensagem)] = written
+            statements = [
+                (store.claim_statement, store.claim_params(task.id, mensagem, claim_limit))
+            ]
+        else:
+            claim = store.claim_params(None, None, claim_limit)
+            statements = [
+                (self._settle, settle_params(written, store.queue_key)),
+                (store.claim_statement, claim),
+            ]
         if saves:  # the process tasks' writes, before their successes (process/batch.py)
             statements.insert(0, (self._save_processes(), save_processes_params(saves)))
         with wrap_driver_errors("complete_tasks"):
