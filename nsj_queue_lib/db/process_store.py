@@ -112,18 +112,12 @@ class ProcessStore(WorkflowStore):
             return None
         return dict(zip((*LOADED_COLUMNS, "kind"), rows[0], strict=True))
 
-    def load_for_tasks(self, conn: Any, pairs: dict[int, str]) -> dict[int, dict[str, Any]]:
-        """``load_for_task`` for many tasks at once ({task id: process id}; PostgreSQL):
+    def load_for_tasks(self, conn: Any, task_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """``load_for_task`` for many tasks at once (their first attempts' ids; PostgreSQL):
         {task id: what it gives}, without the tasks whose process is gone."""
-        params = {
-            "task_ids": [int(task) for task in pairs],
-            "process_ids": [pairs[task] for task in pairs],
-        }
         keys = (*LOADED_COLUMNS, "kind")
-        return {
-            int(row[0]): dict(zip(keys, row[1:], strict=True))
-            for row in self._rows(conn, "load_for_tasks", params)
-        }
+        rows = self._rows(conn, "load_for_tasks", {"task_ids": [int(t) for t in task_ids]})
+        return {int(row[0]): dict(zip(keys, row[1:], strict=True)) for row in rows}
 
     def save(
         self,

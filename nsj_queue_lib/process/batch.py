@@ -32,18 +32,17 @@ class ProcessBatch:
         # By attempt id: the writes of the group's successes since its last commit.
         self.saves: dict[int, ProcessSave] = {}
 
-    def load(self, store: Any, conn: Any, process_id: str, task_id: int) -> dict[str, Any] | None:
-        """``store.load_for_task`` for this task, read with the group's other process tasks'
-        the first time."""
+    def load(self, store: Any, conn: Any, task_id: int) -> dict[str, Any] | None:
+        """``store.load_for_task`` for this task (its first attempt's id), read with the
+        group's other process tasks' the first time."""
         if task_id not in self._loaded:
-            pairs = {task_id: process_id}
+            wanted = [task_id]
             for row in self._peers():
-                peer = process_id_of(row)
                 first = int(row.get("id_inicial") or row["id"])
-                if peer is not None and first not in self._loaded:
-                    pairs[first] = peer
-            found = store.load_for_tasks(conn, pairs)
-            for first in pairs:
+                if process_id_of(row) is not None and first not in self._loaded:
+                    wanted.append(first)
+            found = store.load_for_tasks(conn, wanted)
+            for first in wanted:
                 self._loaded[first] = found.get(first)
         return self._loaded.pop(task_id)
 

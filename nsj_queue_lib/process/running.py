@@ -44,7 +44,7 @@ def run_process_task(
     task_id = int(context.id_inicial)
     batch = getattr(context, "process_batch", None)  # a commit group's (batch.py)
     if batch is not None:
-        loaded = batch.load(store, conn, process_id, task_id)
+        loaded = batch.load(store, conn, task_id)
     else:
         loaded = store.load_for_task(conn, process_id, task_id)
     if loaded is None:

@@ -31,13 +31,13 @@ WHERE p.process_id = %(process_id)s
 FOR NO KEY UPDATE OF p
 
 -- name: load_for_tasks
--- load_for_task for the process tasks of a commit group at once (process/batch.py):
--- one row per (process, task) pair whose process exists.
-SELECT v.task_id, p.processo, p.status, p.detail, p.state, p.corrupted_by, p.timer_task_id,
+-- load_for_task for the process tasks of a commit group at once (process/batch.py),
+-- by the task list's primary key: one row per task whose process exists.
+SELECT pt.task_id, p.processo, p.status, p.detail, p.state, p.corrupted_by, p.timer_task_id,
        p.remove_at, pt.kind
-FROM unnest(%(process_ids)s::text[], %(task_ids)s::bigint[]) AS v(process_id, task_id)
-JOIN {processes_table} AS p ON p.process_id = v.process_id
-LEFT JOIN {process_tasks_table} AS pt ON pt.task_id = v.task_id
+FROM {process_tasks_table} AS pt
+JOIN {processes_table} AS p ON p.process_id = pt.process_id
+WHERE pt.task_id = ANY(%(task_ids)s::bigint[])
 FOR NO KEY UPDATE OF p
 
 -- name: save_process
