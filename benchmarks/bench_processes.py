@@ -1,16 +1,19 @@
 """Process instances on PostgreSQL (issue 42): calls to many processes against plain tasks,
 and the calls one process sustains.
 
-1. Paired rounds, in alternating order: ``--tasks`` plain no-op tasks, and one call to
+1. Paired rounds, in rotating order: ``--tasks`` plain no-op tasks; one no-op call to
    each of ``--tasks`` distinct processes (started, and their start tasks drained,
-   before the clock starts), each on a fresh queue drained by the same worker
-   processes' set-up. The time runs from the enqueue's commit until the last task is
-   'sucesso'; the ratio is plain time / process time (the target: at least 0.8, the
-   calls drain at least 0.8x as fast). A call costs the worker its process's row read
-   and locked, then its state written, in the task's transaction.
-2. One process, ``--calls`` calls enqueued at once: they run one at a time (the
-   process's lock key), each reading the state the previous one committed; calls per
-   second from the commit until the last one's success (the target: at least 200).
+   before the clock starts); and the same calls each counting itself in its process's
+   state (``BENCH_PROCESS_STATE=1``: the state is written with the task's commit). Each
+   on a fresh queue drained by the same worker processes' set-up. The time runs from
+   the enqueue's commit until the last task is 'sucesso'; the ratios are plain time /
+   calls' time (the target: at least 0.8). A call costs the worker its process's row
+   read and locked (with group commit: once per group, for all its process tasks), and,
+   when it changed something, its write (with group commit: in the settle's round trip).
+2. One process, ``--calls`` calls enqueued at once, each counting itself in the
+   process's state: they run one at a time (the process's lock key), each reading the
+   state the previous one committed; calls per second from the commit until the last
+   one's success (the target: at least 200).
 
     .venv/bin/python benchmarks/bench_processes.py [--rounds 3] [--tasks 1000] [--calls 1000]
 """
@@ -48,8 +51,14 @@ def drain_plain(dsn: str, tasks: int, processes: int, concurrency: int, logs: Pa
             return wait_succeeded(conn, queue, ids[0], ids[-1], tasks, t0, 600)
 
 
-def drain_calls(dsn: str, tasks: int, processes: int, concurrency: int, logs: Path) -> float:
-    with fresh_queue(dsn) as queue, running_workers(dsn, queue, processes, concurrency, logs):
+def drain_calls(
+    dsn: str, tasks: int, processes: int, concurrency: int, logs: Path, state: bool = False
+) -> float:
+    extra = {"BENCH_PROCESS_STATE": "1"} if state else None
+    with (
+        fresh_queue(dsn) as queue,
+        running_workers(dsn, queue, processes, concurrency, logs, extra),
+    ):
         with connect(dsn) as conn:
             client = QueueClient(conn, f"public.{queue}")
             starts = [client.start_process(f"p-{n}", "noop", {"n": n}) for n in range(tasks)]
@@ -62,8 +71,12 @@ def drain_calls(dsn: str, tasks: int, processes: int, concurrency: int, logs: Pa
 
 
 def serialized(dsn: str, calls: int, processes: int, concurrency: int, logs: Path) -> float:
-    """Calls per second of one process."""
-    with fresh_queue(dsn) as queue, running_workers(dsn, queue, processes, concurrency, logs):
+    """Calls per second of one process, each counting itself in the process's state."""
+    extra = {"BENCH_PROCESS_STATE": "1"}
+    with (
+        fresh_queue(dsn) as queue,
+        running_workers(dsn, queue, processes, concurrency, logs, extra),
+    ):
         with connect(dsn) as conn:
             client = QueueClient(conn, f"public.{queue}")
             first = client.start_process("one", "noop", {})
@@ -85,26 +98,42 @@ def main() -> int:
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="bench-processes-"))
     print(f"{args.processes} worker processes x {args.concurrency} slots, PostgreSQL")
-    ratios, rates = [], []
+    kinds = ("plain", "calls", "calls writing state")
+    ratios: dict[str, list[float]] = {kind: [] for kind in kinds[1:]}
+    rates = []
     for round_ in range(args.rounds):
         runs = {}
-        order = ["plain", "calls"] if round_ % 2 == 0 else ["calls", "plain"]
-        for kind in order:
-            drain = drain_plain if kind == "plain" else drain_calls
-            runs[kind] = drain(args.dsn, args.tasks, args.processes, args.concurrency, logs)
-        ratio = runs["plain"] / runs["calls"]
-        ratios.append(ratio)
+        for kind in kinds[round_ % 3 :] + kinds[: round_ % 3]:
+            if kind == "plain":
+                runs[kind] = drain_plain(
+                    args.dsn, args.tasks, args.processes, args.concurrency, logs
+                )
+            else:
+                runs[kind] = drain_calls(
+                    args.dsn,
+                    args.tasks,
+                    args.processes,
+                    args.concurrency,
+                    logs,
+                    state=kind == "calls writing state",
+                )
+        for kind in kinds[1:]:
+            ratios[kind].append(runs["plain"] / runs[kind])
         rate = serialized(args.dsn, args.calls, args.processes, args.concurrency, logs)
         rates.append(rate)
         print(
-            f"round {round_ + 1}: {args.tasks} plain tasks {runs['plain']:.2f} s "
-            f"({args.tasks / runs['plain']:.0f}/s); calls to {args.tasks} processes "
-            f"{runs['calls']:.2f} s ({args.tasks / runs['calls']:.0f}/s); ratio {ratio:.2f}; "
-            f"one process: {rate:.0f} calls/s"
+            f"round {round_ + 1}: "
+            + "; ".join(f"{kind} {args.tasks / runs[kind]:.0f}/s" for kind in kinds)
+            + "; ratios "
+            + ", ".join(f"{ratios[kind][-1]:.2f}" for kind in kinds[1:])
+            + f"; one process: {rate:.0f} calls/s"
         )
     print(
-        f"median ratio (calls' speed / plain speed): {statistics.median(ratios):.2f}; "
-        f"one process, median: {statistics.median(rates):.0f} calls/s"
+        "medians: "
+        + "; ".join(
+            f"{kind} / plain speed {statistics.median(ratios[kind]):.2f}" for kind in kinds[1:]
+        )
+        + f"; one process {statistics.median(rates):.0f} calls/s"
     )
     return 0
 

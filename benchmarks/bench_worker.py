@@ -13,6 +13,9 @@ compute enqueue-commit -> handler-start latencies on the same clock.
 declared ``async def``, awaiting ``asyncio.sleep(BENCH_ASYNC_SLEEP)`` seconds
 first when that is set (bench_async.py).
 
+``BENCH_PROCESS_STATE=1``: a task of a process (bench_processes.py) counts its calls in
+its process's state (``state["n"]``), which is then written with its commit.
+
 ``BENCH_OTEL_SDK=memory`` sets up OpenTelemetry's SDK first, its spans going
 to an in-memory exporter through a batch processor (as an application's
 exporter would take them): the cost of QUEUE_OTEL's spans, recorded.
@@ -24,12 +27,13 @@ import asyncio
 import os
 import time
 
-from nsj_queue_lib import WorkerBase
+from nsj_queue_lib import WorkerBase, current_task
 
 
 class NoopWorker(WorkerBase):
     def __init__(self) -> None:
         super().__init__()
+        self._process_state = os.environ.get("BENCH_PROCESS_STATE") == "1"
         path = os.environ.get("BENCH_LATENCY_FILE")
         self._latency_fd = (
             os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
@@ -39,6 +43,10 @@ class NoopWorker(WorkerBase):
         if self._latency_fd is not None:
             started = time.time()
             os.write(self._latency_fd, f"{tarefa['id']} {started:.6f}\n".encode())
+        if self._process_state:
+            process = current_task().process
+            if process is not None:
+                process.state["n"] = process.state.get("n", 0) + 1
         return None
 
 

@@ -55,6 +55,11 @@ class ProcessContext:
         self.detail: str | None = loaded["detail"]
         self.corrupted_by: int | None = loaded["corrupted_by"]
         self._timer_task_id: int | None = loaded["timer_task_id"]
+        # As read, to tell whether the task changed anything (running.py writes nothing then).
+        self.loaded_state: str = loaded["state"]
+        self.loaded_status: str | None = loaded["status"]
+        self.loaded_detail: str | None = loaded["detail"]
+        self.timer_task_id = self._timer_task_id  # the pending timer when the task started
 
     def emit(self, event_type: str, payload: Any = None) -> None:
         """Append an event (``payload``: a JSON value) to the process's history."""

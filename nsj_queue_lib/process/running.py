@@ -105,10 +105,27 @@ def _save(
         process.kind == REPAIR,
         None if result is None else _response(result),
     )
+    if _unchanged(process, save):
+        return  # a call that only read its process writes nothing
     if batch is not None:
         batch.saves[attempt_id] = save
     else:
         store.save(conn, *save)
+
+
+def _unchanged(process: ProcessContext, save: ProcessSave) -> bool:
+    """Whether writing ``save`` would change nothing: the same state (as JSON text: what was
+    stored is ``json_text``'s), status and detail, no response, no repair, and the task is
+    not the process's pending timer (whose end clears it)."""
+    _, task_id, state, status, detail, repair, response = save
+    return (
+        state == process.loaded_state
+        and status == process.loaded_status
+        and detail == process.loaded_detail
+        and response is None
+        and not repair
+        and process.timer_task_id != task_id
+    )
 
 
 def _response(result: Any) -> str:
