@@ -4,7 +4,9 @@
 process's row is read and locked in the task's transaction, the handler sees it in
 ``current_task().process``, and what the handler left (``state``, ``status``,
 ``detail``, its result as the response) is written before the worker commits the
-task's success, so it commits with it, and a failure rolls it back with the rest.
+task's success (in a commit group, with the group's settle: ``batch.py``), so it
+commits with it, and a failure rolls it back with the rest. A task that changed
+nothing writes nothing.
 
 A corrupted process (a task of it failed for good) runs only repair tasks: any other
 task of it ends 'cancelada' without running, as does a task of a removed process
