@@ -61,6 +61,27 @@ class ProcessContext:
         self.loaded_detail: str | None = loaded["detail"]
         self.timer_task_id = self._timer_task_id  # the pending timer when the task started
 
+    def written_form(self) -> tuple[str, str | None, str | None]:
+        """(state as JSON text, status, detail) as they are written; ``TypeError`` or
+        ``ValueError`` naming what the handler left wrong."""
+        if not isinstance(self.state, dict):
+            raise TypeError(
+                f"process.state must be a dict (a JSON object), got {type(self.state).__name__}"
+            )
+        for name, value in (("status", self.status), ("detail", self.detail)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"process.{name} must be a str or None, got {type(value).__name__}")
+        if self.status is not None and len(self.status) > STATUS_LIMIT:
+            raise ValueError(f"process.status is longer than {STATUS_LIMIT} characters")
+        return json_text(self.state, "process.state"), self.status, self.detail
+
+    def save_now(self) -> None:
+        """Write state, status and detail in the handler's open transaction, which a durable
+        step or wait is about to commit: they are kept with what it keeps."""
+        state, status, detail = self.written_form()
+        self._store.save(self._conn, self.id, self.task_id, state, status, detail, False, None)
+        self.loaded_state, self.loaded_status, self.loaded_detail = state, status, detail
+
     def emit(self, event_type: str, payload: Any = None) -> None:
         """Append an event (``payload``: a JSON value) to the process's history."""
         if not isinstance(event_type, str) or not event_type.strip():

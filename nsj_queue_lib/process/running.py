@@ -23,8 +23,8 @@ from typing import Any
 from nsj_queue_lib.db.process_store import ProcessStore
 from nsj_queue_lib.exceptions import TaskRefused
 from nsj_queue_lib.process.batch import ProcessBatch, ProcessSave
-from nsj_queue_lib.process.ids import CALL, CORRUPTED, REPAIR, json_text, process_id_of
-from nsj_queue_lib.process.instance import STATUS_LIMIT, ProcessContext
+from nsj_queue_lib.process.ids import CALL, CORRUPTED, REPAIR, process_id_of
+from nsj_queue_lib.process.instance import ProcessContext
 
 REPAIRED = "repaired"
 
@@ -86,24 +86,15 @@ def _save(
     attempt_id: int,
 ) -> None:
     """What the handler left, written now, or with its group's commit (``batch``)."""
-    if not isinstance(process.state, dict):
-        raise TypeError(
-            f"process.state must be a dict (a JSON object), got {type(process.state).__name__}"
-        )
-    status = process.status
+    state, status, detail = process.written_form()
     if process.kind == REPAIR and status == CORRUPTED:
         status = REPAIRED  # a repair that said nothing still ends the corruption
-    for name, value in (("status", status), ("detail", process.detail)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"process.{name} must be a str or None, got {type(value).__name__}")
-    if status is not None and len(status) > STATUS_LIMIT:
-        raise ValueError(f"process.status is longer than {STATUS_LIMIT} characters")
     save: ProcessSave = (
         process.id,
         process.task_id,
-        json_text(process.state, "process.state"),
+        state,
         status,
-        process.detail,
+        detail,
         process.kind == REPAIR,
         None if result is None else _response(result),
     )

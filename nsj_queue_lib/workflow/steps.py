@@ -120,12 +120,16 @@ def checkpoint(
 
 
 def fence(context: TaskContext, store: StepStore) -> None:
-    """The attempt still owns its task: its row 'processando', locked until the commit."""
+    """The attempt still owns its task: its row 'processando', locked until the commit; a
+    process's task writes its process's state, which commits then too."""
     if not store.owns(context.bd_conn, context.id):
         raise AttemptFenced(
             f"task {context.id_inicial}: attempt {context.id} is no longer 'processando' "
             "(another worker rescued it); this step was not committed"
         )
+    if context.process is not None:
+        # A process's task: its state so far commits with the step or wait (process/).
+        context.process.save_now()
 
 
 # -- durable pipelines --

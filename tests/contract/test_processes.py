@@ -340,3 +340,14 @@ def test_singlestore_refuses_processes_clearly(backend):
     with pytest.raises(WorkflowUnsupported):
         start(backend, "s-1")
     assert backend.rows() == []
+
+
+@BOTH
+def test_a_durable_step_commits_the_process_state_as_it_is_then(backend):
+    """Attempt 1 adds itself to the state, commits a step, then fails: the retry finds the
+    state the step committed and adds itself after it."""
+    start(backend, "s-1", "stepwise")
+    running = backend.run(process_worker(backend, queue_base_interval_retry=RETRY_BASE_MINUTES))
+    backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the failure and the retry")
+    assert running.stop() == 0
+    assert get_process(backend, "s-1")["state"] == {"seen": [1, 2]}

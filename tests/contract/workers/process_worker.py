@@ -13,6 +13,7 @@ transaction; the payload (JSON) steers it:
 - "retire": ``remove_after(spec["after"])``.
 - "break": raises ``PermanentError`` (dead-lettered at once: the process is corrupted).
 - "fix" (a repair): ``status = "fixed"``, ``state["fixed"] = True``.
+- "stepwise": ``state["seen"]`` + [attempt], a durable step, then a failure on attempt 1.
 """
 
 from __future__ import annotations
@@ -83,6 +84,15 @@ class ProcessContractWorker(ContractWorker):
         process.state["fixed"] = True
         self._row(bd_conn, tarefa, "fixed")
         return "fixed"
+
+    @Task("stepwise")
+    def stepwise(self, payload, tarefa, bd_conn):
+        task = current_task()
+        task.process.state["seen"] = [*task.process.state.get("seen", []), tarefa["tentativa"]]
+        task.step("s", int, 1)
+        if tarefa["tentativa"] == 1:
+            raise RuntimeError("failing after the step")
+        return "done"
 
 
 if __name__ == "__main__":
