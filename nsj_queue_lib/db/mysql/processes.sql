@@ -36,7 +36,7 @@ SET p.corrupted_by = CASE WHEN %(repair)s THEN NULL ELSE p.corrupted_by END,
     p.timer_task_id = CASE WHEN p.timer_task_id = %(task_id)s THEN NULL ELSE p.timer_task_id END,
     p.state = %(state)s, p.status = %(status)s, p.detail = %(detail)s,
     p.updated_at = CURRENT_TIMESTAMP(6),
-    pt.response = %(response)s
+    pt.response = COALESCE(%(response)s, pt.response)
 WHERE p.process_id = %(process_id)s
 
 -- name: emit

@@ -45,7 +45,8 @@ FOR NO KEY UPDATE OF p
 -- the task was a repair, its timer consumed when it was the pending timer, and the
 -- task's response; one statement (a round trip per task counts: bench_processes.py).
 WITH answered AS (
-    UPDATE {process_tasks_table} SET response = %(response)s WHERE task_id = %(task_id)s
+    UPDATE {process_tasks_table} SET response = %(response)s
+    WHERE task_id = %(task_id)s AND %(response)s::text IS NOT NULL
 )
 UPDATE {processes_table}
 SET state = %(state)s, status = %(status)s, detail = %(detail)s,
@@ -65,7 +66,7 @@ WITH v AS (
          AS v(process_id, task_id, state, status, detail, repair, response)
 ), answered AS (
     UPDATE {process_tasks_table} AS pt SET response = v.response
-    FROM v WHERE pt.task_id = v.task_id
+    FROM v WHERE pt.task_id = v.task_id AND v.response IS NOT NULL
 ), saved AS (
     UPDATE {processes_table} AS p
     SET state = v.state, status = v.status, detail = v.detail,
