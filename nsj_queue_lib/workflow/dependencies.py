@@ -28,7 +28,6 @@ do not wait for the retry nor count it again.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -154,9 +153,12 @@ def parents_failed(wstore: WorkflowStore, conn: Any, attempt_ids: Sequence[int])
         # Each edge counts once: a parent retried by hand after it failed for good, or
         # a failure written twice, finds its edges settled.
         wstore.settle_edges(conn, frontier)
-        finished = Counter(child for _, child, mode in rows if mode == "run")
-        for child, n in sorted(finished.items()):
-            released = wstore.count_down(conn, child, n) or released
+        finished: dict[int, list[int]] = {}
+        for parent, child, mode in rows:
+            if mode == "run":
+                finished.setdefault(child, []).append(parent)
+        for child, parents in sorted(finished.items()):
+            released = wstore.count_down(conn, child, parents) or released
         frontier = []
         for parent, child, mode in rows:
             if mode == "cancel" and wstore.cancel_waiting(
