@@ -6,7 +6,11 @@
    one fan-in ``after`` all of them), each on a fresh queue drained by the same
    worker processes' set-up. The time runs from the enqueue's commit until the
    last task is 'sucesso'; the ratio is independent time / workflow time (>= 0.8
-   is the target: the workflow drains at least 0.8x as fast).
+   is the target: the workflow drains at least 0.8x as fast). Measured on the
+   shared 2-core machine, 2 x 4 executors, main then this branch back to back:
+   median 0.26 (workflow 9.2-10.7 s against 2.3-2.8 s) before the fan-in's count
+   was split in slots, 0.59 after (2.9-4.9 s against 1.7-1.9 s);
+   docs/benchmarks.md says where the rest goes.
 2. ``wait_for_task``: a task enqueued and committed, then waited for on another
    connection while a worker runs it; the time from the commit until the call
    returns, p50 and p95 over ``--waits`` tasks, and the share of it after the task's

@@ -137,9 +137,16 @@ class QueueClient:
         wstore = self._workflow()
         parents = [read_parents(wstore, self._conn, after) if after else [] for after in afters]
         ids = []
+        # Stores that can write a row 'aguardando' in its INSERT (PostgreSQL's); the others'
+        # children are inserted, then set waiting.
+        insert_waiting = getattr(self._store, "insert_waiting_task", None)
         for row, read, mode in zip(rows, parents, modes, strict=True):
             insert = functools.partial(self._store.insert_task, self._conn, row)
-            ids.append(insert_child(wstore, self._conn, insert, read, mode) if read else insert())
+            if not read:
+                ids.append(insert())
+                continue
+            waiting = insert_waiting and functools.partial(insert_waiting, self._conn, row)
+            ids.append(insert_child(wstore, self._conn, insert, read, mode, waiting))
         return ids
 
     def insert_task_pub_sub(

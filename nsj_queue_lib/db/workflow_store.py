@@ -187,9 +187,11 @@ class WorkflowStore:
         if parent_ids:
             self._run(conn, "settle_edges", {"ids": self._ids(parent_ids)})
 
-    def count_down(self, conn: Any, child_id: int, finished: int) -> bool:
-        """``finished`` more parents of ``child_id`` ended; True when that released it."""
-        self._run(conn, "count_down", {"child": child_id, "n": finished})
+    def count_down(self, conn: Any, child_id: int, parents: Sequence[int]) -> bool:
+        """These parents of ``child_id`` (first attempts' ids) ended, their edges settled;
+        True when that released it."""
+        params = {"child": child_id, "n": len(parents), "parents": [int(p) for p in parents]}
+        self._run(conn, "count_down", params)
         return self._run(conn, "release_child", {"child": child_id}) > 0
 
     def cancel_waiting(self, conn: Any, child_id: int, mensagem: str) -> bool:

@@ -28,8 +28,7 @@ do not wait for the retry nor count it again.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
@@ -111,10 +110,11 @@ def insert_child(
     insert: Any,
     parents: Sequence[tuple[int, int, str | None]],
     on_parent_failure: str,
+    insert_waiting: Callable[[], int] | None = None,
 ) -> int:
     """Insert a task (``insert()``, returning its id) after ``parents`` (``read_parents``'s
-    answer, read in this transaction), in the caller's transaction; returns its id."""
-    task_id: int = insert()
+    answer, read in this transaction), in the caller's transaction; returns its id.
+    ``insert_waiting()``, where the store has it, inserts the task 'aguardando' at once."""
     # Per parent, not per id given: two ids of one task (an attempt and its retry) are
     # one edge, counted once.
     outcomes = {first: outcome for _, first, outcome in parents}
@@ -122,9 +122,15 @@ def insert_child(
     pending = sum(1 for outcome in outcomes.values() if outcome is None)
     failed = [given for given, _, outcome in parents if outcome == "failed"]
     if failed and on_parent_failure == "cancel":
+        task_id: int = insert()
         wstore.add_child(conn, task_id, edges, 0, on_parent_failure)
         wstore.set_new_status(conn, task_id, model.CANCELADA, failed_parent_message(failed[0]))
         return task_id
+    if pending and insert_waiting is not None:
+        task_id = insert_waiting()
+        wstore.add_child(conn, task_id, edges, pending, on_parent_failure)
+        return task_id
+    task_id = insert()
     wstore.add_child(conn, task_id, edges, pending, on_parent_failure)
     if pending:
         wstore.set_new_status(conn, task_id, AGUARDANDO, None)
@@ -147,9 +153,12 @@ def parents_failed(wstore: WorkflowStore, conn: Any, attempt_ids: Sequence[int])
         # Each edge counts once: a parent retried by hand after it failed for good, or
         # a failure written twice, finds its edges settled.
         wstore.settle_edges(conn, frontier)
-        finished = Counter(child for _, child, mode in rows if mode == "run")
-        for child, n in sorted(finished.items()):
-            released = wstore.count_down(conn, child, n) or released
+        finished: dict[int, list[int]] = {}
+        for parent, child, mode in rows:
+            if mode == "run":
+                finished.setdefault(child, []).append(parent)
+        for child, parents in sorted(finished.items()):
+            released = wstore.count_down(conn, child, parents) or released
         frontier = []
         for parent, child, mode in rows:
             if mode == "cancel" and wstore.cancel_waiting(

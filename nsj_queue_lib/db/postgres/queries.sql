@@ -4,14 +4,16 @@
 
 -- name: insert_task
 -- The first attempt's data_hora and data_hora_inicial are the same instant.
+-- status: NULL ('pendente'), or 'aguardando' for a child written waiting for its
+-- parents by its INSERT (one row version instead of two: workflow/dependencies.py).
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash,
-    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial
+    tenant, grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, status
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
     %(tenant)s, %(grupo_empresarial)s, %(pub_sub)s, coalesce(%(prioridade)s::integer, 50),
-    due.at, due.at
+    due.at, due.at, coalesce(%(status)s::varchar, 'pendente')
 FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at) AS due
 RETURNING id
 
@@ -30,7 +32,7 @@ RETURNING id
 INSERT INTO {queue_table} (
     origem, destino, processo, chave_externa, payload, payload_hash, tenant,
     grupo_empresarial, pub_sub, prioridade, data_hora, data_hora_inicial, dedupe_key, lock_key,
-    trace_context, max_retry, timeout_s, next_try_priority, fair_key
+    trace_context, max_retry, timeout_s, next_try_priority, fair_key, status
 )
 SELECT
     %(origem)s, %(destino)s, %(processo)s, %(chave_externa)s, %(payload)s, %(payload_hash)s,
@@ -49,7 +51,7 @@ SELECT
     END,
     due.at, %(dedupe_key)s, %(lock_key)s, %(trace_context)s,
     %(max_retry)s::integer, %(timeout_s)s::float8, %(next_try_priority)s::integer,
-    %(fair_key)s::varchar
+    %(fair_key)s::varchar, coalesce(%(status)s::varchar, 'pendente')
 FROM (SELECT coalesce(%(data_hora)s::timestamptz, clock_timestamp()) AS at,
              coalesce(%(prioridade)s::integer, 50) AS prioridade) AS due
 ON CONFLICT DO NOTHING

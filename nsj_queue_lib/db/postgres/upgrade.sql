@@ -57,6 +57,27 @@ $$;
 -- The edges' settled flag came after the first builds of dependencies between
 -- tasks; their edges count as unsettled.
 ALTER TABLE {parents_table} ADD COLUMN IF NOT EXISTS settled boolean NOT NULL DEFAULT false;
+-- The counts' slots came later: an edge written before them counts in slot 0, as
+-- its child's one count does (the release reads the slot from the edge).
+ALTER TABLE {parents_table} ADD COLUMN IF NOT EXISTS slot smallint NOT NULL DEFAULT 0;
+ALTER TABLE {waiting_table} ADD COLUMN IF NOT EXISTS slot smallint NOT NULL DEFAULT 0;
+DO $$
+DECLARE
+    key_name name;
+BEGIN
+    SELECT c.conname INTO key_name
+    FROM pg_constraint AS c
+    WHERE c.conrelid = '{waiting_table}'::regclass AND c.contype = 'p'
+      AND NOT EXISTS (
+          SELECT 1 FROM pg_attribute AS a
+          WHERE a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey) AND a.attname = 'slot'
+      );
+    IF key_name IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE {waiting_table} DROP CONSTRAINT %I', key_name);
+        ALTER TABLE {waiting_table} ADD PRIMARY KEY (child_id, slot);
+    END IF;
+END;
+$$;
 
 -- This release's claim function as its first builds declared it, before it took
 -- the handled processos and then the worker's name (never released): gone, so

@@ -22,13 +22,19 @@ FOR SHARE
 
 -- name: add_edge
 -- settled: the parent had already finished when the child was inserted (it is
--- not counted in the child's pending_parents, and never counted again).
-INSERT INTO {parents_table} (parent_id, child_id, settled)
-VALUES (%(parent)s, %(child)s, %(settled)s)
+-- not counted in the child's pending_parents, and never counted again). slot:
+-- the child's count it is counted in, eight neighbouring ids a slot
+-- (workflow_tables.sql says why).
+INSERT INTO {parents_table} (parent_id, child_id, settled, slot)
+VALUES (%(parent)s, %(child)s, %(settled)s, mod(%(parent)s::bigint / 8, 32))
 
 -- name: add_waiting
-INSERT INTO {waiting_table} (child_id, pending_parents, on_parent_failure)
-VALUES (%(child)s, %(pending)s, %(on_parent_failure)s)
+-- The child's counts, one per slot of its unsettled edges (inserted before).
+INSERT INTO {waiting_table} (child_id, slot, pending_parents, on_parent_failure)
+SELECT p.child_id, p.slot, count(*), %(on_parent_failure)s
+FROM {parents_table} AS p
+WHERE p.child_id = %(child)s AND NOT p.settled
+GROUP BY p.child_id, p.slot
 
 -- name: set_new_status
 -- A child just inserted: 'aguardando', or 'cancelada' when a parent failed first.
@@ -41,15 +47,26 @@ WHERE id = %(id)s
 SELECT coalesce(id_inicial, id) FROM {queue_table} WHERE id = %(id)s
 
 -- name: dependents
--- The waiting children of these parents whose edge is not settled yet, their
--- counts and edges locked (in child id order, as the release function locks
--- them) until settle_edges flips exactly these edges.
+-- The waiting children of these parents whose edge is not settled yet, every
+-- slot of their counts locked (in (child, slot) order, as the release function
+-- locks them: none of them counts down meanwhile, so release_child reads them
+-- all), and the edges locked until settle_edges flips exactly these edges.
+WITH counts AS MATERIALIZED (
+    SELECT w.child_id, w.on_parent_failure
+    FROM {waiting_table} AS w
+    WHERE w.child_id IN (
+        SELECT e.child_id FROM {parents_table} AS e
+        WHERE e.parent_id = ANY(%(ids)s) AND NOT e.settled
+    )
+    ORDER BY w.child_id, w.slot
+    FOR UPDATE
+)
 SELECT p.parent_id, p.child_id, w.on_parent_failure
 FROM {parents_table} AS p
-JOIN {waiting_table} AS w ON w.child_id = p.child_id
+JOIN (SELECT DISTINCT child_id, on_parent_failure FROM counts) AS w ON w.child_id = p.child_id
 WHERE p.parent_id = ANY(%(ids)s) AND NOT p.settled
 ORDER BY p.child_id, p.parent_id
-FOR UPDATE OF w, p
+FOR UPDATE OF p
 
 -- name: settle_edges
 -- These parents finished: their edges are counted once (a retry of the parent
@@ -57,14 +74,23 @@ FOR UPDATE OF w, p
 UPDATE {parents_table} SET settled = true WHERE parent_id = ANY(%(ids)s) AND NOT settled
 
 -- name: count_down
-UPDATE {waiting_table} SET pending_parents = pending_parents - %(n)s WHERE child_id = %(child)s
+-- These parents of the child finished: each slot goes down by its edges among them.
+UPDATE {waiting_table} AS w
+SET pending_parents = w.pending_parents - e.n
+FROM (
+    SELECT p.slot, count(*)::integer AS n
+    FROM {parents_table} AS p
+    WHERE p.child_id = %(child)s AND p.parent_id = ANY(%(parents)s::bigint[])
+    GROUP BY p.slot
+) AS e
+WHERE w.child_id = %(child)s AND w.slot = e.slot
 
 -- name: release_child
 UPDATE {queue_table} AS t
 SET status = 'pendente'
 WHERE t.id = %(child)s AND t.status = 'aguardando'
-  AND EXISTS (
-      SELECT 1 FROM {waiting_table} AS w WHERE w.child_id = %(child)s AND w.pending_parents <= 0
+  AND NOT EXISTS (
+      SELECT 1 FROM {waiting_table} AS w WHERE w.child_id = %(child)s AND w.pending_parents > 0
   )
 
 -- name: cancel_waiting

@@ -62,3 +62,22 @@ def test_a_buried_parent_cancels_the_child_and_a_run_child_is_released(backend, 
     assert backend.row(child)["status"] == "cancelada"
     assert f"parent task {parent} " in backend.row(child)["mensagem"]
     assert backend.row(runs)["status"] == "pendente"
+
+
+def test_a_waiting_child_is_written_by_its_insert_alone(backend):
+    """PostgreSQL writes a child 'aguardando' in its INSERT: no second row version (the
+    first, 'pendente', stayed in the claim index until a vacuum). A child whose parent
+    has finished is still written 'pendente'."""
+    if backend.dialect != "postgres":
+        pytest.skip("MySQL/MariaDB insert the child, then set it waiting")
+    [parent] = [backend.enqueue()]
+    conn = backend.client_conn()
+    client = backend.client(conn)
+    child = client.insert_task("o", "d", "p", None, "x", after=[parent])
+    updates = conn.execute(
+        "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = %s::regclass",
+        (backend.table,),
+    ).fetchone()
+    conn.commit()
+    assert backend.row(child)["status"] == "aguardando"
+    assert updates == (0,)
