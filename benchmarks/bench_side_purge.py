@@ -142,6 +142,8 @@ def store_of(db: Database, table: str, conn: Any) -> Any:
         from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 
         store: Any = PostgresQueueStore(table)
+        # The counters of the transaction as they are at each read, not as first read.
+        conn.execute("SET stats_fetch_consistency = 'none'")
     else:
         from nsj_queue_lib.db.mysql.driver import configure_session
         from nsj_queue_lib.db.mysql.store import MysqlQueueStore
@@ -153,32 +155,75 @@ def store_of(db: Database, table: str, conn: Any) -> Any:
     return store
 
 
-class Counted:
-    """The side purge's statements (each a cursor of SideStore's) and its time (the calls
-    the purge makes of SidePurge)."""
+# Rows the server read, as its own counters say (whatever the load on the machine):
+# PostgreSQL's of the current transaction (every table of the queue, partitions too),
+# MariaDB's of the session (handler reads: by key, next in an index, next in a scan).
+PG_READ = (
+    "SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0), "
+    "coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables "
+    "WHERE schemaname = %s AND relname LIKE %s"
+)
+# (SHOW's own reads are counted too: measured once and taken off)
+MARIADB_READ = "SHOW SESSION STATUS LIKE 'Handler_read%%'"
 
-    def __init__(self, sides: SidePurge):
+
+class Counted:
+    """The side purge's statements (each a cursor of SideStore's), its time (the calls
+    the purge makes of SidePurge) and the rows the server read for it (around each
+    ``clear``, in its transaction): all rows read, and the full scans (PostgreSQL: their
+    number; MariaDB: the rows they read)."""
+
+    def __init__(self, sides: SidePurge, table: str):
         self.statements = 0
         self.seconds = 0.0
+        self.rows_read = 0
+        self.scans = 0
         self.by_statement: dict[str, float] = {}
+        self.rows_by_statement: dict[str, int] = {}
         side = sides.side
         cursor = side._cursor
+        schema, bare = table.split(".")
+        postgres = side.dialect == "postgres"
+
+        def raw(conn: Any) -> tuple[int, int]:
+            with conn.cursor() as cur:
+                if postgres:
+                    cur.execute(PG_READ, (schema, bare + "%"))
+                    rows, scans = cur.fetchone()
+                    return int(rows), int(scans)
+                cur.execute(MARIADB_READ)
+                counters = {str(k).lower(): int(v) for k, v in cur.fetchall()}
+            return sum(counters.values()), counters["handler_read_rnd_next"]
+
+        overhead: list[tuple[int, int]] = []
+
+        def read(conn: Any) -> tuple[int, int]:
+            if not overhead:
+                first, second = raw(conn), raw(conn)
+                overhead.append((second[0] - first[0], second[1] - first[1]))
+            return raw(conn)
 
         @contextlib.contextmanager
         def counted_cursor(conn: Any, what: str) -> Iterator[Any]:
             self.statements += 1
+            before = read(conn)
             started = time.perf_counter()
             try:
                 with cursor(conn, what) as cur:
                     yield cur
             finally:
-                self.by_statement[what] = self.by_statement.get(what, 0.0) + (
-                    time.perf_counter() - started
-                )
+                took = time.perf_counter() - started
+                after = read(conn)
+                # (the later read counts the earlier one's own reads: taken off)
+                rows = after[0] - before[0] - overhead[0][0]
+                self.rows_read += rows
+                self.scans += after[1] - before[1] - overhead[0][1]
+                self.by_statement[what] = self.by_statement.get(what, 0.0) + took
+                self.rows_by_statement[what] = self.rows_by_statement.get(what, 0) + rows
 
         side._cursor = counted_cursor  # type: ignore[method-assign]
-        for name in ("tasks", "partition"):
-            setattr(sides, name, self._timed(getattr(sides, name)))
+        for call in ("tasks", "partition"):
+            setattr(sides, call, self._timed(getattr(sides, call)))
 
     def _timed(self, call: Any) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -199,7 +244,7 @@ def run(db: Database, table: str) -> dict[str, float]:
         assert sides is not None
         # A store of its own: the counting must not stay on the shared one.
         sides.side = SideStore(sides.side.dialect, table)
-        counted = Counted(sides)
+        counted = Counted(sides, table)
         started = time.perf_counter()
         rows = 0
         while True:
@@ -219,7 +264,10 @@ def run(db: Database, table: str) -> dict[str, float]:
             statements=counted.statements,
             cleared=sides.cleared,
             probe=probe,
+            rows_read=counted.rows_read,
+            scans=counted.scans,
             **{f"stmt:{k}": v for k, v in counted.by_statement.items()},
+            **{f"rows:{k}": v for k, v in counted.rows_by_statement.items()},
         )
     finally:
         conn.close()
@@ -253,7 +301,7 @@ def main() -> None:
     )
     print(
         f"{'database':10} {'layout':11} {'live':>8} {'run s':>7} {'side s':>7} "
-        f"{'side ms/1k':>10} {'stmts':>6} {'old probe ms':>12}"
+        f"{'side ms/1k':>10} {'stmts':>6} {'rows read':>9} {'scans':>6} {'old probe ms':>12}"
     )
     for kind, dsn in kinds:
         if args.only and kind != args.only:
@@ -275,7 +323,8 @@ def main() -> None:
                 print(
                     f"{db.label:10} {layout:11} {live:>8} {med['wall']:>7.3f} "
                     f"{med['side']:>7.3f} {1000 * med['side'] / args.purged * 1000:>10.1f} "
-                    f"{int(med['statements']):>6} {1000 * med['probe']:>12.1f}",
+                    f"{int(med['statements']):>6} {int(med['rows_read']):>9} "
+                    f"{int(med['scans']):>6} {1000 * med['probe']:>12.1f}",
                     flush=True,
                 )
                 if args.by_statement:
@@ -284,6 +333,11 @@ def main() -> None:
                         key=lambda kv: -kv[1],
                     )
                     print("    " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in slow[:5]))
+                    most = sorted(
+                        ((k[5:], v) for k, v in med.items() if k.startswith("rows:")),
+                        key=lambda kv: -kv[1],
+                    )
+                    print("    rows read: " + ", ".join(f"{k} {int(v)}" for k, v in most[:5]))
 
 
 def _drop_sides(db: Database, table: str) -> None:

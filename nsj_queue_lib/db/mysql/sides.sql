@@ -70,6 +70,6 @@ DELETE FROM {workflow_tasks_table} WHERE task_id IN %(ids)s
 -- Those of these workflows none of whose tasks is left.
 DELETE FROM {workflows_table}
 WHERE id IN %(ids)s
-  AND NOT EXISTS (
-      SELECT 1 FROM {workflow_tasks_table} AS t WHERE t.workflow_id = {workflows_table}.id
+  AND id NOT IN (
+      SELECT t.workflow_id FROM {workflow_tasks_table} AS t WHERE t.workflow_id IN %(ids)s
   )
