@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nsj_queue_lib.db.side_store import SidePurge
-from tests.integration.store.backends import LOCKING, ago, on
+from tests.integration.store.backends import LOCKING, MYSQL_PARTITIONED, PARTITIONED, ago, on
 
 pytestmark = on(*LOCKING)
 
@@ -197,12 +197,11 @@ def test_the_side_rows_of_purged_tasks_go_and_the_others_stay(backend, store, wo
     assert _ids(backend, "parents", "child_id") == {waiting_child, chain_first}
 
 
+@on(PARTITIONED, MYSQL_PARTITIONED)  # the plain layout's side rows go in the round's transaction
 def test_a_day_whose_side_rows_are_not_cleared_is_not_dropped(backend, store, worker):
     """A service stopping in the middle of a day's side rows leaves the day for its next
     run: dropped first, the rows not yet cleared would name tasks no walk finds again."""
     aging = Aging(backend)
-    if not aging.partitioned:
-        pytest.skip("the plain layout's side rows go in the round's transaction")
     tasks = aging.enqueue(3)
     aging.end("sucesso", *tasks)
     _insert(
