@@ -879,10 +879,10 @@ def purge_day(db: Database, table: str, fill: Fill) -> Purge:
     rounds: list[float] = []
     purge_round = service.store.purge_round
 
-    def timed(conn: Any, max_age_days: int, limit: int) -> int:
+    def timed(conn: Any, max_age_days: int, limit: int, sides: Any = None) -> int:
         started = time.perf_counter()
         try:
-            return int(purge_round(conn, max_age_days, limit))
+            return int(purge_round(conn, max_age_days, limit, sides=sides))
         finally:
             rounds.append(time.perf_counter() - started)
 

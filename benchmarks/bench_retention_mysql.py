@@ -38,20 +38,26 @@ FROM (SELECT seq, NOW(6) - INTERVAL {expired} DAY AS at FROM seq_1_to_{rows}) AS
 """
 
 
+def old_day(db: Database, admin, table: str, days_ago: int) -> int:
+    """The partition of the day ``days_ago`` days before today, made; its day number."""
+    today = db.execute(admin, "SELECT UNIX_TIMESTAMP() DIV 86400")[0][0]
+    day = int(today - days_ago)
+    # Days are added at the end only: the oldest day partition is split in two.
+    db.execute(
+        admin,
+        f"ALTER TABLE {table} REORGANIZE PARTITION p{today - 1} INTO ("
+        f"PARTITION p{day} VALUES LESS THAN ({day + 1}), "
+        f"PARTITION p{today - 1} VALUES LESS THAN ({today}))",
+    )
+    return day
+
+
 def fill(db: Database, table: str, rows: int, partitioned: bool) -> None:
     admin = db.connect(autocommit=True)
     try:
         day_column = day_value = ""
         if partitioned:
-            today = db.execute(admin, "SELECT UNIX_TIMESTAMP() DIV 86400")[0][0]
-            day = today - EXPIRED
-            # Days are added at the end only: the oldest day partition is split in two.
-            db.execute(
-                admin,
-                f"ALTER TABLE {table} REORGANIZE PARTITION p{today - 1} INTO ("
-                f"PARTITION p{day} VALUES LESS THAN ({day + 1}), "
-                f"PARTITION p{today - 1} VALUES LESS THAN ({today}))",
-            )
+            day = old_day(db, admin, table, EXPIRED)
             day_column, day_value = ", finished_day", f", {day}"
         sql = FILL.format(
             table=table, day_column=day_column, day_value=day_value, expired=EXPIRED, rows=rows

@@ -270,7 +270,11 @@ class MaintenanceStore(Protocol):
         ``check_session_locks`` the caller asks the socket server about their locks."""
         ...
 
-    def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int: ...
+    def purge_round(self, conn: Any, max_age_days: int, limit: int, sides: Any = None) -> int:
+        """One bounded round of the purge; the rows deleted. ``sides`` (db/side_store.py
+        ``SidePurge``, where the queue has side tables): told the tasks of the rows deleted,
+        in the round's transaction, or each day partition's before it is dropped."""
+        ...
 
     def fold_counts(self, conn: Any, max_age_days: int) -> FoldResult | None:
         """One fold of the counts nsjq status reads (db/tally.py), in ``conn``'s transaction;

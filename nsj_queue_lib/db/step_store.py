@@ -8,7 +8,6 @@ Every statement runs on the caller's connection, in its transaction: a handler's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib.db.workflow_store import WorkflowStore
@@ -104,16 +103,3 @@ class StepStore(WorkflowStore):
         if woken and self.dialect == "postgres":
             self._rows(conn, "notify_ready", {"channel": self.channel, "payload": ""})
         return woken
-
-    # -- the purge --
-
-    def purge_orphans(self, conn: Any, limit: int) -> int:
-        """Checkpoints and events of up to ``limit`` tasks whose first attempt was purged;
-        how many tasks were cleared."""
-        cleared = 0
-        for probe, delete in (("orphan_steps", "delete_steps"), ("orphan_events", "delete_events")):
-            ids: Sequence[int] = [int(r[0]) for r in self._rows(conn, probe, {"limit": limit})]
-            if ids:
-                self._run(conn, delete, {"ids": self._ids(ids)})
-                cleared += len(ids)
-        return cleared

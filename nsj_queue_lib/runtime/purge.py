@@ -3,17 +3,19 @@
 Rounds of at most QUEUE_PURGE_LIMIT rows, each its own short transaction
 that skips locked rows, so no long lock is ever held. Rows still 'pendente',
 'agendada' or 'processando' are never deleted, nor a first attempt whose
-later attempts still read its payload.
+later attempts still read its payload. The side tables' rows of the tasks
+purged go with them (db/side_store.py): in the round's transaction, or before
+a day partition is dropped.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nsj_queue_lib.db.side_store import SidePurge
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.process.removal import remove_due
 from nsj_queue_lib.runtime.service import PeriodicService
-from nsj_queue_lib.workflow import steps
 
 logger = get_logger("purge")
 
@@ -22,35 +24,36 @@ class PurgeService(PeriodicService):
     name = "purge"
 
     def work(self, conn: Any) -> int:
+        limit = self.settings.queue_purge_limit
+        sides = self.side_purge(conn)
         deleted = 0
         while not self.stop.is_set():
             count = self.store.purge_round(
-                conn, self.settings.queue_purge_max_age, self.settings.queue_purge_limit
+                conn, self.settings.queue_purge_max_age, limit, sides=sides
             )
             conn.commit()
             deleted += count
-            if count < self.settings.queue_purge_limit:
+            if count < limit:
                 break
         if deleted:
             logger.info("queue=%s: purged %d row(s)", self.settings.queue_name, deleted)
-        if deleted:
-            self.purge_checkpoints(conn)
+        if sides is not None and sides.cleared:
+            logger.info(
+                "queue=%s: cleared the side rows of %d purged task(s)",
+                self.settings.queue_name,
+                sides.cleared,
+            )
         self.remove_processes(conn)
         return deleted
 
-    def purge_checkpoints(self, conn: Any) -> None:
-        """The durable steps' checkpoints and the events of the tasks purged (their first
-        attempts gone), in bounded rounds as the rows themselves. Only after a run that
-        deleted rows: finding them reads the whole checkpoint table."""
-        limit = self.settings.queue_purge_limit
-        while not self.stop.is_set():
-            cleared = steps.purge_orphans(self.store, conn, limit)
-            if cleared < 0:
-                conn.rollback()  # no such tables yet (db_gen --upgrade): nothing to clear
-                return
-            conn.commit()
-            if cleared < limit:
-                return
+    def side_purge(self, conn: Any) -> SidePurge | None:
+        """This run's purge of the side tables (dependencies, workflows, process task
+        lists, steps and events) of the tasks it purges, with their rows: looked up by the
+        tasks purged, never by a scan of the side tables. Which side tables exist is read
+        once a run, so that a db_gen --upgrade is seen without a restart."""
+        return SidePurge.for_run(
+            self.store, conn, self.settings.queue_purge_limit, self.stop.is_set
+        )
 
     def remove_processes(self, conn: Any) -> int:
         """The processes due for removal (``remove_after``), in bounded rounds; how many."""

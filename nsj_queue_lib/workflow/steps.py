@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nsj_queue_lib.db.step_store import StepStore
-from nsj_queue_lib.exceptions import AttemptFenced, WorkflowUnsupported
+from nsj_queue_lib.exceptions import AttemptFenced
 
 # The running task's context (nsj_queue_lib.context.TaskContext, which calls in here).
 TaskContext = Any
@@ -149,21 +149,3 @@ def keep_yield(context: TaskContext, number: int, value: Any) -> None:
     except (TypeError, ValueError):
         text = json.dumps(repr(value))
     checkpoint(context, step_store(context), f"{YIELD_PREFIX}{number}", text)
-
-
-# -- the purge --
-
-
-def purge_orphans(queue_store: Any, conn: Any, limit: int) -> int:
-    """The purge service's round of checkpoints and events: those of tasks whose first
-    attempt it deleted (a task's rows all go: the first attempt last), in the caller's
-    transaction; how many tasks were cleared. 0 where the queue has no such tables
-    (SingleStore, the in-memory queue); -1 where a statement failed on a missing table
-    (a queue db_gen --upgrade has not reached: the caller rolls it back)."""
-    queue_table = getattr(queue_store, "queue_table", None)
-    if not isinstance(queue_table, str):
-        return 0
-    try:
-        return StepStore.for_store(queue_store, queue_table).purge_orphans(conn, limit)
-    except WorkflowUnsupported:
-        return -1

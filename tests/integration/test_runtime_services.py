@@ -258,10 +258,10 @@ def test_purge_deletes_old_settled_rows_in_bounded_rounds(pg_queue, pg_dsn, pg_a
     rounds = []
     purge_round = service.store.purge_round
 
-    def spy(conn, max_age_days, limit):
+    def spy(conn, max_age_days, limit, sides=None):
         # Every round is a transaction of its own: nothing is left open from the last one.
         assert conn.info.transaction_status.name == "IDLE"
-        count = purge_round(conn, max_age_days, limit)
+        count = purge_round(conn, max_age_days, limit, sides=sides)
         rounds.append(count)
         return count
 

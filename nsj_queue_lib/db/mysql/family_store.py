@@ -582,10 +582,15 @@ class MysqlFamilyStore:
     def fold_counts(self, conn: Any, max_age_days: int) -> FoldResult | None:
         return None  # the tally's tables are made on MySQL/MariaDB only (store.py)
 
-    def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
+    def purge_round(self, conn: Any, max_age_days: int, limit: int, sides: Any = None) -> int:
         steps = self.sql["purge"]
         with wrap_driver_errors("purge"), conn.cursor() as cur:
             cur.execute(steps["select"], {"max_age_days": max_age_days, "limit": limit})
-            ids = [row[0] for row in cur.fetchall()]
+            rows = cur.fetchall()
+            ids = [row[0] for row in rows]
             deleted: int = cur.execute(steps["delete"], {"ids": ids}) if ids else 0
-            return deleted
+        # A row the delete skipped (settled again meanwhile) leaves its task alive: the
+        # side purge looks the first attempts up again after the delete.
+        if sides is not None and deleted:
+            sides.tasks(conn, [row[1] for row in rows])
+        return deleted

@@ -292,7 +292,7 @@ SELECT count(*) FROM (
 -- are read first (a plain read: settled rows are never locked by workers)
 -- and deleted by id, status checked again.
 -- step: select
-SELECT o.id
+SELECT o.id, COALESCE(o.id_inicial, o.id)
 FROM {queue_table} AS o
 WHERE o.data_hora < NOW(6) - INTERVAL %(max_age_days)s DAY
   AND o.status NOT IN ('pendente', 'agendada', 'processando')

@@ -70,9 +70,13 @@ def check_days_ahead(conn: Any, steps: dict[str, str], table: str) -> None:
         )
 
 
-def rotate(conn: Any, steps: dict[str, str], table: str, max_age_days: int) -> int:
+def rotate(
+    conn: Any, steps: dict[str, str], table: str, max_age_days: int, sides: Any = None
+) -> int:
     """Days ahead added, expired days dropped; the rows dropped (estimated). ``conn`` is idle
-    on return (ALTER TABLE commits)."""
+    on return (ALTER TABLE commits). ``sides`` (db/side_store.py): each expired day's side
+    rows cleared before it is dropped; the days from one whose clearing was cut short (the
+    service stopping) stay for the next run."""
     with wrap_driver_errors("partition retention"):
         now = today(conn, steps)
         existing = days(conn, steps, table)
@@ -87,10 +91,17 @@ def rotate(conn: Any, steps: dict[str, str], table: str, max_age_days: int) -> i
         expired = [day for day in sorted(existing) if day + 1 <= now - max_age_days]
         if not expired:
             return 0
+        cleared = []
         for day in expired:
             with conn.cursor() as cur:
                 cur.execute(steps["keep_payloads"], {"day": day})
             conn.commit()
+            if sides is not None and not sides.partition(conn, existing[day][0], day):
+                break
+            cleared.append(day)
+        if not cleared:
+            return 0
+        expired = cleared
         names = [existing[day][0] for day in expired]
         _altered(conn, steps, f"{steps['drop']} {', '.join(names)}")
         dropped = sum(existing[day][1] for day in expired)

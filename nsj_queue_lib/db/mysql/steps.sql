@@ -55,9 +55,3 @@ WHERE id = %(id)s AND status = 'pendente'
 
 -- name: notify_ready
 SELECT 1
-
--- name: delete_steps
-DELETE FROM {steps_table} WHERE task_id IN %(ids)s
-
--- name: delete_events
-DELETE FROM {events_table} WHERE task_id IN %(ids)s

@@ -165,10 +165,12 @@ class MysqlQueueStore(MysqlFamilyStore):
         self._statistics = InnodbStatistics(self.sql, self.queue_table, HOT_PARTITION)
         retention.check_days_ahead(conn, self.sql["retention"], self.queue_table)
 
-    def purge_round(self, conn: Any, max_age_days: int, limit: int) -> int:
+    def purge_round(self, conn: Any, max_age_days: int, limit: int, sides: Any = None) -> int:
         if self.partitioned:
-            return retention.rotate(conn, self.sql["retention"], self.queue_table, max_age_days)
-        return super().purge_round(conn, max_age_days, limit)
+            return retention.rotate(
+                conn, self.sql["retention"], self.queue_table, max_age_days, sides
+            )
+        return super().purge_round(conn, max_age_days, limit, sides)
 
     # -- claiming (the liveness lock in the database) --
 

@@ -313,7 +313,8 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: purge
 -- One bounded round: old rows that are settled, never a first attempt whose
--- later attempts still need its payload. The cutoff is statement_timestamp()'s
+-- later attempts still need its payload; the tasks of the rows deleted (their
+-- side rows go in the same transaction, db/side_store.py). The cutoff is statement_timestamp()'s
 -- (stable): clock_timestamp() is volatile, so it could not bound the purge
 -- index's scan, and the round that finds nothing left to delete read every
 -- settled row of the table (7-9 s at 10M rows, benchmarks/bench_history.py).
@@ -335,6 +336,7 @@ WITH doomed AS (
 DELETE FROM {queue_table} AS t
 USING doomed
 WHERE t.id = doomed.id
+RETURNING coalesce(t.id_inicial, t.id)
 
 -- name: queue_oid
 -- And whether it is partitioned (db/postgres/layout.py), and its comment: a table

@@ -40,6 +40,8 @@ _RANGE = re.compile(r"FROM \((\d+)\) TO \((\d+)\)")
 LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'"
 # The legacy partition's rows, as its purge index (indexes.sql) states them.
 FINISHED = "status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')"
+# The legacy partition's rows' finished_day (migration.py adds the column with it).
+LEGACY_DAY = 0
 # Fewer days ahead than this at a worker's start: it says so.
 SHORT_AHEAD = 2
 
@@ -72,13 +74,15 @@ def check_days_ahead(conn: Any, table: str) -> None:
         )
 
 
-def rotate(conn: Any, table: str, max_age_days: int, limit: int = 1000) -> int:
+def rotate(conn: Any, table: str, max_age_days: int, limit: int = 1000, sides: Any = None) -> int:
     """Days ahead attached, expired days dropped, and a round of the legacy partition's
     expired rows deleted; the rows dropped (estimated). ``conn`` is idle on return (the
-    detach runs outside any transaction)."""
+    detach runs outside any transaction). ``sides`` (db/side_store.py): each expired day's
+    side rows cleared before it is dropped; a day whose clearing was cut short (the
+    service stopping) stays for the next run."""
     with wrap_driver_errors("partition retention"):
         legacy = _legacy_partition(conn, table)
-        purged = _purge_legacy(conn, table, legacy, max_age_days, limit) if legacy else 0
+        purged = _purge_legacy(conn, table, legacy, max_age_days, limit, sides) if legacy else 0
         today = int(conn.execute(TODAY).fetchone()[0])
         existing = days(conn, table)
         conn.commit()
@@ -87,6 +91,8 @@ def rotate(conn: Any, table: str, max_age_days: int, limit: int = 1000) -> int:
         for day, (name, rows) in sorted(existing.items()):
             if day + 1 <= today - max_age_days:
                 _keep_payloads(conn, table, name)
+                if sides is not None and not sides.partition(conn, name, day):
+                    break
                 _drop(conn, table, name)
                 dropped += rows
                 changed += 1
@@ -108,7 +114,9 @@ def _legacy_partition(conn: Any, table: str) -> str | None:
     return None
 
 
-def _purge_legacy(conn: Any, table: str, legacy: str, max_age_days: int, limit: int) -> int:
+def _purge_legacy(
+    conn: Any, table: str, legacy: str, max_age_days: int, limit: int, sides: Any = None
+) -> int:
     """The legacy partition leaves on the plain layout's schedule: its expired rows in
     bounded rounds, and the partition itself, whole, once its newest row expired. Later
     attempts still waiting get their first attempt's payload first."""
@@ -121,17 +129,23 @@ def _purge_legacy(conn: Any, table: str, legacy: str, max_age_days: int, limit: 
     ).fetchone()
     conn.commit()
     if newest[0] or newest[1]:
+        # Its rows all carry the key the migration gave them (migration.py: 0).
+        if sides is not None and not sides.partition(conn, legacy, LEGACY_DAY):
+            return 0
         _drop(conn, table, legacy)
         logger.info("%s: dropped %s, the history from before its migration", table, legacy)
         return 0
-    deleted = conn.execute(
+    tasks = conn.execute(
         f"DELETE FROM {legacy} WHERE id IN (SELECT id FROM {legacy} WHERE {FINISHED} "
         f"AND data_hora < statement_timestamp() - make_interval(days => %s) "
-        f"ORDER BY data_hora LIMIT %s FOR UPDATE SKIP LOCKED)",
+        f"ORDER BY data_hora LIMIT %s FOR UPDATE SKIP LOCKED) "
+        f"RETURNING coalesce(id_inicial, id)",
         (max_age_days, limit),
-    ).rowcount
+    ).fetchall()
+    if sides is not None and tasks:
+        sides.tasks(conn, [row[0] for row in tasks])
     conn.commit()
-    return int(deleted)
+    return len(tasks)
 
 
 def attach_days_ahead(conn: Any, table: str) -> None:

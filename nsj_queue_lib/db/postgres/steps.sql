@@ -71,20 +71,3 @@ WHERE id = %(id)s AND status = 'pendente'
 
 -- name: notify_ready
 SELECT pg_notify(%(channel)s, %(payload)s)
-
--- name: orphan_steps
--- Tasks with checkpoints whose first attempt the purge deleted (bounded).
-SELECT DISTINCT s.task_id FROM {steps_table} AS s
-WHERE NOT EXISTS (SELECT 1 FROM {queue_table} AS q WHERE q.id = s.task_id)
-LIMIT %(limit)s
-
--- name: orphan_events
-SELECT DISTINCT e.task_id FROM {events_table} AS e
-WHERE NOT EXISTS (SELECT 1 FROM {queue_table} AS q WHERE q.id = e.task_id)
-LIMIT %(limit)s
-
--- name: delete_steps
-DELETE FROM {steps_table} WHERE task_id = ANY(%(ids)s)
-
--- name: delete_events
-DELETE FROM {events_table} WHERE task_id = ANY(%(ids)s)

@@ -524,14 +524,17 @@ class PostgresQueueStore(PostgresClientStore):
         with wrap_driver_errors("notify"):
             conn.execute(self.sql["notify"], {"channel": channel, "payload": payload})
 
-    def purge_round(self, conn, max_age_days: int, limit: int) -> int:
+    def purge_round(self, conn, max_age_days: int, limit: int, sides=None) -> int:
         if not self.partitioned:
             self._notice_migration(conn)
         if self.partitioned:
-            return retention.rotate(conn, self.queue_table, max_age_days, limit)
+            return retention.rotate(conn, self.queue_table, max_age_days, limit, sides)
         params = {"max_age_days": max_age_days, "limit": limit}
         with wrap_driver_errors("purge"):
-            return conn.execute(self.sql["purge"], params).rowcount
+            tasks = [row[0] for row in conn.execute(self.sql["purge"], params).fetchall()]
+        if sides is not None and tasks:
+            sides.tasks(conn, tasks)
+        return len(tasks)
 
     def _notice_migration(self, conn) -> None:
         """A worker bound before ``nsjq upgrade --layout partitioned`` moved its table goes

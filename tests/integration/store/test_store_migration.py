@@ -17,6 +17,7 @@ import pytest
 from nsj_queue_lib.db.dialect import DdlNames
 from nsj_queue_lib.db.postgres import migration, retention
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+from nsj_queue_lib.db.side_store import SidePurge
 from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import connect_pg
 
@@ -213,3 +214,34 @@ def test_the_printed_upgrade_of_a_plain_table_for_the_partitioned_layout_says_ho
         psycopg.errors.RaiseException, match="nsjq upgrade --apply --layout partitioned"
     ):
         pg_admin.execute(render("public", pg_queue.name, upgrade=True, layout="partitioned"))
+
+
+def test_the_legacy_partition_s_side_rows_go_with_its_rows(pg_queue, pg_admin):
+    """Rounds of the legacy partition take their tasks' checkpoints with them; its drop
+    walks it first, and keeps those of the retry that still waits (db/side_store.py)."""
+    table = pg_queue.table
+    _fill(pg_admin, table)
+    pg_admin.execute(
+        f"UPDATE {table} SET data_hora = data_hora - interval '10 days' WHERE id % 2 = 0"
+    )
+    pg_admin.execute(
+        f"INSERT INTO {table}_steps (task_id, name, result, attempt_id) "
+        f"SELECT id, 's', '1', id FROM {table} WHERE id_inicial IS NULL"
+    )
+    migration.migrate(pg_admin, DdlNames("public", pg_queue.name))
+    sides = SidePurge.for_run(PostgresQueueStore(table), pg_admin, 1000)
+    while retention.rotate(pg_admin, table, max_age_days=5, limit=1000, sides=sides):
+        pass
+    orphans = (
+        f"SELECT count(*) FROM {table}_steps AS s "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {table} AS q WHERE q.id = s.task_id)"
+    )
+    assert pg_admin.execute(orphans).fetchone() == (0,)
+    assert sides is not None and sides.cleared > 1000
+    retention.rotate(pg_admin, table, max_age_days=0, limit=1000, sides=sides)
+    first = f"SELECT id_inicial FROM {table} WHERE status = 'agendada'"
+    [(waiting_first,)] = pg_admin.execute(first).fetchall()
+    steps = pg_admin.execute(f"SELECT task_id FROM {table}_steps").fetchall()
+    # The backlog's own, and the waiting retry's first attempt's (gone with the legacy).
+    assert (waiting_first,) in steps
+    assert pg_admin.execute(orphans).fetchone() == (1,)
