@@ -110,6 +110,7 @@ def _task() -> dict[str, str]:
     return dict(origem="o", destino="d", processo="p", chave_externa="c", payload="x")
 
 
+@pytest.mark.full_days_ahead  # drops the last of db_gen's days ahead
 def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store, worker):
     now = today(backend)
     old_day = now - 40
