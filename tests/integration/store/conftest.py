@@ -1,8 +1,11 @@
 """Fixtures of the store conformance suite: every test runs on each backend it names.
 
-- ``backend``: a fresh queue and its store (``backends.Backend``); by default
+- ``backend``: an empty queue and its store (``backends.Backend``); by default
   on the stores with session locks (``postgres``, ``mysql``); a module or a
-  test names others with ``backends.on(...)`` (the test's choice wins);
+  test names others with ``backends.on(...)`` (the test's choice wins). The
+  queue is the xdist worker's for its layout, emptied after each test, or a new
+  one after a test that changed its catalog (``queue_pool.py``); a test marked
+  ``fresh_queue`` (or ``full_days_ahead``) gets one made for it alone;
 - ``conn`` / ``client``: a caller's connection (never autocommit) and a
   ``QueueClient`` on it;
 - ``worker``: an executor's connection, as the runtime opens it;
@@ -13,11 +16,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import databases
+from tests.helpers import mysql_queue as mysql_helpers
+from tests.integration.store import queue_pool as pool_sql
 from tests.integration.store.backends import LOCKING, Backend
+from tests.integration.store.queue_pool import QueuePool
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "backends(*kinds): the backends a store test runs on")
+    config.addinivalue_line(
+        "markers", "fresh_queue: the test's queue is made for it, not the pool's (queue_pool.py)"
+    )
 
 
 def pytest_generate_tests(metafunc):
@@ -50,27 +60,118 @@ def one_tls_context():
         yield
 
 
+# The pool's kinds (queue_pool.py): the backends on the same DDL share a queue.
+POOLED = {
+    "postgres": "postgres",
+    "psycopg2": "postgres",
+    "partitioned": "partitioned",
+    "mysql": "mysql",
+    "singlestore": "mysql",
+    "mysql-partitioned": "mysql-partitioned",
+}
+
+
+@pytest.fixture(scope="session")
+def queue_pool():
+    pool = QueuePool()
+    yield pool
+    # The session's admin connections may be gone by now: new ones.
+    for kind, (queue, _) in list(pool.kept.items()):
+        if kind in ("postgres", "partitioned"):
+            with databases.connect_pg(queue.dsn, autocommit=True) as admin:
+                databases.drop_queue(admin, queue)
+            continue
+        admin = mysql_helpers.connect(pool.mysql_kwargs, autocommit=True)
+        try:
+            mysql_helpers.drop_queue_tables(admin, queue.database, queue.name)
+        finally:
+            admin.close()
+
+
+class _Ways:
+    """How the pool makes, looks at, empties and drops a queue of one kind."""
+
+    def __init__(self, kind: str, admin, connect_args, days: int | None) -> None:
+        self.kind, self.admin, self.connect_args, self.days = kind, admin, connect_args, days
+
+    def make(self):
+        layout = "partitioned" if self.kind.endswith("partitioned") else "plain"
+        if self.kind in ("postgres", "partitioned"):
+            return databases.create_queue(
+                self.admin, self.connect_args, layout=layout, days=self.days
+            )
+        return mysql_helpers.create_queue(
+            self.admin, self.connect_args["database"], layout=layout, days=self.days
+        )
+
+    def fingerprint(self, queue) -> str:
+        if self.kind in ("postgres", "partitioned"):
+            return pool_sql.pg_fingerprint(self.admin, queue)
+        return pool_sql.mysql_fingerprint(self.admin, queue)
+
+    def empty(self, queue) -> None:
+        if self.kind in ("postgres", "partitioned"):
+            pool_sql.pg_empty(self.admin, queue)
+        else:
+            pool_sql.mysql_empty(self.admin, queue)
+
+    def drop(self, queue) -> None:
+        if self.kind in ("postgres", "partitioned"):
+            databases.drop_queue(self.admin, queue)
+        else:
+            mysql_helpers.drop_queue_tables(self.admin, queue.database, queue.name)
+
+
+def _ways(request, kind: str) -> _Ways:
+    if kind in ("postgres", "partitioned"):
+        admin = request.getfixturevalue("pg_admin")
+        connect_args = request.getfixturevalue("pg_dsn")
+    else:
+        admin = request.getfixturevalue("mysql_admin")
+        connect_args = request.getfixturevalue("mysql_kwargs")
+    return _Ways(kind, admin, connect_args, databases.FEW_DAYS_AHEAD)
+
+
+def _fresh(request, pool: QueuePool) -> bool:
+    """A queue made for this test alone (the fixtures' own), not the pool's."""
+    node = request.node
+    return pool.fresh_only or any(
+        node.get_closest_marker(mark) for mark in ("fresh_queue", "full_days_ahead")
+    )
+
+
 @pytest.fixture
-def backend(request):
+def backend(request, queue_pool):
+    kind = request.param
     if request.param in ("postgres", "psycopg2", "partitioned"):
         fixture = "pg_partitioned_queue" if request.param == "partitioned" else "pg_queue"
-        queue = request.getfixturevalue(fixture)
         admin = request.getfixturevalue("pg_admin")
         connect_args = request.getfixturevalue("pg_dsn")
     else:
         fixture = (
             "mysql_partitioned_queue" if request.param == "mysql-partitioned" else "mysql_queue"
         )
-        queue = request.getfixturevalue(fixture)
         admin = request.getfixturevalue("mysql_admin")
         connect_args = request.getfixturevalue("mysql_kwargs")
+    pooled = None if _fresh(request, queue_pool) else _ways(request, POOLED[kind])
+    if pooled is None:
+        queue = request.getfixturevalue(fixture)
+    else:
+        if pooled.kind.startswith("mysql"):
+            queue_pool.mysql_kwargs = connect_args
+        queue = queue_pool.take(pooled.kind, pooled.make, pooled.fingerprint)
     # Set up after the queue, so torn down before it: an open transaction
-    # would hold a lock the DROP waits for.
+    # would hold a lock the DROP (or the pool's TRUNCATE) waits for.
     chosen = Backend(request.param, queue, admin, connect_args)
     try:
         yield chosen
     finally:
+        sessions = [i for i in map(pool_sql.session_id, chosen.opened) if i is not None]
         chosen.close()
+        if pooled is not None:
+            postgres = pooled.kind in ("postgres", "partitioned")
+            pool_sql.wait_sessions_ended(admin, queue, sessions, postgres)
+            queue_pool.give_back(pooled.kind, pooled.fingerprint, pooled.empty, pooled.drop)
 
 
 @pytest.fixture

@@ -121,6 +121,7 @@ def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store,
     assert set(retention.days(worker, backend.table)) == set(days)
 
 
+@pytest.mark.fresh_queue  # counts dead rows and vacuums
 def test_the_vacuum_service_looks_at_the_hot_partition(backend, store, worker):
     """The hot partition's dead versions are what the vacuum service counts and removes (a
     partitioned table has no rows, hence no statistics, of its own)."""

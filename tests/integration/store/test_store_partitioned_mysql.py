@@ -173,6 +173,7 @@ def test_retention_gives_up_quickly_while_a_transaction_holds_the_table(backend,
     assert int(backend.value("SELECT @@SESSION.lock_wait_timeout")) > retention.LOCK_WAIT_SECONDS
 
 
+@pytest.mark.fresh_queue  # reads the table's statistics
 def test_the_statistics_service_analyzes_the_hot_partition(backend, store, worker):
     # InnoDB would recalculate a small table's statistics itself, and reset the count.
     backend.execute(f"ALTER TABLE {backend.table} STATS_AUTO_RECALC = 0")
