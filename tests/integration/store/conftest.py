@@ -4,7 +4,7 @@
   on the stores with session locks (``postgres``, ``mysql``); a module or a
   test names others with ``backends.on(...)`` (the test's choice wins). The
   queue is the xdist worker's for its layout, emptied after each test, or a new
-  one after a test that changed its catalog (``queue_pool.py``); a test marked
+  one after a test that changed its catalog (``tests/helpers/queue_pool.py``); a test marked
   ``fresh_queue`` (or ``full_days_ahead``) gets one made for it alone;
 - ``conn`` / ``client``: a caller's connection (never autocommit) and a
   ``QueueClient`` on it;
@@ -18,16 +18,13 @@ import pytest
 
 from tests.helpers import databases
 from tests.helpers import mysql_queue as mysql_helpers
-from tests.integration.store import queue_pool as pool_sql
+from tests.helpers import queue_pool as pool_sql
+from tests.helpers.queue_pool import QueuePool, QueueWays
 from tests.integration.store.backends import LOCKING, Backend
-from tests.integration.store.queue_pool import QueuePool
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "backends(*kinds): the backends a store test runs on")
-    config.addinivalue_line(
-        "markers", "fresh_queue: the test's queue is made for it, not the pool's (queue_pool.py)"
-    )
 
 
 def pytest_generate_tests(metafunc):
@@ -60,7 +57,7 @@ def one_tls_context():
         yield
 
 
-# The pool's kinds (queue_pool.py): the backends on the same DDL share a queue.
+# The pool's kinds (tests/helpers/queue_pool.py): the backends on the same DDL share a queue.
 POOLED = {
     "postgres": "postgres",
     "psycopg2": "postgres",
@@ -88,48 +85,14 @@ def queue_pool():
             admin.close()
 
 
-class _Ways:
-    """How the pool makes, looks at, empties and drops a queue of one kind."""
-
-    def __init__(self, kind: str, admin, connect_args, days: int | None) -> None:
-        self.kind, self.admin, self.connect_args, self.days = kind, admin, connect_args, days
-
-    def make(self):
-        layout = "partitioned" if self.kind.endswith("partitioned") else "plain"
-        if self.kind in ("postgres", "partitioned"):
-            return databases.create_queue(
-                self.admin, self.connect_args, layout=layout, days=self.days
-            )
-        return mysql_helpers.create_queue(
-            self.admin, self.connect_args["database"], layout=layout, days=self.days
-        )
-
-    def fingerprint(self, queue) -> str:
-        if self.kind in ("postgres", "partitioned"):
-            return pool_sql.pg_fingerprint(self.admin, queue)
-        return pool_sql.mysql_fingerprint(self.admin, queue)
-
-    def empty(self, queue) -> None:
-        if self.kind in ("postgres", "partitioned"):
-            pool_sql.pg_empty(self.admin, queue)
-        else:
-            pool_sql.mysql_empty(self.admin, queue)
-
-    def drop(self, queue) -> None:
-        if self.kind in ("postgres", "partitioned"):
-            databases.drop_queue(self.admin, queue)
-        else:
-            mysql_helpers.drop_queue_tables(self.admin, queue.database, queue.name)
-
-
-def _ways(request, kind: str) -> _Ways:
+def _ways(request, kind: str) -> QueueWays:
     if kind in ("postgres", "partitioned"):
         admin = request.getfixturevalue("pg_admin")
         connect_args = request.getfixturevalue("pg_dsn")
     else:
         admin = request.getfixturevalue("mysql_admin")
         connect_args = request.getfixturevalue("mysql_kwargs")
-    return _Ways(kind, admin, connect_args, databases.FEW_DAYS_AHEAD)
+    return QueueWays(kind, admin, connect_args)
 
 
 def _fresh(request, pool: QueuePool) -> bool:
@@ -161,17 +124,23 @@ def backend(request, queue_pool):
             queue_pool.mysql_kwargs = connect_args
         queue = queue_pool.take(pooled.kind, pooled.make, pooled.fingerprint)
     # Set up after the queue, so torn down before it: an open transaction
-    # would hold a lock the DROP (or the pool's TRUNCATE) waits for.
+    # would hold a lock the DROP (or the pool's DELETE) waits for.
+    before = pool_sql.threads()
     chosen = Backend(request.param, queue, admin, connect_args)
     try:
         yield chosen
     finally:
-        sessions = [i for i in map(pool_sql.session_id, chosen.opened) if i is not None]
+        pooled_sessions = [i for i in map(pool_sql.session_id, chosen.opened) if i is not None]
         chosen.close()
         if pooled is not None:
-            postgres = pooled.kind in ("postgres", "partitioned")
-            pool_sql.wait_sessions_ended(admin, queue, sessions, postgres)
-            queue_pool.give_back(pooled.kind, pooled.fingerprint, pooled.empty, pooled.drop)
+            pooled.sessions = pooled_sessions
+            ended = pool_sql.threads_ended(before)
+            queue_pool.give_back(
+                pooled.kind,
+                pooled.fingerprint,
+                lambda queue: ended and pooled.empty(queue),
+                pooled.drop,
+            )
 
 
 @pytest.fixture

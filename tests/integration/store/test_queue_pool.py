@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import databases
+from tests.helpers import databases, queue_pool
 from tests.helpers import mysql_queue as mysql_helpers
-from tests.integration.store import queue_pool
 
 PG_CHANGES = [
     "ALTER TABLE {table} ADD COLUMN extra integer",

@@ -1,19 +1,21 @@
-"""One queue per xdist worker and layout for the store conformance suite, emptied between tests.
+"""One queue per xdist worker and kind for the store and contract suites, emptied between tests.
 
 Creating a queue is most of what a store test costs: db_gen's script is some 40 statements
 (tables, indexes, routines, triggers), 0.1-0.25 s on each server, and its DROP another
-0.02-0.05 s, in each of the suite's 670 tests. A test here changes rows far more often than
-the schema, so a worker keeps the queue it made for a kind and, after each test, either
+0.02-0.05 s, in each of the store suite's 670 tests and the contract suite's 360. A test
+changes rows far more often than the schema, so a worker keeps the queue it made for a
+kind and, after each test, either
 
-- empties it (``TRUNCATE``, identities restarted: the next test starts from ids 1, as on a
-  fresh queue) when its catalog is still the one db_gen made, or
+- empties it (``DELETE``, ids from 1 again, as on a fresh queue) when its catalog is still
+  the one it was made with, or
 - drops it, when the test changed anything of it (a column, an index, a partition, a
-  routine, a trigger, a grant, a comment, a table added or removed: ``fingerprint``); the
+  routine, a trigger, a grant, a comment, a table added or removed: ``*_fingerprint``); the
   next test then gets a fresh queue.
 
-A test that needs a queue nobody used before (statistics counters, say) is marked
-``@pytest.mark.fresh_queue``; ``NSJQ_FRESH_QUEUES=1`` gives every test a fresh one, as
-before the pool.
+Emptied, a queue keeps dead rows and index entries (until vacuum or purge) and its
+statistics: a test that counts index reads, reads plans or statistics counters is marked
+``@pytest.mark.fresh_queue`` and gets a queue of its own. ``NSJQ_FRESH_QUEUES=1`` gives
+every test a fresh one, as before the pool.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -156,16 +159,35 @@ def mysql_fingerprint(admin: Any, queue: mysql_helpers.MysqlQueue) -> str:
     return hashlib.sha256("\n".join(items).encode()).hexdigest()
 
 
-def mysql_empty(admin: Any, queue: mysql_helpers.MysqlQueue) -> None:
-    """Every row of the queue's tables deleted, AUTO_INCREMENT back to 1 where it moved:
-    DELETE, not TRUNCATE, which rebuilds the table (40 ms for a partitioned one)."""
+def mysql_empty(admin: Any, queue: mysql_helpers.MysqlQueue, restart_ids: bool = True) -> None:
+    """Every row of the queue's tables deleted, AUTO_INCREMENT back to 1 where it moved
+    (unless not ``restart_ids``): DELETE, not TRUNCATE, which rebuilds the table (40 ms
+    for a partitioned one)."""
     with admin.cursor() as cur:
         for table in mysql_tables(admin, queue):
             name = f"{queue.database}.{table}"
             cur.execute(f"DELETE FROM {name}")
+            if not restart_ids:
+                continue
             cur.execute(f"SHOW CREATE TABLE {name}")
             if _AUTO_INCREMENT.search(str(cur.fetchone()[1])):
                 cur.execute(f"ALTER TABLE {name} AUTO_INCREMENT = 1")
+
+
+def threads() -> set[threading.Thread]:
+    return set(threading.enumerate())
+
+
+def threads_ended(before: set[threading.Thread], timeout: float = 2) -> bool:
+    """Whether the threads a test started (alive now, not in ``before``) end within
+    ``timeout`` seconds. One still running after its test may still use the queue, with
+    locks the next test would wait for or find its tasks under: a fresh queue then."""
+    deadline = time.monotonic() + timeout
+    while any(t.is_alive() for t in threads() - before):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def session_id(conn: Any) -> int | None:
@@ -194,12 +216,15 @@ WHERE l.pid <> pg_backend_pid() AND (
 """
 
 
-def wait_sessions_ended(admin: Any, queue: Any, ids: list[int], postgres: bool) -> None:
-    """Until the sessions ``ids`` the test closed have ended on the server (it ends them a
-    little after the client closed them), and on PostgreSQL no session holds a lock of the
-    queue: its next test keys its advisory locks, and MariaDB its GET_LOCK names, as this
-    one did, where a fresh queue had new keys."""
-    deadline = time.monotonic() + 10
+def sessions_ended(
+    admin: Any, queue: Any, ids: list[int], postgres: bool, timeout: float = 5
+) -> bool:
+    """Whether, within ``timeout`` seconds, the sessions ``ids`` the test closed have ended
+    on the server (it ends them a little after the client closed them) and, on PostgreSQL,
+    no session holds a lock of the queue. Its next test keys its advisory locks, and
+    MariaDB its GET_LOCK names, as this one did, where a fresh queue had new keys: when
+    they are still held (a session the test left open), the queue is dropped instead."""
+    deadline = time.monotonic() + timeout
     while True:
         if postgres:
             rows = admin.execute(_PG_HELD, {"pids": ids, "table": queue.table}).fetchall()
@@ -216,10 +241,51 @@ def wait_sessions_ended(admin: Any, queue: Any, ids: list[int], postgres: bool) 
         else:
             left = 0
         if not left:
-            return
+            return True
         if time.monotonic() > deadline:
-            raise AssertionError(f"{queue.table}: the test's sessions or locks are still there")
+            return False
         time.sleep(0.005)
+
+
+class QueueWays:
+    """How a pool makes, looks at, empties and drops a queue of one kind: ``postgres``,
+    ``partitioned`` (PostgreSQL's layouts), ``mysql`` or ``mysql-partitioned``; the
+    partitioned ones with ``databases.FEW_DAYS_AHEAD`` days ahead."""
+
+    def __init__(self, kind: str, admin: Any, connect_args: Any, restart_ids: bool = True):
+        self.kind, self.admin, self.connect_args = kind, admin, connect_args
+        self.postgres = kind in ("postgres", "partitioned")
+        self.restart_ids = restart_ids
+        self.sessions: list[int] = []  # the test's sessions (session_id), waited for
+
+    def make(self) -> Any:
+        layout = "partitioned" if self.kind.endswith("partitioned") else "plain"
+        days = databases.FEW_DAYS_AHEAD
+        if self.postgres:
+            return databases.create_queue(self.admin, self.connect_args, layout=layout, days=days)
+        return mysql_helpers.create_queue(
+            self.admin, self.connect_args["database"], layout=layout, days=days
+        )
+
+    def fingerprint(self, queue: Any) -> str:
+        if self.postgres:
+            return pg_fingerprint(self.admin, queue)
+        return mysql_fingerprint(self.admin, queue)
+
+    def empty(self, queue: Any) -> bool:
+        if not sessions_ended(self.admin, queue, self.sessions, self.postgres):
+            return False
+        if self.postgres:
+            pg_empty(self.admin, queue)
+        else:
+            mysql_empty(self.admin, queue, self.restart_ids)
+        return True
+
+    def drop(self, queue: Any) -> None:
+        if self.postgres:
+            databases.drop_queue(self.admin, queue)
+        else:
+            mysql_helpers.drop_queue_tables(self.admin, queue.database, queue.name)
 
 
 class QueuePool:
@@ -243,17 +309,19 @@ class QueuePool:
         self,
         kind: str,
         fingerprint: Callable[[Any], str],
-        empty: Callable[[Any], None],
+        empty: Callable[[Any], bool],
         drop: Callable[[Any], None],
     ) -> None:
-        """After a test: the queue emptied for the next one, or dropped (see the module)."""
+        """After a test: the queue emptied for the next one, or dropped (see the module);
+        ``empty`` returns False when the queue cannot be reused."""
         queue, made = self.kept.pop(kind)
         if fingerprint(queue) == made:
             try:
-                empty(queue)
+                reused = empty(queue)
             except Exception:
                 drop(queue)
                 raise
-            self.kept[kind] = (queue, made)
-            return
+            if reused:
+                self.kept[kind] = (queue, made)
+                return
         drop(queue)
