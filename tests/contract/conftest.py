@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def contract_pool():
-    """{kind: (queue name, its fingerprint when made)}: each xdist worker's queue of each
+    """{kind: (queue name, its fingerprint when made, DSN)}: each xdist worker's queue of each
     backend, emptied between tests (tests/helpers/queue_pool.py)."""
     kept: dict[str, tuple[str, str, str]] = {}
     yield kept
