@@ -96,9 +96,12 @@ def pg_queue(pg_dsn, pg_admin):
 
 
 @pytest.fixture
-def pg_partitioned_queue(pg_dsn, pg_admin):
-    """A fresh queue of the partitioned layout (db/postgres/layout.py)."""
-    queue = databases.create_queue(pg_admin, pg_dsn, layout="partitioned")
+def pg_partitioned_queue(request, pg_dsn, pg_admin):
+    """A fresh queue of the partitioned layout (db/postgres/layout.py), with few days ahead
+    (``databases.fixture_days_ahead``)."""
+    queue = databases.create_queue(
+        pg_admin, pg_dsn, layout="partitioned", days=databases.fixture_days_ahead(request)
+    )
     try:
         yield queue
     finally:

@@ -54,15 +54,15 @@ def env(pg_dsn, pg_queue):
 
 @pytest.fixture
 def long_task(side, workers, pg_dsn, pg_autocommit):
-    """``long_task(worker_env, key, sleep, name)``: (the task's id, the worker process), once
-    the worker (started with ``worker_env``) has started the task."""
+    """``long_task(worker_env, key, sleep, name, until=None)``: (the task's id, the worker
+    process), once the worker (started with ``worker_env``) has started the task; it sleeps
+    ``sleep`` seconds, or until the file ``until`` exists."""
 
-    def start(worker_env, key: str, sleep: float, name: str):
-        [task] = enqueue(
-            pg_dsn,
-            side.table,
-            [dict(payload=spec(sleep=sleep, sleep_on=[1], started=True), chave_externa=key)],
-        )
+    def start(worker_env, key: str, sleep: float, name: str, until: str | None = None):
+        steer = dict(sleep=sleep, sleep_on=[1], started=True)
+        if until is not None:
+            steer["until"] = until  # or less: until the test makes that file
+        [task] = enqueue(pg_dsn, side.table, [dict(payload=spec(**steer), chave_externa=key)])
         worker = workers.start(WORKER, worker_env, name)
         wait_for(
             lambda: started_ids(pg_autocommit, side) == [task], 15, f"the {name} to start the task"

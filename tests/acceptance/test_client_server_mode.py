@@ -538,14 +538,15 @@ def assert_runs_once(conn, queue, task: int, key: str, runner, timeout: float = 
 
 @pytest.mark.slow
 def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_not_rescued(
-    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit
+    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit, tmp_path
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    # Long enough to outlast the reconnections after the restart and two retry runs on a
-    # loaded machine (parallel tests): they took over 12 s there.
+    # It runs until the checks below are done (the file), at most 120 s: the reconnections
+    # after the restart and two retry runs took over 12 s on a loaded machine.
+    done = tmp_path / "done"
     task, runner = long_task(
-        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=30, name="runner"
+        cs_env(env, server, QUEUE_CONCURRENCY=1), "long", sleep=120, name="runner", until=str(done)
     )
     watcher = workers.start(WORKER, cs_env(env, server, QUEUE_RETRY_THREAD_INTERVAL=1), "watcher")
     wait_subscribed(server, queue, 2)
@@ -557,19 +558,21 @@ def test_a_task_running_across_a_server_restart_keeps_its_liveness_lock_and_is_n
         assert observer.held([task_lock_name(table_oid(pg_dsn, queue.table), task)]) == {
             task_lock_name(table_oid(pg_dsn, queue.table), task)
         }
-    # The 30 s task may have most of its sleep ahead of it.
-    assert_runs_once(pg_autocommit, queue, task, "long", runner, timeout=45)
+    assert runner.alive() and statuses(pg_autocommit, queue.table) == {"processando": 1}
+    done.touch()
+    assert_runs_once(pg_autocommit, queue, task, "long", runner)
     assert stop_all([runner, watcher]) == [0, 0]
 
 
 @pytest.mark.slow
 def test_workers_spelling_the_queue_table_differently_still_see_each_others_task_locks(
-    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit
+    side, workers, env, server_for, long_task, pg_dsn, pg_autocommit, tmp_path
 ):
     queue = side
     server = server_for(queue, LOG_DEBUG="true")
-    # QUEUE_TABLE=public.<name>
-    task, runner = long_task(cs_env(env, server), "long", sleep=6, name="runner")
+    # QUEUE_TABLE=public.<name>; the task runs until the watcher's checks are done.
+    done = tmp_path / "done"
+    task, runner = long_task(cs_env(env, server), "long", sleep=60, name="runner", until=str(done))
     # The same table, as the search_path finds it (DB mode keys its locks on the table's oid).
     watcher = workers.start(
         WORKER,
@@ -585,5 +588,6 @@ def test_workers_spelling_the_queue_table_differently_still_see_each_others_task
         pg_autocommit,
         "two runs of the watcher's retry service",
     )
+    done.touch()
     assert_runs_once(pg_autocommit, queue, task, "long", runner)
     assert stop_all([runner, watcher]) == [0, 0]

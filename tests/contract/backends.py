@@ -34,6 +34,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ import pytest
 from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.settings import Settings
+from tests.helpers import queue_pool
 from tests.helpers.databases import (
     drop_queue_objects,
     insert_subscriber,
@@ -247,6 +249,31 @@ class Backend:
             f"CREATE TABLE {self.started_table} (task_id bigint NOT NULL, pid integer, "
             f"at timestamp(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
         )
+
+    @property
+    def pooled(self) -> Any:
+        """The queue as tests/helpers/queue_pool.py names it."""
+        return SimpleNamespace(
+            name=self.name, schema=self.schema, database=self.schema, table=self.table
+        )
+
+    def fingerprint(self) -> str:
+        if self.family == "postgres":
+            return queue_pool.pg_fingerprint(self.admin, self.pooled)
+        return queue_pool.mysql_fingerprint(self.admin, self.pooled)
+
+    def empty(self) -> bool:
+        """As a fresh queue: no rows in any of its tables; False when it cannot be reused."""
+        if self.family == "postgres":
+            if not queue_pool.sessions_ended(self.admin, self.pooled, [], postgres=True):
+                return False
+            queue_pool.pg_empty(self.admin, self.pooled)
+        else:
+            # Ids go on: a handler thread a test left behind (blocked past its end) may hold
+            # the GET_LOCK of a task id, which MariaDB does not let us look for, while
+            # PostgreSQL's advisory locks are waited for above.
+            queue_pool.mysql_empty(self.admin, self.pooled, restart_ids=False)
+        return True
 
     def drop(self) -> None:
         if self.family == "postgres":
@@ -502,7 +529,9 @@ class Backend:
 
     # -- clean-up ------------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, drop: bool = True) -> None:
+        """Everything the test started stopped; the queue dropped and the admin connection
+        closed, unless ``drop`` is false (the pool may keep the queue, conftest.py)."""
         errors = []
         for running in self._inprocess:
             if running.alive():
@@ -514,10 +543,11 @@ class Backend:
             proc.close()
         if self.server is not None:
             self.server.cleanup()
-        try:
-            self.drop()
-        finally:
-            self.admin.close()
+        if drop:
+            try:
+                self.drop()
+            finally:
+                self.admin.close()
         if errors:
             raise AssertionError("; ".join(errors))
 

@@ -5,6 +5,7 @@ See ``tests/contract/backends.py`` for the backends and what a ``Backend`` can d
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract.backends import BACKENDS, Backend
+from tests.helpers import queue_pool
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -30,14 +32,38 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xfail(strict=True, reason=bugs[callspec.params["backend"]]))
 
 
+@pytest.fixture(scope="session")
+def contract_pool():
+    """{kind: (queue name, its fingerprint when made, DSN)}: each xdist worker's queue of each
+    backend, emptied between tests (tests/helpers/queue_pool.py)."""
+    kept: dict[str, tuple[str, str, str]] = {}
+    yield kept
+    for kind, (name, _, dsn) in kept.items():
+        directory = Path(tempfile.mkdtemp(prefix="nsjq-contract-"))
+        try:
+            Backend(kind, dsn, directory, name=name).close()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(params=BACKENDS)
-def backend(request):
+def backend(request, contract_pool):
     kind = request.param
     dsn = request.getfixturevalue("pg_dsn" if kind.startswith("postgres") else "mysql_dsn")
     directory = Path(tempfile.mkdtemp(prefix="nsjq-contract-"))
-    b = Backend(kind, dsn, directory)
+    pooled = not (
+        request.node.get_closest_marker("fresh_queue")
+        or os.environ.get("NSJQ_FRESH_QUEUES", "") not in ("", "0")
+    )
+    kept = contract_pool.pop(kind, None) if pooled else None
+    before = queue_pool.threads()
+    b = Backend(kind, dsn, directory, **({"name": kept[0]} if kept else {}))
+    made = kept[1] if kept else None
+    reusable = False
     try:
-        b.create()
+        if made is None:
+            b.create()
+            made = b.fingerprint() if pooled else None
         if b.via_server:
             b.start_server()
         yield b
@@ -48,8 +74,21 @@ def backend(request):
             if b.server is not None:
                 print(f"--- server log ---\n{b.server.log_text()[-3000:]}")
     finally:
-        b.close()
-        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            b.close(drop=False)
+            reusable = (
+                pooled
+                and queue_pool.threads_ended(before)
+                and b.fingerprint() == made
+                and b.empty()
+            )
+        finally:
+            if reusable:
+                contract_pool[kind] = (b.name, made, dsn)
+            else:
+                b.drop()
+            b.admin.close()
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

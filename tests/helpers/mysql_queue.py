@@ -31,7 +31,13 @@ from typing import Any
 import pytest
 
 from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
-from tests.helpers.databases import CONNECT_TIMEOUT, QueueNames, unique_queue_name
+from tests.helpers.databases import (
+    CONNECT_TIMEOUT,
+    QueueNames,
+    days_ahead,
+    fixture_days_ahead,
+    unique_queue_name,
+)
 
 # Fixture statements must never wait long on a lock a broken test left behind.
 ADMIN_INIT = "SET SESSION lock_wait_timeout = 15, SESSION innodb_lock_wait_timeout = 15"
@@ -66,14 +72,23 @@ def execute_script(conn, sql: str) -> None:
 
 
 def create_queue(
-    admin, database: str, name: str | None = None, upgrade: bool = False, layout: str = "plain"
+    admin,
+    database: str,
+    name: str | None = None,
+    upgrade: bool = False,
+    layout: str = "plain",
+    days: int | None = None,
 ) -> MysqlQueue:
-    """Create (or upgrade) a queue with ``db_gen --dialect mysql`` on an autocommit connection."""
+    """Create (or upgrade) a queue with ``db_gen --dialect mysql`` on an autocommit connection;
+    ``days``: the partitioned layout's days ahead (None: db_gen's)."""
     from nsj_queue_lib.db_gen import render
 
     queue = MysqlQueue(name or unique_queue_name(), database)
     server = os.environ.get("TEST_MYSQL_SERVER_VARIANT") or None
-    script = render(database, queue.name, "mysql", upgrade=upgrade, server=server, layout=layout)
+    with days_ahead(days):
+        script = render(
+            database, queue.name, "mysql", upgrade=upgrade, server=server, layout=layout
+        )
     execute_script(admin, script)
     return queue
 
@@ -171,9 +186,15 @@ def mysql_queue(mysql_kwargs, mysql_admin):
 
 
 @pytest.fixture
-def mysql_partitioned_queue(mysql_kwargs, mysql_admin):
-    """A fresh queue of the partitioned layout (db/mysql/layout.py)."""
-    queue = create_queue(mysql_admin, mysql_kwargs["database"], layout="partitioned")
+def mysql_partitioned_queue(request, mysql_kwargs, mysql_admin):
+    """A fresh queue of the partitioned layout (db/mysql/layout.py), with few days ahead
+    (``databases.fixture_days_ahead``)."""
+    queue = create_queue(
+        mysql_admin,
+        mysql_kwargs["database"],
+        layout="partitioned",
+        days=fixture_days_ahead(request),
+    )
     try:
         yield queue
     finally:

@@ -17,7 +17,7 @@ WORKER = "recording_worker.py"
 
 
 def spec(**kwargs: Any) -> str:
-    """The payload that steers the recording worker (sleep, sleep_on, fail_on, started)."""
+    """The payload that steers the recording worker (sleep, sleep_on, until, fail_on, started)."""
     return json.dumps(kwargs, sort_keys=True)
 
 

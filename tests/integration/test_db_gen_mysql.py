@@ -3,6 +3,7 @@ upgrades idempotently, and serves the workers' scans from its indexes (EXPLAIN).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -16,8 +17,9 @@ from nsj_queue_lib.db.mysql.driver import configure_session
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db_gen import render
 from nsj_queue_lib.exceptions import ClaimRoutineError
-from tests.helpers.databases import busy_row_sql, unique_queue_name
+from tests.helpers.databases import busy_row_sql, fixture_days_ahead, unique_queue_name
 from tests.helpers.mysql_queue import (
+    ADMIN_INIT,
     connect,
     create_queue,
     drop_queue_tables,
@@ -350,22 +352,43 @@ def test_applying_create_twice_fails_loudly(mysql_queue, mysql_admin):
 # -- the workers' scans use the indexes ---------------------------------------------
 
 
-@pytest.fixture
-def busy_queue(mysql_queue, mysql_admin):
-    """20,000 rows: mostly history, some ready, some scheduled, a few running."""
-    with mysql_admin.cursor() as cur:
-        cur.execute(
-            f"""
-            INSERT INTO {mysql_queue.table} (processo, status, prioridade, data_hora, data_hora_inicial)
-            SELECT {busy_row_sql("seq")},
-                   NOW(6) - INTERVAL seq SECOND,
-                   NOW(6) - INTERVAL seq SECOND
-            FROM seq_1_to_20000
-            """
-        )
-        cur.execute(f"ANALYZE TABLE {mysql_queue.table}")
-        cur.fetchall()
-    return mysql_queue
+@contextlib.contextmanager
+def module_queue(mysql_kwargs, **create):
+    """A queue for a module's tests that only read its plans (EXPLAIN), on a connection of
+    its own: made once per xdist worker, not once per test (the busy queue's 20,000 rows
+    and ANALYZE took 2-3 s a test under make test)."""
+    admin = connect(mysql_kwargs, autocommit=True, init_command=ADMIN_INIT)
+    try:
+        queue = create_queue(admin, mysql_kwargs["database"], **create)
+        try:
+            yield queue
+        finally:
+            drop_queue_tables(admin, queue.database, queue.name)
+    finally:
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def busy_queue(mysql_kwargs):
+    """20,000 rows: mostly history, some ready, some scheduled, a few running. Shared: its
+    tests only EXPLAIN."""
+    with (
+        module_queue(mysql_kwargs) as queue,
+        connect(mysql_kwargs, autocommit=True, init_command=ADMIN_INIT) as admin,
+    ):
+        with admin.cursor() as cur:
+            cur.execute(
+                f"""
+                INSERT INTO {queue.table} (processo, status, prioridade, data_hora, data_hora_inicial)
+                SELECT {busy_row_sql("seq")},
+                       NOW(6) - INTERVAL seq SECOND,
+                       NOW(6) - INTERVAL seq SECOND
+                FROM seq_1_to_20000
+                """
+            )
+            cur.execute(f"ANALYZE TABLE {queue.table}")
+            cur.fetchall()
+        yield queue
 
 
 def explain(conn, sql: str, params) -> dict:
@@ -485,8 +508,13 @@ def fetch_rows(conn, sql: str, args) -> list[tuple]:
 
 
 @pytest.fixture
-def partitioned_queue(mysql_kwargs, mysql_admin):
-    queue = create_queue(mysql_admin, mysql_kwargs["database"], layout="partitioned")
+def partitioned_queue(request, mysql_kwargs, mysql_admin):
+    queue = create_queue(
+        mysql_admin,
+        mysql_kwargs["database"],
+        layout="partitioned",
+        days=fixture_days_ahead(request),
+    )
     try:
         yield queue
     finally:
@@ -506,6 +534,7 @@ def partitions_of(conn, database: str, name: str) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.full_days_ahead  # counts them
 def test_the_partitioned_layout_applies_and_upgrades_only_as_itself(partitioned_queue, mysql_admin):
     q, database = partitioned_queue.name, partitioned_queue.database
     today = int(fetch_value(mysql_admin, "SELECT UNIX_TIMESTAMP() DIV 86400"))
@@ -547,6 +576,14 @@ def test_a_plain_queue_refuses_the_partitioned_upgrade(mysql_queue, mysql_admin)
     assert partitions_of(mysql_admin, mysql_queue.database, mysql_queue.name) == [(None, None)]
 
 
+@pytest.fixture(scope="module")
+def explained_partitioned_queue(mysql_kwargs):
+    """A partitioned queue with db_gen's days ahead, shared: its tests bind a store and
+    EXPLAIN."""
+    with module_queue(mysql_kwargs, layout="partitioned") as queue:
+        yield queue
+
+
 @pytest.mark.parametrize(
     "query, step, params",
     [
@@ -558,11 +595,11 @@ def test_a_plain_queue_refuses_the_partitioned_upgrade(mysql_queue, mysql_admin)
     ],
 )
 def test_the_partitioned_stores_statements_read_the_hot_partition_only(
-    partitioned_queue, mysql_admin, query, step, params
+    explained_partitioned_queue, mysql_admin, query, step, params
 ):
     """Pinned to finished_day = 1, the worker's statements are pruned to p_hot, however
     many day partitions there are."""
-    store = MysqlQueueStore(partitioned_queue.table)
+    store = MysqlQueueStore(explained_partitioned_queue.table)
     store.bind(mysql_admin)
     plan = explain(mysql_admin, store.sql[query][step], params)
     # The queue table's reads (not the limits table, "lim", nor derived tables).

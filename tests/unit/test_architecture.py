@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import itertools
 import re
 import subprocess
@@ -82,9 +83,19 @@ def _function_nodes(tree: ast.AST) -> set[int]:
     return found
 
 
-def imports_of(module: str) -> Iterator[Import]:
+def imports_of(module: str) -> tuple[Import, ...]:
     """Every import statement of ``module``, each imported name made absolute."""
-    path = MODULES[module]
+    return _imports(module, MODULES[module])
+
+
+# Parsed once per process: the import graph alone read every module four times a run,
+# and some 500 tests read one each (12 worker-s of parsing under make test).
+@functools.cache
+def _imports(module: str, path: Path) -> tuple[Import, ...]:
+    return tuple(_parse_imports(module, path))
+
+
+def _parse_imports(module: str, path: Path) -> Iterator[Import]:
     tree = ast.parse(path.read_text("utf-8"), str(path))
     type_checking, in_function = _type_checking_nodes(tree), _function_nodes(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from nsj_queue_lib.db_gen import render
 from tests.helpers.databases import (
     DatabaseUnavailable,
     ci_enabled,
+    days_ahead,
     mysql_connect_kwargs,
     redact,
     resolve_mysql,
@@ -27,6 +29,25 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_the_fixtures_days_ahead_reach_both_dialects_ddl_and_only_meanwhile():
+    """The partitioned queue fixtures' fewer days ahead replace two module values: a
+    refactoring that makes them miss must fail here, not make the suite slow unseen."""
+
+    def scripts() -> tuple[str, str]:
+        return (
+            render("public", "q", layout="partitioned"),
+            render("test", "q", "mysql", layout="partitioned"),
+        )
+
+    with days_ahead(2):
+        pg, mysql = scripts()
+    assert "FOR day IN today - 1 .. today + 2 LOOP" in pg
+    assert "WHERE day < @nsjq_today + 2\n" in mysql
+    pg, mysql = scripts()
+    assert "FOR day IN today - 1 .. today + 14 LOOP" in pg
+    assert "WHERE day < @nsjq_today + 14\n" in mysql
 
 
 def test_mysql_dsn_is_parsed_into_pymysql_arguments():

@@ -3,6 +3,7 @@
 The payload (JSON, optional) steers it:
   {"sleep": 2.5}            sleep that many seconds inside the handler
   {"sleep_on": [1]}         ... only on these attempts (``tentativa``)
+  {"until": "/path"}        ... or less: until that file exists (the test says when)
   {"fail_on": [1, 2]}       raise on these attempts (after writing: the write must roll back)
   {"started": true}         first record the start in ``$TEST_STARTED_TABLE`` on a
                             separate autocommit connection (visible at once)

@@ -8,6 +8,7 @@ in-process.
 The payload (JSON, optional) steers it:
   {"sleep": 2.5}            sleep that many seconds inside the handler
   {"sleep_on": [1]}         ... only on these attempts (``tentativa``)
+  {"until": "/path"}        ... or less: until that file exists (the test says when)
   {"fail_on": [1, 2]}       raise on these attempts (after writing: the write must roll back)
   {"started": true}         first record the start in the started table on a separate
                             autocommit connection (visible at once)
@@ -59,6 +60,16 @@ def side_connection(settings):
     )
 
 
+def _pause(seconds: float, until: str | None) -> None:
+    """``seconds``, or less once the file ``until`` exists."""
+    if until is None:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not os.path.exists(until):
+        time.sleep(0.05)
+
+
 class ContractWorker(WorkerBase):
     def __init__(
         self,
@@ -93,7 +104,7 @@ class ContractWorker(WorkerBase):
                 (tarefa["id"], tarefa["chave_externa"], os.getpid()),
             )
         if spec.get("sleep") and attempt in spec.get("sleep_on", [attempt]):
-            time.sleep(float(spec["sleep"]))
+            _pause(float(spec["sleep"]), spec.get("until"))
         if attempt in spec.get("fail_on", []):
             raise RuntimeError(f"planned failure of attempt {attempt}")
         return f"done by {os.getpid()}"

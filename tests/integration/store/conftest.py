@@ -1,8 +1,11 @@
 """Fixtures of the store conformance suite: every test runs on each backend it names.
 
-- ``backend``: a fresh queue and its store (``backends.Backend``); by default
+- ``backend``: an empty queue and its store (``backends.Backend``); by default
   on the stores with session locks (``postgres``, ``mysql``); a module or a
-  test names others with ``backends.on(...)`` (the test's choice wins);
+  test names others with ``backends.on(...)`` (the test's choice wins). The
+  queue is the xdist worker's for its layout, emptied after each test, or a new
+  one after a test that changed its catalog (``tests/helpers/queue_pool.py``); a test marked
+  ``fresh_queue`` (or ``full_days_ahead``) gets one made for it alone;
 - ``conn`` / ``client``: a caller's connection (never autocommit) and a
   ``QueueClient`` on it;
 - ``worker``: an executor's connection, as the runtime opens it;
@@ -13,6 +16,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import databases
+from tests.helpers import mysql_queue as mysql_helpers
+from tests.helpers import queue_pool as pool_sql
+from tests.helpers.queue_pool import QueuePool, QueueWays
 from tests.integration.store.backends import LOCKING, Backend
 
 
@@ -50,27 +57,90 @@ def one_tls_context():
         yield
 
 
+# The pool's kinds (tests/helpers/queue_pool.py): the backends on the same DDL share a queue.
+POOLED = {
+    "postgres": "postgres",
+    "psycopg2": "postgres",
+    "partitioned": "partitioned",
+    "mysql": "mysql",
+    "singlestore": "mysql",
+    "mysql-partitioned": "mysql-partitioned",
+}
+
+
+@pytest.fixture(scope="session")
+def queue_pool():
+    pool = QueuePool()
+    yield pool
+    # The session's admin connections may be gone by now: new ones.
+    for kind, (queue, _) in list(pool.kept.items()):
+        if kind in ("postgres", "partitioned"):
+            with databases.connect_pg(queue.dsn, autocommit=True) as admin:
+                databases.drop_queue(admin, queue)
+            continue
+        admin = mysql_helpers.connect(pool.mysql_kwargs, autocommit=True)
+        try:
+            mysql_helpers.drop_queue_tables(admin, queue.database, queue.name)
+        finally:
+            admin.close()
+
+
+def _ways(request, kind: str) -> QueueWays:
+    if kind in ("postgres", "partitioned"):
+        admin = request.getfixturevalue("pg_admin")
+        connect_args = request.getfixturevalue("pg_dsn")
+    else:
+        admin = request.getfixturevalue("mysql_admin")
+        connect_args = request.getfixturevalue("mysql_kwargs")
+    return QueueWays(kind, admin, connect_args)
+
+
+def _fresh(request, pool: QueuePool) -> bool:
+    """A queue made for this test alone (the fixtures' own), not the pool's."""
+    node = request.node
+    return pool.fresh_only or any(
+        node.get_closest_marker(mark) for mark in ("fresh_queue", "full_days_ahead")
+    )
+
+
 @pytest.fixture
-def backend(request):
+def backend(request, queue_pool):
+    kind = request.param
     if request.param in ("postgres", "psycopg2", "partitioned"):
         fixture = "pg_partitioned_queue" if request.param == "partitioned" else "pg_queue"
-        queue = request.getfixturevalue(fixture)
         admin = request.getfixturevalue("pg_admin")
         connect_args = request.getfixturevalue("pg_dsn")
     else:
         fixture = (
             "mysql_partitioned_queue" if request.param == "mysql-partitioned" else "mysql_queue"
         )
-        queue = request.getfixturevalue(fixture)
         admin = request.getfixturevalue("mysql_admin")
         connect_args = request.getfixturevalue("mysql_kwargs")
+    pooled = None if _fresh(request, queue_pool) else _ways(request, POOLED[kind])
+    if pooled is None:
+        queue = request.getfixturevalue(fixture)
+    else:
+        if pooled.kind.startswith("mysql"):
+            queue_pool.mysql_kwargs = connect_args
+        queue = queue_pool.take(pooled.kind, pooled.make, pooled.fingerprint)
     # Set up after the queue, so torn down before it: an open transaction
-    # would hold a lock the DROP waits for.
+    # would hold a lock the DROP (or the pool's DELETE) waits for.
+    before = pool_sql.threads()
     chosen = Backend(request.param, queue, admin, connect_args)
     try:
         yield chosen
     finally:
+        pooled_sessions = [i for i in map(pool_sql.session_id, chosen.opened) if i is not None]
         chosen.close()
+        if pooled is not None:
+            pooled.sessions = pooled_sessions
+            ended = pool_sql.threads_ended(before)
+            queue_pool.give_back(
+                pooled.kind,
+                pooled.fingerprint,
+                lambda queue: ended and pooled.empty(queue),
+                pooled.drop,
+            )
 
 
 @pytest.fixture

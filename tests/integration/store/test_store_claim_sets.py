@@ -94,6 +94,7 @@ def _window_claim_plan(backend, worker, limit: int) -> tuple[list[int], str]:
     return claimed, plans[0]
 
 
+@pytest.mark.fresh_queue  # plans from the table's statistics
 @pytest.mark.parametrize("statistics", ["of an empty table", "of running tasks only"])
 def test_each_set_is_read_once_per_claim_whatever_the_statistics_say(backend, statistics):
     if statistics == "of an empty table":

@@ -359,6 +359,7 @@ def innodb_lock_requests(backend) -> int:
     )
 
 
+@pytest.mark.fresh_queue  # counts lock requests on index entries, delete-marked ones too
 def test_the_claim_passes_entries_of_claimed_tasks_without_locking_them(backend, store, worker):
     """Claimed tasks leave delete-marked claim index entries until purge: never locked one by one."""
     claimed = 250

@@ -7,6 +7,8 @@ these are the layout's own promises.
 
 from __future__ import annotations
 
+import pytest
+
 from nsj_queue_lib import model
 from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.layout import DAYS_AHEAD
@@ -69,6 +71,7 @@ def test_bi_reads_of_the_queue_name_see_every_attempt(backend, store, worker):
     assert counts == 12
 
 
+@pytest.mark.full_days_ahead  # drops the last of db_gen's days ahead
 def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store, worker):
     now = today(backend)
     old_day = now - 40
@@ -118,6 +121,7 @@ def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store,
     assert set(retention.days(worker, backend.table)) == set(days)
 
 
+@pytest.mark.fresh_queue  # counts dead rows and vacuums
 def test_the_vacuum_service_looks_at_the_hot_partition(backend, store, worker):
     """The hot partition's dead versions are what the vacuum service counts and removes (a
     partitioned table has no rows, hence no statistics, of its own)."""

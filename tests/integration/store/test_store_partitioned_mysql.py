@@ -110,6 +110,7 @@ def _task() -> dict[str, str]:
     return dict(origem="o", destino="d", processo="p", chave_externa="c", payload="x")
 
 
+@pytest.mark.full_days_ahead  # drops the last of db_gen's days ahead
 def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store, worker):
     now = today(backend)
     old_day = now - 40
@@ -172,6 +173,7 @@ def test_retention_gives_up_quickly_while_a_transaction_holds_the_table(backend,
     assert int(backend.value("SELECT @@SESSION.lock_wait_timeout")) > retention.LOCK_WAIT_SECONDS
 
 
+@pytest.mark.fresh_queue  # reads the table's statistics
 def test_the_statistics_service_analyzes_the_hot_partition(backend, store, worker):
     # InnoDB would recalculate a small table's statistics itself, and reset the count.
     backend.execute(f"ALTER TABLE {backend.table} STATS_AUTO_RECALC = 0")
