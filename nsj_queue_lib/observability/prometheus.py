@@ -87,23 +87,7 @@ class PrometheusObserver(Observer):
             "From a notification of a ready task to this worker's next claim",
             NOTIFY_BUCKETS,
         )
-        # Process instances (nsj_queue_lib/process/): no process_id label, whose values
-        # are unbounded; kind is one of four, processo is the queue's own.
-        self.process_delay = self._histogram(
-            "nsjq_process_task_delay_seconds",
-            "From a process's task's due time (a call's enqueue, a timer's due time) to its "
-            "start, by kind (start, call, repair, timer)",
-            WAIT_BUCKETS,
-            "kind",
-        )
-        self.process_duration = self._histogram(
-            "nsjq_process_task_duration_seconds",
-            "A process's task's run (its handler with the process's load and save), by "
-            "processo and kind",
-            HANDLER_BUCKETS,
-            "processo",
-            "kind",
-        )
+        self.process_delay, self.process_duration = self._process_histograms()
         # The children without a per-task label, bound once (a labels() call per task costs).
         self._claimed = self.claim.labels(queue, "task")
         self._empty = self.claim.labels(queue, "empty")
@@ -113,6 +97,26 @@ class PrometheusObserver(Observer):
         self._children: dict[tuple[Any, ...], Any] = {}
         self._notified_at: float | None = None
         self._lock = threading.Lock()
+
+    def _process_histograms(self) -> tuple[Histogram, Histogram]:
+        """Process instances' (nsj_queue_lib/process/): no process_id label, whose values are
+        unbounded; kind is one of four, processo is the queue's own."""
+        delay = self._histogram(
+            "nsjq_process_task_delay_seconds",
+            "From a process's task's due time (a call's enqueue, a timer's due time) to its "
+            "start, by kind (start, call, repair, timer)",
+            WAIT_BUCKETS,
+            "kind",
+        )
+        duration = self._histogram(
+            "nsjq_process_task_duration_seconds",
+            "A process's task's run (its handler with the process's load and save), by "
+            "processo and kind",
+            HANDLER_BUCKETS,
+            "processo",
+            "kind",
+        )
+        return delay, duration
 
     def _histogram(
         self, name: str, text: str, buckets: tuple[float, ...], *labels: str
