@@ -97,11 +97,15 @@ def test_lock_names_fit_and_name_the_queue(backend, store, worker):
     name = store.task_lock_name(worker, 2**63 - 1)
     assert len(name) <= 64 and name.startswith(f"nsjq:{backend.table}:")
     assert len(store.service_lock_name(worker, -(2**63))) <= 64
-    long_store = backend.new_store(f"{backend.queue.database}.{'q' * 63}")
+    # A 63-character table name of this test's own: two tests running at once (the layouts,
+    # the xdist workers) must not share the lock taken below.
+    long_table = (backend.queue.name + "q" * 63)[:63]
+    long_store = backend.new_store(f"{backend.queue.database}.{long_table}")
     assert len(long_store.task_lock_name(worker, 2**63 - 1)) <= 64
     # The name really works as a MySQL lock name.
     long_name = long_store.service_lock_name(worker, -(2**63))
     assert value(worker, "SELECT GET_LOCK(%s, 0)", (long_name,)) == 1
+    assert value(worker, "SELECT RELEASE_LOCK(%s)", (long_name,)) == 1
     # Another queue's service lock with the same key is another lock.
     key = -1234567890123
     assert store.try_service_lock(worker, key) is True
