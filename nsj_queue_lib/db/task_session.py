@@ -33,6 +33,7 @@ from nsj_queue_lib import model
 from nsj_queue_lib.exceptions import AttemptFenced, DatabaseError
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.process import corruption as processes
+from nsj_queue_lib.process.batch import write_saves
 from nsj_queue_lib.workflow import dependencies
 
 SAVEPOINT = "nsjq_group"
@@ -363,14 +364,17 @@ class TaskSession:
         tasks: Sequence[tuple[TaskRecord, str | None]],
         failures: Sequence[tuple[TaskRecord, FailureRecord]],
         committed: bool | None,
+        process_saves: Mapping[int, Any] | None = None,
     ) -> tuple[list[TaskRecord], list[TaskRecord]]:
         """Settle a group's tasks after its transaction was lost (``committed``: whether it
         committed, None: unknown), in a transaction of its own: a failure whose record was
         lost is written again; a finished task whose success was committed counts as done
         (its 'sucesso' written now if the group's end was to write it); every other task is
         'pendente' again (its work was rolled back: as far as the queue is concerned its
-        attempt never ran). (the tasks done, the tasks given back). On any error nothing of
-        it is kept and the error is raised (a deadlock is worth another try)."""
+        attempt never ran). (the tasks done, the tasks given back). A success written here
+        also gets its process's write the group's commit was to send (``process_saves``, by
+        attempt id: process/batch.py). On any error nothing of it is kept and the error is
+        raised (a deadlock is worth another try)."""
         store = self.store
         store.begin(conn)
         done: list[TaskRecord] = []
@@ -383,6 +387,9 @@ class TaskSession:
                 if mensagem is not None and committed is not False:
                     status = self._status(conn, task)
                     if committed is True and status == model.PROCESSANDO:
+                        save = (process_saves or {}).get(task.id)
+                        if save is not None:
+                            write_saves(store, conn, [save])
                         self._complete_in_transaction(conn, task, mensagem)
                         self.locks.unlock_in_transaction(conn, task)
                         status = model.SUCESSO

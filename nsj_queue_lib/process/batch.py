@@ -15,9 +15,10 @@ changes it, and a process's tasks run one at a time (this group holds them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from nsj_queue_lib.db.process_store import ProcessStore
 from nsj_queue_lib.process.ids import process_id_of
 
 # One success's write: process_id, task_id (first attempt), state, status, detail, repair,
@@ -49,3 +50,12 @@ class ProcessBatch:
     def take_saves(self, attempt_ids: list[int]) -> list[ProcessSave]:
         """The writes of these successes (the group's commit sends them), in their order."""
         return [self.saves.pop(i) for i in attempt_ids if i in self.saves]
+
+
+def write_saves(store: Any, conn: Any, saves: Sequence[Sequence[Any]]) -> None:
+    """Process writes a commit group deferred (process/batch.py's ProcessSave tuples), sent
+    now, one statement each, in the caller's transaction: where the group's commit that was
+    to carry them never came (db/task_session.py's settle_lost)."""
+    pstore = ProcessStore.for_store(store, store.queue_table)
+    for save in saves:
+        pstore.save(conn, *save)

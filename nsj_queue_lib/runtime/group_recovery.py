@@ -19,6 +19,7 @@ service can rescue them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from nsj_queue_lib.db.task_session import CANCELADA, RELEASED, FailureRecord
@@ -159,7 +160,10 @@ class GroupRecovery:
         but end the group with ``drop``."""
         committed = self.session.group_ended(conn, group)
         tasks, failures = group.take_settled()
-        if not self.give_back(tasks, failures, conn, committed):
+        # Successes whose handlers' work committed (a handler ended the transaction itself)
+        # get the process writes their group's commit was to send (process/batch.py).
+        saves = group.processes.saves if group.processes is not None else None
+        if not self.give_back(tasks, failures, conn, committed, saves):
             return False
         try:
             self.session.resume_group(conn)
@@ -191,6 +195,7 @@ class GroupRecovery:
         failures: list[tuple[TaskRecord, FailureRecord]],
         conn: Any,
         committed: bool | None,
+        saves: Mapping[int, Any] | None = None,
     ) -> bool:
         """Settle the tasks of a group whose transaction is gone (``committed``: whether it
         committed, None: unknown, the rows say). A success that was committed counts as
@@ -204,9 +209,9 @@ class GroupRecovery:
             try:
                 if conn is None:
                     with self.connections.fresh() as fresh:
-                        self.give_back_on(fresh, tasks, failures, committed)
+                        self.give_back_on(fresh, tasks, failures, committed, saves)
                 else:
-                    self.give_back_on(conn, tasks, failures, committed)
+                    self.give_back_on(conn, tasks, failures, committed, saves)
                 return True
             except Exception as exc:  # noqa: BLE001 - tried again, then left to the rescue
                 if attempt == GIVE_BACK_ATTEMPTS:
@@ -225,8 +230,9 @@ class GroupRecovery:
         tasks: list[tuple[TaskRecord, str | None]],
         failures: list[tuple[TaskRecord, FailureRecord]],
         committed: bool | None,
+        saves: Mapping[int, Any] | None = None,
     ) -> None:
-        done, given_back = self.session.settle_lost(conn, tasks, failures, committed)
+        done, given_back = self.session.settle_lost(conn, tasks, failures, committed, saves)
         for task in given_back:
             logger.info(
                 "queue=%s task=%s: back to the queue (%s)", self.queue_name, task.id, GROUP_LOST

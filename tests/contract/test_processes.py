@@ -351,3 +351,19 @@ def test_a_durable_step_commits_the_process_state_as_it_is_then(backend):
     backend.wait_statuses({"falha": 1, "sucesso": 1}, 20, "the failure and the retry")
     assert running.stop() == 0
     assert get_process(backend, "s-1")["state"] == {"seen": [1, 2]}
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_group_ended_by_a_handler_keeps_its_earlier_successes_process_writes(backend):
+    """PostgreSQL's commit groups send process writes with the group's commit. A handler
+    that commits bd_conn itself ends the group's transaction with the earlier task's work
+    committed: that task's success is written then, and its process's write with it."""
+    first = start(backend, "g-a")  # "count": its state's n becomes 1
+    start(backend, "g-b", "commits")
+    running = backend.run(
+        process_worker(backend, queue_concurrency=1, queue_base_interval_retry=RETRY_BASE_MINUTES)
+    )
+    backend.wait_statuses({"sucesso": 2, "falha": 1}, 20, "both starts, one retried")
+    assert running.stop() == 0
+    assert backend.row(first)["status"] == "sucesso"
+    assert get_process(backend, "g-a")["state"]["n"] == 1

@@ -14,6 +14,8 @@ transaction; the payload (JSON) steers it:
 - "break": raises ``PermanentError`` (dead-lettered at once: the process is corrupted).
 - "fix" (a repair): ``status = "fixed"``, ``state["fixed"] = True``.
 - "stepwise": ``state["seen"]`` + [attempt], a durable step, then a failure on attempt 1.
+- "commits": commits ``bd_conn`` itself on attempt 1 (a handler's mistake: the attempt
+  fails, and its commit group's transaction ends under the group).
 """
 
 from __future__ import annotations
@@ -93,6 +95,12 @@ class ProcessContractWorker(ContractWorker):
         if tarefa["tentativa"] == 1:
             raise RuntimeError("failing after the step")
         return "done"
+
+    @Task("commits")
+    def commits(self, payload, tarefa, bd_conn):
+        if tarefa["tentativa"] == 1:
+            bd_conn.commit()
+        return "committed"
 
 
 if __name__ == "__main__":
