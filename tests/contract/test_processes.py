@@ -367,3 +367,24 @@ def test_a_group_ended_by_a_handler_keeps_its_earlier_successes_process_writes(b
     assert running.stop() == 0
     assert backend.row(first)["status"] == "sucesso"
     assert get_process(backend, "g-a")["state"]["n"] == 1
+
+
+@pytest.mark.mysql
+@pytest.mark.parametrize("backend", ["mysql"], indirect=True)
+def test_an_existing_process_is_refused_on_a_found_rows_connection(backend):
+    """Django's MySQL connections set CLIENT_FOUND_ROWS, under which an unchanged row of an
+    INSERT ... ON DUPLICATE KEY UPDATE counts as affected: the duplicate must still be seen."""
+    import pymysql
+    from pymysql.constants import CLIENT
+
+    from tests.helpers.databases import mysql_connect_kwargs
+
+    start(backend, "f-1")
+    conn = pymysql.connect(**mysql_connect_kwargs(backend.dsn), client_flag=CLIENT.FOUND_ROWS)
+    try:
+        with pytest.raises(ProcessExistsError):
+            backend.client(conn).start_process("f-1", "count", "{}")
+        conn.rollback()
+    finally:
+        conn.close()
+    assert len(backend.rows()) == 1

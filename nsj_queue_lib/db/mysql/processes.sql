@@ -3,11 +3,12 @@
 -- committed rows whatever the caller's snapshot (REPEATABLE READ).
 
 -- name: create_process
--- The process's row; nothing changes when the id exists (rowcount 0: start_process
--- then refuses it).
-INSERT INTO {processes_table} (process_id, processo, status, state)
+-- The process's row; nothing when the id exists (rowcount 0: start_process then refuses
+-- it). IGNORE, not ON DUPLICATE KEY UPDATE: under CLIENT_FOUND_ROWS (Django's MySQL
+-- connections set it) an unchanged duplicate counts 1 there. What IGNORE would also
+-- turn into warnings cannot happen: both values were checked against the columns' sizes.
+INSERT IGNORE INTO {processes_table} (process_id, processo, status, state)
 VALUES (%(process_id)s, %(processo)s, 'running', '{}')
-ON DUPLICATE KEY UPDATE process_id = process_id
 
 -- name: read_process
 -- Unlocked: a running task holds its process's row (FOR UPDATE) until its commit, and a
