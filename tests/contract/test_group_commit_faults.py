@@ -56,9 +56,9 @@ def test_tasks_a_lost_group_cannot_give_back_on_its_connection_are_rescued(backe
     give_back = GroupRecovery.give_back
     refused = []
 
-    def refused_on_its_own_connection(self, tasks, failures, conn, committed):
+    def refused_on_its_own_connection(self, tasks, failures, conn, committed, saves=None):
         if conn is None:  # a fresh connection
-            return give_back(self, tasks, failures, conn, committed)
+            return give_back(self, tasks, failures, conn, committed, saves)
         # Every try failed (a lock wait timeout, say) while the connection stays alive.
         refused.append(sorted(task.id for task, _ in tasks))
         self.session.store.rollback(conn)
