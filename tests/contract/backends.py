@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
+from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames, tally_table_names
 from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.settings import Settings
 from tests.helpers import queue_pool
@@ -297,6 +297,7 @@ class Backend:
             f"{self.table}_processes",
             f"{self.table}_process_tasks",
             f"{self.table}_process_events",
+            *tally_table_names(self.table),
         ):
             self.execute(f"DROP TABLE IF EXISTS {table}")
         self.execute(f"DROP PROCEDURE IF EXISTS {self.schema}.release_{self.name}")

@@ -32,10 +32,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xfail(strict=True, reason=bugs[callspec.params["backend"]]))
 
 
-@pytest.fixture(scope="session")
-def contract_pool():
-    """{kind: (queue name, its fingerprint when made, DSN)}: each xdist worker's queue of each
-    backend, emptied between tests (tests/helpers/queue_pool.py)."""
+def _keep_queues():
+    """{kind: (queue name, its fingerprint when made, DSN)}: this xdist worker's queue of each
+    backend on one server, emptied between tests (tests/helpers/queue_pool.py)."""
     kept: dict[str, tuple[str, str, str]] = {}
     yield kept
     for kind, (name, _, dsn) in kept.items():
@@ -46,10 +45,25 @@ def contract_pool():
             shutil.rmtree(directory, ignore_errors=True)
 
 
+# One pool per server, each set up after (so torn down before) its server's fixture: the
+# embedded PostgreSQL of a fresh clone stops when pg_dsn is torn down, and its queues
+# must be dropped before that.
+@pytest.fixture(scope="session")
+def pg_contract_pool(pg_dsn):
+    yield from _keep_queues()
+
+
+@pytest.fixture(scope="session")
+def mysql_contract_pool(mysql_dsn):
+    yield from _keep_queues()
+
+
 @pytest.fixture(params=BACKENDS)
-def backend(request, contract_pool):
+def backend(request):
     kind = request.param
-    dsn = request.getfixturevalue("pg_dsn" if kind.startswith("postgres") else "mysql_dsn")
+    server = "pg" if kind.startswith("postgres") else "mysql"
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    contract_pool = request.getfixturevalue(f"{server}_contract_pool")
     directory = Path(tempfile.mkdtemp(prefix="nsjq-contract-"))
     pooled = not (
         request.node.get_closest_marker("fresh_queue")

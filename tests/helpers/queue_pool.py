@@ -296,7 +296,6 @@ class QueuePool:
     def __init__(self) -> None:
         # kind -> (the queue, its fingerprint when made)
         self.kept: dict[str, tuple[Any, str]] = {}
-        self.mysql_kwargs: dict[str, Any] = {}  # to drop the MariaDB queues at the end
         self.fresh_only = os.environ.get("NSJQ_FRESH_QUEUES", "") not in ("", "0")
 
     def take(self, kind: str, make: Callable[[], Any], fingerprint: Callable[[Any], str]) -> Any:

@@ -14,6 +14,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from tests.helpers import databases
@@ -68,21 +71,35 @@ POOLED = {
 }
 
 
-@pytest.fixture(scope="session")
-def queue_pool():
-    pool = QueuePool()
+def _keep_pool(pool: QueuePool, drop: Callable[[Any], None]):
     yield pool
-    # The session's admin connections may be gone by now: new ones.
-    for kind, (queue, _) in list(pool.kept.items()):
-        if kind in ("postgres", "partitioned"):
-            with databases.connect_pg(queue.dsn, autocommit=True) as admin:
-                databases.drop_queue(admin, queue)
-            continue
-        admin = mysql_helpers.connect(pool.mysql_kwargs, autocommit=True)
+    for queue, _ in list(pool.kept.values()):
+        drop(queue)
+
+
+# One pool per server, each set up after (so torn down before) its server's fixture: the
+# embedded PostgreSQL of a fresh clone stops when pg_dsn is torn down, and its queues
+# must be dropped before that.
+@pytest.fixture(scope="session")
+def pg_queue_pool(pg_dsn):
+    def drop(queue):
+        # The session's admin connections may be gone by now: a new one.
+        with databases.connect_pg(queue.dsn, autocommit=True) as admin:
+            databases.drop_queue(admin, queue)
+
+    yield from _keep_pool(QueuePool(), drop)
+
+
+@pytest.fixture(scope="session")
+def mysql_queue_pool(mysql_kwargs):
+    def drop(queue):
+        admin = mysql_helpers.connect(mysql_kwargs, autocommit=True)
         try:
             mysql_helpers.drop_queue_tables(admin, queue.database, queue.name)
         finally:
             admin.close()
+
+    yield from _keep_pool(QueuePool(), drop)
 
 
 def _ways(request, kind: str) -> QueueWays:
@@ -104,7 +121,7 @@ def _fresh(request, pool: QueuePool) -> bool:
 
 
 @pytest.fixture
-def backend(request, queue_pool):
+def backend(request):
     kind = request.param
     if request.param in ("postgres", "psycopg2", "partitioned"):
         fixture = "pg_partitioned_queue" if request.param == "partitioned" else "pg_queue"
@@ -116,12 +133,13 @@ def backend(request, queue_pool):
         )
         admin = request.getfixturevalue("mysql_admin")
         connect_args = request.getfixturevalue("mysql_kwargs")
+    queue_pool = request.getfixturevalue(
+        "mysql_queue_pool" if POOLED[kind].startswith("mysql") else "pg_queue_pool"
+    )
     pooled = None if _fresh(request, queue_pool) else _ways(request, POOLED[kind])
     if pooled is None:
         queue = request.getfixturevalue(fixture)
     else:
-        if pooled.kind.startswith("mysql"):
-            queue_pool.mysql_kwargs = connect_args
         queue = queue_pool.take(pooled.kind, pooled.make, pooled.fingerprint)
     # Set up after the queue, so torn down before it: an open transaction
     # would hold a lock the DROP (or the pool's DELETE) waits for.
