@@ -463,6 +463,7 @@ DECLARE
     edge_data_hora public.fila_teste.data_hora%TYPE;
     edge_id public.fila_teste.id%TYPE;
     claimed bigint;
+    claimed_rec record;
     settled bigint;
     done_first bigint;
 BEGIN
@@ -506,6 +507,9 @@ BEGIN
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
         -- statement's snapshot; claimed again, the snapshot sees the key busy.
+        -- Each claimed row is returned with its retry's first payload (on the
+        -- partitioned layout read by a statement of its own, for retries only:
+        -- db/postgres/dialect.py says why); claimed counts them.
         -- On a partitioned table (db/postgres/layout.py) a row this statement's
         -- snapshot saw ready may have been claimed and settled since, which moved
         -- it to its day's partition: its lock is refused with a serialization
@@ -547,7 +551,7 @@ BEGIN
               t.data_hora AS claimed_data_hora
 )
 SELECT c.claimed_row, fa.payload,
-       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
 FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
@@ -600,7 +604,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
               t.data_hora AS claimed_data_hora
 )
 SELECT c.claimed_row, fa.payload,
-       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
 FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
@@ -628,10 +632,11 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
               t.data_hora AS claimed_data_hora
 )
 SELECT c.claimed_row, fa.payload,
-       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
 FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                    GET DIAGNOSTICS claimed = ROW_COUNT;
                 END IF;
                 -- The position lives 20 times as long as this look-up took, 20 ms at least
                 -- and 2 s at most: look-ups never take more than a twentieth of the
@@ -657,7 +662,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 4b4de47d1cfe3b8d';
+    IS 'nsj_queue_lib claim 51f7232560979661';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -862,6 +867,7 @@ DECLARE
     v_due_in double precision;
     v_due_at timestamptz;
     v_claimed public.fila_teste;
+    v_first_payload text;
 BEGIN
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
     FROM (SELECT l.processo, extract(epoch FROM GREATEST(CASE WHEN l.interval_min_s IS NOT NULL THEN l.next_start_at END, CASE WHEN l.rate_count IS NOT NULL THEN l.rate_tat END, CASE WHEN l.breaker_open THEN l.breaker_until END) - clock_timestamp())::float8 AS due_in, ((l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM public.fila_teste AS r WHERE r.processo = l.processo AND r.status = 'processando')) OR (l.max_concurrent_per_key IS NOT NULL AND NOT EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open) AND (t.fair_key IS NULL OR (t.processo, t.fair_key) NOT IN (SELECT c.processo, c.fair_key FROM public.fila_teste AS c JOIN public.fila_teste_limits AS k ON k.processo = c.processo WHERE k.max_concurrent_per_key IS NOT NULL AND c.status = 'processando' AND c.fair_key IS NOT NULL GROUP BY c.processo, c.fair_key, k.max_concurrent_per_key HAVING count(*) >= k.max_concurrent_per_key))))) AS capped FROM public.fila_teste_limits AS l WHERE (l.time_windows IS NULL OR md5(l.processo || chr(10) || l.time_windows) = ANY(open_windows)) AND (handled_processos IS NULL OR l.processo = ANY(handled_processos)) AND ((l.max_concurrent IS NOT NULL OR l.rate_count IS NOT NULL OR l.interval_min_s IS NOT NULL OR l.time_windows IS NOT NULL OR l.max_concurrent_per_key IS NOT NULL) OR l.breaker_open) AND NOT (l.paused AND (l.paused_until IS NULL OR l.paused_until > clock_timestamp())) AND NOT (l.breaker_open AND l.breaker_trial) AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND EXISTS (SELECT 1 FROM public.fila_teste AS t WHERE t.processo = l.processo AND t.status = 'pendente' AND t.data_hora <= clock_timestamp() AND (t.lock_key IS NULL OR (NOT EXISTS (SELECT 1 FROM public.fila_teste AS held WHERE held.lock_key = t.lock_key AND held.status = 'processando') AND t.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = t.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1))) AND NOT (t.dead AND l.breaker_open))) AS s
@@ -930,10 +936,14 @@ BEGIN
             WHERE l.processo = v_chosen;
         END IF;
     END IF;
+    -- A retry's payload, on its first attempt, by a statement of its own run for
+    -- retries only: in the statement below it put every day partition in its plan.
+    IF v_claimed.payload IS NULL AND v_claimed.id_inicial IS NOT NULL THEN
+        SELECT f.payload INTO v_first_payload FROM public.fila_teste AS f WHERE f.id = v_claimed.id_inicial;
+    END IF;
     RETURN QUERY
     SELECT v_claimed,
-           (SELECT f.payload FROM public.fila_teste AS f
-            WHERE f.id = v_claimed.id_inicial AND v_claimed.payload IS NULL),
+           v_first_payload,
            CASE WHEN take_lock AND v_claimed.id IS NOT NULL
                 THEN pg_try_advisory_lock(lock_queue_key, (v_claimed.id % 2147483648)::int4) END,
            (SELECT min(CASE WHEN s.capped THEN 1.0 ELSE GREATEST(s.due_in, 0) END)
@@ -947,4 +957,4 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_limited_fila_teste_v2(text[], text[], double precision, boolean, integer, varchar[], varchar)
-    IS 'nsj_queue_lib limited claim 4e5da51b690744eb';
+    IS 'nsj_queue_lib limited claim bf6a0c424d1cec32';

@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from typing import NoReturn
 
 from nsj_queue_lib.cli import config as cli_config
@@ -42,10 +41,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
+    # Imported here: importlib.metadata costs every command's start-up some 50 ms.
+    from importlib import metadata
+
     try:
         return metadata.version("nsj-queue-lib")
     except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """--version: the installed version, looked up only when asked."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{PROG} {_version()}")
+        parser.exit()
 
 
 def _positive(text: str) -> int:
@@ -106,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_common(False)],
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_inspect_commands(commands)
     _add_operate_commands(commands)

@@ -105,6 +105,8 @@ def query_values(queue_table: str, time_column: str, task_filter: str) -> dict[s
         # and the pin of a look-up of unfinished attempts (PostgreSQL's partitioned layout).
         "tally_columns": TALLY_COLUMNS,
         "hot_h": "",
+        "hot_t": "",
+        "recent_t": "",
         **tally.table_values(queue_table),
     }
 

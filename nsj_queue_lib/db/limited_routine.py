@@ -61,11 +61,12 @@ class LimitsDialect:
 # the worker looks again after cap_recheck or a task's end, rather than at once).
 _CAPPED = (
     "((l.max_concurrent IS NOT NULL AND l.max_concurrent <= (SELECT count(*) FROM {table} AS r"
-    " WHERE r.processo = l.processo AND r.status = 'processando'))"
+    " WHERE {hot_r}r.processo = l.processo AND r.status = 'processando'))"
     " OR (l.max_concurrent_per_key IS NOT NULL AND NOT {ready_with_headroom}))"
 )
 _READY = (
-    "EXISTS (SELECT 1 FROM {table} AS t WHERE t.processo = l.processo AND t.status = 'pendente'"
+    "EXISTS (SELECT 1 FROM {table} AS t WHERE {hot_t}t.processo = l.processo"
+    " AND t.status = 'pendente'"
     " AND t.data_hora <= {now} AND {lock_key_free}"
     " AND NOT (t.dead AND l.breaker_open){also})"
 )
@@ -80,7 +81,7 @@ _READY = (
 _KEYS_AT_CAP = (
     "SELECT c.processo, c.fair_key FROM {table} AS c"
     " JOIN {limits_table} AS k ON k.processo = c.processo"
-    " WHERE k.max_concurrent_per_key IS NOT NULL AND c.status = 'processando'"
+    " WHERE {hot_c}k.max_concurrent_per_key IS NOT NULL AND c.status = 'processando'"
     " AND c.fair_key IS NOT NULL"
     " GROUP BY c.processo, c.fair_key, k.max_concurrent_per_key"
     " HAVING count(*) >= k.max_concurrent_per_key"
@@ -90,11 +91,19 @@ _KEYS_AT_CAP = (
 _KEY_HEADROOM = "(t.fair_key IS NULL OR (t.processo, t.fair_key) NOT IN ({keys_at_cap}))"
 
 
-def key_headroom(table: str, limits_table: str) -> str:
+def hot_pin(hot_day: int | None, alias: str) -> str:
+    """The condition that pins a read of unfinished rows (alias ``alias``) to the hot
+    partition of a partitioned table, with its AND (db/postgres/layout.py); '' elsewhere."""
+    return "" if hot_day is None else f"{alias}.finished_day = {int(hot_day)} AND "
+
+
+def key_headroom(table: str, limits_table: str, hot_day: int | None = None) -> str:
     """SQL: the limited claim's candidate ``t`` of ``table`` is not held back by
     max_concurrent_per_key (identifiers of this library, never user input)."""
     return _KEY_HEADROOM.format(
-        keys_at_cap=_KEYS_AT_CAP.format(table=table, limits_table=limits_table)
+        keys_at_cap=_KEYS_AT_CAP.format(
+            table=table, limits_table=limits_table, hot_c=hot_pin(hot_day, "c")
+        )
     )
 
 
@@ -106,11 +115,16 @@ _TRIAL_CANDIDATE = (
 )
 
 
-def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: str) -> str:
+def limited_states(
+    dialect: LimitsDialect, table: str, limits_table: str, free: str, hot_day: int | None = None
+) -> str:
     """SQL: the limited processos' states the limited claim routine decides on
     (``LimitsDialect.states``), of the processos the worker handles (its parameter; NULL:
-    every one); ``free``: the routine's lock_key condition. Every argument is an identifier
-    or expression of this library, never user input."""
+    every one); ``free``: the routine's lock_key condition; ``hot_day``: the hot
+    partition's key, on a partitioned table (its reads of unfinished rows are pinned
+    there: unpinned, every call planned and probed each day's partition, 3 s a call at
+    60 days of history). Every argument is an identifier or expression of this library,
+    never user input."""
     return dialect.states.format(
         limits_table=limits_table,
         open=dialect.open_windows,
@@ -119,32 +133,42 @@ def limited_states(dialect: LimitsDialect, table: str, limits_table: str, free: 
         startable=pause_conditions.startable("l", limits_table, dialect.pause_clock or dialect.now),
         capped=_CAPPED.format(
             table=table,
+            hot_r=hot_pin(hot_day, "r"),
             ready_with_headroom=_READY.format(
                 table=table,
+                hot_t=hot_pin(hot_day, "t"),
                 now=dialect.now,
                 lock_key_free=free,
-                also=" AND " + key_headroom(table, limits_table),
+                also=" AND " + key_headroom(table, limits_table, hot_day),
             ),
         ),
-        ready=_READY.format(table=table, now=dialect.now, lock_key_free=free, also=""),
+        ready=_READY.format(
+            table=table, hot_t=hot_pin(hot_day, "t"), now=dialect.now, lock_key_free=free, also=""
+        ),
     )
 
 
 def _values(
-    dialect: LimitsDialect, table: str, limits_table: str, hot_t: str = ""
+    dialect: LimitsDialect, table: str, limits_table: str, hot_day: int | None = None
 ) -> dict[str, str]:
-    """``hot_t``: the pin of the claim's reads of unfinished rows to the hot partition of a
-    partitioned table (db/postgres/layout.py; the version is computed without it)."""
-    free = dialect.lock_key_free(table, "t", dialect.now)
+    """``hot_day``: the hot partition's key of a partitioned table, to which the routine's
+    reads of unfinished rows are pinned (db/postgres/layout.py; the version is computed
+    without it)."""
+    hot_t = hot_pin(hot_day, "t")
+    free = (
+        dialect.lock_key_free(table, "t", dialect.now)
+        if hot_day is None
+        else lock_key_free(table, "t", dialect.now, hot_day=hot_day)
+    )
     return {
         "hot_t": hot_t,
         **dialect.claim_values,
         "table": table,
         "limits_table": limits_table,
-        "limited_states": limited_states(dialect, table, limits_table, free),
+        "limited_states": limited_states(dialect, table, limits_table, free, hot_day),
         "lock_key_free": free,
         "trial_candidate": _TRIAL_CANDIDATE.format(limits_table=limits_table),
-        "key_headroom": key_headroom(table, limits_table),
+        "key_headroom": key_headroom(table, limits_table, hot_day),
         "catch_up": repr(RATE_CATCH_UP),
         "cap_recheck": repr(CAP_RECHECK_SECONDS),
         "attempts": str(CLAIM_ATTEMPTS),
@@ -164,7 +188,7 @@ def limited_claim_ddl(dialect: LimitsDialect, template_values: dict[str, str]) -
         dialect,
         template_values["table"],
         template_values["limits_table"],
-        template_values.get("hot_t", ""),
+        int(template_values["hot_day"]) if template_values.get("hot_day") else None,
     )
     values["limited_claim"] = template_values["limited_claim"]
     values["limited_claim_version"] = limited_claim_version(dialect)

@@ -240,6 +240,18 @@ class TableHealth:
     may_maintain: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class HotSpace:
+    """The table of unfinished work alone (PostgreSQL's hot partition) as its statistics see
+    it after a VACUUM (ANALYZE): its size on disk with its indexes, the bytes its live rows
+    take (rows times their average width), and the dead row versions the vacuum had to
+    leave (a snapshot older than them was still open)."""
+
+    size_bytes: int
+    live_bytes: int
+    dead_rows: int
+
+
 class MaintenanceStore(Protocol):
     queue_table: str
 
@@ -255,6 +267,17 @@ class MaintenanceStore(Protocol):
 
     def analyze(self, conn: Any) -> None:
         """Calculate the queue table's statistics again (ANALYZE); ``conn`` autocommit."""
+        ...
+
+    def hot_space(self, conn: Any) -> HotSpace | None:
+        """The table of unfinished work, where one holds nothing else (the partitioned
+        layout on PostgreSQL); None elsewhere: no table the vacuum service may rewrite."""
+        ...
+
+    def compact_hot(self, conn: Any, lock_timeout_ms: int) -> bool:
+        """Rewrite the table of ``hot_space`` to the size of its rows (VACUUM FULL), unless
+        its exclusive lock is not granted within ``lock_timeout_ms``: False then; ``conn``
+        autocommit."""
         ...
 
     def seconds_until_next_due(self, conn: Any) -> float | None: ...

@@ -17,6 +17,16 @@ That part holds on MySQL/MariaDB too, whose InnoDB removes old row versions
 itself (no dead rows to count) but recalculates its statistics by itself only
 once a tenth of the table changed (db/mysql/statistics.py).
 
+Under the partitioned layout (PostgreSQL) the table vacuumed is the hot partition,
+which holds only unfinished work. A snapshot held open somewhere (a long report, a
+stuck session) keeps every row version since it began, so the partition grows while
+it is held; afterwards VACUUM frees the space but returns only the file's trailing
+pages, and new rows keep landing all over it. So once a vacuum removed the dead versions
+and the partition is still several times larger than its rows (and past a few MB), the
+service rewrites it (VACUUM FULL): a few milliseconds for a partition the size of its
+backlog, under an exclusive lock it waits at most COMPACT_LOCK_TIMEOUT_MS for (claims and
+enqueues wait that long at worst), retried at the next cycle when not granted.
+
 Only the table's owner (or a superuser) may vacuum it on PostgreSQL: a worker
 whose database user is neither says so once, then keeps looking. Databases
 that keep their statistics fresh themselves (SingleStore) get no vacuum
@@ -28,11 +38,27 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.db.queue_store import HotSpace, TableHealth
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.runtime.service import PeriodicService
 
 logger = get_logger("vacuum")
+
+# The hot partition is rewritten past this size when it is this many times the size of
+# its rows (docs/internals/storage.md).
+COMPACT_MIN_BYTES = 8 * 1024 * 1024
+COMPACT_FACTOR = 8
+COMPACT_LOCK_TIMEOUT_MS = 200
+
+
+def worth_compacting(space: HotSpace, dead_rows_threshold: int) -> bool:
+    """A rewrite pays when the partition is mostly free space; it would not while a snapshot
+    still holds the dead versions the vacuum had to leave (they would be copied too)."""
+    return (
+        space.size_bytes >= COMPACT_MIN_BYTES
+        and space.size_bytes > COMPACT_FACTOR * space.live_bytes
+        and space.dead_rows < dead_rows_threshold
+    )
 
 
 class VacuumService(PeriodicService):
@@ -56,6 +82,7 @@ class VacuumService(PeriodicService):
         started = time.monotonic()
         if vacuum:
             self.store.vacuum(conn)
+            self._compact(conn, threshold)
         else:
             # Inserts alone leave no dead version but age the statistics: a burst of
             # enqueued tasks the planner does not know of.
@@ -71,6 +98,30 @@ class VacuumService(PeriodicService):
             time.monotonic() - started,
         )
         return health.dead_rows if vacuum else 0
+
+    def _compact(self, conn: Any, dead_rows_threshold: int) -> None:
+        space = self.store.hot_space(conn)
+        if space is None or not worth_compacting(space, dead_rows_threshold):
+            return
+        started = time.monotonic()
+        if not self.store.compact_hot(conn, COMPACT_LOCK_TIMEOUT_MS):
+            logger.info(
+                "queue=%s: the hot partition (%.1f MB, rows %.1f MB) was not rewritten: "
+                "its lock was not granted within %d ms; the next cycle tries again",
+                self.settings.queue_name,
+                space.size_bytes / 1e6,
+                space.live_bytes / 1e6,
+                COMPACT_LOCK_TIMEOUT_MS,
+            )
+            return
+        after = self.store.hot_space(conn)
+        logger.info(
+            "queue=%s: rewrote the hot partition from %.1f MB to %.1f MB in %.3f s",
+            self.settings.queue_name,
+            space.size_bytes / 1e6,
+            (after.size_bytes if after else 0) / 1e6,
+            time.monotonic() - started,
+        )
 
     def _refuse(self, health: TableHealth) -> None:
         if self.refused:

@@ -9,9 +9,9 @@ import threading
 from typing import Any
 
 from nsj_queue_lib.db.driver import driver_capabilities
-from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.db.queue_store import HotSpace, TableHealth
 from nsj_queue_lib.runtime.schedule import IntervalSchedule
-from nsj_queue_lib.runtime.vacuum import VacuumService
+from nsj_queue_lib.runtime.vacuum import COMPACT_MIN_BYTES, VacuumService, worth_compacting
 from nsj_queue_lib.settings import Settings
 
 
@@ -20,6 +20,9 @@ class Store:
         self.health = health
         self.vacuums = 0
         self.analyzes = 0
+        self.space: HotSpace | None = None  # the plain layout's: none
+        self.granted = True
+        self.compactions = 0
 
     def table_health(self, conn: Any) -> TableHealth | None:
         return self.health
@@ -29,6 +32,16 @@ class Store:
 
     def analyze(self, conn: Any) -> None:
         self.analyzes += 1
+
+    def hot_space(self, conn: Any) -> HotSpace | None:
+        return self.space
+
+    def compact_hot(self, conn: Any, lock_timeout_ms: int) -> bool:
+        if self.granted:
+            self.compactions += 1
+            assert self.space is not None
+            self.space = HotSpace(self.space.live_bytes, self.space.live_bytes, 0)
+        return self.granted
 
 
 def service(store: Store, dead_rows: int = 100) -> VacuumService:
@@ -82,3 +95,44 @@ def test_postgresql_and_mysql_get_the_vacuum_service_singlestore_does_not():
     assert driver_capabilities("POSTGRES").table_maintenance
     assert driver_capabilities("MYSQL").table_maintenance
     assert not driver_capabilities("SINGLE_STORE").table_maintenance
+
+
+MB = 1024 * 1024
+DIRTY = TableHealth(dead_rows=5000, changed_since_analyze=0, may_maintain=True)
+
+
+def test_a_hot_partition_mostly_free_space_is_worth_rewriting_once_its_dead_rows_are_gone():
+    assert worth_compacting(HotSpace(COMPACT_MIN_BYTES, 0, 0), 100)
+    assert not worth_compacting(HotSpace(COMPACT_MIN_BYTES - 1, 0, 0), 100)  # small
+    assert not worth_compacting(HotSpace(64 * MB, 8 * MB, 0), 100)  # its rows fill it
+    assert worth_compacting(HotSpace(64 * MB, 7 * MB, 0), 100)
+    assert not worth_compacting(HotSpace(64 * MB, 0, 100), 100)  # a snapshot kept them
+
+
+def test_after_a_vacuum_a_bloated_hot_partition_is_rewritten(caplog):
+    store = Store(DIRTY)
+    store.space = HotSpace(40 * MB, 0, 0)
+    with caplog.at_level(logging.INFO, logger="nsj_queue_lib.vacuum"):
+        service(store, dead_rows=1000).work(None)
+    assert (store.vacuums, store.compactions) == (1, 1)
+    assert "rewrote the hot partition from 41.9 MB to 0.0 MB" in caplog.text
+
+
+def test_a_rewrite_whose_lock_is_not_granted_waits_for_the_next_cycle(caplog):
+    store = Store(DIRTY)
+    store.space = HotSpace(40 * MB, 0, 0)
+    store.granted = False
+    with caplog.at_level(logging.INFO, logger="nsj_queue_lib.vacuum"):
+        service(store, dead_rows=1000).work(None)
+    assert store.compactions == 0
+    assert "its lock was not granted" in caplog.text
+
+
+def test_no_rewrite_without_a_vacuum_or_without_a_hot_partition():
+    store = Store(TableHealth(dead_rows=10, changed_since_analyze=5000, may_maintain=True))
+    store.space = HotSpace(40 * MB, 0, 0)
+    service(store, dead_rows=1000).work(None)  # analyzed only
+    assert store.compactions == 0
+    plain = Store(DIRTY)  # hot_space() is None
+    service(plain, dead_rows=1000).work(None)
+    assert (plain.vacuums, plain.compactions) == (1, 0)

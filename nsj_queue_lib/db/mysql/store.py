@@ -106,6 +106,14 @@ class MysqlQueueStore(MysqlFamilyStore):
     def analyze(self, conn: Any) -> None:
         self._statistics.analyze(conn, self.server(conn).flavour)
 
+    def hot_space(self, conn: Any) -> None:
+        # No table here the service rewrites: InnoDB reuses a partition's freed pages in
+        # place, and rewriting MariaDB's p_hot (REBUILD PARTITION) would hold the whole table.
+        return None
+
+    def compact_hot(self, conn: Any, lock_timeout_ms: int) -> bool:
+        raise NotImplementedError("MySQL/MariaDB queues have no table the service rewrites")
+
     # -- the tally service (db/tally.py) --
 
     def fold_counts(self, conn: Any, max_age_days: int) -> tally.FoldResult | None:

@@ -38,6 +38,7 @@ DECLARE
     edge_data_hora {table}.data_hora%TYPE;
     edge_id {table}.id%TYPE;
     claimed bigint;
+    claimed_rec record;
     settled bigint;
     done_first bigint;
 BEGIN
@@ -81,6 +82,9 @@ BEGIN
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
         -- statement's snapshot; claimed again, the snapshot sees the key busy.
+        -- Each claimed row is returned with its retry's first payload (on the
+        -- partitioned layout read by a statement of its own, for retries only:
+        -- db/postgres/dialect.py says why); claimed counts them.
         -- On a partitioned table (db/postgres/layout.py) a row this statement's
         -- snapshot saw ready may have been claimed and settled since, which moved
         -- it to its day's partition: its lock is refused with a serialization
@@ -101,8 +105,7 @@ BEGIN
                 -- life, never more. Nothing after it: a look-up at once, so "nothing
                 -- claimed" always comes from one.
                 IF pos_id IS NOT NULL THEN
-                    RETURN QUERY {claim_after_position};
-                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    {claim_after_position}
                     IF claimed > 0 THEN
                         RETURN;
                     END IF;
@@ -130,11 +133,10 @@ BEGIN
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 LIMIT 1;
                 IF top_prioridade = edge_prioridade THEN
-                    RETURN QUERY {claim_in_window};
-                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    {claim_in_window}
                 END IF;
                 IF claimed = 0 THEN
-                    RETURN QUERY {claim_anywhere};
+                    {claim_anywhere}
                 END IF;
                 -- The position lives 20 times as long as this look-up took, 20 ms at least
                 -- and 2 s at most: look-ups never take more than a twentieth of the

@@ -9,6 +9,8 @@
 -- (volatile), so after every row's UPDATE: a refused claim has taken no lock
 -- and returned no row. started_at and worker say when and where the attempt
 -- started (worker_name: the claiming worker's, as in its workers table row).
+-- A retry's payload is its first attempt's: joined here on the plain layout,
+-- read by the function apart on the partitioned one (db/postgres/dialect.py).
 WITH next AS (
     SELECT q.id
     FROM {table} AS q
@@ -34,8 +36,7 @@ WITH next AS (
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
 )
-SELECT c.claimed_row, fa.payload,
-       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)
-FROM claimed AS c
-LEFT JOIN {table} AS fa ON fa.id = c.chain_id AND c.needs_payload
+SELECT c.claimed_row, {first_payload},
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
+FROM claimed AS c{first_payload_join}
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsj_queue_lib.db.inspection import InspectionQueries, query_values, task_filter
+from nsj_queue_lib.db.inspection import (
+    RECENT_SECONDS,
+    InspectionQueries,
+    query_values,
+    summary_row,
+    task_filter,
+)
 from nsj_queue_lib.db.postgres.client_store import rows_as_dicts
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.layout import HOT_DAY
+from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.identifiers import check_table_name
 
@@ -19,6 +25,10 @@ _TALLY_AND_LAYOUT = (
     "SELECT to_regclass(%s) IS NOT NULL, "
     "(SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s))"
 )
+# summary_tallied's bound of recent day partitions (partitioned layout), put in per call.
+_RECENT_MARK = "/*recent*/"
+RECENT_DAYS = 2
+_RECENT = {"recent_seconds": RECENT_SECONDS}
 # timestamptz values arrive as aware datetimes: exact instants.
 _TIME = "t.{c}"
 _FILTER = task_filter("t.status = ANY(%(statuses)s::varchar[])", "to_timestamp({p})")
@@ -30,6 +40,7 @@ class PostgresInspectionStore(InspectionQueries):
         self._values = query_values(queue_table, _TIME, _FILTER)
         self.sql = render_queries("postgres", self._values, "inspection.sql")
         self._tallied: bool | None = None
+        self._partitioned = False
 
     def tallied(self, conn: Any) -> bool:
         """Also pins summary_tallied's look-ups of unfinished attempts to the hot partition
@@ -40,8 +51,14 @@ class PostgresInspectionStore(InspectionQueries):
                 cur.execute(_TALLY_AND_LAYOUT, (state, self.queue_table))
                 found, partitioned = cur.fetchone()
             if partitioned:
-                pinned = dict(self._values, hot_h=f"h.finished_day = {HOT_DAY} AND ")
+                pinned = dict(
+                    self._values,
+                    hot_h=f"h.finished_day = {HOT_DAY} AND ",
+                    hot_t=f"t.finished_day = {HOT_DAY} AND ",
+                    recent_t=_RECENT_MARK,
+                )
                 self.sql = render_queries("postgres", pinned, "inspection.sql")
+                self._partitioned = True
             self._tallied = bool(found)
         return self._tallied
 
@@ -49,6 +66,42 @@ class PostgresInspectionStore(InspectionQueries):
         with wrap_driver_errors(name), conn.cursor() as cur:
             cur.execute(self.sql[name], params)
             return rows_as_dicts(cur)
+
+    def summary(self, conn: Any) -> list[dict[str, Any]]:
+        """Without JIT (layout.NO_JIT), in a transaction of its own on an autocommit
+        connection, else in the caller's."""
+        own = bool(getattr(conn, "autocommit", False))
+        with wrap_driver_errors("summary"), conn.cursor() as cur:
+            if own:
+                cur.execute("BEGIN")
+            try:
+                cur.execute(NO_JIT)
+                if not self.tallied(conn):
+                    return [summary_row(r) for r in self._fetch(conn, "summary", _RECENT)]
+                cur.execute(
+                    self.sql["summary_tallied"].replace(_RECENT_MARK, self._recent(cur)), _RECENT
+                )
+                return [summary_row(r) for r in rows_as_dicts(cur)]
+            finally:
+                if own:
+                    cur.execute("COMMIT")
+
+    def _recent(self, cur: Any) -> str:
+        """summary_tallied's bound of the finished attempts it reads from the table (the
+        partitioned layout): the day partitions from two days before the last fold. Those
+        attempts are the ones past the last fold, and the open ones that ended since;
+        either ended after the fold before it, so only after a pause of the tally of two
+        days (every worker stopped) could one end earlier, and the next fold counts it."""
+        if not self._partitioned:
+            return ""
+        cur.execute(
+            f"SELECT (folded_at AT TIME ZONE 'UTC')::date - DATE '1970-01-01' - {RECENT_DAYS}"
+            f" FROM {self._values['tally_state_table']} WHERE id = 1"
+        )
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            return ""
+        return f"t.finished_day >= {int(row[0])} AND "
 
     def retry_task(self, conn: Any, task_id: int) -> int | None:
         with wrap_driver_errors("retry_task"), conn.cursor() as cur:

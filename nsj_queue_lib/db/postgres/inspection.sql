@@ -26,6 +26,10 @@ GROUP BY t.processo, t.status
 ORDER BY t.processo, t.status
 
 -- name: summary_tallied
+-- On the partitioned layout {hot_t} pins the unfinished attempts' branches to the hot
+-- partition and {recent_t} the finished ones' to the days since the last fold (a
+-- literal: the planner then leaves the other partitions out, where planning a branch
+-- on every day partition took more than the query; db/postgres/inspection.py).
 -- summary's rows from four parts, each bounded (db/tally.py): the unfinished
 -- attempts (each branch on a partial index's own condition), the tally of the
 -- finished ones, and, read from the table, the finished attempts past the last
@@ -42,20 +46,20 @@ gone AS (
           NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
 ),
 attempts AS (
-    SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status IN ('pendente', 'agendada')
+    SELECT {tally_columns} FROM {queue_table} AS t WHERE {hot_t}t.status IN ('pendente', 'agendada')
     UNION ALL
-    SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status = 'processando'
+    SELECT {tally_columns} FROM {queue_table} AS t WHERE {hot_t}t.status = 'processando'
     UNION ALL
-    SELECT {tally_columns} FROM {queue_table} AS t WHERE t.status = 'aguardando'
+    SELECT {tally_columns} FROM {queue_table} AS t WHERE {hot_t}t.status = 'aguardando'
     UNION ALL
     SELECT {tally_columns} FROM {queue_table} AS t
-    WHERE t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
+    WHERE {recent_t}t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
       AND t.id > (SELECT folded_to FROM clock)
     UNION ALL
     SELECT t.* FROM gone AS g CROSS JOIN LATERAL (
         -- LIMIT: one look-up by id per attempt (a join could read the whole table)
         SELECT {tally_columns} FROM {queue_table} AS t
-        WHERE t.id = g.id AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
+        WHERE {recent_t}t.id = g.id AND t.status NOT IN ('pendente', 'agendada', 'processando', 'aguardando')
         LIMIT 1
     ) AS t
 ),

@@ -42,6 +42,7 @@ DECLARE
     v_due_in double precision;
     v_due_at timestamptz;
     v_claimed {table};
+    v_first_payload text;
 BEGIN
     SELECT s.processo, s.due_in INTO v_chosen, v_due_in
     FROM ({limited_states}) AS s
@@ -110,10 +111,14 @@ BEGIN
             WHERE l.processo = v_chosen;
         END IF;
     END IF;
+    -- A retry's payload, on its first attempt, by a statement of its own run for
+    -- retries only: in the statement below it put every day partition in its plan.
+    IF v_claimed.payload IS NULL AND v_claimed.id_inicial IS NOT NULL THEN
+        SELECT f.payload INTO v_first_payload FROM {table} AS f WHERE f.id = v_claimed.id_inicial;
+    END IF;
     RETURN QUERY
     SELECT v_claimed,
-           (SELECT f.payload FROM {table} AS f
-            WHERE f.id = v_claimed.id_inicial AND v_claimed.payload IS NULL),
+           v_first_payload,
            CASE WHEN take_lock AND v_claimed.id IS NOT NULL
                 THEN pg_try_advisory_lock(lock_queue_key, (v_claimed.id % 2147483648)::int4) END,
            (SELECT min(CASE WHEN s.capped THEN {cap_recheck} ELSE GREATEST(s.due_in, 0) END)

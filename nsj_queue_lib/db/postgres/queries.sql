@@ -417,7 +417,7 @@ WITH running AS (
 UPDATE {queue_table} AS t
 SET status = 'cancelada', mensagem = %(mensagem)s, finished_at = clock_timestamp()
 FROM running
-WHERE t.id = running.id AND running.cancel_requested
+WHERE {hot_t}t.id = running.id AND running.cancel_requested
 RETURNING t.id
 
 -- name: cancel_requests
@@ -456,6 +456,21 @@ SELECT s.n_dead_tup AS dead_rows, s.n_mod_since_analyze AS changed_since_analyze
        pg_has_role(c.relowner, 'USAGE') AS may_maintain
 FROM pg_class AS c
 JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = to_regclass(%(table)s)
+
+-- name: hot_space
+-- The hot partition's size with its indexes, the bytes of its live rows (the tuple
+-- header and the columns' average widths, from the ANALYZE the vacuum just ran), and
+-- the dead versions that vacuum had to leave.
+SELECT pg_total_relation_size(c.oid) AS size_bytes,
+       (greatest(c.reltuples, 0) * (24 + coalesce(
+           (SELECT sum(st.avg_width) FROM pg_stats AS st
+            WHERE st.schemaname = n.nspname AND st.tablename = c.relname), 0)))::bigint
+           AS live_bytes,
+       coalesce(s.n_dead_tup, 0) AS dead_rows
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = to_regclass(%(table)s)
 
 -- name: vacuum

@@ -28,7 +28,7 @@ from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESH
 from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
 from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.layout import HOT_DAY, hot_partition, lock_key_of
+from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT, hot_partition, lock_key_of
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
@@ -38,7 +38,7 @@ from nsj_queue_lib.db.postgres.wire import (
     drive_async,
     statement_steps,
 )
-from nsj_queue_lib.db.queue_store import TableHealth
+from nsj_queue_lib.db.queue_store import HotSpace, TableHealth
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.exceptions import (
     AttemptFenced,
@@ -556,6 +556,7 @@ class PostgresQueueStore(PostgresClientStore):
                 self._has_tally = bool(found[0])
             if not self._has_tally:
                 return None
+            conn.execute(NO_JIT)  # the fold's reads cross every partition
             return tally.fold(conn, self.tally_sql, max_age_days)
 
     def table_health(self, conn) -> TableHealth | None:
@@ -572,3 +573,24 @@ class PostgresQueueStore(PostgresClientStore):
     def analyze(self, conn) -> None:
         with wrap_driver_errors("analyze"):
             conn.execute(self.sql["analyze"])
+
+    def hot_space(self, conn) -> HotSpace | None:
+        if self._maintained == self.queue_table:  # one table holds the history too
+            return None
+        with wrap_driver_errors("hot partition space"):
+            row = conn.execute(self.sql["hot_space"], {"table": self._maintained}).fetchone()
+        return None if row is None else HotSpace(int(row[0]), int(row[1]), int(row[2]))
+
+    def compact_hot(self, conn, lock_timeout_ms: int) -> bool:
+        if self._maintained == self.queue_table:
+            raise RuntimeError(f"{self.queue_table}: the plain layout has no hot partition")
+        # VACUUM cannot run in a transaction, so the timeout is the session's for a moment.
+        with wrap_driver_errors("compact the hot partition"):
+            conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+            try:
+                conn.execute(f"VACUUM (FULL, ANALYZE) {self._maintained}")
+            except psycopg.errors.LockNotAvailable:
+                return False
+            finally:
+                conn.execute("RESET lock_timeout")
+        return True

@@ -75,6 +75,12 @@ class SingleStoreQueueStore(MysqlFamilyStore):
     def analyze(self, conn: Any) -> None:
         raise NotImplementedError("SingleStore keeps its statistics itself (autostats)")
 
+    def hot_space(self, conn: Any) -> None:
+        return None  # no vacuum service here (Capabilities.table_maintenance)
+
+    def compact_hot(self, conn: Any, lock_timeout_ms: int) -> bool:
+        raise NotImplementedError("SingleStore removes old row versions itself")
+
     def commit_and_begin(self, conn: Any) -> None:
         with wrap_driver_errors("commit"):
             conn.commit()
