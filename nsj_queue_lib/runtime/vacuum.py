@@ -21,11 +21,12 @@ Under the partitioned layout (PostgreSQL) the table vacuumed is the hot partitio
 which holds only unfinished work. A snapshot held open somewhere (a long report, a
 stuck session) keeps every row version since it began, so the partition grows while
 it is held; afterwards VACUUM frees the space but returns only the file's trailing
-pages, and new rows keep landing all over it. So once a vacuum removed the dead versions
-and the partition is still several times larger than its rows (and past a few MB), the
-service rewrites it (VACUUM FULL): a few milliseconds for a partition the size of its
-backlog, under an exclusive lock it waits at most COMPACT_LOCK_TIMEOUT_MS for (claims and
-enqueues wait that long at worst), retried at the next cycle when not granted.
+pages, and new rows keep landing all over it. So at each cycle, once the dead versions
+are gone (a vacuum removed them) and the partition is still several times larger than
+its rows (and past a few MB), the service rewrites it (VACUUM FULL): a few milliseconds
+for a partition the size of its backlog, under an exclusive lock it waits at most
+COMPACT_LOCK_TIMEOUT_MS for (claims and enqueues wait that long at worst), tried again
+at the next cycle when not granted.
 
 Only the table's owner (or a superuser) may vacuum it on PostgreSQL: a worker
 whose database user is neither says so once, then keeps looking. Databases
@@ -75,6 +76,9 @@ class VacuumService(PeriodicService):
             return 0
         vacuum = health.dead_rows >= threshold
         if not vacuum and health.changed_since_analyze < threshold:
+            # Nothing to vacuum, but a rewrite refused its lock last cycle may be due.
+            if health.may_maintain:
+                self._compact(conn, threshold)
             return 0
         if not health.may_maintain:
             self._refuse(health)
@@ -82,7 +86,6 @@ class VacuumService(PeriodicService):
         started = time.monotonic()
         if vacuum:
             self.store.vacuum(conn)
-            self._compact(conn, threshold)
         else:
             # Inserts alone leave no dead version but age the statistics: a burst of
             # enqueued tasks the planner does not know of.
@@ -97,6 +100,7 @@ class VacuumService(PeriodicService):
             health.changed_since_analyze,
             time.monotonic() - started,
         )
+        self._compact(conn, threshold)
         return health.dead_rows if vacuum else 0
 
     def _compact(self, conn: Any, dead_rows_threshold: int) -> None:

@@ -128,11 +128,27 @@ def test_a_rewrite_whose_lock_is_not_granted_waits_for_the_next_cycle(caplog):
     assert "its lock was not granted" in caplog.text
 
 
-def test_no_rewrite_without_a_vacuum_or_without_a_hot_partition():
-    store = Store(TableHealth(dead_rows=10, changed_since_analyze=5000, may_maintain=True))
+def test_a_refused_rewrite_is_tried_again_at_a_cycle_with_nothing_to_vacuum():
+    store = Store(DIRTY)
     store.space = HotSpace(40 * MB, 0, 0)
-    service(store, dead_rows=1000).work(None)  # analyzed only
-    assert store.compactions == 0
+    store.granted = False
+    service(store, dead_rows=1000).work(None)
+    assert (store.vacuums, store.compactions) == (1, 0)
+    store.health = TableHealth(dead_rows=10, changed_since_analyze=10, may_maintain=True)
+    store.granted = True
+    service(store, dead_rows=1000).work(None)
+    assert (store.vacuums, store.analyzes, store.compactions) == (1, 0, 1)
+
+
+def test_no_rewrite_while_dead_rows_wait_or_without_a_hot_partition_or_rights():
+    store = Store(DIRTY)
+    store.space = HotSpace(40 * MB, 0, 5000)  # the vacuum left them: a snapshot holds them
+    service(store, dead_rows=1000).work(None)
+    assert (store.vacuums, store.compactions) == (1, 0)
     plain = Store(DIRTY)  # hot_space() is None
     service(plain, dead_rows=1000).work(None)
     assert (plain.vacuums, plain.compactions) == (1, 0)
+    refused = Store(TableHealth(dead_rows=10, changed_since_analyze=0, may_maintain=False))
+    refused.space = HotSpace(40 * MB, 0, 0)
+    service(refused, dead_rows=1000).work(None)
+    assert refused.compactions == 0
