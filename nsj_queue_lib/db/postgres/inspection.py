@@ -11,6 +11,7 @@ from typing import Any
 from nsj_queue_lib.db.inspection import (
     RECENT_SECONDS,
     InspectionQueries,
+    listed_row,
     query_values,
     summary_row,
     task_filter,
@@ -66,6 +67,10 @@ class PostgresInspectionStore(InspectionQueries):
         with wrap_driver_errors(name), conn.cursor() as cur:
             cur.execute(self.sql[name], params)
             return rows_as_dicts(cur)
+
+    def running(self, conn: Any, limit: int) -> list[dict[str, Any]]:
+        self.tallied(conn)  # the layout, and the statements pinned to it
+        return [listed_row(r) for r in self._fetch(conn, "list_running", {"limit": limit})]
 
     def summary(self, conn: Any) -> list[dict[str, Any]]:
         """Without JIT (layout.NO_JIT), in a transaction of its own on an autocommit

@@ -144,6 +144,16 @@ WHERE {task_filter}
 ORDER BY t.id DESC
 LIMIT %(limit)s OFFSET %(offset)s
 
+-- name: list_running
+-- list_tasks of the running attempts (nsjq status's list), with {hot_t}: on the
+-- partitioned layout the hot partition alone is planned and read.
+SELECT {attempt_columns},
+       extract(epoch FROM clock_timestamp() - t.data_hora)::float8 AS age_seconds
+FROM {queue_table} AS t
+WHERE {hot_t}t.status = 'processando' AND NOT COALESCE(t.reenfileirado, false)
+ORDER BY t.id DESC
+LIMIT %(limit)s
+
 -- name: task_chain
 -- A task's attempts all carry its first attempt's id (id_inicial), its dead
 -- letter's attempts that id as live_id; all of them come after the first.

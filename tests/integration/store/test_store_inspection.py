@@ -79,3 +79,25 @@ def test_live_workers_come_back_as_instants_whatever_the_dialect(backend, worker
         # Whole seconds on MySQL's epoch conversion of a microsecond timestamp: allow one.
         moment = datetime.datetime.fromisoformat(text)
         assert before - SECOND <= moment <= after + SECOND
+
+
+def test_the_running_list_is_list_tasks_of_the_running_attempts(backend, worker):
+    """nsjq status's list (PostgreSQL: a statement of its own, pinned to the hot partition
+    of the partitioned layout) is what list_tasks gives for 'processando', newest first."""
+    from nsj_queue_lib.db.inspection import TaskFilter
+
+    inspection = backend.driver.new_inspection_store(backend.table)
+    first, second, settled, _waiting = backend.enqueue(
+        dict(processo="a"), dict(processo="b"), dict(processo="c"), dict(processo="d")
+    )
+    backend.set_status("processando", first, second)
+    backend.set_status("sucesso", settled)
+    listed = inspection.list_tasks(worker, TaskFilter(statuses=("processando",)), 10, 0)
+    running = inspection.running(worker, 10)
+    assert [r["id"] for r in running] == [second, first]
+
+    def aged_out(rows):  # the age is the clock's at each call
+        return [{k: v for k, v in r.items() if k != "age_seconds"} for r in rows]
+
+    assert aged_out(running) == aged_out(listed)
+    assert [r["id"] for r in inspection.running(worker, 1)] == [second]
