@@ -216,6 +216,22 @@ def test_a_day_whose_side_rows_are_not_cleared_is_not_dropped(backend, store, wo
     assert aging.days() == set() and _ids(backend, "steps", "task_id") == set()
 
 
+@on(PARTITIONED, MYSQL_PARTITIONED)
+@pytest.mark.fresh_queue  # side tables with no row at all
+def test_a_day_is_dropped_without_reading_its_rows_when_no_side_table_holds_one(
+    backend, store, worker
+):
+    """Without dependencies, waits or processes the day's rows are not walked: a service
+    stopping at once (which stops a walk before its first round) still drops the day."""
+    aging = Aging(backend)
+    tasks = aging.enqueue(3)
+    aging.end("sucesso", *tasks)
+    sides = SidePurge.for_run(store, worker, 2, stopping=lambda: True)
+    store.purge_round(worker, 30, 2, sides=sides)
+    worker.commit()
+    assert aging.days() == set()
+
+
 @pytest.mark.parametrize("limit", [2])
 def test_rounds_are_bounded_and_each_clears_its_own_rows(backend, store, worker, limit):
     """Five purged tasks in rounds of two: every round's side rows go with it."""
