@@ -688,8 +688,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-function-liveness-lock",
         PG_CLAIM_FUNCTION,
-        "pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4)\n",
-        "true\n",
+        "pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock\n",
+        "true AS claimed_lock\n",
         (f"{PG_SKIP_TEST}[first claim]", f"{PG_SKIP_TEST}[after a completion]"),
         ("postgres",),
         "the claim function takes no liveness lock",

@@ -110,6 +110,15 @@ WHERE {task_filter}
 ORDER BY t.id DESC
 LIMIT %(limit)s OFFSET %(offset)s
 
+-- name: list_running
+-- list_tasks of the running attempts (nsjq status's list).
+SELECT {attempt_columns},
+       TIMESTAMPDIFF(MICROSECOND, t.data_hora, NOW(6)) / 1000000 AS age_seconds
+FROM {queue_table} AS t
+WHERE t.status = 'processando' AND NOT COALESCE(t.reenfileirado, false)
+ORDER BY t.id DESC
+LIMIT %(limit)s
+
 -- name: task_chain
 -- A task's attempts all carry its first attempt's id (id_inicial), its dead
 -- letter's attempts that id as live_id; all of them come after the first.

@@ -11,7 +11,6 @@ from typing import Any
 from nsj_queue_lib.db.inspection import (
     RECENT_SECONDS,
     InspectionQueries,
-    listed_row,
     query_values,
     summary_row,
     task_filter,
@@ -70,7 +69,7 @@ class PostgresInspectionStore(InspectionQueries):
 
     def running(self, conn: Any, limit: int) -> list[dict[str, Any]]:
         self.tallied(conn)  # the layout, and the statements pinned to it
-        return [listed_row(r) for r in self._fetch(conn, "list_running", {"limit": limit})]
+        return super().running(conn, limit)
 
     def summary(self, conn: Any) -> list[dict[str, Any]]:
         """Without JIT (layout.NO_JIT), in a transaction of its own on an autocommit
