@@ -243,8 +243,11 @@ def test_concurrent_uncommitted_claims_never_share_a_task(backend, store):
         claimed = []
         while (task := store.claim_uncommitted(conn)) is not None:
             store.commit_and_begin(conn)  # the socket server's lock is taken before this
-            claimed.append(task.id)
-            assert store.complete_if_running(conn, task.id, "ok")
+            # False when InnoDB chose this completion as a deadlock's victim: the store gave
+            # the task back, and a later claim takes it again (every task must still end
+            # 'sucesso', completed by exactly one claim: drain_concurrently checks).
+            if store.complete_if_running(conn, task.id, "ok"):
+                claimed.append(task.id)
             store.commit(conn)
         return claimed
 
