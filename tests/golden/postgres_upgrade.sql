@@ -492,6 +492,7 @@ DECLARE
     edge_data_hora public.fila_teste.data_hora%TYPE;
     edge_id public.fila_teste.id%TYPE;
     claimed bigint;
+    more bigint;
     claimed_rec record;
     settled bigint;
     done_first bigint;
@@ -584,39 +585,55 @@ SELECT c.claimed_row, fa.payload,
 FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
-                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;
                     IF claimed > 0 THEN
                         RETURN;
                     END IF;
                 END IF;
                 looked_at := clock_timestamp();
-                -- First among the first ready rows only (the window: eight per task asked
-                -- for, its edge read from the claim index without a probe). A claim that
-                -- finds fewer than claim_limit walks every ready row to the end, two
-                -- probes each for a keyed row: with most keys busy (more executor slots
-                -- than keys) nearly every claim did (issue 19). The window's claimable
-                -- rows are the ones the whole walk would claim first, in the same order;
-                -- rows beyond it wait for the next claim. Every ready row is walked when
-                -- the window gives nothing: a claim still says "nothing" only when
-                -- nothing is claimable. Only a window of one prioridade (the usual
-                -- backlog) is walked apart, where the index scan can stop at its edge.
-                SELECT w.prioridade, w.data_hora, w.id
-                INTO edge_prioridade, edge_data_hora, edge_id
-                FROM public.fila_teste AS w
-                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
-                ORDER BY w.prioridade DESC, w.data_hora, w.id
-                OFFSET window_size - 1 LIMIT 1;
+                -- The look-up walks the claim index from its start once: to the first
+                -- ready row. Under a held snapshot that walk passes the entries of every
+                -- task claimed since the snapshot, so it is the only one: nothing ready
+                -- ends the look-up, and the window and the claims start from that row
+                -- (the index scan's lower bound). A row that became ready ahead of it
+                -- since waits for the next look-up, as one ahead of a position does.
                 SELECT w.prioridade, w.data_hora, w.id INTO top_prioridade, top_data_hora, top_id
                 FROM public.fila_teste AS w
                 WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 LIMIT 1;
-                IF top_prioridade = edge_prioridade THEN
+                IF top_id IS NULL THEN
+                    RETURN;
+                END IF;
+                pos_prioridade := top_prioridade;
+                pos_data_hora := top_data_hora;
+                pos_id := top_id;
+                -- First among the first ready rows only (the window: eight per task asked
+                -- for, of the first row's prioridade, its edge read from the claim index
+                -- without a probe). A claim that finds fewer than claim_limit walks every
+                -- ready row to the end, two probes each for a keyed row: with most keys
+                -- busy (more executor slots than keys) nearly every claim did (issue 19).
+                -- The window's claimable rows are the ones the whole walk would claim
+                -- first, in the same order; rows beyond it wait for the next claim. Fewer
+                -- ready rows of that prioridade than a window, or nothing claimable in
+                -- it: every ready row from the first on, that prioridade's then the lower
+                -- ones' (the same claim order as one walk), so a claim still says
+                -- "nothing" only when nothing is claimable.
+                SELECT w.prioridade, w.data_hora, w.id
+                INTO edge_prioridade, edge_data_hora, edge_id
+                FROM public.fila_teste AS w
+                WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                  AND w.prioridade = top_prioridade
+                  AND (w.data_hora, w.id) >= (top_data_hora, top_id)
+                ORDER BY w.prioridade DESC, w.data_hora, w.id
+                OFFSET window_size - 1 LIMIT 1;
+                IF edge_id IS NOT NULL THEN
                     RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
+      AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) BETWEEN (top_data_hora, top_id) AND (edge_data_hora, edge_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -637,14 +654,15 @@ SELECT c.claimed_row, fa.payload,
 FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
-                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;
                 END IF;
                 IF claimed = 0 THEN
                     RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND TRUE
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -665,7 +683,37 @@ SELECT c.claimed_row, fa.payload,
 FROM claimed AS c
 LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
-                    GET DIAGNOSTICS claimed = ROW_COUNT;
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;
+                    IF claimed < claim_limit THEN
+                        RETURN QUERY WITH next AS (
+    SELECT q.id
+    FROM public.fila_teste AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND q.prioridade < top_prioridade
+      AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit - claimed
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE public.fila_teste AS t
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
+FROM claimed AS c
+LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;
+                    END IF;
                 END IF;
                 -- The position lives 20 times as long as this look-up took, 20 ms at least
                 -- and 2 s at most: look-ups never take more than a twentieth of the
@@ -691,7 +739,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 51f7232560979661';
+    IS 'nsj_queue_lib claim fabec1c40b551a49';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

@@ -38,6 +38,7 @@ DECLARE
     edge_data_hora {table}.data_hora%TYPE;
     edge_id {table}.id%TYPE;
     claimed bigint;
+    more bigint;
     claimed_rec record;
     settled bigint;
     done_first bigint;
@@ -111,32 +112,50 @@ BEGIN
                     END IF;
                 END IF;
                 looked_at := clock_timestamp();
-                -- First among the first ready rows only (the window: eight per task asked
-                -- for, its edge read from the claim index without a probe). A claim that
-                -- finds fewer than claim_limit walks every ready row to the end, two
-                -- probes each for a keyed row: with most keys busy (more executor slots
-                -- than keys) nearly every claim did (issue 19). The window's claimable
-                -- rows are the ones the whole walk would claim first, in the same order;
-                -- rows beyond it wait for the next claim. Every ready row is walked when
-                -- the window gives nothing: a claim still says "nothing" only when
-                -- nothing is claimable. Only a window of one prioridade (the usual
-                -- backlog) is walked apart, where the index scan can stop at its edge.
-                SELECT w.prioridade, w.data_hora, w.id
-                INTO edge_prioridade, edge_data_hora, edge_id
-                FROM {table} AS w
-                WHERE {hot_w}w.status = 'pendente' AND w.data_hora <= clock_timestamp()
-                ORDER BY w.prioridade DESC, w.data_hora, w.id
-                OFFSET window_size - 1 LIMIT 1;
+                -- The look-up walks the claim index from its start once: to the first
+                -- ready row. Under a held snapshot that walk passes the entries of every
+                -- task claimed since the snapshot, so it is the only one: nothing ready
+                -- ends the look-up, and the window and the claims start from that row
+                -- (the index scan's lower bound). A row that became ready ahead of it
+                -- since waits for the next look-up, as one ahead of a position does.
                 SELECT w.prioridade, w.data_hora, w.id INTO top_prioridade, top_data_hora, top_id
                 FROM {table} AS w
                 WHERE {hot_w}w.status = 'pendente' AND w.data_hora <= clock_timestamp()
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 LIMIT 1;
-                IF top_prioridade = edge_prioridade THEN
+                IF top_id IS NULL THEN
+                    RETURN;
+                END IF;
+                pos_prioridade := top_prioridade;
+                pos_data_hora := top_data_hora;
+                pos_id := top_id;
+                -- First among the first ready rows only (the window: eight per task asked
+                -- for, of the first row's prioridade, its edge read from the claim index
+                -- without a probe). A claim that finds fewer than claim_limit walks every
+                -- ready row to the end, two probes each for a keyed row: with most keys
+                -- busy (more executor slots than keys) nearly every claim did (issue 19).
+                -- The window's claimable rows are the ones the whole walk would claim
+                -- first, in the same order; rows beyond it wait for the next claim. Fewer
+                -- ready rows of that prioridade than a window, or nothing claimable in
+                -- it: every ready row from the first on, that prioridade's then the lower
+                -- ones' (the same claim order as one walk), so a claim still says
+                -- "nothing" only when nothing is claimable.
+                SELECT w.prioridade, w.data_hora, w.id
+                INTO edge_prioridade, edge_data_hora, edge_id
+                FROM {table} AS w
+                WHERE {hot_w}w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                  AND w.prioridade = top_prioridade
+                  AND (w.data_hora, w.id) >= (top_data_hora, top_id)
+                ORDER BY w.prioridade DESC, w.data_hora, w.id
+                OFFSET window_size - 1 LIMIT 1;
+                IF edge_id IS NOT NULL THEN
                     {claim_in_window}
                 END IF;
                 IF claimed = 0 THEN
-                    {claim_anywhere}
+                    {claim_after_position}
+                    IF claimed < claim_limit THEN
+                        {claim_below}
+                    END IF;
                 END IF;
                 -- The position lives 20 times as long as this look-up took, 20 ms at least
                 -- and 2 s at most: look-ups never take more than a twentieth of the

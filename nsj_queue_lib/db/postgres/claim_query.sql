@@ -1,6 +1,7 @@
 -- The claim function's claim (claim_function.sql): up to claim_limit ready rows
--- in claim order, 'processando', their liveness locks taken. The window
--- condition keeps the walk to the window's rows, or is TRUE (dialect.py).
+-- in claim order ({limit}: fewer when an earlier claim of the call took some),
+-- 'processando', their liveness locks taken. The window condition bounds the
+-- walk of the claim index (dialect.py).
 -- lock_key: the unique index of running keys refuses a second running task of
 -- a key that this statement's snapshot saw free (another claim committed one
 -- since, docs/flow-control.md). The row is not this claim's to take: the
@@ -25,7 +26,7 @@ WITH next AS (
       -- per claim as a hashed set, db/postgres/claim_sets.py).
       AND {limits_free}
     ORDER BY q.prioridade DESC, q.data_hora, q.id
-    LIMIT claim_limit
+    LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {table} AS t

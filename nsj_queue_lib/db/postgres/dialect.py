@@ -27,19 +27,28 @@ def _lock_key_free(table: str, hot_day: int | None = None) -> str:
     return lock_key_free(table, "q", CLAIM_NOW, key_idle=claim_sets.KEY_IDLE, hot_day=hot_day)
 
 
-# The claim function's first walk: the claim index up to the window's last row (edge_*,
-# claim_function.sql), all of the window of one prioridade. Equality on the index's first
-# column and a row comparison on the next two are bounds of the index scan, which stops at
-# the edge: the same walk as the whole one, in the same order, only shorter.
+# The claim function's claim in the window (claim_function.sql): the claim index from the
+# first ready row (top_*) to the window's last (edge_*), both of one prioridade. Equality
+# on the index's first column and row comparisons on the next two are bounds of the index
+# scan, which starts at the first ready row (not at the index's start, past the entries a
+# held snapshot keeps) and stops at the edge: the same walk as the whole one, in the same
+# order, only shorter.
 CLAIM_IN_WINDOW = (
-    "q.prioridade = edge_prioridade AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)"
+    "q.prioridade = edge_prioridade"
+    " AND (q.data_hora, q.id) BETWEEN (top_data_hora, top_id) AND (edge_data_hora, edge_id)"
 )
 
 # The claims from the session's position (claim_function.sql): the rest of the position's
-# prioridade, from the position on. The same bounds of the index scan, from below.
+# prioridade, from the position on; after a look-up, the position is its first ready row.
+# The same bounds of the index scan, from below.
 CLAIM_AFTER_POSITION = (
     "q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)"
 )
+
+# After those, in the same look-up (claim_function.sql): the ready rows of the lower
+# prioridades, which come after the first ready row's in claim order. A bound of the
+# index scan too (its first column is in DESC order: the lower ones follow).
+CLAIM_BELOW = "q.prioridade < top_prioridade"
 
 
 # How the claim function returns a claim's rows (claim_query.sql), by layout. Plain: as
@@ -52,7 +61,8 @@ RETURN_JOINED = {
     "first_payload": "fa.payload",
     "first_payload_join": ("\nLEFT JOIN {table} AS fa ON fa.id = c.chain_id AND c.needs_payload"),
     "returned": """RETURN QUERY {claim};
-                    GET DIAGNOSTICS claimed = ROW_COUNT;""",
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;""",
 }
 RETURN_ONE_BY_ONE = {
     "first_payload": "NULL::text AS first_payload",
@@ -71,13 +81,21 @@ RETURN_ONE_BY_ONE = {
 }
 
 
-def _claim(query: str, values: dict[str, str], window: str, returning: dict[str, str]) -> str:
-    """The claim function's statements that claim and return the rows in ``window``."""
+def _claim(
+    query: str,
+    values: dict[str, str],
+    window: str,
+    returning: dict[str, str],
+    limit: str = "claim_limit",
+) -> str:
+    """The claim function's statements that claim and return up to ``limit`` rows in
+    ``window``, adding their number to ``claimed``."""
     claim = render(
         query,
         dict(
             values,
             window=window,
+            limit=limit,
             first_payload=returning["first_payload"],
             first_payload_join=render(returning["first_payload_join"], values),
         ),
@@ -92,6 +110,7 @@ def claim_function_version() -> str:
         + sql_code(read_sql("postgres", "claim_query.sql"))
         + CLAIM_IN_WINDOW
         + CLAIM_AFTER_POSITION
+        + CLAIM_BELOW
         + repr(RETURN_JOINED)
         + repr(RETURN_ONE_BY_ONE)
         + _lock_key_free("t")
@@ -147,7 +166,9 @@ class PostgresDialect(Dialect):
             values,
             claim_function_version=claim_function_version(),
             claim_in_window=_claim(query, query_values, CLAIM_IN_WINDOW, returning),
-            claim_anywhere=_claim(query, query_values, "TRUE", returning),
+            claim_below=_claim(
+                query, query_values, CLAIM_BELOW, returning, limit="claim_limit - claimed"
+            ),
             claim_after_position=_claim(query, query_values, CLAIM_AFTER_POSITION, returning),
         )
         parts["claim_function_ddl"] = render(

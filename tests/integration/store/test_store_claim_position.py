@@ -78,9 +78,10 @@ def test_another_queues_position_is_not_used(backend):
     assert claim(backend, worker) == [first]
 
 
-def _entries_read_by_claim(backend, worker) -> int:
-    """Claim one task; the claim index entries its scans read (before the visibility check
-    of their rows: a dead entry counts), from the transaction's own statistics."""
+def _entries_read_by_claim(backend, worker, expect: int = 1) -> int:
+    """Claim one task (``expect`` of them); the claim index entries its scans read (before
+    the visibility check of their rows: a dead entry counts), from the transaction's own
+    statistics."""
     index = backend.value(
         "SELECT indexrelid FROM pg_index WHERE indrelid = %s::regclass "
         "AND pg_get_indexdef(indexrelid) LIKE %s",
@@ -90,7 +91,7 @@ def _entries_read_by_claim(backend, worker) -> int:
     # The counts not yet reported cover earlier transactions too: a difference.
     backend.store.begin(worker)
     before = worker.execute(count, (index,)).fetchone()[0]
-    assert len(backend.store.claim_call(worker, None, None, 1, None)) == 1
+    assert len(backend.store.claim_call(worker, None, None, 1, None)) == expect
     after = worker.execute(count, (index,)).fetchone()[0]
     backend.store.rollback(worker)
     return int(after - before)
@@ -111,5 +112,26 @@ def test_under_a_held_snapshot_the_position_skips_the_tasks_claimed_since(backen
         remember(backend, worker, 50, next_ready)
         skipped = _entries_read_by_claim(backend, worker)
         assert walked >= 600 and skipped < 10, (walked, skipped)
+    finally:
+        holder.rollback()
+
+
+@pytest.mark.fresh_queue  # counts the claim index's entries read: dead ones count
+def test_under_a_held_snapshot_a_look_up_walks_the_claimed_tasks_entries_once(backend):
+    backend.enqueue(*[{} for _ in range(700)])
+    holder = backend.client_conn()
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute(f"SELECT count(*) FROM {backend.table}").fetchone()
+    try:
+        worker = backend.worker()
+        assert len(claim(backend, worker, 600)) == 600  # their entries stay: the snapshot
+        # A look-up (no position) that claims: to the first ready row once, then from it.
+        worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
+        claiming = _entries_read_by_claim(backend, worker)
+        # A look-up that finds nothing ready: that one walk, nothing after it.
+        assert len(claim(backend, worker, 100)) == 100
+        worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
+        empty = _entries_read_by_claim(backend, worker, expect=0)
+        assert 600 <= claiming < 1200 and 700 <= empty < 1400, (claiming, empty)
     finally:
         holder.rollback()
