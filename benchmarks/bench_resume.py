@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_mysql  # noqa: E402
-from bench_mysql import BenchError, Database, percentile, running_workers  # noqa: E402
+import bench_mysql
+from bench_mysql import BenchError, Database, percentile, running_workers
 
 PROCESSO = "noop"
 START_TIMEOUT = 30.0
@@ -110,17 +110,14 @@ def measure(db: Database, extra: dict[str, str], pairs: int, hold: float, log_di
                 client = QueueClient(conn, table)
                 wake_up_sample(client, conn, log, workers, -1)  # warm-up, not counted
                 for n in range(pairs):
-                    samples = [
-                        lambda: wake.append(wake_up_sample(client, conn, log, workers, n)),
-                        lambda: resume.append(
-                            resume_sample(client, conn, log, workers, n, hold)
-                        ),
-                    ]
-                    for take in samples if n % 2 == 0 else reversed(samples):
+                    for kind in ("wake", "resume") if n % 2 == 0 else ("resume", "wake"):
                         # A random phase against the dispatcher's poll (MariaDB): fixed
                         # steps would meet it at the same point of its interval each time.
                         time.sleep(random.uniform(0.05, 0.6))
-                        take()
+                        if kind == "wake":
+                            wake.append(wake_up_sample(client, conn, log, workers, n))
+                        else:
+                            resume.append(resume_sample(client, conn, log, workers, n, hold))
             finally:
                 conn.close()
         if any(code != 0 for code in workers.exit_codes):
