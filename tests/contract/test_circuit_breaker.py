@@ -8,7 +8,9 @@ PostgreSQL (direct and through the socket server) and MariaDB.
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ WITH_BREAKERS = pytest.mark.parametrize(
     ["postgres", "postgres-via-server", pytest.param("mysql", marks=pytest.mark.mysql)],
     indirect=True,
 )
+LIMITS_WORKER = Path(__file__).parent / "workers" / "limits_worker.py"
 PROCESSO = "fragil"
 COOL_DOWN_S = 2.0
 WAKE_UP_BOUND_S = 1.5
@@ -111,3 +114,41 @@ def test_a_failed_trial_opens_the_breaker_again(backend):
     assert row["breaker_trial"] in (0, False)
     assert seconds(row["breaker_until"] - until) >= COOL_DOWN_S
     assert worker.stop() == 0
+
+
+@WITH_BREAKERS
+def test_two_worker_processes_share_the_breaker_and_its_one_trial(backend):
+    """Cluster-wide: the failures of either process open the breaker, both hold the
+    processo for the cool-down, and one trial in the whole cluster decides."""
+    spec = {PROCESSO: {"circuit_breaker": [3, COOL_DOWN_S], "max_retry": 1}}
+    procs = [
+        backend.start_process(
+            f"brk{i}",
+            wait_ready=False,
+            script=LIMITS_WORKER,
+            LIMITS_SPEC=json.dumps(spec),
+            QUEUE_CONCURRENCY="1",
+        )
+        for i in range(2)
+    ]
+    backend.wait_processes_ready(procs)
+    failing = backend.enqueue(
+        [dict(processo=PROCESSO, payload=json.dumps({"fail_on": [1]})) for _ in range(3)]
+    )
+    wait_for(lambda: opened(backend), 15, "the breaker to open after 3 failures")
+    opened_row = breaker(backend)
+    held = backend.enqueue(
+        [dict(processo=PROCESSO, payload=json.dumps({"started": True})) for _ in range(4)]
+    )
+    wait_for(lambda: all(backend.row(t)["status"] == "sucesso" for t in held), 30, "the held tasks")
+    assert all(backend.row(t)["status"] != "pendente" for t in failing)
+    starts = sorted(started(backend, held))
+    # Neither process started one during the cool-down; the one trial ran alone, in
+    # whichever process claimed it, and the others only after it ended.
+    assert starts[0] >= opened_row["breaker_until"]
+    assert seconds(starts[0] - opened_row["breaker_until"]) < WAKE_UP_BOUND_S
+    trial = min(held, key=lambda t: backend.row(t)["started_at"])
+    assert starts[1] >= backend.row(trial)["finished_at"]
+    assert breaker(backend) is None
+    ran_in = {r["pid"] for r in backend.exec_rows()}
+    assert ran_in <= {p.proc.pid for p in procs}

@@ -1,6 +1,7 @@
 """The contract worker with per-processo limits declared from the environment.
 
-LIMITS_SPEC (JSON): {"processo": {"max_concurrent": 2, "rate_limit": "5/s", ...}, ...};
+LIMITS_SPEC (JSON): {"processo": {"max_concurrent": 2, "rate_limit": "5/s", ...}, ...}
+(any ``@Task`` option: ``"circuit_breaker": [3, 2.0]`` too);
 each processo gets an ``@Task`` method with those options that runs as
 ``ContractWorker.execute`` does (records the execution, sleeps as the payload says).
 """
@@ -27,8 +28,9 @@ def limits_worker_class(spec: dict[str, dict[str, Any]]) -> type[ContractWorker]
             return ContractWorker.execute(self, payload, tarefa, bd_conn)
 
         handler.__name__ = f"on_limited_{index}"
-        if "interval_s" in options:
-            options = {**options, "interval_s": tuple(options["interval_s"])}
+        for pair in ("interval_s", "circuit_breaker"):  # JSON has lists, the options pairs
+            if pair in options:
+                options = {**options, pair: tuple(options[pair])}
         methods[handler.__name__] = Task(processo, **options)(handler)
     return type("LimitsWorker", (ContractWorker,), methods)
 
