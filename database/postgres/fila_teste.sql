@@ -458,6 +458,8 @@ DECLARE
     pos_prioridade public.fila_teste.prioridade%TYPE;
     pos_data_hora public.fila_teste.data_hora%TYPE;
     pos_id public.fila_teste.id%TYPE;
+    pos_empty boolean := false;
+    due_until timestamptz;
     looked_at timestamptz;
     edge_prioridade public.fila_teste.prioridade%TYPE;
     edge_data_hora public.fila_teste.data_hora%TYPE;
@@ -494,16 +496,18 @@ BEGIN
     END IF;
     IF claim_limit > 0 THEN
         -- Where ready tasks began at this session's last look-up, while it is recent:
-        -- '<queue key>,<until>,<prioridade>,<data_hora>,<id>' (instants in microseconds
-        -- since the epoch: exact, and no DateStyle or time zone a handler sets changes
-        -- them). A custom setting of the session: it survives the commit, and goes
-        -- with a rollback, as the claim does.
+        -- '<queue key>,<until>,<prioridade>,<data_hora>,<id>[,empty]' (instants in
+        -- microseconds since the epoch: exact, and no DateStyle or time zone a handler
+        -- sets changes them; "empty": the look-up found nothing ready, see below). A
+        -- custom setting of the session: it survives the commit, and goes with a
+        -- rollback, as the claim does.
         remembered := string_to_array(current_setting('nsjq.claim_position', true), ',');
         IF remembered[1] = lock_queue_key::text
            AND remembered[2]::bigint > (extract(epoch FROM clock_timestamp()) * 1000000)::bigint THEN
             pos_prioridade := remembered[3]::integer;
             pos_data_hora := to_timestamp(0) + remembered[4]::bigint * interval '1 microsecond';
             pos_id := remembered[5]::bigint;
+            pos_empty := remembered[6] IS NOT DISTINCT FROM 'empty';
         END IF;
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
@@ -528,8 +532,8 @@ BEGIN
                 -- storage.md, "A held snapshot"). A task that becomes ready ahead of
                 -- the position meanwhile (a higher prioridade, a retry, one given back)
                 -- waits for the next look-up: claim order may lag by the position's
-                -- life, never more. Nothing after it: a look-up at once, so "nothing
-                -- claimed" always comes from one.
+                -- life, never more. Nothing after it: a look-up at once (unless the
+                -- position is an empty look-up's, below).
                 IF pos_id IS NOT NULL THEN
                     RETURN QUERY WITH next AS (
     SELECT q.id
@@ -561,6 +565,27 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     IF claimed > 0 THEN
                         RETURN;
                     END IF;
+                    -- After a look-up that found nothing ready, for its position's life:
+                    -- what became ready since is after it (its prioridade: just walked)
+                    -- or among the due index's entries since a second before the look-up
+                    -- (any prioridade). Neither: nothing, without a look-up. Under a held
+                    -- snapshot every look-up of an idle queue walked the entries of all
+                    -- the tasks claimed since the snapshot; now a session does one per
+                    -- position life. Missed: a row that became ready since with an older
+                    -- data_hora (a transaction open for over a second, a task given back
+                    -- or released, a past data_hora given at enqueue), found at the next
+                    -- claim after the position's life, which the dispatcher makes sure of
+                    -- (claim_recheck_seconds, runtime/dispatcher.py).
+                    IF pos_empty THEN
+                        due_until := clock_timestamp();
+                        PERFORM 1 FROM public.fila_teste AS w
+                        WHERE w.status = 'pendente'
+                          AND w.data_hora >= pos_data_hora AND w.data_hora <= due_until
+                        LIMIT 1;
+                        IF NOT FOUND THEN
+                            RETURN;
+                        END IF;
+                    END IF;
                 END IF;
                 looked_at := clock_timestamp();
                 -- The look-up walks the claim index from its start once: to the first
@@ -575,6 +600,21 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                 ORDER BY w.prioridade DESC, w.data_hora, w.id
                 LIMIT 1;
                 IF top_id IS NULL THEN
+                    -- The empty look-up's position (read above): a second before it, in
+                    -- the prioridade of the session's last position (none: no position).
+                    -- Its life counts from the look-up's start, so the dispatcher's
+                    -- recheck comes after it ends.
+                    IF remembered[1] = lock_queue_key::text AND remembered[3] IS NOT NULL THEN
+                        PERFORM set_config('nsjq.claim_position', concat_ws(',',
+                            lock_queue_key,
+                            (extract(epoch FROM looked_at) * 1000000
+                             + 1000000 * least(2.0, greatest(0.02,
+                                 20 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint,
+                            remembered[3],
+                            (extract(epoch FROM looked_at - interval '1 second') * 1000000)::bigint,
+                            0,
+                            'empty'), false);
+                    END IF;
                     RETURN;
                 END IF;
                 pos_prioridade := top_prioridade;
@@ -710,7 +750,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim fabec1c40b551a49';
+    IS 'nsj_queue_lib claim ee0274c476176a93';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

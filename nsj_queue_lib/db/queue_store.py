@@ -254,6 +254,11 @@ class HotSpace:
 
 class MaintenanceStore(Protocol):
     queue_table: str
+    # How long after a wake-up a claim may still say "nothing" while a task it missed
+    # waits (the claim function's empty look-up position, PostgreSQL): the dispatcher
+    # wakes the executors once more that long after the last notification. None: every
+    # "nothing" comes from a look-up.
+    claim_recheck_seconds: float | None
 
     def table_health(self, conn: Any) -> TableHealth | None:
         """The queue table's statistics; None where the database keeps them fresh by itself

@@ -12,6 +12,7 @@ connection. 'HALT' stops the worker.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,8 @@ class Dispatcher:
         self._waker = Waker()
         self._control: Any = None
         self.notifications = 0
+        # When to wake the executors once more after notifications (claim_recheck_seconds).
+        self._recheck_at: float | None = None
 
     def interrupt(self) -> None:
         """Wake the dispatcher now (used at stop)."""
@@ -114,6 +117,7 @@ class Dispatcher:
         timed_out = True  # at start and after reconnecting: look at everything
         while not self._stop.is_set():
             if timed_out:
+                self._recheck_at = None
                 self.store.promote_due(self._control, PROMOTE_LIMIT)
                 self._on_wake()
                 self._wake(concurrency)
@@ -139,6 +143,9 @@ class Dispatcher:
             if any(p != SCHEDULED_PAYLOAD for p in wake_ups):
                 self._on_wake()
                 self._wake(1)
+                recheck = self.store.claim_recheck_seconds
+                if recheck is not None:
+                    self._recheck_at = time.monotonic() + recheck
             # A 'scheduled' notification only moves the next wake-up, computed
             # again at the top of the loop.
             timed_out = not payloads
@@ -149,4 +156,6 @@ class Dispatcher:
         seconds = self.store.seconds_until_next_due(self._control)
         if seconds is not None:
             timeout = min(timeout, seconds + DUE_MARGIN_SECONDS)
+        if self._recheck_at is not None:
+            timeout = min(timeout, max(0.0, self._recheck_at - time.monotonic()))
         return timeout

@@ -75,6 +75,7 @@ ER_DUP_ENTRY = 1062
 
 class MysqlFamilyStore:
     dialect: ClassVar[str] = "mysql"
+    claim_recheck_seconds: float | None = None  # each "nothing" comes from a look-up
 
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
         check_store_tables(queue_table, subscriber_table)

@@ -78,6 +78,10 @@ def _claimed_rows(cursor) -> list[dict[str, Any]]:
 class PostgresQueueStore(PostgresClientStore):
     """The worker's operations (psycopg 3), and the client's (``PostgresClientStore``)."""
 
+    # The longest life of the claim function's position (2 s), counted from its look-up's
+    # start, and a margin (claim_function.sql).
+    claim_recheck_seconds: float | None = 2.2
+
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
         super().__init__(queue_table, subscriber_table)
         # The claim function db_gen creates next to the table (claim_function.sql),

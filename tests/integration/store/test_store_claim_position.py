@@ -135,3 +135,54 @@ def test_under_a_held_snapshot_a_look_up_walks_the_claimed_tasks_entries_once(ba
         assert 600 <= claiming < 1200 and 700 <= empty < 1400, (claiming, empty)
     finally:
         holder.rollback()
+
+
+def mark_empty(backend, worker, until_us: int = FAR_FUTURE_US) -> None:
+    """Set the session's position as a look-up that found nothing ready now would have
+    (the claim function puts it a second earlier; here: now, so that the tasks claimed
+    just before are behind it)."""
+    now_us = backend.value("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+    value = f"{backend.store.queue_key},{until_us},50,{now_us},0,empty"
+    worker.execute("SELECT set_config('nsjq.claim_position', %s, false)", (value,))
+
+
+@pytest.mark.fresh_queue  # counts the claim index's entries read: dead ones count
+def test_under_a_held_snapshot_an_idle_queue_is_not_looked_up_again_for_a_moment(backend):
+    import datetime
+
+    backend.enqueue(*[{} for _ in range(700)])
+    holder = backend.client_conn()
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute(f"SELECT count(*) FROM {backend.table}").fetchone()
+    try:
+        worker = backend.worker()
+        assert len(claim(backend, worker, 700)) == 700  # their entries stay: the snapshot
+        # A look-up that finds nothing leaves an empty look-up's position behind it.
+        worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
+        remember(backend, worker, 50, backend.value(f"SELECT max(id) FROM {backend.table}"))
+        assert claim(backend, worker) == []
+        assert position(worker)[5:] == ["empty"] and position(worker)[4] == "0"
+        # While it lives, "nothing" costs no walk of the 700 claimed tasks' entries.
+        mark_empty(backend, worker)
+        assert _entries_read_by_claim(backend, worker, expect=0) < 20
+        # A task of its prioridade enqueued since: claimed from the position.
+        mark_empty(backend, worker)
+        new = backend.enqueue({})
+        assert claim(backend, worker) == new
+        # Another prioridade's, enqueued since: found in the due index; a look-up claims it.
+        high = backend.enqueue({"prioridade": 90})
+        assert claim(backend, worker) == high
+        # A task that became ready since with an older data_hora (a transaction open for
+        # over a second, say) waits for the position's end: the dispatcher's recheck.
+        mark_empty(backend, worker)
+        old = backend.enqueue(
+            {
+                "data_hora": datetime.datetime.now(datetime.timezone.utc)
+                - datetime.timedelta(hours=1)
+            }
+        )
+        assert claim(backend, worker) == []
+        mark_empty(backend, worker, until_us=1)  # ended
+        assert claim(backend, worker) == old
+    finally:
+        holder.rollback()
