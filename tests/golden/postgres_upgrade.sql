@@ -488,6 +488,8 @@ DECLARE
     pos_data_hora public.fila_teste.data_hora%TYPE;
     pos_id public.fila_teste.id%TYPE;
     pos_empty boolean := false;
+    pos_fresh boolean := false;
+    now_us bigint;
     due_until timestamptz;
     looked_at timestamptz;
     edge_prioridade public.fila_teste.prioridade%TYPE;
@@ -526,18 +528,20 @@ BEGIN
     END IF;
     IF claim_limit > 0 THEN
         -- Where ready tasks began at this session's last look-up, while it is recent:
-        -- '<queue key>,<until>,<prioridade>,<data_hora>,<id>[,empty]' (instants in
-        -- microseconds since the epoch: exact, and no DateStyle or time zone a handler
-        -- sets changes them; "empty": the look-up found nothing ready, see below). A
-        -- custom setting of the session: it survives the commit, and goes with a
-        -- rollback, as the claim does.
+        -- '<queue key>,<fresh until>,<prioridade>,<data_hora>,<id>,<ready|empty>,<until>'
+        -- (instants in microseconds since the epoch: exact, and no DateStyle or time
+        -- zone a handler sets changes them; "empty": the look-up found nothing ready,
+        -- see below). A custom setting of the session: it survives the commit, and goes
+        -- with a rollback, as the claim does.
         remembered := string_to_array(current_setting('nsjq.claim_position', true), ',');
+        now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
         IF remembered[1] = lock_queue_key::text
-           AND remembered[2]::bigint > (extract(epoch FROM clock_timestamp()) * 1000000)::bigint THEN
+           AND coalesce(remembered[7], remembered[2])::bigint > now_us THEN
             pos_prioridade := remembered[3]::integer;
             pos_data_hora := to_timestamp(0) + remembered[4]::bigint * interval '1 microsecond';
             pos_id := remembered[5]::bigint;
             pos_empty := remembered[6] IS NOT DISTINCT FROM 'empty';
+            pos_fresh := remembered[2]::bigint > now_us;
         END IF;
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
@@ -563,7 +567,13 @@ BEGIN
                 -- the position meanwhile (a higher prioridade, a retry, one given back)
                 -- waits for the next look-up: claim order may lag by the position's
                 -- life, never more. Nothing after it: a look-up at once (unless the
-                -- position is an empty look-up's, below).
+                -- position is an empty look-up's, below). A position has two lives:
+                -- while fresh (20 times as long as its look-up took) "nothing after it"
+                -- is followed by a look-up; after that, until its end (100 times, 5 s
+                -- at most), a claim still takes what is after it first, and looks up
+                -- only when nothing is: under a held snapshot the look-ups, which walk
+                -- every entry it keeps, then come when the queue has drained, not in
+                -- front of the tasks that just arrived.
                 IF pos_id IS NOT NULL THEN
                     RETURN QUERY WITH next AS (
     SELECT q.id
@@ -606,7 +616,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     -- or released, a past data_hora given at enqueue), found at the next
                     -- claim after the position's life, which the dispatcher makes sure of
                     -- (claim_recheck_seconds, runtime/dispatcher.py).
-                    IF pos_empty THEN
+                    IF pos_empty AND pos_fresh THEN
                         due_until := clock_timestamp();
                         PERFORM 1 FROM public.fila_teste AS w
                         WHERE w.status = 'pendente'
@@ -643,7 +653,11 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                             remembered[3],
                             (extract(epoch FROM looked_at - interval '1 second') * 1000000)::bigint,
                             0,
-                            'empty'), false);
+                            'empty',
+                            (extract(epoch FROM looked_at) * 1000000
+                             + 1000000 * least(5.0, greatest(0.02,
+                                 100 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint),
+                            false);
                     END IF;
                     RETURN;
                 END IF;
@@ -756,9 +770,10 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     claimed := claimed + more;
                     END IF;
                 END IF;
-                -- The position lives 20 times as long as this look-up took, 20 ms at least
-                -- and 2 s at most: look-ups never take more than a twentieth of the
-                -- claims' time, however many entries a held snapshot keeps.
+                -- The position is fresh 20 times as long as this look-up took, 20 ms at
+                -- least and 2 s at most: look-ups never take more than a twentieth of the
+                -- claims' time, however many entries a held snapshot keeps. It ends at
+                -- 100 times, 5 s at most.
                 IF top_id IS NOT NULL THEN
                     PERFORM set_config('nsjq.claim_position', concat_ws(',',
                         lock_queue_key,
@@ -767,7 +782,12 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                              20 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint,
                         top_prioridade,
                         (extract(epoch FROM top_data_hora) * 1000000)::bigint,
-                        top_id), false);
+                        top_id,
+                        'ready',
+                        (extract(epoch FROM clock_timestamp()) * 1000000
+                         + 1000000 * least(5.0, greatest(0.02,
+                             100 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint),
+                        false);
                 END IF;
                 RETURN;
             EXCEPTION WHEN unique_violation OR serialization_failure THEN
@@ -780,7 +800,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim e2e40407ae3234ff';
+    IS 'nsj_queue_lib claim 4993b03ad419c242';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

@@ -44,11 +44,12 @@ def test_a_look_up_remembers_where_ready_tasks_began_for_a_moment(backend):
     first, second, _ = backend.enqueue({}, {}, {})
     worker = backend.worker()
     assert claim(backend, worker) == [first]
-    queue_key, until_us, prioridade, _, task_id = position(worker)
+    queue_key, fresh_us, prioridade, _, task_id, kind, until_us = position(worker)
     assert queue_key == str(backend.store.queue_key) and prioridade == "50"
-    assert int(task_id) == first  # the first ready task at the look-up: this one
+    assert int(task_id) == first and kind == "ready"  # the first ready task at the look-up
     now_us = backend.value("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
-    assert 0 < int(until_us) - now_us <= 2_000_000  # 20 ms at least, 2 s at most
+    assert 0 < int(fresh_us) - now_us <= 2_000_000  # fresh: 20 ms at least, 2 s at most
+    assert int(fresh_us) <= int(until_us) <= now_us + 5_000_000  # then used up to 5 s
     assert claim(backend, worker) == [second]
 
 
@@ -66,6 +67,24 @@ def test_claim_order_lags_by_the_position_and_nothing_after_it_looks_up_at_once(
     again = backend.enqueue({"prioridade": 10}, {"prioridade": 90})
     remember(backend, worker, 10, again[0], until_us=1)
     assert claim(backend, worker) == [again[1]]
+
+
+def test_past_its_fresh_life_a_position_serves_what_is_after_it_until_its_end(backend):
+    low = backend.enqueue({"prioridade": 10}, {"prioridade": 10})
+    worker = backend.worker()
+    data_hora_us = backend.value(
+        f"SELECT (extract(epoch FROM data_hora) * 1000000)::bigint FROM {backend.table} "
+        "WHERE id = %s",
+        (low[0],),
+    )
+    # Fresh no more (its second field), not ended (its last): a look-up is due, and comes
+    # when nothing is after it, not in front of the tasks that are.
+    value = f"{backend.store.queue_key},1,10,{data_hora_us},{low[0]},ready,{FAR_FUTURE_US}"
+    worker.execute("SELECT set_config('nsjq.claim_position', %s, false)", (value,))
+    high = backend.enqueue(prioridade=90)
+    assert claim(backend, worker) == [low[0]]
+    assert claim(backend, worker) == [low[1]]
+    assert claim(backend, worker) == [high]
 
 
 def test_another_queues_position_is_not_used(backend):
@@ -161,7 +180,7 @@ def test_under_a_held_snapshot_an_idle_queue_is_not_looked_up_again_for_a_moment
         worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
         remember(backend, worker, 50, backend.value(f"SELECT max(id) FROM {backend.table}"))
         assert claim(backend, worker) == []
-        assert position(worker)[5:] == ["empty"] and position(worker)[4] == "0"
+        assert position(worker)[4:6] == ["0", "empty"]
         # While it lives, "nothing" costs no walk of the 700 claimed tasks' entries.
         mark_empty(backend, worker)
         assert _entries_read_by_claim(backend, worker, expect=0) < 20
