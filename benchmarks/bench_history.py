@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_history.py --rows 200000 --dialect both --rounds 3
     .venv/bin/python benchmarks/bench_history.py --dialect postgres            # 10M rows
     .venv/bin/python benchmarks/bench_history.py --dialect postgres --keep     # keep the fill
+    .venv/bin/python benchmarks/bench_history.py --dialect both --layout partitioned
 
 Databases: ``--pg-dsn`` / ``BENCH_PG_DSN`` (default ``host=127.0.0.1 user=postgres
 dbname=test``) and ``--mysql-dsn`` / ``BENCH_MYSQL_DSN`` (default
@@ -33,6 +34,21 @@ settles. PostgreSQL then runs ``VACUUM (ANALYZE)`` and a ``CHECKPOINT``, so that
 first drains do not meet the fill's checkpoints; MariaDB runs ``ANALYZE TABLE``.
 ``<table>_fill`` records the fill. With ``--keep`` the table stays, and a later run
 reuses it when its row count, span and generator match and it is under a day old.
+
+**The partitioned layout** (``--layout partitioned``, both queues; db_gen's, see
+docs/internals/storage.md): each history row goes to the partition of the UTC day it
+ended (its ``data_hora``), ``finished_day`` = days since 1970-01-01, as a settle would
+have put it; none to the hot partition. The day partitions from ``--days`` + 2 days ago
+to today are made before the load, as the purge service would have kept them: on
+PostgreSQL one ``CREATE TABLE ... PARTITION OF`` each; on MariaDB, whose RANGE
+partitions (no MAXVALUE) are added at the end only, one ``ALTER TABLE ... REORGANIZE
+PARTITION`` that splits them off db_gen's first day (benchmarks/_history_mysql.py).
+MariaDB's load is the same, its secondary indexes (which hold ``finished_day`` where
+unique) dropped and added back over every partition. Sizes are summed over the
+partitions (MariaDB: ``information_schema.PARTITIONS``, each index's from
+``mysql.innodb_index_stats``), and on MariaDB the rows each partition holds are printed.
+The vacuum before each drain is the hot partition's (PostgreSQL), and the polls add
+``finished_day >= yesterday`` so that they read the last day partitions only.
 
 **Paired rounds.** Queue ``bh_empty_<pid>`` has no history. Each round runs the same
 steps on both queues, back to back, the order alternating:
@@ -72,8 +88,11 @@ inspection store's ``summary`` query alone.
 runs it: bounded ``DELETE`` rounds of ``QUEUE_PURGE_LIMIT``, each committed. Its
 ``QUEUE_PURGE_MAX_AGE`` is set so that the oldest day is past it. Every round is timed.
 On PostgreSQL this also reports the WAL written and the ``VACUUM`` after it. On
-MariaDB, the time until InnoDB's purge has caught up. With ``--keep`` the purged day is
-filled again.
+MariaDB, the time until InnoDB's purge has caught up. On the partitioned layout the
+service drops the oldest day partitions whole instead (and checks the days ahead): the
+rows it reports are the partitions' estimated counts. With ``--keep`` the purged day is
+filled again (its partitions made again first; on MariaDB that copies the oldest day
+left).
 
 The run prints disk free, the table and index sizes, and the machine's load. The
 history queue is dropped at the end unless ``--keep``; the empty one always is. This
@@ -104,6 +123,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _history_mysql  # noqa: E402 - the helpers next to this file
 from bench_mysql import (  # noqa: E402 - the harness next to this file
     DEFAULT_MYSQL_DSN,
     DEFAULT_PG_DSN,
@@ -208,15 +228,19 @@ _PAYLOAD = """CONCAT('{{"cliente":', {h} %% 100000, ',"documento":"', md5({head}
 def generator_sql(kind: str, partitioned: bool = False) -> str:
     """The INSERT ... SELECT of slots %(lo)s..%(hi)s into ``@TABLE@`` (MariaDB: the sequence
     table's bounds are ``@LO@`` and ``@HI@``, written into the text); ``partitioned``: each
-    row with the day it ended (its data_hora's) as finished_day."""
+    row with the UTC day it ended (its data_hora's, as days since 1970-01-01) as
+    finished_day, the key of its day partition."""
     if kind == "postgres":
+
+        def at(x: str) -> str:
+            return f"%(anchor)s::timestamptz - make_interval(secs => (%(rows)s - ({x})) * %(step)s)"
+
         values = _values(
-            lambda x: (
-                f"%(anchor)s::timestamptz - make_interval(secs => (%(rows)s - ({x})) * %(step)s)"
-            ),
+            at,
             lambda x: f"{x}::text",
             "convert_to(encode(sha256(convert_to(s.payload, 'UTF8')), 'hex'), 'UTF8')",
         )
+        day = f"(({at('s.g')}) AT TIME ZONE 'UTC')::date - DATE '1970-01-01'"
         source = (
             f"SELECT u.*, k.h, {_PAYLOAD.format(h='k.h', head='u.head::text')} AS payload\n"
             f"FROM (SELECT {_SLOTS.format(g='g')}\n"
@@ -224,11 +248,12 @@ def generator_sql(kind: str, partitioned: bool = False) -> str:
             "CROSS JOIN LATERAL (SELECT abs(hashint8(u.head)::bigint) AS h) AS k"
         )
     else:
-        values = _values(
-            lambda x: f"TIMESTAMPADD(MICROSECOND, -(%(rows)s - ({x})) * %(step_us)s, %(anchor)s)",
-            lambda x: f"CAST({x} AS CHAR)",
-            "SHA2(s.payload, 256)",
-        )
+
+        def at(x: str) -> str:
+            return f"TIMESTAMPADD(MICROSECOND, -(%(rows)s - ({x})) * %(step_us)s, %(anchor)s)"
+
+        values = _values(at, lambda x: f"CAST({x} AS CHAR)", "SHA2(s.payload, 256)")
+        day = _history_mysql.finished_day(at("s.g"))
         source = (
             f"SELECT t.*, {_PAYLOAD.format(h='t.h', head='t.head')} AS payload\n"
             "FROM (SELECT u.*, CRC32(u.head) AS h\n"
@@ -238,9 +263,8 @@ def generator_sql(kind: str, partitioned: bool = False) -> str:
         )
     columns = _COLUMNS
     if partitioned:
-        at = "%(anchor)s::timestamptz - make_interval(secs => (%(rows)s - (s.g)) * %(step)s)"
         columns += ", finished_day"
-        values += f",\n    (({at}) AT TIME ZONE 'UTC')::date - DATE '1970-01-01'"
+        values += f",\n    {day}"
     return f"INSERT INTO @TABLE@ ({columns})\nSELECT {values}\nFROM ({source}) AS s"
 
 
@@ -312,9 +336,22 @@ def mariadb_secondary_keys(db: Database, table: str) -> list[str]:
     ]
 
 
-def day_partitions(admin: Any, table: str, days: int) -> None:
-    """The day partitions the history spans, as the purge service would have kept them
-    (PostgreSQL's partitioned layout), made where missing."""
+def day_partitions(db: Database, table: str, days: int) -> None:
+    """The day partitions the history spans (from ``days`` + 2 days ago to today), as the
+    purge service would have kept them, made where missing."""
+    admin = db.connect(autocommit=True)
+    try:
+        if db.kind == "postgres":
+            _pg_day_partitions(admin, table, days)
+        else:
+            # db_gen made yesterday onwards; the earlier days are split off the first.
+            first = _history_mysql.today(db, admin) - days - 2
+            _history_mysql.add_days_before(db, admin, table, first)
+    finally:
+        admin.close()
+
+
+def _pg_day_partitions(admin: Any, table: str, days: int) -> None:
     from nsj_queue_lib.db.postgres import retention
 
     today = int(admin.execute(retention.TODAY).fetchone()[0])
@@ -333,7 +370,7 @@ def fill_history(
     admin = db.connect(autocommit=True)
     try:
         if fill.partitioned:
-            day_partitions(admin, table, days)
+            day_partitions(db, table, days)
         keys = mariadb_secondary_keys(db, table) if db.kind == "mariadb" else []
         if keys:
             names = [re.search(r"KEY `([^`]+)`", key).group(1) for key in keys]  # type: ignore[union-attr]
@@ -408,7 +445,7 @@ def kept_fill(db: Database, table: str, rows: int, days: int) -> tuple[Fill | No
         age = db_now(db) - anchor
         if age > DAY:
             return None, f"the kept fill is {age / DAY:.1f} days old (its oldest day has aged)"
-        hot = db.kind == "postgres" and table_exists(db, conn, f"{table}_hot")
+        hot = is_partitioned(db, conn, table)
         fill = Fill(rows, days, anchor, load_s, index_s, settle_s, reused=True, partitioned=hot)
         # A run that stopped midway leaves its tasks behind.
         db.execute(conn, f"DELETE FROM {table} WHERE id > %s", (fill.last_id,))
@@ -428,6 +465,13 @@ def table_exists(db: Database, conn: Any, table: str) -> bool:
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = %s"
     )
     return bool(db.execute(conn, sql, (schema, name))[0][0])
+
+
+def is_partitioned(db: Database, conn: Any, table: str) -> bool:
+    """Whether ``table`` has the partitioned layout (its hot partition)."""
+    if db.kind == "postgres":
+        return table_exists(db, conn, f"{table}_hot")
+    return _history_mysql.is_partitioned(db, conn, table)
 
 
 def db_now(db: Database) -> float:
@@ -542,15 +586,16 @@ def bench_rows(count: int, keys: str) -> list[dict[str, Any]]:
 def recent(db: Database, table: str) -> str:
     """A condition the polls add: on the partitioned layout, rows that ended since
     yesterday, so the poll reads the last day partitions, not all 60 (a poll of the parent
-    by id alone planned and probed every partition: 113 ms a poll at 10M rows)."""
-    if db.kind != "postgres":
-        return ""
+    by id alone planned and probed every partition: 113 ms a poll at 10M rows on
+    PostgreSQL; MariaDB's looks the id range up in each partition's primary key)."""
     conn = db.connect(autocommit=True)
     try:
-        hot = conn.execute("SELECT to_regclass(%s)", (f"{table}_hot",)).fetchone()[0]
-        if not hot:
+        if not is_partitioned(db, conn, table):
             return ""
-        today = int(conn.execute("SELECT current_date - DATE '1970-01-01'").fetchone()[0])
+        if db.kind == "postgres":
+            today = int(conn.execute("SELECT current_date - DATE '1970-01-01'").fetchone()[0])
+        else:
+            today = _history_mysql.today(db, conn)
     finally:
         conn.close()
     # A literal, so that the planner prunes the other partitions: a parameter, or
@@ -955,9 +1000,13 @@ def refill_purged(db: Database, table: str, fill: Fill, chunk: int) -> None:
     if gone > 0:
         started = time.perf_counter()
         if fill.partitioned:  # the purge dropped the day partitions they were in
-            with db.connect(autocommit=True) as admin:
-                day_partitions(admin, table, fill.days)
+            day_partitions(db, table, fill.days)
         insert_slots(db, table, fill, 0, gone - 1, chunk)
+        if fill.partitioned and db.kind == "mariadb":
+            # The REORGANIZE left the partitions it rebuilt without statistics (0 rows);
+            # the next run's sizes and partition rows read them.
+            with contextlib.closing(db.connect(autocommit=True)) as admin:
+                db.execute(admin, f"ANALYZE TABLE {table}")
         tidy(db, table)
         print(f"  refilled the purged {gone:,} rows in {time.perf_counter() - started:.1f} s")
 
@@ -987,6 +1036,8 @@ def sizes(db: Database, table: str) -> dict[str, int]:
             heap, indexes, total = int(heap or 0), int(indexes or 0), int(total or 0)
             each = [(name, int(size or 0)) for name, size in each]
             return {"table": heap, "indexes": indexes, "total": total, **dict(each)}
+        if _history_mysql.is_partitioned(db, conn, table):
+            return _history_mysql.sizes(db, conn, table)
         schema, name = table.split(".")
         each = db.execute(
             conn,
@@ -1054,7 +1105,20 @@ def print_sizes(db: Database, table: str) -> dict[str, int]:
         f"\n    indexes: {each}\n  disk free at {where}: {gb(free)}",
         flush=True,
     )
+    if db.kind == "mariadb":
+        _print_mariadb_partitions(db, table)
     return got
+
+
+def _print_mariadb_partitions(db: Database, table: str) -> None:
+    """Where a partitioned MariaDB table's rows are: the check that the fill put the history
+    in its day partitions, not in the hot one."""
+    conn = db.connect(autocommit=True)
+    try:
+        if _history_mysql.is_partitioned(db, conn, table):
+            print(f"    partitions: {_history_mysql.partition_rows(db, conn, table)}", flush=True)
+    finally:
+        conn.close()
 
 
 # -- one dialect ----------------------------------------------------------------------------
@@ -1263,7 +1327,7 @@ def main(argv: list[str] | None = None) -> int:
         "--layout",
         choices=("plain", "partitioned"),
         default="plain",
-        help="the queue tables' layout (db_gen --layout; partitioned: PostgreSQL)",
+        help="the queue tables' layout (db_gen --layout; partitioned: by day, both dialects)",
     )
     parser.add_argument("--pg-dsn", default=os.environ.get("BENCH_PG_DSN") or DEFAULT_PG_DSN)
     parser.add_argument(

@@ -71,16 +71,26 @@ POLL_SECONDS = 0.02
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 _counter = itertools.count(1)
-# The tables of a queue: db_gen's, and those its workers create on first use.
-QUEUE_TABLE_SUFFIXES = (
-    "",
-    "_subscriber",
-    "_limits",
-    "_periodic",
-    "_workers",
-    "_tally",
-    "_tally_open",
-    "_tally_state",
+# The tables of a queue besides its own (keys of DdlNames.object_names()): db_gen's, and
+# those its workers create on first use. Dropped with the queue: a later queue of the same
+# name (bench_history's history table) would fail to create one left behind.
+QUEUE_SIDE_TABLES = (
+    "subscriber",
+    "limits",
+    "periodic",
+    "workers",
+    "tally",
+    "tally_open",
+    "tally_state",
+    "parents",
+    "waiting",
+    "steps",
+    "events",
+    "workflows",
+    "workflow_tasks",
+    "processes",
+    "process_tasks",
+    "process_events",
 )
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -234,17 +244,24 @@ class Database:
         from nsj_queue_lib.db.dialect import CLAIM_ROUTINE_RELEASE, DdlNames
 
         name = table.split(".")[-1]
-        tables = ", ".join(f"{table}{suffix}" for suffix in QUEUE_TABLE_SUFFIXES)
+        names = DdlNames(self.schema, name).object_names()
+        tables = ", ".join([table] + [f"{self.schema}.{names[k]}" for k in QUEUE_SIDE_TABLES])
         admin = self.connect(autocommit=True)
         try:
             if self.kind == "postgres":
                 admin.execute(
                     f"DROP TABLE IF EXISTS {tables} CASCADE;"
                     f"DROP FUNCTION IF EXISTS {self.schema}.notify_{name}_insert() CASCADE;"
-                    f"DROP FUNCTION IF EXISTS {self.schema}.{DdlNames.settle_routine_name(name)}"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.{DdlNames.settle_routine_name(name)};"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.{names['end_function']}() CASCADE;"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.{names['day_function']}() CASCADE;"
+                    f"DROP FUNCTION IF EXISTS {self.schema}.{names['release_function']}"
                 )
                 return
             self.execute(admin, f"DROP TABLE IF EXISTS {tables}")
+            self.execute(
+                admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{names['release_function']}"
+            )
             for release in range(1, CLAIM_ROUTINE_RELEASE + 1):
                 routine = DdlNames.routine_name(name, release)
                 self.execute(admin, f"DROP PROCEDURE IF EXISTS {self.schema}.{routine}")
