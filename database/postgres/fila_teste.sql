@@ -589,8 +589,10 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     -- (claim_recheck_seconds, runtime/dispatcher.py).
                     IF pos_empty AND pos_fresh THEN
                         due_until := clock_timestamp();
+                        -- The due index's own predicate, so that no other partial
+                        -- index (the processo index holds every running entry) fits.
                         PERFORM 1 FROM public.fila_teste AS w
-                        WHERE w.status = 'pendente'
+                        WHERE w.status IN ('pendente', 'agendada')
                           AND w.data_hora >= pos_data_hora AND w.data_hora <= due_until
                         LIMIT 1;
                         IF NOT FOUND THEN
@@ -771,7 +773,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 4993b03ad419c242';
+    IS 'nsj_queue_lib claim a4a86f2f686d7c50';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

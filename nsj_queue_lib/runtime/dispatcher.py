@@ -4,7 +4,9 @@ It waits on the driver's listener (LISTEN, polling or the socket server) and
 wakes an executor on every wake-up; at start (tasks already ready never wait
 for a notification), after reconnecting, when the next scheduled row becomes
 due, and at least every QUEUE_WAIT_NOTIFY_INTERVAL it also turns due
-'agendada' rows into 'pendente' and wakes the executors. A database outage
+'agendada' rows into 'pendente' and wakes the executors; where a claim may say
+"nothing" for a moment without looking (the store's claim_recheck_seconds), also that
+long after the last notification. A database outage
 is logged and retried with back-off; the listener is opened again on the new
 connection. 'HALT' stops the worker.
 """

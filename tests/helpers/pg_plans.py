@@ -62,11 +62,18 @@ def _claim_function_plan(conn: psycopg.Connection, store: PostgresQueueStore) ->
         ):
             conn.execute(f"SET LOCAL {setting}")
         assert store.claim_function is not None
+        # A ready task to claim: on a queue with none, the look-up ends before any claim.
+        [(task_id,)] = conn.execute(
+            f"INSERT INTO {store.queue_table} (origem, destino, processo, chave_externa, payload)"
+            " VALUES ('plan', 'plan', 'plan', 'plan', '{}') RETURNING id"
+        ).fetchall()
         conn.execute(
             f"SELECT * FROM {store.claim_function}(NULL::bigint, NULL::text, 0, 0, 1, NULL, NULL, NULL)"
         ).fetchall()
     finally:
         conn.execute("ROLLBACK")
+    # The claim's liveness lock is the session's (it outlives the rollback).
+    conn.execute("SELECT pg_advisory_unlock(0, (%s::bigint %% 2147483648)::int4)", (task_id,))
     plans = []
     for message in messages:
         if "plan:" not in message:

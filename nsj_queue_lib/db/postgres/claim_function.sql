@@ -138,8 +138,10 @@ BEGIN
                     -- (claim_recheck_seconds, runtime/dispatcher.py).
                     IF pos_empty AND pos_fresh THEN
                         due_until := clock_timestamp();
+                        -- The due index's own predicate, so that no other partial
+                        -- index (the processo index holds every running entry) fits.
                         PERFORM 1 FROM {table} AS w
-                        WHERE {hot_w}w.status = 'pendente'
+                        WHERE {hot_w}w.status IN ('pendente', 'agendada')
                           AND w.data_hora >= pos_data_hora AND w.data_hora <= due_until
                         LIMIT 1;
                         IF NOT FOUND THEN
