@@ -363,7 +363,12 @@ MUTANTS: tuple[Mutant, ...] = (
         PG_CLAIM_FUNCTION,
         "    ORDER BY q.prioridade DESC, q.data_hora, q.id",
         "    ORDER BY q.data_hora, q.id",
-        _contract("test_ready_tasks_run_by_priority_then_age", "postgres"),
+        (
+            *_contract("test_ready_tasks_run_by_priority_then_age", "postgres"),
+            "tests/integration/store/test_store_claim_window.py::"
+            "test_after_the_first_rows_prioridade_the_lower_ones_are_claimed_in_prioridade_order"
+            "[postgres]",
+        ),
         ("postgres",),
         "the claim function ignores prioridade",
     ),

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from nsj_queue_lib import Task, WorkerBase, current_task
+from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.runtime.group_steps import DrainSteps
 from tests.contract.test_contract import RETRY_BASE_MINUTES
 from tests.helpers.processes import wait_for
@@ -351,6 +352,9 @@ def test_an_executor_stepping_back_leaves_no_freed_key_waiting_for_a_slow_handle
         return stepped_back[-1]
 
     monkeypatch.setattr(DrainSteps, "steps_back", recording)
+    # The dispatcher's recheck 2.2 s after the last notification (PostgreSQL) would start
+    # them within the bound below too: without it, only the step-back's own claim can.
+    monkeypatch.setattr(PostgresQueueStore, "claim_recheck_seconds", None)
     backend.enqueue([dict(payload="slow")])
     worker = backend.run(
         backend.function_worker(

@@ -55,3 +55,14 @@ def test_a_window_of_two_prioridades_is_walked_as_one_claim_order(backend):
     high = backend.enqueue(dict(prioridade=90), dict(lock_key="high", prioridade=90))
     worker = backend.worker()
     assert _claim(backend, worker, 10) == [*high, low[0]]
+
+
+def test_after_the_first_rows_prioridade_the_lower_ones_are_claimed_in_prioridade_order(backend):
+    """A look-up claims its first row's prioridade from that row on, then, for the rest
+    of the claim, the lower prioridades: highest first, not oldest first."""
+    [low] = backend.enqueue(dict(prioridade=10))
+    [mid] = backend.enqueue(dict(prioridade=50))
+    [high] = backend.enqueue(dict(prioridade=90))
+    worker = backend.worker()
+    assert _claim(backend, worker, 2) == [high, mid]
+    assert _claim(backend, worker, 2) == [low]
