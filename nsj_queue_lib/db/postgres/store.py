@@ -78,8 +78,9 @@ def _claimed_rows(cursor) -> list[dict[str, Any]]:
 class PostgresQueueStore(PostgresClientStore):
     """The worker's operations (psycopg 3), and the client's (``PostgresClientStore``)."""
 
-    # The longest life of the claim function's position (2 s), counted from its look-up's
-    # start, and a margin (claim_function.sql).
+    # The longest fresh life of the claim function's empty look-up position (2 s), counted
+    # from its look-up's start, and a margin: only while it is fresh may a claim say
+    # "nothing" without a look-up (claim_function.sql).
     claim_recheck_seconds: float | None = 2.2
 
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
