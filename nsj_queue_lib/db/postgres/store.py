@@ -78,9 +78,8 @@ def _claimed_rows(cursor) -> list[dict[str, Any]]:
 class PostgresQueueStore(PostgresClientStore):
     """The worker's operations (psycopg 3), and the client's (``PostgresClientStore``)."""
 
-    # The longest fresh life of the claim function's empty look-up position (2 s), counted
-    # from its look-up's start, and a margin: only while it is fresh may a claim say
-    # "nothing" without a look-up (claim_function.sql).
+    # An empty look-up position's longest fresh life (2 s, from the look-up's start), and a
+    # margin: only while fresh may a claim say "nothing" unlooked (claim_function.sql).
     claim_recheck_seconds: float | None = 2.2
 
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
