@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from _bytecode import compile_library
 from psycopg.conninfo import conninfo_to_dict
 
 from nsj_queue_lib.db.dialect import DdlNames
@@ -163,6 +164,7 @@ def start_workers(
     log_dir: Path,
     extra_env: dict[str, str] | None = None,
 ) -> Workers:
+    compile_library()
     workers = Workers(queue, processes, concurrency)
     env = worker_env(dsn, queue, concurrency, extra_env)
     for i in range(processes):

@@ -7,8 +7,9 @@
 Databases: ``BENCH_PG_DSN`` (libpq, default ``host=127.0.0.1 user=postgres
 dbname=test``) and ``BENCH_MYSQL_DSN`` (default ``mysql://root:@127.0.0.1:3306/test``).
 Every workload runs on a fresh queue made by ``nsj_queue_lib.db_gen.render``
-with the database's dialect, dropped afterwards. Standalone: the worker is
-this script run with ``--worker`` (a no-op ``WorkerBase``).
+with the database's dialect, dropped afterwards. The worker is
+``bench_worker.py`` (a no-op ``WorkerBase``), started from compiled bytecode as an
+installed worker would be (``_bytecode.py``).
 
 Workloads, each on PostgreSQL and on MariaDB:
   enqueue   QueueClient.insert_task one per transaction (commit each), and
@@ -53,7 +54,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -62,8 +62,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
+WORKER_SCRIPT = HERE.parent / "bench_worker.py"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from _bytecode import compile_library  # noqa: E402 - next to this file
 
 DEFAULT_PG_DSN = "host=127.0.0.1 user=postgres dbname=test"
 DEFAULT_MYSQL_DSN = "mysql://root:@127.0.0.1:3306/test"
@@ -97,53 +102,6 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 class BenchError(RuntimeError):
     pass
-
-
-# -- the worker (``--worker``) ---------------------------------------------------------------------
-
-
-def worker_main() -> None:
-    from nsj_queue_lib import WorkerBase
-
-    if os.environ.get("BENCH_OTEL_SDK") == "memory":  # OpenTelemetry's SDK (bench_worker.py)
-        from bench_worker import setup_tracing
-
-        setup_tracing()
-    latency_path = os.environ.get("BENCH_LATENCY_FILE")
-    ready_path = os.environ.get("BENCH_READY_FILE")
-
-    class NoopWorker(WorkerBase):
-        def __init__(self) -> None:
-            super().__init__()
-            self._fd = (
-                os.open(latency_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                if latency_path
-                else None
-            )
-
-        def execute(self, payload, tarefa, bd_conn):
-            if self._fd is not None:
-                os.write(self._fd, f"{tarefa['id']} {time.time():.6f}\n".encode())
-            return None
-
-    worker = NoopWorker()
-
-    def signal_ready() -> None:
-        # Ready = the dispatcher is connected (LISTEN issued, or polling) and the
-        # pool's connections are open where the pool opens them ahead (psycopg_pool).
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            runtime = worker._runtime
-            if runtime is not None and runtime.dispatcher._control is not None:
-                if hasattr(runtime.pool, "wait"):
-                    runtime.pool.wait(READY_TIMEOUT)
-                Path(ready_path).write_text(str(os.getpid()))
-                return
-            time.sleep(0.01)
-
-    if ready_path:
-        threading.Thread(target=signal_ready, daemon=True).start()
-    worker.run()
 
 
 # -- databases --------------------------------------------------------------------------------------
@@ -455,11 +413,14 @@ def running_workers(
     processes: int,
     extra: dict[str, str],
     log_dir: Path,
-    script: Path = HERE,
+    script: Path | None = None,
     wait_ready: bool = True,
 ) -> Iterator[Workers]:
     """``processes`` worker processes on ``table``; with ``wait_ready``, yielded once each
-    is ready (else at once: a backlog drain times them from their start)."""
+    is ready (else at once: a backlog drain times them from their start). ``script``: a
+    benchmark's own worker, run with ``--worker`` (default: ``bench_worker.py``)."""
+    compile_library()
+    command = [str(WORKER_SCRIPT)] if script is None else [str(script), "--worker"]
     workers = Workers()
     ready = []
     try:
@@ -471,7 +432,7 @@ def running_workers(
             with open(log, "wb") as out:
                 workers.procs.append(
                     subprocess.Popen(
-                        [sys.executable, str(script), "--worker"],
+                        [sys.executable, *command],
                         env=env,
                         cwd=str(ROOT),
                         stdout=out,
@@ -996,7 +957,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="one short run")
     parser.add_argument("--runs", type=int, default=None, help="runs of every workload (default 3)")
     parser.add_argument(
@@ -1007,10 +967,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--grid", metavar="PxC,...", help="drain grid to screen, e.g. 1x4,2x2,3x2")
     args = parser.parse_args(argv)
-    if args.worker:
-        worker_main()
-        return 0
-
     cfg = Config.quick() if args.quick else Config()
     if args.runs is not None:
         cfg.runs = args.runs

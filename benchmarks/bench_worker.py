@@ -16,6 +16,10 @@ first when that is set (bench_async.py).
 ``BENCH_PROCESS_STATE=1``: a task of a process (bench_processes.py) counts its calls in
 its process's state (``state["n"]``), which is then written with its commit.
 
+``BENCH_READY_FILE``: the worker writes its pid there once its dispatcher is connected
+(LISTEN issued, or polling) and its pool's connections are open (bench_mysql.py's
+harness waits for it).
+
 ``BENCH_OTEL_SDK=memory`` sets up OpenTelemetry's SDK first, its spans going
 to an in-memory exporter through a batch processor (as an application's
 exporter would take them): the cost of QUEUE_OTEL's spans, recorded.
@@ -25,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
+from pathlib import Path
 
 from nsj_queue_lib import WorkerBase, current_task
 
@@ -78,10 +84,27 @@ def setup_tracing() -> None:
     trace.set_tracer_provider(provider)
 
 
+READY_TIMEOUT_SECONDS = 60.0
+
+
+def signal_ready(worker: WorkerBase, ready_path: str) -> None:
+    """Write this process's pid to ``ready_path`` once the worker can take a task."""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        runtime = worker._runtime
+        if runtime is not None and runtime.dispatcher._control is not None:
+            if hasattr(runtime.pool, "wait"):
+                runtime.pool.wait(READY_TIMEOUT_SECONDS)
+            Path(ready_path).write_text(str(os.getpid()))
+            return
+        time.sleep(0.01)
+
+
 if __name__ == "__main__":
     if os.environ.get("BENCH_OTEL_SDK") == "memory":
         setup_tracing()
-    if os.environ.get("BENCH_HANDLER") == "async":
-        AsyncNoopWorker().run()
-    else:
-        NoopWorker().run()
+    worker = AsyncNoopWorker() if os.environ.get("BENCH_HANDLER") == "async" else NoopWorker()
+    ready_path = os.environ.get("BENCH_READY_FILE")
+    if ready_path:
+        threading.Thread(target=signal_ready, args=(worker, ready_path), daemon=True).start()
+    worker.run()
