@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from nsj_queue_lib.cli import main
+from nsj_queue_lib.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

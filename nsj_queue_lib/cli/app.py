@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from nsj_queue_lib.cli import config as cli_config
-from nsj_queue_lib.cli import fleet_commands, health_command
+from nsj_queue_lib.cli import health_command
+from nsj_queue_lib.cli.commands import (
+    breaker_reset,
+    cancel,
+    ddl,
+    parse_time,
+    parse_until,
+    pause,
+    process,
+    resume,
+    retry,
+    show,
+    status,
+    tasks,
+    upgrade,
+    workflow,
+)
 from nsj_queue_lib.cli.errors import EXIT_NOTHING, EXIT_USAGE, NothingToDo, UsageError
-from nsj_queue_lib.cli.inspect_commands import parse_time, show, status, tasks
-from nsj_queue_lib.cli.operate_commands import cancel, retry
-from nsj_queue_lib.cli.process_command import process
-from nsj_queue_lib.cli.schema_commands import ddl, upgrade
-from nsj_queue_lib.cli.workflow_command import workflow
 from nsj_queue_lib.db.dialect import DIALECT_NAMES, SERVER_FAMILIES
 from nsj_queue_lib.exceptions import ConfigError, DatabaseError
 from nsj_queue_lib.web.__main__ import add_arguments as web_arguments
@@ -188,21 +200,21 @@ def _add_operate_commands(commands: argparse._SubParsersAction[_Parser]) -> None
     sub = _add(
         commands,
         "pause",
-        fleet_commands.pause,
+        pause,
         "pause the queue, or one processo, across every worker (running tasks finish)",
     )
     sub.add_argument("processo", nargs="?", help="only this processo (default: the whole queue)")
     sub.add_argument(
         "--until",
-        type=fleet_commands.parse_until,
+        type=parse_until,
         help="resume by itself then: ISO 8601 (UTC unless stated) or 30m, 2h, 1d from now",
     )
-    sub = _add(commands, "resume", fleet_commands.resume, "end a pause of the queue or processo")
+    sub = _add(commands, "resume", resume, "end a pause of the queue or processo")
     sub.add_argument("processo", nargs="?", help="only this processo (default: the whole queue)")
     sub = _add(
         commands,
         "breaker",
-        fleet_commands.breaker_reset,
+        breaker_reset,
         "close a processo's circuit breaker (breaker reset PROCESSO), or a webhook "
         "subscriber's (breaker reset --subscriber ID)",
     )
@@ -300,6 +312,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"database: {exc}", EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
+
+
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``nsjq`` process (its console script and ``python -m nsj_queue_lib``):
+    ``main(argv)``'s code as the exit status.
+
+    It leaves with ``os._exit`` once stdout, stderr and the log handlers are flushed. A
+    normal interpreter exit first tears down every module psycopg loaded, about 35 ms of
+    each command on a 2-core machine (a tenth of ``nsjq status``), and nothing of nsjq's
+    needs that: ``main()`` has closed its connections and joined its threads."""
+    code = main(argv)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away (nsjq tasks | head)
+            code = code or EXIT_USAGE
+    logging.shutdown()
+    os._exit(code)
 
 
 def _fail(message: str, code: int) -> int:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.conditions import limits_free, lock_key_free
-from nsj_queue_lib.db.dialect import workers_table_name
-from nsj_queue_lib.flow.limits import limits_table_name
+from nsj_queue_lib.db.dialect import limits_table_name, workers_table_name
 
 # A later attempt keeps no payload of its own: it is read from the first
 # attempt, joined as ``first_attempt``.

@@ -205,6 +205,12 @@ def events_table_name(queue_table: str) -> str:
     return f"{queue_table}_events"
 
 
+def limits_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_limits`` for the queue table ``[schema.]<queue>``."""
+    schema, dot, table = queue_table.rpartition(".")
+    return f"{schema}{dot}{table}_limits"
+
+
 def processes_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_processes``: one row per process instance (its state, status,
     detail, pending timer), next to the queue table (nsj_queue_lib/process/)."""

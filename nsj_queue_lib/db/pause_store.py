@@ -7,12 +7,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from nsj_queue_lib.db.dialect import notify_channel
+from nsj_queue_lib.db.dialect import limits_table_name, notify_channel
 from nsj_queue_lib.db.driver import client_store, connection_driver, dialect_errors
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.fleet.breakers import BreakerState
 from nsj_queue_lib.fleet.pause import EPOCH, QUEUE_ROW, Pause, checked_processo, checked_until
-from nsj_queue_lib.flow.limits import limits_table_name
 from nsj_queue_lib.identifiers import split_table_name
 
 

@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from nsj_queue_lib.db.dialect import limits_table_name
 from nsj_queue_lib.flow.windows import (
     MAX_WINDOW_TEXT,
     TimeWindow,
@@ -254,12 +255,6 @@ def _windows(text: str) -> tuple[TimeWindow, ...]:
         if len(_window_cache) < 1000:
             _window_cache[text] = found
     return found
-
-
-def limits_table_name(queue_table: str) -> str:
-    """``[schema.]<queue>_limits`` for the queue table ``[schema.]<queue>``."""
-    schema, dot, table = queue_table.rpartition(".")
-    return f"{schema}{dot}{table}_limits"
 
 
 # Disagreements between the declarations of workers of one queue.
