@@ -29,7 +29,7 @@ DEFAULT_DSN = "host=127.0.0.1 user=postgres dbname=test"
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 60.0
 POLL_INTERVAL_SECONDS = 0.02
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLK_TCK = _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _counter = itertools.count(1)
 
 
@@ -220,6 +220,16 @@ def wait_ready(dsn: str, workers: Workers, timeout: float = READY_TIMEOUT_SECOND
             time.sleep(0.02)
     time.sleep(0.25)
     return time.perf_counter() - start
+
+
+def worker_ticks(pids: list[int]) -> int:
+    """CPU ticks (user + system, ``CLK_TCK`` a second) the processes ``pids`` have used."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        total += int(fields[11]) + int(fields[12])
+    return total
 
 
 def stop_processes(procs: list[subprocess.Popen], timeout: float) -> list[int | None]:

@@ -33,7 +33,11 @@ of percent within minutes). Rows:
   5,000 tasks from an empty table: the ratio compares the same window of
   the same workers measured the same way, seconds apart;
 - enqueue: ``insert_tasks`` against pgqueuer's ``Queries.enqueue`` with
-  lists (its batch enqueue), 5,000 and 50,000 tasks, one call, one commit;
+  lists (its batch enqueue), 5,000 and 50,000 tasks, one call, one commit; and 2,000
+  tasks one per transaction (``insert_task`` and a commit each, against ``enqueue`` of
+  one job per call);
+- worker CPU per 1,000 tasks of every burst drain (user + system of the worker
+  processes from the commit to the last task, ``/proc``'s 10 ms ticks);
 - MariaDB: our best drain on MariaDB, same round;
 - floor: the bare SQL of a transactional group drain, no library
   (``drain_floor.py``: claim up to 50 ready rows, commit, mark them
@@ -64,7 +68,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_mysql  # noqa: E402 - the MariaDB/PostgreSQL harness next to this file
 import graphile  # noqa: E402
-from _harness import stop_processes  # noqa: E402
+from _harness import CLK_TCK, stop_processes, worker_ticks  # noqa: E402
 from bench_mysql import BenchError, Database, running_workers, task_rows  # noqa: E402
 from drain_floor import floor_drain  # noqa: E402
 
@@ -73,6 +77,13 @@ MYSQL_DSN = os.environ.get("BENCH_MYSQL_DSN", "mysql://root:@127.0.0.1:3306/test
 PGQ_PREFIX = "nsjqbench_"
 PGQ_TABLE = f"{PGQ_PREFIX}pgqueuer"
 POLL = 0.01
+# insert_task one per transaction against pgqueuer's enqueue of one job per call.
+SINGLE_ENQUEUES = 2_000
+SINGLE_ENQUEUE_ROWS = (
+    f"enqueue {SINGLE_ENQUEUES:,} one per transaction: pgqueuer enqueue (tasks/s)",
+    f"enqueue {SINGLE_ENQUEUES:,} one per transaction: ours insert_task (tasks/s)",
+    f"enqueue {SINGLE_ENQUEUES:,} one per transaction: ours / pgqueuer (ratio)",
+)
 LATENCY_TASKS, LATENCY_WARMUP, LATENCY_RATE = 200, 20, 50.0  # one task every 20 ms
 BACKLOG, BACKLOG_WINDOW = 50_000, 5_000  # the first 5,000 of a backlog of 50,000
 GW_BEST = "graphile-worker best (1 process, concurrency 24, local queue 500, batched completion)"
@@ -208,6 +219,16 @@ def pgq_workers(
 class Drain:
     rate: float  # tasks/s, wall time from the commit
     after_first: float  # tasks/s from the first task done to the last
+    # CPU of the worker processes per 1,000 tasks (ms), from the commit to the last task;
+    # None where not measured (a backlog drain's includes the workers' start-up).
+    worker_ms_per_1k: float | None = None
+
+
+def with_worker_cpu(drain: Drain, pids: list[int], ticks_before: int, tasks: int) -> Drain:
+    """``drain`` with the CPU ``pids`` used since ``ticks_before``, per 1,000 of ``tasks``."""
+    used_ms = (worker_ticks(pids) - ticks_before) * 1000.0 / CLK_TCK
+    drain.worker_ms_per_1k = used_ms * 1000.0 / tasks
+    return drain
 
 
 def watch(
@@ -258,7 +279,11 @@ def ours_drain(
     from nsj_queue_lib import QueueClient
 
     env = {**ours_env(concurrency, batch), **(extra or {})}
-    with db.fresh_queue() as table, running_workers(db, table, processes, env, log_dir):
+    with (
+        db.fresh_queue() as table,
+        running_workers(db, table, processes, env, log_dir) as workers,
+    ):
+        pids = [p.pid for p in workers.procs]
         poll = db.connect(autocommit=True)
         conn = db.connect()
         try:
@@ -291,9 +316,12 @@ def ours_drain(
                 return total - count if unfinished else count
 
             QueueClient(conn, table).insert_tasks(task_rows(total))
+            ticks = worker_ticks(pids)
             conn.commit()
             t0 = time.perf_counter()
-            drain = watch(done, measured, t0, all_done=all_done)
+            drain = with_worker_cpu(
+                watch(done, measured, t0, all_done=all_done), pids, ticks, measured
+            )
             # A drain only counts if its tasks succeeded: a failing handler settles fast too.
             failed = db.execute(
                 poll,
@@ -312,18 +340,21 @@ def pgq_drain(dsn: str, processes: int, batch: int, total: int, log_dir: Path) -
     import psycopg
 
     pgq_reset(dsn)
-    with pgq_workers(dsn, processes, batch, log_dir):
+    with pgq_workers(dsn, processes, batch, log_dir) as procs:
+        pids = [p.pid for p in procs]
         with psycopg.connect(dsn, autocommit=True) as poll:
+            ticks = worker_ticks(pids)
             asyncio.run(_pgq_enqueue(dsn, total))
             t0 = time.perf_counter()
             sql = f"SELECT count(*) FROM {PGQ_TABLE}"
             probe = f"SELECT 1 FROM {PGQ_TABLE} LIMIT 1"
-            return watch(
+            drain = watch(
                 lambda: total - poll.execute(sql).fetchone()[0],
                 total,
                 t0,
                 all_done=lambda: poll.execute(probe).fetchone() is None,
             )
+            return with_worker_cpu(drain, pids, ticks, total)
 
 
 def ours_backlog(
@@ -374,7 +405,9 @@ def pgq_backlog(dsn: str, processes: int, batch: int, total: int, log_dir: Path)
 
 def gw_drain(config: dict[str, str], total: int, log_dir: Path, backlog: bool) -> Drain:
     """graphile-worker's drain (one process), burst or backlog."""
-    return Drain(*graphile.drain(PG_DSN, 1, config, total, log_dir, backlog))
+    rate, after_first, ticks = graphile.drain(PG_DSN, 1, config, total, log_dir, backlog)
+    cpu = None if backlog else ticks * 1000.0 / CLK_TCK * 1000.0 / total
+    return Drain(rate, after_first, cpu)
 
 
 def gw_latency(log_dir: Path) -> dict[str, float]:
@@ -441,6 +474,26 @@ def pgq_latency(dsn: str, log_dir: Path) -> dict[str, float]:
 def pgq_enqueue(dsn: str, count: int) -> float:
     pgq_reset(dsn)
     return count / asyncio.run(_pgq_enqueue(dsn, count))
+
+
+def pgq_enqueue_single(dsn: str, count: int) -> float:
+    """pgqueuer's ``enqueue`` of one job per call (each its own transaction), jobs/s."""
+    import asyncpg
+
+    pgq_reset(dsn)
+
+    async def run() -> float:
+        conn = await asyncpg.connect(_asyncpg_dsn(dsn))
+        try:
+            queries = _pgq_queries(conn)
+            t0 = time.perf_counter()
+            for _ in range(count):
+                await queries.enqueue("noop", b'{"n": 1}')
+            return time.perf_counter() - t0
+        finally:
+            await conn.close()
+
+    return count / asyncio.run(run())
 
 
 def ceiling(dsn: str, clients: int = 8, seconds: float = 2.0) -> float:
@@ -612,6 +665,26 @@ def graphile_ready(refused: bool) -> str | None:
     return None
 
 
+def enqueue_rows(r: int, pg: Database, add: Callable[[str, float], None]) -> None:
+    """Round ``r``'s enqueue rows: in bulk, and one task per transaction (which side goes
+    first alternates from round to round)."""
+    for count in (5_000, 50_000):
+        theirs = pgq_enqueue(PG_DSN, count)
+        ours = bench_mysql.bench_enqueue_bulk(pg, count)
+        add(f"enqueue {count:,}: pgqueuer batch enqueue (tasks/s)", theirs)
+        add(f"enqueue {count:,}: ours insert_tasks (tasks/s)", ours)
+        add(f"enqueue {count:,}: ours / pgqueuer (ratio)", ours / theirs)
+    pair_single = {
+        "theirs": lambda: pgq_enqueue_single(PG_DSN, SINGLE_ENQUEUES),
+        "ours": lambda: bench_mysql.bench_enqueue_single(pg, SINGLE_ENQUEUES),
+    }
+    single = {k: pair_single[k]() for k in (list(pair_single)[:: 1 if r % 2 else -1])}
+    theirs_row, ours_row, ratio_row = SINGLE_ENQUEUE_ROWS
+    add(theirs_row, single["theirs"])
+    add(ours_row, single["ours"])
+    add(ratio_row, single["ours"] / single["theirs"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -686,12 +759,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not skipped:
         add_graphile_drains(drains, backlogs, n, log_dir)
+    cpu_rows = {d: f"{d}: worker CPU per 1,000 tasks (ms)" for d in drains}
     drains.update(backlogs)
     results: dict[str, list[float]] = {}
     names = [
         "ceiling: one-row UPDATE + commit, 8 clients (tx/s)",
         *[f"{d} (tasks/s)" for d in drains],
         *[f"{d}, after the first task (tasks/s)" for d in drains],
+        *cpu_rows.values(),
         "latency, pgqueuer default: p50 (ms)",
         "latency, pgqueuer default: p99 (ms)",
         "latency, ours default: p50 (ms)",
@@ -703,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         "enqueue 5,000: ours insert_tasks (tasks/s)",
         "enqueue 50,000: pgqueuer batch enqueue (tasks/s)",
         "enqueue 50,000: ours insert_tasks (tasks/s)",
+        *SINGLE_ENQUEUE_ROWS,
     ]
     ratios = [
         ("ours best / pgqueuer best, wall (ratio)", 4, 1, ""),
@@ -746,6 +822,8 @@ def main(argv: list[str] | None = None) -> int:
             d = fn()
             add(f"{label} (tasks/s)", d.rate)
             add(f"{label}, after the first task (tasks/s)", d.after_first)
+            if label in cpu_rows and d.worker_ms_per_1k is not None:
+                add(cpu_rows[label], d.worker_ms_per_1k)
         labels = list(drains)
         for name, ours_i, theirs_i, suffix in ratios:
             ours_v = results[f"{labels[ours_i]}{suffix} (tasks/s)"][-1]
@@ -765,12 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         pg_best_row = f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})"
         best_now = results[f"{pg_best_row} (tasks/s)"][-1]
         best_after_now = results[f"{pg_best_row}, after the first task (tasks/s)"][-1]
-        for count in (5_000, 50_000):
-            theirs = pgq_enqueue(PG_DSN, count)
-            ours = bench_mysql.bench_enqueue_bulk(pg, count)
-            add(f"enqueue {count:,}: pgqueuer batch enqueue (tasks/s)", theirs)
-            add(f"enqueue {count:,}: ours insert_tasks (tasks/s)", ours)
-            add(f"enqueue {count:,}: ours / pgqueuer (ratio)", ours / theirs)
+        enqueue_rows(r, pg, add)
         if maria is not None and maria_best is not None:
             m = maria_best
             drain = ours_drain(maria, m[0], m[1], m[2], n, n, log_dir, maria_extra)

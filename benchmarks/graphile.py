@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _harness import stop_processes  # noqa: E402 - the harness next to this file
+from _harness import stop_processes, worker_ticks  # noqa: E402 - the harness next to this file
 
 RUNNER_DIR = HERE / "graphile"
 VERSION = "0.18.0"
@@ -152,10 +152,11 @@ def workers(
 
 def drain(
     dsn: str, processes: int, config: dict[str, str], total: int, log_dir: Path, backlog: bool
-) -> tuple[float, float]:
-    """(jobs/s wall, jobs/s after the first job) of ``total`` no-op jobs. Burst: committed
-    at once for workers already running, timed from the commit. Backlog: committed first,
-    then the workers started, timed from their start."""
+) -> tuple[float, float, int]:
+    """(jobs/s wall, jobs/s after the first job, the workers' CPU ticks) of ``total`` no-op
+    jobs. Burst: committed at once for workers already running, timed (and their CPU
+    counted) from the commit. Backlog: committed first, then the workers started, timed
+    from their start (the ticks are their whole life's, start-up included)."""
     import psycopg
 
     reset(dsn)
@@ -166,8 +167,11 @@ def drain(
             context = workers(dsn, processes, config, log_dir, wait_ready=False)
         else:
             context = workers(dsn, processes, config, log_dir)
-        with context:
+        with context as procs:
+            pids = [p.pid for p in procs]
+            ticks = 0
             if not backlog:
+                ticks = worker_ticks(pids)
                 add_jobs(poll, total)
                 t0 = time.perf_counter()
             first_at = None
@@ -181,7 +185,8 @@ def drain(
                 if now - t0 > 600:
                     raise RuntimeError(f"graphile-worker: {left} of {total} jobs left after 600 s")
                 time.sleep(POLL)
-    return total / (now - t0), (total - 1) / max(now - (first_at or t0), 1e-6)
+            ticks = worker_ticks(pids) - ticks
+    return total / (now - t0), (total - 1) / max(now - (first_at or t0), 1e-6), ticks
 
 
 def latency(
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         log_dir = Path(tmp)
         for label, config, processes in (("best", BEST, 1), ("defaults", DEFAULTS, 1)):
             for backlog in (False, True):
-                wall, after = drain(args.dsn, processes, config, args.tasks, log_dir, backlog)
+                wall, after, _ = drain(args.dsn, processes, config, args.tasks, log_dir, backlog)
                 scenario = "backlog" if backlog else "burst"
                 print(
                     f"graphile-worker {label:8} {scenario:7} {wall:8,.0f}/s  after the first {after:8,.0f}/s"

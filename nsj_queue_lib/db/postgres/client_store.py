@@ -17,6 +17,7 @@ from nsj_queue_lib.cancel_notice import cancel_payload
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, TRACED_INSERT, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, notify_channel
 from nsj_queue_lib.db.moved_rows import retry_moved_rows
+from nsj_queue_lib.db.postgres import single_insert
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
@@ -164,6 +165,11 @@ class PostgresClientStore:
             or has_overrides(row)
             or has_fair_key(row)
         )
+        if not keyed:
+            with wrap_driver_errors("insert_task"):
+                pipelined = single_insert.insert_returning_id(conn, self.sql["insert_task"], row)
+            if pipelined is not None:
+                return pipelined
         new_id = self._insert_returning(conn, "insert_task_keyed" if keyed else "insert_task", row)
         assert new_id is not None  # a plain INSERT ... RETURNING returns its row
         return new_id
