@@ -34,6 +34,8 @@ from nsj_queue_lib.web.__main__ import add_arguments as web_arguments
 from nsj_queue_lib.web.__main__ import serve as serve_web
 
 PROG = "nsjq"
+# The exit code where the output could not be written out (Python's own at exit).
+EXIT_UNFLUSHED = 120
 MAX_PAGE_SIZE = 1000
 Command = Callable[[argparse.Namespace, cli_config.Config], int]
 
@@ -327,7 +329,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
         try:
             stream.flush()
         except (OSError, ValueError):  # a reader that went away (nsjq tasks | head)
-            code = code or EXIT_USAGE
+            code = code or EXIT_UNFLUSHED
     logging.shutdown()
     os._exit(code)
 

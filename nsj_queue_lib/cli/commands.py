@@ -2,8 +2,8 @@
 
 A command's module imports what that command needs: the client, the fleet's stores, the
 schema scripts. Imported together at start-up they cost every command some 40 ms,
-``nsjq health`` included, which a Kubernetes exec probe runs every few seconds (121 ms
-against 78 ms a run, measured). The argument types that ``argparse`` calls while parsing
+``nsjq health`` included, which a Kubernetes exec probe runs every few seconds (109 ms
+against 73 ms a run, paired). The argument types that ``argparse`` calls while parsing
 (``parse_time``, ``parse_until``) are here for the same reason.
 """
 

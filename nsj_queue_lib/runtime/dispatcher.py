@@ -6,9 +6,14 @@ for a notification), after reconnecting, when the next scheduled row becomes
 due, and at least every QUEUE_WAIT_NOTIFY_INTERVAL it also turns due
 'agendada' rows into 'pendente' and wakes the executors; where a claim may say
 "nothing" for a moment without looking (the store's claim_recheck_seconds), also that
-long after the last notification. A database outage
-is logged and retried with back-off; the listener is opened again on the new
-connection. 'HALT' stops the worker.
+long after the last notification. The next scheduled row's time is asked of the
+database at start, when that time comes, after a 'scheduled' notification and, where
+the database notifies (it then says 'scheduled' for rows due later), after the other
+notifications at most every REPLAN_SECONDS: a task ready now changes no scheduled
+time, and a query after each one competed with the claim of the executor it had just
+woken. Polling wake-ups (MySQL) re-plan every time. A database outage is logged and
+retried with back-off; the listener is opened again on the new connection. 'HALT'
+stops the worker.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ PROMOTE_LIMIT = 1000
 # Scheduled rows are woken for a little after their time, never before it.
 DUE_MARGIN_SECONDS = 0.002
 AFTER_PROMOTION_PAUSE_SECONDS = 0.05
+# After notifications of tasks ready now, how long the next scheduled row's time (and
+# that of a timed pause's end, which nothing notifies) is taken from the last query.
+REPLAN_SECONDS = 1.0
 
 
 class Dispatcher:
@@ -50,6 +58,7 @@ class Dispatcher:
         on_reconnect: Callable[[], None] = lambda: None,
         on_cancel: Callable[[list[int]], None] = lambda task_ids: None,
         on_wake: Callable[[], None] = lambda: None,
+        notifies: bool = False,
     ):
         self.settings = settings
         self.store = store
@@ -68,6 +77,11 @@ class Dispatcher:
         self.notifications = 0
         # When to wake the executors once more after notifications (claim_recheck_seconds).
         self._recheck_at: float | None = None
+        # The last plan: when it was asked, and the time it gives (time.monotonic()).
+        self._planned_at: float | None = None
+        self._planned_until = 0.0
+        # Where the database notifies, it says 'scheduled' for a row due later.
+        self._replan_seconds = REPLAN_SECONDS if notifies else 0.0
 
     def interrupt(self) -> None:
         """Wake the dispatcher now (used at stop)."""
@@ -117,13 +131,14 @@ class Dispatcher:
     def _loop(self) -> None:
         concurrency = self.settings.queue_concurrency
         timed_out = True  # at start and after reconnecting: look at everything
+        replan = True
         while not self._stop.is_set():
             if timed_out:
                 self._recheck_at = None
                 self.store.promote_due(self._control, PROMOTE_LIMIT)
                 self._on_wake()
                 self._wake(concurrency)
-            timeout = self._idle_timeout()
+            timeout = self._idle_timeout(replan or timed_out)
             if timeout <= 0 and not timed_out:
                 timed_out = True  # a retry is due already: promote it now
                 continue
@@ -151,13 +166,26 @@ class Dispatcher:
             # A 'scheduled' notification only moves the next wake-up, computed
             # again at the top of the loop.
             timed_out = not payloads
+            replan = SCHEDULED_PAYLOAD in wake_ups
 
-    def _idle_timeout(self) -> float:
-        """Seconds until the next scheduled row is due, capped by QUEUE_WAIT_NOTIFY_INTERVAL."""
-        timeout = self.settings.queue_wait_notify_interval
-        seconds = self.store.seconds_until_next_due(self._control)
-        if seconds is not None:
-            timeout = min(timeout, seconds + DUE_MARGIN_SECONDS)
+    def _idle_timeout(self, replan: bool) -> float:
+        """Seconds until the next scheduled row is due, capped by QUEUE_WAIT_NOTIFY_INTERVAL;
+        asked of the database when ``replan`` says, or the last plan is ``replan_seconds``
+        old (0: always) or has come."""
+        now = time.monotonic()
+        if (
+            replan
+            or self._planned_at is None
+            or now - self._planned_at >= self._replan_seconds
+            or self._planned_until <= now
+        ):
+            timeout = self.settings.queue_wait_notify_interval
+            seconds = self.store.seconds_until_next_due(self._control)
+            if seconds is not None:
+                timeout = min(timeout, seconds + DUE_MARGIN_SECONDS)
+            self._planned_at, self._planned_until = now, now + timeout
+        else:
+            timeout = self._planned_until - now
         if self._recheck_at is not None:
             timeout = min(timeout, max(0.0, self._recheck_at - time.monotonic()))
         return timeout

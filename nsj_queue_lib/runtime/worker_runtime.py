@@ -105,8 +105,7 @@ def _endpoints(settings: Settings, stop: threading.Event) -> Endpoints | None:
 
 
 def _lock_client(settings: Settings) -> LockClient | None:
-    """CLIENT_SERVER_MODE: wake-ups and every lock come from the socket server; nothing
-    from LISTEN or the database's session locks."""
+    """CLIENT_SERVER_MODE: wake-ups and locks from the socket server, not LISTEN or session locks."""
     if not settings.client_server_mode:
         return None
     from nsj_queue_lib.client.lock_client import LockClient
@@ -292,6 +291,7 @@ class WorkerRuntime:
             on_reconnect=self._refresh_pool,
             on_cancel=self._cancels_notified,
             on_wake=self.limiter.mark_due if self.limiter is not None else lambda: None,
+            notifies=self.driver.capabilities.listen_notify,
         )
 
     def _build(self, legacy: LegacyKeys | None) -> None:
