@@ -6,12 +6,7 @@ for QUEUE_WAIT_NOTIFY_INTERVAL. A pure unit: a fake listener and store."""
 
 from __future__ import annotations
 
-import threading
-
-from nsj_queue_lib.runtime.dispatcher import Dispatcher
-from nsj_queue_lib.settings import Settings
-
-WAIT_NOTIFY_INTERVAL = 30.0
+from tests.helpers.scripted_dispatcher import WAIT_NOTIFY_INTERVAL, run_dispatcher
 
 
 class FakeStore:
@@ -27,54 +22,8 @@ class FakeStore:
         return 0
 
 
-class ScriptedListener:
-    """Answers the dispatcher's waits from a script; records the timeouts it was given.
-    Stops the dispatcher when the script ends."""
-
-    def __init__(self, script: list[list[str]], stop: threading.Event):
-        self.script = script
-        self.timeouts: list[float] = []
-        self.stop = stop
-
-    def open(self):
-        pass
-
-    def close(self):
-        pass
-
-    def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
-        self.timeouts.append(timeout)
-        if not self.script:
-            self.stop.set()
-            return []
-        return self.script.pop(0)
-
-
 def run(recheck: float | None, script: list[list[str]]) -> tuple[list[float], list[int]]:
-    settings = Settings(
-        db_host="h",
-        db_name="d",
-        db_user="u",
-        queue_name="q",
-        queue_table="q",
-        queue_concurrency=4,
-        queue_wait_notify_interval=WAIT_NOTIFY_INTERVAL,
-    )
-    stop = threading.Event()
-    listener = ScriptedListener(script, stop)
-    wakes: list[int] = []
-    dispatcher = Dispatcher(
-        settings,
-        FakeStore(recheck),
-        wakes.append,
-        connect=lambda: None,
-        listener=listener,
-        is_outage=lambda exc: False,
-        stop=stop,
-        on_halt=lambda: None,
-    )
-    dispatcher.run()
-    return listener.timeouts, wakes
+    return run_dispatcher(FakeStore(recheck), script, concurrency=4)
 
 
 def test_after_a_notification_the_executors_are_woken_again_when_the_recheck_is_due():

@@ -5,14 +5,9 @@ wake-ups re-plan every time. A pure unit: a scripted listener and a counting sto
 
 from __future__ import annotations
 
-import threading
-
 from nsj_queue_lib.notify import SCHEDULED_PAYLOAD
 from nsj_queue_lib.runtime import dispatcher as dispatching
-from nsj_queue_lib.runtime.dispatcher import Dispatcher
-from nsj_queue_lib.settings import Settings
-
-WAIT_NOTIFY_INTERVAL = 30.0
+from tests.helpers.scripted_dispatcher import run_dispatcher
 
 
 class CountingStore:
@@ -31,51 +26,8 @@ class CountingStore:
         return 0
 
 
-class ScriptedListener:
-    def __init__(self, script: list[list[str]], stop: threading.Event):
-        self.script = script
-        self.timeouts: list[float] = []
-        self.stop = stop
-
-    def open(self):
-        pass
-
-    def close(self):
-        pass
-
-    def wait(self, timeout: float, interrupt_fd: int) -> list[str]:
-        self.timeouts.append(timeout)
-        if not self.script:
-            self.stop.set()
-            return []
-        return self.script.pop(0)
-
-
 def run(script, notifies: bool, store: CountingStore) -> tuple[list[float], list[int]]:
-    settings = Settings(
-        db_host="h",
-        db_name="d",
-        db_user="u",
-        queue_name="q",
-        queue_table="q",
-        queue_concurrency=2,
-        queue_wait_notify_interval=WAIT_NOTIFY_INTERVAL,
-    )
-    stop = threading.Event()
-    listener = ScriptedListener(script, stop)
-    wakes: list[int] = []
-    Dispatcher(
-        settings,
-        store,
-        wakes.append,
-        connect=lambda: None,
-        listener=listener,
-        is_outage=lambda exc: False,
-        stop=stop,
-        on_halt=lambda: None,
-        notifies=notifies,
-    ).run()
-    return listener.timeouts, wakes
+    return run_dispatcher(store, script, concurrency=2, notifies=notifies)
 
 
 def test_tasks_ready_now_do_not_replan_where_the_database_notifies():
