@@ -25,7 +25,9 @@ of percent within minutes). Rows:
   configuration (one process, concurrency 24, local queue 500, completion and failure
   batched with no delay) and its defaults, in both scenarios below;
 - backlog drain: the same tasks committed first, then the workers started (as after a
-  deploy or an outage), timed from their start: every side, best and default;
+  deploy or an outage), timed from their start: every side, best and default (ours and
+  pgqueuer's best screened in this scenario too: more processes drain a burst faster but
+  start more slowly);
 - latency at low load: one task every 20 ms, enqueue commit -> handler start
   (graphile-worker in its performance configuration);
 - backlog: 50,000 tasks committed at once, the first 5,000 (ours, best),
@@ -534,6 +536,14 @@ def ceiling(dsn: str, clients: int = 8, seconds: float = 2.0) -> float:
 # -- the run -------------------------------------------------------------------------------
 
 
+def ours_best_label(c: tuple) -> str:
+    return f"ours best ({c[0]} x {c[1]}, QUEUE_BATCH_SIZE={c[2]})"
+
+
+def pgq_best_label(c: tuple) -> str:
+    return f"pgqueuer best ({c[0]} processes, batch {c[1]})"
+
+
 def screen(label: str, candidates, measure) -> tuple:
     best, best_rate = None, -1.0
     for cand in candidates:
@@ -599,20 +609,21 @@ def add_graphile_drains(
         )
 
 
-def against_graphile(o: tuple, p: tuple, skipped: str | None) -> list[tuple[str, str, str]]:
+def against_graphile(
+    o: tuple, p: tuple, ob: tuple, pb: tuple, skipped: str | None
+) -> list[tuple[str, str, str]]:
     """(ratio's row, ours, theirs) by row name: the backlog scenario against pgqueuer, and
-    both scenarios against graphile-worker (issue 40's targets)."""
-    best = f"ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})"
-    pgq = f"pgqueuer best ({p[0]} processes, batch {p[1]})"
+    both scenarios against graphile-worker (issue 40's targets). ``o``, ``p``: each side's
+    best burst configuration; ``ob``, ``pb``: its best backlog configuration."""
     after = ("", ", after the first task")
     named = [
-        (f"backlog drain, ours best / pgqueuer best{a} (ratio)", f"backlog drain, {best}{a}",
-         f"backlog drain, {pgq}{a}")
+        (f"backlog drain, ours best / pgqueuer best{a} (ratio)",
+         f"backlog drain, {ours_best_label(ob)}{a}", f"backlog drain, {pgq_best_label(pb)}{a}")
         for a in after
     ]  # fmt: skip
     if skipped:
         return named
-    for s in ("drain", "backlog drain"):
+    for s, best in (("drain", ours_best_label(o)), ("backlog drain", ours_best_label(ob))):
         named += [
             (f"{s}, ours best / graphile-worker best{a} (ratio)", f"{s}, {best}{a}",
              f"{s}, {GW_BEST}{a}")
@@ -723,6 +734,18 @@ def main(argv: list[str] | None = None) -> int:
             MARIA_CANDIDATES,
             lambda c: ours_drain(maria, c[0], c[1], c[2], n, n, log_dir, maria_extra),
         )
+    # The backlog scenario's own best configurations: more processes drain a burst faster
+    # but start more slowly.
+    ob = screen(
+        "ours, backlog (processes, concurrency, batch)",
+        OURS_CANDIDATES,
+        lambda c: ours_backlog(pg, c[0], c[1], c[2], n, log_dir),
+    )
+    pb = screen(
+        "pgqueuer, backlog (processes, batch)",
+        PGQ_CANDIDATES,
+        lambda c: pgq_backlog(PG_DSN, c[0], c[1], n, log_dir),
+    )
     floors = Floors([pg] if maria is None else [pg, maria], n)
     o, p = ours_best, pgq_best
     drains: dict[str, Callable[[], Drain]] = {
@@ -744,14 +767,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     # The backlog scenario (issue 40): tasks committed first, workers started afterwards.
     backlogs: dict[str, Callable[[], Drain]] = {
-        f"backlog drain, pgqueuer best ({p[0]} processes, batch {p[1]})": lambda: pgq_backlog(
-            PG_DSN, p[0], p[1], n, log_dir
+        f"backlog drain, {pgq_best_label(pb)}": lambda: pgq_backlog(
+            PG_DSN, pb[0], pb[1], n, log_dir
         ),
         "backlog drain, pgqueuer default (1 process, batch 10)": lambda: pgq_backlog(
             PG_DSN, 1, 10, n, log_dir
         ),
-        f"backlog drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})": lambda: (
-            ours_backlog(pg, o[0], o[1], o[2], n, log_dir)
+        f"backlog drain, {ours_best_label(ob)}": lambda: ours_backlog(
+            pg, ob[0], ob[1], ob[2], n, log_dir
         ),
         "backlog drain, ours default (1 process, default settings)": lambda: ours_backlog(
             pg, 1, 1, None, n, log_dir
@@ -787,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         ("ours 1 process QUEUE_BATCH_SIZE=20 / pgqueuer default (ratio)", 3, 0, ""),
     ]
     names += [r[0] for r in ratios]
-    named_ratios = against_graphile(o, p, skipped)
+    named_ratios = against_graphile(o, p, ob, pb, skipped)
     names += [r[0] for r in named_ratios]
     names += [] if skipped else GW_LATENCY_ROWS
     names += [f"enqueue {c:,}: ours / pgqueuer (ratio)" for c in (5_000, 50_000)]
