@@ -29,7 +29,7 @@ DEFAULT_DSN = "host=127.0.0.1 user=postgres dbname=test"
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 60.0
 POLL_INTERVAL_SECONDS = 0.02
-CLK_TCK = _CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLK_TCK = os.sysconf("SCCLK_TCK")
 _counter = itertools.count(1)
 
 
@@ -329,7 +329,7 @@ def machine_cpu_seconds() -> tuple[float, float, float]:
         parts = [int(x) for x in f.readline().split()[1:]] + [0] * 8
     idle = parts[3] + parts[4]
     total = sum(parts[:8])
-    return (total - idle) / _CLK_TCK, (parts[5] + parts[6]) / _CLK_TCK, total / _CLK_TCK
+    return (total - idle) / CLK_TCK, (parts[5] + parts[6]) / CLK_TCK, total / CLK_TCK
 
 
 # -- interference from the rest of the machine ------------------------------------------------
@@ -448,15 +448,15 @@ class Monitor:
         gone = sum(
             ticks for pid, (kind, ticks) in ours0.items() if kind == "child" and pid not in ours1
         )
-        workers = (by_kind["child"] - gone) / _CLK_TCK + (reaped1 - reaped0)
-        ours = workers + (by_kind["self"] + by_kind["postgres"]) / _CLK_TCK
+        workers = (by_kind["child"] - gone) / CLK_TCK + (reaped1 - reaped0)
+        ours = workers + (by_kind["self"] + by_kind["postgres"]) / CLK_TCK
         foreign = max(0.0, (busy1 - busy0) - (irq1 - irq0) - ours)
         wall = t1 - t0
         return Usage(
             wall=wall,
             workers=workers,
-            postgres=by_kind["postgres"] / _CLK_TCK,
-            bench=by_kind["self"] / _CLK_TCK,
+            postgres=by_kind["postgres"] / CLK_TCK,
+            bench=by_kind["self"] / CLK_TCK,
             machine_busy=(busy1 - busy0) / max(1e-9, wall * (os.cpu_count() or 1)),
             foreign=foreign / max(1e-9, wall * (os.cpu_count() or 1)),
         )

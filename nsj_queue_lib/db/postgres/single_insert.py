@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import threading
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # dropped: a connection that used it prepares it again under a new name.
 _MOST_STATEMENTS = 64
 _round_trips: dict[str, tuple[PreparedRoundTrip, tuple[str, ...]]] = {}
+_round_trips_lock = threading.Lock()
 _IDLE = pq.TransactionStatus.IDLE
 _OPEN = (_IDLE, pq.TransactionStatus.INTRANS)
 
@@ -81,14 +83,15 @@ def _usable(conn: psycopg.Connection) -> bool:
 
 
 def _round_trip(sql: str) -> tuple[PreparedRoundTrip, tuple[str, ...]]:
-    found = _round_trips.get(sql)
-    if found is None:
-        text, names = positional(sql)
-        found = (PreparedRoundTrip(text, ("id",)), names)
-        if len(_round_trips) >= _MOST_STATEMENTS:
-            del _round_trips[next(iter(_round_trips))]
-        _round_trips[sql] = found
-    return found
+    with _round_trips_lock:  # clients in several threads
+        found = _round_trips.get(sql)
+        if found is None:
+            text, names = positional(sql)
+            found = (PreparedRoundTrip(text, ("id",)), names)
+            if len(_round_trips) >= _MOST_STATEMENTS:
+                del _round_trips[next(iter(_round_trips))]
+            _round_trips[sql] = found
+        return found
 
 
 def _text(value: Any) -> Any:
