@@ -11,7 +11,7 @@ import datetime
 import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
@@ -34,6 +34,9 @@ from nsj_queue_lib.workflow.dependencies import (
 )
 from nsj_queue_lib.workflow.waiting import wait_for, wait_pushed
 from nsj_queue_lib.workflow.waits import send_event
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.settings import Settings
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
 
@@ -295,7 +298,9 @@ class QueueClient:
             # The attempt settled meanwhile (ran, failed, was claimed): look again.
         raise RuntimeError(f"task {task_id} kept changing; cancel it again")
 
-    def wait_for_task(self, task_id: int, timeout_s: float) -> dict[str, Any]:
+    def wait_for_task(
+        self, task_id: int, timeout_s: float, *, server: Settings | None = None
+    ) -> dict[str, Any]:
         """``get_task``'s dict once the task ``task_id`` has finished ('sucesso',
         'cancelada', or failed with no attempt left); ``TimeoutError`` when it has not
         within ``timeout_s`` seconds, ``NotFoundError`` for an unknown id. Call it outside
@@ -303,7 +308,9 @@ class QueueClient:
         connection for the end trigger's NOTIFY (UNLISTEN after); inside a transaction,
         and on MySQL/MariaDB, it polls the latest committed state; on MySQL/MariaDB each
         look is its own transaction, which it ends, so REPEATABLE READ's snapshot never
-        hides the end (docs/how-to/wait-for-a-task.md)."""
+        hides the end. ``server``: the settings of a socket server the workers use
+        (CLIENT_SERVER_MODE): on MySQL/MariaDB a wait that lasts is then pushed through it
+        (workflow/server_ends.py; docs/how-to/wait-for-a-task.md)."""
         task_id = _task_id(task_id)
         waiter = self._store.end_waiter(self._conn, task_id)
         if waiter is not None:  # PostgreSQL, an idle connection: the end trigger's NOTIFY
@@ -322,6 +329,11 @@ class QueueClient:
             return self._store.task_view(self._conn, task_id)
 
         try:
+            if server is not None and server.client_server_mode:
+                from nsj_queue_lib.workflow.server_ends import ServerEndWaiter
+
+                waiter = ServerEndWaiter.open(server, self.queue_table, look)
+                return task_view(wait_pushed(look, waiter, task_id, timeout_s))
             return task_view(wait_for(look, task_id, timeout_s))
         finally:
             if own_transactions:

@@ -157,6 +157,11 @@ class BaseClient:
         with self._lock:
             return self._usable().request(op, **fields)
 
+    def notify(self, queue: str, payload: str = "") -> int:
+        """Wake the subscribers of ``queue`` (``'HALT'`` stops workers); how many were notified.
+        Any client may notify: a lock client's worker tells task ends with it."""
+        return int(self._request("notify", queue=queue, payload=payload)["delivered"])
+
     def ping(self) -> None:
         """A round trip to the server (ServerConnectionError when it is gone)."""
         self._request("ping")

@@ -67,10 +67,6 @@ class NotifyClient(BaseClient):
             folded = self._request("unsubscribe", queue=queue)["queue"]
             self._queues.pop(folded, None)
 
-    def notify(self, queue: str, payload: str = "") -> int:
-        """Wake the subscribers of ``queue`` (``'HALT'`` stops workers); how many were notified."""
-        return int(self._request("notify", queue=queue, payload=payload)["delivered"])
-
     def fileno(self) -> int:
         """The socket, for ``select``; ServerConnectionError when not connected."""
         with self._lock:

@@ -63,6 +63,13 @@ def observed(
     return handler, observers[0] if len(observers) == 1 else Observers(observers)
 
 
+def joined(observer: Observer, extra: Observer | None) -> Observer:
+    """``observer`` and ``extra`` as one (``observer`` alone when ``extra`` is None)."""
+    if extra is None:
+        return observer
+    return extra if observer is NULL_OBSERVER else Observers([observer, extra])
+
+
 class Observers(Observer):
     """Several observers as one: each call goes to every one of them, in order."""
 

@@ -17,8 +17,6 @@ running without it.
 from __future__ import annotations
 
 import functools
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,10 +33,10 @@ from nsj_queue_lib.exceptions import (
 from nsj_queue_lib.fleet.breaker_recorder import BreakerRecorder
 from nsj_queue_lib.flow.limits import ProcessoLimits
 from nsj_queue_lib.log import get_logger
-from nsj_queue_lib.observability.assembly import Observers, attempt_tracer, observed
+from nsj_queue_lib.observability.assembly import attempt_tracer, joined, observed
 from nsj_queue_lib.observability.endpoint_server import EndpointServerError
-from nsj_queue_lib.observability.observer import NULL_OBSERVER
 from nsj_queue_lib.retry_policy import RetryPolicies
+from nsj_queue_lib.runtime import server_clients
 from nsj_queue_lib.runtime.assembly import AsyncRoute, ExecutorInputs
 from nsj_queue_lib.runtime.attempt import TaskHandler
 from nsj_queue_lib.runtime.dispatcher import BACKOFF_MAX_SECONDS, BACKOFF_START_SECONDS, Dispatcher
@@ -61,6 +59,7 @@ if TYPE_CHECKING:
     from nsj_queue_lib.client.lock_client import LockClient
     from nsj_queue_lib.flow.periodic import PeriodicSchedule
     from nsj_queue_lib.observability.endpoints import Endpoints
+    from nsj_queue_lib.workflow.server_ends import EndAnnouncer
 
 logger = get_logger("runtime")
 
@@ -102,16 +101,6 @@ def _endpoints(settings: Settings, stop: threading.Event) -> Endpoints | None:
     from nsj_queue_lib.observability.endpoints import Endpoints
 
     return Endpoints(settings, stop)  # ConfigError: no client
-
-
-def _lock_client(settings: Settings) -> LockClient | None:
-    """CLIENT_SERVER_MODE: wake-ups and locks from the socket server, not LISTEN or session locks."""
-    if not settings.client_server_mode:
-        return None
-    from nsj_queue_lib.client.lock_client import LockClient
-
-    name = f"{settings.queue_name}:{socket.gethostname()}:{os.getpid()}:locks"
-    return LockClient.from_settings(settings, name, connect=False)
 
 
 class _Supervised(threading.Thread):
@@ -171,7 +160,7 @@ class WorkerRuntime:
         self.store.set_handled_processos(handled_processos)
         self._owns_pool = pool is None
         self.pool = pool if pool is not None else self._make_pool(async_route is not None)
-        self.lock_client = _lock_client(settings)
+        self.lock_client, self.ends = self._server_clients()
         self.limiter = self._limiter(limits or {}, set(handled), handled_processos is None)
         self.parts = self._parts(policies, TaskTimeouts(settings, task_timeouts))
         self.progress = ProgressWriter(self.store, self.pool, settings.queue_name)
@@ -202,6 +191,14 @@ class WorkerRuntime:
         if self.breakers is not None:
             self.breakers.worker_name = registry.worker
         return registry
+
+    def _server_clients(self) -> tuple[LockClient | None, EndAnnouncer | None]:
+        """CLIENT_SERVER_MODE: the lock client, and the announcer of task ends to
+        ``wait_for_task``'s waiters (workflow/server_ends.py), an observer of outcomes."""
+        lock_client = server_clients.lock_client(self.settings)
+        ends = server_clients.end_announcer(self.settings, lock_client, self.stop_event)
+        self.observer = joined(self.observer, ends)
+        return lock_client, ends
 
     def _parts(self, policies: RetryPolicies | None, task_timeouts: TaskTimeouts) -> WorkerParts:
         return WorkerParts(
@@ -264,9 +261,7 @@ class WorkerRuntime:
             )
         connect = functools.partial(self.driver.connect, autocommit=False)
         recorder = BreakerRecorder(self.settings, breakers, connect, timeouts.timeout_for)
-        self.observer = (
-            recorder if self.observer is NULL_OBSERVER else Observers([self.observer, recorder])
-        )
+        self.observer = joined(self.observer, recorder)
         if self.endpoints is not None:
             self.endpoints.observer.register_breakers(recorder)
         return recorder
@@ -491,6 +486,8 @@ class WorkerRuntime:
             threads.append(_Supervised("nsj-depth", self.parts.depth_sampler().run))
         if self.breakers is not None:
             threads.append(_Supervised("nsj-breakers", self.breakers.run))
+        if self.ends is not None:
+            threads.append(_Supervised("nsj-task-ends", self.ends.run))
         return threads
 
     def _activity(self, executor: TaskExecutor) -> tuple[int, int, int]:

@@ -51,9 +51,12 @@ class Queue:
             return QueueClient(conn, self.table).insert_task(**fields)
 
     def wait(self, task_id: int, timeout_s: float) -> dict[str, Any]:
-        """``QueueClient.wait_for_task`` (after the enqueue's commit); raises ``TimeoutError``."""
+        """``QueueClient.wait_for_task`` (after the enqueue's commit), pushed through the
+        workers' socket server where they use one; raises ``TimeoutError``."""
         with self._connections.transaction() as conn:
-            return QueueClient(conn, self.table).wait_for_task(task_id, timeout_s)
+            return QueueClient(conn, self.table).wait_for_task(
+                task_id, timeout_s, server=self._connections.driver.settings
+            )
 
     def cancel(self, task_id: int) -> str:
         """``QueueClient.cancel_task``; raises ``NotFoundError``."""
@@ -116,7 +119,9 @@ class Queue:
         (the task's view, the handler's result); raises ``TimeoutError``."""
         with self._connections.transaction() as conn:
             client = QueueClient(conn, self.table)
-            task = client.wait_for_task(task_id, timeout_s)
+            task = client.wait_for_task(
+                task_id, timeout_s, server=self._connections.driver.settings
+            )
             return task, client.call_response(task_id)
 
     def process(self, process_id: str, events: int = 20, tasks: int = 20) -> dict[str, Any]:
