@@ -1204,6 +1204,52 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "a task claimed before the breaker opened decides its trial",
     ),
+    # -- session 19: the dispatcher's plan, the one-round-trip insert, the server's push --
+    Mutant(
+        "dispatcher-scheduled-replans",
+        "nsj_queue_lib/runtime/dispatcher.py",
+        "            replan = SCHEDULED_PAYLOAD in wake_ups",
+        "            replan = False",
+        ("tests/unit/test_dispatcher_replan.py::test_a_scheduled_notification_replans_at_once",),
+        ("postgres",),
+        "a task scheduled later waits for the old plan's time (up to a second late)",
+    ),
+    Mutant(
+        "single-insert-only-where-it-begins",
+        "nsj_queue_lib/db/postgres/single_insert.py",
+        "pgconn.transaction_status == _IDLE",
+        "pgconn.transaction_status in (_IDLE, pq.TransactionStatus.INTRANS)",
+        (
+            "tests/integration/test_single_insert_pg.py::"
+            "test_inside_an_open_transaction_and_in_autocommit",
+        ),
+        ("postgres",),
+        "behind a pooler, a statement prepared earlier fails the caller's transaction",
+    ),
+    Mutant(
+        "server-ends-only-waited-tasks",
+        "nsj_queue_lib/workflow/server_ends.py",
+        "self._locks.held(asked[start : start + NAMES_PER_LOOK])",
+        "asked[start : start + NAMES_PER_LOOK]",
+        (
+            "tests/integration/test_wait_push_server.py::"
+            "test_only_the_tasks_someone_waits_for_are_notified",
+        ),
+        ("server",),
+        "every task end is broadcast to every waiter through the socket server",
+    ),
+    Mutant(
+        "server-mode-worker-announces-ends",
+        "nsj_queue_lib/runtime/server_clients.py",
+        "    return EndAnnouncer(settings.queue_table, locks, stop)",
+        "    return None",
+        (
+            "tests/integration/test_wait_push_server.py::"
+            "test_wait_for_task_on_mariadb_is_pushed_by_a_worker_in_server_mode",
+        ),
+        ("mysql",),
+        "a worker in CLIENT_SERVER_MODE never wakes wait_for_task's waiters",
+    ),
 )
 
 

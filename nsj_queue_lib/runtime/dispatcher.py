@@ -187,5 +187,5 @@ class Dispatcher:
         else:
             timeout = self._planned_until - now
         if self._recheck_at is not None:
-            timeout = min(timeout, max(0.0, self._recheck_at - time.monotonic()))
+            timeout = min(timeout, max(0.0, self._recheck_at - now))
         return timeout

@@ -70,8 +70,8 @@ def test_the_row_is_the_one_psycopgs_path_writes(conn, pg_queue, pg_admin):
     ]
     client = QueueClient(conn, pg_queue.table)
     for task in tasks:
-        client.insert_task(**task)
-    conn.commit()
+        client.insert_task(**task)  # each opens its transaction: the pipelined path
+        conn.commit()
     assert _prepared(conn) == 1
     with conn.pipeline():
         for task in tasks:
@@ -86,20 +86,37 @@ def test_the_row_is_the_one_psycopgs_path_writes(conn, pg_queue, pg_admin):
 
 
 def test_inside_an_open_transaction_and_in_autocommit(conn, pg_dsn, pg_queue, pg_admin):
+    """psycopg's own path: a statement prepared in an earlier transaction could be missing
+    there behind a pooler, and would fail the caller's transaction."""
     conn.execute(f"SELECT count(*) FROM {pg_queue.table}")  # the caller's transaction
     QueueClient(conn, pg_queue.table).insert_task(**TASK)
     assert conn.pgconn.transaction_status == INTRANS
+    assert _prepared(conn) == 0
     conn.rollback()
     with psycopg.connect(pg_dsn, autocommit=True) as auto:
         QueueClient(auto, pg_queue.table).insert_task(**TASK)
         assert auto.pgconn.transaction_status == IDLE  # committed by itself
+        assert _prepared(auto) == 0
     assert len(_rows(pg_admin, pg_queue)) == 1
+
+
+def test_a_statement_gone_from_the_session_is_healed(conn, pg_queue, pg_admin):
+    """As behind a pooler in transaction mode (another server connection, or DISCARD ALL):
+    the transaction it opened is rolled back and run again with the unnamed statement."""
+    client = QueueClient(conn, pg_queue.table)
+    client.insert_task(**TASK)
+    conn.commit()
+    conn.execute("DEALLOCATE ALL")
+    conn.commit()
+    client.insert_task(**{**TASK, "chave_externa": "after"})
+    conn.commit()
+    assert [r[0] for r in _rows(pg_admin, pg_queue)] == ["k", "after"]
 
 
 def test_prepared_once_per_connection_across_clients(conn, pg_queue):
     for _ in range(3):
         QueueClient(conn, pg_queue.table).insert_task(**TASK)
-    conn.commit()
+        conn.commit()
     assert _prepared(conn) == 1
 
 
@@ -128,6 +145,7 @@ def test_a_connection_shared_by_threads(conn, pg_queue, pg_admin):
         try:
             for i in range(50):
                 client.insert_task(**{**TASK, "chave_externa": f"{n}-{i}"})
+                conn.commit()  # the next insert, of any thread, may open a transaction
         except BaseException as exc:
             errors.append(exc)
 

@@ -5,11 +5,15 @@ psycopg opens a transaction with a ``BEGIN`` of its own round trip before the fi
 statement, so one task enqueued in a transaction of its own took three (``BEGIN``, the
 ``INSERT``, the caller's ``COMMIT``). Here ``BEGIN`` and the prepared ``INSERT`` travel in
 one pipeline (wire.py), and the transaction is left open as psycopg's own would be: the
-caller commits or rolls it back as before. Inside a transaction the caller already opened
-it is the ``INSERT`` alone, without psycopg's cursor and adaptation. The statement is the
-store's own text with ``$n`` placeholders, prepared once per connection (one
-``PreparedRoundTrip`` per text for the whole process, so new clients on a pooled connection
-reuse it); a pooler in transaction mode turns it into the unnamed statement (wire.py).
+caller commits or rolls it back as before. The statement is the store's own text with
+``$n`` placeholders, prepared once per connection (one ``PreparedRoundTrip`` per text for
+the whole process, so new clients on a pooled connection reuse it).
+
+Only where the round trip opens the transaction: there a pooler in transaction mode that
+gave it another server connection (the statement missing) is healed at once, the
+transaction rolled back and run again with the unnamed statement (wire.py). Inside a
+transaction the caller opened, or in autocommit, psycopg's own path runs: a missing
+statement there would fail the caller's transaction, and no round trip is saved.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ _MOST_STATEMENTS = 64
 _round_trips: dict[str, tuple[PreparedRoundTrip, tuple[str, ...]]] = {}
 _round_trips_lock = threading.Lock()
 _IDLE = pq.TransactionStatus.IDLE
-_OPEN = (_IDLE, pq.TransactionStatus.INTRANS)
 
 
 def positional(sql: str) -> tuple[str, tuple[str, ...]]:
@@ -53,10 +56,10 @@ def positional(sql: str) -> tuple[str, tuple[str, ...]]:
 
 def insert_returning_id(conn: Any, sql: str, row: dict[str, Any]) -> int | None:
     """Run the INSERT ``sql`` (one ``RETURNING id`` row) with ``row``'s values on ``conn``;
-    its id. None (nothing sent) where ``conn`` is not a psycopg 3 connection that is idle or
-    inside a transaction that has not failed, out of pipeline mode: psycopg's own path is
-    for those. Raises the psycopg error of a failure, the transaction then failed as
-    psycopg's would be.
+    its id, in a transaction this round trip opens. None (nothing sent) where ``conn`` is
+    not an idle psycopg 3 connection out of autocommit and pipeline mode: psycopg's own
+    path is for those. Raises the psycopg error of a failure, the transaction then failed
+    as psycopg's would be.
 
     It holds the connection's lock, as psycopg's own operations do: a connection shared by
     threads sees this round trip whole."""
@@ -65,21 +68,21 @@ def insert_returning_id(conn: Any, sql: str, row: dict[str, Any]) -> int | None:
     round_trip, names = _round_trip(sql)
     params = [_text(row.get(name)) for name in names]
     with conn.lock:
-        if not _usable(conn):
+        if not _opens_a_transaction(conn):
             return None
-        begin = not conn.autocommit and conn.pgconn.transaction_status == _IDLE
         try:
-            rows = round_trip.run(conn, params, None, begin=begin)
+            rows = round_trip.run(conn, params, None, begin=True)
         except RoundTripError as exc:
             raise exc.error from None
     return int(rows[0]["id"])
 
 
-def _usable(conn: psycopg.Connection) -> bool:
-    if conn.closed:
+def _opens_a_transaction(conn: psycopg.Connection) -> bool:
+    """Whether psycopg's next statement on ``conn`` would open a transaction with ``BEGIN``."""
+    if conn.closed or conn.autocommit:
         return False
     pgconn = conn.pgconn
-    return pgconn.pipeline_status == pq.PipelineStatus.OFF and pgconn.transaction_status in _OPEN
+    return pgconn.pipeline_status == pq.PipelineStatus.OFF and pgconn.transaction_status == _IDLE
 
 
 def _round_trip(sql: str) -> tuple[PreparedRoundTrip, tuple[str, ...]]:

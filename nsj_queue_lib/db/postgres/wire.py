@@ -340,14 +340,16 @@ class PreparedRoundTrip:
 
     def _go_unnamed(self, conn: psycopg.Connection) -> None:
         """The statement this session prepared is gone between two transactions: from now on
-        send it unnamed. The transaction the failed round trip opened is rolled back."""
+        send it unnamed. The transaction the failed round trip opened is rolled back, through
+        libpq: a caller may hold psycopg's lock of the connection (single_insert.py)."""
         if not self.unnamed:
             logger.info(
                 "prepared statements do not outlive a transaction on this connection (a pooler "
-                "in transaction mode, or DISCARD ALL); the claim is parsed with each call from now"
+                "in transaction mode, or DISCARD ALL); the statement is parsed with each call "
+                "from now"
             )
         self.use_unnamed()
-        conn.execute("ROLLBACK")
+        drive(conn, statement_steps(conn, b"ROLLBACK"))
 
     def rows_of(self, state: _ConnectionState, result: pq.abc.PGresult) -> list[dict[str, Any]]:
         """The rows of the statement's ``result`` as dicts of ``columns``."""
