@@ -29,7 +29,7 @@ DEFAULT_DSN = "host=127.0.0.1 user=postgres dbname=test"
 READY_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 60.0
 POLL_INTERVAL_SECONDS = 0.02
-CLK_TCK = os.sysconf("SCCLK_TCK")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 _counter = itertools.count(1)
 
 
