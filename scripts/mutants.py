@@ -1186,14 +1186,40 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-release-counts-settled-edges-again",
         "nsj_queue_lib/db/postgres/workflow_tables.sql",
-        "        SET settled = true\n        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled\n",
-        "        SET settled = true\n        WHERE p.parent_id = ANY(parent_ids)\n",
+        "        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled AND p.slot >= 0\n"
+        "        GROUP BY p.child_id\n",
+        "        WHERE p.parent_id = ANY(parent_ids) AND p.slot >= 0\n        GROUP BY p.child_id\n",
         (
             "tests/integration/store/test_store_dependency_edges.py::"
             "test_a_dead_letter_retried_by_hand_is_not_counted_twice[postgres]",
         ),
         ("postgres",),
         "a parent retried by hand counts its 'run' children down a second time",
+    ),
+    Mutant(
+        "pg-release-waits-for-a-held-slot",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "                LIMIT 1\n                FOR UPDATE SKIP LOCKED;\n",
+        "                LIMIT 1\n                FOR UPDATE;\n",
+        (
+            "tests/integration/store/test_store_dependency_edges.py::"
+            "test_a_settlement_takes_a_free_slot_instead_of_waiting[postgres]",
+        ),
+        ("postgres",),
+        "a fan-in's parents queue on each other's slots instead of taking free ones",
+    ),
+    Mutant(
+        "pg-released-child-keeps-its-insert-data-hora",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "    SET status = 'pendente', data_hora = greatest(t.data_hora, clock_timestamp())\n"
+        "    FROM {parents_table} AS p\n",
+        "    SET status = 'pendente'\n    FROM {parents_table} AS p\n",
+        (
+            "tests/integration/store/test_store_claim_position.py::"
+            "test_a_child_released_by_its_parent_is_claimed_from_an_empty_position[postgres]",
+        ),
+        ("postgres",),
+        "a released child waits behind the claims' position for up to 5 s",
     ),
     Mutant(
         "breaker-any-task-decides-the-trial",

@@ -160,7 +160,7 @@ class WorkflowStore:
         with self._cursor(conn, "add_edge") as cur:
             cur.executemany(
                 self.sql["add_edge"],
-                [{"parent": p, "child": child_id, "settled": done} for p, done in edges],
+                [edge_params(p, child_id, done, pending == 1) for p, done in edges],
             )
         if pending > 0:
             params = {"child": child_id, "pending": pending, "on_parent_failure": on_parent_failure}
@@ -255,6 +255,17 @@ class WorkflowStore:
                 )
         for parent in parents:
             self._rows(conn, "release_children", {"parent": parent})
+
+
+def edge_params(parent: int, child: int, settled: bool, one_pending: bool) -> dict[str, Any]:
+    """add_edge's parameters. ``sole``: the child's only unfinished parent (PostgreSQL
+    marks its edge so, and the parent's success releases the child by it alone)."""
+    return {
+        "parent": parent,
+        "child": child,
+        "settled": settled,
+        "sole": one_pending and not settled,
+    }
 
 
 @functools.lru_cache(maxsize=256)

@@ -21,7 +21,7 @@ from nsj_queue_lib.db.dialect import (
     workflows_table_name,
 )
 from nsj_queue_lib.db.sql_files import render_queries
-from nsj_queue_lib.db.workflow_store import WorkflowStore
+from nsj_queue_lib.db.workflow_store import WorkflowStore, edge_params
 
 
 class WorkflowsStore(WorkflowStore):
@@ -83,7 +83,8 @@ class WorkflowsStore(WorkflowStore):
             ],
         )
         # Every parent is new: none has ended, so no edge is settled (counted down) yet.
-        edge_rows = [{"parent": p, "child": c, "settled": False} for p, c in edges]
+        one_parent = {child for child, pending, _ in waiting if pending == 1}
+        edge_rows = [edge_params(p, c, False, c in one_parent) for p, c in edges]
         self._many(conn, "add_edge", edge_rows)
         self._many(
             conn,

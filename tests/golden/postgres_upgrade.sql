@@ -213,10 +213,16 @@ EXECUTE FUNCTION public.notify_fila_teste_end();
 -- One row per (parent, child): parent_id is the parent's first attempt's id
 -- (its id_inicial), child_id the child's. The claim and settle functions look
 -- a settled task up here by parent_id; parents() reads a child's by child_id.
--- settled: the parent's end has been counted in the child's pending_parents (or
--- it had ended when the child was inserted); an edge is counted only when this
--- flips, so once whatever the parent does next (a retry by hand).
--- slot: which of the child's counts (<queue>_waiting) the edge is counted in.
+-- settled: the parent's failure has been counted in the child's pending_parents
+-- (a failure's cascade flips it, so a retry by hand that succeeds is not counted
+-- again), or the parent had ended when the child was inserted. A success is
+-- counted without writing the edge (the release function): it is final.
+-- slot: which of the child's counts (<queue>_waiting) the edge is counted in;
+-- -1: the edge of a child's only unfinished parent (a fan-out's children), which
+-- the release function reads and nothing else: the parent's success releases the
+-- child by this edge alone, and the edge and its count stay as inserted (a
+-- failure's cascade, workflow/dependencies.py, finds the child no longer
+-- 'aguardando' after that and leaves it).
 CREATE TABLE IF NOT EXISTS public.fila_teste_parents (
     parent_id bigint NOT NULL,
     child_id bigint NOT NULL,
@@ -265,48 +271,110 @@ SET enable_hashjoin = off
 SET enable_mergejoin = off
 AS $$
 DECLARE
-    zeroed bigint[];
+    zeroed bigint[] := '{}';
     released integer;
+    sole_released integer;
+    edges record;
+    need integer;
+    emptied boolean;
+    free_slot smallint;
+    free_count integer;
 BEGIN
-    -- The slots are locked first, in (child, slot) order: two transactions
-    -- settling parents that share children then queue on the first shared slot
-    -- instead of deadlocking (the UPDATE below locks in its join's order, a hash
-    -- aggregate's, which differs from one set of parents to another).
-    PERFORM 1
-    FROM public.fila_teste_waiting AS w
-    WHERE (w.child_id, w.slot) IN (
-        SELECT p.child_id, p.slot FROM public.fila_teste_parents AS p
-        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled
-    )
-    ORDER BY w.child_id, w.slot
-    FOR UPDATE;
-    WITH flipped AS (
-        UPDATE public.fila_teste_parents AS p
-        SET settled = true
-        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled
-        RETURNING p.child_id, p.slot
-    ), counted AS (
-        SELECT flipped.child_id, flipped.slot, count(*)::integer AS n
-        FROM flipped
-        GROUP BY flipped.child_id, flipped.slot
-    ), waited AS (
-        UPDATE public.fila_teste_waiting AS w
-        SET pending_parents = w.pending_parents - counted.n
-        FROM counted
-        WHERE w.child_id = counted.child_id AND w.slot = counted.slot
-        RETURNING w.child_id, w.pending_parents
-    )
-    SELECT array_agg(DISTINCT waited.child_id) INTO zeroed
-    FROM waited
-    WHERE waited.pending_parents <= 0;
-    IF zeroed IS NULL THEN
-        RETURN 0;
+    -- A released child is due from now (or later, when it was scheduled so): a claim
+    -- goes on from its last look-up's position while that is recent (claim_function.sql),
+    -- and a child due at its insert's time, before that position, waited for the
+    -- position's end (a 10,000 -> 1 fan-in started 2.2 s after its last parent).
+    -- A child whose one unfinished parent this is (slot -1, add_edge): its row
+    -- alone. Counting down as below cost a 1 -> 10,000 fan-out's release three
+    -- times the UPDATE of its 10,000 rows (an edge and a count written per child
+    -- besides). Only this parent's settle locks these rows, in its one statement.
+    UPDATE public.fila_teste AS t
+    SET status = 'pendente', data_hora = greatest(t.data_hora, clock_timestamp())
+    FROM public.fila_teste_parents AS p
+    WHERE p.parent_id = ANY(parent_ids) AND p.slot = -1 AND NOT p.settled
+      AND t.id = p.child_id AND t.status = 'aguardando';
+    GET DIAGNOSTICS sole_released = ROW_COUNT;
+    -- Each child's count goes down by its edges among these parents, taken from
+    -- whichever of its slots are free: a slot is a share of the count, not of the
+    -- parents, so a commit group never waits for another's slot while a free one
+    -- holds enough (each waited for the other's commit on a shared slot: a
+    -- 10,000 -> 1 fan-in's parents drained at half the rate of independent tasks
+    -- with two workers). The edges are counted without being written: a task ends
+    -- 'sucesso' once (its attempts' fence; retry_task takes only exhausted
+    -- failures); an edge settled before (a failure's cascade counted it, or the
+    -- parent had ended when the child was inserted) is not counted again.
+    FOR edges IN
+        SELECT p.child_id, count(*)::integer AS n
+        FROM public.fila_teste_parents AS p
+        WHERE p.parent_id = ANY(parent_ids) AND NOT p.settled AND p.slot >= 0
+        GROUP BY p.child_id
+        ORDER BY p.child_id
+    LOOP
+        need := edges.n;
+        emptied := false;
+        BEGIN
+            -- Free slots only, one at a time, in slot order: this transaction holds a
+            -- slot it took some of and every slot it emptied, nothing it skipped.
+            LOOP
+                SELECT w.slot, w.pending_parents INTO free_slot, free_count
+                FROM public.fila_teste_waiting AS w
+                WHERE w.child_id = edges.child_id AND w.pending_parents > 0
+                ORDER BY w.slot
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED;
+                EXIT WHEN NOT FOUND;
+                UPDATE public.fila_teste_waiting AS w
+                SET pending_parents = w.pending_parents - least(free_count, need)
+                WHERE w.child_id = edges.child_id AND w.slot = free_slot;
+                emptied := emptied OR free_count <= need;
+                need := need - least(free_count, need);
+                EXIT WHEN need = 0;
+            END LOOP;
+            IF need > 0 THEN
+                RAISE EXCEPTION USING ERRCODE = 'NQ002';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'NQ002' THEN
+            -- Not enough free (the last parents, settled at once): the block's takes
+            -- and locks are undone, and every slot is locked in slot order, waiting
+            -- for the transactions that hold them, as every such wait is ordered (a
+            -- transaction that skipped never waits for a slot; the gate below waits
+            -- for none).
+            PERFORM 1 FROM public.fila_teste_waiting AS w
+            WHERE w.child_id = edges.child_id
+            ORDER BY w.slot
+            FOR UPDATE;
+            WITH taken AS (
+                UPDATE public.fila_teste_waiting AS w
+                SET pending_parents = w.pending_parents - least(w.pending_parents, edges.n - r.before)
+                FROM (
+                    SELECT o.slot, coalesce(sum(o.pending_parents) OVER (
+                        ORDER BY o.slot ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+                    ), 0) AS before
+                    FROM public.fila_teste_waiting AS o
+                    WHERE o.child_id = edges.child_id AND o.pending_parents > 0
+                ) AS r
+                WHERE w.child_id = edges.child_id AND w.slot = r.slot AND r.before < edges.n
+                RETURNING w.pending_parents
+            )
+            SELECT coalesce(bool_or(taken.pending_parents = 0), false) INTO emptied FROM taken;
+        END;
+        IF emptied THEN
+            zeroed := array_append(zeroed, edges.child_id);
+        END IF;
+    END LOOP;
+    IF cardinality(zeroed) = 0 THEN
+        IF sole_released > 0 THEN
+            PERFORM pg_notify('fila_teste', '');
+        END IF;
+        RETURN sole_released;
     END IF;
     -- A child whose other slots are counted down by other transactions: its row is
     -- locked (in id order) before its slots are read, so that of two transactions
-    -- taking its last two slots to 0, the second reads after the first's commit and
-    -- releases it (each would read the other's slot unfinished otherwise). A child
-    -- of one slot needs no such lock: its slot's lock is held.
+    -- each emptying one of its last two slots, the second reads after the first's
+    -- commit and releases it (each would read the other's slot unfinished
+    -- otherwise). Every transaction that empties a slot comes here, and an empty
+    -- slot stays empty, so the last of them to take the lock sees every slot
+    -- empty. A child of one slot needs no such lock: its slot's lock is held.
     PERFORM 1
     FROM public.fila_teste AS t
     WHERE t.id = ANY(zeroed)
@@ -314,16 +382,16 @@ BEGIN
     ORDER BY t.id
     FOR UPDATE OF t;
     UPDATE public.fila_teste AS t
-    SET status = 'pendente'
+    SET status = 'pendente', data_hora = greatest(t.data_hora, clock_timestamp())
     WHERE t.id = ANY(zeroed) AND t.status = 'aguardando'
       AND NOT EXISTS (
           SELECT 1 FROM public.fila_teste_waiting AS w WHERE w.child_id = t.id AND w.pending_parents > 0
       );
     GET DIAGNOSTICS released = ROW_COUNT;
-    IF released > 0 THEN
+    IF released + sole_released > 0 THEN
         PERFORM pg_notify('fila_teste', '');
     END IF;
-    RETURN released;
+    RETURN released + sole_released;
 END;
 $$;
 
@@ -802,7 +870,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim a4a86f2f686d7c50';
+    IS 'nsj_queue_lib claim cb04b2b0af72e490';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -812,11 +880,17 @@ COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integ
 -- (issue 36). The fence: when a task is no longer 'processando' (rescued by
 -- another worker), the error rolls the group's transaction back, its
 -- handlers' writes with it; the group gives its other tasks back.
+-- No sequential scans: each session plans these statements once, often while the
+-- queue's side tables are still empty, and a plan made then read every edge of
+-- <queue>_parents at every settle afterwards (a 1 -> 10,000 fan-out's children
+-- drained at half the rate of independent tasks, each group's look for children
+-- reading the 10,000 edges).
 CREATE OR REPLACE FUNCTION public.settle_fila_teste_v2(
     done_ids bigint[], done_mensagens text[], lock_queue_key integer
 )
 RETURNS bigint
 LANGUAGE plpgsql
+SET enable_seqscan = off
 SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$

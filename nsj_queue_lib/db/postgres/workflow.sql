@@ -24,9 +24,13 @@ FOR SHARE
 -- settled: the parent had already finished when the child was inserted (it is
 -- not counted in the child's pending_parents, and never counted again). slot:
 -- the child's count it is counted in, eight neighbouring ids a slot
--- (workflow_tables.sql says why).
+-- (workflow_tables.sql says why); -1 (sole): the child's one unfinished parent,
+-- whose success releases it with no count to go down (the release function).
 INSERT INTO {parents_table} (parent_id, child_id, settled, slot)
-VALUES (%(parent)s, %(child)s, %(settled)s, mod(%(parent)s::bigint / 8, 32))
+VALUES (
+    %(parent)s, %(child)s, %(settled)s,
+    CASE WHEN %(sole)s THEN -1 ELSE mod(%(parent)s::bigint / 8, 32) END
+)
 
 -- name: add_waiting
 -- The child's counts, one per slot of its unsettled edges (inserted before).
@@ -74,20 +78,25 @@ FOR UPDATE OF p
 UPDATE {parents_table} SET settled = true WHERE parent_id = ANY(%(ids)s) AND NOT settled
 
 -- name: count_down
--- These parents of the child finished: each slot goes down by its edges among them.
+-- These parents of the child failed (their edges locked and just settled, every
+-- slot of its count locked by dependents): the count goes down by their number,
+-- taken from its slots in slot order, as the release function takes a success
+-- (a slot is a share of the count, not of particular parents).
 UPDATE {waiting_table} AS w
-SET pending_parents = w.pending_parents - e.n
+SET pending_parents = w.pending_parents - least(w.pending_parents, %(n)s - r.before)
 FROM (
-    SELECT p.slot, count(*)::integer AS n
-    FROM {parents_table} AS p
-    WHERE p.child_id = %(child)s AND p.parent_id = ANY(%(parents)s::bigint[])
-    GROUP BY p.slot
-) AS e
-WHERE w.child_id = %(child)s AND w.slot = e.slot
+    SELECT o.slot, coalesce(sum(o.pending_parents) OVER (
+        ORDER BY o.slot ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ), 0) AS before
+    FROM {waiting_table} AS o
+    WHERE o.child_id = %(child)s AND o.pending_parents > 0
+) AS r
+WHERE w.child_id = %(child)s AND w.slot = r.slot AND r.before < %(n)s
 
 -- name: release_child
+-- Due from now, as the release function's children are (it says why).
 UPDATE {queue_table} AS t
-SET status = 'pendente'
+SET status = 'pendente', data_hora = greatest(t.data_hora, clock_timestamp())
 WHERE t.id = %(child)s AND t.status = 'aguardando'
   AND NOT EXISTS (
       SELECT 1 FROM {waiting_table} AS w WHERE w.child_id = %(child)s AND w.pending_parents > 0

@@ -205,3 +205,26 @@ def test_under_a_held_snapshot_an_idle_queue_is_not_looked_up_again_for_a_moment
         assert claim(backend, worker) == old
     finally:
         holder.rollback()
+
+
+def test_a_child_released_by_its_parent_is_claimed_from_an_empty_position(backend):
+    """A child waits with its insert's data_hora; released, it is due from then on, so a
+    claim from an empty look-up's position finds it at once (it waited for the position's
+    end, up to 5 s, when it kept a data_hora older than the position)."""
+    from nsj_queue_lib.db.workflow_store import WorkflowStore
+
+    parent = backend.enqueue()
+    conn = backend.client_conn()
+    child = backend.client(conn).insert_task("o", "d", "p", None, "x", after=[parent])
+    conn.commit()
+    backend.execute(
+        f"UPDATE {backend.table} SET data_hora = data_hora - interval '1 hour' WHERE id = %s",
+        (child,),
+    )
+    worker = backend.worker()
+    assert claim(backend, worker) == [parent]
+    mark_empty(backend, worker)
+    backend.execute(f"UPDATE {backend.table} SET status = 'sucesso' WHERE id = %s", (parent,))
+    WorkflowStore("postgres", backend.table).release_after_success(conn, [parent])
+    conn.commit()
+    assert claim(backend, worker) == [child]

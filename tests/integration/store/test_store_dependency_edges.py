@@ -149,14 +149,30 @@ def holding_the_last_child(backend, children, settle, status="pendente"):
     assert {backend.row(c)["status"] for c in children} == {status}
 
 
-def test_a_settlement_locks_the_children_in_id_order(backend):
-    """While another transaction holds the last child's count, a settlement of their
-    parent waits there holding every other child's count: it took them in id order."""
-    parent = backend.enqueue()
-    children = [child_after(backend, parent) for _ in range(24)]
+def one_slot(backend, n):
+    """``n`` new tasks whose edges count in one slot of a child's count (PostgreSQL's
+    slot: id / 8 % 32), so that a child of all of them has one count row to lock; a
+    child of one unfinished parent has none there (its parent releases it by the edge)."""
+    tasks = [backend.enqueue()]
+    while len(tasks) < n:
+        task = backend.enqueue()
+        tasks = tasks + [task] if task // 8 == tasks[0] // 8 else [task]
+    return tasks
+
+
+def counting_one(backend, children):
+    """Each child's count set to 1: its blocking parent's end is not waited for."""
     waiting = f"{backend.table}_waiting"
     for child in reversed(children):  # rows stored in descending id order (PostgreSQL's heap)
         backend.execute(f"UPDATE {waiting} SET pending_parents = 1 WHERE child_id = %s", (child,))
+
+
+def test_a_settlement_locks_the_children_in_id_order(backend):
+    """While another transaction holds the last child's count, a settlement of their
+    parent waits there holding every other child's count: it took them in id order."""
+    parent, blocker = one_slot(backend, 2)
+    children = [child_after(backend, parent, blocker) for _ in range(24)]
+    counting_one(backend, children)
     wstore = WorkflowStore(backend.dialect, backend.table)
     holding_the_last_child(
         backend, children, lambda conn: wstore.release_after_success(conn, [parent])
@@ -166,9 +182,10 @@ def test_a_settlement_locks_the_children_in_id_order(backend):
 def test_a_group_end_locks_the_children_of_all_its_parents_in_id_order(backend):
     """A commit group settling two parents: the children of both in one id order, not
     parent by parent (the first parent's child has the higher id)."""
-    first, second = backend.enqueue(chave_externa="a"), backend.enqueue(chave_externa="b")
-    low = child_after(backend, second)
-    high = child_after(backend, first)
+    first, second, blocker = one_slot(backend, 3)
+    low = child_after(backend, second, blocker)
+    high = child_after(backend, first, blocker)
+    counting_one(backend, [low, high])
     wstore = WorkflowStore(backend.dialect, backend.table)
     holding_the_last_child(
         backend,
@@ -200,4 +217,74 @@ def test_the_upgrade_adds_the_edges_settled_flag(backend, store, worker):
     child = child_after(backend, parent)
     store.bind(worker)
     succeed(backend, store, worker, parent)
+    assert backend.row(child)["status"] == "pendente"
+
+
+def test_a_settlement_takes_a_free_slot_instead_of_waiting(backend):
+    """PostgreSQL's count is split in slots, shares of the count: a parent's settlement
+    counts down whichever slot is free, so it does not wait for another transaction
+    holding the slot its own edge was counted in."""
+    if backend.dialect != "postgres":
+        pytest.skip("MySQL/MariaDB keep one count per child")
+    parents = [backend.enqueue() for _ in range(17)]
+    first, last = parents[0], parents[-1]  # 16 ids apart: two slots
+    child = child_after(backend, first, last)
+    waiting = f"{backend.table}_waiting"
+    holder, settler = backend.client_conn(), backend.client_conn()
+    slot = fetch(
+        holder,
+        f"SELECT slot FROM {waiting} WHERE child_id = %s AND slot = %s FOR UPDATE",
+        (child, first // 8 % 32),
+    )
+    assert slot, "the first parent's slot"
+    backends.execute(settler, "SET lock_timeout = '5s'")  # an error, not a hang, if it waits
+    WorkflowStore(backend.dialect, backend.table).release_after_success(settler, [first])
+    settler.commit()
+    holder.rollback()
+    counts = fetch(
+        holder, f"SELECT slot, pending_parents FROM {waiting} WHERE child_id = %s", (child,)
+    )
+    holder.rollback()
+    assert sorted(row["pending_parents"] for row in counts) == [0, 1]
+    assert backend.row(child)["status"] == "aguardando"
+
+
+def test_concurrent_settlements_release_a_fan_in_once(backend):
+    """Four transactions settle a fan-in's 96 parents in overlapping groups, each holding
+    what it took until a delayed commit: the child is released by the last, once, and
+    its count ends at 0 in every slot (none below)."""
+    if backend.dialect != "postgres":
+        pytest.skip("MySQL/MariaDB keep one count per child")
+    parents = [backend.enqueue() for _ in range(96)]
+    child = child_after(backend, *parents)
+    wstore = WorkflowStore(backend.dialect, backend.table)
+    groups = [parents[start : start + 6] for start in range(0, len(parents), 6)]
+    errors: list[BaseException] = []
+
+    def settle(groups_of_thread):
+        conn = backend.client_conn()
+        try:
+            for group in groups_of_thread:
+                wstore.release_after_success(conn, group)
+                threading.Event().wait(0.01)  # holding its slots meanwhile
+                conn.commit()
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+            conn.rollback()
+
+    threads = [threading.Thread(target=settle, args=(groups[k::4],)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    counts = [
+        row["pending_parents"]
+        for row in fetch(
+            backend.client_conn(),
+            f"SELECT pending_parents FROM {backend.table}_waiting WHERE child_id = %s",
+            (child,),
+        )
+    ]
+    assert counts and set(counts) == {0}
     assert backend.row(child)["status"] == "pendente"
