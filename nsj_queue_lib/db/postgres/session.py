@@ -66,6 +66,10 @@ _ROLLBACK_TO = f"ROLLBACK TO SAVEPOINT {SAVEPOINT}".encode()
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
+# A transaction-local setting (a prepared statement: SET cannot be one).
+INDEX_ONLY_SQL = "SELECT set_config('enable_seqscan', 'off', true)"
+
+
 class PostgresTaskSession(TaskSession):
     groups: ClassVar[bool] = True
     process_batches: ClassVar[bool] = True
@@ -75,6 +79,7 @@ class PostgresTaskSession(TaskSession):
         self.store: PostgresQueueStore = store
         self._settle = settle_statement(store.settle_function)
         self._process_saves: PreparedRoundTrip | None = None  # built at a process's first save
+        self._index_only: PreparedRoundTrip | None = None  # and this, sent before it
 
     def claim_group(self, conn: Any, limit: int) -> list[Claim]:
         # Whatever an earlier drain left armed (an unexpected error) goes.
@@ -129,8 +134,9 @@ class PostgresTaskSession(TaskSession):
             # The claim found its prepared statement gone in a new transaction (a pooler in
             # transaction mode): so would this one be, prepared on another server connection.
             self._settle.use_unnamed()
-            if self._process_saves is not None:
-                self._process_saves.use_unnamed()
+            for statement in (self._process_saves, self._index_only):
+                if statement is not None:
+                    statement.use_unnamed()
         statements: list[tuple[PreparedRoundTrip, Sequence[Any]]]
         if len(written) == 1:  # the claim function settles it, after its process's write
             [(task, mensagem)] = written
@@ -144,7 +150,10 @@ class PostgresTaskSession(TaskSession):
                 (store.claim_statement, claim),
             ]
         if saves:  # the process tasks' writes, before their successes (process/batch.py)
-            statements.insert(0, (self._save_processes(), save_processes_params(saves)))
+            statements[:0] = [
+                (self._by_index(), ()),
+                (self._save_processes(), save_processes_params(saves)),
+            ]
         with wrap_driver_errors("complete_tasks"):
             try:
                 *_, rows = run(conn, statements, commit)
@@ -152,6 +161,17 @@ class PostgresTaskSession(TaskSession):
                 store.unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
         return self._claims(conn, rows) if claim_limit else []
+
+    def _by_index(self) -> PreparedRoundTrip:
+        """No sequential scans until this transaction's commit (the settle's round trip ends
+        it). The process save joins a group's few rows to the process tables by their keys,
+        and the planner, costing a random page at 4 sequential ones, read both tables whole
+        for them while they held a few thousand rows (every row at every group's settle)."""
+        if self._index_only is None:
+            self._index_only = PreparedRoundTrip(INDEX_ONLY_SQL, ("set_config",))
+            if self._settle.unnamed:
+                self._index_only.use_unnamed()
+        return self._index_only
 
     def _save_processes(self) -> PreparedRoundTrip:
         if self._process_saves is None:

@@ -67,3 +67,51 @@ def test_big_batches_go_through_copy_with_psycopg_3_and_store_the_same_rows(
             assert before <= row["data_hora"] <= after
         else:
             assert row["data_hora"] == when
+
+
+def _generic_plan(conn, sql: str, args: str) -> str:
+    """The plan a prepared ``sql`` gets once generic (what a session reuses), as text."""
+    with conn.cursor() as cur:
+        cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cur.execute(f"PREPARE planned AS {sql}")
+        try:
+            cur.execute(f"EXPLAIN EXECUTE planned({args})")
+            return "\n".join(row[0] for row in cur.fetchall())
+        finally:
+            cur.execute("DEALLOCATE planned")
+
+
+def test_a_groups_process_rows_are_read_and_saved_by_their_keys(backend):
+    """A commit group's load of its process rows, and their save (after the setting the
+    settle's round trip sends first), look the rows up by key on process tables of a few
+    thousand rows, where the planner's costs read both tables whole at every group."""
+    from nsj_queue_lib.db.postgres.session import INDEX_ONLY_SQL
+    from nsj_queue_lib.db.process_store import ProcessStore
+
+    processes, tasks = f"{backend.table}_processes", f"{backend.table}_process_tasks"
+    for table in (processes, tasks):  # never analyzed, as in a new queue's first drains
+        backend.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    backend.execute(
+        f"INSERT INTO {processes} (process_id, processo, state) "
+        "SELECT 'p-' || n, 'noop', repeat('x', 200) FROM generate_series(1, 3000) AS n"
+    )
+    backend.execute(
+        f"INSERT INTO {tasks} (task_id, process_id, kind) "
+        "SELECT n, 'p-' || n, 'call' FROM generate_series(1, 3000) AS n"
+    )
+    sql = ProcessStore("postgres", backend.table).sql
+    ids = "{" + ",".join(str(n) for n in range(100, 120)) + "}"
+    conn = backend.client_conn()
+    load = _generic_plan(conn, sql["load_for_tasks"].replace("%(task_ids)s", "$1"), f"'{ids}'")
+    with conn.cursor() as cur:
+        cur.execute(INDEX_ONLY_SQL)
+    texts = "{" + ",".join(f"p-{n}" for n in range(100, 120)) + "}"
+    save = _generic_plan(
+        conn,
+        sql["save_processes"],
+        f"'{texts}', '{ids}', '{texts}', '{texts}', '{texts}', "
+        f"'{{{','.join(['f'] * 20)}}}', '{texts}'",
+    )
+    conn.rollback()
+    for plan in (load, save):
+        assert "Seq Scan" not in plan, plan
