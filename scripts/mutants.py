@@ -1199,14 +1199,28 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-release-waits-for-a-held-slot",
         "nsj_queue_lib/db/postgres/workflow_tables.sql",
-        "                LIMIT 1\n                FOR UPDATE SKIP LOCKED;\n",
-        "                LIMIT 1\n                FOR UPDATE;\n",
+        "        WHERE w.child_id = edges.child_id AND w.pending_parents >= edges.n\n"
+        "        ORDER BY w.slot\n        LIMIT 1\n        FOR UPDATE SKIP LOCKED;\n",
+        "        WHERE w.child_id = edges.child_id AND w.pending_parents >= edges.n\n"
+        "        ORDER BY w.slot\n        LIMIT 1\n        FOR UPDATE;\n",
         (
             "tests/integration/store/test_store_dependency_edges.py::"
             "test_a_settlement_takes_a_free_slot_instead_of_waiting[postgres]",
         ),
         ("postgres",),
         "a fan-in's parents queue on each other's slots instead of taking free ones",
+    ),
+    Mutant(
+        "pg-release-slot-by-slot-waits-for-a-held-slot",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "                LIMIT 1\n                FOR UPDATE SKIP LOCKED;\n",
+        "                LIMIT 1\n                FOR UPDATE;\n",
+        (
+            "tests/integration/store/test_store_dependency_edges.py::"
+            "test_a_settlement_takes_its_count_from_several_free_slots[postgres]",
+        ),
+        ("postgres",),
+        "a settlement needing several slots queues on a held one instead of the free ones",
     ),
     Mutant(
         "pg-released-child-keeps-its-insert-data-hora",

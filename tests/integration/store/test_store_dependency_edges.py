@@ -249,6 +249,36 @@ def test_a_settlement_takes_a_free_slot_instead_of_waiting(backend):
     assert backend.row(child)["status"] == "aguardando"
 
 
+def test_a_settlement_takes_its_count_from_several_free_slots(backend):
+    """Two parents settled at once need two from a count whose slots hold one each: the
+    settlement takes them from the two free slots, slot by slot, and does not wait for
+    the lowest one, held by another transaction."""
+    if backend.dialect != "postgres":
+        pytest.skip("MySQL/MariaDB keep one count per child")
+    parents = [backend.enqueue() for _ in range(17)]
+    spread = [parents[0], parents[8], parents[16]]  # 8 ids apart: three slots of one
+    child = child_after(backend, *spread)
+    waiting = f"{backend.table}_waiting"
+    holder, settler = backend.client_conn(), backend.client_conn()
+    held = fetch(
+        holder,
+        f"SELECT slot FROM {waiting} WHERE child_id = %s ORDER BY slot LIMIT 1 FOR UPDATE",
+        (child,),
+    )
+    assert held, "the lowest slot"
+    backends.execute(settler, "SET lock_timeout = '5s'")  # an error, not a hang, if it waits
+    WorkflowStore(backend.dialect, backend.table).release_after_success(settler, spread[1:])
+    settler.commit()
+    holder.rollback()
+    counts = fetch(
+        holder, f"SELECT slot, pending_parents FROM {waiting} WHERE child_id = %s", (child,)
+    )
+    holder.rollback()
+    by_slot = {row["slot"]: row["pending_parents"] for row in counts}
+    assert by_slot.pop(held[0]["slot"]) == 1 and set(by_slot.values()) == {0}
+    assert backend.row(child)["status"] == "aguardando"
+
+
 def test_concurrent_settlements_release_a_fan_in_once(backend):
     """Four transactions settle a fan-in's 96 parents in overlapping groups, each holding
     what it took until a delayed commit: the child is released by the last, once, and
