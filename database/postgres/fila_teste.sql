@@ -314,6 +314,25 @@ BEGIN
         GROUP BY p.child_id
         ORDER BY p.child_id
     LOOP
+        -- One free slot that holds them all (nearly always, until the count's last
+        -- parents): taken alone, with no subtransaction. A settlement of many children
+        -- of several parents each would otherwise open one per child, and past 64 a
+        -- transaction's subtransactions slow every other session's snapshots.
+        SELECT w.slot, w.pending_parents INTO free_slot, free_count
+        FROM public.fila_teste_waiting AS w
+        WHERE w.child_id = edges.child_id AND w.pending_parents >= edges.n
+        ORDER BY w.slot
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE public.fila_teste_waiting AS w
+            SET pending_parents = w.pending_parents - edges.n
+            WHERE w.child_id = edges.child_id AND w.slot = free_slot;
+            IF free_count = edges.n THEN
+                zeroed := array_append(zeroed, edges.child_id);
+            END IF;
+            CONTINUE;
+        END IF;
         need := edges.n;
         emptied := false;
         BEGIN
