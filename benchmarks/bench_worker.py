@@ -16,6 +16,9 @@ first when that is set (bench_async.py).
 ``BENCH_PROCESS_STATE=1``: a task of a process (bench_processes.py) counts its calls in
 its process's state (``state["n"]``), which is then written with its commit.
 
+``BENCH_STEP=1``: each task runs one durable step (its checkpoint written with the task's
+commit).
+
 ``BENCH_READY_FILE``: the worker writes its pid there once its dispatcher is connected
 (LISTEN issued, or polling) and its pool's connections are open (bench_mysql.py's
 harness waits for it).
@@ -40,6 +43,7 @@ class NoopWorker(WorkerBase):
     def __init__(self) -> None:
         super().__init__()
         self._process_state = os.environ.get("BENCH_PROCESS_STATE") == "1"
+        self._step = os.environ.get("BENCH_STEP") == "1"
         path = os.environ.get("BENCH_LATENCY_FILE")
         self._latency_fd = (
             os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
@@ -53,6 +57,8 @@ class NoopWorker(WorkerBase):
             process = current_task().process
             if process is not None:
                 process.state["n"] = process.state.get("n", 0) + 1
+        if self._step:
+            current_task().step("noop", lambda: tarefa["id"])
         return None
 
 
