@@ -1290,6 +1290,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "a worker in CLIENT_SERVER_MODE never wakes wait_for_task's waiters",
     ),
+    Mutant(
+        "web-wait-ignores-the-socket-server",
+        "nsj_queue_lib/web/queues.py",
+        "            return QueueClient(conn, self.table).wait_for_task(\n"
+        "                task_id, timeout_s, server=self._connections.driver.settings\n"
+        "            )\n",
+        "            return QueueClient(conn, self.table).wait_for_task(task_id, timeout_s)\n",
+        (
+            "tests/integration/test_wait_push_server.py::"
+            "test_wait_for_task_on_mariadb_is_pushed_by_a_worker_in_server_mode",
+        ),
+        ("mysql",),
+        "POST /api/v1/tasks?wait= polls on MySQL/MariaDB although the workers push ends",
+    ),
 )
 
 

@@ -13,8 +13,11 @@ import pytest
 
 from nsj_queue_lib import QueueClient
 from nsj_queue_lib.client.lock_client import LockClient
+from nsj_queue_lib.db.driver import make_driver
 from nsj_queue_lib.model import TaskRecord
 from nsj_queue_lib.settings import Settings
+from nsj_queue_lib.web.connections import Connections
+from nsj_queue_lib.web.queues import Queue
 from nsj_queue_lib.workflow import server_ends, waiting
 from nsj_queue_lib.workflow.server_ends import EndAnnouncer, ServerEndWaiter
 from tests.helpers.mysql_queue import mysql_settings
@@ -180,6 +183,26 @@ def test_wait_for_task_on_mariadb_is_pushed_by_a_worker_in_server_mode(
         )
         wait_for(lambda: announced, 5, "the worker's announcement")
         assert sum(announced) == 1  # the worker found the waiter's lock and notified it
+        # nsjq web's ?wait= (web/queues.py) passes its settings: pushed the same way.
+        connections = Connections(make_driver(settings))
+        try:
+            queue = Queue(table, connections)
+            task_id = queue.enqueue(
+                {
+                    "origem": "a",
+                    "destino": "b",
+                    "processo": "p",
+                    "chave_externa": "w",
+                    "payload": {},
+                }
+            )
+            started = time.monotonic()
+            view = queue.wait(task_id, 30)
+            assert time.monotonic() - started < 6
+            assert (view["id_inicial"], view["status"]) == (task_id, "sucesso")
+            wait_for(lambda: sum(announced) == 2, 5, "the second announcement")
+        finally:
+            connections.close()
     finally:
         assert worker.stop() == 0
         server.stop()
