@@ -295,24 +295,35 @@ def wait_succeeded(
     t0: float,
     timeout: float,
 ) -> float:
-    """Poll (every ~20 ms) until ``target`` rows with ids in [first_id, last_id] are 'sucesso'.
+    """Wait until ``target`` rows with ids in [first_id, last_id] are 'sucesso'.
 
-    Returns the elapsed seconds since ``t0`` (perf_counter), interpolated
-    linearly between the last two polls. The count walks the primary key over
-    the measured rows only, so its cost does not grow with the backlog.
+    Returns the seconds from ``t0`` (perf_counter) until the last of them finished, by
+    its ``finished_at`` (the database's clock, read once here to place ``t0`` on it).
+    While ``last_id`` is unfinished each poll (every ~20 ms) reads that one row by its
+    primary key; after that, it counts the range. Counting the range at every poll read
+    every measured row: on this 2-core machine about 7 ms of the database's CPU a poll,
+    a tenth of a 10,000-task drain's, taken from the workers being measured.
     """
-    query = f"SELECT count(*) FROM public.{queue} WHERE id BETWEEN %s AND %s AND status = 'sucesso'"
-    prev_t, prev_c = t0, 0
+    db_now = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+    t0_db = db_now - (time.perf_counter() - t0)
+    last = f"SELECT status FROM public.{queue} WHERE id = %s"
+    count = f"SELECT count(*) FROM public.{queue} WHERE id BETWEEN %s AND %s AND status = 'sucesso'"
+    end = (
+        f"SELECT extract(epoch FROM max(finished_at))::float8 FROM public.{queue}"
+        " WHERE id BETWEEN %s AND %s AND status = 'sucesso'"
+    )
+    last_done = False
     while True:
-        count = conn.execute(query, (first_id, last_id), prepare=True).fetchone()[0]
-        now = time.perf_counter()
-        if count >= target:
-            if count > prev_c:
-                now = prev_t + (now - prev_t) * (target - prev_c) / (count - prev_c)
-            return now - t0
-        if now - t0 > timeout:
-            raise BenchError(f"only {count}/{target} tasks done after {timeout:.0f} s")
-        prev_t, prev_c = now, count
+        if not last_done:
+            row = conn.execute(last, (last_id,), prepare=True).fetchone()
+            last_done = row is not None and row[0] == "sucesso"
+        if last_done:
+            done = conn.execute(count, (first_id, last_id), prepare=True).fetchone()[0]
+            if done >= target:
+                return conn.execute(end, (first_id, last_id)).fetchone()[0] - t0_db
+        if time.perf_counter() - t0 > timeout:
+            done = conn.execute(count, (first_id, last_id)).fetchone()[0]
+            raise BenchError(f"only {done}/{target} tasks done after {timeout:.0f} s")
         time.sleep(POLL_INTERVAL_SECONDS)
 
 

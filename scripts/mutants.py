@@ -1211,6 +1211,36 @@ MUTANTS: tuple[Mutant, ...] = (
         "a fan-in's parents queue on each other's slots instead of taking free ones",
     ),
     Mutant(
+        "pg-release-plans-under-its-callers-settings",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "SET enable_sort = on\nSET enable_bitmapscan = on\nSET plan_cache_mode = force_generic_plan\n",
+        "",
+        (
+            "tests/integration/store/test_store_postgres_only.py::"
+            "test_a_settle_of_a_fan_outs_children_reads_their_edges_and_rows_by_key[postgres]",
+        ),
+        ("postgres",),
+        "called from the claim function, a settle's edge count reads every edge of the queue",
+    ),
+    Mutant(
+        "pg-release-joins-sole-children-from-their-rows",
+        "nsj_queue_lib/db/postgres/workflow_tables.sql",
+        "    WHERE t.id = ANY(ARRAY(\n"
+        "            SELECT p.child_id FROM {parents_table} AS p\n"
+        "            WHERE p.parent_id = ANY(parent_ids) AND p.slot = -1 AND NOT p.settled\n"
+        "        ))\n"
+        "      AND t.status || '' = 'aguardando';\n",
+        "    FROM {parents_table} AS p\n"
+        "    WHERE p.parent_id = ANY(parent_ids) AND p.slot = -1 AND NOT p.settled\n"
+        "      AND t.id = p.child_id AND t.status = 'aguardando';\n",
+        (
+            "tests/integration/store/test_store_postgres_only.py::"
+            "test_a_settle_of_a_fan_outs_children_reads_their_edges_and_rows_by_key[postgres]",
+        ),
+        ("postgres",),
+        "each settle of a fan-out's children walks the 'aguardando' index's every entry",
+    ),
+    Mutant(
         "pg-release-slot-by-slot-waits-for-a-held-slot",
         "nsj_queue_lib/db/postgres/workflow_tables.sql",
         "                LIMIT 1\n                FOR UPDATE SKIP LOCKED;\n",
@@ -1226,8 +1256,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "pg-released-child-keeps-its-insert-data-hora",
         "nsj_queue_lib/db/postgres/workflow_tables.sql",
         "    SET status = 'pendente', data_hora = greatest(t.data_hora, clock_timestamp())\n"
-        "    FROM {parents_table} AS p\n",
-        "    SET status = 'pendente'\n    FROM {parents_table} AS p\n",
+        "    WHERE t.id = ANY(ARRAY(\n",
+        "    SET status = 'pendente'\n    WHERE t.id = ANY(ARRAY(\n",
         (
             "tests/integration/store/test_store_claim_position.py::"
             "test_a_child_released_by_its_parent_is_claimed_from_an_empty_position[postgres]",

@@ -1,4 +1,5 @@
-"""What only the PostgreSQL store does: big batches through COPY (psycopg 3 only)."""
+"""What only the PostgreSQL store does: big batches through COPY (psycopg 3 only), and the
+plans of its side tables' statements."""
 
 from __future__ import annotations
 
@@ -115,3 +116,57 @@ def test_a_groups_process_rows_are_read_and_saved_by_their_keys(backend):
     conn.rollback()
     for plan in (load, save):
         assert "Seq Scan" not in plan, plan
+
+
+def test_a_settle_of_a_fan_outs_children_reads_their_edges_and_rows_by_key(backend):
+    """The release function reads a settled group's edges by the parents' key and the
+    released rows by their primary key, whatever its caller's planner settings (the
+    claim function's, sort and bitmap scans off, made the edges' count read every edge in
+    child order) and on side tables of any statistics (the release of sole children walked
+    the 'aguardando' index, whose entries outlive the release): every settle of a
+    fan-out's children read them all."""
+    from nsj_queue_lib.db.dialect import DdlNames
+    from nsj_queue_lib.db.workflow_store import WorkflowStore
+
+    schema, name = backend.table.split(".")
+    names = DdlNames(schema, name).object_names()
+    for table in (f"{backend.table}_parents", f"{backend.table}_waiting", backend.table):
+        backend.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    root = backend.enqueue()
+    conn = backend.client_conn()
+    client = backend.client(conn)
+    children = client.insert_tasks(
+        [
+            {"origem": "o", "destino": "d", "processo": "p", "chave_externa": str(n)}
+            | {"payload": {}, "after": [root]}
+            for n in range(300)
+        ]
+    )
+    client.insert_task("o", "d", "p", None, "x", after=children)
+    conn.commit()
+    # The edges' statistics as autovacuum leaves them after such an insert (one parent
+    # holds half of them); autovacuum itself is off, so that no run changes the plans.
+    backend.execute(f"ANALYZE {backend.table}_parents")
+    WorkflowStore(backend.dialect, backend.table).release_after_success(conn, [root])
+    conn.commit()
+    indexes = (names["idx_parents_child"], names["idx_aguardando"])
+    # The session's counts not reported yet (the inserts' reads among them), by index.
+    read_sql = (
+        "SELECT sum(pg_stat_get_xact_tuples_returned(i.oid)) FROM pg_class AS i "
+        "JOIN pg_namespace AS n ON n.oid = i.relnamespace "
+        "WHERE n.nspname = %s AND i.relname = ANY(%s)"
+    )
+    with conn.cursor() as cur:
+        cur.execute(read_sql, (schema, list(indexes)))
+        before = cur.fetchone()[0]
+        for setting in ("enable_sort", "enable_bitmapscan"):  # off in the claim function
+            cur.execute(f"SET LOCAL {setting} = off")
+        for group in range(0, 120, 20):
+            cur.execute(
+                f"SELECT {schema}.{names['release_function']}(%s::bigint[])",
+                (children[group : group + 20],),
+            )
+        cur.execute(read_sql, (schema, list(indexes)))
+        read = cur.fetchone()[0] - before
+    conn.rollback()
+    assert read == 0, f"{read} index entries of {indexes} read by 6 settles of 20 children"
