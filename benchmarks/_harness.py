@@ -320,7 +320,9 @@ def wait_succeeded(
         if last_done:
             done = conn.execute(count, (first_id, last_id), prepare=True).fetchone()[0]
             if done >= target:
-                return conn.execute(end, (first_id, last_id)).fetchone()[0] - t0_db
+                ended = conn.execute(end, (first_id, last_id)).fetchone()[0]
+                # A release without finished_at (a paired run's older tree): this poll's time.
+                return time.perf_counter() - t0 if ended is None else ended - t0_db
         if time.perf_counter() - t0 > timeout:
             done = conn.execute(count, (first_id, last_id)).fetchone()[0]
             raise BenchError(f"only {done}/{target} tasks done after {timeout:.0f} s")

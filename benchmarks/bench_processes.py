@@ -19,8 +19,8 @@ and the calls one process sustains.
 
     .venv/bin/python benchmarks/bench_processes.py [--rounds 3] [--tasks 3000] [--calls 1000]
 
-``--tasks`` 3,000 by default: a drain of 1,000 lasts about 0.2 s here, which the polls
-that time it (20 ms apart) and the first groups' start blur by a tenth or more.
+``--tasks`` 3,000 by default: a drain of 1,000 lasts about 0.2 s here, which the first
+groups' start blurs by a tenth or more.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_a_task_the_unique_index_of_running_keys_refuses_is_skipped(backend):
         lambda: not thread.is_alive() or _waits_for_a_lock(backend, backend.session_id(worker)),
         20,
         "the limited claim to wait for the other claim's commit",
-        interval=0.25,  # InnoDB refreshes innodb_trx only when nobody read it for 0.1 s
+        interval=0.25,
     )
     holder.commit()
     thread.join(20)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.innodb import fresh_read
 from tests.helpers.processes import wait_for
 from tests.integration.store.backends import execute, fetch
 
@@ -31,11 +32,13 @@ def _waits_for_a_lock(backend, session_id: int) -> bool:
         )
     else:
         # By the statement's table: the session of a CALL's statement may read as another.
-        rows = fetch(
-            backend.admin,
-            "SELECT 1 FROM information_schema.innodb_trx "
-            "WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE %s",
-            (f"%{backend.table}%",),
+        rows = fresh_read(
+            lambda: fetch(
+                backend.admin,
+                "SELECT 1 FROM information_schema.innodb_trx "
+                "WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE %s",
+                (f"%{backend.table}%",),
+            )
         )
     return bool(rows)
 
@@ -73,7 +76,6 @@ def test_a_head_committed_between_two_claims_never_runs_beside_the_running_task(
         lambda: not b.is_alive() or _waits_for_a_lock(backend, backend.session_id(worker)),
         20,
         "claim B to wait for claim A's commit",
-        # InnoDB refreshes innodb_trx only when nobody read it for 0.1 s.
         interval=0.25,
     )
     holder.commit()
