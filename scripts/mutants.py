@@ -1211,6 +1211,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "a fan-in's parents queue on each other's slots instead of taking free ones",
     ),
     Mutant(
+        "pg-claim-from-the-position-probes-every-keyed-row",
+        "nsj_queue_lib/db/postgres/dialect.py",
+        '    " AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))"\n',
+        "",
+        (
+            "tests/integration/store/test_store_claim_position.py::"
+            "test_a_claim_from_the_position_probes_one_window_of_a_keys_backlog[postgres]",
+        ),
+        ("postgres",),
+        "each call of a busy process probes its whole backlog of queued calls",
+    ),
+    Mutant(
         "pg-release-plans-under-its-callers-settings",
         "nsj_queue_lib/db/postgres/workflow_tables.sql",
         "SET enable_sort = on\nSET enable_bitmapscan = on\nSET plan_cache_mode = force_generic_plan\n",

@@ -592,6 +592,8 @@ DECLARE
     pos_id public.fila_teste.id%TYPE;
     pos_empty boolean := false;
     pos_fresh boolean := false;
+    pos_edge_data_hora public.fila_teste.data_hora%TYPE := 'infinity';
+    pos_edge_id public.fila_teste.id%TYPE := 9223372036854775807;
     now_us bigint;
     due_until timestamptz;
     looked_at timestamptz;
@@ -645,6 +647,11 @@ BEGIN
             pos_id := remembered[5]::bigint;
             pos_empty := remembered[6] IS NOT DISTINCT FROM 'empty';
             pos_fresh := remembered[2]::bigint > now_us;
+            -- The last row of the look-up's window (none: fewer ready rows than a window).
+            IF coalesce(remembered[9], '') <> '' THEN
+                pos_edge_data_hora := to_timestamp(0) + remembered[8]::bigint * interval '1 microsecond';
+                pos_edge_id := remembered[9]::bigint;
+            END IF;
         END IF;
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
@@ -677,12 +684,19 @@ BEGIN
                 -- only when nothing is: under a held snapshot the look-ups, which walk
                 -- every entry it keeps, then come when the queue has drained, not in
                 -- front of the tasks that just arrived.
+                -- Keyed rows only up to the look-up's window's last row (dialect.py's
+                -- CLAIM_AFTER_POSITION): only a key's head passes, and the walk, looking
+                -- for a group's worth, probed the key index for each of a key's queued
+                -- tasks, the whole backlog of a busy process's calls at every claim (14 ms
+                -- a claim at 3,000 queued calls, benchmarks/bench_key_backlog.py). A head
+                -- beyond the window is claimed after the unkeyed rows found after it,
+                -- or by a walk of every row when the claim finds nothing else.
                 IF pos_id IS NOT NULL THEN
                     RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id) AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -705,6 +719,39 @@ LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     GET DIAGNOSTICS more = ROW_COUNT;
                     claimed := claimed + more;
+                    -- Nothing there with keyed rows past the window skipped: every row,
+                    -- as before the window (a look-up is no more frequent than it was).
+                    IF claimed = 0 AND pos_edge_id <> 9223372036854775807 THEN
+                        pos_edge_data_hora := 'infinity';
+                        pos_edge_id := 9223372036854775807;
+                        RETURN QUERY WITH next AS (
+    SELECT q.id
+    FROM public.fila_teste AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id) AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))
+      AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE public.fila_teste AS t
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
+FROM claimed AS c
+LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;
+                    END IF;
                     IF claimed > 0 THEN
                         RETURN;
                     END IF;
@@ -818,11 +865,14 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     claimed := claimed + more;
                 END IF;
                 IF claimed = 0 THEN
+                    -- Every ready row from the first on, keyed ones too.
+                    pos_edge_data_hora := 'infinity';
+                    pos_edge_id := 9223372036854775807;
                     RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id) AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -891,7 +941,10 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                         'ready',
                         (extract(epoch FROM clock_timestamp()) * 1000000
                          + 1000000 * least(5.0, greatest(0.02,
-                             100 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint),
+                             100 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint,
+                        -- The window's last row (none: fewer ready rows than a window).
+                        (extract(epoch FROM edge_data_hora) * 1000000)::bigint,
+                        edge_id),
                         false);
                 END IF;
                 RETURN;
@@ -905,7 +958,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim cb04b2b0af72e490';
+    IS 'nsj_queue_lib claim 84c62eefc5d32157';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

@@ -35,6 +35,8 @@ DECLARE
     pos_id {table}.id%TYPE;
     pos_empty boolean := false;
     pos_fresh boolean := false;
+    pos_edge_data_hora {table}.data_hora%TYPE := 'infinity';
+    pos_edge_id {table}.id%TYPE := {no_edge_id};
     now_us bigint;
     due_until timestamptz;
     looked_at timestamptz;
@@ -88,6 +90,11 @@ BEGIN
             pos_id := remembered[5]::bigint;
             pos_empty := remembered[6] IS NOT DISTINCT FROM 'empty';
             pos_fresh := remembered[2]::bigint > now_us;
+            -- The last row of the look-up's window (none: fewer ready rows than a window).
+            IF coalesce(remembered[9], '') <> '' THEN
+                pos_edge_data_hora := to_timestamp(0) + remembered[8]::bigint * interval '1 microsecond';
+                pos_edge_id := remembered[9]::bigint;
+            END IF;
         END IF;
         -- claim_query.sql, at most three times: lock_key's unique index of
         -- running keys refuses a row another claim took the key of since this
@@ -120,8 +127,22 @@ BEGIN
                 -- only when nothing is: under a held snapshot the look-ups, which walk
                 -- every entry it keeps, then come when the queue has drained, not in
                 -- front of the tasks that just arrived.
+                -- Keyed rows only up to the look-up's window's last row (dialect.py's
+                -- CLAIM_AFTER_POSITION): only a key's head passes, and the walk, looking
+                -- for a group's worth, probed the key index for each of a key's queued
+                -- tasks, the whole backlog of a busy process's calls at every claim (14 ms
+                -- a claim at 3,000 queued calls, benchmarks/bench_key_backlog.py). A head
+                -- beyond the window is claimed after the unkeyed rows found after it,
+                -- or by a walk of every row when the claim finds nothing else.
                 IF pos_id IS NOT NULL THEN
                     {claim_after_position}
+                    -- Nothing there with keyed rows past the window skipped: every row,
+                    -- as before the window (a look-up is no more frequent than it was).
+                    IF claimed = 0 AND pos_edge_id <> {no_edge_id} THEN
+                        pos_edge_data_hora := 'infinity';
+                        pos_edge_id := {no_edge_id};
+                        {claim_after_position}
+                    END IF;
                     IF claimed > 0 THEN
                         RETURN;
                     END IF;
@@ -209,6 +230,9 @@ BEGIN
                     {claim_in_window}
                 END IF;
                 IF claimed = 0 THEN
+                    -- Every ready row from the first on, keyed ones too.
+                    pos_edge_data_hora := 'infinity';
+                    pos_edge_id := {no_edge_id};
                     {claim_after_position}
                     IF claimed < claim_limit THEN
                         {claim_below}
@@ -230,7 +254,10 @@ BEGIN
                         'ready',
                         (extract(epoch FROM clock_timestamp()) * 1000000
                          + 1000000 * least(5.0, greatest(0.02,
-                             100 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint),
+                             100 * extract(epoch FROM clock_timestamp() - looked_at))))::bigint,
+                        -- The window's last row (none: fewer ready rows than a window).
+                        (extract(epoch FROM edge_data_hora) * 1000000)::bigint,
+                        edge_id),
                         false);
                 END IF;
                 RETURN;

@@ -27,9 +27,29 @@ def test_a_window_of_busy_keys_only_then_every_ready_row_is_walked(backend):
     worker = backend.worker()
     assert _claim(backend, worker, 1) == [hot[0]]  # the key "hot" is running now
 
-    # The window holds the hot key's waiting tasks only: nothing there; beyond it, two.
+    # A look-up: the window holds the hot key's waiting tasks only, nothing there; beyond
+    # it, two.
+    _forget_position(worker)
     assert _claim(backend, worker, 10) == [*other, *free]
     assert _claim(backend, worker, 10) == []
+
+
+def test_from_the_position_a_keyed_row_beyond_the_look_ups_window_waits_for_the_next(backend):
+    """From the position, keyed rows are candidates up to the look-up's window's last row
+    only (a busy key's backlog is not probed row by row at every claim): a key's head
+    beyond it is claimed by a walk of every row, when the claim finds nothing else."""
+    hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(WINDOW + 40)])
+    other = backend.enqueue(dict(lock_key="other"))
+    free = backend.enqueue(dict())
+    worker = backend.worker()
+    assert _claim(backend, worker, 1) == [hot[0]]  # a look-up; the key "hot" is running
+    assert _claim(backend, worker, 10) == free  # from its position
+    assert _claim(backend, worker, 10) == other  # nothing else: every row walked
+    assert _claim(backend, worker, 10) == []
+
+
+def _forget_position(worker) -> None:
+    worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
 
 
 def test_the_window_claims_what_the_whole_walk_would_claim_first(backend):
