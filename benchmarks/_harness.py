@@ -321,7 +321,7 @@ def wait_succeeded(
             done = conn.execute(count, (first_id, last_id), prepare=True).fetchone()[0]
             if done >= target:
                 ended = conn.execute(end, (first_id, last_id)).fetchone()[0]
-                # A release without finished_at (a paired run's older tree): this poll's time.
+                # finished_at not written (a paired run's tree older than it): this poll's time.
                 return time.perf_counter() - t0 if ended is None else ended - t0_db
         if time.perf_counter() - t0 > timeout:
             done = conn.execute(count, (first_id, last_id)).fetchone()[0]

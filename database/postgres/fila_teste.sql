@@ -690,8 +690,10 @@ LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     GET DIAGNOSTICS more = ROW_COUNT;
                     claimed := claimed + more;
-                    -- Nothing there with keyed rows past the window skipped: every row,
-                    -- as before the window (a look-up is no more frequent than it was).
+                    -- Nothing there (keyed rows past the window were not candidates):
+                    -- every row, as before the window, so that a look-up is no more
+                    -- frequent than it was. An idle queue's claim walks twice here,
+                    -- until its position's end (5 s at most).
                     IF claimed = 0 AND pos_edge_id <> 9223372036854775807 THEN
                         pos_edge_data_hora := 'infinity';
                         pos_edge_id := 9223372036854775807;

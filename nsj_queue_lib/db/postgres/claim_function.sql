@@ -136,8 +136,10 @@ BEGIN
                 -- or by a walk of every row when the claim finds nothing else.
                 IF pos_id IS NOT NULL THEN
                     {claim_after_position}
-                    -- Nothing there with keyed rows past the window skipped: every row,
-                    -- as before the window (a look-up is no more frequent than it was).
+                    -- Nothing there (keyed rows past the window were not candidates):
+                    -- every row, as before the window, so that a look-up is no more
+                    -- frequent than it was. An idle queue's claim walks twice here,
+                    -- until its position's end (5 s at most).
                     IF claimed = 0 AND pos_edge_id <> {no_edge_id} THEN
                         pos_edge_data_hora := 'infinity';
                         pos_edge_id := {no_edge_id};

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.store.test_store_claim_position import FAR_FUTURE_US
+
 pytestmark = [pytest.mark.backends("postgres"), pytest.mark.timeout(60)]
 
 WINDOW = 128  # greatest(claim_limit * 8, 128) for claim_limit up to 16
@@ -57,7 +59,7 @@ def _keep_position(worker) -> None:
     """The session's position made to outlive the test (its lives end in 20 ms here)."""
     fields = worker.execute("SELECT current_setting('nsjq.claim_position')").fetchone()[0]
     fields = fields.split(",")
-    fields[1] = fields[6] = str(4_000_000_000 * 1_000_000)  # fresh, then usable: until 2096
+    fields[1] = fields[6] = str(FAR_FUTURE_US)  # fresh, then usable: until 2096
     worker.execute("SELECT set_config('nsjq.claim_position', %s, false)", (",".join(fields),))
 
 
