@@ -1213,14 +1213,39 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "pg-claim-from-the-position-probes-every-keyed-row",
         "nsj_queue_lib/db/postgres/dialect.py",
-        '    " AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))"\n',
-        "",
+        '    " BETWEEN (pos_data_hora, pos_id) AND (pos_edge_data_hora, pos_edge_id)"\n',
+        '    " >= (pos_data_hora, pos_id)"\n',
         (
             "tests/integration/store/test_store_claim_position.py::"
             "test_a_claim_from_the_position_probes_one_window_of_a_keys_backlog[postgres]",
         ),
         ("postgres",),
         "each call of a busy process probes its whole backlog of queued calls",
+    ),
+    Mutant(
+        "pg-claim-from-the-position-walks-past-its-window-to-the-end",
+        "nsj_queue_lib/db/postgres/dialect.py",
+        '    " BETWEEN (pos_data_hora, pos_id) AND (pos_edge_data_hora, pos_edge_id)"\n',
+        '    " >= (pos_data_hora, pos_id)"\n'
+        '    " AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))"\n',
+        (
+            "tests/integration/store/test_store_claim_position.py::"
+            "test_a_claim_from_the_position_of_many_keys_walks_a_window_not_the_backlog[postgres]",
+        ),
+        ("postgres",),
+        "calls to many processes walk the whole backlog at every claim once a window is claimed",
+    ),
+    Mutant(
+        "pg-claim-from-the-position-never-moves-its-window",
+        "nsj_queue_lib/db/postgres/claim_function.sql",
+        "                            IF claimed > 0 THEN\n                                -- The next window",
+        "                            IF false THEN\n                                -- The next window",
+        (
+            "tests/integration/store/test_store_claim_window.py::"
+            "test_from_the_position_a_claim_takes_the_next_window_when_its_own_has_nothing[postgres]",
+        ),
+        ("postgres",),
+        "a position's window is never moved on: every claim past it walks two windows",
     ),
     Mutant(
         "pg-release-plans-under-its-callers-settings",

@@ -655,19 +655,27 @@ BEGIN
                 -- only when nothing is: under a held snapshot the look-ups, which walk
                 -- every entry it keeps, then come when the queue has drained, not in
                 -- front of the tasks that just arrived.
-                -- Keyed rows only up to the look-up's window's last row (dialect.py's
-                -- CLAIM_AFTER_POSITION): only a key's head passes, and the walk, looking
-                -- for a group's worth, probed the key index for each of a key's queued
-                -- tasks, the whole backlog of a busy process's calls at every claim (14 ms
-                -- a claim at 3,000 queued calls, benchmarks/bench_key_backlog.py). A head
-                -- beyond the window is claimed after the unkeyed rows found after it,
-                -- or by a walk of every row when the claim finds nothing else.
+                -- Window by window: from the position to the look-up's window's last row,
+                -- then, when nothing there is claimable, the next window after it
+                -- (remembered as the position's window from then on). A walk from the
+                -- position to the end, looking for a group's worth, probed the key index
+                -- for every keyed row it passed: the whole backlog of a busy process's
+                -- calls at every claim (14 ms a claim at 3,000 queued calls, benchmarks/
+                -- bench_key_backlog.py); a filter that only let keyed rows up to the
+                -- window's last row through spared the probes but still walked the
+                -- backlog to its end once the window was claimed (calls to 3,000 distinct
+                -- processes drained at 0.75 of the walk's speed). Windows keep the claim
+                -- order. No window (fewer ready rows than one at the look-up), or nothing
+                -- claimable in both: every row from the position, so that a claim says
+                -- "nothing" only when nothing is claimable and a look-up is no more
+                -- frequent than it was.
                 IF pos_id IS NOT NULL THEN
-                    RETURN QUERY WITH next AS (
+                    IF pos_edge_id <> 9223372036854775807 THEN
+                        RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id) AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) BETWEEN (pos_data_hora, pos_id) AND (pos_edge_data_hora, pos_edge_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -690,18 +698,64 @@ LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
 ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     GET DIAGNOSTICS more = ROW_COUNT;
                     claimed := claimed + more;
-                    -- Nothing there (keyed rows past the window were not candidates):
-                    -- every row, as before the window, so that a look-up is no more
-                    -- frequent than it was. An idle queue's claim walks twice here,
-                    -- until its position's end (5 s at most).
-                    IF claimed = 0 AND pos_edge_id <> 9223372036854775807 THEN
-                        pos_edge_data_hora := 'infinity';
-                        pos_edge_id := 9223372036854775807;
+                        IF claimed = 0 THEN
+                            SELECT w.data_hora, w.id INTO edge_data_hora, edge_id
+                            FROM public.fila_teste AS w
+                            WHERE w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                              AND w.prioridade = pos_prioridade
+                              AND (w.data_hora, w.id) > (pos_edge_data_hora, pos_edge_id)
+                            ORDER BY w.prioridade DESC, w.data_hora, w.id
+                            OFFSET window_size - 1 LIMIT 1;
+                            IF edge_id IS NULL THEN
+                                edge_data_hora := 'infinity';
+                                edge_id := 9223372036854775807;
+                            END IF;
+                            RETURN QUERY WITH next AS (
+    SELECT q.id
+    FROM public.fila_teste AS q
+    WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) > (pos_edge_data_hora, pos_edge_id) AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
+      AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
+      AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
+      AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
+    ORDER BY q.prioridade DESC, q.data_hora, q.id
+    LIMIT claim_limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE public.fila_teste AS t
+    SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
+    FROM next
+    WHERE t.id = next.id
+    RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
+              t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
+              t.data_hora AS claimed_data_hora
+)
+SELECT c.claimed_row, fa.payload,
+       pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
+FROM claimed AS c
+LEFT JOIN public.fila_teste AS fa ON fa.id = c.chain_id AND c.needs_payload
+ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
+                    GET DIAGNOSTICS more = ROW_COUNT;
+                    claimed := claimed + more;
+                            IF claimed > 0 THEN
+                                -- The next window is the position's from now on.
+                                PERFORM set_config('nsjq.claim_position', concat_ws(',',
+                                    remembered[1], remembered[2], remembered[3], remembered[4],
+                                    remembered[5], remembered[6], remembered[7],
+                                    CASE WHEN edge_id <> 9223372036854775807
+                                         THEN (extract(epoch FROM edge_data_hora) * 1000000)::bigint
+                                    END,
+                                    CASE WHEN edge_id <> 9223372036854775807 THEN edge_id END),
+                                    false);
+                            END IF;
+                        END IF;
+                    END IF;
+                    IF claimed = 0 THEN
                         RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id) AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -838,14 +892,12 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     claimed := claimed + more;
                 END IF;
                 IF claimed = 0 THEN
-                    -- Every ready row from the first on, keyed ones too.
-                    pos_edge_data_hora := 'infinity';
-                    pos_edge_id := 9223372036854775807;
+                    -- Every ready row from the first on.
                     RETURN QUERY WITH next AS (
     SELECT q.id
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
-      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id) AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))
+      AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
       AND (q.lock_key IS NULL OR (q.lock_key NOT IN (SELECT running.lock_key FROM unnest(ARRAY(SELECT held.lock_key FROM public.fila_teste AS held WHERE held.lock_key IS NOT NULL AND held.status = 'processando' ORDER BY held.lock_key)) AS running(lock_key)) AND q.id = (SELECT head.id FROM public.fila_teste AS head WHERE head.lock_key = q.lock_key AND head.status = 'pendente' AND head.data_hora <= clock_timestamp() ORDER BY head.prioridade DESC, head.data_hora, head.id LIMIT 1)))
       AND (q.subscriber_id IS NULL OR handled_subscribers IS NULL OR q.subscriber_id = ANY(handled_subscribers)) AND (handled_processos IS NULL OR q.processo = ANY(handled_processos))
       AND NOT EXISTS (SELECT 1 FROM public.fila_teste_limits AS qp WHERE qp.processo = '' AND (qp.paused AND (qp.paused_until IS NULL OR qp.paused_until > clock_timestamp()))) AND (q.processo IS NULL OR q.processo NOT IN (SELECT limited.processo FROM unnest(ARRAY(SELECT lim.processo FROM public.fila_teste_limits AS lim WHERE ((lim.max_concurrent IS NOT NULL OR lim.rate_count IS NOT NULL OR lim.interval_min_s IS NOT NULL OR lim.time_windows IS NOT NULL OR lim.max_concurrent_per_key IS NOT NULL) OR (lim.paused AND (lim.paused_until IS NULL OR lim.paused_until > clock_timestamp())) OR lim.breaker_open))) AS limited(processo)))
@@ -931,7 +983,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 84c62eefc5d32157';
+    IS 'nsj_queue_lib claim e29e69650c268724';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's

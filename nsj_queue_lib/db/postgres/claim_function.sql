@@ -127,22 +127,50 @@ BEGIN
                 -- only when nothing is: under a held snapshot the look-ups, which walk
                 -- every entry it keeps, then come when the queue has drained, not in
                 -- front of the tasks that just arrived.
-                -- Keyed rows only up to the look-up's window's last row (dialect.py's
-                -- CLAIM_AFTER_POSITION): only a key's head passes, and the walk, looking
-                -- for a group's worth, probed the key index for each of a key's queued
-                -- tasks, the whole backlog of a busy process's calls at every claim (14 ms
-                -- a claim at 3,000 queued calls, benchmarks/bench_key_backlog.py). A head
-                -- beyond the window is claimed after the unkeyed rows found after it,
-                -- or by a walk of every row when the claim finds nothing else.
+                -- Window by window: from the position to the look-up's window's last row,
+                -- then, when nothing there is claimable, the next window after it
+                -- (remembered as the position's window from then on). A walk from the
+                -- position to the end, looking for a group's worth, probed the key index
+                -- for every keyed row it passed: the whole backlog of a busy process's
+                -- calls at every claim (14 ms a claim at 3,000 queued calls, benchmarks/
+                -- bench_key_backlog.py); a filter that only let keyed rows up to the
+                -- window's last row through spared the probes but still walked the
+                -- backlog to its end once the window was claimed (calls to 3,000 distinct
+                -- processes drained at 0.75 of the walk's speed). Windows keep the claim
+                -- order. No window (fewer ready rows than one at the look-up), or nothing
+                -- claimable in both: every row from the position, so that a claim says
+                -- "nothing" only when nothing is claimable and a look-up is no more
+                -- frequent than it was.
                 IF pos_id IS NOT NULL THEN
-                    {claim_after_position}
-                    -- Nothing there (keyed rows past the window were not candidates):
-                    -- every row, as before the window, so that a look-up is no more
-                    -- frequent than it was. An idle queue's claim walks twice here,
-                    -- until its position's end (5 s at most).
-                    IF claimed = 0 AND pos_edge_id <> {no_edge_id} THEN
-                        pos_edge_data_hora := 'infinity';
-                        pos_edge_id := {no_edge_id};
+                    IF pos_edge_id <> {no_edge_id} THEN
+                        {claim_position_window}
+                        IF claimed = 0 THEN
+                            SELECT w.data_hora, w.id INTO edge_data_hora, edge_id
+                            FROM {table} AS w
+                            WHERE {hot_w}w.status = 'pendente' AND w.data_hora <= clock_timestamp()
+                              AND w.prioridade = pos_prioridade
+                              AND (w.data_hora, w.id) > (pos_edge_data_hora, pos_edge_id)
+                            ORDER BY w.prioridade DESC, w.data_hora, w.id
+                            OFFSET window_size - 1 LIMIT 1;
+                            IF edge_id IS NULL THEN
+                                edge_data_hora := 'infinity';
+                                edge_id := {no_edge_id};
+                            END IF;
+                            {claim_next_window}
+                            IF claimed > 0 THEN
+                                -- The next window is the position's from now on.
+                                PERFORM set_config('nsjq.claim_position', concat_ws(',',
+                                    remembered[1], remembered[2], remembered[3], remembered[4],
+                                    remembered[5], remembered[6], remembered[7],
+                                    CASE WHEN edge_id <> {no_edge_id}
+                                         THEN (extract(epoch FROM edge_data_hora) * 1000000)::bigint
+                                    END,
+                                    CASE WHEN edge_id <> {no_edge_id} THEN edge_id END),
+                                    false);
+                            END IF;
+                        END IF;
+                    END IF;
+                    IF claimed = 0 THEN
                         {claim_after_position}
                     END IF;
                     IF claimed > 0 THEN
@@ -232,9 +260,7 @@ BEGIN
                     {claim_in_window}
                 END IF;
                 IF claimed = 0 THEN
-                    -- Every ready row from the first on, keyed ones too.
-                    pos_edge_data_hora := 'infinity';
-                    pos_edge_id := {no_edge_id};
+                    -- Every ready row from the first on.
                     {claim_after_position}
                     IF claimed < claim_limit THEN
                         {claim_below}

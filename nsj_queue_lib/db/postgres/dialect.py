@@ -40,12 +40,22 @@ CLAIM_IN_WINDOW = (
 
 # The claims from the session's position (claim_function.sql): the rest of the position's
 # prioridade, from the position on; after a look-up, the position is its first ready row.
-# The same bounds of the index scan, from below. Keyed rows only up to the look-up's
-# window's last row (pos_edge_*; no window: a last row after every row), a test that costs
-# nothing beside the key index's probe it spares (the function says why).
+# The same bounds of the index scan, from below.
 CLAIM_AFTER_POSITION = (
     "q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)"
-    " AND (q.lock_key IS NULL OR (q.data_hora, q.id) <= (pos_edge_data_hora, pos_edge_id))"
+)
+# From the position to the last row of its window (pos_edge_*), then the next window, from
+# that row (excluded) to the next window's last (edge_*; none: every row after it): bounds
+# of the index scan on both sides, so a walk looking for a group's worth stops at the
+# window's end instead of probing every keyed row of a busy key's backlog (the function
+# says why).
+CLAIM_POSITION_WINDOW = (
+    "q.prioridade = pos_prioridade AND (q.data_hora, q.id)"
+    " BETWEEN (pos_data_hora, pos_id) AND (pos_edge_data_hora, pos_edge_id)"
+)
+CLAIM_NEXT_WINDOW = (
+    "q.prioridade = pos_prioridade AND (q.data_hora, q.id) > (pos_edge_data_hora, pos_edge_id)"
+    " AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)"
 )
 # The id of a window's last row when there is none: a bigint's largest value.
 NO_EDGE_ID = "9223372036854775807"
@@ -115,6 +125,8 @@ def claim_function_version() -> str:
         + sql_code(read_sql("postgres", "claim_query.sql"))
         + CLAIM_IN_WINDOW
         + CLAIM_AFTER_POSITION
+        + CLAIM_POSITION_WINDOW
+        + CLAIM_NEXT_WINDOW
         + CLAIM_BELOW
         + NO_EDGE_ID
         + repr(RETURN_JOINED)
@@ -176,6 +188,8 @@ class PostgresDialect(Dialect):
                 query, query_values, CLAIM_BELOW, returning, limit="claim_limit - claimed"
             ),
             claim_after_position=_claim(query, query_values, CLAIM_AFTER_POSITION, returning),
+            claim_position_window=_claim(query, query_values, CLAIM_POSITION_WINDOW, returning),
+            claim_next_window=_claim(query, query_values, CLAIM_NEXT_WINDOW, returning),
             no_edge_id=NO_EDGE_ID,
         )
         parts["claim_function_ddl"] = render(

@@ -36,23 +36,39 @@ def test_a_window_of_busy_keys_only_then_every_ready_row_is_walked(backend):
     assert _claim(backend, worker, 10) == []
 
 
-def test_from_the_position_a_keyed_row_beyond_the_look_ups_window_waits_for_the_next(backend):
-    """From the position, keyed rows are candidates up to the look-up's window's last row
-    only (a busy key's backlog is not probed row by row at every claim): a key's head
-    beyond it is claimed by a walk of every row, when the claim finds nothing else."""
-    hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(WINDOW + 40)])
+def test_from_the_position_a_claim_takes_the_next_window_when_its_own_has_nothing(backend):
+    """From the position, a claim walks the look-up's window; when nothing there is
+    claimable, the window after it, which is the position's window from then on (a busy
+    key's backlog is not probed row by row to its end at every claim)."""
+    hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(WINDOW + 10)])
+    free = backend.enqueue(*[dict() for _ in range(WINDOW + 10)])
+    worker = backend.worker()
+    assert _claim(backend, worker, 1) == [hot[0]]  # a look-up; the key "hot" is running
+    _keep_position(worker)
+    assert int(_position(worker)[8]) == hot[WINDOW - 1]  # the look-up's window's last row
+    assert _claim(backend, worker, 10) == free[:10]  # from the next window, in claim order
+    assert int(_position(worker)[8]) == free[WINDOW - 11]  # the next window's last row
+    assert _claim(backend, worker, 10) == free[10:20]  # from that window
+
+
+def test_from_the_position_nothing_in_two_windows_walks_every_row(backend):
+    hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(2 * WINDOW + 40)])
     other = backend.enqueue(dict(lock_key="other"))
     free = backend.enqueue(dict())
     worker = backend.worker()
     assert _claim(backend, worker, 1) == [hot[0]]  # a look-up; the key "hot" is running
     _keep_position(worker)
-    assert _claim(backend, worker, 10) == free  # from its position
-    assert _claim(backend, worker, 10) == other  # nothing else: every row walked
+    assert _claim(backend, worker, 10) == [*other, *free]  # beyond both windows
+    assert int(_position(worker)[8]) == hot[WINDOW - 1]  # nothing in the next: kept
     assert _claim(backend, worker, 10) == []
 
 
 def _forget_position(worker) -> None:
     worker.execute("SELECT set_config('nsjq.claim_position', '', false)")
+
+
+def _position(worker) -> list[str]:
+    return worker.execute("SELECT current_setting('nsjq.claim_position')").fetchone()[0].split(",")
 
 
 def _keep_position(worker) -> None:
