@@ -41,6 +41,20 @@ pytest_plugins = [
 ]
 
 
+def pytest_configure(config) -> None:
+    """Compile the library and the tests' worker scripts once, before any test starts a
+    process. With ``PYTHONDONTWRITEBYTECODE=1`` (this machine's default, and many CI
+    images') nothing writes ``.pyc`` files, so each of the suite's hundreds of worker
+    processes compiled every module it imported again (about 0.1 s of each start).
+    ``compileall`` writes them whatever that variable says; the xdist workers skip it."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    for folder in ("nsj_queue_lib", "tests"):
+        compileall.compile_dir(ROOT / folder, quiet=2)
+
+
 def _unavailable(reason: str) -> None:
     """Skip, or fail under CI=true, because a test database is missing."""
     if databases.ci_enabled():

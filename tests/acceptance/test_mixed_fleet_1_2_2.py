@@ -35,6 +35,9 @@ pytestmark = [pytest.mark.slow, LEGACY_KEYS]
 
 WORKER = "legacy_style_worker.py"
 LONG = 19  # seconds: longer than 1.2.2's retry period (15 s), and ours (1 s)
+# seconds tasks run while 1.2.2's retry thread is to see them running: two of its periods
+# and some, so that a check its thread makes late on a loaded machine still finds them.
+TWO_CHECKS = 35
 COMPAT_LINE = "compatible with nsj-queue-lib 1.2.2 workers"
 # seconds a process may take to start or pick a task up: generous, because a loaded CI
 # machine (load 11, other tests' workers) once took more than 15 s to start 1.2.2's worker.
@@ -142,9 +145,9 @@ def test_upgrade_while_1_2_2_runs_then_a_mixed_fleet_runs_each_task_once(
     legacy = fleet.legacy("legacy")
     wait_for(lambda: _listening(pg_autocommit, queue), 20, "the 1.2.2 worker to listen")
     # Before the upgrade the table is 1.2.2's: 1.2.2's client enqueues.
-    # t1 outlasts t2-t4's start by a whole 1.2.2 retry period, under load too: that check must
+    # t1 outlasts t2-t4's start by two 1.2.2 retry periods, under load too: that check must
     # see all four running, and the kill below must find t1 still running.
-    t1 = dict(origem="o", destino="d", processo="p", chave_externa="t1", payload='{"sleep": 30}')
+    t1 = dict(origem="o", destino="d", processo="p", chave_externa="t1", payload='{"sleep": 90}')
     legacy_client(legacy_python, tmp_path, pg_dsn, queue, [t1])
     [(first,)] = pg_autocommit.execute(f"SELECT id FROM {queue.table}").fetchall()
     assert first > 3
@@ -159,7 +162,7 @@ def test_upgrade_while_1_2_2_runs_then_a_mixed_fleet_runs_each_task_once(
     assert time.monotonic() - began < 5
 
     ours = [fleet.ours("ours-a", QUEUE_CONCURRENCY=3), fleet.ours("ours-b")]
-    rest = enqueue(pg_dsn, queue.table, [_task(f"t{n}", LONG) for n in (2, 3, 4)])
+    rest = enqueue(pg_dsn, queue.table, [_task(f"t{n}", TWO_CHECKS) for n in (2, 3, 4)])
     wait_for(
         lambda: {r["task_id"] for r in _started(pg_autocommit, queue)} >= set(rest),
         15,
@@ -168,7 +171,7 @@ def test_upgrade_while_1_2_2_runs_then_a_mixed_fleet_runs_each_task_once(
     # 1.2.2's retry thread looks at the running tasks (ours and its own) and leaves them.
     wait_for(
         lambda: "Quantidade de tarefas pendentes, a verificar: 4" in legacy.output(),
-        LONG,
+        TWO_CHECKS - 3,
         "1.2.2's retry thread to check the four running tasks",
     )
     # kill -9 of the 1.2.2 worker mid-task, after the task outlived both rescue periods.
