@@ -1371,6 +1371,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "POST /api/v1/tasks?wait= polls on MySQL/MariaDB although the workers push ends",
     ),
+    Mutant(
+        "my-completion-reads-its-first-attempt-from-every-partition",
+        MY_PROCEDURE,
+        "        SELECT COALESCE(id_inicial, id) INTO v_done_first FROM {table}\n"
+        "        WHERE {hot}id = p_task_id;\n",
+        "        SELECT COALESCE(id_inicial, id) INTO v_done_first FROM {table}\n"
+        "        WHERE id = p_task_id;\n",
+        (
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_the_claim_procedures_completion_reads_the_hot_partition_alone",
+        ),
+        ("mysql",),
+        "each success on a partitioned MariaDB queue probes every day partition's primary key",
+    ),
 )
 
 

@@ -363,7 +363,7 @@ CREATE PROCEDURE public.claim_next_fila_teste_v2(
 )
     MODIFIES SQL DATA
     SQL SECURITY INVOKER
-    COMMENT 'nsj_queue_lib claim 38589b8a446d9655'
+    COMMENT 'nsj_queue_lib claim 1ef25d36c532cf5e'
 BEGIN
     DECLARE v_prioridade INT;
     DECLARE v_data_hora TIMESTAMP(6);
@@ -395,6 +395,11 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     SET @nsjq_claim_limit = NULL, @nsjq_claimed_batch = NULL;
     IF p_task_id IS NOT NULL THEN
+        -- Its first attempt's id, read while the row is still in the hot partition: after
+        -- the settle moved it to its day's, a read by id alone probed every partition's
+        -- primary key (on a partitioned table with 60 days of history, every success).
+        SELECT COALESCE(id_inicial, id) INTO v_done_first FROM public.fila_teste
+        WHERE id = p_task_id;
         UPDATE public.fila_teste
         SET status = 'sucesso', mensagem = p_mensagem, finished_at = NOW(6)
         WHERE id = p_task_id AND status = 'processando';
@@ -409,7 +414,6 @@ BEGIN
         -- Its children waiting for it (workflow/dependencies.py), released in the
         -- same commit. A locking read: it sees a child committed after this
         -- transaction's snapshot (the child's insert held the row's lock till then).
-        SELECT COALESCE(id_inicial, id) INTO v_done_first FROM public.fila_teste WHERE id = p_task_id;
         SELECT COUNT(*) INTO v_children FROM public.fila_teste_parents
         WHERE parent_id = v_done_first LOCK IN SHARE MODE;
         IF v_children > 0 THEN

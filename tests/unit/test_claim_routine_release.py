@@ -24,7 +24,7 @@ from nsj_queue_lib.identifiers import check_identifier
 PINNED = {
     2: {
         "postgres": "nsj_queue_lib claim e29e69650c268724",
-        "mysql": "nsj_queue_lib claim 38589b8a446d9655",
+        "mysql": "nsj_queue_lib claim 1ef25d36c532cf5e",
     },
 }
 
