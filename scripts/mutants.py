@@ -1236,6 +1236,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "calls to many processes walk the whole backlog at every claim once a window is claimed",
     ),
     Mutant(
+        "pg-claim-keeps-every-look-ups-window",
+        "nsj_queue_lib/db/postgres/claim_function.sql",
+        "                    IF claimed >= claim_limit OR NOT EXISTS (\n",
+        "                    IF false AND NOT EXISTS (\n",
+        (
+            "tests/integration/store/test_store_claim_window.py::"
+            "test_a_window_that_gives_what_was_asked_is_not_kept",
+        ),
+        ("postgres",),
+        "a plain drain's claims go window by window: a statement more each window",
+    ),
+    Mutant(
         "pg-claim-from-the-position-never-moves-its-window",
         "nsj_queue_lib/db/postgres/claim_function.sql",
         "                            IF claimed > 0 THEN\n                                -- The next window",

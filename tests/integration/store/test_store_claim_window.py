@@ -37,13 +37,14 @@ def test_a_window_of_busy_keys_only_then_every_ready_row_is_walked(backend):
 
 
 def test_from_the_position_a_claim_takes_the_next_window_when_its_own_has_nothing(backend):
-    """From the position, a claim walks the look-up's window; when nothing there is
-    claimable, the window after it, which is the position's window from then on (a busy
-    key's backlog is not probed row by row to its end at every claim)."""
+    """Where busy keys filled the look-up's window, a claim from the position walks that
+    window; when nothing there is claimable, the window after it, which is the position's
+    window from then on (a busy key's backlog is not probed row by row to its end at every
+    claim)."""
     hot = backend.enqueue(*[dict(lock_key="hot") for _ in range(WINDOW + 10)])
     free = backend.enqueue(*[dict() for _ in range(WINDOW + 10)])
     worker = backend.worker()
-    assert _claim(backend, worker, 1) == [hot[0]]  # a look-up; the key "hot" is running
+    assert _claim(backend, worker, 10) == [hot[0]]  # a look-up; the key "hot" is running
     _keep_position(worker)
     assert int(_position(worker)[8]) == hot[WINDOW - 1]  # the look-up's window's last row
     assert _claim(backend, worker, 10) == free[:10]  # from the next window, in claim order
@@ -56,11 +57,24 @@ def test_from_the_position_nothing_in_two_windows_walks_every_row(backend):
     other = backend.enqueue(dict(lock_key="other"))
     free = backend.enqueue(dict())
     worker = backend.worker()
-    assert _claim(backend, worker, 1) == [hot[0]]  # a look-up; the key "hot" is running
+    assert _claim(backend, worker, 10) == [hot[0]]  # a look-up; the key "hot" is running
     _keep_position(worker)
     assert _claim(backend, worker, 10) == [*other, *free]  # beyond both windows
     assert int(_position(worker)[8]) == hot[WINDOW - 1]  # nothing in the next: kept
     assert _claim(backend, worker, 10) == []
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_window_that_gives_what_was_asked_is_not_kept(backend, keyed):
+    """A plain drain's (or one of many keys') claims walk on from the position, one
+    statement each, instead of going window by window."""
+    tasks = backend.enqueue(*[dict(lock_key=f"k{i}" if keyed else None) for i in range(300)])
+    worker = backend.worker()
+    assert _claim(backend, worker, 10) == tasks[:10]
+    assert len(_position(worker)) == 7  # no window's last row
+    _keep_position(worker)
+    for start in range(10, 300, 10):  # past where the window ended
+        assert _claim(backend, worker, 10) == tasks[start : start + 10]
 
 
 def _forget_position(worker) -> None:
