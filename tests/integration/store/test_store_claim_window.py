@@ -87,8 +87,7 @@ def _position(worker) -> list[str]:
 
 def _keep_position(worker) -> None:
     """The session's position made to outlive the test (its lives end in 20 ms here)."""
-    fields = worker.execute("SELECT current_setting('nsjq.claim_position')").fetchone()[0]
-    fields = fields.split(",")
+    fields = _position(worker)
     fields[1] = fields[6] = str(FAR_FUTURE_US)  # fresh, then usable: until 2096
     worker.execute("SELECT set_config('nsjq.claim_position', %s, false)", (",".join(fields),))
 
