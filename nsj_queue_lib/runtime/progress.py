@@ -6,10 +6,15 @@ connection of its own (autocommit, never the handler's), when the lifecycle
 thread ticks (a few times per second at most, however often the handler
 reports) and once more right before the task completes. Rolling back the
 handler's work never erases it; a failed write is logged and tried again.
+
+Taking a value and writing it happen under one lock: otherwise a tick that took
+step 2 could write it after the completing handler wrote step 3, and the task
+would end showing step 2.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 from nsj_queue_lib.context import Progress, TaskContext
@@ -26,22 +31,27 @@ class ProgressWriter:
         self.pool = pool
         self.queue_name = queue_name
         self.writes = 0  # progress rows written since the start
+        self._in_order = threading.Lock()
 
     def flush(self, contexts: Iterable[TaskContext]) -> None:
         """Write the progress the given tasks reported since their last write."""
-        pending: list[tuple[TaskContext, Progress]] = []
-        for context in contexts:
-            progress = context.take_unwritten_progress()
-            if progress is not None:
-                pending.append((context, progress))
-        if pending:
-            self._write(pending)
+        with self._in_order:
+            pending: list[tuple[TaskContext, Progress]] = []
+            for context in contexts:
+                progress = context.take_unwritten_progress()
+                if progress is not None:
+                    pending.append((context, progress))
+            if pending:
+                self._write(pending)
 
     def flush_one(self, context: TaskContext) -> None:
         """``flush([context])``, as each handler returns (most reported nothing)."""
-        progress = context.take_unwritten_progress()
-        if progress is not None:
-            self._write([(context, progress)])
+        if context.progress is None:
+            return  # never reported: no write of it can be under way
+        with self._in_order:
+            progress = context.take_unwritten_progress()
+            if progress is not None:
+                self._write([(context, progress)])
 
     def _write(self, pending: list[tuple[TaskContext, Progress]]) -> None:
         try:

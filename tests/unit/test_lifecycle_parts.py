@@ -132,6 +132,40 @@ def test_the_writer_writes_the_last_value_once_per_round_and_retries_after_a_fai
     assert store.written[-1] == (1, 1000, 1000, "done")
 
 
+class _SlowStore(_Store):
+    """Its first write waits until told to go on: a tick's write still in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing, self.go_on = threading.Event(), threading.Event()
+
+    def report_progress(self, conn, task_id, done, total, message):
+        if not self.written and not self.writing.is_set():
+            self.writing.set()
+            self.go_on.wait(5)
+        return super().report_progress(conn, task_id, done, total, message)
+
+
+def test_a_completing_handlers_last_progress_is_written_after_a_ticks_older_value():
+    store = _SlowStore()
+    writer = ProgressWriter(store, _Pool(), "q")  # type: ignore[arg-type]
+    context = TaskContext(1)
+    context.report_progress(2, 3)
+    tick = threading.Thread(target=writer.flush, args=([context],))
+    tick.start()
+    assert store.writing.wait(5)  # the tick took step 2 and is writing it
+    context.report_progress(3, 3)  # the handler's last step, then it returns
+    completing = threading.Thread(target=writer.flush_one, args=(context,))
+    completing.start()
+    completing.join(0.2)
+    store.go_on.set()
+    tick.join(5)
+    completing.join(5)
+    assert store.written == [(1, 2, 3, None), (1, 3, 3, None)]
+    writer.flush_one(TaskContext(2))  # never reported anything: nothing written
+    assert len(store.written) == 2
+
+
 def test_cancel_payloads_are_told_apart_from_wake_ups():
     assert cancelled_ids([cancel_payload(12), "", "HALT", "cancel:x", "scheduled"]) == (
         [12],

@@ -9,6 +9,8 @@ payload steers them:
   {"sleep_on": [1]}    ... only on these attempts
   {"started": true}    record the start in the started table first (visible at once)
   {"hang_at": 2}       on attempt 1, sleep 60 s at that step (a kill -9 target)
+  {"hold": PATH}       after yielding step 1, wait (up to 30 s) until the file PATH exists,
+                       so a test sees the progress however slowly it polls
 The sync pipeline returns "<steps> steps done"; the async one ends with its last
 message, "step <steps>".
 """
@@ -37,6 +39,13 @@ def _plan(payload, tarefa) -> tuple[int, float, int | None]:
     return int(spec.get("steps", 3)), sleep, hang_at
 
 
+def _hold(payload) -> None:
+    path = _spec(payload).get("hold")
+    deadline = time.monotonic() + 30
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 class PipelineContractWorker(AsyncContractWorker):
     @Task("steps")
     def steps(self, payload, tarefa, bd_conn):
@@ -48,6 +57,8 @@ class PipelineContractWorker(AsyncContractWorker):
                 cur.execute(*self._write(tarefa, step))
             time.sleep(60 if step == hang_at else sleep)
             yield (step, count, f"step {step}")
+            if step == 1:
+                _hold(payload)
         return f"{count} steps done"
 
     @Task("steps_async")
@@ -59,6 +70,8 @@ class PipelineContractWorker(AsyncContractWorker):
             await bd_conn.execute(*self._write(tarefa, step))
             await asyncio.sleep(60 if step == hang_at else sleep)
             yield (step, count, f"step {step}")
+            if step == 1:
+                await asyncio.to_thread(_hold, payload)
 
     def _write(self, tarefa, step: int) -> tuple[str, tuple]:
         return (
