@@ -39,9 +39,7 @@ def committed(backend) -> list[str]:
 
 
 @BOTH
-def test_sync_and_async_pipelines_commit_once_with_their_task_and_show_progress(
-    backend, tmp_path
-):
+def test_sync_and_async_pipelines_commit_once_with_their_task_and_show_progress(backend, tmp_path):
     running = backend.run(pipeline_worker(backend, queue_concurrency=2))
     assert running.runtime.executor.asynchronous
     # Both pipelines wait after their first step until the progress of both was seen: on a
