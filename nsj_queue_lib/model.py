@@ -160,6 +160,12 @@ class TaskRecord:
     def from_row(cls, row: dict[str, Any]) -> TaskRecord:
         return cls(int(row["id"]), row["tentativa"] or 1, bool(row["dead"]), row["payload"], row)
 
+    @property
+    def first_id(self) -> int:
+        """The id of the task's first attempt (its own id on the first attempt): the id its
+        children's edges and its checkpoints name."""
+        return int(self.row.get("id_inicial") or self.id)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:

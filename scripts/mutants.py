@@ -175,7 +175,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "mysql-outside-completion-releases-children",
         "nsj_queue_lib/db/mysql/family_store.py",
-        "            dependencies.after_successes(self, conn, [task_id])",
+        "            dependencies.after_successes(self, conn, [task_id], [first_id] if first_id else None)",
         "            pass",
         (f"{DEPENDENCIES_TEST}::test_the_claim_routines_completion_releases_the_child",),
         ("mysql",),
@@ -549,8 +549,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "server-completion-unfenced",
         TASK_SESSION,
-        "        if self.store.complete_if_running(conn, task_id, mensagem):\n",
-        "        if self.store.complete_if_running(conn, task_id, mensagem) or True:\n",
+        "        if self.store.complete_if_running(conn, task_id, mensagem, first_id):\n",
+        "        if self.store.complete_if_running(conn, task_id, mensagem, first_id) or True:\n",
         (
             f"{STORE_SETTLE}::test_a_completion_under_an_outside_lock_is_fenced_with_its_writes"
             "[mysql]",
@@ -1396,6 +1396,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         ("mysql",),
         "each success on a partitioned MariaDB queue probes every day partition's primary key",
+    ),
+    Mutant(
+        "my-group-end-finds-children-through-the-moved-rows",
+        "nsj_queue_lib/workflow/dependencies.py",
+        "    if first_ids is not None:\n",
+        "    if False:\n",
+        (
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_completions_outside_the_procedure_find_children_without_the_moved_rows",
+        ),
+        ("mysql",),
+        "a commit group's end on a partitioned MariaDB queue probes every day partition",
+    ),
+    Mutant(
+        "a-retrys-first-id-is-its-own",
+        "nsj_queue_lib/model.py",
+        '        return int(self.row.get("id_inicial") or self.id)\n',
+        "        return self.id\n",
+        (
+            "tests/integration/store/test_store_dependencies.py::"
+            "test_a_retried_parents_success_releases_the_child_on_every_path",
+        ),
+        ("mysql",),
+        "a retried parent's success on MariaDB outside the claim procedure leaves its children",
     ),
 )
 

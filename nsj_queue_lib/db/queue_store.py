@@ -160,7 +160,9 @@ class WorkerStore(Protocol):
 
     def commit_and_begin(self, conn: Any) -> None: ...
 
-    def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool: ...
+    def complete_if_running(
+        self, conn: Any, task_id: int, mensagem: str, first_id: int | None = None
+    ) -> bool: ...
 
     def fail_and_retry(
         self,

@@ -170,11 +170,13 @@ class ClaimPhases:
     def drop(self, conn: Any) -> None:
         _roll_back_quietly(self.store, conn)
 
-    def complete_fenced(self, conn: Any, task_id: int, mensagem: str) -> bool:
+    def complete_fenced(
+        self, conn: Any, task_id: int, mensagem: str, first_id: int | None = None
+    ) -> bool:
         """'sucesso' with the handler's writes, committed; False (all of it undone) when the
         row is no longer 'processando': another worker rescued the task while its lock was
         lost, and runs it again."""
-        if self.store.complete_if_running(conn, task_id, mensagem):
+        if self.store.complete_if_running(conn, task_id, mensagem, first_id):
             self.store.commit(conn)
             return True
         self.store.rollback(conn)
@@ -416,5 +418,5 @@ class TaskSession:
     def _complete_in_transaction(self, conn: Any, task: TaskRecord, mensagem: str) -> None:
         """'sucesso' for a task read 'processando' in this transaction; ``AttemptFenced`` when
         it was rescued since (the caller's transaction is then undone)."""
-        if not self.store.complete_if_running(conn, task.id, mensagem):
+        if not self.store.complete_if_running(conn, task.id, mensagem, task.first_id):
             raise AttemptFenced(f"task {task.id} is no longer 'processando'")

@@ -183,7 +183,7 @@ class ServerLiveness:
     def complete_and_claim(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
-        if not self.phases.complete_fenced(conn, task.id, mensagem):
+        if not self.phases.complete_fenced(conn, task.id, mensagem, task.first_id):
             logger.warning(
                 "task=%s: no longer 'processando' when it finished (rescued by another worker, or "
                 "given back after a deadlock); its work was rolled back",

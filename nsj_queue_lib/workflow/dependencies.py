@@ -191,10 +191,19 @@ def after_failure(store: Any, conn: Any, attempt_id: int) -> None:
         parents_failed(wstore, conn, [attempt_id])
 
 
-def after_successes(store: Any, conn: Any, attempt_ids: Sequence[int]) -> None:
+def after_successes(
+    store: Any, conn: Any, attempt_ids: Sequence[int], first_ids: Sequence[int] | None = None
+) -> None:
     """Attempts just written 'sucesso' by a statement outside the claim and settle routines
     (MySQL's group end, a completion under the socket server's lock): their children
-    released in the same transaction."""
+    released in the same transaction. ``first_ids``, the tasks' first attempts' ids (which
+    the edges name), where the caller has them: then the attempts' rows are not read (a
+    success has just moved them out of a partitioned table's hot partition, where a read
+    by id alone probes every partition)."""
     wstore = worker_store(store, conn)
-    if wstore is not None:
+    if wstore is None:
+        return
+    if first_ids is not None:
+        wstore.release_after_success(conn, sorted(set(first_ids)))
+    else:
         wstore.release_after_success_of_attempts(conn, sorted(set(attempt_ids)))

@@ -437,20 +437,21 @@ class MysqlFamilyStore:
 
     # -- settling a task --
 
-    def complete_if_running(self, conn: Any, task_id: int, mensagem: str) -> bool:
+    def complete_if_running(
+        self, conn: Any, task_id: int, mensagem: str, first_id: int | None = None
+    ) -> bool:
         """Write 'sucesso' in the open transaction; False when the row is no longer 'processando'.
-
-        Lock wait timeouts are retried. After a deadlock (the handler's work is
-        already rolled back) the task goes back to 'pendente' to run again and
-        the answer is False: nothing of this attempt was committed.
-        """
+        ``first_id`` (the task's first attempt's id, if known) finds its children without
+        reading the row the success moved. Lock wait timeouts are retried. After a deadlock
+        (the handler's work is already rolled back) the task goes back to 'pendente' to run
+        again and the answer is False: nothing of this attempt was committed."""
         with wrap_driver_errors("complete_task"):
-            outcome = self._complete(conn, task_id, mensagem)
+            outcome = self._complete(conn, task_id, mensagem, first_id)
             if outcome is LOST:
                 self._give_back(conn, task_id, lambda: None)
             return outcome is COMPLETED
 
-    def _complete(self, conn: Any, task_id: int, mensagem: str) -> str:
+    def _complete(self, conn: Any, task_id: int, mensagem: str, first_id: int | None = None) -> str:
         """UPDATE 'sucesso' in the handler's transaction, retried after lock wait timeouts.
 
         COMPLETED, NOT_RUNNING (the row is no longer 'processando'), or LOST:
@@ -462,7 +463,7 @@ class MysqlFamilyStore:
                 try:
                     if cur.execute(sql) != 1:
                         return NOT_RUNNING
-                    return self._release_children(conn, task_id)
+                    return self._release_children(conn, task_id, first_id)
                 except Exception as exc:
                     code = error_code(exc)
                     if code not in RETRYABLE_ERRORS:
@@ -476,12 +477,12 @@ class MysqlFamilyStore:
                         return LOST
         return LOST  # pragma: no cover
 
-    def _release_children(self, conn: Any, task_id: int) -> str:
+    def _release_children(self, conn: Any, task_id: int, first_id: int | None) -> str:
         """The children waiting for the task just written 'sucesso', released in this
         transaction (nsj_queue_lib/workflow/): every completion outside the claim procedure
         comes here. COMPLETED, or LOST when a deadlock or lock wait timeout hit it."""
         try:
-            dependencies.after_successes(self, conn, [task_id])
+            dependencies.after_successes(self, conn, [task_id], [first_id] if first_id else None)
         except DatabaseError as exc:
             if error_code(exc.__cause__) not in RETRYABLE_ERRORS:
                 raise

@@ -109,7 +109,9 @@ class MysqlTaskSession(TaskSession):
             early = group.tx[1] if group.tx is not None else 0
             self._write_successes(conn, written, len(written) - early)
             # Their children, released in this commit (nsj_queue_lib/workflow/).
-            dependencies.after_successes(self.store, conn, [task.id for task, _ in written])
+            dependencies.after_successes(
+                self.store, conn, [], [task.first_id for task, _ in written]
+            )
             self._release_locks(conn, [task.id for task, _ in written])
         if claim_limit > 1:
             # The next claim's transaction opens with the commit: one round trip fewer.

@@ -391,11 +391,11 @@ class PostgresQueueStore(PostgresClientStore):
                 conn.execute("COMMIT")
                 conn.execute("BEGIN")
 
-    def complete_if_running(self, conn, task_id: int, mensagem: str) -> bool:
+    def complete_if_running(self, conn, task_id: int, mensagem: str, first_id=None) -> bool:
         """Write 'sucesso' in the open transaction with the statement of a commit group's end
-        (the settle function; its NULL key leaves the liveness lock to the caller). False
-        when the row is no longer 'processando': the transaction is then aborted, for the
-        caller to roll back."""
+        (the settle function, which finds the children without ``first_id``; its NULL key
+        leaves the liveness lock to the caller). False when the row is no longer
+        'processando': the transaction is then aborted, for the caller to roll back."""
         try:
             with wrap_driver_errors("complete_task"):
                 conn.execute(self._complete_one, ([task_id], [mensagem]))

@@ -6,9 +6,11 @@ partitioned) and MariaDB."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from nsj_queue_lib.db.task_session import BURY, FailureRecord, write_failure
+from nsj_queue_lib.db.task_session import BURY, RETRY, ClaimPhases, FailureRecord, write_failure
 
 
 def family(backend, after, **options):
@@ -44,6 +46,35 @@ def test_a_completion_under_an_outside_lock_releases_the_child(backend, store, w
     assert store.complete_if_running(worker, parent, "ok")
     assert backend.row(child)["status"] == "aguardando"  # not committed yet
     store.commit(worker)
+    assert backend.row(child)["status"] == "pendente"
+
+
+@pytest.mark.parametrize("path", ["group end", "outside lock"])
+def test_a_retried_parents_success_releases_the_child_on_every_path(backend, store, worker, path):
+    """The child's edge names the parent's first attempt; its retry, a row of its own,
+    succeeds through a commit group's end (MariaDB's statement; PostgreSQL's settle
+    function) or a completion under an outside lock, and releases the child."""
+    parent, child = family(backend, after=True)
+    store.bind(worker)
+    assert backend.claim(worker).id == parent
+    store.rollback_and_begin(worker)
+    retry = write_failure(store, worker, parent, FailureRecord(RETRY, "falha", "boom", 0.0))
+    backend.unlock(worker, parent)
+    store.commit(worker)
+    assert store.promote_due(worker, 10) == 1  # 'agendada' -> 'pendente'
+    task = backend.claim(worker)
+    assert task.id == retry != parent and task.first_id == parent
+    if path == "outside lock":
+        assert ClaimPhases(store).complete_fenced(worker, task.id, "ok", task.first_id)
+    elif backend.dialect == "postgres":
+        assert store.complete_if_running(worker, task.id, "ok")
+        store.commit(worker)
+    else:
+        from nsj_queue_lib.db.mysql.session import MysqlTaskSession
+        from nsj_queue_lib.runtime.liveness import DatabaseLiveness
+
+        session = MysqlTaskSession(store, DatabaseLiveness(store))
+        session.settle_group(worker, SimpleNamespace(written=[(task, "ok")], tx=None), 0)
     assert backend.row(child)["status"] == "pendente"
 
 

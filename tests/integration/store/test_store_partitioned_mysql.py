@@ -8,12 +8,16 @@ these are the layout's own promises.
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.mysql import retention
 from nsj_queue_lib.db.mysql.layout import DAYS_AHEAD
+from nsj_queue_lib.db.mysql.session import MysqlTaskSession
+from nsj_queue_lib.db.task_session import ClaimPhases
+from nsj_queue_lib.runtime.liveness import DatabaseLiveness
 from tests.integration.store.backends import MYSQL_PARTITIONED, on
 
 pytestmark = on(MYSQL_PARTITIONED)
@@ -88,18 +92,8 @@ def test_the_claim_procedures_completion_reads_the_hot_partition_alone(backend, 
     parent). Read by id alone after the settle had moved the row to its day's partition,
     MariaDB probed the primary key of every partition: with 60 days of history at each
     success (a drain at 0.74 of an empty queue's). It is read while the row is hot."""
-    last = int(partitions(backend)[-1][1:])
-    added = ", ".join(
-        f"PARTITION p{day} VALUES LESS THAN ({day + 1})" for day in range(last + 1, last + 41)
-    )
-    backend.execute(f"ALTER TABLE {backend.table} ADD PARTITION ({added})")
-    days = [int(name[1:]) for name in partitions(backend)[1:]]
-    history = backend.enqueue(*[{} for _ in days])
-    for task_id, day in zip(history, days, strict=True):  # a finished attempt each day
-        backend.execute(
-            f"UPDATE {backend.table} SET status = 'sucesso', finished_day = %s WHERE id = %s",
-            (day, task_id),
-        )
+    _history_in_every_day(backend)
+    days = partitions(backend)[1:]
     [task] = backend.enqueue({})
     claimed = store.claim(worker)
     assert claimed is not None and claimed.task.id == task
@@ -114,6 +108,52 @@ def test_the_claim_procedures_completion_reads_the_hot_partition_alone(backend, 
     reads = index_reads() - before
     assert partition_of(backend, task) == f"p{today(backend)}"
     assert reads < len(days), (reads, len(days))  # by id alone: a probe of every partition
+
+
+def test_completions_outside_the_procedure_find_children_without_the_moved_rows(
+    backend, store, worker
+):
+    """A commit group's end and a completion under an outside lock (the socket server's)
+    write 'sucesso' with a statement of their own, then look for the tasks' children. Found
+    through the attempts' rows by id alone, after the success moved them to their day's
+    partition, that look probed every partition; the tasks' first ids name the edges."""
+    _history_in_every_day(backend)
+    days = len(partitions(backend)) - 1
+    parents = backend.enqueue({}, {}, {})
+    children = backend.enqueue(*[{"after": [parent]} for parent in parents])
+    tasks = [store.claim(worker).task for _ in parents]
+
+    def index_reads() -> int:
+        with worker.cursor() as cursor:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read_key'")
+            return int(cursor.fetchone()[1])
+
+    group = MysqlTaskSession(store, DatabaseLiveness(store))
+    before = index_reads()
+    group.settle_group(worker, SimpleNamespace(written=[(t, "ok") for t in tasks[:2]], tx=None), 0)
+    group_reads = index_reads() - before
+    phases = ClaimPhases(store)
+    before = index_reads()
+    assert phases.complete_fenced(worker, tasks[2].id, "ok", tasks[2].first_id)
+    completion_reads = index_reads() - before
+    assert {partition_of(backend, t.id) for t in tasks} == {f"p{today(backend)}"}
+    assert [backend.row(child)["status"] for child in children] == ["pendente"] * 3
+    assert group_reads < days and completion_reads < days, (group_reads, completion_reads, days)
+
+
+def _history_in_every_day(backend) -> None:
+    """40 more day partitions, and a finished attempt in each day partition."""
+    last = int(partitions(backend)[-1][1:])
+    added = ", ".join(
+        f"PARTITION p{day} VALUES LESS THAN ({day + 1})" for day in range(last + 1, last + 41)
+    )
+    backend.execute(f"ALTER TABLE {backend.table} ADD PARTITION ({added})")
+    days = [int(name[1:]) for name in partitions(backend)[1:]]
+    for task_id, day in zip(backend.enqueue(*[{} for _ in days]), days, strict=True):
+        backend.execute(
+            f"UPDATE {backend.table} SET status = 'sucesso', finished_day = %s WHERE id = %s",
+            (day, task_id),
+        )
 
 
 def test_a_1_2_2_workers_update_moves_the_row_too(backend):
