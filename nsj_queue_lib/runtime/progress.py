@@ -24,6 +24,9 @@ from nsj_queue_lib.log import get_logger
 
 logger = get_logger("progress")
 
+# How long a completing handler waits for a tick's progress write under way.
+TICK_WAIT_SECONDS = 5.0
+
 
 class ProgressWriter:
     def __init__(self, store: WorkerStore, pool: ConnectionPool, queue_name: str):
@@ -48,10 +51,22 @@ class ProgressWriter:
         """``flush([context])``, as each handler returns (most reported nothing)."""
         if context.progress is None:
             return  # never reported: no write of it can be under way
-        with self._in_order:
+        # Bounded: a tick's write stuck on the database must not hold the task's end.
+        if not self._in_order.acquire(timeout=TICK_WAIT_SECONDS):
+            logger.warning(
+                "queue=%s task=%s: a progress write still runs after %.0f s; the task's last "
+                "progress is not written",
+                self.queue_name,
+                context.id,
+                TICK_WAIT_SECONDS,
+            )
+            return
+        try:
             progress = context.take_unwritten_progress()
             if progress is not None:
                 self._write([(context, progress)])
+        finally:
+            self._in_order.release()
 
     def _write(self, pending: list[tuple[TaskContext, Progress]]) -> None:
         try:

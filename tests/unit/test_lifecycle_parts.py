@@ -14,6 +14,7 @@ import nsj_queue_lib
 from nsj_queue_lib.cancel_notice import cancel_payload, cancelled_ids
 from nsj_queue_lib.context import CANCEL_REQUESTED, TIMED_OUT, TaskContext, current_task, running
 from nsj_queue_lib.exceptions import ConfigError, NoCurrentTaskError, TaskCancelled
+from nsj_queue_lib.runtime import progress as progress_module
 from nsj_queue_lib.runtime.progress import ProgressWriter
 from nsj_queue_lib.runtime.timeouts import TaskTimeouts, timeout_message
 from nsj_queue_lib.settings import Settings
@@ -164,6 +165,23 @@ def test_a_completing_handlers_last_progress_is_written_after_a_ticks_older_valu
     assert store.written == [(1, 2, 3, None), (1, 3, 3, None)]
     writer.flush_one(TaskContext(2))  # never reported anything: nothing written
     assert len(store.written) == 2
+
+
+def test_a_ticks_write_stuck_on_the_database_does_not_hold_the_tasks_end(monkeypatch, caplog):
+    monkeypatch.setattr(progress_module, "TICK_WAIT_SECONDS", 0.05)
+    store = _SlowStore()
+    writer = ProgressWriter(store, _Pool(), "q")  # type: ignore[arg-type]
+    context = TaskContext(1)
+    context.report_progress(2, 3)
+    tick = threading.Thread(target=writer.flush, args=([context],))
+    tick.start()
+    assert store.writing.wait(5)
+    context.report_progress(3, 3)
+    writer.flush_one(context)  # gives up waiting: returns, the task ends
+    assert "progress write still runs" in caplog.text
+    store.go_on.set()
+    tick.join(5)
+    assert store.written == [(1, 2, 3, None)]
 
 
 def test_cancel_payloads_are_told_apart_from_wake_ups():
