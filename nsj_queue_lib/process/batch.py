@@ -15,6 +15,7 @@ changes it, and a process's tasks run one at a time (this group holds them).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ class ProcessBatch:
         self._loaded: dict[int, dict[str, Any] | None] = {}  # by first attempt's id
         # By attempt id: the writes of the group's successes since its last commit.
         self.saves: dict[int, ProcessSave] = {}
+        # Seconds of reads done for the group's other tasks since ``take_load_seconds``.
+        self._load_seconds = 0.0
 
     def load(self, store: Any, conn: Any, task_id: int) -> dict[str, Any] | None:
         """``store.load_for_task`` for this task (its first attempt's id), read with the
@@ -42,10 +45,20 @@ class ProcessBatch:
                 first = int(row.get("id_inicial") or row["id"])
                 if process_id_of(row) is not None and first not in self._loaded:
                     wanted.append(first)
+            started = time.monotonic()
             found = store.load_for_tasks(conn, wanted)
+            self._load_seconds += time.monotonic() - started
             for first in wanted:
                 self._loaded[first] = found.get(first)
         return self._loaded.pop(task_id)
+
+    def take_load_seconds(self) -> float:
+        """The time the last handler spent reading the group's processes, which is the
+        group's cost, not its handler's: counted in the handlers' pace, it made the next
+        handler of the processo look as slow as the whole read, and groups closed early,
+        giving back their unstarted tasks (group_pace.py)."""
+        seconds, self._load_seconds = self._load_seconds, 0.0
+        return seconds
 
     def take_saves(self, attempt_ids: list[int]) -> list[ProcessSave]:
         """The writes of these successes (the group's commit sends them), in their order."""

@@ -203,7 +203,10 @@ class GroupDrain:
             item.context.commits = GroupCommits(self.session, self.recovery, conn, group, task)
             item.context.process_batch = group.processes
             outcome = self.attempts.run_handler(item)
-            self.pace.took(task, time.monotonic() - item.started)
+            took = time.monotonic() - item.started
+            if group.processes is not None:
+                took -= group.processes.take_load_seconds()
+            self.pace.took(task, took)
             if outcome is None:  # given up after its timeout (timeouts.py)
                 self.connections.discard(conn, replace=False)  # the transaction rolls back
                 # The handler may have returned before the timeout's thread called

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 
@@ -12,6 +13,7 @@ from nsj_queue_lib.db.driver import make_driver
 from nsj_queue_lib.exceptions import ConfigError
 from nsj_queue_lib.model import Claim, TaskRecord
 from nsj_queue_lib.observability.observer import NULL_OBSERVER
+from nsj_queue_lib.process.batch import ProcessBatch
 from nsj_queue_lib.runtime.commit_group import CommitGroup
 from nsj_queue_lib.runtime.group_isolation import Isolation
 from nsj_queue_lib.runtime.group_pace import Pace
@@ -162,6 +164,24 @@ def test_pace_expects_a_processo_to_take_what_its_recent_handlers_took():
     assert pace.expected(fast) == pytest.approx(0.001)
     assert pace.seconds < 0.01  # every handler's: the claim's size follows the many fast ones
     assert pace.expected(claim(3, "new").task) == pace.seconds
+
+
+def test_a_groups_read_of_its_processes_is_told_apart_from_the_handlers_time():
+    """The group's first process task reads every process of the group (one statement):
+    the drain subtracts that read from the handler's time before the pace sees it."""
+
+    class SlowStore:
+        def load_for_tasks(self, conn, task_ids):
+            time.sleep(0.03)
+            return {task_id: {"task_id": task_id} for task_id in task_ids}
+
+    peers = [{"id": 8, "id_inicial": None, "lock_key": "process:b"}]
+    batch = ProcessBatch(lambda: peers)
+    assert batch.load(SlowStore(), None, 7) == {"task_id": 7}
+    assert 0.03 <= batch.take_load_seconds() < 1
+    assert batch.take_load_seconds() == 0.0  # taken once
+    assert batch.load(SlowStore(), None, 8) == {"task_id": 8}  # read with the first
+    assert batch.take_load_seconds() == 0.0
 
 
 def test_a_stopping_worker_waits_for_an_open_group_not_for_one_given_up():
