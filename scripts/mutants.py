@@ -1421,6 +1421,29 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "a retried parent's success on MariaDB outside the claim procedure leaves its children",
     ),
+    Mutant(
+        "my-release-reads-every-waiting-task",
+        "nsj_queue_lib/db/mysql/workflow_tables.sql",
+        "    UPDATE {parents_table} AS p\n"
+        "        STRAIGHT_JOIN {waiting_table} AS w ON w.child_id = p.child_id\n"
+        "        STRAIGHT_JOIN {table} AS t ON {hot_t}t.id = w.child_id\n"
+        "    SET t.status = 'pendente'\n"
+        "    WHERE p.parent_id = p_parent AND w.pending_parents <= 0 AND t.status = 'aguardando';\n",
+        "    UPDATE {table} AS t\n"
+        "    SET t.status = 'pendente'\n"
+        "    WHERE t.status = 'aguardando' AND t.id IN (\n"
+        "        SELECT w.child_id FROM {waiting_table} AS w\n"
+        "        WHERE w.pending_parents <= 0 AND w.child_id IN (\n"
+        "            SELECT p.child_id FROM {parents_table} AS p WHERE p.parent_id = p_parent\n"
+        "        )\n"
+        "    );\n",
+        (
+            "tests/integration/store/test_store_dependencies.py::"
+            "test_a_release_reads_its_childrens_rows_not_every_waiting_task",
+        ),
+        ("mysql",),
+        "each parent's success on MariaDB reads every waiting task of the queue",
+    ),
 )
 
 

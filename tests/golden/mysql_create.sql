@@ -179,9 +179,13 @@ CREATE TABLE public.fila_teste_events (
 -- first), so the children's counts are locked in child id order, as every
 -- other settling transaction locks them: no deadlock between two parents with
 -- shared children. The second settles edges of children no longer waiting.
--- The subqueries are locking reads (InnoDB reads the tables an UPDATE's
--- subquery names with shared locks, as of their latest commit), so a child
--- committed after the handler's snapshot counts.
+-- Their reads are locking reads (InnoDB reads the tables an UPDATE joins but does not
+-- change with shared locks, as of their latest commit), so a child committed after
+-- the handler's snapshot counts. The third joins from the parent's
+-- edges to its children by key (STRAIGHT_JOIN): MariaDB 10.11 runs an UPDATE's
+-- IN (subquery) once per row of the updated table, which read every waiting task of
+-- the queue at each release; the children are unfinished, so on the partitioned
+-- layout the join is pinned to the hot partition (by id alone: every partition).
 DELIMITER //
 CREATE PROCEDURE public.release_fila_teste(IN p_parent BIGINT)
     MODIFIES SQL DATA
@@ -191,14 +195,11 @@ BEGIN
     SET w.pending_parents = w.pending_parents - 1, p.settled = TRUE
     WHERE p.parent_id = p_parent AND NOT p.settled;
     UPDATE public.fila_teste_parents SET settled = TRUE WHERE parent_id = p_parent AND NOT settled;
-    UPDATE public.fila_teste AS t
+    UPDATE public.fila_teste_parents AS p
+        STRAIGHT_JOIN public.fila_teste_waiting AS w ON w.child_id = p.child_id
+        STRAIGHT_JOIN public.fila_teste AS t ON t.id = w.child_id
     SET t.status = 'pendente'
-    WHERE t.status = 'aguardando' AND t.id IN (
-        SELECT w.child_id FROM public.fila_teste_waiting AS w
-        WHERE w.pending_parents <= 0 AND w.child_id IN (
-            SELECT p.child_id FROM public.fila_teste_parents AS p WHERE p.parent_id = p_parent
-        )
-    );
+    WHERE p.parent_id = p_parent AND w.pending_parents <= 0 AND t.status = 'aguardando';
 END//
 DELIMITER ;
 

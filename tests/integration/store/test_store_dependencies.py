@@ -78,6 +78,43 @@ def test_a_retried_parents_success_releases_the_child_on_every_path(backend, sto
     assert backend.row(child)["status"] == "pendente"
 
 
+def test_a_release_reads_its_childrens_rows_not_every_waiting_task(backend, store, worker):
+    """MariaDB 10.11 ran the release procedure's UPDATE ... WHERE id IN (subquery) once per
+    waiting task of the queue: each parent's success read all of them (300 index reads a
+    release with 300 others waiting). It joins from the parent's edges now."""
+    if backend.dialect == "postgres":
+        pytest.skip("counts MariaDB's handler reads (PostgreSQL's release is a function)")
+    parent, child = family(backend, after=True)
+    [other] = [backend.enqueue()]
+    conn = backend.client_conn()
+    backend.client(conn).insert_tasks(
+        [
+            dict(
+                origem="o",
+                destino="d",
+                processo="p",
+                chave_externa=f"w{n}",
+                payload="x",
+                after=[other],
+            )
+            for n in range(300)
+        ]
+    )
+    conn.commit()
+    store.bind(worker)
+    assert backend.claim(worker).id == parent
+
+    def reads() -> int:
+        with worker.cursor() as cursor:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read_%'")
+            return sum(int(value) for _, value in cursor.fetchall())
+
+    before = reads()
+    assert store.complete_and_claim(worker, parent, "ok", claim_next=False) is None
+    assert reads() - before < 100, reads() - before
+    assert backend.row(child)["status"] == "pendente"
+
+
 def test_a_buried_parent_cancels_the_child_and_a_run_child_is_released(backend, store, worker):
     parent, child = family(backend, after=True)
     conn = backend.client_conn()

@@ -116,12 +116,15 @@ def test_completions_outside_the_procedure_find_children_without_the_moved_rows(
     """A commit group's end and a completion under an outside lock (the socket server's)
     write 'sucesso' with a statement of their own, then look for the tasks' children. Found
     through the attempts' rows by id alone, after the success moved them to their day's
-    partition, that look probed every partition; the tasks' first ids name the edges."""
+    partition, that look probed every partition; the tasks' first ids name the edges. And
+    the release procedure's last statement read every waiting task of the queue."""
     _history_in_every_day(backend)
     days = len(partitions(backend)) - 1
     parents = backend.enqueue({}, {}, {})
     children = backend.enqueue(*[{"after": [parent]} for parent in parents])
     tasks = [store.claim(worker).task for _ in parents]
+    [other] = backend.enqueue({})
+    backend.enqueue(*[{"after": [other]} for _ in range(100)])  # waiting, not released
 
     def index_reads() -> int:
         with worker.cursor() as cursor:
