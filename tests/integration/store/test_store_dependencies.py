@@ -80,8 +80,8 @@ def test_a_retried_parents_success_releases_the_child_on_every_path(backend, sto
 
 def test_a_release_reads_its_childrens_rows_not_every_waiting_task(backend, store, worker):
     """MariaDB 10.11 ran the release procedure's UPDATE ... WHERE id IN (subquery) once per
-    waiting task of the queue: each parent's success read all of them (300 index reads a
-    release with 300 others waiting). It joins from the parent's edges now."""
+    waiting task of the queue: each parent's success read all of them (623 handler reads to
+    release one child with 300 others waiting). It joins from the parent's edges now."""
     if backend.dialect == "postgres":
         pytest.skip("counts MariaDB's handler reads (PostgreSQL's release is a function)")
     parent, child = family(backend, after=True)
