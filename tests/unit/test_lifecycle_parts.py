@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
+from typing import Any
 
 import pytest
 
@@ -147,15 +148,22 @@ class _SlowStore(_Store):
         return super().report_progress(conn, task_id, done, total, message)
 
 
-def test_a_completing_handlers_last_progress_is_written_after_a_ticks_older_value():
-    store = _SlowStore()
+def _a_tick_writing_step_2(store: _SlowStore) -> tuple[ProgressWriter, TaskContext, Any]:
+    """A writer whose tick took step 2 of task 1 and is still writing it; the handler has
+    reported step 3 meanwhile, its last, and returns."""
     writer = ProgressWriter(store, _Pool(), "q")  # type: ignore[arg-type]
     context = TaskContext(1)
     context.report_progress(2, 3)
     tick = threading.Thread(target=writer.flush, args=([context],))
     tick.start()
-    assert store.writing.wait(5)  # the tick took step 2 and is writing it
-    context.report_progress(3, 3)  # the handler's last step, then it returns
+    assert store.writing.wait(5)
+    context.report_progress(3, 3)
+    return writer, context, tick
+
+
+def test_a_completing_handlers_last_progress_is_written_after_a_ticks_older_value():
+    store = _SlowStore()
+    writer, context, tick = _a_tick_writing_step_2(store)
     completing = threading.Thread(target=writer.flush_one, args=(context,))
     completing.start()
     completing.join(0.2)
@@ -170,13 +178,7 @@ def test_a_completing_handlers_last_progress_is_written_after_a_ticks_older_valu
 def test_a_ticks_write_stuck_on_the_database_does_not_hold_the_tasks_end(monkeypatch, caplog):
     monkeypatch.setattr(progress_module, "TICK_WAIT_SECONDS", 0.05)
     store = _SlowStore()
-    writer = ProgressWriter(store, _Pool(), "q")  # type: ignore[arg-type]
-    context = TaskContext(1)
-    context.report_progress(2, 3)
-    tick = threading.Thread(target=writer.flush, args=([context],))
-    tick.start()
-    assert store.writing.wait(5)
-    context.report_progress(3, 3)
+    writer, context, tick = _a_tick_writing_step_2(store)
     writer.flush_one(context)  # gives up waiting: returns, the task ends
     assert "progress write still runs" in caplog.text
     store.go_on.set()
