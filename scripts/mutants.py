@@ -1444,6 +1444,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "each parent's success on MariaDB reads every waiting task of the queue",
     ),
+    Mutant(
+        "a-client-lock-trusts-a-retried-row",
+        "nsj_queue_lib/db/latest_attempt.py",
+        'if row is not None and not row["reenfileirado"]:',
+        "if row is not None:",
+        (
+            "tests/integration/store/test_store_mysql_only.py::"
+            "test_a_cancel_sees_what_changed_after_the_callers_snapshot",
+        ),
+        ("mysql",),
+        "cancel_task on MariaDB misses a retry committed after the caller's snapshot",
+    ),
+    Mutant(
+        "a-client-never-learns-the-layout",
+        "nsj_queue_lib/db/layout_cache.py",
+        "    answer = probe(conn, dialect, queue_table)\n",
+        "    answer = False\n",
+        (
+            "tests/integration/store/test_store_mysql_only.py::"
+            "test_a_clients_open_transaction_by_task_id_holds_up_no_insert",
+        ),
+        ("mysql",),
+        "a caller's open transaction on a partitioned MariaDB queue holds up every insert",
+    ),
 )
 
 

@@ -81,7 +81,11 @@ class StepStore(WorkflowStore):
     def latest_attempt(self, conn: Any, task_id: int) -> tuple[int, int, str] | None:
         """(latest attempt's id, first attempt's id, its status) of the task ``task_id``
         belongs to, locked until the caller's commit; None for an unknown id."""
-        rows = self._rows(conn, "latest_attempt", {"id": task_id})
+        if self.dialect == "mysql":
+            found = self._locked_latest(conn, task_id, share=False)
+            rows = [] if found is None else [(found["id"], found["id_inicial"], found["status"])]
+        else:
+            rows = self._rows(conn, "latest_attempt", {"id": task_id})
         if not rows:
             return None
         latest, first, status = rows[0]

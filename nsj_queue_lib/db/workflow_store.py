@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from nsj_queue_lib.db import latest_attempt, layout_cache
 from nsj_queue_lib.db.dialect import (
     events_table_name,
     notify_channel,
@@ -27,6 +28,8 @@ from nsj_queue_lib.exceptions import DatabaseError, QueueLibError, WorkflowUnsup
 from nsj_queue_lib.identifiers import check_table_name, split_table_name
 
 DIALECTS = ("postgres", "mysql")
+# What parent_state reads of the parent's latest attempt, in order.
+_PARENT_STATE = ("id", "id_inicial", "status", "reenfileirado", "estouro_tentativas", "dead")
 SERVER_STATUS_IN_TRANS = 1  # the MySQL protocol's flag: a transaction is open
 T = TypeVar("T")
 
@@ -49,7 +52,17 @@ class WorkflowStore:
         self.dialect = dialect
         self.queue_table = queue_table
         self.channel = notify_channel(split_table_name(queue_table)[1])
-        self.sql = render_queries(dialect, self.template_values(queue_table), self.queries_file)
+        self.sql = self._render(dialect, queue_table, layout_cache.NO_PINS)
+        # MySQL's partitioned layout: statements of unfinished rows by task id name the hot
+        # partition (db/layout_cache.py says why).
+        self._hot_sql = self.sql
+        if dialect == "mysql":
+            self._hot_sql = self._render(dialect, queue_table, layout_cache.HOT_PINS)
+
+    def _render(self, dialect: str, queue_table: str, pins: dict[str, str]) -> dict[str, str]:
+        """The named queries, with the layout's ``pins``."""
+        values = dict(self.template_values(queue_table), **pins)
+        return render_queries(dialect, values, self.queries_file)
 
     @staticmethod
     def template_values(queue_table: str) -> dict[str, str]:
@@ -103,15 +116,38 @@ class WorkflowStore:
                 )
             raise error from exc
 
+    def _partitioned(self, conn: Any) -> bool:
+        """Whether the queue table has MySQL's partitioned layout (PostgreSQL's needs no
+        pins here: it locks rows, never gaps)."""
+        return self.dialect == "mysql" and layout_cache.partitioned(
+            conn, self.dialect, self.queue_table
+        )
+
+    def _statement(self, conn: Any, name: str) -> str:
+        plain = self.sql[name]
+        if plain == self._hot_sql[name]:  # nothing to pin: no need to know the layout
+            return plain
+        return self._hot_sql[name] if self._partitioned(conn) else plain
+
     def _rows(self, conn: Any, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self._cursor(conn, name) as cur:
-            cur.execute(self.sql[name], params)
+            cur.execute(self._statement(conn, name), params)
             return [tuple(row) for row in cur.fetchall()]
 
     def _run(self, conn: Any, name: str, params: dict[str, Any]) -> int:
         with self._cursor(conn, name) as cur:
-            cur.execute(self.sql[name], params)
+            cur.execute(self._statement(conn, name), params)
             return int(cur.rowcount or 0)
+
+    def _locked_latest(self, conn: Any, task_id: int, share: bool) -> dict[str, Any] | None:
+        """MySQL: the latest attempt of the task, row-locked without locking a gap
+        (db/latest_attempt.py)."""
+        partitioned = self._partitioned(conn)
+        with self._cursor(conn, "latest attempt") as cur:
+            lock = latest_attempt.FOR_SHARE if share else latest_attempt.FOR_UPDATE
+            return latest_attempt.lock_latest(
+                cur, self.dialect, self.queue_table, partitioned, task_id, lock=lock
+            )
 
     def _ids(self, ids: Sequence[int]) -> Any:
         # psycopg adapts a list to an array (= ANY); PyMySQL a tuple to (a, b, ...) (IN).
@@ -121,14 +157,20 @@ class WorkflowStore:
         """The latest attempt of the task ``task_id`` belongs to, row-locked until the
         caller's transaction ends; None for an unknown id. Three statements, each seeing
         the latest commit (``workflow.sql`` says why one is not enough on MySQL)."""
-        first = self._rows(conn, "parent_first", {"id": task_id})
-        if not first:
-            return None
-        latest = self._rows(conn, "parent_latest", {"first": int(first[0][0])})
-        attempt_id = int(first[0][0]) if latest[0][0] is None else int(latest[0][0])
-        rows = self._rows(conn, "parent_state", {"id": attempt_id})
-        if not rows:
-            return None
+        if self.dialect == "mysql":
+            found = self._locked_latest(conn, task_id, share=True)
+            if found is None:
+                return None
+            rows = [tuple(found[c] for c in _PARENT_STATE)]
+        else:
+            first = self._rows(conn, "parent_first", {"id": task_id})
+            if not first:
+                return None
+            latest = self._rows(conn, "parent_latest", {"first": int(first[0][0])})
+            attempt_id = int(first[0][0]) if latest[0][0] is None else int(latest[0][0])
+            rows = self._rows(conn, "parent_state", {"id": attempt_id})
+            if not rows:
+                return None
         attempt, first_id, status, reenfileirado, estouro, dead = rows[0]
         return {
             "id": int(attempt),

@@ -30,16 +30,18 @@ class WorkflowsStore(WorkflowStore):
 
     feature = "workflows (Workflow, get_workflow, cancel_workflow)"
 
-    def __init__(self, dialect: str, queue_table: str):
-        super().__init__(dialect, queue_table)  # the dependencies' statements (add_edge, ...)
+    def _render(self, dialect: str, queue_table: str, pins: dict[str, str]) -> dict[str, str]:
+        # The dependencies' statements (add_edge, ...) and the workflows' own.
         values = {
             "queue_table": queue_table,
             "parents_table": parents_table_name(queue_table),
             "workflows_table": workflows_table_name(queue_table),
             "workflow_tasks_table": workflow_tasks_table_name(queue_table),
             "task_view_columns": TASK_VIEW_COLUMNS,
+            **pins,
         }
-        self.sql = {**self.sql, **render_queries(dialect, values, "workflow_view.sql")}
+        own = render_queries(dialect, values, "workflow_view.sql")
+        return {**super()._render(dialect, queue_table, pins), **own}
 
     @classmethod
     def for_store(cls, store: Any, queue_table: str) -> WorkflowsStore:

@@ -90,12 +90,13 @@ CLAIM_QUERIES = {
         "notify",
         "vacuum",
     },
-    # And MySQL's partitioned layout (db/mysql/layout.py): how the store finds it, and
-    # its retention (PostgreSQL's reads its catalog in db/postgres/retention.py).
+    # And MySQL's partitioned layout (db/mysql/layout.py): its retention (PostgreSQL's
+    # reads its catalog in db/postgres/retention.py; how a store finds the layout is
+    # db/mysql/by_task_id.sql's).
     # And a fair key's turn, which MySQL reads before its INSERT ... VALUES (no subquery
     # on the table it writes); PostgreSQL's keyed insert computes it (fleet/fair.py).
-    "mysql": {"claim_tasks", "layout", "retention", "fair_turn"},
-    "singlestore": {"claim_tasks", "layout", "retention", "fair_turn"},
+    "mysql": {"claim_tasks", "retention", "fair_turn"},
+    "singlestore": {"claim_tasks", "retention", "fair_turn"},
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from nsj_queue_lib.db.columns import TASK_INSERT_FIELDS, query_values
 from nsj_queue_lib.db.dialect import check_store_tables, missing_columns_error
+from nsj_queue_lib.db.latest_attempt import VIEW, lock_latest
 from nsj_queue_lib.db.mysql import galera
 from nsj_queue_lib.db.mysql.claim_where import PAUSE_CLOCK
 from nsj_queue_lib.db.mysql.deliveries import SERVER_DELIVERABLE
@@ -51,6 +52,7 @@ from nsj_queue_lib.db.mysql.rows import (
     InsertValues,
     due_sql,
     insert_batches,
+    normalize,
     rows_as_dicts,
     split_steps,
 )
@@ -325,19 +327,17 @@ class MysqlFamilyStore:
         if not lock:
             rows = self._fetch(conn, "task_view", {"id": task_id})
             return rows[0] if rows else None
-        steps = self.sql["task_view"]
+        self._know_layout(conn)
         with wrap_driver_errors("task_view"), conn.cursor() as cur:
-            cur.execute(steps["first"], {"id": task_id})
-            first = cur.fetchone()
-            if first is None:
-                return None
-            cur.execute(steps["latest"], {"first": first[0]})
-            latest = cur.fetchone()[0]
-            cur.execute(steps["locked"], {"id": first[0] if latest is None else latest})
-            rows = rows_as_dicts(cur)
-        return rows[0] if rows else None
+            row = lock_latest(cur, "mysql", self.queue_table, self.partitioned, task_id, VIEW)
+        return None if row is None else normalize(row)
+
+    def _know_layout(self, conn: Any) -> None:
+        """Where a table can be partitioned (MysqlQueueStore), a client's store learns its
+        layout before a statement by task id; SingleStore's tables are plain."""
 
     def cancel_attempt(self, conn: Any, attempt_id: int, mensagem: str) -> str | None:
+        self._know_layout(conn)
         steps = self.sql["cancel_attempt"]
         params = {"id": attempt_id, "mensagem": mensagem}
         with wrap_driver_errors("cancel_attempt"), conn.cursor() as cur:

@@ -1,6 +1,8 @@
 -- Named queries of process instances (nsj_queue_lib/process/), as PostgreSQL's
 -- processes.sql. The reads that decide are locking reads: they read the latest
 -- committed rows whatever the caller's snapshot (REPEATABLE READ).
+-- {hot} pins a statement of unfinished rows to the hot partition on the
+-- partitioned layout (db/layout_cache.py), else it is empty.
 
 -- name: create_process
 -- The process's row; nothing when the id exists (rowcount 0: start_process then refuses
@@ -114,7 +116,7 @@ WHERE pt.process_id = %(process_id)s AND t.status IN ('pendente', 'agendada', 'a
 -- to right, and the dialects keep one shape).
 UPDATE {queue_table}
 SET mensagem = %(mensagem)s, finished_at = NOW(6), status = 'cancelada'
-WHERE id IN %(ids)s AND status IN ('pendente', 'agendada', 'aguardando')
+WHERE {hot}id IN %(ids)s AND status IN ('pendente', 'agendada', 'aguardando')
 
 -- name: delete_events
 DELETE FROM {process_events_table} WHERE process_id = %(process_id)s

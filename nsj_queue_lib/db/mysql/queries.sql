@@ -340,25 +340,14 @@ ORDER BY s.id
 -- name: task_view
 -- A task as its user sees it (QueueClient.get_task), for any attempt's id: its
 -- latest attempt. Later attempts carry the first attempt's id in id_inicial.
--- "locked" reads the same with locking reads, which see the latest committed
--- rows whatever the caller's snapshot (REPEATABLE READ): cancel_task's view.
--- step: sql
+-- cancel_task's view, locked, is by_task_id.sql's (db/latest_attempt.py).
 SELECT {task_view_columns}
 FROM {queue_table} AS t
 JOIN (SELECT COALESCE(id_inicial, id) AS first_id FROM {queue_table} WHERE id = %(id)s) AS task
 WHERE t.id = COALESCE(
     (SELECT MAX(a.id) FROM {queue_table} AS a WHERE a.id_inicial = task.first_id),
     task.first_id
-);
--- step: first
-SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s FOR UPDATE;
--- step: latest
-SELECT MAX(id) FROM {queue_table} WHERE id_inicial = %(first)s FOR UPDATE;
--- step: locked
-SELECT {task_view_columns}
-FROM {queue_table} AS t
-WHERE t.id = %(id)s
-FOR UPDATE
+)
 
 -- name: cancel_attempt
 -- A waiting attempt becomes 'cancelada'; a running one keeps running with its
@@ -507,10 +496,3 @@ WHERE a.finished_day = 1 AND a.payload IS NULL;
 ALTER TABLE {queue_table} ADD PARTITION;
 -- step: drop
 ALTER TABLE {queue_table} DROP PARTITION
-
--- name: layout
--- Whether the queue table is partitioned (db/mysql/layout.py): its hot partition.
-SELECT count(*)
-FROM information_schema.PARTITIONS
-WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
-  AND PARTITION_NAME = 'p_hot'

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from nsj_queue_lib.db import tally
+from nsj_queue_lib.db import layout_cache, tally
 from nsj_queue_lib.db.dialect import check_claim_routine_version, claim_routine_name
 from nsj_queue_lib.db.mysql import retention
 from nsj_queue_lib.db.mysql.dialect import claim_procedure_versions
@@ -149,16 +149,27 @@ class MysqlQueueStore(MysqlFamilyStore):
 
     def is_partitioned(self, conn: Any) -> bool:
         """Whether the queue table has the partitioned layout (db/mysql/layout.py)."""
-        schema, table = split_table_name(self.queue_table)
-        with wrap_driver_errors("layout"), conn.cursor() as cur:
-            cur.execute(self.sql["layout"]["sql"], {"schema": schema, "table": table})
-            return bool(cur.fetchone()[0])
+        with wrap_driver_errors("layout"):
+            return layout_cache.probe(conn, self.dialect, self.queue_table)
 
     def _use_partitioned_layout(self, conn: Any) -> None:
+        """The statements pinned to the hot partition; the statistics service looks at the
+        hot partition; retention drops days. Warns when the days ahead run short."""
+        self._pin_to_hot_partition()
+        self._statistics = InnodbStatistics(self.sql, self.queue_table, HOT_PARTITION)
+        retention.check_days_ahead(conn, self.sql["retention"], self.queue_table)
+
+    def _know_layout(self, conn: Any) -> None:
+        """A client's store (never bound) learns the layout before a statement by task id."""
+        if self.partitioned:
+            return
+        with wrap_driver_errors("layout"):
+            if layout_cache.partitioned(conn, self.dialect, self.queue_table):
+                self._pin_to_hot_partition()
+
+    def _pin_to_hot_partition(self) -> None:
         """The statements of unfinished rows pinned to the hot partition (pruned to it, not
-        probed in every partition); the settles set the partition key themselves; the
-        statistics service looks at the hot partition; retention drops days. Warns when the
-        days ahead run short."""
+        probed in every partition); the settles set the partition key themselves."""
         self.partitioned = True
         self.sql = self._render_queries(
             dict(
@@ -170,8 +181,6 @@ class MysqlQueueStore(MysqlFamilyStore):
             )
         )
         self.tally_sql = self._render_tally(hot_t=hot_pin("t"))
-        self._statistics = InnodbStatistics(self.sql, self.queue_table, HOT_PARTITION)
-        retention.check_days_ahead(conn, self.sql["retention"], self.queue_table)
 
     def purge_round(self, conn: Any, max_age_days: int, limit: int, sides: Any = None) -> int:
         if self.partitioned:

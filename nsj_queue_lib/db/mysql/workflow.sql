@@ -1,27 +1,9 @@
 -- Named queries of dependencies between tasks (nsj_queue_lib/workflow/), as
 -- PostgreSQL's workflow.sql. Reads that decide are locking reads, which read the
--- latest committed rows whatever the caller's snapshot (REPEATABLE READ); a
--- subquery inside one is not (it reads the snapshot), hence the steps of
--- parent_first, parent_latest and parent_state.
-
--- name: parent_first
--- The first attempt's id of the task an attempt's id belongs to: a locking read,
--- which finds a parent committed after the caller's snapshot.
-SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s LOCK IN SHARE MODE
-
--- name: parent_latest
--- The task's latest attempt (NULL: the first attempt is the only one), with a
--- locking read of its own: a subquery inside a locking SELECT is a consistent
--- read of the caller's snapshot (REPEATABLE READ), which can miss a retry
--- committed since and name an older attempt that says "retried", forever.
-SELECT MAX(id) FROM {queue_table} WHERE id_inicial = %(first)s LOCK IN SHARE MODE
-
--- name: parent_state
--- That attempt, locked until the caller's commit (see PostgreSQL's).
-SELECT t.id, COALESCE(t.id_inicial, t.id), t.status, t.reenfileirado, t.estouro_tentativas, t.dead
-FROM {queue_table} AS t
-WHERE t.id = %(id)s
-LOCK IN SHARE MODE
+-- latest committed rows whatever the caller's snapshot (REPEATABLE READ). A
+-- parent's state is by_task_id.sql's (db/latest_attempt.py), which
+-- locks no gap. {hot} / {hot_t} pin a statement of an unfinished row to the hot
+-- partition on the partitioned layout (db/layout_cache.py), else empty.
 
 -- name: add_edge
 -- settled: the parent had already finished when the child was inserted.
@@ -37,7 +19,7 @@ UPDATE {queue_table}
 SET mensagem = %(mensagem)s,
     finished_at = CASE WHEN %(status)s = 'cancelada' THEN NOW(6) END,
     status = %(status)s
-WHERE id = %(id)s
+WHERE {hot}id = %(id)s
 
 -- name: first_id
 SELECT COALESCE(id_inicial, id) FROM {queue_table} WHERE id = %(id)s
@@ -61,7 +43,7 @@ UPDATE {waiting_table} SET pending_parents = pending_parents - %(n)s WHERE child
 -- name: release_child
 UPDATE {queue_table} AS t
 SET t.status = 'pendente'
-WHERE t.id = %(child)s AND t.status = 'aguardando'
+WHERE {hot_t}t.id = %(child)s AND t.status = 'aguardando'
   AND EXISTS (
       SELECT 1 FROM {waiting_table} AS w WHERE w.child_id = %(child)s AND w.pending_parents <= 0
   )
@@ -69,7 +51,7 @@ WHERE t.id = %(child)s AND t.status = 'aguardando'
 -- name: cancel_waiting
 UPDATE {queue_table}
 SET mensagem = %(mensagem)s, finished_at = NOW(6), status = 'cancelada'
-WHERE id = %(child)s AND status = 'aguardando'
+WHERE {hot}id = %(child)s AND status = 'aguardando'
 
 -- name: parents_of
 SELECT p.parent_id,

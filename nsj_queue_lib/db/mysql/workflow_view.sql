@@ -2,6 +2,8 @@
 -- PostgreSQL's workflow_view.sql.
 -- {queue_table}, {parents_table}, {workflows_table} and {workflow_tasks_table}
 -- are validated identifiers; every value is a bound parameter.
+-- {hot} pins a statement of unfinished rows to the hot partition on the
+-- partitioned layout (db/layout_cache.py), else it is empty.
 
 -- name: add_workflow
 INSERT INTO {workflows_table} (id, name) VALUES (%(id)s, %(name)s)
@@ -12,7 +14,7 @@ VALUES (%(workflow)s, %(seq)s, %(task)s)
 
 -- name: set_waiting
 -- The workflow's tasks with parents, just inserted: they wait for them.
-UPDATE {queue_table} SET status = 'aguardando' WHERE id IN %(ids)s
+UPDATE {queue_table} SET status = 'aguardando' WHERE {hot}id IN %(ids)s
 
 -- name: workflow
 -- created_at as seconds since the epoch: an instant whatever the session's time zone.

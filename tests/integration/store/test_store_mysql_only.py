@@ -24,6 +24,7 @@ import uuid
 import pymysql
 import pytest
 
+from nsj_queue_lib import Workflow, model
 from nsj_queue_lib.db.mysql import errors as mysql_errors
 from nsj_queue_lib.db.mysql import rows as mysql_rows
 from nsj_queue_lib.db.mysql import store as mysql_store
@@ -34,6 +35,7 @@ from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.model import PROCESSANDO
 from nsj_queue_lib.settings import MAX_BATCH_SIZE
+from nsj_queue_lib.workflow.steps import checkpoints_of
 from tests.helpers import mysql_queue as mysql_helpers
 from tests.integration.store.backends import MYSQL, MYSQL_PARTITIONED, TASK, UTC, execute, on, value
 from tests.integration.store.test_store_claim import HOSTILE_PAYLOADS, enqueue_hostile_payloads
@@ -811,3 +813,86 @@ def test_a_batch_claim_stops_at_its_limit_and_a_failed_one_gives_everything_back
             store.claim_many(worker, 5)
     assert backend.count("status = 'pendente'") == 2
     assert {backend.liveness_lock_holder(i) for i in ids[2:]} == {None}
+
+
+def _insert_waits(backend, holder_calls) -> list[str]:
+    """The client calls among ``holder_calls`` (name -> call on a client) whose open
+    transaction makes another session's insert_task wait for a lock."""
+    waited = []
+    for name, call in holder_calls.items():
+        holder_conn, inserter_conn = backend.client_conn(), backend.client_conn()
+        call(backend.client(holder_conn))
+        with inserter_conn.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        try:
+            backend.client(inserter_conn).insert_task(**TASK)
+            inserter_conn.commit()
+        except Exception:
+            inserter_conn.rollback()
+            waited.append(name)
+        holder_conn.rollback()
+    return waited
+
+
+def test_a_clients_open_transaction_by_task_id_holds_up_no_insert(backend):
+    """A caller's transaction left open after a statement by task id holds no gap where
+    inserts go: not the id_inicial index's (a locking search for the task's latest
+    attempt), nor on the partitioned layout the hot partition's (``id`` alone is not
+    its key). The task is the newest, whose gaps are where the next insert goes."""
+
+    def newest() -> int:
+        return backend.enqueue()
+
+    def finished() -> int:
+        task_id = backend.enqueue()
+        backend.set_status(model.SUCESSO, task_id)
+        return task_id
+
+    waited = _insert_waits(
+        backend,
+        {
+            "cancel_task": lambda client: client.cancel_task(newest()),
+            "send_event": lambda client: client.send_event(newest(), "ping"),
+            "get_task": lambda client: client.get_task(newest()),
+            "cancel_finished": lambda client: client.cancel_task(finished()),
+            "insert_after": lambda client: client.insert_task(**TASK, after=[newest()]),
+            "workflow": lambda client: two_step_workflow().enqueue(client),
+            # A handler's durable step locks its own attempt before the checkpoint.
+            "step_fence": lambda client: checkpoints_of(client._store, backend.table).owns(
+                client._conn, newest()
+            ),
+        },
+    )
+    assert waited == []
+
+
+def two_step_workflow() -> Workflow:
+    workflow = Workflow("pair")
+    workflow.add("emitir_nota", "b", after=[workflow.add("emitir_nota", "a")])
+    return workflow
+
+
+@pytest.mark.parametrize("change", ["retried", "succeeded"])
+def test_a_cancel_sees_what_changed_after_the_callers_snapshot(backend, store, worker, change):
+    """The lock of a task's latest attempt starts from the caller's snapshot and falls back
+    to the searching locking reads when the row's latest version says a newer attempt
+    exists, or when the row moved to its day's partition meanwhile."""
+    task_id = backend.enqueue()
+    conn = backend.client_conn()
+    client = backend.client(conn)
+    assert client.get_task(task_id)["status"] == "pendente"  # the snapshot, REPEATABLE READ
+    claimed = backend.claim(worker)
+    if change == "retried":
+        store.rollback(worker)
+        store.begin(worker)
+        newer = store.fail_and_retry(worker, claimed.id, model.FALHA, "boom", 60.0)
+        store.commit(worker)
+        assert client.cancel_task(task_id) == model.CANCELADA
+    else:
+        assert store.complete_if_running(worker, claimed.id, "ok")
+        store.commit(worker)
+        assert client.cancel_task(task_id) == model.SUCESSO
+    conn.commit()
+    latest = newer if change == "retried" else task_id
+    expected = model.CANCELADA if change == "retried" else model.SUCESSO
+    assert backend.row(latest)["status"] == expected
