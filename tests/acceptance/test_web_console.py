@@ -19,7 +19,6 @@ import datetime
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import httpx2 as httpx  # the test extra pins httpx2 (what starlette's TestClien
 import pytest
 
 from tests.helpers.databases import ci_enabled
+from tests.helpers.endpoints import free_port
 from tests.helpers.processes import ROOT, wait_for, worker_env
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
@@ -65,17 +65,11 @@ def desktop_page(executable: Path) -> Iterator[tuple[Any, Any]]:
             browser.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(request, pg_dsn, pg_queue, workers):
     """(base URL, API client) of a web server process, with one worker process draining; the
     worker's settings (one attempt per task by default) change by indirect parametrization."""
-    port = _free_port()
+    port = free_port()
     env = worker_env(
         pg_dsn, pg_queue.table, **{"QUEUE_MAX_RETRY": "1", **getattr(request, "param", {})}
     )

@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import json
+import random
 import socket
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
+# Below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
+# default). A port the kernel picked from that range for bind(0) can be handed out again
+# as the local port of any outgoing connection (the suite opens thousands) before the
+# server that was meant to bind it does: a 1.2.2 server then failed with EADDRINUSE.
+TEST_PORTS = range(20_000, 32_000)
+_choice = random.Random()  # seeded from the OS: xdist workers pick apart
+
 
 def free_port() -> int:
-    """A TCP port nothing listens on now (the OS's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port nothing listens on now, outside the ephemeral range."""
+    for _ in range(500):
+        port = _choice.choice(TEST_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))  # every address: a server may bind any of them
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {TEST_PORTS}")
 
 
 def get(port: int, path: str, timeout: float = 5) -> tuple[int | None, bytes, float]:

@@ -19,20 +19,15 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers.endpoints import free_port
+
 STARTUP_SECONDS = 30
 START_ATTEMPTS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _run(args: list[str], user: str | None = None, **kwargs) -> str:

@@ -20,17 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.endpoints import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 READY_LINE = "server ready"
 START_TIMEOUT = 15.0
 TEST_TOKEN = "test-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def pg_env(dsn: str) -> dict[str, str]:
