@@ -13,7 +13,7 @@ A partitioned table stays partitioned; a plain one is looked at again after a mi
 
 from __future__ import annotations
 
-import time
+from time import monotonic
 from typing import Any
 
 from nsj_queue_lib.db.sql_files import load_queries
@@ -40,10 +40,14 @@ def probe(conn: Any, dialect: str, queue_table: str) -> bool:
 
 def partitioned(conn: Any, dialect: str, queue_table: str) -> bool:
     """Whether ``queue_table`` is partitioned, from this process's cache when it knows."""
-    # An unqualified name is the connection's database's table (PyMySQL's ``db``).
+    # An unqualified name is the connection's database's table (PyMySQL's ``db``). A
+    # connection that does not say where it goes is its own server: a wrong answer would
+    # pin a plain table's statements to a column it lacks.
     where = tuple(getattr(conn, name, None) for name in ("host", "port", "unix_socket", "db"))
+    if where[0] is None and where[2] is None:
+        where = (*where, id(conn))
     key = (dialect, *where, queue_table)
-    now = time.monotonic()
+    now = monotonic()
     found = _known.get(key)
     if found is not None and (found[0] or now - found[1] < PLAIN_RECHECK_SECONDS):
         return found[0]
