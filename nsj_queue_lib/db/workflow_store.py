@@ -155,8 +155,9 @@ class WorkflowStore:
 
     def parent_state(self, conn: Any, task_id: int) -> dict[str, Any] | None:
         """The latest attempt of the task ``task_id`` belongs to, row-locked until the
-        caller's transaction ends; None for an unknown id. Three statements, each seeing
-        the latest commit (``workflow.sql`` says why one is not enough on MySQL)."""
+        caller's transaction ends; None for an unknown id. On MySQL, the lock of
+        db/latest_attempt.py (no gap locked); elsewhere three statements, each seeing the
+        latest commit."""
         if self.dialect == "mysql":
             found = self._locked_latest(conn, task_id, share=True)
             if found is None:
