@@ -1445,6 +1445,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "each parent's success on MariaDB reads every waiting task of the queue",
     ),
     Mutant(
+        "a-last-completion-forgets-its-first-id",
+        "nsj_queue_lib/runtime/liveness.py",
+        "return self.store.complete_and_claim(conn, task.id, mensagem, claim_next, task.first_id)",
+        "return self.store.complete_and_claim(conn, task.id, mensagem, claim_next)",
+        (
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_completions_outside_the_procedure_find_children_without_the_moved_rows",
+        ),
+        ("mysql",),
+        "a MariaDB completion with no claim after it probes every partition for children",
+    ),
+    Mutant(
         "a-client-lock-trusts-a-retried-row",
         "nsj_queue_lib/db/latest_attempt.py",
         'if row is not None and not row["reenfileirado"]:',

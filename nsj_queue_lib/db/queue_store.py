@@ -218,10 +218,15 @@ class SessionLockStore(WorkerStore, Protocol):
         ...
 
     def complete_and_claim(
-        self, conn: Any, task_id: int, mensagem: str, claim_next: bool
+        self,
+        conn: Any,
+        task_id: int,
+        mensagem: str,
+        claim_next: bool,
+        first_id: int | None = None,
     ) -> Claim | None:
         """'sucesso' and the lock's release, committed; then, with ``claim_next``, the next
-        claim as ``claim`` makes it."""
+        claim as ``claim`` makes it. ``first_id``: as ``complete_if_running``'s."""
         ...
 
     def unlock_task(self, conn: Any, task_id: int) -> None: ...

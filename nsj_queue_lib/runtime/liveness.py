@@ -82,7 +82,7 @@ class DatabaseLiveness:
     def complete_and_claim(
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
-        return self.store.complete_and_claim(conn, task.id, mensagem, claim_next)
+        return self.store.complete_and_claim(conn, task.id, mensagem, claim_next, task.first_id)
 
     def unlock_in_transaction(self, conn: Any, task: TaskRecord) -> None:
         self.store.unlock_task(conn, task.id)
@@ -105,7 +105,9 @@ class DatabaseLiveness:
         self, conn: Any, task: TaskRecord, mensagem: str, claim_next: bool
     ) -> Claim | None:
         store: Any = self.store
-        return await store.complete_and_claim_async(conn, task.id, mensagem, claim_next)
+        return await store.complete_and_claim_async(
+            conn, task.id, mensagem, claim_next, task.first_id
+        )
 
 
 class CompatLiveness:

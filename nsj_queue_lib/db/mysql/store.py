@@ -254,7 +254,12 @@ class MysqlQueueStore(MysqlFamilyStore):
         self._release_claimed_lock(conn)
 
     def complete_and_claim(
-        self, conn: Any, task_id: int, mensagem: str, claim_next: bool
+        self,
+        conn: Any,
+        task_id: int,
+        mensagem: str,
+        claim_next: bool,
+        first_id: int | None = None,
     ) -> Claim | None:
         """Settle a task as 'sucesso', release its lock, commit; then claim the next task.
 
@@ -266,7 +271,7 @@ class MysqlQueueStore(MysqlFamilyStore):
         deadlock or lock wait timeout, tried again.
         """
         if not claim_next:
-            self._complete_and_commit(conn, task_id, mensagem)
+            self._complete_and_commit(conn, task_id, mensagem, first_id)
             return None
         with wrap_driver_errors("complete_task"):
             try:
@@ -274,7 +279,7 @@ class MysqlQueueStore(MysqlFamilyStore):
             except StatementFailed as failed:
                 if self._completion_committed(conn, task_id):
                     return self._after_committed_completion(conn, task_id, failed)
-                return self._after_failed_completion(conn, task_id, mensagem, failed)
+                return self._after_failed_completion(conn, task_id, mensagem, failed, first_id)
 
     def _call(self, conn: Any, task_id: int | None, mensagem: str | None) -> Claim | None:
         """One CALL: complete ``task_id`` (when given), then claim; the claimed task or None."""
@@ -359,13 +364,18 @@ class MysqlQueueStore(MysqlFamilyStore):
         return None
 
     def _after_failed_completion(
-        self, conn: Any, task_id: int, mensagem: str, failed: StatementFailed
+        self,
+        conn: Any,
+        task_id: int,
+        mensagem: str,
+        failed: StatementFailed,
+        first_id: int | None,
     ) -> Claim | None:
         """The CALL failed before its completion was committed: what the failure left, settled."""
         code = error_code(failed)
         if code == ER_LOCK_WAIT_TIMEOUT:
             # Only the statement was undone: the transaction is still open.
-            if self._complete(conn, task_id, mensagem) is LOST:
+            if self._complete(conn, task_id, mensagem, first_id) is LOST:
                 self._give_back(conn, task_id, lambda: self.unlock_task(conn, task_id))
             else:
                 self.unlock_task(conn, task_id)
@@ -381,10 +391,12 @@ class MysqlQueueStore(MysqlFamilyStore):
             return self.claim(conn)
         raise failed
 
-    def _complete_and_commit(self, conn: Any, task_id: int, mensagem: str) -> None:
+    def _complete_and_commit(
+        self, conn: Any, task_id: int, mensagem: str, first_id: int | None
+    ) -> None:
         """'sucesso' and the lock's release, committed, with nothing claimed after it."""
         with wrap_driver_errors("complete_task"):
-            outcome = self._complete(conn, task_id, mensagem)
+            outcome = self._complete(conn, task_id, mensagem, first_id)
             if outcome is LOST:
                 self._give_back(conn, task_id, lambda: self.unlock_task(conn, task_id))
                 return

@@ -228,12 +228,12 @@ class PostgresQueueStore(PostgresClientStore):
         return await drive_async(conn, self._claim_steps(conn))
 
     def complete_and_claim(
-        self, conn, task_id: int, mensagem: str, claim_next: bool
+        self, conn, task_id: int, mensagem: str, claim_next: bool, first_id=None
     ) -> Claim | None:
         return drive(conn, self._complete_and_claim_steps(conn, task_id, mensagem, claim_next))
 
     async def complete_and_claim_async(
-        self, conn, task_id: int, mensagem: str, claim_next: bool
+        self, conn, task_id: int, mensagem: str, claim_next: bool, first_id=None
     ) -> Claim | None:
         steps = self._complete_and_claim_steps(conn, task_id, mensagem, claim_next)
         return await drive_async(conn, steps)

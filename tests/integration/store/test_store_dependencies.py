@@ -85,22 +85,8 @@ def test_a_release_reads_its_childrens_rows_not_every_waiting_task(backend, stor
     if backend.dialect == "postgres":
         pytest.skip("counts MariaDB's handler reads (PostgreSQL's release is a function)")
     parent, child = family(backend, after=True)
-    [other] = [backend.enqueue()]
-    conn = backend.client_conn()
-    backend.client(conn).insert_tasks(
-        [
-            dict(
-                origem="o",
-                destino="d",
-                processo="p",
-                chave_externa=f"w{n}",
-                payload="x",
-                after=[other],
-            )
-            for n in range(300)
-        ]
-    )
-    conn.commit()
+    other = backend.enqueue()
+    backend.enqueue(*[{"chave_externa": f"w{n}", "after": [other]} for n in range(300)])
     store.bind(worker)
     assert backend.claim(worker).id == parent
 

@@ -113,14 +113,15 @@ def test_the_claim_procedures_completion_reads_the_hot_partition_alone(backend, 
 def test_completions_outside_the_procedure_find_children_without_the_moved_rows(
     backend, store, worker
 ):
-    """A commit group's end and a completion under an outside lock (the socket server's)
-    write 'sucesso' with a statement of their own, then look for the tasks' children. Found
+    """A commit group's end, a completion under an outside lock (the socket server's) and a
+    completion with no claim after it write 'sucesso' with a statement of their own, then
+    look for the tasks' children. Found
     through the attempts' rows by id alone, after the success moved them to their day's
     partition, that look probed every partition; the tasks' first ids name the edges. And
     the release procedure's last statement read every waiting task of the queue."""
     _history_in_every_day(backend)
     days = len(partitions(backend)) - 1
-    parents = backend.enqueue({}, {}, {})
+    parents = backend.enqueue({}, {}, {}, {})
     children = backend.enqueue(*[{"after": [parent]} for parent in parents])
     tasks = [store.claim(worker).task for _ in parents]
     [other] = backend.enqueue({})
@@ -139,9 +140,13 @@ def test_completions_outside_the_procedure_find_children_without_the_moved_rows(
     before = index_reads()
     assert phases.complete_fenced(worker, tasks[2].id, "ok", tasks[2].first_id)
     completion_reads = index_reads() - before
+    before = index_reads()  # a last task's completion, nothing claimed after it
+    DatabaseLiveness(store).complete_and_claim(worker, tasks[3], "ok", claim_next=False)
+    last_reads = index_reads() - before
     assert {partition_of(backend, t.id) for t in tasks} == {f"p{today(backend)}"}
-    assert [backend.row(child)["status"] for child in children] == ["pendente"] * 3
-    assert group_reads < days and completion_reads < days, (group_reads, completion_reads, days)
+    assert [backend.row(child)["status"] for child in children] == ["pendente"] * 4
+    reads = (group_reads, completion_reads, last_reads)
+    assert max(reads) < days, (reads, days)
 
 
 def _history_in_every_day(backend) -> None:
