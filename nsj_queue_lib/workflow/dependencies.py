@@ -192,7 +192,7 @@ def after_failure(store: Any, conn: Any, attempt_id: int) -> None:
 
 
 def after_successes(
-    store: Any, conn: Any, attempt_ids: Sequence[int], first_ids: Sequence[int] | None = None
+    store: Any, conn: Any, attempt_ids: Sequence[int] = (), first_ids: Sequence[int] | None = None
 ) -> None:
     """Attempts just written 'sucesso' by a statement outside the claim and settle routines
     (MySQL's group end, a completion under the socket server's lock): their children

@@ -110,7 +110,7 @@ class MysqlTaskSession(TaskSession):
             self._write_successes(conn, written, len(written) - early)
             # Their children, released in this commit (nsj_queue_lib/workflow/).
             dependencies.after_successes(
-                self.store, conn, [], [task.first_id for task, _ in written]
+                self.store, conn, first_ids=[task.first_id for task, _ in written]
             )
             self._release_locks(conn, [task.id for task, _ in written])
         if claim_limit > 1:
