@@ -16,17 +16,24 @@ from typing import Any
 # server that was meant to bind it does: a 1.2.2 server then failed with EADDRINUSE.
 TEST_PORTS = range(20_000, 32_000)
 _choice = random.Random()  # seeded from the OS: xdist workers pick apart
+# Ports handed out by this process: a cluster's dozen are chosen before any server binds
+# one, and a port free now can be chosen again for the next node.
+_handed_out: set[int] = set()
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on now, outside the ephemeral range."""
+    """A TCP port nothing listens on now, outside the ephemeral range, not handed out
+    before by this process."""
     for _ in range(500):
         port = _choice.choice(TEST_PORTS)
+        if port in _handed_out:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("", port))  # every address: a server may bind any of them
             except OSError:
                 continue
+            _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {TEST_PORTS}")
 
