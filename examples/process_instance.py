@@ -1,12 +1,14 @@
 """A process instance (seed 001's start / call / timer / remove): a payment.
 
 ``start_process`` creates the payment ``pay-1`` and runs ``payment_init``: its state
-holds the amount, its status says it waits for a capture, and a 3-second timer
-(``payment_timeout``) will void it unless a call comes first. ``call_process`` sends
+holds the amount, its status says it waits for a capture, and a timer
+(``payment_timeout``, after the payload's ``capture_within_s``) will void it unless a
+call comes first. ``call_process`` sends
 it ``payment_capture``, whose handler's result is the call's response (the caller
 waits for it: a synchronous call); capturing replaces the timeout timer with a
 1-second ``payment_settle`` timer, and settling asks for the process's removal a
-minute later. ``pay-2`` is never captured: its timeout fires. Every change of a
+minute later. ``pay-2`` is never captured: its 3-second timeout fires. ``pay-1`` is given
+a minute, so that its capture wins the race even on a machine that stalls for seconds. Every change of a
 process (its state, status, events, timers) commits with its task.
 
 Run a worker, then the client (the usual environment: DB_HOST, DB_BASE, DB_USER,
@@ -29,11 +31,12 @@ from nsj_queue_lib import QueueClient, Settings, Task, WorkerBase, current_task
 class PaymentWorker(WorkerBase):
     @Task("payment_init")
     def init(self, payload: str, tarefa: dict, bd_conn) -> dict:
+        order = json.loads(payload)
         process = current_task().process
-        process.state = {"amount": json.loads(payload)["amount"], "captured": False}
+        process.state = {"amount": order["amount"], "captured": False}
         process.status = "waiting_capture"
         process.emit("created", process.state)
-        process.set_timer(3, "payment_timeout")
+        process.set_timer(order["capture_within_s"], "payment_timeout")
         return {"status": process.status}
 
     @Task("payment_capture")
@@ -58,7 +61,7 @@ class PaymentWorker(WorkerBase):
     def timeout(self, payload: str, tarefa: dict, bd_conn) -> None:
         process = current_task().process
         process.status = "voided"
-        process.detail = "not captured within 3 s"
+        process.detail = "not captured in time"
         process.emit("voided")
         process.remove_after(60)
 
@@ -80,8 +83,8 @@ def run_payments() -> None:
     conn = make_driver(settings).connect(autocommit=True)
     try:
         client = QueueClient(conn, settings.queue_table)
-        client.start_process("pay-1", "payment_init", {"amount": 100})
-        client.start_process("pay-2", "payment_init", {"amount": 7})
+        client.start_process("pay-1", "payment_init", {"amount": 100, "capture_within_s": 60})
+        client.start_process("pay-2", "payment_init", {"amount": 7, "capture_within_s": 3})
         capture = client.call_process("pay-1", "payment_capture", {})
         client.wait_for_task(capture, timeout_s=30)  # a synchronous call: wait for it
         print(json.dumps(client.call_response(capture)))
