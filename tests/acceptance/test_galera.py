@@ -415,7 +415,7 @@ def test_a_node_killed_mid_drain_and_its_worker_replaced_on_a_surviving_node(
     )
     try:
         galera_cluster.kill(2)  # kill -9 of node 3's mariadbd
-        galera_cluster.wait_size(2)
+        galera_cluster.wait_size(2, timeout=60)
         procs[2].kill9()  # its worker is replaced by one on node 2
         start_worker(workers, queue, 1, lock_server, "w3-on-node2")
         wait_drained(queue)

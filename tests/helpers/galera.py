@@ -157,9 +157,11 @@ class GaleraNode:
                 f"ist.recv_addr=127.0.0.1:{self.ist_port}",
                 "gcache.size=32M",
                 "gcache.page_size=32M",
-                # Notice a killed node within ~3 s (the defaults take 5-15 s).
-                "evs.suspect_timeout=PT3S",
-                "evs.inactive_timeout=PT6S",
+                # Notice a killed node within ~5 s (the defaults take 5-15 s). PT3S let
+                # the two survivors of a kill suspect each other under a loaded suite
+                # once, leaving them a non-primary pair for over 30 s.
+                "evs.suspect_timeout=PT5S",
+                "evs.inactive_timeout=PT10S",
                 "evs.keepalive_period=PT0.5S",
                 "evs.inactive_check_period=PT0.5S",
                 "pc.weight=1",
@@ -374,7 +376,9 @@ class GaleraCluster:
             if all(v == (str(size), "ON") for v in seen.values()):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster size not {size} after {timeout:g} s: {seen}")
+                raise RuntimeError(
+                    f"cluster size not {size} after {timeout:g} s: {seen}\n{self.logs(30)}"
+                )
             time.sleep(0.1)
 
     def kill(self, index: int) -> None:
