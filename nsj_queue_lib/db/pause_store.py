@@ -33,6 +33,7 @@ class PauseStore:
             "pause.sql",
         )
         self.channel = notify_channel_of(queue_table)
+        self._array = limits.name == "postgres"  # a list of ids: an array (else a tuple: IN)
 
     def _run(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         with self._errors.wrap_driver_errors(f"pause: {name}"), conn.cursor() as cur:
@@ -142,10 +143,10 @@ class BreakerStore(PauseStore):
     def breakers(self, conn: Any) -> list[BreakerState]:
         """The breakers with failures counted, or open."""
         found = []
-        for row in self._run(conn, "breakers"):
-            processo, failures, is_open, trial, until_us, task, age, timeout = row_values(
-                row, *_BREAKER_COLUMNS
-            )
+        rows = [row_values(row, *_BREAKER_COLUMNS) for row in self._run(conn, "breakers")]
+        timeouts = self._trial_timeouts(conn, [int(r[5]) for r in rows if r[5] is not None])
+        for processo, failures, is_open, trial, until_us, task, age in rows:
+            timeout = None if task is None else timeouts.get(int(task))
             until = (
                 None if until_us is None else EPOCH + datetime.timedelta(microseconds=int(until_us))
             )
@@ -163,6 +164,15 @@ class BreakerStore(PauseStore):
             )
         return found
 
+    def _trial_timeouts(self, conn: Any, tasks: list[int]) -> dict[int, Any]:
+        """The trial tasks' own timeout_s (None: their processo's), by task id."""
+        if not tasks:
+            return {}
+        rows = self._run(conn, "trial_timeouts", {"ids": tasks if self._array else tuple(tasks)})
+        return {
+            int(task): timeout for task, timeout in (row_values(r, "id", "timeout_s") for r in rows)
+        }
+
 
 # The columns of the breakers statement, in its order.
 _BREAKER_COLUMNS = (
@@ -173,7 +183,6 @@ _BREAKER_COLUMNS = (
     "until_us",
     "breaker_trial_task",
     "trial_age_s",
-    "trial_timeout_s",
 )
 
 

@@ -39,8 +39,12 @@ WHERE processo = %(processo)s
 SELECT l.processo, l.breaker_failures, l.breaker_open, l.breaker_trial,
        CAST(UNIX_TIMESTAMP(l.breaker_until) * 1000000 AS SIGNED) AS until_us,
        l.breaker_trial_task,
-       TIMESTAMPDIFF(MICROSECOND, l.breaker_trial_at, NOW(6)) / 1e6 AS trial_age_s,
-       (SELECT t.timeout_s FROM {table} AS t WHERE t.id = l.breaker_trial_task) AS trial_timeout_s
+       TIMESTAMPDIFF(MICROSECOND, l.breaker_trial_at, NOW(6)) / 1e6 AS trial_age_s
 FROM {limits_table} AS l
 WHERE l.breaker_failures > 0 OR l.breaker_open
 ORDER BY l.processo
+
+-- name: trial_timeouts
+SELECT t.id, t.timeout_s
+FROM {table} AS t
+WHERE t.id IN %(ids)s
