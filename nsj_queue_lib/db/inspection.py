@@ -41,6 +41,11 @@ TIME_COLUMNS = (
 FAILED_STATUSES = (model.FALHA, model.FALHA_PROCESSANDO)
 # Aggregates of status: the window of "recent" failures and dead letters.
 RECENT_SECONDS = 24 * 3600
+# summary_tallied on the partitioned layouts: the mark {recent_t} renders to, replaced per
+# call by the bound of the day partitions it reads finished attempts from (the days from
+# RECENT_DAYS before the tally's last fold).
+RECENT_MARK = "/*recent*/"
+RECENT_DAYS = 2
 # ``recent``: the settled attempts of the last hour, counted per 5 minutes.
 RECENT_WINDOW = 3600
 RECENT_BUCKET = 300

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from nsj_queue_lib.db.inspection import (
+    RECENT_DAYS,
+    RECENT_MARK,
     RECENT_SECONDS,
     InspectionQueries,
     query_values,
@@ -25,9 +27,6 @@ _TALLY_AND_LAYOUT = (
     "SELECT to_regclass(%s) IS NOT NULL, "
     "(SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(%s))"
 )
-# summary_tallied's bound of recent day partitions (partitioned layout), put in per call.
-_RECENT_MARK = "/*recent*/"
-RECENT_DAYS = 2
 _RECENT = {"recent_seconds": RECENT_SECONDS}
 # timestamptz values arrive as aware datetimes: exact instants.
 _TIME = "t.{c}"
@@ -55,7 +54,7 @@ class PostgresInspectionStore(InspectionQueries):
                     self._values,
                     hot_h=f"h.finished_day = {HOT_DAY} AND ",
                     hot_t=f"t.finished_day = {HOT_DAY} AND ",
-                    recent_t=_RECENT_MARK,
+                    recent_t=RECENT_MARK,
                 )
                 self.sql = render_queries("postgres", pinned, "inspection.sql")
                 self._partitioned = True
@@ -83,7 +82,7 @@ class PostgresInspectionStore(InspectionQueries):
                 if not self.tallied(conn):
                     return [summary_row(r) for r in self._fetch(conn, "summary", _RECENT)]
                 cur.execute(
-                    self.sql["summary_tallied"].replace(_RECENT_MARK, self._recent(cur)), _RECENT
+                    self.sql["summary_tallied"].replace(RECENT_MARK, self._recent(cur)), _RECENT
                 )
                 return [summary_row(r) for r in rows_as_dicts(cur)]
             finally:

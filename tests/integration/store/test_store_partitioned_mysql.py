@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.inspection import RECENT_MARK
 from nsj_queue_lib.db.mysql import retention
 from nsj_queue_lib.db.mysql.layout import DAYS_AHEAD
 from nsj_queue_lib.db.mysql.session import MysqlTaskSession
@@ -288,3 +289,41 @@ def test_workers_claim_and_settle_concurrently(backend, store):
     assert not errors, errors
     assert backend.count("status = 'sucesso'") == len(ids)
     assert backend.value(f"SELECT count(*) FROM {backend.table} PARTITION (p_hot)") == 0
+
+
+def test_status_reads_the_hot_partition_and_the_days_since_the_last_fold(backend, store):
+    """nsjq status (summary, the running list) and the workers' depth metric prune the day
+    partitions: the unfinished attempts' reads to p_hot, the finished ones' to the days
+    from two before the tally's last fold. Each read every partition's index before."""
+    old = today(backend) - 10  # a day of history, before the recent ones
+    first = min(int(name[1:]) for name in partitions(backend) if name[1:].isdigit())
+    backend.execute(
+        f"ALTER TABLE {backend.table} REORGANIZE PARTITION p{first} INTO ("
+        f"PARTITION p{old} VALUES LESS THAN ({old + 1}), "
+        f"PARTITION p{first} VALUES LESS THAN ({first + 1}))"
+    )
+    conn = backend._keep(backend.driver.connect(autocommit=False))
+    assert store.fold_counts(conn, 60) is not None  # folded_at: today
+    conn.commit()
+    inspection = backend.driver.inspection_store()
+    assert inspection.tallied(backend.admin)
+    recent = {f"p{day}" for day in range(today(backend) - 2, today(backend) + DAYS_AHEAD + 1)}
+    recent &= set(partitions(backend))
+    assert f"p{old}" in partitions(backend) and f"p{old}" not in recent
+    with backend.admin.cursor() as cur:
+        summary = inspection.sql["summary_tallied"]["sql"]
+        summary = summary.replace(RECENT_MARK, inspection._recent(cur))
+        for name, sql, params, allowed in (
+            ("summary_tallied", summary, {"recent_seconds": 60}, {"p_hot"} | recent),
+            ("depth", inspection.sql["depth"]["sql"], {}, {"p_hot"}),
+            ("list_running", inspection.sql["list_running"]["sql"], {"limit": 5}, {"p_hot"}),
+        ):
+            cur.execute(f"EXPLAIN PARTITIONS {sql}", params)
+            names = [col[0] for col in cur.description]
+            read = set()
+            for row in cur.fetchall():
+                found = dict(zip(names, row, strict=True))
+                if found["table"] == "t" and found["partitions"]:
+                    read.update(found["partitions"].split(","))
+            assert read and read <= allowed, (name, sorted(read - allowed))
+    assert inspection.summary(backend.admin) == []  # and it runs
