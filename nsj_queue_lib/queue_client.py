@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime
 import functools
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from nsj_queue_lib import model
 from nsj_queue_lib.db.driver import client_inspection_store, client_store
+from nsj_queue_lib.db.own_transaction import own_transaction
 from nsj_queue_lib.db.pause_store import BreakerStore, PauseStore
 from nsj_queue_lib.db.queue_store import StreamingClientStore
 from nsj_queue_lib.db.workflow_store import WorkflowStore, WorkflowUnsupported
@@ -39,6 +40,19 @@ if TYPE_CHECKING:
     from nsj_queue_lib.settings import Settings
 
 DEFAULT_EQUIVALENT_STATUSES = (model.SUCESSO, model.PENDENTE, model.AGENDADA)
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _atomic(method: Method) -> Method:
+    """A call that may write with several statements: on a connection in autocommit mode,
+    they run in one transaction of their own (db/own_transaction.py)."""
+
+    @functools.wraps(method)
+    def call(self: QueueClient, *args: Any, **kwargs: Any) -> Any:
+        with own_transaction(self._conn):
+            return method(self, *args, **kwargs)
+
+    return cast(Method, call)
 
 
 class QueueClient:
@@ -111,13 +125,16 @@ class QueueClient:
         """
         row = task_row(locals(), pub_sub=False, trace_context=self._capture())
         parents = check_after(after, on_parent_failure)
-        if process_id is not None:
+        if process_id is None and not parents:
+            return self._store.insert_task(self._conn, row)
+        with own_transaction(self._conn):
+            if process_id is None:
+                return self._insert_row(row, parents, on_parent_failure)
             from nsj_queue_lib.process import client as processes
 
             process_id = check_process_id(process_id)
             row = processes.with_process_key(row, process_id)
             return processes.insert_checked(self, process_id, CALL, row, parents, on_parent_failure)
-        return self._insert_row(row, parents, on_parent_failure)
 
     def _insert_row(
         self, row: dict[str, Any], parents: list[int] | None, on_parent_failure: str
@@ -184,6 +201,7 @@ class QueueClient:
         row = task_row(locals(), pub_sub=True, trace_context=self._capture())
         return self._store.insert_task(self._conn, row)
 
+    @_atomic
     def insert_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[int]:
         """Enqueue many tasks in one round trip; returns their ids in the given order.
 
@@ -271,6 +289,7 @@ class QueueClient:
         row = self._store.task_view(self._conn, _task_id(task_id))
         return None if row is None else task_view(row)
 
+    @_atomic
     def cancel_task(self, task_id: int) -> str:
         """Cancel the task ``task_id`` (any attempt's id); returns its status after the call.
 
@@ -349,6 +368,7 @@ class QueueClient:
 
         return get_workflow(self, _task_id(workflow_id))
 
+    @_atomic
     def cancel_workflow(self, workflow_id: int) -> dict[int, str]:
         """Cancel the workflow's unfinished tasks as ``cancel_task`` does (waiting ones become
         'cancelada', running ones are asked to stop), in the caller's transaction; returns
@@ -357,6 +377,7 @@ class QueueClient:
 
         return cancel_workflow(self, _task_id(workflow_id))
 
+    @_atomic
     def send_event(self, task_id: int, name: str, payload: Any = None) -> None:
         """Send the event ``name`` (``payload``: a JSON value) to the task ``task_id``, in the
         caller's transaction: kept until the task's ``wait_event(name, ...)`` takes it (an
@@ -366,6 +387,7 @@ class QueueClient:
 
     # -- process instances (nsj_queue_lib/process/, docs/how-to/processes.md) --
 
+    @_atomic
     def start_process(
         self, process_id: str, processo: str, payload: Any, **insert_options: Any
     ) -> int:
@@ -377,6 +399,7 @@ class QueueClient:
 
         return processes.start_process(self, process_id, processo, payload, insert_options)
 
+    @_atomic
     def call_process(
         self, process_id: str, processo: str, payload: Any, **insert_options: Any
     ) -> int:
@@ -388,6 +411,7 @@ class QueueClient:
 
         return processes.call_process(self, process_id, processo, payload, insert_options)
 
+    @_atomic
     def repair_process(
         self, process_id: str, processo: str, payload: Any, **insert_options: Any
     ) -> int:
@@ -432,6 +456,7 @@ class QueueClient:
         except WorkflowUnsupported:
             return
 
+    @_atomic
     def retry_task(self, task_id: int) -> int:
         """A new 'pendente' attempt, due now, for a task that ran out of attempts (or a dead
         letter that did); returns its id. In the caller's transaction.
@@ -455,6 +480,7 @@ class QueueClient:
 
     # -- fleet control (docs/fleet-control.md) --
 
+    @_atomic
     def pause(self, processo: str | None = None, until: datetime.datetime | None = None) -> None:
         """Pause the whole queue, or one ``processo``, across every worker: from the
         commit of the caller's transaction on, no task it holds is claimed (running tasks
@@ -464,17 +490,20 @@ class QueueClient:
             self._conn, processo, until, by=f"client pid {os.getpid()}"
         )
 
+    @_atomic
     def resume(self, processo: str | None = None) -> bool:
         """End the pause of the whole queue (or of ``processo``) at the commit of the
         caller's transaction, waking the workers; whether there was one."""
         return PauseStore(self._conn, self.queue_table).resume(self._conn, processo)
 
+    @_atomic
     def reset_breaker(self, processo: str) -> bool:
         """Close ``processo``'s circuit breaker at the commit of the caller's transaction
         (its failures and any trial forgotten), waking the workers; whether it had
         failures or was open. The operator's way out of a breaker they know is wrong."""
         return BreakerStore(self._conn, self.queue_table).reset(self._conn, processo)
 
+    @_atomic
     def reset_subscriber_breaker(self, subscriber_id: str) -> bool:
         """Close the webhook subscriber's circuit breaker at the commit of the caller's
         transaction (its failures and any trial forgotten; the deliveries it held due

@@ -1480,6 +1480,66 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "a caller's open transaction on a partitioned MariaDB queue holds up every insert",
     ),
+    Mutant(
+        "status-reads-every-day-on-mariadb",
+        "nsj_queue_lib/db/mysql/inspection.py",
+        '                if tallied and layout_cache.partitioned(conn, "mysql", self.queue_table):\n',
+        "                if False:\n",
+        (
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_status_reads_the_hot_partition_and_the_days_since_the_last_fold",
+        ),
+        ("mysql",),
+        "nsjq status and the depth metric read every day partition's indexes on MariaDB",
+    ),
+    Mutant(
+        "a-fair-turn-reads-every-day",
+        "nsj_queue_lib/db/mysql/family_store.py",
+        "        self._know_layout(conn)  # its reads of ready tasks, pinned to them\n",
+        "",
+        (
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_a_clients_fair_turn_reads_the_hot_partition_alone",
+        ),
+        ("mysql",),
+        "each enqueue with a fair key reads every day partition's indexes on MariaDB",
+    ),
+    Mutant(
+        "breakers-read-the-queue-table",
+        "nsj_queue_lib/db/pause_store.py",
+        "        if not tasks:\n            return {}\n",
+        "        if True:\n            return {}\n",
+        (
+            "tests/integration/store/test_store_breakers.py::"
+            "test_a_trials_bound_is_its_tasks_own_timeout",
+        ),
+        ("postgres", "mysql"),
+        "a trial's bound ignores its task's own timeout_s",
+    ),
+    Mutant(
+        "a-client-call-commits-half",
+        "nsj_queue_lib/db/own_transaction.py",
+        "    return driver.own_transaction(conn)\n",
+        "    return contextlib.nullcontext()\n",
+        (
+            "tests/integration/store/test_store_own_transaction.py::"
+            "test_a_process_start_is_written_whole_or_not_at_all",
+        ),
+        ("postgres", "mysql"),
+        "on an autocommit connection a process's task is seen before the row naming it",
+    ),
+    Mutant(
+        "a-client-call-commits-the-callers-transaction",
+        "nsj_queue_lib/db/mysql/own_transaction.py",
+        "    if status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:\n",
+        "    if False:\n",
+        (
+            "tests/integration/store/test_store_own_transaction.py::"
+            "test_inside_the_callers_transaction_nothing_is_committed_by_the_call",
+        ),
+        ("mysql",),
+        "a client call commits the transaction its caller opened (MySQL's implicit commit)",
+    ),
 )
 
 

@@ -20,6 +20,7 @@ building one is cheap and cannot fail for lack of a database.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import importlib
 from collections.abc import Callable, Iterator
@@ -210,6 +211,12 @@ class Driver(abc.ABC):
         # The worker's Settings (nsj_queue_lib/settings.py), which each dialect's driver
         # types; not named here, so that the settings may read this module's table.
         self.settings = settings
+
+    @classmethod
+    def own_transaction(cls, conn: Any) -> AbstractContextManager[None]:
+        """A transaction of its own for a client call's statements on a caller's connection
+        in autocommit mode (db/own_transaction.py); nothing where the dialect cannot tell."""
+        return contextlib.nullcontext()
 
     # -- configuration --
 

@@ -144,7 +144,8 @@ class BreakerStore(PauseStore):
         """The breakers with failures counted, or open."""
         found = []
         rows = [row_values(row, *_BREAKER_COLUMNS) for row in self._run(conn, "breakers")]
-        timeouts = self._trial_timeouts(conn, [int(r[5]) for r in rows if r[5] is not None])
+        trial_tasks = [int(task) for *_, task, _age in rows if task is not None]
+        timeouts = self._trial_timeouts(conn, trial_tasks)
         for processo, failures, is_open, trial, until_us, task, age in rows:
             timeout = None if task is None else timeouts.get(int(task))
             until = (

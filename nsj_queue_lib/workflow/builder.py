@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from nsj_queue_lib.db.own_transaction import own_transaction
 from nsj_queue_lib.db.workflows_store import WorkflowsStore
 from nsj_queue_lib.workflow.dependencies import ON_PARENT_FAILURE
 
@@ -138,17 +139,20 @@ class Workflow:
             raise ValueError(f"workflow {self.name!r} has no tasks")
         store = WorkflowsStore.for_store(client._store, client.queue_table)
         rows = [{k: v for k, v in t.items() if k != "on_parent_failure"} for t in self._tasks]
-        ids = client.insert_tasks(rows)
-        edges = [
-            (ids[parent], ids[child])
-            for child, parents in enumerate(self._parents)
-            for parent in parents
-        ]
-        waiting = [
-            (ids[child], len(parents), self._tasks[child].get("on_parent_failure", "cancel"))
-            for child, parents in enumerate(self._parents)
-            if parents
-        ]
-        self.id = store.add_workflow(client._conn, self.name, ids, edges, waiting)
+        # The tasks are inserted 'pendente', then set waiting: on an autocommit connection,
+        # in one transaction of the call's own (db/own_transaction.py).
+        with own_transaction(client._conn):
+            ids = client.insert_tasks(rows)
+            edges = [
+                (ids[parent], ids[child])
+                for child, parents in enumerate(self._parents)
+                for parent in parents
+            ]
+            waiting = [
+                (ids[child], len(parents), self._tasks[child].get("on_parent_failure", "cancel"))
+                for child, parents in enumerate(self._parents)
+                if parents
+            ]
+            self.id = store.add_workflow(client._conn, self.name, ids, edges, waiting)
         self.task_ids = ids
         return self.id

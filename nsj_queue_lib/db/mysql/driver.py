@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pymysql
@@ -23,6 +24,7 @@ from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
 from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.names import server_family
+from nsj_queue_lib.db.mysql.own_transaction import own_transaction
 from nsj_queue_lib.db.mysql.pool import SimplePool
 from nsj_queue_lib.db.mysql.session import MysqlTaskSession
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
@@ -110,6 +112,10 @@ class MysqlFamilyDriver(WakeupDriver):
     @classmethod
     def new_inspection_store(cls, queue_table: str) -> MysqlInspectionStore:
         return MysqlInspectionStore(queue_table)
+
+    @classmethod
+    def own_transaction(cls, conn: Any) -> AbstractContextManager[None]:
+        return own_transaction(conn)
 
     def configure(self, conn: Any, executor: bool) -> None:
         configure_session(conn, executor)

@@ -182,9 +182,11 @@ class MysqlFamilyStore:
         """The turn of a task with a fair key: seconds since 1970, a Decimal exact to the
         microsecond (fleet/fair.py)."""
         params = {"fair_key": row["fair_key"], "prioridade": prioridade_of(row)}
+        self._know_layout(conn)  # its reads of ready tasks, pinned to them
         return decimal.Decimal(self._fetch(conn, "fair_turn", params)[0]["turn"])
 
     def _dedupe_holder(self, conn: Any, key: str) -> int | None:
+        self._know_layout(conn)
         found = self._fetch(conn, "dedupe_holder", {"dedupe_key": key})
         return int(found[0]["id_inicial"]) if found else None
 

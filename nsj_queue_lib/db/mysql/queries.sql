@@ -50,17 +50,18 @@ RETURNING id
 -- its key's last ready task of its prioridade, never before the first ready task of that
 -- prioridade, never after now. MySQL refuses a subquery on the table an INSERT ... VALUES
 -- writes: the store reads this first, in the same transaction. Both look-ups are index
--- reads (idx_fair_key, idx_claim).
+-- reads (idx_fair_key, idx_claim); {hot} keeps them to p_hot on the partitioned layout
+-- (unpinned, each read every day partition's index: 2.4 ms against 0.9 at 78 of them).
 SELECT UNIX_TIMESTAMP(LEAST(NOW(6), COALESCE(
     GREATEST(x.last_turn + INTERVAL 1 MICROSECOND, x.head), x.head, NOW(6)
 ))) AS turn
 FROM (SELECT
     (SELECT MAX(data_hora) FROM {queue_table}
-     WHERE fair_key = %(fair_key)s AND fair_key_status = 'pendente'
+     WHERE {hot}fair_key = %(fair_key)s AND fair_key_status = 'pendente'
        AND prioridade = %(prioridade)s AND data_hora <= NOW(6)) AS last_turn,
     -- ORDER BY ... LIMIT 1, not MIN(): MIN read every entry of the prioridade here.
     (SELECT data_hora FROM {queue_table}
-     WHERE status = 'pendente' AND prioridade = %(prioridade)s
+     WHERE {hot}status = 'pendente' AND prioridade = %(prioridade)s
      ORDER BY data_hora LIMIT 1) AS head
 ) AS x
 

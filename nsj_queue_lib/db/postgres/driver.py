@@ -7,6 +7,7 @@ import os
 import re
 import socket
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -34,6 +35,7 @@ from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
+from nsj_queue_lib.db.postgres.own_transaction import own_transaction
 from nsj_queue_lib.db.postgres.session import PostgresTaskSession
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
@@ -200,6 +202,10 @@ class PostgresDriver(WakeupDriver):
     @classmethod
     def new_inspection_store(cls, queue_table: str) -> PostgresInspectionStore:
         return PostgresInspectionStore(queue_table)
+
+    @classmethod
+    def own_transaction(cls, conn: Any) -> AbstractContextManager[None]:
+        return own_transaction(conn)
 
     def move_to_partitioned(
         self, conn: Any, schema: str, queue: str, say: Callable[[str], None]
