@@ -28,6 +28,8 @@ from nsj_queue_lib.flow.dedupe import insert_deduplicated
 from nsj_queue_lib.identifiers import split_table_name
 from nsj_queue_lib.model import FAIR_COLUMNS, OVERRIDE_COLUMNS
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
 # From this many tasks on, insert_tasks streams them with COPY.
 COPY_THRESHOLD = 100
 # stream_tasks' savepoint: a task failing the checks mid-stream undoes the COPY only.
@@ -222,7 +224,9 @@ class PostgresClientStore:
         abandoned and, inside a transaction, rolled back to a savepoint taken
         first, so nothing is written and the caller's transaction goes on.
         """
-        savepoint = not conn.autocommit
+        # A transaction holds the COPY (the caller's, or the call's own on an autocommit
+        # connection: db/own_transaction.py); outside one there is nothing to go back to.
+        savepoint = not conn.autocommit or conn.info.transaction_status != _IDLE
         with wrap_driver_errors("insert_tasks"), conn.cursor(binary=True) as cur:
             if savepoint:
                 cur.execute(_SAVEPOINT)

@@ -133,3 +133,23 @@ def caller_transaction(backend, conn):
         else:
             conn.rollback()
         raise
+
+
+@on(POSTGRES)
+def test_a_bad_item_in_a_stream_leaves_the_callers_transaction_going_on(backend):
+    """insert_tasks streams 100 tasks or more with COPY (psycopg 3); an item that fails the
+    client's checks abandons the stream, back to a savepoint: the caller's transaction,
+    one it opened on its autocommit connection too, goes on."""
+    conn = autocommit_conn(backend)
+    client = backend.client(conn)
+    items = [dict(TASK, chave_externa=str(n)) for n in range(150)]
+    items[120] = dict(TASK, prioridade="high")
+    with conn.transaction():
+        kept = client.insert_task(**TASK)
+        with pytest.raises((TypeError, ValueError)):
+            client.insert_tasks(items)
+        conn.execute("SELECT 1")  # not aborted
+    assert backend.statuses() == {kept: "pendente"}
+    with pytest.raises((TypeError, ValueError)):
+        client.insert_tasks(items)  # in the call's own transaction
+    assert backend.statuses() == {kept: "pendente"} and not in_transaction(backend, conn)
