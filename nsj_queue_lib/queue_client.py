@@ -1,7 +1,9 @@
 """QueueClient: enqueue tasks inside the caller's own transaction.
 
-The client never commits, rolls back or opens a connection: a task exists
-exactly when the caller's transaction commits. Table names are checked when
+The client never opens a connection, and never commits or rolls back a transaction
+of its caller's: a task exists exactly when the caller's transaction commits. On a
+connection in autocommit mode, a call that writes with several statements runs in
+one transaction of its own (db/own_transaction.py). Table names are checked when
 the client is built and every argument before any SQL is sent.
 """
 
