@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import time
@@ -15,17 +16,31 @@ from typing import Any
 # as the local port of any outgoing connection (the suite opens thousands) before the
 # server that was meant to bind it does: a 1.2.2 server then failed with EADDRINUSE.
 TEST_PORTS = range(20_000, 32_000)
-_choice = random.Random()  # seeded from the OS: xdist workers pick apart
+# Each xdist worker picks from its own slice: two workers could otherwise pick the same
+# free port before either server binds it (a metrics server then failed with EADDRINUSE).
+SLICES = 16
+_choice = random.Random()  # seeded from the OS
 # Ports handed out by this process: a cluster's dozen are chosen before any server binds
 # one, and a port free now can be chosen again for the next node.
 _handed_out: set[int] = set()
 
 
+def worker_ports(worker: str | None) -> range:
+    """The ports of the xdist worker named ``worker`` (``gw0``, ``gw1``...); all of
+    TEST_PORTS outside xdist."""
+    if not worker or not worker.startswith("gw") or not worker[2:].isdigit():
+        return TEST_PORTS
+    width = len(TEST_PORTS) // SLICES
+    start = TEST_PORTS.start + (int(worker[2:]) % SLICES) * width
+    return range(start, start + width)
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on now, outside the ephemeral range, not handed out
-    before by this process."""
+    """A TCP port nothing listens on now, outside the ephemeral range and in this xdist
+    worker's slice, not handed out before by this process."""
+    ports = worker_ports(os.environ.get("PYTEST_XDIST_WORKER"))
     for _ in range(500):
-        port = _choice.choice(TEST_PORTS)
+        port = _choice.choice(ports)
         if port in _handed_out:
             continue
         with socket.socket() as sock:
@@ -35,7 +50,7 @@ def free_port() -> int:
                 continue
             _handed_out.add(port)
             return port
-    raise RuntimeError(f"no free port in {TEST_PORTS}")
+    raise RuntimeError(f"no free port in {ports}")
 
 
 def get(port: int, path: str, timeout: float = 5) -> tuple[int | None, bytes, float]:
