@@ -4,7 +4,7 @@ The client never opens a connection, and never commits or rolls back a transacti
 of its caller's: a task exists exactly when the caller's transaction commits. On a
 connection in autocommit mode, a call that writes with several statements runs in
 one transaction of its own (db/own_transaction.py). Table names are checked when
-the client is built and every argument before any SQL is sent.
+the client is built and every argument before any row is read or written.
 """
 
 from __future__ import annotations
@@ -129,13 +129,14 @@ class QueueClient:
         parents = check_after(after, on_parent_failure)
         if process_id is None and not parents:
             return self._store.insert_task(self._conn, row)
-        with own_transaction(self._conn):
-            if process_id is None:
+        if process_id is None:
+            with own_transaction(self._conn):
                 return self._insert_row(row, parents, on_parent_failure)
-            from nsj_queue_lib.process import client as processes
+        from nsj_queue_lib.process import client as processes
 
-            process_id = check_process_id(process_id)
-            row = processes.with_process_key(row, process_id)
+        process_id = check_process_id(process_id)
+        row = processes.with_process_key(row, process_id)  # checked before any SQL is sent
+        with own_transaction(self._conn):
             return processes.insert_checked(self, process_id, CALL, row, parents, on_parent_failure)
 
     def _insert_row(
