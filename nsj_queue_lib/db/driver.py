@@ -213,7 +213,7 @@ class Driver(abc.ABC):
         self.settings = settings
 
     @classmethod
-    def own_transaction(cls, conn: Any) -> AbstractContextManager[None]:
+    def own_transaction(cls, conn: Any) -> AbstractContextManager[Any]:
         """A transaction of its own for a client call's statements on a caller's connection
         in autocommit mode (db/own_transaction.py); nothing where the dialect cannot tell."""
         return contextlib.nullcontext()

@@ -162,6 +162,20 @@ def _seconds(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
+def recent_days_pin(cur: Any, first_day_sql: str) -> str:
+    """summary_tallied's bound of the finished attempts it reads from the table (the
+    partitioned layouts), from ``first_day_sql``: the dialect's day RECENT_DAYS before the
+    tally's last fold. Those attempts are the ones past the last fold, and the open ones
+    that ended since; either ended after the fold before it, so only after a pause of the
+    tally of two days (every worker stopped) could one end earlier, and the next fold
+    counts it. No fold yet: no bound."""
+    cur.execute(first_day_sql)
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        return ""
+    return f"t.finished_day >= {int(row[0])} AND "
+
+
 def summary_row(row: dict[str, Any]) -> dict[str, Any]:
     """A row of ``summary``: counts as ints (the MySQL family sums to a Decimal)."""
     out = dict(row)

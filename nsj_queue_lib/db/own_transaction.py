@@ -17,7 +17,7 @@ from typing import Any
 from nsj_queue_lib.db.driver import connection_driver
 
 
-def own_transaction(conn: Any) -> contextlib.AbstractContextManager[None]:
+def own_transaction(conn: Any) -> contextlib.AbstractContextManager[Any]:
     """A context manager for a client call's statements on ``conn`` (see the module)."""
     try:
         driver = connection_driver(conn)

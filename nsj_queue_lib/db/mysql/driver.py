@@ -114,7 +114,7 @@ class MysqlFamilyDriver(WakeupDriver):
         return MysqlInspectionStore(queue_table)
 
     @classmethod
-    def own_transaction(cls, conn: Any) -> AbstractContextManager[None]:
+    def own_transaction(cls, conn: Any) -> AbstractContextManager[Any]:
         return own_transaction(conn)
 
     def configure(self, conn: Any, executor: bool) -> None:

@@ -17,6 +17,7 @@ from nsj_queue_lib.db.inspection import (
     RECENT_SECONDS,
     InspectionQueries,
     query_values,
+    recent_days_pin,
     summary_row,
     task_filter,
 )
@@ -69,17 +70,11 @@ class MysqlInspectionStore(InspectionQueries):
             return [summary_row(dict(zip(names, row, strict=True))) for row in cur.fetchall()]
 
     def _recent(self, cur: Any) -> str:
-        """summary_tallied's bound of the day partitions it reads finished attempts from:
-        those from RECENT_DAYS before the last fold (db/postgres/inspection.py says why
-        no attempt it counts ended earlier)."""
-        cur.execute(
+        return recent_days_pin(
+            cur,
             f"SELECT UNIX_TIMESTAMP(folded_at) DIV 86400 - {RECENT_DAYS}"
-            f" FROM {self._values['tally_state_table']} WHERE id = 1"
+            f" FROM {self._values['tally_state_table']} WHERE id = 1",
         )
-        row = cur.fetchone()
-        if row is None or row[0] is None:
-            return ""
-        return f"t.finished_day >= {int(row[0])} AND "
 
     def depth(self, conn: Any) -> list[dict[str, Any]]:
         self.tallied(conn)  # the layout, and the statements pinned to it

@@ -10,7 +10,7 @@ from typing import Any
 from pymysql.constants import SERVER_STATUS
 
 
-def own_transaction(conn: Any) -> contextlib.AbstractContextManager[None]:
+def own_transaction(conn: Any) -> contextlib.AbstractContextManager[Any]:
     """BEGIN ... COMMIT around the block when ``conn`` is in autocommit mode and outside any
     transaction (ROLLBACK when the block raises); else nothing. Only where the connection
     tells: a BEGIN inside a transaction would commit it (MySQL's implicit commit)."""
@@ -29,6 +29,8 @@ def _statements(conn: Any) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.rollback()
+        # A lost connection's transaction ends with it: the block's error is the one to see.
+        with contextlib.suppress(Exception):
+            conn.rollback()
         raise
     conn.commit()

@@ -204,7 +204,7 @@ class PostgresDriver(WakeupDriver):
         return PostgresInspectionStore(queue_table)
 
     @classmethod
-    def own_transaction(cls, conn: Any) -> AbstractContextManager[None]:
+    def own_transaction(cls, conn: Any) -> AbstractContextManager[Any]:
         return own_transaction(conn)
 
     def move_to_partitioned(

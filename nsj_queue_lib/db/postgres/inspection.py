@@ -14,6 +14,7 @@ from nsj_queue_lib.db.inspection import (
     RECENT_SECONDS,
     InspectionQueries,
     query_values,
+    recent_days_pin,
     summary_row,
     task_filter,
 )
@@ -90,21 +91,13 @@ class PostgresInspectionStore(InspectionQueries):
                     cur.execute("COMMIT")
 
     def _recent(self, cur: Any) -> str:
-        """summary_tallied's bound of the finished attempts it reads from the table (the
-        partitioned layout): the day partitions from two days before the last fold. Those
-        attempts are the ones past the last fold, and the open ones that ended since;
-        either ended after the fold before it, so only after a pause of the tally of two
-        days (every worker stopped) could one end earlier, and the next fold counts it."""
         if not self._partitioned:
             return ""
-        cur.execute(
+        return recent_days_pin(
+            cur,
             f"SELECT (folded_at AT TIME ZONE 'UTC')::date - DATE '1970-01-01' - {RECENT_DAYS}"
-            f" FROM {self._values['tally_state_table']} WHERE id = 1"
+            f" FROM {self._values['tally_state_table']} WHERE id = 1",
         )
-        row = cur.fetchone()
-        if row is None or row[0] is None:
-            return ""
-        return f"t.finished_day >= {int(row[0])} AND "
 
     def retry_task(self, conn: Any, task_id: int) -> int | None:
         with wrap_driver_errors("retry_task"), conn.cursor() as cur:

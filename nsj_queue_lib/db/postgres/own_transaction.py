@@ -9,8 +9,11 @@ from typing import Any
 
 import psycopg
 
+# psycopg2.extensions.TRANSACTION_STATUS_IDLE, without importing psycopg2 (optional).
+_PSYCOPG2_IDLE = 0
 
-def own_transaction(conn: Any) -> contextlib.AbstractContextManager[None]:
+
+def own_transaction(conn: Any) -> contextlib.AbstractContextManager[Any]:
     """BEGIN ... COMMIT around the block when ``conn`` is in autocommit mode and outside any
     transaction (ROLLBACK when the block raises); else nothing."""
     if not getattr(conn, "autocommit", False):
@@ -18,21 +21,11 @@ def own_transaction(conn: Any) -> contextlib.AbstractContextManager[None]:
     if isinstance(conn, psycopg.Connection):
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return contextlib.nullcontext()
-        return _block(conn.transaction())
+        return conn.transaction()
     status = getattr(conn, "get_transaction_status", None)  # psycopg2
     if status is None or status() != _PSYCOPG2_IDLE:
         return contextlib.nullcontext()
     return _statements(conn)
-
-
-# psycopg2.extensions.TRANSACTION_STATUS_IDLE, without importing psycopg2 (optional).
-_PSYCOPG2_IDLE = 0
-
-
-@contextlib.contextmanager
-def _block(transaction: Any) -> Iterator[None]:
-    with transaction:
-        yield
 
 
 @contextlib.contextmanager
@@ -43,7 +36,8 @@ def _statements(conn: Any) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        with conn.cursor() as cur:
+        # A lost connection's transaction ends with it: the block's error is the one to see.
+        with contextlib.suppress(Exception), conn.cursor() as cur:
             cur.execute("ROLLBACK")
         raise
     with conn.cursor() as cur:
