@@ -6,7 +6,8 @@ import argparse
 import datetime
 import json
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nsj_queue_lib import model
@@ -74,6 +75,30 @@ def _wakeups(driver: Driver) -> dict[str, str]:
     return {"mode": mode}
 
 
+class _Beside(threading.Thread):
+    """``work()`` on a thread of its own, started at once; ``outcome()`` waits for it and
+    returns what it returned, or raises what it raised."""
+
+    def __init__(self, work: Callable[[], Any]):
+        super().__init__(daemon=True)
+        self._work = work
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._result = self._work()
+        except BaseException as exc:  # noqa: BLE001 - raised again by outcome(), in the command's thread
+            self._error = exc
+
+    def outcome(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 def _live_workers(session: Any) -> list[dict[str, Any]] | None:
     """The workers seen recently (runtime/registry.py); None where the workers table is
     missing (a schema before db_gen --upgrade)."""
@@ -112,12 +137,17 @@ def _workers_lines(workers: list[dict[str, Any]] | None, unhandled: list[str]) -
 
 def status(args: argparse.Namespace, config: Config) -> int:
     with open_session(config) as session:
-        rows = session.store.summary(session.conn)
-        running = session.store.running(session.conn, args.limit)
-        workers = _live_workers(session)
+        # The LISTEN probe's two connections and round trips run beside the reads below.
+        probe = _Beside(lambda: _wakeups(session.driver))
+        try:
+            rows = session.store.summary(session.conn)
+            running = session.store.running(session.conn, args.limit)
+            workers = _live_workers(session)
+            pauses = _pauses(session, config)
+        finally:
+            probe.join()  # its connections closed before the command ends, whatever happens
+        wakeups: dict[str, str] = probe.outcome()
         dialect = session.driver.name
-        wakeups = _wakeups(session.driver)
-        pauses = _pauses(session, config)
     processos, total = _summaries(rows)
     unhandled = _unhandled(processos, workers or [])
     if args.json:

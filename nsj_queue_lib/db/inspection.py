@@ -162,18 +162,21 @@ def _seconds(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
-def recent_days_pin(cur: Any, first_day_sql: str) -> str:
+def recent_days_pin(cur: Any, days_sql: str) -> str:
     """summary_tallied's bound of the finished attempts it reads from the table (the
-    partitioned layouts), from ``first_day_sql``: the dialect's day RECENT_DAYS before the
-    tally's last fold. Those attempts are the ones past the last fold, and the open ones
-    that ended since; either ended after the fold before it, so only after a pause of the
-    tally of two days (every worker stopped) could one end earlier, and the next fold
-    counts it. No fold yet: no bound."""
-    cur.execute(first_day_sql)
-    row = cur.fetchone()
-    if row is None or row[0] is None:
-        return ""
-    return f"t.finished_day >= {int(row[0])} AND "
+    partitioned layouts), from ``days_sql``'s one row: the dialect's day RECENT_DAYS
+    before the tally's last fold (NULL before the first fold) and the day after today.
+    The attempts read are the ones past the last fold, and the open ones that ended
+    since; either ended after the fold before it, so only after a pause of the tally of
+    two days (every worker stopped) could one end earlier, and the next fold counts it.
+    No attempt ends in the future (its day is the database clock's when it ended), and
+    the upper bound leaves out the partitions made ahead, which planning the statement
+    on a new session otherwise opened: 21 ms against 5 with 14 days ahead."""
+    cur.execute(days_sql)
+    first, last = cur.fetchone()
+    if first is None:
+        return f"t.finished_day <= {int(last)} AND "
+    return f"t.finished_day BETWEEN {int(first)} AND {int(last)} AND "
 
 
 def summary_row(row: dict[str, Any]) -> dict[str, Any]:

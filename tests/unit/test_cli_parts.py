@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import inspect
 
 import pytest
 
+from nsj_queue_lib.cli import app
 from nsj_queue_lib.cli.config import load
 from nsj_queue_lib.cli.errors import UsageError
 from nsj_queue_lib.cli.inspect_commands import parse_time
@@ -185,3 +187,43 @@ def test_each_dialect_has_an_inspection_store(dialect):
     for name, expected in _operations(InspectionStore).items():
         actual = inspect.signature(getattr(store, name))
         assert list(actual.parameters) == list(expected.parameters)[1:], name
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["status"], "status"),
+        (["--dsn", "show", "--table", "s.q", "status", "--json"], "status"),
+        (["--dsn=postgresql://h/d", "--json", "show", "7"], "show"),
+        (["status", "--help"], None),  # help lists every command's
+        (["-h"], None),
+        (["--version"], None),
+        (["stat"], None),  # the full parser says which commands there are
+        ([], None),
+    ],
+)
+def test_a_run_builds_the_parser_of_its_command_alone(argv, named):
+    assert app._named_command(argv) == named
+    parser = app.build_parser(argv)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    expected = list(app._COMMANDS) if named is None else [named]
+    assert list(commands.choices) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--limit", "5", "--json"],
+        ["--table", "s.q", "tasks", "--status", "falha", "--page", "2"],
+        ["pause", "fiscal", "--until", "2h"],
+        ["breaker", "reset", "fiscal", "--subscriber"],
+        ["upgrade", "--dialect", "postgres", "--layout", "partitioned"],
+        ["health", "--live"],
+    ],
+)
+def test_a_commands_own_parser_reads_its_arguments_as_the_full_one(argv):
+    alone = vars(app.build_parser(argv).parse_args(argv))
+    full = vars(app.build_parser(["--help"]).parse_args(argv))  # every command's parser
+    for parsed in (alone, full):
+        parsed.pop("until", None)  # pause's: from now, a moment apart
+    assert alone == full

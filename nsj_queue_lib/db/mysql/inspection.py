@@ -72,8 +72,9 @@ class MysqlInspectionStore(InspectionQueries):
     def _recent(self, cur: Any) -> str:
         return recent_days_pin(
             cur,
-            f"SELECT UNIX_TIMESTAMP(folded_at) DIV 86400 - {RECENT_DAYS}"
-            f" FROM {self._values['tally_state_table']} WHERE id = 1",
+            f"SELECT (SELECT UNIX_TIMESTAMP(folded_at) DIV 86400 - {RECENT_DAYS}"
+            f" FROM {self._values['tally_state_table']} WHERE id = 1),"
+            " UNIX_TIMESTAMP() DIV 86400 + 1",
         )
 
     def depth(self, conn: Any) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import re
 import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg.errors
@@ -26,19 +26,15 @@ from nsj_queue_lib.db.driver import (
     driver_capabilities,
     exception_chain,
 )
-from nsj_queue_lib.db.postgres import migration
 from nsj_queue_lib.db.postgres.conninfo import conninfo
 from nsj_queue_lib.db.postgres.dsn import libpq_environment
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.first_use import FirstUseHook
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
-from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
 from nsj_queue_lib.db.postgres.own_transaction import own_transaction
 from nsj_queue_lib.db.postgres.session import PostgresTaskSession
-from nsj_queue_lib.db.postgres.store import PostgresQueueStore
-from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 from nsj_queue_lib.db.wakeups import WakeupDriver
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import ConfigError, DatabaseAccessError, DatabaseError
@@ -46,6 +42,10 @@ from nsj_queue_lib.identifiers import check_table_name, split_table_name
 from nsj_queue_lib.log import get_logger
 from nsj_queue_lib.notify.checked import PROBE_TIMEOUT_SECONDS, CheckedListener
 from nsj_queue_lib.settings import Settings
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys
+    from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 
 logger = get_logger("driver")
 
@@ -178,6 +178,8 @@ class PostgresDriver(WakeupDriver):
     legacy_keys_known = True
 
     def legacy_keys(self, store: Any, conn: Any) -> PostgresLegacyKeys | None:
+        from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
+
         s = self.settings
         if s.queue_compat_1_2_2 == "OFF":
             return None
@@ -197,6 +199,8 @@ class PostgresDriver(WakeupDriver):
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> PostgresQueueStore:
+        from nsj_queue_lib.db.postgres.store import PostgresQueueStore
+
         return PostgresQueueStore(queue_table, subscriber_table)
 
     @classmethod
@@ -210,6 +214,8 @@ class PostgresDriver(WakeupDriver):
     def move_to_partitioned(
         self, conn: Any, schema: str, queue: str, say: Callable[[str], None]
     ) -> str | None:
+        from nsj_queue_lib.db.postgres import migration
+
         report = migration.migrate(conn, DdlNames(schema, queue), say=say)
         if report is None:
             return None
@@ -364,6 +370,8 @@ class PostgresDriver(WakeupDriver):
 
         def connect() -> psycopg.Connection:
             return psycopg.connect(conninfo, autocommit=True, **_CONNECT_OPTIONS)
+
+        from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 
         return PostgresTaskSource(connect, table, self.channel)
 

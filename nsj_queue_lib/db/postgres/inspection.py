@@ -95,8 +95,9 @@ class PostgresInspectionStore(InspectionQueries):
             return ""
         return recent_days_pin(
             cur,
-            f"SELECT (folded_at AT TIME ZONE 'UTC')::date - DATE '1970-01-01' - {RECENT_DAYS}"
-            f" FROM {self._values['tally_state_table']} WHERE id = 1",
+            f"SELECT (SELECT (folded_at AT TIME ZONE 'UTC')::date - DATE '1970-01-01'"
+            f" - {RECENT_DAYS} FROM {self._values['tally_state_table']} WHERE id = 1),"
+            " (clock_timestamp() AT TIME ZONE 'UTC')::date - DATE '1970-01-01' + 1",
         )
 
     def retry_task(self, conn: Any, task_id: int) -> int | None:

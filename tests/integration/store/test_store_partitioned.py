@@ -7,9 +7,12 @@ these are the layout's own promises.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nsj_queue_lib import model
+from nsj_queue_lib.db.inspection import RECENT_MARK
 from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.layout import DAYS_AHEAD
 from tests.integration.store.backends import PARTITIONED, on
@@ -140,3 +143,29 @@ def test_the_vacuum_service_looks_at_the_hot_partition(backend, store, worker):
         (f"{backend.table}_hot",),
     )
     assert vacuumed == 1
+
+
+def test_status_plans_the_hot_partition_and_the_days_since_the_last_fold(backend, store, worker):
+    """nsjq status's summary reads the unfinished attempts in the hot partition and the
+    finished ones in the days from two before the tally's last fold to tomorrow: the
+    planner leaves the older days and the days made ahead out. Planning every partition
+    made a new session's summary 21 ms instead of 5 with 14 days ahead."""
+    now = today(backend)
+    old_day = now - 10
+    backend.execute(
+        f"CREATE TABLE {backend.table}_p{old_day} PARTITION OF {backend.table} "
+        f"FOR VALUES FROM ({old_day}) TO ({old_day + 1})"
+    )
+    assert store.fold_counts(worker, 60) is not None  # folded_at: now
+    store.commit(worker)
+    inspection = backend.driver.inspection_store()
+    assert inspection.tallied(backend.admin)
+    name = backend.queue.name
+    with backend.admin.cursor() as cur:
+        summary = inspection.sql["summary_tallied"].replace(RECENT_MARK, inspection._recent(cur))
+        cur.execute(f"EXPLAIN {summary}", {"recent_seconds": 60})
+        plan = "\n".join(row[0] for row in cur.fetchall())
+    read = set(re.findall(rf"\b({name}_(?:hot|p\d+))\b", plan))
+    allowed = {f"{name}_hot"} | {f"{name}_p{day}" for day in range(now - 2, now + 2)}
+    assert f"{name}_hot" in read and read <= allowed, sorted(read - allowed)
+    assert inspection.summary(backend.admin) == []  # and it runs

@@ -294,7 +294,8 @@ def test_workers_claim_and_settle_concurrently(backend, store):
 def test_status_reads_the_hot_partition_and_the_days_since_the_last_fold(backend, store):
     """nsjq status (summary, the running list) and the workers' depth metric prune the day
     partitions: the unfinished attempts' reads to p_hot, the finished ones' to the days
-    from two before the tally's last fold. Each read every partition's index before."""
+    from two before the tally's last fold to tomorrow (not the days made ahead). Each read
+    every partition's index before."""
     old = today(backend) - 10  # a day of history, before the recent ones
     first = min(int(name[1:]) for name in partitions(backend) if name[1:].isdigit())
     backend.execute(
@@ -307,9 +308,11 @@ def test_status_reads_the_hot_partition_and_the_days_since_the_last_fold(backend
     conn.commit()
     inspection = backend.driver.inspection_store()
     assert inspection.tallied(backend.admin)
-    recent = {f"p{day}" for day in range(today(backend) - 2, today(backend) + DAYS_AHEAD + 1)}
+    recent = {f"p{day}" for day in range(today(backend) - 2, today(backend) + 2)}
     recent &= set(partitions(backend))
     assert f"p{old}" in partitions(backend) and f"p{old}" not in recent
+    ahead = f"p{today(backend) + 2}"
+    assert ahead in partitions(backend) and ahead not in recent  # made ahead: no attempt yet
     with backend.admin.cursor() as cur:
         summary = inspection.sql["summary_tallied"]["sql"]
         summary = summary.replace(RECENT_MARK, inspection._recent(cur))
