@@ -1,11 +1,11 @@
 """MariaDB's partitioned layout in bench_history.py (db/mysql/layout.py): finding it, making
-the day partitions the history spans, and reading its size and rows per partition.
+the week partitions the history spans, and reading its size and rows per partition.
 
 The table is partitioned by RANGE on ``finished_day``: ``p_hot`` (key 1) holds the
-unfinished attempts, ``p<day>`` the attempts that ended on that UTC day (days since
-1970-01-01). db_gen makes yesterday to ``DAYS_AHEAD`` days ahead and the purge service
-keeps adding days at the end; nothing makes days before the first one, which a history
-of 60 days needs.
+unfinished attempts, ``p<monday>`` the attempts that ended in that UTC week (days since
+1970-01-01). db_gen makes the weeks of yesterday to ``DAYS_AHEAD`` days ahead and the
+purge service keeps adding weeks at the end; nothing makes weeks before the first one,
+which a history of 60 days needs.
 
 ``db`` is bench_mysql's ``Database`` (a MariaDB one), ``conn`` an autocommit connection
 of it, ``table`` ``schema.name``.
@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsj_queue_lib.db.mysql.layout import FINISHED_DAY_NOW, HOT_PARTITION, day_partition
+from nsj_queue_lib.db.mysql.layout import (
+    FINISHED_DAY_NOW,
+    HOT_PARTITION,
+    partition_clause,
+    partition_start,
+    partitions_covering,
+)
 
 _PARTITIONS = "FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 
@@ -42,36 +48,38 @@ def today(db: Any, conn: Any) -> int:
     return int(db.execute(conn, f"SELECT {FINISHED_DAY_NOW}")[0][0])
 
 
-def day_partitions(db: Any, conn: Any, table: str) -> list[tuple[int, str]]:
-    """The day partitions of ``table`` in order: (day, partition name)."""
+def history_partitions(db: Any, conn: Any, table: str) -> list[tuple[int, int, str]]:
+    """The history partitions of ``table`` in order: (first day, bound, partition name)."""
     rows = db.execute(
         conn,
-        f"SELECT PARTITION_DESCRIPTION, PARTITION_NAME {_PARTITIONS} AND PARTITION_NAME <> %s"
+        f"SELECT PARTITION_NAME, PARTITION_DESCRIPTION {_PARTITIONS} AND PARTITION_NAME <> %s"
         " ORDER BY PARTITION_ORDINAL_POSITION",
         (*_names(table), HOT_PARTITION),
     )
-    return [(int(bound) - 1, str(name)) for bound, name in rows]
+    return [(int(str(name)[1:]), int(bound), str(name)) for name, bound in rows]
 
 
-def add_days_before(db: Any, conn: Any, table: str, first_day: int) -> int:
-    """The day partitions from ``first_day`` up to the table's first one, made where missing;
-    how many. A RANGE partition without MAXVALUE is added at the end only, so the earlier
-    days are split off the first day partition (REORGANIZE, as the library's tests make an
-    old day): instant while it is empty, a copy of its rows when a purge left it the oldest."""
-    days = day_partitions(db, conn, table)
-    if not days:
-        raise RuntimeError(f"{table} has no day partition")
-    lowest, name = days[0]
-    missing = list(range(first_day, lowest))
+def add_weeks_before(db: Any, conn: Any, table: str, first_day: int) -> int:
+    """The week partitions from ``first_day``'s up to the table's first partition, made
+    where missing; how many. A RANGE partition without MAXVALUE is added at the end only,
+    so the earlier weeks are split off the first partition (REORGANIZE, as the library's
+    tests make an old week): instant while it is empty, a copy of its rows when a purge
+    left it the oldest."""
+    found = history_partitions(db, conn, table)
+    if not found:
+        raise RuntimeError(f"{table} has no history partition")
+    lowest, bound, name = found[0]
+    missing = [
+        (first, min(end, lowest))
+        for first, end in partitions_covering(partition_start(first_day), lowest - 1)
+    ]
     if not missing:
         return 0
-    into = ", ".join(
-        f"PARTITION {day_partition(day)} VALUES LESS THAN ({day + 1})" for day in missing
-    )
+    into = ", ".join(partition_clause(first, end) for first, end in missing)
     db.execute(
         conn,
         f"ALTER TABLE {table} REORGANIZE PARTITION {name} INTO ({into}, "
-        f"PARTITION {name} VALUES LESS THAN ({lowest + 1}))",
+        f"PARTITION {name} VALUES LESS THAN ({bound}))",
     )
     return len(missing)
 
@@ -111,7 +119,7 @@ def partition_rows(db: Any, conn: Any, table: str) -> str:
     )
     hot = sum(int(n or 0) for p, n in rows if p == HOT_PARTITION)
     held = [(str(p), int(n)) for p, n in rows if p != HOT_PARTITION and n]
-    text = f"{HOT_PARTITION} ~{hot:,} rows; {len(held)} of {len(rows) - 1} day partitions hold rows"
+    text = f"{HOT_PARTITION} ~{hot:,} rows; {len(held)} of {len(rows) - 1} history partitions hold rows"
     if held:
         text += f" ({held[0][0]}..{held[-1][0]}, ~{sum(n for _, n in held):,})"
     return text

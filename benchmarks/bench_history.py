@@ -40,9 +40,10 @@ docs/internals/storage.md): each history row goes to the partition of the UTC da
 ended (its ``data_hora``), ``finished_day`` = days since 1970-01-01, as a settle would
 have put it; none to the hot partition. The day partitions from ``--days`` + 2 days ago
 to today are made before the load, as the purge service would have kept them: on
-PostgreSQL one ``CREATE TABLE ... PARTITION OF`` each; on MariaDB, whose RANGE
-partitions (no MAXVALUE) are added at the end only, one ``ALTER TABLE ... REORGANIZE
-PARTITION`` that splits them off db_gen's first day (benchmarks/_history_mysql.py).
+PostgreSQL one ``CREATE TABLE ... PARTITION OF`` each; on MariaDB (a partition a week),
+whose RANGE partitions (no MAXVALUE) are added at the end only, one ``ALTER TABLE ...
+REORGANIZE PARTITION`` that splits them off db_gen's first week
+(benchmarks/_history_mysql.py).
 MariaDB's load is the same, its secondary indexes (which hold ``finished_day`` where
 unique) dropped and added back over every partition. Sizes are summed over the
 partitions (MariaDB: ``information_schema.PARTITIONS``, each index's from
@@ -347,9 +348,9 @@ def day_partitions(db: Database, table: str, days: int) -> None:
         if db.kind == "postgres":
             _pg_day_partitions(admin, table, days)
         else:
-            # db_gen made yesterday onwards; the earlier days are split off the first.
+            # db_gen made yesterday's week onwards; the earlier weeks are split off the first.
             first = _history_mysql.today(db, admin) - days - 2
-            _history_mysql.add_days_before(db, admin, table, first)
+            _history_mysql.add_weeks_before(db, admin, table, first)
     finally:
         admin.close()
 

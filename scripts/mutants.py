@@ -1505,6 +1505,32 @@ MUTANTS: tuple[Mutant, ...] = (
         "each enqueue with a fair key reads every day partition's indexes on MariaDB",
     ),
     Mutant(
+        "a-week-drops-with-its-first-day",
+        "nsj_queue_lib/db/mysql/retention.py",
+        "        expired = [p for p in history if p.days.stop <= now - max_age_days]\n",
+        "        expired = [p for p in history if p.first + 1 <= now - max_age_days]\n",
+        (
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_a_week_goes_only_once_its_last_day_expired",
+        ),
+        ("mysql",),
+        "a MariaDB week partition is dropped while its last days are younger than the age",
+    ),
+    Mutant(
+        "the-summary-plans-the-days-ahead",
+        "nsj_queue_lib/db/inspection.py",
+        '    return f"t.finished_day BETWEEN {int(first)} AND {int(last)} AND "\n',
+        '    return f"t.finished_day >= {int(first)} AND "\n',
+        (
+            "tests/integration/store/test_store_partitioned.py::"
+            "test_status_plans_the_hot_partition_and_the_days_since_the_last_fold",
+            "tests/integration/store/test_store_partitioned_mysql.py::"
+            "test_status_reads_the_hot_partition_and_the_days_since_the_last_fold",
+        ),
+        ("postgres", "mysql"),
+        "nsjq status plans every partition made ahead on each new session",
+    ),
+    Mutant(
         "breakers-read-the-queue-table",
         "nsj_queue_lib/db/pause_store.py",
         "        if not tasks:\n            return {}\n",

@@ -4,12 +4,12 @@ id: dependencies (``<q>_parents``, ``<q>_waiting``), workflows (``<q>_workflows`
 and waits (``<q>_steps``, ``<q>_events``). SQL in ``db/<dialect>/sides.sql``.
 
 The purge hands over the tasks of the rows it just deleted (plain layout, in the round's
-transaction) or, before dropping a day partition, walks that partition by its primary key
+transaction) or, before dropping a history partition, walks that partition by its primary key
 in rounds of their own (partitioned layout). Either way only the tasks named are looked
 up, each by an index, so a round costs what the purge took, whatever the side tables hold.
 
 A task counts as purged when its first attempt is gone and no later attempt of it is
-still to run: on the partitioned layout a dropped day can take a first attempt whose
+still to run: on the partitioned layout a dropped partition can take a first attempt whose
 retry waits in the hot partition (it got the payload copied), and that task's checkpoints
 and edges are still needed. An edge goes only when both its ends are purged: a parent
 that runs on still settles its edges, and a child that waits still counts its parents.
@@ -109,7 +109,7 @@ class SideStore(WorkflowStore):
     def partition_tasks(
         self, conn: Any, partition: str, after: int, limit: int
     ) -> tuple[list[int], set[int], int | None]:
-        """The tasks of up to ``limit`` rows of a day partition past id ``after`` (its
+        """The tasks of up to ``limit`` rows of a history partition past id ``after`` (its
         primary key's order), those of them whose first attempt is one of the rows, and
         the last row's id (None: no row left)."""
         sql = self.sql["partition_tasks"].replace(_PARTITION, partition)
@@ -127,12 +127,12 @@ class SideStore(WorkflowStore):
         conn: Any,
         candidates: Iterable[int],
         present: frozenset[str],
-        day: int | None = None,
+        days: range | None = None,
         firsts: Iterable[int] = (),
     ) -> int:
         """The side rows of those of ``candidates`` (first attempts' ids) the purge took,
         deleted in the caller's transaction from the ``present`` side tables; how many
-        tasks were purged. ``day``: the day partition about to be dropped, whose rows count
+        tasks were purged. ``days``: those of the partition about to be dropped, whose rows count
         as gone (partitioned layout), ``firsts`` those of the candidates whose first
         attempt is in it (not looked for elsewhere: an id is in one partition)."""
         tasks = sorted(set(candidates))
@@ -140,8 +140,8 @@ class SideStore(WorkflowStore):
             return 0
         known = frozenset(firsts)
         if len(tasks) > self._list:
-            return sum(self.clear(conn, part, present, day, known) for part in self._parts(tasks))
-        gone = self._purged(conn, tasks, day, known)
+            return sum(self.clear(conn, part, present, days, known) for part in self._parts(tasks))
+        gone = self._purged(conn, tasks, days, known)
         if not gone:
             return 0
         ids = self._ids(gone)
@@ -150,7 +150,7 @@ class SideStore(WorkflowStore):
             others = [int(o) for (o,) in self._rows(conn, "edge_ends", {"ids": ids})]
             outside = sorted(set(others) - set(gone))
             dead = gone + [
-                task for part in self._parts(outside) for task in self._purged(conn, part, day)
+                task for part in self._parts(outside) for task in self._purged(conn, part, days)
             ]
             for statement in ("delete_edges_as_child", "delete_edges_as_parent"):
                 self._run(conn, statement, {"ids": ids, "gone": self._ids(dead)})
@@ -175,21 +175,25 @@ class SideStore(WorkflowStore):
         return [ids[i : i + self._list] for i in range(0, len(ids), self._list)]
 
     def _purged(
-        self, conn: Any, tasks: Sequence[int], day: int | None, firsts: frozenset[int] = frozenset()
+        self,
+        conn: Any,
+        tasks: Sequence[int],
+        days: range | None,
+        firsts: frozenset[int] = frozenset(),
     ) -> list[int]:
-        """Those of ``tasks`` whose first attempt is gone (``day``'s partition counted as
+        """Those of ``tasks`` whose first attempt is gone (the partition of ``days`` counted as
         gone, ``firsts``' first attempts known to be there) and which have no attempt
         still to run."""
         ids = self._ids(tasks)
         alive: list[tuple[Any, ...]] = []
-        if day is None:
+        if days is None:
             alive = self._rows(conn, "first_attempts", {"ids": ids})
             sql = self.sql
         else:
-            # A probe of every day's primary key per id: only for the tasks not known.
+            # A probe of every partition's primary key per id: only for the tasks not known.
             unknown = [task for task in tasks if task not in firsts]
             if unknown:
-                params = {"ids": self._ids(unknown), "day": day}
+                params = {"ids": self._ids(unknown), "low": days.start, "bound": days.stop}
                 alive = self._rows(conn, "first_attempts_elsewhere", params)
             sql = self.sql_partitioned
         with self._cursor(conn, "unfinished_tasks") as cur:
@@ -225,7 +229,7 @@ def side_tables(queue_table: str) -> tuple[str, ...]:
 class SidePurge:
     """One purge run's side-table purge, handed to ``store.purge_round``: the plain layout
     calls ``tasks`` in each round's transaction with the tasks of the rows it deleted; the
-    partitioned layout calls ``partition`` before it drops a day."""
+    partitioned layout calls ``partition`` before it drops a history partition."""
 
     def __init__(self, side: SideStore, present: frozenset[str], limit: int, stopping: Any = None):
         self.side = side
@@ -256,12 +260,12 @@ class SidePurge:
         they go together, or neither)."""
         self.cleared += self.side.clear(conn, candidates, self.present)
 
-    def partition(self, conn: Any, partition: str, day: int) -> bool:
-        """The side rows of the tasks of ``partition`` (day ``day``), about to be dropped,
-        in rounds of ``limit`` rows each committed; whether the walk reached its end (not
-        when the service is stopping: the day is then dropped by a later run, which walks
-        it again)."""
-        # The walk reads every row of the day, a round per `limit` (11 s for a day of
+    def partition(self, conn: Any, partition: str, days: range) -> bool:
+        """The side rows of the tasks of ``partition`` (its rows' days: ``days``), about to
+        be dropped, in rounds of ``limit`` rows each committed; whether the walk reached its
+        end (not when the service is stopping: the partition is then dropped by a later
+        run, which walks it again)."""
+        # The walk reads every row of the partition, a round per `limit` (11 s for a day of
         # 320,000 rows at 50M rows of history): none when no side table holds a row (a
         # queue without dependencies, waits or processes), and only the tables that do.
         holding = self.side.with_rows(conn, self.present)
@@ -274,7 +278,7 @@ class SidePurge:
             if last is None:
                 conn.commit()
                 return True
-            self.cleared += self.side.clear(conn, tasks, holding, day, firsts)
+            self.cleared += self.side.clear(conn, tasks, holding, days, firsts)
             conn.commit()
             after = last
         conn.rollback()

@@ -466,18 +466,19 @@ ALTER TABLE {queue_table} ANALYZE PARTITION p_hot;
 ALTER TABLE {queue_table} ANALYZE PARTITION p_hot
 
 -- name: retention
--- A partitioned table's retention (db/mysql/retention.py): whole days added
+-- A partitioned table's retention (db/mysql/retention.py): whole weeks added
 -- ahead and dropped once expired, where the plain table's purge deletes rows.
 -- step: today
 -- The UTC day, as days since 1970-01-01 (the key of the partition it fills).
 SELECT UNIX_TIMESTAMP() DIV 86400;
 -- step: days
--- The day partitions (p<day>, VALUES LESS THAN (<day> + 1)) and their rows, as
--- InnoDB estimates them.
+-- The history partitions (p<first day>, VALUES LESS THAN (<the day after its
+-- last>)) in order, and their rows, as InnoDB estimates them.
 SELECT PARTITION_NAME, PARTITION_DESCRIPTION, TABLE_ROWS
 FROM information_schema.PARTITIONS
 WHERE TABLE_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND TABLE_NAME = %(table)s
-  AND PARTITION_NAME <> 'p_hot';
+  AND PARTITION_NAME <> 'p_hot'
+ORDER BY PARTITION_ORDINAL_POSITION;
 -- step: lock_wait
 -- ADD and DROP PARTITION take an exclusive metadata lock, which waits for
 -- every open transaction that touched the table (a running handler's, say)
@@ -487,10 +488,12 @@ SET SESSION lock_wait_timeout = %(seconds)s;
 -- step: lock_wait_of_session
 SELECT @@SESSION.lock_wait_timeout;
 -- step: keep_payloads
--- Later attempts still waiting whose first attempt ended on the day about to
--- be dropped get its payload: they read it from the first attempt.
+-- Later attempts still waiting whose first attempt ended in the partition
+-- about to be dropped (its days: low to bound - 1) get its payload: they read
+-- it from the first attempt.
 UPDATE {queue_table} AS a
-JOIN {queue_table} AS f ON f.id = a.id_inicial AND f.finished_day = %(day)s
+JOIN {queue_table} AS f
+  ON f.id = a.id_inicial AND f.finished_day >= %(low)s AND f.finished_day < %(bound)s
 SET a.payload = f.payload
 WHERE a.finished_day = 1 AND a.payload IS NULL;
 -- step: add

@@ -14,8 +14,9 @@ WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name IN %(names)
 SELECT q.id FROM {queue_table} AS q WHERE q.id IN %(ids)s
 
 -- name: first_attempts_elsewhere
--- The same, the day partition about to be dropped left out.
-SELECT q.id FROM {queue_table} AS q WHERE q.id IN %(ids)s AND q.finished_day <> %(day)s
+-- The same, the partition about to be dropped (its days: low to bound - 1) left out.
+SELECT q.id FROM {queue_table} AS q
+WHERE q.id IN %(ids)s AND (q.finished_day < %(low)s OR q.finished_day >= %(bound)s)
 
 -- name: unfinished_tasks
 -- Those with a later attempt still to run: on the partitioned layout their first

@@ -91,7 +91,7 @@ def rotate(conn: Any, table: str, max_age_days: int, limit: int = 1000, sides: A
         for day, (name, rows) in sorted(existing.items()):
             if day + 1 <= today - max_age_days:
                 _keep_payloads(conn, table, name)
-                if sides is not None and not sides.partition(conn, name, day):
+                if sides is not None and not sides.partition(conn, name, range(day, day + 1)):
                     break
                 _drop(conn, table, name)
                 dropped += rows
@@ -129,7 +129,9 @@ def _purge_legacy(
     conn.commit()
     if newest[0] or newest[1]:
         # Its rows all carry the key the migration gave them (migration.py: 0).
-        if sides is not None and not sides.partition(conn, legacy, LEGACY_DAY):
+        if sides is not None and not sides.partition(
+            conn, legacy, range(LEGACY_DAY, LEGACY_DAY + 1)
+        ):
             return 0
         _drop(conn, table, legacy)
         logger.info("%s: dropped %s, the history from before its migration", table, legacy)

@@ -13,8 +13,9 @@ SELECT t.name FROM unnest(%(names)s::text[]) AS t(name) WHERE to_regclass(t.name
 SELECT q.id FROM {queue_table} AS q WHERE q.id = ANY(%(ids)s)
 
 -- name: first_attempts_elsewhere
--- The same, the day partition about to be dropped left out.
-SELECT q.id FROM {queue_table} AS q WHERE q.id = ANY(%(ids)s) AND q.finished_day <> %(day)s
+-- The same, the partition about to be dropped (its days: low to bound - 1) left out.
+SELECT q.id FROM {queue_table} AS q
+WHERE q.id = ANY(%(ids)s) AND (q.finished_day < %(low)s OR q.finished_day >= %(bound)s)
 
 -- name: unfinished_tasks
 -- Those with a later attempt still to run (the chain index's rows): on the

@@ -1,5 +1,5 @@
 """The partitioned layout of a MariaDB queue table (db/mysql/layout.py,
-docs/internals/storage.md): where attempts live, and retention by day.
+docs/internals/storage.md): where attempts live, and retention by week.
 
 The store conformance suite runs on this layout too (the ``mysql-partitioned`` backend);
 these are the layout's own promises.
@@ -7,6 +7,7 @@ these are the layout's own promises.
 
 from __future__ import annotations
 
+import datetime
 import threading
 from types import SimpleNamespace
 
@@ -49,8 +50,28 @@ def today(backend) -> int:
     return int(backend.value("SELECT UNIX_TIMESTAMP() DIV 86400"))
 
 
-def day_partitions(backend, worker) -> dict[int, tuple[str, int]]:
-    return retention.days(worker, backend.store.sql["retention"], backend.table)
+def monday(day: int) -> int:
+    """The Monday of ``day``'s week (days since 1970-01-01): its partition's first day."""
+    return day - (datetime.date(1970, 1, 1) + datetime.timedelta(days=day)).weekday()
+
+
+def history(backend, worker) -> list[retention.HistoryPartition]:
+    return retention.partitions(worker, backend.store.sql["retention"], backend.table)
+
+
+def covered(parts: list[retention.HistoryPartition]) -> set[int]:
+    return {day for p in parts for day in p.days if day >= p.first}
+
+
+def split_first_partition(backend, *days: int) -> None:
+    """Partitions of their own for ``days`` (in order, before the table's first history
+    partition): partitions are added at the end only, so the first one is split."""
+    first = history(backend, backend.admin)[0]
+    into = [f"PARTITION p{day} VALUES LESS THAN ({day + 1})" for day in days]
+    into.append(f"PARTITION {first.name} VALUES LESS THAN ({first.days.stop})")
+    backend.execute(
+        f"ALTER TABLE {backend.table} REORGANIZE PARTITION {first.name} INTO ({', '.join(into)})"
+    )
 
 
 def test_the_store_finds_the_layout_at_bind(backend, store):
@@ -66,7 +87,7 @@ def test_unfinished_attempts_are_hot_and_finished_ones_move_to_their_day(backend
     assert partition_of(backend, done) == "p_hot"  # running: still unfinished
     assert store.complete_if_running(worker, done, "ok")
     store.commit(worker)
-    day = f"p{today(backend)}"
+    day = f"p{monday(today(backend))}"  # the week's partition
     assert partition_of(backend, done) == day
     task = backend.claim(worker)
     store.rollback(worker)
@@ -84,7 +105,7 @@ def test_the_claim_procedures_completion_moves_the_row(backend, store, worker):
     assert claimed is not None and claimed.task.id == first
     following = store.complete_and_claim(worker, first, "ok", claim_next=True)
     assert following is not None and following.task.id == second
-    assert partition_of(backend, first) == f"p{today(backend)}"
+    assert partition_of(backend, first) == f"p{monday(today(backend))}"
     assert partition_of(backend, second) == "p_hot"
 
 
@@ -107,7 +128,7 @@ def test_the_claim_procedures_completion_reads_the_hot_partition_alone(backend, 
     before = index_reads()
     assert store.complete_and_claim(worker, task, "ok", claim_next=True) is None
     reads = index_reads() - before
-    assert partition_of(backend, task) == f"p{today(backend)}"
+    assert partition_of(backend, task) == f"p{monday(today(backend))}"
     assert reads < len(days), (reads, len(days))  # by id alone: a probe of every partition
 
 
@@ -144,20 +165,21 @@ def test_completions_outside_the_procedure_find_children_without_the_moved_rows(
     before = index_reads()  # a last task's completion, nothing claimed after it
     DatabaseLiveness(store).complete_and_claim(worker, tasks[3], "ok", claim_next=False)
     last_reads = index_reads() - before
-    assert {partition_of(backend, t.id) for t in tasks} == {f"p{today(backend)}"}
+    assert {partition_of(backend, t.id) for t in tasks} == {f"p{monday(today(backend))}"}
     assert [backend.row(child)["status"] for child in children] == ["pendente"] * 4
     reads = (group_reads, completion_reads, last_reads)
     assert max(reads) < days, (reads, days)
 
 
 def _history_in_every_day(backend) -> None:
-    """40 more day partitions, and a finished attempt in each day partition."""
-    last = int(partitions(backend)[-1][1:])
+    """40 more partitions (of a day each), and a finished attempt in each history
+    partition."""
+    end = history(backend, backend.admin)[-1].days.stop
     added = ", ".join(
-        f"PARTITION p{day} VALUES LESS THAN ({day + 1})" for day in range(last + 1, last + 41)
+        f"PARTITION p{day} VALUES LESS THAN ({day + 1})" for day in range(end, end + 40)
     )
     backend.execute(f"ALTER TABLE {backend.table} ADD PARTITION ({added})")
-    days = [int(name[1:]) for name in partitions(backend)[1:]]
+    days = [part.first for part in history(backend, backend.admin)]
     for task_id, day in zip(backend.enqueue(*[{} for _ in days]), days, strict=True):
         backend.execute(
             f"UPDATE {backend.table} SET status = 'sucesso', finished_day = %s WHERE id = %s",
@@ -170,7 +192,7 @@ def test_a_1_2_2_workers_update_moves_the_row_too(backend):
     keeps the key in step with the status, both ways."""
     task_id = backend.enqueue()
     backend.execute(f"UPDATE {backend.table} SET status = 'sucesso' WHERE id = %s", (task_id,))
-    assert partition_of(backend, task_id) == f"p{today(backend)}"
+    assert partition_of(backend, task_id) == f"p{monday(today(backend))}"
     backend.execute(f"UPDATE {backend.table} SET status = 'pendente' WHERE id = %s", (task_id,))
     assert partition_of(backend, task_id) == "p_hot"
 
@@ -192,36 +214,39 @@ def _task() -> dict[str, str]:
     return dict(origem="o", destino="d", processo="p", chave_externa="c", payload="x")
 
 
-@pytest.mark.full_days_ahead  # drops the last of db_gen's days ahead
-def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store, worker):
+@pytest.mark.full_days_ahead  # drops the last of db_gen's weeks ahead
+def test_retention_keeps_weeks_ahead_and_drops_expired_weeks_whole(backend, store, worker):
     now = today(backend)
-    old_day = now - 40
-    # The first day partition of a table made 40 days ago (days are added at the end
-    # only: the oldest day is split in two).
+    old_week = monday(now - 40)
+    # The first partition of a table made 40 days ago (partitions are added at the end
+    # only: the oldest one is split). Its last day is 34 or more days ago.
+    first = history(backend, worker)[0]
     backend.execute(
-        f"ALTER TABLE {backend.table} REORGANIZE PARTITION p{now - 1} INTO ("
-        f"PARTITION p{old_day} VALUES LESS THAN ({old_day + 1}), "
-        f"PARTITION p{now - 1} VALUES LESS THAN ({now}))"
+        f"ALTER TABLE {backend.table} REORGANIZE PARTITION {first.name} INTO ("
+        f"PARTITION p{old_week} VALUES LESS THAN ({old_week + 7}), "
+        f"PARTITION {first.name} VALUES LESS THAN ({first.days.stop}))"
     )
-    first = backend.enqueue(payload="the first attempt's payload")
+    payload = backend.enqueue(payload="the first attempt's payload")
     backend.execute(
         f"UPDATE {backend.table} SET status = 'falha', finished_day = %s WHERE id = %s",
-        (old_day, first),
+        (old_week + 6, payload),  # the week's last day
     )
     retry = backend.enqueue(payload=None)
     backend.execute(
         f"UPDATE {backend.table} SET status = 'agendada', id_inicial = %s WHERE id = %s",
-        (first, retry),
+        (payload, retry),
     )
-    last = max(day_partitions(backend, worker))
-    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION p{last}")  # a day missing ahead
-    backend.execute(f"ALTER TABLE {backend.table} ANALYZE PARTITION p{old_day}")
+    last = history(backend, worker)[-1]
+    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION {last.name}")  # a week missing
+    backend.execute(f"ALTER TABLE {backend.table} ANALYZE PARTITION p{old_week}")
 
     dropped = store.purge_round(worker, 30, 1000)
 
-    days = day_partitions(backend, worker)
-    assert old_day not in days and backend.row(first) is None
-    assert set(range(now - 1, now + DAYS_AHEAD + 1)) <= set(days)
+    parts = history(backend, worker)
+    assert f"p{old_week}" not in {p.name for p in parts} and backend.row(payload) is None
+    assert set(range(now - 1, now + DAYS_AHEAD + 1)) <= covered(parts)
+    for part in parts:  # Monday to Sunday, named by its Monday
+        assert (part.first, part.days.stop) == (monday(part.first), part.first + 7), part
     assert dropped == 1 and not backend.in_transaction(worker)
     # The waiting retry kept the payload its first attempt took away.
     assert backend.row(retry)["payload"] == "the first attempt's payload"
@@ -236,22 +261,71 @@ def test_retention_keeps_days_ahead_and_drops_expired_days_whole(backend, store,
     assert backend.row(third)["payload"] == "the first attempt's payload"
     # Within QUEUE_PURGE_MAX_AGE nothing goes: the next run drops nothing.
     assert store.purge_round(worker, 30, 1000) == 0
-    assert set(day_partitions(backend, worker)) == set(days)
+    assert [(p.name, p.days) for p in history(backend, worker)] == [(p.name, p.days) for p in parts]
+
+
+def test_a_week_goes_only_once_its_last_day_expired(backend, store, worker):
+    """QUEUE_PURGE_MAX_AGE 30: a week whose first days are older is kept until its last
+    day is: an attempt may stay up to six days longer than the age."""
+    now = today(backend)
+    kept, expired = monday(now - 30), monday(now - 30) - 7  # the week holding day now - 30
+    first = history(backend, worker)[0]
+    backend.execute(
+        f"ALTER TABLE {backend.table} REORGANIZE PARTITION {first.name} INTO ("
+        f"PARTITION p{expired} VALUES LESS THAN ({expired + 7}), "
+        f"PARTITION p{kept} VALUES LESS THAN ({kept + 7}), "
+        f"PARTITION {first.name} VALUES LESS THAN ({first.days.stop}))"
+    )
+    store.purge_round(worker, 30, 1000)
+    names = {p.name for p in history(backend, worker)}
+    assert f"p{kept}" in names and f"p{expired}" not in names
+
+
+def test_an_earlier_releases_day_partitions_stay_and_weeks_follow(backend, store, worker):
+    """A table made by an earlier release has a partition per day: its days are kept until
+    they expire, one by one, and the purge service adds weeks after the last of them."""
+    now = today(backend)
+    parts = history(backend, worker)
+    names = ", ".join(p.name for p in parts)
+    # Two old days, then a day each to the end of the range (a reorganization keeps it)...
+    end = parts[-1].days.stop
+    into = ", ".join(
+        f"PARTITION p{d} VALUES LESS THAN ({d + 1})"
+        for d in [now - 31, now - 30, *range(now - 1, end)]
+    )
+    backend.execute(f"ALTER TABLE {backend.table} REORGANIZE PARTITION {names} INTO ({into})")
+    # ... of which the days after now + 2 are dropped: the last partition ends with a day.
+    if end > now + 3:  # (a Friday's end is Monday's: nothing beyond)
+        beyond = ", ".join(f"p{d}" for d in range(now + 3, end))
+        backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION {beyond}")
+    days = [now - 31, now - 30, *range(now - 1, now + 3)]
+    done = backend.enqueue()
+    backend.execute(f"UPDATE {backend.table} SET status = 'sucesso' WHERE id = %s", (done,))
+
+    store.purge_round(worker, 30, 1000)
+
+    parts = history(backend, worker)
+    assert partition_of(backend, done) == f"p{now}"  # today's own partition
+    assert [p.name for p in parts][:5] == [f"p{d}" for d in days[1:]]  # now - 31 expired
+    added = parts[5:]
+    assert added[0].first == now + 3 and added[0].days.stop == monday(now + 3) + 7
+    assert all((p.first, p.days.stop) == (monday(p.first), p.first + 7) for p in added[1:])
+    assert set(range(now - 1, now + DAYS_AHEAD + 1)) <= covered(parts)
 
 
 def test_retention_gives_up_quickly_while_a_transaction_holds_the_table(backend, store, worker):
     """ADD PARTITION waits for the metadata lock of an open transaction that wrote a row:
     a short wait, tried again, then the error; the workers' statements are not held up
-    for long, and the next run adds the day."""
-    last = max(day_partitions(backend, worker))
-    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION p{last}")
+    for long, and the next run adds the week."""
+    last = history(backend, worker)[-1]
+    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION {last.name}")
     holder = backend.client_conn()
     backend.client(holder).insert_task(**_task())  # open: its metadata lock stays
     with pytest.raises(Exception, match="Lock wait timeout"):
         store.purge_round(worker, 30, 1000)
     holder.rollback()
     store.purge_round(worker, 30, 1000)
-    assert last in day_partitions(backend, worker)
+    assert last.name in {p.name for p in history(backend, worker)}
     assert int(backend.value("SELECT @@SESSION.lock_wait_timeout")) > retention.LOCK_WAIT_SECONDS
 
 
@@ -291,27 +365,28 @@ def test_workers_claim_and_settle_concurrently(backend, store):
     assert backend.value(f"SELECT count(*) FROM {backend.table} PARTITION (p_hot)") == 0
 
 
+@pytest.mark.full_days_ahead  # a week beyond tomorrow's
 def test_status_reads_the_hot_partition_and_the_days_since_the_last_fold(backend, store):
     """nsjq status (summary, the running list) and the workers' depth metric prune the day
     partitions: the unfinished attempts' reads to p_hot, the finished ones' to the days
     from two before the tally's last fold to tomorrow (not the days made ahead). Each read
     every partition's index before."""
-    old = today(backend) - 10  # a day of history, before the recent ones
-    first = min(int(name[1:]) for name in partitions(backend) if name[1:].isdigit())
+    now = today(backend)
+    old = monday(now - 10)  # a week of history, before the recent days
+    first = history(backend, backend.admin)[0]
     backend.execute(
-        f"ALTER TABLE {backend.table} REORGANIZE PARTITION p{first} INTO ("
-        f"PARTITION p{old} VALUES LESS THAN ({old + 1}), "
-        f"PARTITION p{first} VALUES LESS THAN ({first + 1}))"
+        f"ALTER TABLE {backend.table} REORGANIZE PARTITION {first.name} INTO ("
+        f"PARTITION p{old} VALUES LESS THAN ({old + 7}), "
+        f"PARTITION {first.name} VALUES LESS THAN ({first.days.stop}))"
     )
     conn = backend._keep(backend.driver.connect(autocommit=False))
     assert store.fold_counts(conn, 60) is not None  # folded_at: today
     conn.commit()
     inspection = backend.driver.inspection_store()
     assert inspection.tallied(backend.admin)
-    recent = {f"p{day}" for day in range(today(backend) - 2, today(backend) + 2)}
-    recent &= set(partitions(backend))
+    recent = {f"p{monday(day)}" for day in range(now - 2, now + 2)}
     assert f"p{old}" in partitions(backend) and f"p{old}" not in recent
-    ahead = f"p{today(backend) + 2}"
+    ahead = f"p{monday(now + 1) + 7}"
     assert ahead in partitions(backend) and ahead not in recent  # made ahead: no attempt yet
     with backend.admin.cursor() as cur:
         summary = inspection.sql["summary_tallied"]["sql"]

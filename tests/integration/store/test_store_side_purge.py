@@ -42,12 +42,20 @@ class Aging:
                 f"FOR VALUES FROM ({day}) TO ({day + 1})"
             )
             return
-        # Days are added at the end only: the oldest one is split.
-        first = min(int(n[1:]) for n in _partition_names(backend) if n[1:].isdigit())
+        # Partitions are added at the end only: the oldest one (a week) is split, and the
+        # day is a partition of its own, as an earlier release's.
+        with backend.admin.cursor() as cur:
+            cur.execute(
+                "SELECT PARTITION_NAME, PARTITION_DESCRIPTION FROM information_schema.PARTITIONS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND PARTITION_NAME <> 'p_hot' "
+                "ORDER BY PARTITION_ORDINAL_POSITION LIMIT 1",
+                (backend.queue.database, backend.queue.name),
+            )
+            first, bound = cur.fetchone()
         backend.execute(
-            f"ALTER TABLE {backend.table} REORGANIZE PARTITION p{first} INTO ("
+            f"ALTER TABLE {backend.table} REORGANIZE PARTITION {first} INTO ("
             f"PARTITION p{day} VALUES LESS THAN ({day + 1}), "
-            f"PARTITION p{first} VALUES LESS THAN ({first + 1}))"
+            f"PARTITION {first} VALUES LESS THAN ({bound}))"
         )
 
     def days(self) -> set[int]:
