@@ -961,16 +961,30 @@ class Purge:
     rounds: list[float]  # seconds per round
     wal_bytes: int | None
     after: Tidy
-    expected: float  # rows of one day
+    expected: float  # rows of what is purged: a day (MariaDB's partitioned layout: a week)
 
 
 def purge_day(db: Database, table: str, fill: Fill) -> Purge:
-    """PurgeService.run_once() with QUEUE_PURGE_MAX_AGE set so that the oldest day is past it."""
+    """PurgeService.run_once() with QUEUE_PURGE_MAX_AGE set so that the oldest day is past it
+    (MariaDB's partitioned layout: the oldest week partition, by its bound)."""
     from nsj_queue_lib.runtime.purge import PurgeService
     from nsj_queue_lib.settings import Settings
     from tests.helpers.services import make_service
 
     max_age = fill.days - 1 - math.floor((db_now(db) - fill.anchor) / DAY)
+    expected = fill.rows / fill.days
+    if db.kind != "postgres":
+        conn = db.connect(autocommit=True)
+        try:
+            if _history_mysql.is_partitioned(db, conn, table):
+                first, bound, _ = _history_mysql.history_partitions(db, conn, table)[0]
+                today = _history_mysql.today(db, conn)
+                max_age = today - bound
+                # The fill's days in it: from the oldest day it made to the bound.
+                oldest = today - fill.days - 1
+                expected *= max(bound - max(first, oldest), 0)
+        finally:
+            conn.close()
     settings = Settings.from_env(db.worker_env(table, {"QUEUE_PURGE_MAX_AGE": str(max_age)}))
     service = make_service(PurgeService, settings)
     rounds: list[float] = []
@@ -992,7 +1006,7 @@ def purge_day(db: Database, table: str, fill: Fill) -> Purge:
     if deleted is None:
         raise BenchError("the purge service did not get its lock")
     wal = None if wal0 is None or wal1 is None else wal1 - wal0
-    return Purge(max_age, deleted, seconds, rounds, wal, tidy(db, table), fill.rows / fill.days)
+    return Purge(max_age, deleted, seconds, rounds, wal, tidy(db, table), expected)
 
 
 def _wal_lsn(db: Database) -> int | None:
@@ -1246,7 +1260,7 @@ def _print_purge(p: Purge) -> None:
     wal = f", WAL {gb(p.wal_bytes)}" if p.wal_bytes is not None else ""
     print(
         f"  purge (QUEUE_PURGE_MAX_AGE={p.max_age_days}): {p.deleted:,} rows"
-        f" (a day is {p.expected:,.0f}) in {len(p.rounds)} rounds, {p.seconds:.2f} s"
+        f" (expected {p.expected:,.0f}) in {len(p.rounds)} rounds, {p.seconds:.2f} s"
         f" (rounds by thirds {thirds} s; round median {statistics.median(ordered) * 1000:.1f} ms,"
         f" p99 {percentile(ordered, 99) * 1000:.1f} ms, slowest {max(ordered) * 1000:,.0f} ms,"
         f" round {ordered.index(max(ordered)) + 1}){wal}; then"

@@ -277,7 +277,7 @@ def unique_queue_name(prefix: str = "q_") -> str:
     return f"{prefix}{secrets.token_hex(6)}"
 
 
-# Day partitions ahead of today that the partitioned queue fixtures create: the fewest the
+# Days ahead of today that the partitioned queue fixtures make partitions for: the fewest the
 # stores' bind does not warn about (retention.SHORT_AHEAD in both dialects). db_gen's 14
 # made a MariaDB queue cost 0.57 s instead of 0.30 s, in some 130 store tests per dialect
 # pair; a test that counts the days ahead asks for them with @pytest.mark.full_days_ahead.
@@ -292,7 +292,8 @@ def fixture_days_ahead(request) -> int | None:
 
 @contextlib.contextmanager
 def days_ahead(days: int | None):
-    """db_gen renders ``days`` day partitions ahead in this block (None: its own number).
+    """db_gen renders partitions for ``days`` days ahead in this block (None: its own
+    number).
 
     db_gen has no option for it, on purpose (the purge service keeps DAYS_AHEAD days ahead
     whatever the script made); the two layout modules' values are replaced meanwhile.

@@ -44,10 +44,10 @@ def test_the_fixtures_days_ahead_reach_both_dialects_ddl_and_only_meanwhile():
     with days_ahead(2):
         pg, mysql = scripts()
     assert "FOR day IN today - 1 .. today + 2 LOOP" in pg
-    assert "WHERE day < @nsjq_today + 2\n" in mysql
+    assert "WHERE day + 7 <= @nsjq_today + 2\n" in mysql
     pg, mysql = scripts()
     assert "FOR day IN today - 1 .. today + 14 LOOP" in pg
-    assert "WHERE day < @nsjq_today + 14\n" in mysql
+    assert "WHERE day + 7 <= @nsjq_today + 14\n" in mysql
 
 
 def test_mysql_dsn_is_parsed_into_pymysql_arguments():
