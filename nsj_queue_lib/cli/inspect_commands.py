@@ -17,11 +17,10 @@ from nsj_queue_lib.cli.output import cell, duration, table, write, write_json
 from nsj_queue_lib.cli.session import open_session
 from nsj_queue_lib.db.driver import Driver
 from nsj_queue_lib.db.inspection import TaskFilter
-from nsj_queue_lib.db.pause_store import BreakerStore
+from nsj_queue_lib.db.pause_store import BreakerStore, PauseStore
 from nsj_queue_lib.db.subscriber_breaker_store import subscriber_breakers
 from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.notify.checked import DEAF_REASON
-from nsj_queue_lib.queue_client import QueueClient
 from nsj_queue_lib.runtime.registry import STALE_SECONDS
 
 MESSAGE_WIDTH = 60
@@ -186,7 +185,10 @@ def _pauses(session: Any, config: Config) -> dict[str, Any] | None:
     try:
         breakers = BreakerStore(session.conn, config.queue_table).breakers(session.conn)
         fleet = {
-            "paused": QueueClient(session.conn, config.queue_table).paused(),
+            "paused": [
+                p.as_dict()
+                for p in PauseStore(session.conn, config.queue_table).paused(session.conn)
+            ],
             "breakers": [b.as_dict() for b in breakers],
         }
     except (NotImplementedError, DatabaseError):

@@ -29,12 +29,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nsj_queue_lib.db.dialect import Dialect, notify_channel
-from nsj_queue_lib.db.task_session import Locks, TaskSession
 from nsj_queue_lib.exceptions import DatabaseError
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.limited_routine import LimitsDialect
     from nsj_queue_lib.db.queue_store import ClientStore, InspectionStore, QueueStore
+    from nsj_queue_lib.db.task_session import Locks, TaskSession
 
 # Dead peers are found by TCP keepalive in about 20 s instead of a connection
 # (a LISTEN above all) that waits forever.
@@ -325,14 +325,19 @@ class Driver(abc.ABC):
         """The inspection store of the configured queue (QUEUE_TABLE)."""
         return self.new_inspection_store(self.settings.queue_table)
 
-    # The dialect's task session (db/task_session.py); its ``groups``: whether it commits
-    # in groups (savepoints).
-    task_session_class: ClassVar[type[TaskSession]] = TaskSession
+    @classmethod
+    def task_session_class(cls) -> type[TaskSession]:
+        """The dialect's task session class (db/task_session.py); its ``groups``: whether it
+        commits in groups (savepoints). Imported when a worker assembles its executors: nsjq
+        and the client, which build a driver too, never load the workers' session code."""
+        from nsj_queue_lib.db.task_session import TaskSession
+
+        return TaskSession
 
     @classmethod
     def session(cls, store: Any, locks: Locks) -> TaskSession:
         """A worker's task session over ``store``, its liveness locks where ``locks`` says."""
-        return cls.task_session_class(store, locks)
+        return cls.task_session_class()(store, locks)
 
     @classmethod
     def read_dsn(cls, dsn: str) -> dict[str, str] | None:

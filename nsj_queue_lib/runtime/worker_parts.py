@@ -89,7 +89,7 @@ class WorkerParts:
         plan = plan_drain(
             self.settings,
             group_commit_by_default=self.driver.capabilities.group_commit_by_default,
-            group_statements=self.driver.task_session_class.groups,
+            group_statements=self.driver.task_session_class().groups,
             asynchronous=asynchronous,
             locks_in_database=self.lock_client is None and legacy is None,
         )

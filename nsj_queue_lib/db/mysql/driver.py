@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 import pymysql.connections
@@ -26,7 +26,6 @@ from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.names import server_family
 from nsj_queue_lib.db.mysql.own_transaction import own_transaction
 from nsj_queue_lib.db.mysql.pool import SimplePool
-from nsj_queue_lib.db.mysql.session import MysqlTaskSession
 from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
 from nsj_queue_lib.db.mysql.tls import ssl_options, tls_refused
@@ -36,6 +35,9 @@ from nsj_queue_lib.exceptions import DatabaseAccessError, DatabaseError
 from nsj_queue_lib.identifiers import check_table_name
 from nsj_queue_lib.notify.polling import PollingListener
 from nsj_queue_lib.settings import Settings
+
+if TYPE_CHECKING:
+    from nsj_queue_lib.db.mysql.session import MysqlTaskSession
 
 # Every worker session runs in UTC, so that NOW(6) and the TIMESTAMP columns
 # never meet a daylight-saving fold.
@@ -210,7 +212,11 @@ class MysqlDriver(MysqlFamilyDriver):
     capabilities = driver_capabilities("MYSQL")
     limits = LIMITS
 
-    task_session_class = MysqlTaskSession
+    @classmethod
+    def task_session_class(cls) -> type[MysqlTaskSession]:
+        from nsj_queue_lib.db.mysql.session import MysqlTaskSession
+
+        return MysqlTaskSession
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:

@@ -21,6 +21,7 @@ from nsj_queue_lib.db.postgres import single_insert
 from nsj_queue_lib.db.postgres.deliveries import SERVER_DELIVERABLE
 from nsj_queue_lib.db.postgres.dialect import CLAIM_NOW
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.rows import rows_as_dicts
 from nsj_queue_lib.db.sql_files import load_queries, render, render_queries
 from nsj_queue_lib.fleet.fair import has_fair_key
 from nsj_queue_lib.fleet.overrides import has_overrides
@@ -91,19 +92,6 @@ CROSS JOIN (SELECT clock_timestamp() AS now) AS call
 ORDER BY r.ord
 RETURNING id
 """
-
-
-def rows_as_dicts(cursor) -> list[dict[str, Any]]:
-    if cursor.description is None:
-        return []
-    names = [col[0] for col in cursor.description]
-    rows = []
-    for row in cursor.fetchall():
-        item = dict(zip(names, row, strict=True))
-        if isinstance(item.get("payload_hash"), memoryview):  # psycopg2 returns bytea as memoryview
-            item["payload_hash"] = bytes(item["payload_hash"])
-        rows.append(item)
-    return rows
 
 
 class PostgresClientStore:

@@ -34,7 +34,6 @@ from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
 from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
 from nsj_queue_lib.db.postgres.own_transaction import own_transaction
-from nsj_queue_lib.db.postgres.session import PostgresTaskSession
 from nsj_queue_lib.db.wakeups import WakeupDriver
 from nsj_queue_lib.dbapi import LegacyConnAttribute
 from nsj_queue_lib.exceptions import ConfigError, DatabaseAccessError, DatabaseError
@@ -45,6 +44,7 @@ from nsj_queue_lib.settings import Settings
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys
+    from nsj_queue_lib.db.postgres.session import PostgresTaskSession
     from nsj_queue_lib.db.postgres.store import PostgresQueueStore
 
 logger = get_logger("driver")
@@ -169,7 +169,11 @@ class PostgresDriver(WakeupDriver):
         """The libpq connection string of these settings (``db/postgres/conninfo.py``)."""
         return conninfo(self.settings)
 
-    task_session_class = PostgresTaskSession
+    @classmethod
+    def task_session_class(cls) -> type[PostgresTaskSession]:
+        from nsj_queue_lib.db.postgres.session import PostgresTaskSession
+
+        return PostgresTaskSession
 
     @classmethod
     def read_dsn(cls, dsn: str) -> dict[str, str]:

@@ -18,9 +18,9 @@ from nsj_queue_lib.db.inspection import (
     summary_row,
     task_filter,
 )
-from nsj_queue_lib.db.postgres.client_store import rows_as_dicts
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT
+from nsj_queue_lib.db.postgres.rows import rows_as_dicts
 from nsj_queue_lib.db.sql_files import render_queries
 from nsj_queue_lib.identifiers import check_table_name
 

@@ -25,11 +25,12 @@ from nsj_queue_lib.db.dialect import (
 from nsj_queue_lib.db.moved_rows import retry_moved_rows
 from nsj_queue_lib.db.postgres import retention
 from nsj_queue_lib.db.postgres.client_store import COPY_THRESHOLD as COPY_THRESHOLD  # as before
-from nsj_queue_lib.db.postgres.client_store import PostgresClientStore, rows_as_dicts
+from nsj_queue_lib.db.postgres.client_store import PostgresClientStore
 from nsj_queue_lib.db.postgres.dialect import CLAIM_FUNCTION_ARGS, claim_function_version
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT, hot_partition, lock_key_of
 from nsj_queue_lib.db.postgres.limits import CALL_COLUMNS
+from nsj_queue_lib.db.postgres.rows import rows_as_dicts
 from nsj_queue_lib.db.postgres.wire import (
     PreparedRoundTrip,
     RoundTripError,
@@ -84,9 +85,8 @@ class PostgresQueueStore(PostgresClientStore):
 
     def __init__(self, queue_table: str, subscriber_table: str | None = None):
         super().__init__(queue_table, subscriber_table)
-        # The claim function db_gen creates next to the table (claim_function.sql),
-        # called at the libpq level, nothing prepared in the session (wire.py):
-        # hence $n placeholders.
+        # The claim function db_gen creates next to the table (claim_function.sql), called
+        # at the libpq level, nothing prepared in the session (wire.py): $n placeholders.
         self.claim_function = claim_routine_name(queue_table)
         self.sql["claim_function_version"] = (
             "SELECT obj_description(to_regprocedure(%(signature)s), 'pg_proc')"
