@@ -366,6 +366,8 @@ class PostgresDriver(WakeupDriver):
         )
 
     def task_source(self) -> TaskSource:
+        from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
+
         table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")
         conninfo = make_conninfo(
             self.conninfo(),
@@ -374,8 +376,6 @@ class PostgresDriver(WakeupDriver):
 
         def connect() -> psycopg.Connection:
             return psycopg.connect(conninfo, autocommit=True, **_CONNECT_OPTIONS)
-
-        from nsj_queue_lib.db.postgres.task_source import PostgresTaskSource
 
         return PostgresTaskSource(connect, table, self.channel)
 
