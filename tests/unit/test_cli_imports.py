@@ -34,6 +34,7 @@ _WORKER_SIDE = (
     "nsj_queue_lib.db.postgres.store",
     "nsj_queue_lib.db.postgres.client_store",
     "nsj_queue_lib.db.mysql.session",
+    "nsj_queue_lib.db.mysql.store",
     "nsj_queue_lib.queue_client",
     "nsj_queue_lib.runtime.worker_runtime",
 )

@@ -26,8 +26,6 @@ from nsj_queue_lib.db.mysql.inspection import MysqlInspectionStore
 from nsj_queue_lib.db.mysql.names import server_family
 from nsj_queue_lib.db.mysql.own_transaction import own_transaction
 from nsj_queue_lib.db.mysql.pool import SimplePool
-from nsj_queue_lib.db.mysql.store import MysqlQueueStore
-from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
 from nsj_queue_lib.db.mysql.tls import ssl_options, tls_refused
 from nsj_queue_lib.db.wakeups import WakeupDriver
 from nsj_queue_lib.dbapi import LegacyConnAttribute
@@ -38,6 +36,7 @@ from nsj_queue_lib.settings import Settings
 
 if TYPE_CHECKING:
     from nsj_queue_lib.db.mysql.session import MysqlTaskSession
+    from nsj_queue_lib.db.mysql.store import MysqlQueueStore
 
 # Every worker session runs in UTC, so that NOW(6) and the TIMESTAMP columns
 # never meet a daylight-saving fold.
@@ -199,6 +198,8 @@ class MysqlFamilyDriver(WakeupDriver):
         return PollingListener(self.settings.queue_poll_interval)
 
     def task_source(self) -> TaskSource:
+        from nsj_queue_lib.db.mysql.task_source import MysqlTaskSource
+
         table = check_table_name(self.settings.queue_table, "QUEUE_TABLE")
 
         def connect() -> Any:
@@ -220,6 +221,8 @@ class MysqlDriver(MysqlFamilyDriver):
 
     @classmethod
     def new_store(cls, queue_table: str, subscriber_table: str | None) -> MysqlQueueStore:
+        from nsj_queue_lib.db.mysql.store import MysqlQueueStore
+
         return MysqlQueueStore(queue_table, subscriber_table)
 
     def move_to_partitioned(
