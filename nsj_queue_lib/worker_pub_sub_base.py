@@ -185,7 +185,7 @@ class WorkerPubSubBase(WorkerBase, abc.ABC):
         runtime, settings = self._runtime, self._settings
         if runtime is None or settings is None or not settings.queue_subscriber_table:
             return None
-        if runtime.driver.limits is None:
+        if runtime.driver.limits_module is None:
             return None
         with self._breakers_lock:
             if self._breakers is None:

@@ -203,9 +203,19 @@ class Driver(abc.ABC):
     capabilities: ClassVar[Capabilities]
     # The package whose periodic.sql serves this dialect (SingleStore shares MySQL's).
     periodic_sql: ClassVar[str]
-    # What per-processo limits need of this dialect (db/limited_routine.py); None: the
-    # database has no limits table.
-    limits: ClassVar[LimitsDialect | None] = None
+    # The module of this dialect that defines its LIMITS, what per-processo limits need of
+    # it (db/limited_routine.py); None: the database has no limits table (then no pauses,
+    # breakers nor limits either).
+    limits_module: ClassVar[str | None] = None
+
+    @classmethod
+    def limits(cls) -> LimitsDialect | None:
+        """The dialect's LIMITS, loaded when a worker or a limits statement first asks:
+        ``nsjq status`` reads pauses and breakers, which need only ``limits_module``."""
+        if cls.limits_module is None:
+            return None
+        found: LimitsDialect = _dialect_module(cls.name, cls.limits_module).LIMITS
+        return found
 
     def __init__(self, settings: Any) -> None:
         # The worker's Settings (nsj_queue_lib/settings.py), which each dialect's driver

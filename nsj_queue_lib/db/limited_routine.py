@@ -5,7 +5,7 @@ PostgreSQL's is a function and MySQL/MariaDB's a procedure, both named
 creates them with the queue and ``--upgrade`` adds them. A worker with
 limits checks the routine's COMMENT at start (db/limits_store.py), as it
 does the claim routine's. What differs per dialect is a ``LimitsDialect``
-(``Driver.limits``), defined next to the dialect's DDL.
+(``Driver.limits()``), defined next to the dialect's DDL.
 """
 
 from __future__ import annotations

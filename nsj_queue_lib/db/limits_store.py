@@ -61,7 +61,7 @@ class LimitsStore:
     def __init__(self, dialect: str, queue_table: str, store: Any):
         """The limits of ``queue_table`` in ``dialect`` (``Driver.name``); ``store``: the
         worker's queue store, bound (the claim reads its lock keys and handled processos)."""
-        own = driver_class(dialect).limits
+        own = driver_class(dialect).limits()
         if own is None:
             raise ValueError(f"per-processo limits are not available on {dialect}")
         self.limits_dialect = own

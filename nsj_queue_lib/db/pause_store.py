@@ -19,21 +19,20 @@ class PauseStore:
     """The pause statements of one queue on a caller's connection (its transaction)."""
 
     def __init__(self, conn: Any, queue_table: str):
-        driver = connection_driver(conn)
-        limits = driver.limits
-        if limits is None or (limits.name == "mysql" and is_singlestore(conn)):
+        dialect = limits_dialect_of(conn)
+        if dialect is None:
             raise NotImplementedError(
                 "pause and resume are not available on SingleStore (no limits table; "
                 "docs/fleet-control.md)"
             )
-        self._errors = dialect_errors(limits.name)
+        self._errors = dialect_errors(dialect)
         self.sql = render_queries(
-            limits.name,
+            dialect,
             {"limits_table": limits_table_name(queue_table), "table": queue_table},
             "pause.sql",
         )
         self.channel = notify_channel_of(queue_table)
-        self._array = limits.name == "postgres"  # a list of ids: an array (else a tuple: IN)
+        self._array = dialect == "postgres"  # a list of ids: an array (else a tuple: IN)
 
     def _run(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         with self._errors.wrap_driver_errors(f"pause: {name}"), conn.cursor() as cur:
@@ -80,6 +79,16 @@ def _utc_text(micros: int) -> str:
     """A DATETIME(6) literal's text, in UTC, of ``micros`` since 1970 (a parameter)."""
     moment = EPOCH + datetime.timedelta(microseconds=micros)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def limits_dialect_of(conn: Any) -> str | None:
+    """The dialect (``Driver.name``) of ``conn``'s limits table, which holds the pauses and
+    the breakers; None where the database has none (SingleStore). The dialect's LIMITS are
+    not loaded: the pause and breaker statements do not need them."""
+    driver = connection_driver(conn)
+    if driver.limits_module is None or (driver.name == "mysql" and is_singlestore(conn)):
+        return None
+    return driver.name
 
 
 def is_singlestore(conn: Any) -> bool:

@@ -7,10 +7,10 @@ import dataclasses
 import datetime
 from typing import Any
 
-from nsj_queue_lib.db.driver import connection_driver, dialect_errors
+from nsj_queue_lib.db.driver import dialect_errors
 from nsj_queue_lib.db.pause_store import (
     int_or_none,
-    is_singlestore,
+    limits_dialect_of,
     notify_channel_of,
     row_values,
 )
@@ -55,19 +55,19 @@ class SubscriberBreaker:
 
 class SubscriberBreakerStore:
     def __init__(self, conn: Any, queue_table: str, subscriber_table: str):
-        limits = connection_driver(conn).limits
-        if limits is None or (limits.name == "mysql" and is_singlestore(conn)):
+        dialect = limits_dialect_of(conn)
+        if dialect is None:
             raise NotImplementedError(
                 "webhook subscribers' circuit breakers are not available on SingleStore "
                 "(docs/fleet-control.md)"
             )
-        self._errors = dialect_errors(limits.name)
+        self._errors = dialect_errors(dialect)
         values = {"subscriber_table": subscriber_table, "queue_table": queue_table}
         self.channel = notify_channel_of(queue_table)
         self.queue_table = queue_table  # an identifier checked by the settings or db_gen
         # The queue table's clock (its data_hora): the dialect's.
-        self._now = "clock_timestamp()" if limits.name == "postgres" else "NOW(6)"
-        self.sql = render_queries(limits.name, values, "subscriber_breakers.sql")
+        self._now = "clock_timestamp()" if dialect == "postgres" else "NOW(6)"
+        self.sql = render_queries(dialect, values, "subscriber_breakers.sql")
 
     def _run(self, conn: Any, name: str, params: dict[str, Any]) -> tuple[list[Any], int]:
         """(the rows, the row count) of statement ``name``."""

@@ -251,7 +251,7 @@ class WorkerRuntime:
         Where the database has no limits table (SingleStore), a ConfigError."""
         if not breakers:
             return None
-        if self.driver.limits is None:
+        if self.driver.limits_module is None:
             raise ConfigError(
                 {
                     f"@Task({sorted(breakers)[0]!r}) circuit_breaker": (

@@ -18,7 +18,7 @@ from nsj_queue_lib.db.driver import (
     driver_capabilities,
     exception_chain,
 )
-from nsj_queue_lib.db.mysql.dialect import LIMITS, split_script
+from nsj_queue_lib.db.mysql.dialect import split_script
 from nsj_queue_lib.db.mysql.errors import error_code, wrap_driver_errors
 from nsj_queue_lib.db.mysql.first_use import FirstUseHook
 from nsj_queue_lib.db.mysql.galera import check_galera, is_transient_error
@@ -211,7 +211,7 @@ class MysqlFamilyDriver(WakeupDriver):
 class MysqlDriver(MysqlFamilyDriver):
     name = "mysql"
     capabilities = driver_capabilities("MYSQL")
-    limits = LIMITS
+    limits_module = "dialect"
 
     @classmethod
     def task_session_class(cls) -> type[MysqlTaskSession]:

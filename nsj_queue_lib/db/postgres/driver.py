@@ -31,7 +31,6 @@ from nsj_queue_lib.db.postgres.dsn import libpq_environment
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.first_use import FirstUseHook
 from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
-from nsj_queue_lib.db.postgres.limits import LIMITS
 from nsj_queue_lib.db.postgres.listener import PostgresListener, listen_receives
 from nsj_queue_lib.db.postgres.own_transaction import own_transaction
 from nsj_queue_lib.db.wakeups import WakeupDriver
@@ -162,7 +161,7 @@ class PostgresDriver(WakeupDriver):
     name = "postgres"
     capabilities = driver_capabilities("POSTGRES")
     periodic_sql = "postgres"
-    limits = LIMITS
+    limits_module = "limits"
     settings: Settings
 
     def conninfo(self) -> str:
