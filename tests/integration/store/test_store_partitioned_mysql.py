@@ -432,3 +432,19 @@ def test_a_clients_fair_turn_reads_the_hot_partition_alone(backend):
             if part
         }
     assert read == {"p_hot"}
+
+
+def test_a_worker_warns_when_the_days_ahead_have_no_partition(backend, worker, caplog):
+    """The check at a worker's start reads the partitions' ranges: a week covers its days,
+    and a missing last week is named day by day."""
+    steps = backend.store.sql["retention"]
+    now = today(backend)
+    with caplog.at_level("WARNING"):
+        retention.check_days_ahead(worker, steps, backend.table)
+    assert "no partition for day" not in caplog.text  # today to now + 2 are in weeks
+    last = history(backend, worker)[-1]
+    backend.execute(f"ALTER TABLE {backend.table} DROP PARTITION {last.name}")
+    missing = [d for d in range(now, now + retention.SHORT_AHEAD + 1) if d >= last.days.start]
+    with caplog.at_level("WARNING"):
+        retention.check_days_ahead(worker, steps, backend.table)
+    assert f"no partition for day {', '.join(map(str, missing))} " in caplog.text
