@@ -99,8 +99,16 @@ CREATE INDEX idx_fila_teste_data_hora ON public.fila_teste (data_hora);
 CREATE INDEX idx_fila_teste_chain ON public.fila_teste (id_inicial);
 -- QueueClient.list_equivalent_task.
 CREATE INDEX idx_fila_teste_equivalent ON public.fila_teste (chave_externa, payload_hash);
+-- The two unique indexes below are descending, so that their NULL entries come last.
+-- InnoDB checks a new key against a unique index with next-key locks, and past a
+-- delete-marked entry of the same key (a finished task's, until purge removes it) it
+-- also locks the gap before that entry and the record after it, until the commit. In
+-- ascending order every new task's NULL entry (its id the greatest) goes into the gap
+-- just before the smallest key: one claim of that key, held open by its handler, then
+-- held up every enqueue of the queue. Descending, new NULL entries go to the index's end,
+-- away from every key (MariaDB 10.8+ and MySQL 8 keep the order; 10.6 ignores DESC).
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
-CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
+CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active DESC);
 -- lock_key: the claim's two probes of a keyed candidate: the first ready task
 -- of its key in claim order, and whether a task of its key is running. The
 -- status is lock_key_status, NULL on unkeyed rows: their index entries never
@@ -108,7 +116,7 @@ CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active);
 CREATE INDEX idx_fila_teste_lock_key ON public.fila_teste (lock_key, lock_key_status, prioridade DESC, data_hora, id);
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
-CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running);
+CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running DESC);
 -- Per-processo limits: the limited claim's look at the ready and running
 -- tasks of one processo (docs/flow-control.md).
 CREATE INDEX idx_fila_teste_processo ON public.fila_teste (processo, status, data_hora);

@@ -118,7 +118,8 @@ EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 
 -- Indexes whose columns changed since an earlier release (status left out:
--- indexes.sql says why) are rebuilt in place, under their own names.
+-- indexes.sql says why), and the unique indexes made descending since (indexes.sql
+-- says why), are rebuilt in place, under their own names.
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_chain' AND column_name = 'status') > 0, 'ALTER TABLE public.fila_teste DROP INDEX idx_fila_teste_chain, ADD INDEX idx_fila_teste_chain (id_inicial)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
@@ -128,6 +129,14 @@ PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key' AND column_name = 'status') > 0, 'ALTER TABLE public.fila_teste DROP INDEX idx_fila_teste_lock_key, ADD INDEX idx_fila_teste_lock_key (lock_key, lock_key_status, prioridade DESC, data_hora, id)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_dedupe' AND seq_in_index = 1 AND collation = 'A') > 0 AND (VERSION() LIKE '%MariaDB%' AND CAST(SUBSTRING_INDEX(VERSION(), '.', 1) AS UNSIGNED) * 100 + CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1) AS UNSIGNED) >= 1008 OR VERSION() NOT LIKE '%MariaDB%' AND CAST(SUBSTRING_INDEX(VERSION(), '.', 1) AS UNSIGNED) * 100 + CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1) AS UNSIGNED) >= 800), 'ALTER TABLE public.fila_teste DROP INDEX idx_fila_teste_dedupe, ADD UNIQUE INDEX idx_fila_teste_dedupe (dedupe_active DESC)', 'DO 0');
+PREPARE nsjq_step FROM @nsjq_ddl;
+EXECUTE nsjq_step;
+DEALLOCATE PREPARE nsjq_step;
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key_running' AND seq_in_index = 1 AND collation = 'A') > 0 AND (VERSION() LIKE '%MariaDB%' AND CAST(SUBSTRING_INDEX(VERSION(), '.', 1) AS UNSIGNED) * 100 + CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1) AS UNSIGNED) >= 1008 OR VERSION() NOT LIKE '%MariaDB%' AND CAST(SUBSTRING_INDEX(VERSION(), '.', 1) AS UNSIGNED) * 100 + CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1) AS UNSIGNED) >= 800), 'ALTER TABLE public.fila_teste DROP INDEX idx_fila_teste_lock_key_running, ADD UNIQUE INDEX idx_fila_teste_lock_key_running (lock_key_running DESC)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -165,8 +174,16 @@ SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE tab
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
+-- The two unique indexes below are descending, so that their NULL entries come last.
+-- InnoDB checks a new key against a unique index with next-key locks, and past a
+-- delete-marked entry of the same key (a finished task's, until purge removes it) it
+-- also locks the gap before that entry and the record after it, until the commit. In
+-- ascending order every new task's NULL entry (its id the greatest) goes into the gap
+-- just before the smallest key: one claim of that key, held open by its handler, then
+-- held up every enqueue of the queue. Descending, new NULL entries go to the index's end,
+-- away from every key (MariaDB 10.8+ and MySQL 8 keep the order; 10.6 ignores DESC).
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
-SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_dedupe') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active)', 'DO 0');
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_dedupe') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active DESC)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
@@ -180,7 +197,7 @@ EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;
 -- One running task per key, enforced (a claim whose snapshot saw the key free
 -- while another claim took it is refused, and skips the row).
-SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key_running') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running)', 'DO 0');
+SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_lock_key_running') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_lock_key_running ON public.fila_teste (lock_key_running DESC)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;
 EXECUTE nsjq_step;
 DEALLOCATE PREPARE nsjq_step;

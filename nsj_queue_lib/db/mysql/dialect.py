@@ -70,6 +70,19 @@ SUBSCRIBER_UPGRADE_COLUMNS = model.SUBSCRIBER_BREAKER_COLUMNS
 # Indexes of an earlier release that held status, and no longer do (indexes.sql):
 # --upgrade rebuilds them where their status column is still there.
 REDEFINED_INDEXES = ("idx_chain", "idx_equivalent", "idx_lock_key")
+# Unique indexes an earlier release made ascending, now descending (indexes.sql says
+# why): --upgrade rebuilds them on a server that keeps the order of a descending index.
+DESCENDING_INDEXES = ("idx_dedupe", "idx_lock_key_running")
+# MariaDB 10.8+ and MySQL 8+ build descending indexes (MariaDB 10.6 reads DESC and builds
+# an ascending one: rebuilding there would change nothing at every --upgrade).
+_VERSION_NUMBER = (
+    "CAST(SUBSTRING_INDEX(VERSION(), '.', 1) AS UNSIGNED) * 100"
+    " + CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1) AS UNSIGNED)"
+)
+_KEEPS_DESCENDING = (
+    f"(VERSION() LIKE '%MariaDB%' AND {_VERSION_NUMBER} >= 1008"
+    f" OR VERSION() NOT LIKE '%MariaDB%' AND {_VERSION_NUMBER} >= 800)"
+)
 
 # The server families db_gen renders the MySQL dialect for (db_gen --server).
 MARIADB_SERVER, MYSQL_SERVER = SERVER_FAMILIES
@@ -413,12 +426,23 @@ class MysqlDialect(Dialect):
 
     def _redefine_steps(self, names: DdlNames, values: dict[str, str]) -> str:
         """For each of REDEFINED_INDEXES: drop and add it again, in one statement, when it
-        still has a status column (a table of an earlier release)."""
+        still has a status column (a table of an earlier release); the same for each of
+        DESCENDING_INDEXES still ascending, where the server builds it descending."""
         created = {m.group(1): m.groups() for m in _CREATE_INDEX.finditer(values["indexes"])}
+        rebuilds = [
+            (values[key], "INDEX", " AND column_name = 'status') > 0") for key in REDEFINED_INDEXES
+        ] + [
+            (
+                values[key],
+                "UNIQUE INDEX",
+                f" AND seq_in_index = 1 AND collation = 'A') > 0 AND {_KEEPS_DESCENDING}",
+            )
+            for key in DESCENDING_INDEXES
+        ]
         steps = []
-        for key in REDEFINED_INDEXES:
-            index, table, columns = created[values[key]]
-            statement = f"ALTER TABLE {table} DROP INDEX {index}, ADD INDEX {index} ({columns})"
+        for name, kind, condition in rebuilds:
+            index, table, columns = created[name]
+            statement = f"ALTER TABLE {table} DROP INDEX {index}, ADD {kind} {index} ({columns})"
             steps.append(
                 self._step(
                     names,
@@ -427,7 +451,7 @@ class MysqlDialect(Dialect):
                     "index_name",
                     index,
                     statement,
-                    condition=" AND column_name = 'status') > 0",
+                    condition=condition,
                 )
             )
         return "\n".join(steps)

@@ -13,7 +13,8 @@
 {add_columns}
 
 -- Indexes whose columns changed since an earlier release (status left out:
--- indexes.sql says why) are rebuilt in place, under their own names.
+-- indexes.sql says why), and the unique indexes made descending since (indexes.sql
+-- says why), are rebuilt in place, under their own names.
 {redefine_indexes}
 
 {add_indexes}{day_trigger_upgrade}

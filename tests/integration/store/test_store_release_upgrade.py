@@ -230,5 +230,25 @@ def test_the_upgrade_rebuilds_the_indexes_that_no_longer_hold_status(upgraded):
     )
 
 
+@pytest.mark.parametrize("upgraded", [MYSQL], indirect=True)
+def test_the_upgrade_makes_the_unique_indexes_of_keys_descending(upgraded):
+    """The previous release's dedupe index was ascending: every new task's entry went next
+    to the smallest key (indexes.sql says why that held up enqueues); the lock_key index,
+    new to it, is created descending."""
+    backend = upgraded
+    name = backend.queue.name
+    rows = fetch(
+        backend.admin,
+        "SELECT index_name AS i, collation AS direction FROM information_schema.statistics "
+        "WHERE table_schema = %s AND table_name = %s AND seq_in_index = 1 "
+        "AND index_name IN (%s, %s)",
+        (backend.queue.database, name, f"idx_{name}_dedupe", f"idx_{name}_lock_key_running"),
+    )
+    assert {r["i"]: r["direction"] for r in rows} == {
+        f"idx_{name}_dedupe": "D",
+        f"idx_{name}_lock_key_running": "D",
+    }
+
+
 def _redefined(name: str) -> tuple[str, str, str]:
     return (f"idx_{name}_chain", f"idx_{name}_equivalent", f"idx_{name}_lock_key")
