@@ -478,18 +478,21 @@ def _tail(path: Path, lines: int = 12) -> str:
 # -- workloads -------------------------------------------------------------------------------------
 
 
-def bench_enqueue_single(db: Database, count: int) -> float:
+def bench_enqueue_single(db: Database, count: int, autocommit: bool = False) -> float:
+    """``insert_task`` of one task per transaction: the caller's transaction and its
+    commit, or (``autocommit``) a connection in autocommit mode, each insert its own."""
     from nsj_queue_lib import QueueClient
 
     with db.fresh_queue() as table:
-        conn = db.connect()
+        conn = db.connect(autocommit=True) if autocommit else db.connect()
         try:
             client = QueueClient(conn, table)
             rows = task_rows(count)
             t0 = time.perf_counter()
             for row in rows:
                 client.insert_task(**row)
-                conn.commit()
+                if not autocommit:
+                    conn.commit()
             return count / (time.perf_counter() - t0)
         finally:
             conn.close()

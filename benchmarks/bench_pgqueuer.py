@@ -86,6 +86,12 @@ SINGLE_ENQUEUE_ROWS = (
     f"enqueue {SINGLE_ENQUEUES:,} one per transaction: ours insert_task (tasks/s)",
     f"enqueue {SINGLE_ENQUEUES:,} one per transaction: ours / pgqueuer (ratio)",
 )
+# pgqueuer's enqueue is an autocommitted INSERT: ours on an autocommit connection is the
+# same transaction, one round trip (the rows above pay the caller's COMMIT too).
+AUTOCOMMIT_ENQUEUE_ROWS = (
+    f"enqueue {SINGLE_ENQUEUES:,} one per transaction: ours insert_task, autocommit (tasks/s)",
+    f"enqueue {SINGLE_ENQUEUES:,} one per transaction: ours autocommit / pgqueuer (ratio)",
+)
 LATENCY_TASKS, LATENCY_WARMUP, LATENCY_RATE = 200, 20, 50.0  # one task every 20 ms
 BACKLOG, BACKLOG_WINDOW = 50_000, 5_000  # the first 5,000 of a backlog of 50,000
 GW_BEST = "graphile-worker best (1 process, concurrency 24, local queue 500, batched completion)"
@@ -688,12 +694,16 @@ def enqueue_rows(r: int, pg: Database, add: Callable[[str, float], None]) -> Non
     pair_single = {
         "theirs": lambda: pgq_enqueue_single(PG_DSN, SINGLE_ENQUEUES),
         "ours": lambda: bench_mysql.bench_enqueue_single(pg, SINGLE_ENQUEUES),
+        "autocommit": lambda: bench_mysql.bench_enqueue_single(pg, SINGLE_ENQUEUES, True),
     }
     single = {k: pair_single[k]() for k in (list(pair_single)[:: 1 if r % 2 else -1])}
     theirs_row, ours_row, ratio_row = SINGLE_ENQUEUE_ROWS
     add(theirs_row, single["theirs"])
     add(ours_row, single["ours"])
     add(ratio_row, single["ours"] / single["theirs"])
+    autocommit_row, autocommit_ratio_row = AUTOCOMMIT_ENQUEUE_ROWS
+    add(autocommit_row, single["autocommit"])
+    add(autocommit_ratio_row, single["autocommit"] / single["theirs"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -802,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
         "enqueue 50,000: pgqueuer batch enqueue (tasks/s)",
         "enqueue 50,000: ours insert_tasks (tasks/s)",
         *SINGLE_ENQUEUE_ROWS,
+        *AUTOCOMMIT_ENQUEUE_ROWS,
     ]
     ratios = [
         ("ours best / pgqueuer best, wall (ratio)", 4, 1, ""),

@@ -61,7 +61,26 @@ def _pg_loop(conn, table: str, batch: int) -> int:
         done += len(ids)
 
 
-def _mariadb_loop(conn, table: str, batch: int) -> int:
+def _pg_one_write_loop(conn, table: str, batch: int) -> int:
+    """The one-write design: the claimed rows stay locked by the open transaction, which
+    writes only their outcome."""
+    claim = (
+        f"SELECT id FROM {table} WHERE status = 'pendente' AND data_hora <= now()"
+        f" ORDER BY {CLAIM_ORDER} LIMIT {batch} FOR UPDATE SKIP LOCKED"
+    )
+    settle = f"UPDATE {table} SET status = 'sucesso' WHERE id = ANY(%s)"
+    done = 0
+    while True:
+        ids = [r[0] for r in conn.execute(claim).fetchall()]
+        if not ids:
+            conn.commit()
+            return done
+        conn.execute(settle, (ids,))
+        conn.commit()
+        done += len(ids)
+
+
+def _mariadb_loop(conn, table: str, batch: int, one_write: bool = False) -> int:
     idx_claim = f"idx_{table.split('.')[-1]}_claim"
     claim = (
         f"SELECT id FROM {table} FORCE INDEX ({idx_claim})"
@@ -87,7 +106,27 @@ def _mariadb_loop(conn, table: str, batch: int) -> int:
             conn.commit()
             return in_list
 
+        def claimed_and_settled() -> int | None:
+            """One write: the claim's lock holds the rows until the outcome's commit; a
+            deadlock rolls both back, and the rows go back to the queue."""
+            cur.execute(claim)
+            in_list = ",".join(str(int(r[0])) for r in cur.fetchall())
+            if in_list:
+                settled = cur.execute(
+                    f"UPDATE {table} SET status = 'sucesso' WHERE id IN ({in_list})"
+                )
+            else:
+                settled = 0 if cur.execute(left) else None
+            conn.commit()
+            return settled
+
         while True:
+            if one_write:
+                settled = _retrying_deadlocks(conn, claimed_and_settled)
+                if settled is None:
+                    return done
+                done += settled
+                continue
             in_list = _retrying_deadlocks(conn, claimed)
             if in_list is None:
                 return done
@@ -117,7 +156,7 @@ def _retrying_deadlocks(conn, step):
             conn.rollback()
 
 
-def _client(db: Database, table: str, batch: int, start, results) -> None:
+def _client(db: Database, table: str, batch: int, start, results, one_write: bool) -> None:
     conn = db.connect()
     try:
         if db.kind == "mariadb":
@@ -125,8 +164,11 @@ def _client(db: Database, table: str, batch: int, start, results) -> None:
                 cur.execute("SET time_zone = '+00:00'")
             conn.commit()
         start.wait()
-        loop = _pg_loop if db.kind == "postgres" else _mariadb_loop
-        results.put(loop(conn, table, batch))
+        if db.kind == "postgres":
+            loop = _pg_one_write_loop if one_write else _pg_loop
+            results.put(loop(conn, table, batch))
+        else:
+            results.put(_mariadb_loop(conn, table, batch, one_write))
     finally:
         conn.close()
 
@@ -145,8 +187,11 @@ def _result(results, procs, timeout: float = 300.0) -> int:
     raise BenchError(f"the floor did not finish in {timeout:.0f} s")
 
 
-def floor_drain(db: Database, clients: int, total: int, batch: int = 50) -> float:
-    """Tasks/s of ``clients`` bare-SQL clients draining ``total`` pre-loaded tasks."""
+def floor_drain(
+    db: Database, clients: int, total: int, batch: int = 50, one_write: bool = False
+) -> float:
+    """Tasks/s of ``clients`` bare-SQL clients draining ``total`` pre-loaded tasks;
+    ``one_write``: the claim locks the rows without writing them (_pg_one_write_loop)."""
     from nsj_queue_lib import QueueClient
 
     ctx = multiprocessing.get_context("fork")
@@ -160,7 +205,7 @@ def floor_drain(db: Database, clients: int, total: int, batch: int = 50) -> floa
         start = ctx.Barrier(clients + 1)
         results = ctx.Queue()
         procs = [
-            ctx.Process(target=_client, args=(db, table, batch, start, results))
+            ctx.Process(target=_client, args=(db, table, batch, start, results, one_write))
             for _ in range(clients)
         ]
         for p in procs:
@@ -184,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--designs",
+        nargs="+",
+        choices=["two-writes", "one-write"],
+        default=["two-writes"],
+        help="two-writes: claim (processando) and outcome, each committed; one-write: the "
+        "claim locks the rows, the outcome is the only write",
+    )
     ap.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     ap.add_argument("--mysql-dsn", default=DEFAULT_MYSQL_DSN)
     args = ap.parse_args(argv)
@@ -191,10 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for db in dbs if r % 2 == 0 else dbs[::-1]:
             for clients in args.clients:
-                rate = floor_drain(db, clients, args.tasks, args.batch)
-                print(
-                    f"round {r + 1} {db.label} floor, {clients} clients: {rate:,.0f}/s", flush=True
-                )
+                for design in args.designs:
+                    rate = floor_drain(db, clients, args.tasks, args.batch, design == "one-write")
+                    print(
+                        f"round {r + 1} {db.label} floor ({design}), {clients} clients: "
+                        f"{rate:,.0f}/s",
+                        flush=True,
+                    )
     return 0
 
 

@@ -21,20 +21,23 @@ def floor_module():
         sys.path.remove(str(BENCHMARKS))
 
 
+@pytest.mark.parametrize("one_write", [False, True], ids=["two-writes", "one-write"])
 @pytest.mark.parametrize("clients", [1, 3])
-def test_floor_drains_every_task_once_on_postgres(floor_module, pg_dsn, clients):
+def test_floor_drains_every_task_once_on_postgres(floor_module, pg_dsn, clients, one_write):
     db = floor_module.Database("postgres", pg_dsn)
     # floor_drain raises unless the clients' claims add up to the tasks exactly.
-    assert floor_module.floor_drain(db, clients, 230, batch=50) > 0
+    assert floor_module.floor_drain(db, clients, 230, batch=50, one_write=one_write) > 0
 
 
+@pytest.mark.parametrize("one_write", [False, True], ids=["two-writes", "one-write"])
 @pytest.mark.parametrize("clients", [1, 3])
-def test_floor_drains_every_task_once_on_mariadb(floor_module, mysql_dsn, clients):
+def test_floor_drains_every_task_once_on_mariadb(floor_module, mysql_dsn, clients, one_write):
     db = floor_module.Database("mariadb", mysql_dsn)
-    assert floor_module.floor_drain(db, clients, 230, batch=50) > 0
+    assert floor_module.floor_drain(db, clients, 230, batch=50, one_write=one_write) > 0
 
 
-def test_floor_claims_each_row_once_and_settles_it(floor_module, mysql_dsn, pg_dsn):
+@pytest.mark.parametrize("one_write", [False, True], ids=["two-writes", "one-write"])
+def test_floor_claims_each_row_once_and_settles_it(floor_module, mysql_dsn, pg_dsn, one_write):
     """One client's loop by hand: every row 'sucesso', each claimed by one group."""
     from nsj_queue_lib import QueueClient
 
@@ -42,7 +45,14 @@ def test_floor_claims_each_row_once_and_settles_it(floor_module, mysql_dsn, pg_d
         floor_module.Database("postgres", pg_dsn),
         floor_module.Database("mariadb", mysql_dsn),
     ):
-        loop = floor_module._pg_loop if db.kind == "postgres" else floor_module._mariadb_loop
+        if db.kind == "postgres":
+            pg_loop = floor_module._pg_one_write_loop if one_write else floor_module._pg_loop
+            loop = pg_loop
+        else:
+
+            def loop(conn, table, batch):
+                return floor_module._mariadb_loop(conn, table, batch, one_write)
+
         with db.fresh_queue() as table:
             conn = db.connect()
             try:
