@@ -1566,6 +1566,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "a client call commits the transaction its caller opened (MySQL's implicit commit)",
     ),
+    Mutant(
+        "an-open-dedupe-enqueue-holds-up-the-queue",
+        "nsj_queue_lib/db/mysql/indexes.sql",
+        "CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active DESC{with_day});\n",
+        "CREATE UNIQUE INDEX {idx_dedupe} ON {table} (dedupe_active{with_day});\n",
+        (
+            "tests/integration/store/test_store_unique_index_gaps.py::"
+            "test_an_open_enqueue_of_a_dedupe_key_holds_up_no_other_enqueue",
+        ),
+        ("mysql",),
+        "a transaction that enqueued a dedupe key holds up every enqueue of the queue",
+    ),
+    Mutant(
+        "a-lock-key-claim-holds-up-the-queue",
+        "nsj_queue_lib/db/mysql/indexes.sql",
+        "ON {table} (lock_key_running DESC{with_day});\n",
+        "ON {table} (lock_key_running{with_day});\n",
+        (
+            "tests/integration/store/test_store_unique_index_gaps.py::"
+            "test_a_claim_of_a_lock_key_holds_up_no_enqueue_until_its_commit",
+        ),
+        ("mysql",),
+        "a claim of a lock key holds up every enqueue of the queue until its commit",
+    ),
 )
 
 

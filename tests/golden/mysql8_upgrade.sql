@@ -174,9 +174,10 @@ DEALLOCATE PREPARE nsjq_step;
 -- delete-marked entry of the same key (a finished task's, until purge removes it) it
 -- also locks the gap before that entry and the record after it, until the commit. In
 -- ascending order every new task's NULL entry (its id the greatest) goes into the gap
--- just before the smallest key: one claim of that key, held open by its handler, then
--- held up every enqueue of the queue. Descending, new NULL entries go to the index's end,
--- away from every key (MariaDB 10.8+ and MySQL 8 keep the order; 10.6 ignores DESC).
+-- just before the smallest key: a caller's open transaction that enqueued a task of that
+-- dedupe key (or a claim of that lock key, until its commit) held up every enqueue of the
+-- queue. Descending, new NULL entries go to the index's end, away from every key
+-- (MariaDB 10.8+ and MySQL 8 keep the order; 10.6 ignores DESC).
 -- dedupe_key: at most one unfinished task per key (dedupe_active is NULL once finished).
 SET @nsjq_ddl = IF((SELECT count(*) FROM information_schema.statistics WHERE table_schema = 'public' AND table_name = 'fila_teste' AND index_name = 'idx_fila_teste_dedupe') = 0, 'CREATE UNIQUE INDEX idx_fila_teste_dedupe ON public.fila_teste (dedupe_active DESC)', 'DO 0');
 PREPARE nsjq_step FROM @nsjq_ddl;

@@ -22,8 +22,9 @@ import time
 
 import pytest
 
+from nsj_queue_lib.db_gen import render
 from tests.helpers import mysql_queue as mysql_helpers
-from tests.integration.store.backends import MYSQL, MYSQL_PARTITIONED, TASK, on
+from tests.integration.store.backends import MYSQL, MYSQL_PARTITIONED, TASK, execute, on
 
 pytestmark = [on(MYSQL, MYSQL_PARTITIONED), pytest.mark.fresh_queue, pytest.mark.timeout(60)]
 
@@ -102,11 +103,36 @@ def test_a_claim_of_a_lock_key_holds_up_no_enqueue_until_its_commit(backend):
 def test_the_unique_indexes_of_keys_are_descending(backend):
     """What the two tests above rest on: a server that ignored DESC (MariaDB before 10.8)
     would build them ascending."""
+    assert _directions(backend) == ["D", "D"]
+
+
+def test_the_upgrade_makes_ascending_indexes_of_keys_descending(backend):
+    """A table of an earlier release, its two indexes ascending: db_gen --upgrade rebuilds
+    them, under their names, on either layout."""
+    name = backend.queue.name
+    layout = "partitioned" if backend.kind == "mysql-partitioned" else "plain"
+    day = ", finished_day" if layout == "partitioned" else ""
+    for index, column in (("dedupe", "dedupe_active"), ("lock_key_running", "lock_key_running")):
+        execute(
+            backend.admin,
+            f"ALTER TABLE {backend.table} DROP INDEX idx_{name}_{index}, "
+            f"ADD UNIQUE INDEX idx_{name}_{index} ({column}{day})",
+        )
+    assert _directions(backend) == ["A", "A"]
+    upgrade = render(backend.queue.database, name, "mysql", upgrade=True, layout=layout)
+    mysql_helpers.execute_script(backend.admin, upgrade)
+    assert _directions(backend) == ["D", "D"]
+    mysql_helpers.execute_script(backend.admin, upgrade)  # again: nothing to do
+    assert _directions(backend) == ["D", "D"]
+
+
+def _directions(backend) -> list[str]:
+    """The first column's order (A, D) of the dedupe and lock_key_running indexes."""
     rows = mysql_helpers.fetch_dicts(
         backend.admin,
         "SELECT collation AS direction FROM information_schema.statistics "
         "WHERE table_schema = %s AND table_name = %s AND seq_in_index = 1 "
-        "AND index_name IN (%s, %s)",
+        "AND index_name IN (%s, %s) ORDER BY index_name",
         (
             backend.queue.database,
             backend.queue.name,
@@ -114,4 +140,4 @@ def test_the_unique_indexes_of_keys_are_descending(backend):
             f"idx_{backend.queue.name}_lock_key_running",
         ),
     )
-    assert sorted(r["direction"] for r in rows) == ["D", "D"]
+    return [r["direction"] for r in rows]
