@@ -153,8 +153,11 @@ PURGE_WAIT_SECONDS = 600.0
 WORKER_PURGE_MAX_AGE = "3650"  # days: the workers' hourly purge finds nothing mid-drain
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Bytes per history row, heap and indexes, as measured on 1M rows (PG 375 MB; MariaDB's
-# file about 700 MB); the fill also needs WAL (PG) or sort files (MariaDB) meanwhile.
+# file about 700 MB; PG's 50M partitioned rows made 19.25 GB); the fill also needs WAL
+# (PG: recycled at each checkpoint, a quarter more at most with max_wal_size 1 GB) or
+# sort files (MariaDB's index build: as much again).
 BYTES_PER_ROW = {"postgres": 400, "mariadb": 750}
+FILL_OVERHEAD = {"postgres": 1.25, "mariadb": 2.0}
 DISK_MARGIN = 5 * 2**30
 
 # -- the generator ------------------------------------------------------------------------
@@ -1163,7 +1166,7 @@ def prepare_history(db: Database, opts: Options) -> tuple[str, Fill]:
         return table, fill
     drop_history(db, table)
     where, free = disk_free(data_directory(db))
-    need = opts.rows * BYTES_PER_ROW[db.kind] * 2 + DISK_MARGIN
+    need = int(opts.rows * BYTES_PER_ROW[db.kind] * FILL_OVERHEAD[db.kind]) + DISK_MARGIN
     if free < need:
         raise BenchError(f"{gb(free)} free at {where}; the fill may need {gb(need)}")
     print(f"  filling {opts.rows:,} rows ({gb(free)} free at {where})", flush=True)
