@@ -806,6 +806,9 @@ class Options:
     keep: bool
     keys: str
     layout: str = "plain"
+    # An installed nsjq (a wheel's, with its bytecode) timed too, next to its interpreter's
+    # floor: start, import psycopg, connect, SELECT 1 (docs/benchmarks.md).
+    nsjq: str | None = None
 
     def workers(self, db: Database) -> tuple[int, int]:
         processes, concurrency = WORKERS[db.kind]
@@ -846,9 +849,36 @@ def run_side(db: Database, side: Side, opts: Options, log_dir: Path, notes: list
 # -- nsjq status -------------------------------------------------------------------------
 
 
-def status_once(db: Database, table: str) -> dict[str, float]:
+FLOOR_SCRIPT = (
+    "import sys, psycopg\n"
+    "with psycopg.connect(sys.argv[1]) as conn:\n"
+    "    conn.execute('SELECT 1').fetchall()\n"
+)
+
+
+def timed_run(command: list[str], env: dict[str, str], cwd: str | None = None) -> float:
+    """Seconds from a process's start to its exit. Its wait blocks in waitpid: a wait
+    with a timeout polls, every 50 ms at most, which rounded every run up to the next
+    poll (the status times of earlier runs came in steps of 50 ms). A timer kills a
+    process that hangs."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL)
+    killer = threading.Timer(600, proc.kill)
+    killer.start()
+    try:
+        code = proc.wait()
+    finally:
+        killer.cancel()
+    elapsed = time.perf_counter() - started
+    if code != 0:
+        raise BenchError(f"{command[0]} exited {code}")
+    return elapsed
+
+
+def status_once(db: Database, table: str, nsjq: str | None = None) -> dict[str, float]:
     """Seconds of ``nsjq status --json`` in a new process, of its main() here, and of the
-    inspection store's summary query alone."""
+    inspection store's summary query alone; with ``nsjq`` (an installed command) also that
+    command's run ("installed") and its interpreter's floor ("floor"), PostgreSQL only."""
     from nsj_queue_lib.cli import main as nsjq_main
     from nsj_queue_lib.db.driver import make_driver
     from nsj_queue_lib.db.inspection import RECENT_SECONDS
@@ -858,16 +888,12 @@ def status_once(db: Database, table: str) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "DATABASE_", "QUEUE_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     out: dict[str, float] = {}
-    started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "nsj_queue_lib", *args],
-        env=env,
-        cwd=str(ROOT),
-        stdout=subprocess.DEVNULL,
-        check=True,
-        timeout=600,
-    )
-    out["process"] = time.perf_counter() - started
+    out["process"] = timed_run([sys.executable, "-m", "nsj_queue_lib", *args], env, str(ROOT))
+    if nsjq is not None and db.kind == "postgres":
+        installed_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        out["installed"] = timed_run([nsjq, *args], installed_env)
+        floor = [str(Path(nsjq).with_name("python")), "-c", FLOOR_SCRIPT, db.dsn]
+        out["floor"] = timed_run(floor, installed_env)
     started = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         code = nsjq_main(args)
@@ -931,25 +957,33 @@ def catch_up_tallies(db: Database, sides: list[Side]) -> dict[str, float]:
 
 
 def time_status(
-    db: Database, sides: list[Side], runs: int, tallies: dict[str, float]
+    db: Database,
+    sides: list[Side],
+    runs: int,
+    tallies: dict[str, float],
+    nsjq: str | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     times: dict[str, dict[str, list[float]]] = {s.name: {} for s in sides}
     for side in sides:
         times[side.name]["tally"] = [tallies[side.name]]
-    status_once(db, sides[0].table)  # untimed: the first main() here imports what it needs
+    status_once(db, sides[0].table, nsjq)  # untimed: the first main() here imports what it needs
     for run in range(runs):
         for side in sides if run % 2 == 0 else sides[::-1]:
-            for kind, seconds in status_once(db, side.table).items():
+            for kind, seconds in status_once(db, side.table, nsjq).items():
                 times[side.name].setdefault(kind, []).append(seconds)
         shown = ", ".join(
             f"{s.name} "
             + "/".join(
                 f"{times[s.name][k][-1] * 1000:,.0f}"
-                for k in ("process", "main", "summary", "scan")
+                for k in ("process", "installed", "floor", "main", "summary", "scan")
+                if k in times[s.name]
             )
             for s in sides
         )
-        print(f"  status run {run + 1} (ms, process/main/summary/scan): {shown}", flush=True)
+        print(
+            f"  status run {run + 1} (ms, process/[installed/floor/]main/summary/scan): {shown}",
+            flush=True,
+        )
     return times
 
 
@@ -1212,7 +1246,14 @@ def run_dialect(db: Database, opts: Options, log_dir: Path) -> dict[str, Any]:
         # A failure past the rounds costs that phase only: the rounds are reported.
         if opts.status_runs:
             result["status"] = _phase(
-                result, "nsjq status", time_status, db, sides, opts.status_runs, tallies
+                result,
+                "nsjq status",
+                time_status,
+                db,
+                sides,
+                opts.status_runs,
+                tallies,
+                opts.nsjq,
             )
         print("  purging one day", flush=True)
         result["purge"] = _phase(result, "purge", purge_day, db, table, fill)
@@ -1316,6 +1357,8 @@ def report(db: Database, opts: Options, r: dict[str, Any]) -> None:
     status = r.get("status") or {"empty": {}, "history": {}}
     for kind, label in (
         ("process", "nsjq status, new process, ms"),
+        ("installed", "nsjq status, installed (--nsjq), ms"),
+        ("floor", "its floor: psycopg, connect, SELECT 1, ms"),
         ("main", "nsjq status main(), ms"),
         ("summary", "summary query, ms"),
         ("scan", "summary read of the whole table, ms"),
@@ -1363,6 +1406,11 @@ def main(argv: list[str] | None = None) -> int:
         default="plain",
         help="the queue tables' layout (db_gen --layout; partitioned: by day, both dialects)",
     )
+    parser.add_argument(
+        "--nsjq",
+        help="an installed nsjq (a wheel's) to time beside the source tree's, with its "
+        "interpreter's floor (PostgreSQL)",
+    )
     parser.add_argument("--pg-dsn", default=os.environ.get("BENCH_PG_DSN") or DEFAULT_PG_DSN)
     parser.add_argument(
         "--mysql-dsn", default=os.environ.get("BENCH_MYSQL_DSN") or DEFAULT_MYSQL_DSN
@@ -1384,6 +1432,7 @@ def main(argv: list[str] | None = None) -> int:
         args.keep,
         args.keys,
         args.layout,
+        args.nsjq,
     )
     dbs = []
     if args.dialect in ("postgres", "both"):
