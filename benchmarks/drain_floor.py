@@ -43,37 +43,26 @@ from bench_mysql import (  # noqa: E402 - the harness next to this file
 CLAIM_ORDER = "prioridade DESC, data_hora, id"
 
 
-def _pg_loop(conn, table: str, batch: int) -> int:
-    claim = (
-        f"UPDATE {table} SET status = 'processando' WHERE id IN ("
-        f" SELECT id FROM {table} WHERE status = 'pendente' AND data_hora <= now()"
-        f" ORDER BY {CLAIM_ORDER} LIMIT {batch} FOR UPDATE SKIP LOCKED) RETURNING id"
-    )
-    settle = f"UPDATE {table} SET status = 'sucesso' WHERE id = ANY(%s)"
-    done = 0
-    while True:
-        ids = [r[0] for r in conn.execute(claim).fetchall()]
-        conn.commit()
-        if not ids:
-            return done
-        conn.execute(settle, (ids,))
-        conn.commit()
-        done += len(ids)
-
-
-def _pg_one_write_loop(conn, table: str, batch: int) -> int:
-    """The one-write design: the claimed rows stay locked by the open transaction, which
-    writes only their outcome."""
-    claim = (
+def _pg_loop(conn, table: str, batch: int, one_write: bool = False) -> int:
+    """Two writes: the claim sets the rows 'processando' and commits, then their outcome.
+    ``one_write``: the claim only locks the rows, and the open transaction writes their
+    outcome alone."""
+    ready = (
         f"SELECT id FROM {table} WHERE status = 'pendente' AND data_hora <= now()"
         f" ORDER BY {CLAIM_ORDER} LIMIT {batch} FOR UPDATE SKIP LOCKED"
     )
+    claim = (
+        ready
+        if one_write
+        else f"UPDATE {table} SET status = 'processando' WHERE id IN ({ready}) RETURNING id"
+    )
     settle = f"UPDATE {table} SET status = 'sucesso' WHERE id = ANY(%s)"
     done = 0
     while True:
         ids = [r[0] for r in conn.execute(claim).fetchall()]
-        if not ids:
+        if not one_write or not ids:
             conn.commit()
+        if not ids:
             return done
         conn.execute(settle, (ids,))
         conn.commit()
@@ -164,11 +153,8 @@ def _client(db: Database, table: str, batch: int, start, results, one_write: boo
                 cur.execute("SET time_zone = '+00:00'")
             conn.commit()
         start.wait()
-        if db.kind == "postgres":
-            loop = _pg_one_write_loop if one_write else _pg_loop
-            results.put(loop(conn, table, batch))
-        else:
-            results.put(_mariadb_loop(conn, table, batch, one_write))
+        loop = _pg_loop if db.kind == "postgres" else _mariadb_loop
+        results.put(loop(conn, table, batch, one_write))
     finally:
         conn.close()
 
@@ -191,7 +177,7 @@ def floor_drain(
     db: Database, clients: int, total: int, batch: int = 50, one_write: bool = False
 ) -> float:
     """Tasks/s of ``clients`` bare-SQL clients draining ``total`` pre-loaded tasks;
-    ``one_write``: the claim locks the rows without writing them (_pg_one_write_loop)."""
+    ``one_write``: the claim locks the rows without writing them (_pg_loop)."""
     from nsj_queue_lib import QueueClient
 
     ctx = multiprocessing.get_context("fork")

@@ -45,13 +45,10 @@ def test_floor_claims_each_row_once_and_settles_it(floor_module, mysql_dsn, pg_d
         floor_module.Database("postgres", pg_dsn),
         floor_module.Database("mariadb", mysql_dsn),
     ):
-        if db.kind == "postgres":
-            pg_loop = floor_module._pg_one_write_loop if one_write else floor_module._pg_loop
-            loop = pg_loop
-        else:
+        chosen = floor_module._pg_loop if db.kind == "postgres" else floor_module._mariadb_loop
 
-            def loop(conn, table, batch):
-                return floor_module._mariadb_loop(conn, table, batch, one_write)
+        def loop(conn, table, batch, chosen=chosen):
+            return chosen(conn, table, batch, one_write)
 
         with db.fresh_queue() as table:
             conn = db.connect()
