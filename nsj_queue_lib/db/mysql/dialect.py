@@ -79,7 +79,7 @@ _VERSION_NUMBER = (
     "CAST(SUBSTRING_INDEX(VERSION(), '.', 1) AS UNSIGNED) * 100"
     " + CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(VERSION(), '.', 2), '.', -1) AS UNSIGNED)"
 )
-_KEEPS_DESCENDING = (
+KEEPS_DESCENDING = (
     f"(VERSION() LIKE '%MariaDB%' AND {_VERSION_NUMBER} >= 1008"
     f" OR VERSION() NOT LIKE '%MariaDB%' AND {_VERSION_NUMBER} >= 800)"
 )
@@ -435,7 +435,7 @@ class MysqlDialect(Dialect):
             (
                 values[key],
                 "UNIQUE INDEX",
-                f" AND seq_in_index = 1 AND collation = 'A') > 0 AND {_KEEPS_DESCENDING}",
+                f" AND seq_in_index = 1 AND collation = 'A') > 0 AND {KEEPS_DESCENDING}",
             )
             for key in DESCENDING_INDEXES
         ]

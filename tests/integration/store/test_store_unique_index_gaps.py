@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from nsj_queue_lib.db.mysql.dialect import KEEPS_DESCENDING
 from nsj_queue_lib.db_gen import render
 from tests.helpers import mysql_queue as mysql_helpers
 from tests.integration.store.backends import MYSQL, MYSQL_PARTITIONED, TASK, execute, on
@@ -124,6 +125,30 @@ def test_the_upgrade_makes_ascending_indexes_of_keys_descending(backend):
     assert _directions(backend) == ["D", "D"]
     mysql_helpers.execute_script(backend.admin, upgrade)  # again: nothing to do
     assert _directions(backend) == ["D", "D"]
+
+
+@pytest.mark.parametrize(
+    ("version", "keeps"),
+    [
+        ("10.6.18-MariaDB-log", 0),
+        ("10.7.8-MariaDB", 0),
+        ("10.8.1-MariaDB", 1),
+        ("10.11.19-MariaDB-0+deb12u1", 1),
+        ("11.4.2-MariaDB", 1),
+        ("5.7.44-log", 0),
+        ("8.0.36", 1),
+    ],
+)
+def test_the_upgrade_rebuilds_only_where_the_server_keeps_descending_order(
+    mysql_admin, version, keeps
+):
+    """The upgrade's server check, evaluated by the server with VERSION() replaced: MariaDB
+    10.6 builds DESC ascending, and a rebuild there would come back at every upgrade."""
+    condition = KEEPS_DESCENDING.replace("%", "%%").replace("VERSION()", "%(version)s")
+    rows = mysql_helpers.fetch_dicts(
+        mysql_admin, f"SELECT {condition} AS keeps", {"version": version}
+    )
+    assert rows == [{"keeps": keeps}]
 
 
 def _directions(backend) -> list[str]:
