@@ -103,6 +103,10 @@ class Settings:
     # tasks after its running one; a group claims as many tasks as the recent handlers
     # run in that time (at least one).
     queue_batch_max_ms: float = 20.0
+    # One write per task (PostgreSQL, group commit; docs/internals/one-write.md): a
+    # group's claim locks its rows instead of writing them 'processando', and the
+    # group's commit writes each task's outcome, its only write.
+    queue_one_write: bool = False
     # How the dispatcher learns of new tasks: "listen", "poll" or "server"; None:
     # the socket server in CLIENT_SERVER_MODE, else LISTEN where the database
     # has it, else polling (docs/how-to/poolers.md).

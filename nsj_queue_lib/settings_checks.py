@@ -115,7 +115,26 @@ def check_values(values: Mapping[str, Any], integer_fields: Collection[str]) -> 
             if why:
                 problems[bounds[0]] = why
     problems.update(_batch_size_problems(values))
+    problems.update(_one_write_problems(values))
     return problems
+
+
+def _one_write_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """QUEUE_ONE_WRITE where what it leaves out is not needed (docs/internals/one-write.md):
+    its claims hold row locks in the database, and a timeout ends a group's session."""
+    if not values.get("queue_one_write"):
+        return {}
+    driver = str(values.get("db_driver", "POSTGRES")).upper()
+    why = None
+    if driver != "POSTGRES":
+        why = f"is PostgreSQL only, not DB_DRIVER={driver}"
+    elif values.get("client_server_mode"):
+        why = "cannot be used with CLIENT_SERVER_MODE (the liveness locks are the server's)"
+    elif values.get("queue_task_timeout") is not None:
+        why = "cannot be used with QUEUE_TASK_TIMEOUT (a timeout ends the group's session)"
+    elif values.get("queue_compat_1_2_2") == "ON":
+        why = "cannot be used with QUEUE_COMPAT_1_2_2=on (1.2.2's workers read 'processando')"
+    return {} if why is None else {"QUEUE_ONE_WRITE": why}
 
 
 def _batch_size_problems(values: Mapping[str, Any]) -> dict[str, str]:

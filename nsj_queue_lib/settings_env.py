@@ -125,6 +125,7 @@ def _queue_values(reader: EnvReader) -> dict[str, Any]:
         queue_batch_max_ms=reader.number("QUEUE_BATCH_MAX_MS", 20.0),
         queue_wakeup=_lower(reader.choice("QUEUE_WAKEUP", _UPPER_WAKEUP_MODES, "")),
         queue_synchronous_commit=reader.boolean("QUEUE_SYNCHRONOUS_COMMIT", True),
+        queue_one_write=reader.boolean("QUEUE_ONE_WRITE", False),
         queue_compat_1_2_2=reader.choice("QUEUE_COMPAT_1_2_2", COMPAT_MODES, "AUTO"),
         queue_galera_writer_node=reader.text("QUEUE_GALERA_WRITER_NODE", None),
         default_webhook_timeout=reader.number("DEFAULT_WEBHOOK_TIMEOUT", 20.0),

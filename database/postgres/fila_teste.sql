@@ -576,12 +576,18 @@ DECLARE
     claimed_rec record;
     settled bigint;
     done_first bigint;
+    -- A held claim (claim_query.sql), asked for by the transaction (SET LOCAL).
+    hold boolean := coalesce(current_setting('nsjq.hold', true), '') = 'on';
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE public.fila_teste AS d
-        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp()
-        -- status || '': by the primary key only (see the settle function below).
-        WHERE d.id = done_id AND d.status || '' = 'processando'
+        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp(),
+            started_at = coalesce(d.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
+            worker = coalesce(d.worker, nullif(current_setting('nsjq.held_by', true), ''))
+        -- status || '': by the primary key only (see the settle function below). A held
+        -- row is 'pendente', locked by this transaction since its claim.
+        WHERE d.id = done_id
+          AND (d.status || '' = 'processando' OR (hold AND d.status || '' = 'pendente'))
         RETURNING coalesce(d.id_inicial, d.id) INTO done_first;
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
@@ -603,6 +609,12 @@ BEGIN
         END IF;
     END IF;
     IF claim_limit > 0 THEN
+        IF hold THEN
+            -- When and by whom the held rows were claimed: their outcome's write says it
+            -- (started_at, worker), as the claim's own write does for the others.
+            PERFORM set_config('nsjq.held_at', clock_timestamp()::text, true),
+                    set_config('nsjq.held_by', worker_name, true);
+        END IF;
         -- Where ready tasks began at this session's last look-up, while it is recent:
         -- '<queue key>,<fresh until>,<prioridade>,<data_hora>,<id>,<ready|empty>,<until>'
         -- (instants in microseconds since the epoch: exact, and no DateStyle or time
@@ -671,7 +683,7 @@ BEGIN
                 IF pos_id IS NOT NULL THEN
                     IF pos_edge_id <> 9223372036854775807 THEN
                         RETURN QUERY WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) BETWEEN (pos_data_hora, pos_id) AND (pos_edge_data_hora, pos_edge_id)
@@ -681,14 +693,21 @@ BEGIN
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE public.fila_teste AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, fa.payload,
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
@@ -710,7 +729,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                                 edge_id := 9223372036854775807;
                             END IF;
                             RETURN QUERY WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) > (pos_edge_data_hora, pos_edge_id) AND (q.data_hora, q.id) <= (edge_data_hora, edge_id)
@@ -720,14 +739,21 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE public.fila_teste AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, fa.payload,
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
@@ -751,7 +777,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     END IF;
                     IF claimed = 0 THEN
                         RETURN QUERY WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
@@ -761,14 +787,21 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE public.fila_teste AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, fa.payload,
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
@@ -863,7 +896,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                 OFFSET window_size - 1 LIMIT 1;
                 IF edge_id IS NOT NULL THEN
                     RETURN QUERY WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = edge_prioridade AND (q.data_hora, q.id) BETWEEN (top_data_hora, top_id) AND (edge_data_hora, edge_id)
@@ -873,14 +906,21 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE public.fila_teste AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, fa.payload,
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
@@ -907,7 +947,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                 IF claimed = 0 THEN
                     -- Every ready row from the first on.
                     RETURN QUERY WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade = pos_prioridade AND (q.data_hora, q.id) >= (pos_data_hora, pos_id)
@@ -917,14 +957,21 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE public.fila_teste AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, fa.payload,
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
@@ -935,7 +982,7 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
                     claimed := claimed + more;
                     IF claimed < claim_limit THEN
                         RETURN QUERY WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM public.fila_teste AS q
     WHERE q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND q.prioridade < top_prioridade
@@ -945,14 +992,21 @@ ORDER BY c.claimed_prioridade DESC, c.claimed_data_hora, c.claimed_id;
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT claim_limit - claimed
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE public.fila_teste AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE t.id = next.id
+    WHERE t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, fa.payload,
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock
@@ -997,7 +1051,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim f347966acc586a84';
+    IS 'nsj_queue_lib claim 17bcfd23c28bc8b4';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -1025,6 +1079,7 @@ DECLARE
     settled bigint;
     fenced bigint[];
     firsts bigint[];
+    hold boolean := coalesce(current_setting('nsjq.hold', true), '') = 'on';
 BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
@@ -1037,8 +1092,11 @@ BEGIN
     WITH done AS (
         UPDATE public.fila_teste AS t
         SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
-            finished_at = clock_timestamp()
-        WHERE t.id = ANY(done_ids) AND t.status || '' = 'processando'
+            finished_at = clock_timestamp(),
+            started_at = coalesce(t.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
+            worker = coalesce(t.worker, nullif(current_setting('nsjq.held_by', true), ''))
+        WHERE t.id = ANY(done_ids)
+          AND (t.status || '' = 'processando' OR (hold AND t.status || '' = 'pendente'))
         RETURNING coalesce(t.id_inicial, t.id) AS first_id
     )
     SELECT count(*), array_agg(done.first_id) INTO settled, firsts FROM done;
@@ -1132,6 +1190,20 @@ CREATE TABLE public.fila_teste_tally_state (
     folded_to bigint NOT NULL,
     seen bigint NOT NULL,
     folded_at timestamp with time zone
+);
+-- Commit groups that hold their tasks without writing them (QUEUE_ONE_WRITE,
+-- docs/internals/one-write.md): a group's claim locks its rows, 'pendente',
+-- and its worker writes this row on a connection of its own before the first
+-- handler runs; the group's commit deletes it. A row whose tasks are still
+-- 'pendente' and locked by nobody is a group whose worker died mid-way: the
+-- retry service writes those tasks 'processando' and rescues them, which
+-- counts their attempt (a task that kills its worker is dead-lettered, not
+-- run for ever).
+CREATE TABLE public.fila_teste_groups (
+    id bigserial PRIMARY KEY,
+    worker varchar(200) NOT NULL,
+    task_ids bigint[] NOT NULL,
+    started_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()
 );
 -- Per-processo limits (docs/flow-control.md): one row per limited processo,
 -- written by the workers at start from their @Task declarations, with the

@@ -92,6 +92,7 @@ class DdlNames:
             "subscriber": f"{q}_subscriber",
             "periodic": periodic_table_name(q),
             "workers": workers_table_name(q),
+            "groups": groups_table_name(q),
             "tally": tally_table_names(q)[0],
             "tally_open": tally_table_names(q)[1],
             "tally_state": tally_table_names(q)[2],
@@ -135,6 +136,7 @@ class DdlNames:
         values["subscriber_table"] = f"{self.schema}.{names['subscriber']}"
         values["periodic_table"] = f"{self.schema}.{names['periodic']}"
         values["workers_table"] = f"{self.schema}.{names['workers']}"
+        values["groups_table"] = f"{self.schema}.{names['groups']}"
         for kind in ("tally", "tally_open", "tally_state"):
             values[f"{kind}_table"] = f"{self.schema}.{names[kind]}"
         values["limits_table"] = f"{self.schema}.{names['limits']}"
@@ -238,6 +240,12 @@ def workers_table_name(queue_table: str) -> str:
     """``[schema.]<queue>_workers``: the workers running on the queue and the processos each
     claims (runtime/registry.py), next to the queue table."""
     return f"{queue_table}_workers"
+
+
+def groups_table_name(queue_table: str) -> str:
+    """``[schema.]<queue>_groups``: the commit groups holding their tasks unwritten
+    (QUEUE_ONE_WRITE, db/postgres/groups_table.sql), next to the queue table."""
+    return f"{queue_table}_groups"
 
 
 def claim_routine_name(queue_table: str, release: int = CLAIM_ROUTINE_RELEASE) -> str | None:

@@ -259,6 +259,16 @@ class Driver(abc.ABC):
     # Whether this database knows nsj-queue-lib 1.2.2's task keys (legacy_keys).
     legacy_keys_known: ClassVar[bool] = False
 
+    def held_session(self, store: Any, locks: Locks) -> TaskSession | None:
+        """A task session whose groups hold their tasks unwritten (QUEUE_ONE_WRITE); None
+        where the dialect has none."""
+        return None
+
+    def abandoned_groups(self, store: Any) -> Callable[[Any], int] | None:
+        """What the retry service runs first: the tasks of held groups whose worker died
+        written 'processando', for it to rescue (in the caller's transaction; how many)."""
+        return None
+
     def legacy_keys(self, store: QueueStore, conn: Any) -> Any:
         """After ``store.bind(conn)``: how to hold 1.2.2's task keys too (a
         ``runtime.liveness.LegacyKeys``), or None when QUEUE_COMPAT_1_2_2 is off for this

@@ -290,6 +290,20 @@ class TaskSession:
     # Whether the group's commit writes its process tasks' saves (process/batch.py).
     process_batches: ClassVar[bool] = False
 
+    # -- tasks a group holds unwritten (QUEUE_ONE_WRITE: db/postgres/held_session.py) --
+
+    def holds_rows(self, conn: Any) -> bool:
+        """Whether ``conn``'s transaction holds claimed tasks it has not written: a rollback
+        of the whole transaction would free them for any claim."""
+        return False
+
+    def write_held(self, conn: Any) -> None:
+        """Every task ``conn``'s transaction holds unwritten written 'processando' (they go on
+        after a commit in the middle of the group)."""
+
+    def drop_held(self, conn: Any, group: GroupState | None = None) -> None:
+        """``conn``'s transaction is gone: the tasks it held are free, and leave ``group``."""
+
     def claim_group(self, conn: Any, limit: int) -> list[Claim]:
         """Up to ``limit`` tasks, their liveness locks taken, the claim committed; the
         group's transaction is open on return when any was claimed, else ``conn`` is idle."""

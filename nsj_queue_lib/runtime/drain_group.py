@@ -198,6 +198,10 @@ class GroupDrain:
         while group.waiting:
             if group.waiting[0].task.tentativa > 1 and (group.written or group.failures):
                 return conn  # a retry runs in a group of its own: the others commit first
+            if not group.savepoint and self.session.holds_rows(conn):
+                # Held tasks (QUEUE_ONE_WRITE) are this transaction's: a failure must not
+                # roll it back whole, even the first handler's.
+                conn = self._before_next_handler(conn, group)
             item = self.attempts.start(conn, group.waiting.popleft())
             task = item.task
             item.context.commits = GroupCommits(self.session, self.recovery, conn, group, task)

@@ -77,6 +77,7 @@ class GroupRecovery:
                     self.failures.fail(task, conn, error)
                     return self.drop(conn, group)
                 self.session.undo_group(conn)
+                self.session.drop_held(conn, group)
         except Exception:  # noqa: BLE001 - the connection is gone: settle elsewhere
             self.failures.fail(task, conn, error)  # records on a fresh connection
             return self.drop(conn, group)
@@ -112,6 +113,7 @@ class GroupRecovery:
         # The unstarted tasks given back in the failed transaction are still claimed.
         group.waiting.extend(reversed(group.released))
         group.released = []
+        self.session.drop_held(conn, group)  # held tasks were not: they are free
         if isinstance(exc, AttemptFenced):
             # The others go back to the queue (no suspect among them); the rescued one is
             # left to the attempt its rescuer created.
@@ -177,6 +179,7 @@ class GroupRecovery:
         rescues those tasks. Pooled again, it would keep them 'processando' for its whole
         life. The group's unstarted tasks go back from a fresh connection, after the close
         (their locks gone with it). Returns a fresh connection, or None."""
+        self.session.drop_held(conn, group)
         self.connections.discard(conn, replace=False)
         self.after_broken(group)
         return self.connections.discard(None)

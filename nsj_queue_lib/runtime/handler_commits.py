@@ -58,6 +58,9 @@ class SingleCommits(_Commits):
 
     __slots__ = ()
 
+    def prepare(self) -> None:
+        """Before the fence of a commit in the middle of the handler: nothing to do."""
+
     def keep(self) -> None:
         """What the transaction holds, committed; the next one open, the task still claimed."""
         self.session.keep_handler_work(self.conn)
@@ -84,6 +87,11 @@ class GroupCommits(_Commits):
         super().__init__(session, conn, task)
         self.recovery = recovery
         self.group = group
+
+    def prepare(self) -> None:
+        """The group's held tasks written 'processando' (QUEUE_ONE_WRITE): the running one
+        (its fence reads it so), and the rest, which go on after the commit."""
+        self.session.write_held(self.conn)
 
     def keep(self) -> None:
         try:

@@ -59,9 +59,13 @@ class RetryService(PeriodicService):
         observer: Observer = NULL_OBSERVER,
         legacy_keys: LegacyKeys | None = None,
         on_rescued: Callable[[], None] = lambda: None,
+        abandoned: Callable[[Any], int] | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        # QUEUE_ONE_WRITE's groups left by a dead worker: their tasks written 'processando'
+        # for the rescue below (db/postgres/held_groups.py).
+        self.abandoned = abandoned
         self.policies = policies if policies is not None else RetryPolicies.build(self.settings)
         self.observer = observer
         # CLIENT_SERVER_MODE: the liveness locks live in the socket server.
@@ -74,6 +78,8 @@ class RetryService(PeriodicService):
 
     def work(self, conn: Any) -> int:
         conn.commit()
+        if self.abandoned is not None and self.lock_client is None and self.abandoned(conn):
+            conn.commit()
         suspects: set[int] = set()
         if self.lock_client is not None:
             suspects = self._server_suspects(conn)

@@ -114,11 +114,27 @@ class WorkerParts:
         return build_executor(
             plan,
             inputs,
-            self.driver.session(self.store, liveness),
+            self._session(plan, liveness, legacy),
             liveness,
             limited=limited if isinstance(limited, LimitedLiveness) else None,
             measured=self.observer if measure else None,
         )
+
+    def _session(self, plan: DrainPlan, liveness: Liveness, legacy: LegacyKeys | None) -> Any:
+        """The task session: one whose groups hold their tasks unwritten where QUEUE_ONE_WRITE
+        asks for it and the drain can (group commit, the liveness locks in the database)."""
+        if self.settings.queue_one_write:
+            held = None
+            if plan.group_commit and legacy is None and self.lock_client is None:
+                held = self.driver.held_session(self.store, liveness)
+            if held is not None:
+                return held
+            logger.warning(
+                "queue=%s: QUEUE_ONE_WRITE ignored: it needs group commit on PostgreSQL "
+                "(QUEUE_BATCH_SIZE above 1, synchronous handlers) and no 1.2.2 workers",
+                self.settings.queue_name,
+            )
+        return self.driver.session(self.store, liveness)
 
     def _base_liveness(self, legacy: LegacyKeys | None) -> Liveness:
         if self.lock_client is not None:
@@ -238,6 +254,7 @@ class WorkerParts:
             observer=self.observer,
             legacy_keys=legacy,
             on_rescued=on_rescued,
+            abandoned=self.driver.abandoned_groups(self.store),
         )
         services = [
             retry,

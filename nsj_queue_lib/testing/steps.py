@@ -97,6 +97,9 @@ class MemoryCommits:
         self.steps = steps
         self.staged = staged
 
+    def prepare(self) -> None:
+        """Nothing is held unwritten in memory."""
+
     def keep(self) -> None:
         self.steps.store.keep(self.staged)
         self.staged.clear()

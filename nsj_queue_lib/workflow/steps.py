@@ -122,6 +122,7 @@ def checkpoint(
 def fence(context: TaskContext, store: StepStore) -> None:
     """The attempt still owns its task: its row 'processando', locked until the commit; a
     process's task writes its process's state, which commits then too."""
+    context.commits.prepare()
     if not store.owns(context.bd_conn, context.id):
         raise AttemptFenced(
             f"task {context.id_inicial}: attempt {context.id} is no longer 'processando' "

@@ -348,7 +348,7 @@ def drop_queue_objects(admin_conn, schema: str, name: str) -> None:
         f"DROP TABLE IF EXISTS {schema}.{name} CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_subscriber CASCADE;"
         f"DROP TABLE IF EXISTS {schema}.{name}_periodic;"
-        f"DROP TABLE IF EXISTS {schema}.{name}_workers;"
+        f"DROP TABLE IF EXISTS {schema}.{name}_workers, {schema}.{name}_groups;"
         f"DROP TABLE IF EXISTS {schema}.{name}_tally, {schema}.{name}_tally_open, "
         f"{schema}.{name}_tally_state;"
         f"DROP TABLE IF EXISTS {schema}.{name}_parents;"

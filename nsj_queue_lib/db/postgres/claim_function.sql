@@ -48,12 +48,18 @@ DECLARE
     claimed_rec record;
     settled bigint;
     done_first bigint;
+    -- A held claim (claim_query.sql), asked for by the transaction (SET LOCAL).
+    hold boolean := coalesce(current_setting('nsjq.hold', true), '') = 'on';
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE {table} AS d
-        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp(){finished_day_d}
-        -- status || '': by the primary key only (see the settle function below).
-        WHERE {hot_d}d.id = done_id AND d.status || '' = 'processando'
+        SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp(),
+            started_at = coalesce(d.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
+            worker = coalesce(d.worker, nullif(current_setting('nsjq.held_by', true), '')){finished_day_d}
+        -- status || '': by the primary key only (see the settle function below). A held
+        -- row is 'pendente', locked by this transaction since its claim.
+        WHERE {hot_d}d.id = done_id
+          AND (d.status || '' = 'processando' OR (hold AND d.status || '' = 'pendente'))
         RETURNING coalesce(d.id_inicial, d.id) INTO done_first;
         GET DIAGNOSTICS settled = ROW_COUNT;
         -- After the UPDATE, whose row lock keeps the retry service away until the
@@ -75,6 +81,12 @@ BEGIN
         END IF;
     END IF;
     IF claim_limit > 0 THEN
+        IF hold THEN
+            -- When and by whom the held rows were claimed: their outcome's write says it
+            -- (started_at, worker), as the claim's own write does for the others.
+            PERFORM set_config('nsjq.held_at', clock_timestamp()::text, true),
+                    set_config('nsjq.held_by', worker_name, true);
+        END IF;
         -- Where ready tasks began at this session's last look-up, while it is recent:
         -- '<queue key>,<fresh until>,<prioridade>,<data_hora>,<id>,<ready|empty>,<until>'
         -- (instants in microseconds since the epoch: exact, and no DateStyle or time
@@ -341,6 +353,7 @@ DECLARE
     settled bigint;
     fenced bigint[];
     firsts bigint[];
+    hold boolean := coalesce(current_setting('nsjq.hold', true), '') = 'on';
 BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
@@ -353,8 +366,11 @@ BEGIN
     WITH done AS (
         UPDATE {table} AS t
         SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
-            finished_at = clock_timestamp(){finished_day_t}
-        WHERE {hot_t}t.id = ANY(done_ids) AND t.status || '' = 'processando'
+            finished_at = clock_timestamp(),
+            started_at = coalesce(t.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
+            worker = coalesce(t.worker, nullif(current_setting('nsjq.held_by', true), '')){finished_day_t}
+        WHERE {hot_t}t.id = ANY(done_ids)
+          AND (t.status || '' = 'processando' OR (hold AND t.status || '' = 'pendente'))
         RETURNING coalesce(t.id_inicial, t.id) AS first_id
     )
     SELECT count(*), array_agg(done.first_id) INTO settled, firsts FROM done;

@@ -12,8 +12,13 @@
 -- started (worker_name: the claiming worker's, as in its workers table row).
 -- A retry's payload is its first attempt's: joined here on the plain layout,
 -- read by the function apart on the partitioned one (db/postgres/dialect.py).
+-- One write per task (QUEUE_ONE_WRITE, docs/internals/one-write.md): in a held
+-- claim (hold) a row without a lock key or a timeout of its own is returned
+-- as locked, 'pendente', not written; the group's transaction that runs its
+-- handler writes its outcome, the only new version of the row. A keyed row is
+-- still written: its key's unique index of running keys needs the entry.
 WITH next AS (
-    SELECT q.id
+    SELECT q.id, q AS locked_row, hold AND q.lock_key IS NULL AND q.timeout_s IS NULL AS held
     FROM {table} AS q
     WHERE {hot_q}q.status = 'pendente' AND q.data_hora <= clock_timestamp()
       AND {window}
@@ -28,14 +33,21 @@ WITH next AS (
     ORDER BY q.prioridade DESC, q.data_hora, q.id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+), written AS (
     UPDATE {table} AS t
     SET status = 'processando', started_at = clock_timestamp(), worker = worker_name
     FROM next
-    WHERE {hot_t}t.id = next.id
+    WHERE {hot_t}t.id = next.id AND NOT next.held
     RETURNING t AS claimed_row, t.id AS claimed_id, t.id_inicial AS chain_id,
               t.payload IS NULL AS needs_payload, t.prioridade AS claimed_prioridade,
               t.data_hora AS claimed_data_hora
+), claimed AS (
+    SELECT * FROM written
+    UNION ALL
+    SELECT n.locked_row, (n.locked_row).id, (n.locked_row).id_inicial,
+           (n.locked_row).payload IS NULL, (n.locked_row).prioridade, (n.locked_row).data_hora
+    FROM next AS n
+    WHERE n.held
 )
 SELECT c.claimed_row, {first_payload},
        pg_try_advisory_lock(lock_queue_key, (c.claimed_id % 2147483648)::int4) AS claimed_lock

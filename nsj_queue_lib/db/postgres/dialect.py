@@ -213,7 +213,7 @@ class PostgresDialect(Dialect):
         # The tally's tables (db/tally.py) come with the workers table: both serve nsjq status.
         parts["workers_table_ddl"] = "\n".join(
             render(read_sql("postgres", name), table_values).strip()
-            for name in ("workers_table.sql", "tally_table.sql")
+            for name in ("workers_table.sql", "tally_table.sql", "groups_table.sql")
         )
         parts["workflow_ddl"] = "\n\n".join(
             render(read_sql("postgres", name), table_values).strip()

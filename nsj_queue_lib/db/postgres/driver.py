@@ -180,6 +180,21 @@ class PostgresDriver(WakeupDriver):
 
     legacy_keys_known = True
 
+    def held_session(self, store: Any, locks: Any) -> Any:
+        from nsj_queue_lib.db.postgres.held_groups import Ledger, held_group_sql
+        from nsj_queue_lib.db.postgres.held_session import HeldTaskSession
+
+        sql = held_group_sql(store.queue_table, store.partitioned)
+        ledger = Ledger(
+            lambda: self.connect(autocommit=True), sql, lambda: store.worker_name or "worker"
+        )
+        return HeldTaskSession(store, locks, ledger)
+
+    def abandoned_groups(self, store: Any) -> Any:
+        from nsj_queue_lib.db.postgres.held_groups import AbandonedGroups
+
+        return AbandonedGroups(store)
+
     def legacy_keys(self, store: Any, conn: Any) -> PostgresLegacyKeys | None:
         from nsj_queue_lib.db.postgres.legacy_keys import PostgresLegacyKeys, came_from_1_2_2
 

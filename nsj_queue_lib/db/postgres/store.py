@@ -268,7 +268,7 @@ class PostgresQueueStore(PostgresClientStore):
         mensagem: str | None,
         claim_limit: int,
         commit: bytes | None,
-        begin: bool = False,
+        begin: bool | tuple[bytes, ...] = False,
     ) -> list[dict[str, Any]]:
         """The claim function in one round trip: ``done_id`` becomes 'sucesso' (its lock
         released), up to ``claim_limit`` tasks are claimed (their locks taken), then
@@ -284,7 +284,7 @@ class PostgresQueueStore(PostgresClientStore):
         mensagem: str | None,
         claim_limit: int,
         commit: bytes | None,
-        begin: bool = False,
+        begin: bool | tuple[bytes, ...] = False,
     ) -> Steps[list[dict[str, Any]]]:
         params = self.claim_params(done_id, mensagem, claim_limit)
         with wrap_driver_errors("complete_task" if done_id is not None else "claim"):

@@ -203,7 +203,7 @@ class PreparedRoundTrip:
         conn: psycopg.Connection,
         params: Sequence[Any],
         commit: bytes | None,
-        begin: bool = False,
+        begin: bool | Sequence[bytes] = False,
         unflushed: bool = False,
     ) -> list[dict[str, Any]]:
         """``steps`` run blocking."""
@@ -214,11 +214,12 @@ class PreparedRoundTrip:
         conn: psycopg.Connection,
         params: Sequence[Any],
         commit: bytes | None,
-        begin: bool = False,
+        begin: bool | Sequence[bytes] = False,
         unflushed: bool = False,
     ) -> Steps[list[dict[str, Any]]]:
         """Execute the statement then ``commit`` (a transaction control statement) in one round
-        trip; with ``begin``, in a transaction the same round trip opens. With ``unflushed``
+        trip; with ``begin``, in a transaction the same round trip opens (``begin`` may also
+        be the statements that open it, BEGIN first). With ``unflushed``
         too, that transaction's commit does not wait for its WAL to reach the disk
         (``SET LOCAL synchronous_commit = off``; a transaction chained to it is synchronous
         again): its writes become durable with the session's next synchronous commit, which
@@ -228,7 +229,10 @@ class PreparedRoundTrip:
         when the connection broke.
         """
         state, fresh, encoded = self.encode(conn, params)
-        opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
+        if isinstance(begin, bool):
+            opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
+        else:  # the statements that open the transaction, as given (BEGIN first)
+            opening = tuple(begin)
         replies = yield from self._round_trip(conn, state, fresh, encoded, opening, commit)
         began, prepared, statement, committed = replies
         if fresh and result_status(prepared) == COMMAND_OK:

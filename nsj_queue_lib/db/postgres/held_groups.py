@@ -1,0 +1,141 @@
+"""Commit groups that hold their tasks unwritten (QUEUE_ONE_WRITE, PostgreSQL).
+
+A held claim (claim_query.sql) locks its rows and leaves them 'pendente'; the
+group's transaction writes each task's outcome, its only write. The row lock
+says "running" while the worker lives. What it cannot say is that a worker
+died mid-group: its transaction rolls back and the tasks are simply ready
+again, their attempt uncounted, so a task that kills its worker would run for
+ever. Each such group therefore writes one row of its own (``<queue>_groups``)
+on a second connection, the *ledger*, before its first handler runs, and
+deletes it in its own commit. A row whose tasks are 'pendente' and locked by
+nobody is a group whose worker is gone: the retry service writes those tasks
+'processando' (``rescue_abandoned``) and its usual rescue then counts their
+attempt, with their retry or dead letter.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from nsj_queue_lib.db.dialect import groups_table_name
+from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.layout import HOT_DAY
+from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip
+from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.log import get_logger
+
+logger = get_logger("group_commit")
+
+# Rows the retry service looks at per run.
+GROUPS_PER_RUN = 100
+
+
+def held_group_sql(queue_table: str, partitioned: bool) -> dict[str, str]:
+    """held_groups.sql for ``queue_table`` (a checked name): its statements of unfinished
+    rows pinned to the hot partition on the partitioned layout."""
+    hot = f"t.finished_day = {HOT_DAY} AND " if partitioned else ""
+    values = {
+        "queue_table": queue_table,
+        "groups_table": groups_table_name(queue_table),
+        "hot_t": hot,
+    }
+    return render_queries("postgres", values, "held_groups.sql")
+
+
+def int_array(ids: Sequence[int]) -> str:
+    """``ids`` as a PostgreSQL bigint[] literal."""
+    return "{" + ",".join(str(int(i)) for i in ids) + "}"
+
+
+class Ledger:
+    """The worker's second connection, where its groups write their rows (autocommit, and
+    unflushed: a row matters only while its worker lives, and a database crash that
+    forgets one rolls its group back too)."""
+
+    def __init__(self, connect: Callable[[], Any], sql: dict[str, str], worker: Callable[[], str]):
+        self._connect = connect
+        self._sql = sql
+        self._worker = worker
+        self._lock = threading.Lock()  # one connection for every slot of the worker
+        self._conn: Any = None
+
+    def open(self, task_ids: Sequence[int]) -> int:
+        """The group's row, committed; its id. Raises ``DatabaseError``."""
+        row = self._run(self._sql["open_group"], (self._worker(), int_array(task_ids)))
+        return int(row[0])
+
+    def _run(self, sql: str, params: Sequence[Any]) -> Any:
+        with self._lock, wrap_driver_errors("commit group row"):
+            for attempt in (1, 2):
+                try:
+                    return self._connection().execute(sql, params).fetchone()
+                except psycopg.OperationalError:
+                    self.close()  # a broken ledger: one more try on a new connection
+                    if attempt == 2:
+                        raise
+        return None
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed:
+            conn = self._connect()
+            conn.execute("SET synchronous_commit = off")
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+
+def end_statement(sql: dict[str, str]) -> PreparedRoundTrip:
+    """The group's end (held_groups.sql ``end_group``): $1 its row's id (NULL: none), $2 the
+    held tasks that go on after the commit."""
+    return PreparedRoundTrip(sql["end_group"], ("written", "ended"))
+
+
+def rescue_abandoned(conn: Any, sql: dict[str, str]) -> int:
+    """The tasks of groups whose worker is gone written 'processando', in ``conn``'s
+    transaction (the caller commits), and the rows of groups with nothing held left
+    removed; how many tasks were written."""
+    written = 0
+    with wrap_driver_errors("abandoned commit groups"):
+        groups = conn.execute(sql["groups_left"], {"limit": GROUPS_PER_RUN}).fetchall()
+        for group_id, worker, task_ids, started_at in groups:
+            ids = list(task_ids)
+            params = {"ids": ids, "started_at": started_at, "worker": worker}
+            written += conn.execute(sql["write_abandoned"], params).fetchone()[0]
+            held = conn.execute(sql["group_still_held"], {"ids": ids}).fetchone()[0]
+            if not held:
+                conn.execute(sql["remove_group"], {"id": group_id})
+    return written
+
+
+class AbandonedGroups:
+    """The retry service's first step on PostgreSQL (``rescue_abandoned``), once the table is
+    known to have its groups table (a schema before db_gen --upgrade has none: nothing to
+    do, and no worker of it can hold tasks)."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self._sql: dict[str, str] | None = None
+        self._present: bool | None = None
+
+    def __call__(self, conn: Any) -> int:
+        if self._present is None:
+            table = groups_table_name(self.store.queue_table)
+            with wrap_driver_errors("abandoned commit groups"):
+                found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+            self._present = bool(found[0])
+        if not self._present:
+            return 0
+        if self._sql is None:
+            self._sql = held_group_sql(self.store.queue_table, self.store.partitioned)
+        return rescue_abandoned(conn, self._sql)

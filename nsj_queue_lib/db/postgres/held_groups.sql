@@ -1,0 +1,60 @@
+-- Commit groups that hold their tasks unwritten (QUEUE_ONE_WRITE;
+-- db/postgres/held_groups.py, docs/internals/one-write.md).
+
+-- name: open_group
+-- A group's row, written on the worker's ledger connection (autocommit) before
+-- the group's first handler runs.
+INSERT INTO {groups_table} (worker, task_ids) VALUES (%s, %s::bigint[]) RETURNING id
+
+-- name: end_group
+-- In the group's transaction, before its commit: the held tasks that go on
+-- after it ($2: a durable step's commit, a group open QUEUE_BATCH_MAX_MS)
+-- written 'processando', as a two-write claim writes them, and the group's row
+-- ($1) deleted, both with the commit. The rows are this transaction's, locked
+-- since its claim.
+WITH written AS (
+    UPDATE {queue_table} AS t
+    SET status = 'processando',
+        started_at = coalesce(t.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
+        worker = coalesce(t.worker, nullif(current_setting('nsjq.held_by', true), ''))
+    WHERE {hot_t}t.id = ANY($2::bigint[]) AND t.status = 'pendente'
+    RETURNING t.id
+), ended AS (
+    DELETE FROM {groups_table} AS g WHERE g.id = $1 RETURNING g.id
+)
+SELECT (SELECT count(*) FROM written) AS written, (SELECT count(*) FROM ended) AS ended
+
+-- name: groups_left
+-- The retry service's look at the groups' rows, oldest first.
+SELECT id, worker, task_ids, started_at FROM {groups_table} ORDER BY id LIMIT %(limit)s
+
+-- name: write_abandoned
+-- A group's tasks still 'pendente' and locked by no transaction: its worker died
+-- (or lost its connection) after the group's row was written. Written
+-- 'processando' as their claim would have, with no liveness lock held: the
+-- rescue (find_orphans) records their attempt as failed. A task another
+-- worker runs now is locked by that worker: left alone.
+WITH free AS (
+    SELECT t.id FROM {queue_table} AS t
+    WHERE {hot_t}t.id = ANY(%(ids)s::bigint[]) AND t.status = 'pendente'
+    FOR UPDATE OF t SKIP LOCKED
+), written AS (
+    UPDATE {queue_table} AS t
+    SET status = 'processando', started_at = coalesce(t.started_at, %(started_at)s),
+        worker = coalesce(t.worker, %(worker)s)
+    FROM free
+    WHERE {hot_t}t.id = free.id
+    RETURNING t.id
+)
+SELECT count(*) FROM written
+
+-- name: group_still_held
+-- Whether a task of the group is still 'pendente' (then locked: a live group, or
+-- another worker running it): its row stays until then.
+SELECT EXISTS (
+    SELECT 1 FROM {queue_table} AS t
+    WHERE {hot_t}t.id = ANY(%(ids)s::bigint[]) AND t.status = 'pendente'
+)
+
+-- name: remove_group
+DELETE FROM {groups_table} WHERE id = %(id)s

@@ -1,0 +1,150 @@
+"""QUEUE_ONE_WRITE on real PostgreSQL: a commit group holds its claimed rows (locked,
+'pendente') and writes each task once, its outcome, with its handler's writes.
+
+Workers run in-process (``InProcessWorker``); the crash of a worker mid-group is
+``tests/acceptance/test_worker_processes.py``'s (a real process killed).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nsj_queue_lib.settings_checks import _one_write_problems
+from tests.helpers.processes import (
+    create_side_tables,
+    drop_side_tables,
+    enqueue,
+    fetch_rows,
+    statuses,
+    wait_for,
+)
+
+
+@pytest.fixture
+def side(pg_queue, pg_admin):
+    create_side_tables(pg_admin, pg_queue.table)
+    yield f"{pg_queue.table}_exec"
+    drop_side_tables(pg_admin, pg_queue.table)
+
+
+@pytest.fixture
+def row_writes(pg_queue, pg_admin):
+    """``<queue>_writes``: one row per UPDATE of a queue row (a trigger of the test's)."""
+    table = f"{pg_queue.table}_writes"
+    pg_admin.execute(
+        f"CREATE TABLE {table} (id bigint, status text);"
+        f"CREATE FUNCTION {table}_f() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$BEGIN INSERT INTO {table} VALUES (NEW.id, NEW.status); RETURN NULL; END$$;"
+        f"CREATE TRIGGER {pg_queue.name}_writes AFTER UPDATE ON {pg_queue.table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {table}_f()"
+    )
+    yield table
+    pg_admin.execute(f"DROP TABLE {table}; DROP FUNCTION {table}_f() CASCADE")
+
+
+def test_a_held_drain_writes_each_task_once_with_its_handlers_writes(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side, row_writes
+):
+    """Each task's handler write commits exactly once with its 'sucesso', and its row is
+    written once, with that outcome; started_at and worker say when and where it ran."""
+
+    def execute(payload, tarefa, bd_conn):
+        bd_conn.execute(f"INSERT INTO {side} (task_id) VALUES (%s)", (tarefa["id"],))
+        return "ok"
+
+    count = 400
+    start_worker(execute, queue_concurrency=3, queue_batch_size=20, queue_one_write=True)
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(i)) for i in range(count)])
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": count}, 30, "the drain")
+    written = pg_autocommit.execute(
+        f"SELECT count(*), count(DISTINCT task_id) FROM {side}"
+    ).fetchone()
+    assert written == (count, count)
+    rows = fetch_rows(pg_autocommit, pg_queue.table)
+    assert all(r["started_at"] is not None and r["worker"] for r in rows)
+    assert all(r["started_at"] <= r["finished_at"] for r in rows)
+    # One write per task: its outcome (a two-write claim writes 'processando' first).
+    writes = pg_autocommit.execute(
+        f"SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE status <> 'sucesso') "
+        f"FROM {row_writes}"
+    ).fetchone()
+    assert writes == (count, count, 0)
+    assert pg_autocommit.execute(f"SELECT count(*) FROM {pg_queue.table}_groups").fetchone()[0] == 0
+
+
+def test_a_failure_rolls_back_alone_and_is_counted(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
+    """In one held group: the failing handler's write is rolled back and its failure
+    recorded (falha, a retry scheduled); the others' writes and successes commit."""
+
+    def execute(payload, tarefa, bd_conn):
+        bd_conn.execute(
+            f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload)
+        )
+        if payload == "fail":
+            raise RuntimeError("boom")
+        return "ok"
+
+    enqueue(
+        pg_dsn,
+        pg_queue.table,
+        [dict(payload="fail", prioridade=90), dict(payload="a"), dict(payload="b")],
+    )
+    start_worker(
+        execute,
+        queue_concurrency=1,
+        queue_batch_size=20,
+        queue_one_write=True,
+        queue_base_interval_retry=60,
+    )
+    wait_for(
+        lambda: (
+            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 2, "falha": 1, "agendada": 1}
+        ),
+        15,
+        "the group to settle",
+    )
+    kept = sorted(r[0] for r in pg_autocommit.execute(f"SELECT chave FROM {side}").fetchall())
+    assert kept == ["a", "b"]
+
+
+def test_a_keyed_task_makes_its_group_write_its_tasks(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
+    """A lock key's task is written 'processando' by the claim (its key's running entry),
+    and the held tasks of its group with it: the keyed tasks still run one at a time."""
+
+    def execute(payload, tarefa, bd_conn):
+        bd_conn.execute(
+            f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload)
+        )
+        time.sleep(0.002)
+        return "ok"
+
+    rows = [dict(payload=f"k{i}", lock_key="k") for i in range(20)]
+    rows += [dict(payload=f"p{i}") for i in range(40)]
+    enqueue(pg_dsn, pg_queue.table, rows)
+    start_worker(execute, queue_concurrency=3, queue_batch_size=10, queue_one_write=True)
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 60}, 30, "the drain")
+    keyed = fetch_rows(pg_autocommit, pg_queue.table, "lock_key = 'k'")
+    spans = sorted((r["started_at"], r["finished_at"]) for r in keyed)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert pg_autocommit.execute(f"SELECT count(*) FROM {side}").fetchone()[0] == 60
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"db_driver": "MYSQL"}, "PostgreSQL only"),
+        ({"client_server_mode": True}, "CLIENT_SERVER_MODE"),
+        ({"queue_task_timeout": 5.0}, "QUEUE_TASK_TIMEOUT"),
+        ({"queue_compat_1_2_2": "ON"}, "QUEUE_COMPAT_1_2_2"),
+    ],
+)
+def test_one_write_refuses_what_it_cannot_carry(values, problem):
+    found = _one_write_problems(dict(values, queue_one_write=True))
+    assert problem in found["QUEUE_ONE_WRITE"]
+    assert _one_write_problems(dict(values, queue_one_write=False)) == {}
