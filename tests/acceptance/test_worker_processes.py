@@ -196,3 +196,38 @@ def test_a_bad_environment_exits_non_zero_naming_the_variable_and_claims_nothing
     assert variable in worker.last_line(), worker.output()
     assert statuses(pg_autocommit, queue.table) == {"pendente": 1}
     assert exec_rows(pg_autocommit, queue) == []
+
+
+@pytest.mark.slow
+def test_a_held_task_whose_worker_is_killed_is_counted_and_retried(
+    side, workers, env, long_task, pg_autocommit
+):
+    """QUEUE_ONE_WRITE: the killed worker's group rolled back, its task 'pendente' again
+    and free, but its ledger row names it: the retry service's first step writes it
+    'processando' (db/postgres/held_groups.py), and its rescue counts the attempt."""
+    import types
+
+    from nsj_queue_lib.db.postgres.held_groups import AbandonedGroups
+
+    queue = side
+    held = env(QUEUE_ONE_WRITE="true", QUEUE_BATCH_SIZE="20")
+    task, victim = long_task(held, "victim", sleep=120, name="victim")
+    groups = f"{queue.table}_groups"
+    assert pg_autocommit.execute(f"SELECT task_ids FROM {groups}").fetchall() == [([task],)]
+    victim.kill9()
+    wait_for(
+        lambda: fetch_rows(pg_autocommit, queue.table)[0]["status"] == "pendente",
+        10,
+        "the killed worker's transaction to end",
+    )
+    store = types.SimpleNamespace(queue_table=queue.table, partitioned=False)
+    with pg_autocommit.transaction():
+        assert AbandonedGroups(store)(pg_autocommit) == 1
+    assert fetch_rows(pg_autocommit, queue.table)[0]["status"] == "processando"
+    assert pg_autocommit.execute(f"SELECT count(*) FROM {groups}").fetchone()[0] == 0
+
+    rescuer = workers.start(WORKER, env(QUEUE_RETRY_THREAD_INTERVAL=1), "rescuer")
+    second = assert_rescued(pg_autocommit, queue, task, "victim", rescuer)
+    assert second["status_anterior"] == "falha_processando"
+    rescuer.send(signal.SIGTERM)
+    assert rescuer.wait(15) == 0
