@@ -84,11 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--env", action="append", default=[], help="KEY=VALUE for the workers (repeatable)"
     )
+    parser.add_argument(
+        "--env-after",
+        action="append",
+        default=[],
+        help="KEY=VALUE for the after side's workers only (repeatable): one tree, two settings",
+    )
     args = parser.parse_args(argv)
     databases = {"postgres": args.pg_dsn, "mariadb": args.mysql_dsn}
     if args.only:
         databases = {args.only: databases[args.only]}
     env = dict(item.split("=", 1) for item in args.env)
+    envs = {"before": env, "after": dict(env, **dict(i.split("=", 1) for i in args.env_after))}
     sides = {"before": args.before, "after": args.after}
     rates: dict[str, dict[str, list[float]]] = {k: {s: [] for s in sides} for k in databases}
     cpu: dict[str, dict[str, list[tuple[float, float]]]] = {
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             got = {}
             for side in order:
                 got[side], *used = drain(
-                    sides[side], kind, dsn, args.processes, args.executors, args.count, env
+                    sides[side], kind, dsn, args.processes, args.executors, args.count, envs[side]
                 )
                 rates[kind][side].append(got[side])
                 cpu[kind][side].append((used[0], used[1]))

@@ -104,6 +104,8 @@ GW_LATENCY_ROWS = [
 # Candidates screened once for each side's best configuration:
 # ours: (processes, QUEUE_CONCURRENCY, QUEUE_BATCH_SIZE); pgqueuer: (processes, batch_size).
 OURS_CANDIDATES = [(1, 1, 50), (2, 1, 50), (2, 1, 20), (2, 2, 25), (3, 1, 50)]
+# ... and with QUEUE_ONE_WRITE (a fourth element, True: docs/internals/one-write.md).
+OURS_CANDIDATES += [(1, 1, 50, True), (2, 1, 50, True), (3, 1, 50, True)]
 PGQ_CANDIDATES = [(1, 50), (2, 50), (2, 10), (4, 50)]
 # MariaDB: group commit is opt-in there (QUEUE_BATCH_SIZE), up to 200 (50 on PostgreSQL, for
 # its subtransaction cache; the larger groups amortize MariaDB's cost per statement).
@@ -121,11 +123,18 @@ FLOOR_CLIENTS = [1, 2, 3, 4]
 FLOOR_BATCH = 50
 
 
-def ours_env(concurrency: int, batch: int | None) -> dict[str, str]:
+def ours_env(concurrency: int, batch: int | None, one_write: bool = False) -> dict[str, str]:
     env = {"QUEUE_CONCURRENCY": str(concurrency)}
     if batch is not None:
         env["QUEUE_BATCH_SIZE"] = str(batch)
+    if one_write:
+        env["QUEUE_ONE_WRITE"] = "true"
     return env
+
+
+def held(c: tuple) -> bool:
+    """Whether candidate ``c`` of ours runs with QUEUE_ONE_WRITE."""
+    return len(c) > 3 and bool(c[3])
 
 
 # -- pgqueuer ------------------------------------------------------------------------------
@@ -282,11 +291,12 @@ def ours_drain(
     measured: int,
     log_dir: Path,
     extra: dict[str, str] | None = None,
+    one_write: bool = False,
 ) -> Drain:
     """``total`` tasks committed at once for running workers; the first ``measured`` done."""
     from nsj_queue_lib import QueueClient
 
-    env = {**ours_env(concurrency, batch), **(extra or {})}
+    env = {**ours_env(concurrency, batch, one_write), **(extra or {})}
     with (
         db.fresh_queue() as table,
         running_workers(db, table, processes, env, log_dir) as workers,
@@ -366,7 +376,13 @@ def pgq_drain(dsn: str, processes: int, batch: int, total: int, log_dir: Path) -
 
 
 def ours_backlog(
-    db: Database, processes: int, concurrency: int, batch: int | None, total: int, log_dir: Path
+    db: Database,
+    processes: int,
+    concurrency: int,
+    batch: int | None,
+    total: int,
+    log_dir: Path,
+    one_write: bool = False,
 ) -> Drain:
     """``total`` tasks committed first, then the workers started (as after a deploy or an
     outage): timed from their start until every task is done."""
@@ -379,7 +395,7 @@ def ours_backlog(
             conn.commit()
             unfinished = f"{table} WHERE status IN ('pendente', 'processando')"
             t0 = time.perf_counter()
-            env = ours_env(concurrency, batch)
+            env = ours_env(concurrency, batch, one_write)
             with running_workers(db, table, processes, env, log_dir, wait_ready=False):
                 return watch(
                     lambda: total - db.execute(poll, f"SELECT count(*) FROM {unfinished}")[0][0],
@@ -543,7 +559,8 @@ def ceiling(dsn: str, clients: int = 8, seconds: float = 2.0) -> float:
 
 
 def ours_best_label(c: tuple) -> str:
-    return f"ours best ({c[0]} x {c[1]}, QUEUE_BATCH_SIZE={c[2]})"
+    one_write = ", QUEUE_ONE_WRITE" if held(c) else ""
+    return f"ours best ({c[0]} x {c[1]}, QUEUE_BATCH_SIZE={c[2]}{one_write})"
 
 
 def pgq_best_label(c: tuple) -> str:
@@ -729,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
     ours_best = screen(
         "ours (processes, concurrency, batch)",
         OURS_CANDIDATES,
-        lambda c: ours_drain(pg, c[0], c[1], c[2], n, n, log_dir),
+        lambda c: ours_drain(pg, c[0], c[1], c[2], n, n, log_dir, one_write=held(c)),
     )
     pgq_best = screen(
         "pgqueuer (processes, batch)",
@@ -749,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     ob = screen(
         "ours, backlog (processes, concurrency, batch)",
         OURS_CANDIDATES,
-        lambda c: ours_backlog(pg, c[0], c[1], c[2], n, log_dir),
+        lambda c: ours_backlog(pg, c[0], c[1], c[2], n, log_dir, one_write=held(c)),
     )
     pb = screen(
         "pgqueuer, backlog (processes, batch)",
@@ -771,8 +788,8 @@ def main(argv: list[str] | None = None) -> int:
         "drain, ours 1 process, QUEUE_BATCH_SIZE=20": lambda: ours_drain(
             pg, 1, 1, 20, n, n, log_dir
         ),
-        f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})": lambda: ours_drain(
-            pg, o[0], o[1], o[2], n, n, log_dir
+        f"drain, {ours_best_label(o)}": lambda: ours_drain(
+            pg, o[0], o[1], o[2], n, n, log_dir, one_write=held(o)
         ),
     }
     # The backlog scenario (issue 40): tasks committed first, workers started afterwards.
@@ -784,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
             PG_DSN, 1, 10, n, log_dir
         ),
         f"backlog drain, {ours_best_label(ob)}": lambda: ours_backlog(
-            pg, ob[0], ob[1], ob[2], n, log_dir
+            pg, ob[0], ob[1], ob[2], n, log_dir, one_write=held(ob)
         ),
         "backlog drain, ours default (1 process, default settings)": lambda: ours_backlog(
             pg, 1, 1, None, n, log_dir
@@ -867,14 +884,20 @@ def main(argv: list[str] | None = None) -> int:
             add(name, results[f"{ours_row} (tasks/s)"][-1] / results[f"{theirs_row} (tasks/s)"][-1])
         latencies(r, pg, log_dir, skipped, add, results)
         pair = {
-            "backlog": lambda: ours_drain(pg, *o, BACKLOG, BACKLOG_WINDOW, log_dir).rate,
-            "empty": lambda: ours_drain(pg, *o, BACKLOG_WINDOW, BACKLOG_WINDOW, log_dir).rate,
+            "backlog": lambda: (
+                ours_drain(pg, *o[:3], BACKLOG, BACKLOG_WINDOW, log_dir, one_write=held(o)).rate
+            ),
+            "empty": lambda: (
+                ours_drain(
+                    pg, *o[:3], BACKLOG_WINDOW, BACKLOG_WINDOW, log_dir, one_write=held(o)
+                ).rate
+            ),
         }
         rates = {k: pair[k]() for k in (list(pair) if r % 2 else list(pair)[::-1])}
         add("backlog 50,000, first 5,000, ours best (tasks/s)", rates["backlog"])
         add("backlog reference: 5,000 from an empty table, ours best (tasks/s)", rates["empty"])
         add("backlog / empty table, ours best (ratio)", rates["backlog"] / rates["empty"])
-        pg_best_row = f"drain, ours best ({o[0]} x {o[1]}, QUEUE_BATCH_SIZE={o[2]})"
+        pg_best_row = f"drain, {ours_best_label(o)}"
         best_now = results[f"{pg_best_row} (tasks/s)"][-1]
         best_after_now = results[f"{pg_best_row}, after the first task (tasks/s)"][-1]
         enqueue_rows(r, pg, add)

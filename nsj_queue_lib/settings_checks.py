@@ -125,8 +125,10 @@ def _one_write_problems(values: Mapping[str, Any]) -> dict[str, str]:
     if not values.get("queue_one_write"):
         return {}
     driver = str(values.get("db_driver", "POSTGRES")).upper()
+    if driver not in DRIVER_KEYS:
+        return {}  # an unknown DB_DRIVER is a problem of its own
     why = None
-    if driver != "POSTGRES":
+    if not driver_capabilities(driver).held_groups:
         why = f"is PostgreSQL only, not DB_DRIVER={driver}"
     elif values.get("client_server_mode"):
         why = "cannot be used with CLIENT_SERVER_MODE (the liveness locks are the server's)"

@@ -64,6 +64,9 @@ class Capabilities:
     # until a VACUUM (InnoDB's purge thread removes its own), and its statistics, where the
     # database refreshes them late by itself (runtime/vacuum.py).
     table_maintenance: bool = False
+    # A commit group can hold its claimed rows unwritten (QUEUE_ONE_WRITE,
+    # docs/internals/one-write.md).
+    held_groups: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +102,7 @@ _REGISTRY: dict[str, _Registered] = {
             # transaction.
             max_batch_size=50,
             default_port=5432,
+            held_groups=True,
         ),
         "postgresql",
         ("postgres", "postgresql"),

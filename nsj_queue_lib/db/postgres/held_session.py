@@ -33,6 +33,7 @@ from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.held_groups import Ledger, end_statement, held_group_sql, int_array
 from nsj_queue_lib.db.postgres.session import (
     PostgresTaskSession,
+    check_statements,
     save_processes_params,
     settle_params,
 )
@@ -274,20 +275,7 @@ def _then_claim(
         yield from next_results(pgconn)  # the sync
     finally:
         leave_pipeline(conn)
-    for (statement, state, fresh, _encoded), (prepared_reply, result) in zip(
-        sending, replies, strict=True
-    ):
-        if fresh and result_status(prepared_reply) == COMMAND_OK:
-            statement.remember(conn, state)
-        last = result[-1] if result else None
-        if last is None or last.status != TUPLES_OK:
-            failed = (
-                prepared_reply if fresh and result_status(prepared_reply) != COMMAND_OK else result
-            )
-            error = result_error(failed, conn)
-            if isinstance(error, REPREPARE):
-                statement.forget(conn)
-            raise RoundTripError(error, [])
+    check_statements(conn, sending, replies)
     if result_status(committed) != COMMAND_OK:
         raise RoundTripError(result_error(committed, conn), [])
     if claiming is None:

@@ -290,7 +290,21 @@ def _steps(
         yield from next_results(pgconn)  # the sync
     finally:
         leave_pipeline(conn)
-    rows = []
+    check_statements(conn, sending, replies)
+    rows = [
+        statement.rows_of(state, result[-1])
+        for (statement, state, _fresh, _encoded), (_prepared, result) in zip(
+            sending, replies, strict=True
+        )
+    ]
+    if result_status(committed) != COMMAND_OK:
+        raise RoundTripError(result_error(committed, conn), rows[-1])
+    return rows
+
+
+def check_statements(conn: Any, sending: list[Any], replies: list[Any]) -> None:
+    """Raise ``RoundTripError`` for the first of ``sending``'s statements that failed; those
+    prepared anew are remembered (or forgotten) as wire.py's round trips do."""
     for (statement, state, fresh, _encoded), (prepared, result) in zip(
         sending, replies, strict=True
     ):
@@ -303,7 +317,3 @@ def _steps(
             if isinstance(error, REPREPARE):
                 statement.forget(conn)
             raise RoundTripError(error, [])
-        rows.append(statement.rows_of(state, last))
-    if result_status(committed) != COMMAND_OK:
-        raise RoundTripError(result_error(committed, conn), rows[-1])
-    return rows
