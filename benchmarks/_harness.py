@@ -71,7 +71,7 @@ def fresh_queue(dsn: str, layout: str = "plain") -> Iterator[str]:
 
 def drop_queue_sql(schema: str, name: str) -> str:
     """PostgreSQL: drop every object of queue ``schema.name``, also those its workers made
-    (``_limits``, ``_periodic``, ``_workers``: not dependent on the queue table, CASCADE
+    (``_limits``, ``_periodic``, ``_workers``, ``_groups``: not dependent on the queue table, CASCADE
     misses them). The claim functions return the table's row type: CASCADE takes them; the
     group settle function names no table type, so it is dropped by name."""
     names = DdlNames(schema, name).object_names()
@@ -82,6 +82,7 @@ def drop_queue_sql(schema: str, name: str) -> str:
             "limits",
             "periodic",
             "workers",
+            "groups",
             "parents",
             "waiting",
             "workflows",

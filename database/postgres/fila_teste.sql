@@ -1199,8 +1199,9 @@ CREATE TABLE public.fila_teste_tally_state (
 -- retry service writes those tasks 'processando' and rescues them, which
 -- counts their attempt (a task that kills its worker is dead-lettered, not
 -- run for ever).
-CREATE TABLE public.fila_teste_groups (
-    id bigserial PRIMARY KEY,
+CREATE UNLOGGED TABLE public.fila_teste_groups (
+    -- The worker's name, its process and start, and the group's number there.
+    id varchar(400) PRIMARY KEY,
     worker varchar(200) NOT NULL,
     task_ids bigint[] NOT NULL,
     started_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()

@@ -6,8 +6,9 @@
 -- retry service writes those tasks 'processando' and rescues them, which
 -- counts their attempt (a task that kills its worker is dead-lettered, not
 -- run for ever).
-CREATE TABLE {if_not_exists}{groups_table} (
-    id bigserial PRIMARY KEY,
+CREATE UNLOGGED TABLE {if_not_exists}{groups_table} (
+    -- The worker's name, its process and start, and the group's number there.
+    id varchar(400) PRIMARY KEY,
     worker varchar(200) NOT NULL,
     task_ids bigint[] NOT NULL,
     started_at timestamp with time zone NOT NULL DEFAULT clock_timestamp()

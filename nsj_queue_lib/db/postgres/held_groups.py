@@ -15,7 +15,10 @@ attempt, with their retry or dead letter.
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +29,7 @@ from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.layout import HOT_DAY
 from nsj_queue_lib.db.postgres.wire import PreparedRoundTrip
 from nsj_queue_lib.db.sql_files import render_queries
+from nsj_queue_lib.exceptions import DatabaseError
 from nsj_queue_lib.log import get_logger
 
 logger = get_logger("group_commit")
@@ -52,38 +56,64 @@ def int_array(ids: Sequence[int]) -> str:
 
 
 class Ledger:
-    """The worker's second connection, where its groups write their rows (autocommit, and
-    unflushed: a row matters only while its worker lives, and a database crash that
-    forgets one rolls its group back too)."""
+    """The worker's second connection, where its groups write their rows (autocommit; the
+    table is unlogged: a row matters only while its worker lives, and a database crash
+    that forgets one rolls its group back too).
+
+    A row is sent without waiting for its reply, which the next one collects: the group's
+    first handler does not wait for a round trip. Its key is made here, so that the
+    group's commit can delete it without that reply. What was sent reaches the server
+    even if the worker dies next (the kernel sends it before closing the socket; unread
+    replies, which would make it reset the connection instead, are collected first)."""
 
     def __init__(self, connect: Callable[[], Any], sql: dict[str, str], worker: Callable[[], str]):
         self._connect = connect
-        self._sql = sql
+        self._insert = sql["open_group"].encode()
         self._worker = worker
         self._lock = threading.Lock()  # one connection for every slot of the worker
         self._conn: Any = None
+        self._unread = 0  # replies sent for and not yet read
+        self._prefix = f"{os.getpid()}.{time.time_ns()}"
+        self._count = itertools.count(1)
 
-    def open(self, task_ids: Sequence[int]) -> int:
-        """The group's row, committed; its id. Raises ``DatabaseError``."""
-        row = self._run(self._sql["open_group"], (self._worker(), int_array(task_ids)))
-        return int(row[0])
-
-    def _run(self, sql: str, params: Sequence[Any]) -> Any:
+    def open(self, task_ids: Sequence[int]) -> str:
+        """The group's row, sent; its key. Raises ``DatabaseError`` (a reply to an earlier
+        row said it failed, or the connection broke)."""
+        key = f"{self._worker()}:{self._prefix}.{next(self._count)}"
+        params = [key.encode(), self._worker().encode(), int_array(task_ids).encode()]
         with self._lock, wrap_driver_errors("commit group row"):
-            for attempt in (1, 2):
-                try:
-                    return self._connection().execute(sql, params).fetchone()
-                except psycopg.OperationalError:
-                    self.close()  # a broken ledger: one more try on a new connection
-                    if attempt == 2:
-                        raise
-        return None
+            try:
+                pgconn = self._connection().pgconn
+                self._collect(pgconn)
+                pgconn.send_query_prepared(b"nsjq_group", params)
+                self._unread += 1
+            except (psycopg.Error, DatabaseError):
+                self.close()  # a new connection next time
+                raise
+        return key
+
+    def _collect(self, pgconn: Any) -> None:
+        failed = None
+        while self._unread:
+            result = pgconn.get_result()
+            if result is None:
+                self._unread -= 1
+                continue
+            if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+                failed = (result.error_message or b"").decode("utf-8", "replace").strip()
+        if failed is not None:
+            raise DatabaseError(f"commit group row failed: {failed}")
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed:
             conn = self._connect()
             conn.execute("SET synchronous_commit = off")
-            self._conn = conn
+            prepared = conn.pgconn.prepare(b"nsjq_group", self._insert)
+            if prepared.status != psycopg.pq.ExecStatus.COMMAND_OK:
+                message = (prepared.error_message or b"").decode("utf-8", "replace").strip()
+                conn.close()
+                raise DatabaseError(f"commit group row failed: {message}")
+            self._conn, self._unread = conn, 0
         return self._conn
 
     def close(self) -> None:
@@ -96,9 +126,13 @@ class Ledger:
 
 
 def end_statement(sql: dict[str, str]) -> PreparedRoundTrip:
-    """The group's end (held_groups.sql ``end_group``): $1 its row's id (NULL: none), $2 the
-    held tasks that go on after the commit."""
-    return PreparedRoundTrip(sql["end_group"], ("written", "ended"))
+    """The group's end (held_groups.sql ``end_group``): $1 its row's id."""
+    return PreparedRoundTrip(sql["end_group"], ("id",))
+
+
+def write_statement(sql: dict[str, str]) -> PreparedRoundTrip:
+    """Held tasks written 'processando' (held_groups.sql ``write_held``): $1 their ids."""
+    return PreparedRoundTrip(sql["write_held"], ("id",))
 
 
 def rescue_abandoned(conn: Any, sql: dict[str, str]) -> int:

@@ -4,25 +4,25 @@
 -- name: open_group
 -- A group's row, written on the worker's ledger connection (autocommit) before
 -- the group's first handler runs.
-INSERT INTO {groups_table} (worker, task_ids) VALUES (%s, %s::bigint[]) RETURNING id
+INSERT INTO {groups_table} (id, worker, task_ids) VALUES ($1, $2, $3::bigint[])
 
 -- name: end_group
--- In the group's transaction, before its commit: the held tasks that go on
--- after it ($2: a durable step's commit, a group open QUEUE_BATCH_MAX_MS)
--- written 'processando', as a two-write claim writes them, and the group's row
--- ($1) deleted, both with the commit. The rows are this transaction's, locked
--- since its claim.
-WITH written AS (
-    UPDATE {queue_table} AS t
-    SET status = 'processando',
-        started_at = coalesce(t.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
-        worker = coalesce(t.worker, nullif(current_setting('nsjq.held_by', true), ''))
-    WHERE {hot_t}t.id = ANY($2::bigint[]) AND t.status = 'pendente'
-    RETURNING t.id
-), ended AS (
-    DELETE FROM {groups_table} AS g WHERE g.id = $1 RETURNING g.id
-)
-SELECT (SELECT count(*) FROM written) AS written, (SELECT count(*) FROM ended) AS ended
+-- In the group's transaction, with its commit: the group's row goes.
+DELETE FROM {groups_table} AS g WHERE g.id = $1 RETURNING g.id
+
+-- name: write_held
+-- In the group's transaction: held tasks that need more than their outcome (a
+-- failure's record, a durable step's fence) or go on after a commit in the
+-- middle of the group, written 'processando' as a two-write claim writes them.
+-- The rows are this transaction's, locked since its claim. Sent after a
+-- transaction-local enable_seqscan = off: planned generically on a table of a
+-- few thousand rows, the array's look-up read the table whole.
+UPDATE {queue_table} AS t
+SET status = 'processando',
+    started_at = coalesce(t.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
+    worker = coalesce(t.worker, nullif(current_setting('nsjq.held_by', true), ''))
+WHERE {hot_t}t.id = ANY($1::bigint[]) AND t.status = 'pendente'
+RETURNING t.id
 
 -- name: groups_left
 -- The retry service's look at the groups' rows, oldest first.

@@ -30,7 +30,13 @@ from typing import Any
 
 from nsj_queue_lib.db import first_use as shared_first_use
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.held_groups import Ledger, end_statement, held_group_sql, int_array
+from nsj_queue_lib.db.postgres.held_groups import (
+    Ledger,
+    end_statement,
+    held_group_sql,
+    int_array,
+    write_statement,
+)
 from nsj_queue_lib.db.postgres.session import (
     PostgresTaskSession,
     check_statements,
@@ -69,7 +75,7 @@ class _Held:
 
     __slots__ = ("ids", "freed", "row")
 
-    def __init__(self, ids: set[int], row: int):
+    def __init__(self, ids: set[int], row: str):
         self.ids = ids
         self.freed: set[int] = set()
         self.row = row
@@ -79,16 +85,24 @@ class HeldTaskSession(PostgresTaskSession):
     def __init__(self, store: PostgresQueueStore, locks: Locks, ledger: Ledger):
         super().__init__(store, locks)
         self.ledger = ledger
-        self._end: PreparedRoundTrip | None = None  # built at first use (the layout is known)
+        # Built at first use (the layout is known by then).
+        self._end: PreparedRoundTrip | None = None
+        self._write_held: PreparedRoundTrip | None = None
         self._held: dict[int, _Held] = {}  # by id(conn): one group per connection at a time
 
-    def _end_group_statement(self) -> PreparedRoundTrip:
-        if self._end is None:
+    def _statements(self) -> tuple[PreparedRoundTrip, PreparedRoundTrip]:
+        """The group row's delete and the held tasks' write (held_groups.sql)."""
+        if self._end is None or self._write_held is None:
             sql = held_group_sql(self.store.queue_table, self.store.partitioned)
-            self._end = end_statement(sql)
+            self._end, self._write_held = end_statement(sql), write_statement(sql)
             if self._settle.unnamed:
                 self._end.use_unnamed()
-        return self._end
+                self._write_held.use_unnamed()
+        return self._end, self._write_held
+
+    def _writes(self, ids: Sequence[int]) -> list[tuple[PreparedRoundTrip, Sequence[Any]]]:
+        """The statements that write held tasks ``ids`` 'processando' (by their index)."""
+        return [(self._by_index(), ()), (self._statements()[1], (int_array(ids),))]
 
     # -- the claim --
 
@@ -102,7 +116,7 @@ class HeldTaskSession(PostgresTaskSession):
         held = [claim.task for claim in claims if claim.task.row.get("status") == PENDENTE]
         if not held:
             return claims
-        row = None
+        row: str | None = None
         if len(held) == len(claims):
             try:
                 row = self.ledger.open([task.id for task in held])
@@ -122,10 +136,9 @@ class HeldTaskSession(PostgresTaskSession):
 
     def _write(self, conn: Any, tasks: Sequence[TaskRecord], commit: bytes | None) -> None:
         """``tasks`` (held by this transaction) written 'processando', then ``commit``."""
-        params = (None, int_array([task.id for task in tasks]))
         with wrap_driver_errors("write held tasks"):
             try:
-                self._end_group_statement().run(conn, params, commit)
+                run_in_transaction(conn, self._writes([task.id for task in tasks]), commit)
             except RoundTripError as exc:
                 raise exc.error from None
         for task in tasks:
@@ -144,7 +157,7 @@ class HeldTaskSession(PostgresTaskSession):
     def _write_ids(self, conn: Any, held: _Held, ids: list[int]) -> None:
         with wrap_driver_errors("write held tasks"):
             try:
-                self._end_group_statement().run(conn, (None, int_array(ids)), None)
+                run_in_transaction(conn, self._writes(ids), None)
             except RoundTripError as exc:
                 raise exc.error from None
         held.ids.difference_update(ids)
@@ -219,7 +232,9 @@ class HeldTaskSession(PostgresTaskSession):
         if held is not None:
             done = {task.id for task, _ in written}
             going_on = [i for i in held.ids if i not in done]
-            statements.append((self._end_group_statement(), (held.row, int_array(going_on))))
+            if going_on:  # they go on after the commit, as two-write tasks
+                statements += self._writes(going_on)
+            statements.append((self._statements()[0], (held.row,)))
         commit = b"COMMIT AND CHAIN" if claim_limit or go_on else b"COMMIT"
         with wrap_driver_errors("complete_tasks"):
             try:
@@ -241,15 +256,23 @@ class HeldTaskSession(PostgresTaskSession):
         return store.claim_statement, store.claim_params(None, None, claim_limit)
 
 
+def run_in_transaction(
+    conn: Any, statements: Sequence[tuple[PreparedRoundTrip, Sequence[Any]]], commit: bytes | None
+) -> None:
+    """``statements`` then ``commit`` (None: none, the transaction goes on) in one round trip.
+    Raises ``RoundTripError``."""
+    drive(conn, _then_claim(conn, statements, commit, None))
+
+
 def _then_claim(
     conn: Any,
     statements: Sequence[tuple[PreparedRoundTrip, Sequence[Any]]],
-    commit: bytes,
+    commit: bytes | None,
     claim: tuple[PreparedRoundTrip, Sequence[Any]] | None,
 ) -> Steps[list[dict[str, Any]] | None]:
-    """``statements``, ``commit``, then (in the transaction it chains) a held claim, in one
-    round trip: the claim's rows ([] without a claim). RoundTripError when a statement or the
-    commit failed; None when only the claim did (the commit stands)."""
+    """``statements``, ``commit`` (None: none), then (in the transaction it chains) a held
+    claim, in one round trip: the claim's rows ([] without a claim). RoundTripError when a
+    statement or the commit failed; None when only the claim did (the commit stands)."""
     sending = [(statement, *statement.encode(conn, params)) for statement, params in statements]
     claiming = None if claim is None else (claim[0], *claim[0].encode(conn, claim[1]))
     pgconn = conn.pgconn
@@ -258,7 +281,8 @@ def _then_claim(
     try:
         for statement, state, fresh, encoded in sending:
             statement.send(pgconn, state, fresh, encoded)
-        pgconn.send_query_params(commit, None)
+        if commit is not None:
+            pgconn.send_query_params(commit, None)
         if claiming is not None:
             pgconn.send_query_params(_HOLD, None)
             claiming[0].send(pgconn, *claiming[1:])
@@ -267,7 +291,7 @@ def _then_claim(
         for _statement, _state, fresh, _encoded in sending:
             prepared = (yield from next_results(pgconn)) if fresh else None
             replies.append((prepared, (yield from next_results(pgconn))))
-        committed = yield from next_results(pgconn)
+        committed = (yield from next_results(pgconn)) if commit is not None else None
         if claiming is not None:
             held = yield from next_results(pgconn)
             prepared = (yield from next_results(pgconn)) if claiming[2] else None
@@ -276,7 +300,7 @@ def _then_claim(
     finally:
         leave_pipeline(conn)
     check_statements(conn, sending, replies)
-    if result_status(committed) != COMMAND_OK:
+    if commit is not None and result_status(committed) != COMMAND_OK:
         raise RoundTripError(result_error(committed, conn), [])
     if claiming is None:
         return []
