@@ -292,6 +292,9 @@ class TaskSession:
 
     # -- tasks a group holds unwritten (QUEUE_ONE_WRITE: db/postgres/held_session.py) --
 
+    def close(self) -> None:
+        """The worker stops: connections of the session's own closed (none here)."""
+
     def holds_rows(self, conn: Any) -> bool:
         """Whether ``conn``'s transaction holds claimed tasks it has not written: a rollback
         of the whole transaction would free them for any claim."""

@@ -142,6 +142,7 @@ class TaskExecutor:
 
     def join(self, timeout: float) -> None:
         self.slots.join(timeout)
+        self.session.close()  # its own connections, if it has any (db/postgres/held_session.py)
 
     def release_running(self, connect: Callable[[], Any]) -> int:
         """After the grace period: end the tasks still running and schedule them again at

@@ -156,3 +156,39 @@ def test_one_write_refuses_what_it_cannot_carry(values, problem):
     found = _one_write_problems(dict(values, queue_one_write=True))
     assert problem in found["QUEUE_ONE_WRITE"]
     assert _one_write_problems(dict(values, queue_one_write=False)) == {}
+
+
+def test_nsjq_status_counts_a_held_groups_tasks_as_running(
+    start_worker, pg_queue, pg_dsn, pg_autocommit
+):
+    """While a held group runs, its tasks are 'pendente' rows; the summary nsjq status
+    prints counts the ones its group row names as 'processando'."""
+    import threading
+
+    from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
+
+    release = threading.Event()
+
+    def execute(payload, tarefa, bd_conn):
+        release.wait(20)
+        return "ok"
+
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(i), processo="p") for i in range(3)])
+    start_worker(
+        execute,
+        queue_concurrency=1,
+        queue_batch_size=20,
+        queue_one_write=True,
+        queue_batch_max_ms=60000,
+    )
+    store = PostgresInspectionStore(pg_queue.table)
+
+    def counts():
+        return {r["status"]: r["tasks"] for r in store.summary(pg_autocommit) if r["tasks"]}
+
+    try:
+        wait_for(lambda: counts() == {"processando": 3}, 10, "the held group to run")
+        assert statuses(pg_autocommit, pg_queue.table) == {"pendente": 3}  # as rows, held
+    finally:
+        release.set()
+    wait_for(lambda: counts() == {"sucesso": 3}, 10, "the group to commit")

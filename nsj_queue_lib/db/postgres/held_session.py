@@ -144,6 +144,9 @@ class HeldTaskSession(PostgresTaskSession):
         for task in tasks:
             task.row["status"] = PROCESSANDO
 
+    def close(self) -> None:
+        self.ledger.close()
+
     def holds_rows(self, conn: Any) -> bool:
         return id(conn) in self._held
 
@@ -216,6 +219,12 @@ class HeldTaskSession(PostgresTaskSession):
         written = group.written
         shared_first_use.disarm(conn)
         held = self._held.pop(id(conn), None)
+        if self.store.claim_statement.unnamed and not self._settle.unnamed:
+            # As PostgresTaskSession's: a pooler in transaction mode lost the prepared claim.
+            self._settle.use_unnamed()
+            for statement in (self._process_saves, self._index_only, self._end, self._write_held):
+                if statement is not None:
+                    statement.use_unnamed()
         saves = (
             []
             if group.processes is None

@@ -19,6 +19,7 @@ from nsj_queue_lib.db.inspection import (
     task_filter,
 )
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
+from nsj_queue_lib.db.postgres.held_status import held_running, move_held
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT
 from nsj_queue_lib.db.postgres.rows import rows_as_dicts
 from nsj_queue_lib.db.sql_files import render_queries
@@ -81,11 +82,16 @@ class PostgresInspectionStore(InspectionQueries):
             try:
                 cur.execute(NO_JIT)
                 if not self.tallied(conn):
-                    return [summary_row(r) for r in self._fetch(conn, "summary", _RECENT)]
-                cur.execute(
-                    self.sql["summary_tallied"].replace(RECENT_MARK, self._recent(cur)), _RECENT
-                )
-                return [summary_row(r) for r in rows_as_dicts(cur)]
+                    rows = [summary_row(r) for r in self._fetch(conn, "summary", _RECENT)]
+                else:
+                    cur.execute(
+                        self.sql["summary_tallied"].replace(RECENT_MARK, self._recent(cur)),
+                        _RECENT,
+                    )
+                    rows = [summary_row(r) for r in rows_as_dicts(cur)]
+                # QUEUE_ONE_WRITE's running tasks are 'pendente' rows their group names.
+                held = held_running(cur, self.queue_table, self._partitioned)
+                return move_held(rows, held)
             finally:
                 if own:
                     cur.execute("COMMIT")
