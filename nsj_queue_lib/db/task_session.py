@@ -64,6 +64,7 @@ class GroupState(Protocol):
     tx: Any
     written: list[tuple[TaskRecord, str]]
     processes: Any
+    waiting: Any  # its claimed tasks not started yet (a deque of Claims)
 
 
 class Locks(Protocol):

@@ -198,9 +198,9 @@ class HeldTaskSession(PostgresTaskSession):
         counts an attempt for each of its tasks still free when it looks (those that ran
         here lost their outcome with the transaction)."""
         held = self._held.pop(id(conn), None)
-        waiting = getattr(group, "waiting", None)
-        if held is None or waiting is None:
+        if held is None or group is None:
             return
+        waiting = group.waiting
         gone = held.ids | held.freed
         freed = [claim for claim in waiting if claim.task.id in gone]
         if freed:
@@ -287,6 +287,7 @@ def _then_claim(
     pgconn = conn.pgconn
     pgconn.enter_pipeline_mode()
     replies = []
+    held = prepared = claimed = None
     try:
         for statement, state, fresh, encoded in sending:
             statement.send(pgconn, state, fresh, encoded)

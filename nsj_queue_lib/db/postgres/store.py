@@ -293,7 +293,7 @@ class PostgresQueueStore(PostgresClientStore):
                 # the disk (the task's own commit, chained after it, does, and makes the claim
                 # durable with it). Half a millisecond or more off every idle worker's latency.
                 steps = self.claim_statement.steps(
-                    conn, params, commit, begin=begin, unflushed=begin
+                    conn, params, commit, begin=begin, unflushed=begin is True
                 )
                 return (yield from steps)
             except RoundTripError as exc:

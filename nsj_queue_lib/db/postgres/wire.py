@@ -229,6 +229,7 @@ class PreparedRoundTrip:
         when the connection broke.
         """
         state, fresh, encoded = self.encode(conn, params)
+        opening: tuple[bytes, ...]
         if isinstance(begin, bool):
             opening = (_BEGIN_UNFLUSHED if unflushed else _BEGIN) if begin else ()
         else:  # the statements that open the transaction, as given (BEGIN first)
