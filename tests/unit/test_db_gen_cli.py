@@ -73,7 +73,7 @@ def test_upgrade_statements_are_all_idempotent_forms():
     statements = [s.strip() for s in code.split(";") if s.strip()]
     idempotent = re.compile(
         r"^(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE (?:UNIQUE )?INDEX IF NOT EXISTS|CREATE OR REPLACE FUNCTION"
-        r"|DROP TRIGGER IF EXISTS|CREATE TABLE IF NOT EXISTS|DROP FUNCTION IF EXISTS"
+        r"|DROP TRIGGER IF EXISTS|CREATE (?:UNLOGGED )?TABLE IF NOT EXISTS|DROP FUNCTION IF EXISTS"
         # The claim function's version, which workers check at start: replaced, never added.
         r"|COMMENT ON FUNCTION public\.claim_next_fila_teste_v2\("
         r"|COMMENT ON FUNCTION public\.claim_limited_fila_teste_v2\("
