@@ -578,12 +578,16 @@ DECLARE
     done_first bigint;
     -- A held claim (claim_query.sql), asked for by the transaction (SET LOCAL).
     hold boolean := coalesce(current_setting('nsjq.hold', true), '') = 'on';
+    -- When and by whom this transaction's held claim claimed (read once: per row, the
+    -- settings' reads cost a sixth of a settle's UPDATE).
+    held_at timestamptz := nullif(current_setting('nsjq.held_at', true), '')::timestamptz;
+    held_by varchar := nullif(current_setting('nsjq.held_by', true), '');
 BEGIN
     IF done_id IS NOT NULL THEN
         UPDATE public.fila_teste AS d
         SET status = 'sucesso', mensagem = done_mensagem, finished_at = clock_timestamp(),
-            started_at = coalesce(d.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
-            worker = coalesce(d.worker, nullif(current_setting('nsjq.held_by', true), ''))
+            started_at = coalesce(d.started_at, held_at),
+            worker = coalesce(d.worker, held_by)
         -- status || '': by the primary key only (see the settle function below). A held
         -- row is 'pendente', locked by this transaction since its claim.
         WHERE d.id = done_id
@@ -1051,7 +1055,7 @@ $$;
 -- Workers check this at start: a function of another version stops them
 -- with a message naming db_gen --upgrade.
 COMMENT ON FUNCTION public.claim_next_fila_teste_v2(bigint, text, integer, integer, integer, varchar[], varchar[], varchar)
-    IS 'nsj_queue_lib claim 17bcfd23c28bc8b4';
+    IS 'nsj_queue_lib claim cf7991c0ea19fe7e';
 
 -- A commit group's successes (db/postgres/group_wire.py): each task 'sucesso'
 -- with its mensagem, then the liveness locks released, in the caller's
@@ -1080,6 +1084,8 @@ DECLARE
     fenced bigint[];
     firsts bigint[];
     hold boolean := coalesce(current_setting('nsjq.hold', true), '') = 'on';
+    held_at timestamptz := nullif(current_setting('nsjq.held_at', true), '')::timestamptz;
+    held_by varchar := nullif(current_setting('nsjq.held_by', true), '');
 BEGIN
     -- Each row's mensagem by its id's position (a join with the unnested arrays
     -- became a nested loop over them once planned generically with a backlog).
@@ -1093,8 +1099,8 @@ BEGIN
         UPDATE public.fila_teste AS t
         SET status = 'sucesso', mensagem = done_mensagens[array_position(done_ids, t.id)],
             finished_at = clock_timestamp(),
-            started_at = coalesce(t.started_at, nullif(current_setting('nsjq.held_at', true), '')::timestamptz),
-            worker = coalesce(t.worker, nullif(current_setting('nsjq.held_by', true), ''))
+            started_at = coalesce(t.started_at, held_at),
+            worker = coalesce(t.worker, held_by)
         WHERE t.id = ANY(done_ids)
           AND (t.status || '' = 'processando' OR (hold AND t.status || '' = 'pendente'))
         RETURNING coalesce(t.id_inicial, t.id) AS first_id

@@ -23,7 +23,7 @@ from nsj_queue_lib.identifiers import check_identifier
 # The claim SQL of CLAIM_ROUTINE_RELEASE, by dialect (the routines' COMMENT).
 PINNED = {
     2: {
-        "postgres": "nsj_queue_lib claim 17bcfd23c28bc8b4",
+        "postgres": "nsj_queue_lib claim cf7991c0ea19fe7e",
         "mysql": "nsj_queue_lib claim 1ef25d36c532cf5e",
     },
 }
