@@ -192,3 +192,19 @@ def test_nsjq_status_counts_a_held_groups_tasks_as_running(
     finally:
         release.set()
     wait_for(lambda: counts() == {"sucesso": 3}, 10, "the group to commit")
+
+
+def test_without_the_groups_table_the_worker_says_so_and_writes_twice(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, pg_admin, row_writes, caplog
+):
+    """A schema db_gen --upgrade has not reached: the worker logs what to run and drains
+    with two writes per task (nothing held that a dead worker's group could not count)."""
+    import logging
+
+    pg_admin.execute(f"DROP TABLE {pg_queue.table}_groups")
+    caplog.set_level(logging.ERROR)
+    start_worker(lambda payload, tarefa, bd_conn: "ok", queue_batch_size=20, queue_one_write=True)
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(i)) for i in range(30)])
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 30}, 15, "the drain")
+    assert pg_autocommit.execute(f"SELECT count(*) FROM {row_writes}").fetchone()[0] == 60
+    assert any("db_gen --upgrade" in r.getMessage() for r in caplog.records)

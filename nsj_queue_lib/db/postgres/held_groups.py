@@ -92,6 +92,18 @@ class Ledger:
                 raise
         return key
 
+    def confirm(self) -> None:
+        """The rows sent so far are in the table (their replies read): a group's commit, which
+        deletes its row, must not come before its insert. Raises ``DatabaseError``."""
+        with self._lock, wrap_driver_errors("commit group row"):
+            if self._conn is None or not self._unread:
+                return
+            try:
+                self._collect(self._conn.pgconn)
+            except (psycopg.Error, DatabaseError):
+                self.close()
+                raise
+
     def _collect(self, pgconn: Any) -> None:
         failed = None
         while self._unread:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsj_queue_lib.db import first_use as shared_first_use
+from nsj_queue_lib.db.dialect import groups_table_name
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
 from nsj_queue_lib.db.postgres.held_groups import (
     Ledger,
@@ -89,6 +90,7 @@ class HeldTaskSession(PostgresTaskSession):
         self._end: PreparedRoundTrip | None = None
         self._write_held: PreparedRoundTrip | None = None
         self._held: dict[int, _Held] = {}  # by id(conn): one group per connection at a time
+        self._has_table: bool | None = None
 
     def _statements(self) -> tuple[PreparedRoundTrip, PreparedRoundTrip]:
         """The group row's delete and the held tasks' write (held_groups.sql)."""
@@ -107,9 +109,29 @@ class HeldTaskSession(PostgresTaskSession):
     # -- the claim --
 
     def claim_group(self, conn: Any, limit: int) -> list[Claim]:
+        if not self._usable(conn):
+            return super().claim_group(conn, limit)
         shared_first_use.disarm(conn)
         rows = self.store.claim_call(conn, None, None, limit, None, begin=_OPEN_HELD)
         return self._held_claims(conn, rows)
+
+    def _usable(self, conn: Any) -> bool:
+        """Whether the queue has its groups table; without it (db_gen --upgrade not run) the
+        session claims as PostgresTaskSession does, said once."""
+        if self._has_table is None:
+            table = groups_table_name(self.store.queue_table)
+            with wrap_driver_errors("groups table"):
+                row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+                conn.rollback()
+            self._has_table = bool(row and row[0])
+            if not self._has_table:
+                logger.error(
+                    "queue=%s: QUEUE_ONE_WRITE needs the table %s (db_gen --upgrade); "
+                    "claiming with two writes meanwhile",
+                    self._queue,
+                    table,
+                )
+        return self._has_table
 
     def _held_claims(self, conn: Any, rows: list[dict[str, Any]]) -> list[Claim]:
         claims = self._claims(conn, rows)
@@ -216,6 +238,8 @@ class HeldTaskSession(PostgresTaskSession):
     def _end_group(
         self, conn: Any, group: GroupState, claim_limit: int, go_on: bool
     ) -> list[Claim]:
+        if not self._has_table:  # no groups table: two writes (_usable)
+            return super()._end_group(conn, group, claim_limit, go_on)
         written = group.written
         shared_first_use.disarm(conn)
         held = self._held.pop(id(conn), None)
@@ -239,6 +263,10 @@ class HeldTaskSession(PostgresTaskSession):
         if written:
             statements.append((self._settle, settle_params(written, self.store.queue_key)))
         if held is not None:
+            try:
+                self.ledger.confirm()
+            except DatabaseError as exc:  # its row may be missing: the rescue would not count
+                logger.warning("queue=%s: %s", self._queue, exc)
             done = {task.id for task, _ in written}
             going_on = [i for i in held.ids if i not in done]
             if going_on:  # they go on after the commit, as two-write tasks
