@@ -125,14 +125,18 @@ class WorkerParts:
         asks for it and the drain can (group commit, the liveness locks in the database)."""
         if self.settings.queue_one_write:
             held = None
-            if plan.group_commit and legacy is None and self.lock_client is None:
+            # A timeout ends its group's session, which would free the held tasks uncounted.
+            timed = sorted(self.task_timeouts.per_processo)
+            if plan.group_commit and legacy is None and self.lock_client is None and not timed:
                 held = self.driver.held_session(self.store, liveness)
             if held is not None:
                 return held
             logger.warning(
                 "queue=%s: QUEUE_ONE_WRITE ignored: it needs group commit on PostgreSQL "
-                "(QUEUE_BATCH_SIZE above 1, synchronous handlers) and no 1.2.2 workers",
+                "(QUEUE_BATCH_SIZE above 1, synchronous handlers), no 1.2.2 workers and no "
+                "@Task(timeout_s=) (here: %s)",
                 self.settings.queue_name,
+                ", ".join(timed) or "none",
             )
         return self.driver.session(self.store, liveness)
 

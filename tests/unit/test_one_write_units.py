@@ -30,3 +30,33 @@ def test_held_tasks_move_from_ready_to_running():
 def test_nothing_held_changes_nothing():
     rows = [_row("a", "pendente", 5)]
     assert move_held(rows, {}) == [_row("a", "pendente", 5)]
+
+
+def _parts(one_write: bool, per_processo: dict[str, float]):
+    import types
+
+    driver = types.SimpleNamespace(
+        held_session=lambda store, liveness: "held", session=lambda store, liveness: "plain"
+    )
+    return types.SimpleNamespace(
+        settings=types.SimpleNamespace(queue_one_write=one_write, queue_name="q"),
+        task_timeouts=types.SimpleNamespace(per_processo=per_processo),
+        driver=driver,
+        store=None,
+        lock_client=None,
+    )
+
+
+def test_a_worker_holds_its_groups_only_where_nothing_ends_their_sessions(caplog):
+    import types
+
+    from nsj_queue_lib.runtime.worker_parts import WorkerParts
+
+    groups = types.SimpleNamespace(group_commit=True)
+    single = types.SimpleNamespace(group_commit=False)
+    assert WorkerParts._session(_parts(True, {}), groups, None, None) == "held"
+    assert WorkerParts._session(_parts(False, {}), groups, None, None) == "plain"
+    assert WorkerParts._session(_parts(True, {}), single, None, None) == "plain"
+    assert WorkerParts._session(_parts(True, {}), groups, None, object()) == "plain"
+    assert WorkerParts._session(_parts(True, {"slow": 5.0}), groups, None, None) == "plain"
+    assert "QUEUE_ONE_WRITE ignored" in caplog.text and "slow" in caplog.text
