@@ -1590,6 +1590,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ("mysql",),
         "a claim of a lock key holds up every enqueue of the queue until its commit",
     ),
+    Mutant(
+        "a-held-claim-writes-its-rows",
+        PG_CLAIM_FUNCTION,
+        "hold AND q.lock_key IS NULL",
+        "false AND q.lock_key IS NULL",
+        (
+            "tests/integration/test_one_write.py::"
+            "test_a_held_drain_writes_each_task_once_with_its_handlers_writes",
+        ),
+        ("postgres",),
+        "QUEUE_ONE_WRITE claims write every task twice, as without it",
+    ),
+    Mutant(
+        "a-dead-workers-held-tasks-go-uncounted",
+        "nsj_queue_lib/db/postgres/held_groups.sql",
+        "t.status = 'pendente'\n    FOR UPDATE OF t SKIP LOCKED",
+        "t.status = 'pendente' AND false\n    FOR UPDATE OF t SKIP LOCKED",
+        (
+            "tests/acceptance/test_worker_processes.py::"
+            "test_a_held_task_whose_worker_is_killed_is_counted_and_retried",
+        ),
+        ("postgres",),
+        "the held tasks of a worker killed mid-group run again without their attempt counted",
+    ),
 )
 
 

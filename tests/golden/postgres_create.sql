@@ -1204,7 +1204,8 @@ CREATE TABLE public.fila_teste_tally_state (
 -- 'pendente' and locked by nobody is a group whose worker died mid-way: the
 -- retry service writes those tasks 'processando' and rescues them, which
 -- counts their attempt (a task that kills its worker is dead-lettered, not
--- run for ever).
+-- run for ever). Unlogged: a row matters only while its worker lives, and a
+-- database crash that empties the table rolls every group back too.
 CREATE UNLOGGED TABLE public.fila_teste_groups (
     -- The worker's name, its process and start, and the group's number there.
     id varchar(400) PRIMARY KEY,

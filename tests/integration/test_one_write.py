@@ -208,3 +208,44 @@ def test_without_the_groups_table_the_worker_says_so_and_writes_twice(
     wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": 30}, 15, "the drain")
     assert pg_autocommit.execute(f"SELECT count(*) FROM {row_writes}").fetchone()[0] == 60
     assert any("db_gen --upgrade" in r.getMessage() for r in caplog.records)
+
+
+def test_a_first_handlers_failure_without_its_savepoint_is_still_counted(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side, monkeypatch
+):
+    """Should no savepoint be set before a held group's first handler, its failure rolls the
+    transaction back whole: the group's other tasks are free again (run later, once) and the
+    failed task is written 'processando' on its own to record the failure."""
+    from nsj_queue_lib.db.postgres.held_session import HeldTaskSession
+
+    monkeypatch.setattr(HeldTaskSession, "holds_rows", lambda self, conn: False)
+
+    def execute(payload, tarefa, bd_conn):
+        bd_conn.execute(
+            f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload)
+        )
+        if payload == "fail":
+            raise RuntimeError("boom")
+        return "ok"
+
+    enqueue(
+        pg_dsn,
+        pg_queue.table,
+        [dict(payload="fail", prioridade=90), dict(payload="a"), dict(payload="b")],
+    )
+    start_worker(
+        execute,
+        queue_concurrency=1,
+        queue_batch_size=20,
+        queue_one_write=True,
+        queue_base_interval_retry=60,
+    )
+    wait_for(
+        lambda: (
+            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 2, "falha": 1, "agendada": 1}
+        ),
+        15,
+        "the failure to be recorded and the others to run",
+    )
+    kept = sorted(r[0] for r in pg_autocommit.execute(f"SELECT chave FROM {side}").fetchall())
+    assert kept == ["a", "b"]

@@ -5,7 +5,8 @@
 -- 'pendente' and locked by nobody is a group whose worker died mid-way: the
 -- retry service writes those tasks 'processando' and rescues them, which
 -- counts their attempt (a task that kills its worker is dead-lettered, not
--- run for ever).
+-- run for ever). Unlogged: a row matters only while its worker lives, and a
+-- database crash that empties the table rolls every group back too.
 CREATE UNLOGGED TABLE {if_not_exists}{groups_table} (
     -- The worker's name, its process and start, and the group's number there.
     id varchar(400) PRIMARY KEY,

@@ -11,7 +11,7 @@ same round trip, in the transaction ``COMMIT AND CHAIN`` opens. So:
   settle meets no stranger's row (the fence accepts 'pendente' only in a held
   transaction);
 - a held task that needs more than its outcome written first becomes 'processando'
-  in its transaction (``end_group`` with no row): a failure's record, a durable
+  in its transaction (held_groups.sql ``write_held``): a failure's record, a durable
   step's or wait's fence, and every held task that goes on after a commit in the
   middle of the group (a step's checkpoint, a group open QUEUE_BATCH_MAX_MS);
 - a claim that also took a task it had to write (a lock key's, or one with a timeout
@@ -91,6 +91,7 @@ class HeldTaskSession(PostgresTaskSession):
         self._write_held: PreparedRoundTrip | None = None
         self._held: dict[int, _Held] = {}  # by id(conn): one group per connection at a time
         self._has_table: bool | None = None
+        self._dropped: dict[int, set[int]] = {}  # by id(conn): held by a rolled-back transaction
 
     def _statements(self) -> tuple[PreparedRoundTrip, PreparedRoundTrip]:
         """The group row's delete and the held tasks' write (held_groups.sql)."""
@@ -134,6 +135,7 @@ class HeldTaskSession(PostgresTaskSession):
         return self._has_table
 
     def _held_claims(self, conn: Any, rows: list[dict[str, Any]]) -> list[Claim]:
+        self._dropped.pop(id(conn), None)
         claims = self._claims(conn, rows)
         held = [claim.task for claim in claims if claim.task.row.get("status") == PENDENTE]
         if not held:
@@ -193,6 +195,15 @@ class HeldTaskSession(PostgresTaskSession):
         held = self._held.get(id(conn))
         if held is not None and task.id in held.ids:
             self._write_ids(conn, held, [task.id])
+        elif task.id in self._dropped.pop(id(conn), ()):
+            # Its held transaction was rolled back whole (no savepoint could be set): the
+            # row is free. Written 'processando' unless another claim took it meanwhile
+            # (that attempt runs it; this one's failure is not recorded).
+            sql = held_group_sql(self.store.queue_table, self.store.partitioned)
+            params = {"ids": [task.id], "started_at": None, "worker": None}
+            with wrap_driver_errors("write held tasks"):
+                if not conn.execute(sql["write_abandoned"], params).fetchone()[0]:
+                    return
         super().record_failure(conn, task, record)
 
     def give_back_claimed(self, conn: Any, task: TaskRecord, cancel_mensagem: str) -> str:
@@ -222,6 +233,7 @@ class HeldTaskSession(PostgresTaskSession):
         held = self._held.pop(id(conn), None)
         if held is None or group is None:
             return
+        self._dropped[id(conn)] = set(held.ids)  # a failure recorded next (record_failure)
         waiting = group.waiting
         gone = held.ids | held.freed
         freed = [claim for claim in waiting if claim.task.id in gone]
