@@ -82,11 +82,10 @@ def test_a_held_drain_writes_each_task_once_with_its_handlers_writes(
     assert pg_autocommit.execute(f"SELECT count(*) FROM {pg_queue.table}_groups").fetchone()[0] == 0
 
 
-def test_a_failure_rolls_back_alone_and_is_counted(
-    start_worker, pg_queue, pg_dsn, pg_autocommit, side
-):
-    """In one held group: the failing handler's write is rolled back and its failure
-    recorded (falha, a retry scheduled); the others' writes and successes commit."""
+def fail_one_of_three(start_worker, pg_queue, pg_dsn, pg_autocommit, side) -> None:
+    """Tasks "fail" (first), "a" and "b" in one held group, each writing its payload in
+    ``side``; "fail" raises. Returns once it is recorded (falha, a retry scheduled) and the
+    others succeeded, with only their writes kept."""
 
     def execute(payload, tarefa, bd_conn):
         bd_conn.execute(
@@ -113,10 +112,19 @@ def test_a_failure_rolls_back_alone_and_is_counted(
             statuses(pg_autocommit, pg_queue.table) == {"sucesso": 2, "falha": 1, "agendada": 1}
         ),
         15,
-        "the group to settle",
+        "the failure to be recorded and the others to succeed",
     )
     kept = sorted(r[0] for r in pg_autocommit.execute(f"SELECT chave FROM {side}").fetchall())
     assert kept == ["a", "b"]
+
+
+def test_a_failure_rolls_back_alone_and_is_counted(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
+    """In one held group: the failing handler's write is rolled back and its failure
+    recorded (falha, a retry scheduled); the others' writes and successes commit."""
+
+    fail_one_of_three(start_worker, pg_queue, pg_dsn, pg_autocommit, side)
 
 
 def test_a_keyed_task_makes_its_group_write_its_tasks(
@@ -220,32 +228,4 @@ def test_a_first_handlers_failure_without_its_savepoint_is_still_counted(
 
     monkeypatch.setattr(HeldTaskSession, "holds_rows", lambda self, conn: False)
 
-    def execute(payload, tarefa, bd_conn):
-        bd_conn.execute(
-            f"INSERT INTO {side} (task_id, chave) VALUES (%s, %s)", (tarefa["id"], payload)
-        )
-        if payload == "fail":
-            raise RuntimeError("boom")
-        return "ok"
-
-    enqueue(
-        pg_dsn,
-        pg_queue.table,
-        [dict(payload="fail", prioridade=90), dict(payload="a"), dict(payload="b")],
-    )
-    start_worker(
-        execute,
-        queue_concurrency=1,
-        queue_batch_size=20,
-        queue_one_write=True,
-        queue_base_interval_retry=60,
-    )
-    wait_for(
-        lambda: (
-            statuses(pg_autocommit, pg_queue.table) == {"sucesso": 2, "falha": 1, "agendada": 1}
-        ),
-        15,
-        "the failure to be recorded and the others to run",
-    )
-    kept = sorted(r[0] for r in pg_autocommit.execute(f"SELECT chave FROM {side}").fetchall())
-    assert kept == ["a", "b"]
+    fail_one_of_three(start_worker, pg_queue, pg_dsn, pg_autocommit, side)
