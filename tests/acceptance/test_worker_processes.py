@@ -53,11 +53,15 @@ def test_a_task_whose_worker_is_killed_is_retried_by_another_worker(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("one_write", [False, True], ids=["two-writes", "one-write"])
 def test_four_workers_run_two_thousand_tasks_exactly_once(
-    side, workers, env, pg_dsn, pg_autocommit
+    side, workers, env, pg_dsn, pg_autocommit, one_write
 ):
     queue = side
-    procs = [workers.start(WORKER, env(QUEUE_CONCURRENCY=4), f"worker{i}") for i in range(4)]
+    held = {"QUEUE_ONE_WRITE": "true", "QUEUE_BATCH_SIZE": "20"} if one_write else {}
+    procs = [
+        workers.start(WORKER, env(QUEUE_CONCURRENCY=4, **held), f"worker{i}") for i in range(4)
+    ]
     wait_listening(pg_autocommit, queue, 4)
     pids = drain_exactly_once(pg_dsn, pg_autocommit, queue, 4, 500, 60)
     assert (
@@ -77,9 +81,20 @@ def test_four_workers_run_two_thousand_tasks_exactly_once(
         ).fetchone()[0]
         == 0
     )
+    if one_write:  # every held group's row went with its commit
+        groups = f"{queue.table}_groups"
+        assert pg_autocommit.execute(f"SELECT count(*) FROM {groups}").fetchone()[0] == 0
     for proc in procs:
         proc.send(signal.SIGTERM)
     assert [proc.wait(15) for proc in procs] == [0, 0, 0, 0]
+    if one_write:  # the groups held their tasks: they wrote rows (reported at the exit)
+        name = queue.table.split(".")[-1] + "_groups"
+        inserted = "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relname = %s"
+        wait_for(
+            lambda: pg_autocommit.execute(inserted, (name,)).fetchone()[0] > 0,
+            10,
+            "the held groups' rows in the statistics",
+        )
 
 
 # -- stopping ------------------------------------------------------------------------------
