@@ -163,6 +163,11 @@ def test_kill_9_after_a_step_inside_a_commit_group_keeps_the_tasks_committed_wit
     task whose step "a" commits: q0..q2 are 'sucesso' with it, while the group's unstarted
     r0, r1 stay claimed. kill -9 then: q0..q2 never run again, "a" is skipped by the retry,
     and r0, r1 are rescued and run once."""
+    kill_9_after_a_step_inside_a_group(backend)
+
+
+def kill_9_after_a_step_inside_a_group(backend, **env: str) -> None:
+    """The scenario above, the victim's environment plus ``env``."""
     ids = backend.enqueue(
         [dict(processo="quick", chave_externa=f"q{i}", payload="{}") for i in range(3)]
         + [dict(processo="two_steps", chave_externa="s", payload=json.dumps({"hang": True}))]
@@ -174,6 +179,7 @@ def test_kill_9_after_a_step_inside_a_commit_group_keeps_the_tasks_committed_wit
         QUEUE_BATCH_SIZE="10",
         QUEUE_BATCH_MAX_MS="60000",
         QUEUE_CONCURRENCY="1",
+        **env,
     )
     wait_for(lambda: "s-a" in committed(backend), 15, "step a to commit in the victim")
     assert [backend.row(i)["status"] for i in ids] == ["sucesso"] * 3 + ["processando"] * 3

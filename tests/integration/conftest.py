@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.processes import InProcessWorker, start_function_worker
+from tests.helpers.processes import (
+    InProcessWorker,
+    create_side_tables,
+    drop_side_tables,
+    start_function_worker,
+)
 
 
 @pytest.fixture
@@ -23,3 +28,11 @@ def start_worker(pg_queue, pg_dsn, pg_autocommit):
     for worker in started:
         if worker.alive():
             worker.stop()
+
+
+@pytest.fixture
+def side(pg_queue, pg_admin):
+    """``<queue>_exec``: the handlers' own writes, which must commit (or roll back) with the task."""
+    create_side_tables(pg_admin, pg_queue.table)
+    yield f"{pg_queue.table}_exec"
+    drop_side_tables(pg_admin, pg_queue.table)

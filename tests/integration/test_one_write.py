@@ -13,20 +13,11 @@ import pytest
 
 from nsj_queue_lib.settings_checks import _one_write_problems
 from tests.helpers.processes import (
-    create_side_tables,
-    drop_side_tables,
     enqueue,
     fetch_rows,
     statuses,
     wait_for,
 )
-
-
-@pytest.fixture
-def side(pg_queue, pg_admin):
-    create_side_tables(pg_admin, pg_queue.table)
-    yield f"{pg_queue.table}_exec"
-    drop_side_tables(pg_admin, pg_queue.table)
 
 
 @pytest.fixture
@@ -229,3 +220,32 @@ def test_a_first_handlers_failure_without_its_savepoint_is_still_counted(
     monkeypatch.setattr(HeldTaskSession, "holds_rows", lambda self, conn: False)
 
     fail_one_of_three(start_worker, pg_queue, pg_dsn, pg_autocommit, side)
+
+
+def test_groups_that_close_early_run_each_task_once(
+    start_worker, pg_queue, pg_dsn, pg_autocommit, side
+):
+    """Handlers slower than QUEUE_BATCH_MAX_MS: held groups commit what finished and give
+    their unstarted tasks back unwritten (free at the commit) or write the ones they keep
+    'processando' to go on; every task still runs once, with its write."""
+
+    def execute(payload, tarefa, bd_conn):
+        bd_conn.execute(f"INSERT INTO {side} (task_id) VALUES (%s)", (tarefa["id"],))
+        time.sleep(0.01)
+        return "ok"
+
+    count = 60
+    enqueue(pg_dsn, pg_queue.table, [dict(payload=str(i)) for i in range(count)])
+    start_worker(
+        execute,
+        queue_concurrency=2,
+        queue_batch_size=20,
+        queue_one_write=True,
+        queue_batch_max_ms=15,
+    )
+    wait_for(lambda: statuses(pg_autocommit, pg_queue.table) == {"sucesso": count}, 30, "the drain")
+    written = pg_autocommit.execute(
+        f"SELECT count(*), count(DISTINCT task_id) FROM {side}"
+    ).fetchone()
+    assert written == (count, count)
+    assert pg_autocommit.execute(f"SELECT count(*) FROM {pg_queue.table}_groups").fetchone()[0] == 0

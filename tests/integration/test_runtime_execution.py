@@ -22,8 +22,6 @@ from nsj_queue_lib.runtime.worker_runtime import EXIT_CONFIG_ERROR
 from tests.helpers.databases import count_rows
 from tests.helpers.processes import (
     InProcessWorker,
-    create_side_tables,
-    drop_side_tables,
     enqueue,
     fetch_rows,
     function_worker,
@@ -33,14 +31,6 @@ from tests.helpers.processes import (
     statuses,
     wait_for,
 )
-
-
-@pytest.fixture
-def side(pg_queue, pg_admin):
-    """``<queue>_exec``: the handlers' own writes, which must commit (or roll back) with the task."""
-    create_side_tables(pg_admin, pg_queue.table)
-    yield f"{pg_queue.table}_exec"
-    drop_side_tables(pg_admin, pg_queue.table)
 
 
 @pytest.fixture

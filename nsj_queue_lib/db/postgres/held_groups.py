@@ -79,8 +79,9 @@ class Ledger:
     def open(self, task_ids: Sequence[int]) -> str:
         """The group's row, sent; its key. Raises ``DatabaseError`` (a reply to an earlier
         row said it failed, or the connection broke)."""
-        key = f"{self._worker()}:{self._prefix}.{next(self._count)}"
-        params = [key.encode(), self._worker().encode(), int_array(task_ids).encode()]
+        worker = self._worker()
+        key = f"{worker}:{self._prefix}.{next(self._count)}"
+        params = [key.encode(), worker.encode(), int_array(task_ids).encode()]
         with self._lock, wrap_driver_errors("commit group row"):
             try:
                 pgconn = self._connection().pgconn

@@ -41,7 +41,6 @@ from nsj_queue_lib.db.postgres.held_groups import (
 from nsj_queue_lib.db.postgres.session import (
     PostgresTaskSession,
     check_statements,
-    save_processes_params,
     settle_params,
 )
 from nsj_queue_lib.db.postgres.store import PostgresQueueStore
@@ -89,14 +88,24 @@ class HeldTaskSession(PostgresTaskSession):
         # Built at first use (the layout is known by then).
         self._end: PreparedRoundTrip | None = None
         self._write_held: PreparedRoundTrip | None = None
+        self._held_sql: dict[str, str] | None = None
         self._held: dict[int, _Held] = {}  # by id(conn): one group per connection at a time
         self._has_table: bool | None = None
         self._dropped: dict[int, set[int]] = {}  # by id(conn): held by a rolled-back transaction
 
+    def _own_statements(self) -> tuple[PreparedRoundTrip | None, ...]:
+        return (*super()._own_statements(), self._end, self._write_held)
+
+    def _sql(self) -> dict[str, str]:
+        """held_groups.sql for this queue (rendered at first use: the layout is known)."""
+        if self._held_sql is None:
+            self._held_sql = held_group_sql(self.store.queue_table, self.store.partitioned)
+        return self._held_sql
+
     def _statements(self) -> tuple[PreparedRoundTrip, PreparedRoundTrip]:
         """The group row's delete and the held tasks' write (held_groups.sql)."""
         if self._end is None or self._write_held is None:
-            sql = held_group_sql(self.store.queue_table, self.store.partitioned)
+            sql = self._sql()
             self._end, self._write_held = end_statement(sql), write_statement(sql)
             if self._settle.unnamed:
                 self._end.use_unnamed()
@@ -199,10 +208,9 @@ class HeldTaskSession(PostgresTaskSession):
             # Its held transaction was rolled back whole (no savepoint could be set): the
             # row is free. Written 'processando' unless another claim took it meanwhile
             # (that attempt runs it; this one's failure is not recorded).
-            sql = held_group_sql(self.store.queue_table, self.store.partitioned)
             params = {"ids": [task.id], "started_at": None, "worker": None}
             with wrap_driver_errors("write held tasks"):
-                if not conn.execute(sql["write_abandoned"], params).fetchone()[0]:
+                if not conn.execute(self._sql()["write_abandoned"], params).fetchone()[0]:
                     return
         super().record_failure(conn, task, record)
 
@@ -255,23 +263,8 @@ class HeldTaskSession(PostgresTaskSession):
         written = group.written
         shared_first_use.disarm(conn)
         held = self._held.pop(id(conn), None)
-        if self.store.claim_statement.unnamed and not self._settle.unnamed:
-            # As PostgresTaskSession's: a pooler in transaction mode lost the prepared claim.
-            self._settle.use_unnamed()
-            for statement in (self._process_saves, self._index_only, self._end, self._write_held):
-                if statement is not None:
-                    statement.use_unnamed()
-        saves = (
-            []
-            if group.processes is None
-            else group.processes.take_saves([task.id for task, _ in written])
-        )
-        statements: list[tuple[PreparedRoundTrip, Sequence[Any]]] = []
-        if saves:
-            statements += [
-                (self._by_index(), ()),
-                (self._save_processes(), save_processes_params(saves)),
-            ]
+        self._follow_pooler()
+        statements = self._save_statements(self._take_saves(group))
         if written:
             statements.append((self._settle, settle_params(written, self.store.queue_key)))
         if held is not None:

@@ -117,11 +117,7 @@ class PostgresTaskSession(TaskSession):
         # could be handed to another client by a transaction pooler with the group's
         # liveness locks (docs/how-to/poolers.md).
         commit = b"COMMIT AND CHAIN" if claim_limit or go_on else b"COMMIT"
-        saves = (
-            []
-            if group.processes is None
-            else group.processes.take_saves([task.id for task, _ in written])
-        )
+        saves = self._take_saves(group)
         if len(written) == 1 and not saves:  # the claim function settles one task: one round trip
             [(task, mensagem)] = written
             rows = self.store.claim_call(conn, task.id, mensagem, claim_limit, commit)
@@ -130,13 +126,7 @@ class PostgresTaskSession(TaskSession):
             rows = self.store.claim_call(conn, None, None, claim_limit, commit)
             return self._claims(conn, rows) if claim_limit else []
         store = self.store
-        if store.claim_statement.unnamed and not self._settle.unnamed:
-            # The claim found its prepared statement gone in a new transaction (a pooler in
-            # transaction mode): so would this one be, prepared on another server connection.
-            self._settle.use_unnamed()
-            for statement in (self._process_saves, self._index_only):
-                if statement is not None:
-                    statement.use_unnamed()
+        self._follow_pooler()
         statements: list[tuple[PreparedRoundTrip, Sequence[Any]]]
         if len(written) == 1:  # the claim function settles it, after its process's write
             [(task, mensagem)] = written
@@ -149,11 +139,8 @@ class PostgresTaskSession(TaskSession):
                 (self._settle, settle_params(written, store.queue_key)),
                 (store.claim_statement, claim),
             ]
-        if saves:  # the process tasks' writes, before their successes (process/batch.py)
-            statements[:0] = [
-                (self._by_index(), ()),
-                (self._save_processes(), save_processes_params(saves)),
-            ]
+        # The process tasks' writes, before their successes (process/batch.py).
+        statements[:0] = self._save_statements(saves)
         with wrap_driver_errors("complete_tasks"):
             try:
                 *_, rows = run(conn, statements, commit)
@@ -161,6 +148,35 @@ class PostgresTaskSession(TaskSession):
                 store.unlock_uncommitted_claim(conn, exc.rows)
                 raise exc.error from None
         return self._claims(conn, rows) if claim_limit else []
+
+    def _take_saves(self, group: GroupState) -> list[Any]:
+        """The writes the group's process tasks left for its commit (process/batch.py)."""
+        if group.processes is None:
+            return []
+        return list(group.processes.take_saves([task.id for task, _ in group.written]))
+
+    def _save_statements(self, saves: list[Any]) -> list[tuple[PreparedRoundTrip, Sequence[Any]]]:
+        """The statements that write ``saves`` (none without any), index only."""
+        if not saves:
+            return []
+        return [
+            (self._by_index(), ()),
+            (self._save_processes(), save_processes_params(saves)),
+        ]
+
+    def _own_statements(self) -> tuple[PreparedRoundTrip | None, ...]:
+        """The session's prepared statements besides the settle (None: not built yet)."""
+        return (self._process_saves, self._index_only)
+
+    def _follow_pooler(self) -> None:
+        """The claim found its prepared statement gone in a new transaction (a pooler in
+        transaction mode): so would the session's own be, prepared on another server
+        connection; they are sent unnamed from then on."""
+        if self.store.claim_statement.unnamed and not self._settle.unnamed:
+            self._settle.use_unnamed()
+            for statement in self._own_statements():
+                if statement is not None:
+                    statement.use_unnamed()
 
     def _by_index(self) -> PreparedRoundTrip:
         """No sequential scans until this transaction's commit (the settle's round trip ends
