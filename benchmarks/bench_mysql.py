@@ -96,6 +96,7 @@ QUEUE_SIDE_TABLES = (
     "processes",
     "process_tasks",
     "process_events",
+    "groups",
 )
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 

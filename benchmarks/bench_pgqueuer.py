@@ -736,6 +736,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, help="also write the table here")
     ap.add_argument("--no-mariadb", action="store_true")
     ap.add_argument("--no-graphile", action="store_true")
+    ap.add_argument(
+        "--latency-only", action="store_true", help="only the latency rows, --rounds rounds"
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.tasks = 2, 2000
@@ -747,6 +750,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"pgqueuer {pgqueuer.__version__}; logs in {log_dir}", flush=True)
     skipped = graphile_ready(args.no_graphile)
+    if args.latency_only:
+        return latency_only(args.rounds, pg, log_dir, skipped, args.markdown)
 
     ours_best = screen(
         "ours (processes, concurrency, batch)",
@@ -928,9 +933,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def render(results: dict[str, list[float]], rounds: int, tasks: int) -> str:
+def latency_only(
+    rounds: int, pg: Database, log_dir: Path, skipped: str | None, markdown: Path | None
+) -> int:
+    """The latency rows alone, in the same paired rounds as a full run's."""
+    results: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    for r in range(rounds):
+        print(f"round {r + 1}/{rounds}", flush=True)
+        latencies(r, pg, log_dir, skipped, add, results)
+    table = render(results, rounds, LATENCY_TASKS, "tasks per side, one every 20 ms")
+    print(table)
+    if markdown:
+        markdown.write_text(table + "\n")
+    return 0
+
+
+def render(
+    results: dict[str, list[float]], rounds: int, tasks: int, unit: str = "tasks per drain"
+) -> str:
     lines = [
-        f"| row ({tasks:,} tasks per drain, {rounds} paired rounds) | median | min | max |",
+        f"| row ({tasks:,} {unit}, {rounds} paired rounds) | median | min | max |",
         "| --- | ---: | ---: | ---: |",
     ]
     for name, values in results.items():
