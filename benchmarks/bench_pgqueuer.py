@@ -728,7 +728,7 @@ def enqueue_rows(r: int, pg: Database, add: Callable[[str, float], None]) -> Non
     add(autocommit_ratio_row, single["autocommit"] / single["theirs"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=5000)
@@ -742,6 +742,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.tasks = 2, 2000
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     pg = Database("postgres", PG_DSN)
     maria = None if args.no_mariadb else Database("mariadb", MYSQL_DSN)
     n = args.tasks

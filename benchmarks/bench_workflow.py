@@ -166,6 +166,8 @@ def main() -> int:
         )
     if ratios:  # --rounds 0 measures wait_for_task alone
         print(f"median ratio (workflow speed / independent speed): {statistics.median(ratios):.2f}")
+    if args.waits <= 0:  # --waits 0 measures the drains alone
+        return 0
     latencies, lags = (sorted(values) for values in wait_latencies(args.dsn, args.waits, logs))
     how = "polling" if args.wait_poll else "LISTEN/NOTIFY"
     wakes = sorted(wake_latencies(args.dsn, min(args.waits, 100)))

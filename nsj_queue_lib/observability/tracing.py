@@ -67,6 +67,11 @@ NOT_FAILED = frozenset({outcomes.SUCESSO, outcomes.CANCELADA})
 MAX_OPEN = 10_000
 # The global tracer providers of an application that configured no SDK.
 _NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+# How long "no SDK configured" is believed before the global provider is asked again. An
+# application that sets its provider while the worker runs gets spans within this. Asked at
+# every attempt, the API read the environment each time (OTEL_PYTHON_TRACER_PROVIDER): a
+# twelfth of a no-op task's worker CPU, paired (docs/benchmarks.md).
+NO_SDK_RECHECK_SECONDS = 0.5
 
 
 class _Open:
@@ -98,6 +103,25 @@ class AttemptTracer(Observer):
         self.tracer = tracer or trace.get_tracer(INSTRUMENTATION)
         self._lock = threading.Lock()
         self._open: dict[int, _Open] = {}
+        # The global provider: an SDK's, once seen (the API sets it once, for good), or
+        # none until this monotonic time.
+        self._sdk_seen = False
+        self._no_sdk_until = 0.0
+
+    def _untraced(self) -> bool:
+        """Whether attempts run without spans: following the global provider while the
+        application has configured no SDK (every span would be the no-op one, and the
+        handler would see no context to propagate either)."""
+        if not self.follows_global or self._sdk_seen:
+            return False
+        now = time.monotonic()
+        if now < self._no_sdk_until:
+            return True
+        if isinstance(trace.get_tracer_provider(), _NO_SDK):
+            self._no_sdk_until = now + NO_SDK_RECHECK_SECONDS
+            return True
+        self._sdk_seen = True
+        return False
 
     # -- the handler --
 
@@ -105,9 +129,7 @@ class AttemptTracer(Observer):
         """``inner``, run inside its attempt's span (the span ends with the outcome)."""
 
         def run(row: dict[str, Any], conn: Any) -> Any:
-            if self.follows_global and isinstance(trace.get_tracer_provider(), _NO_SDK):
-                # No SDK configured (yet): every span would be the no-op one, and the
-                # handler would see no context to propagate either.
+            if self._untraced():
                 return inner(row, conn)
             try:
                 entry = self._begin(row)
@@ -200,6 +222,8 @@ class AttemptTracer(Observer):
             _record(entry, error)  # a commit's failure, a timeout: not the handler's own
 
     def task_finished(self, task: TaskRecord, outcome: str) -> None:
+        if not self._open:  # no span open (untraced): none of this task's either
+            return
         with self._lock:
             entry = self._open.pop(task.id, None)
         if entry is not None:

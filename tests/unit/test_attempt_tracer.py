@@ -150,3 +150,41 @@ def test_a_span_that_cannot_start_leaves_the_task_untraced(exporter, caplog):
     tracer = tracer_for(exporter)
     assert tracer.handler(lambda t, c: "ran")({"processo": "p"}, None) == "ran"  # no id
     assert spans(exporter) == [] and "no span for this attempt" in caplog.text
+
+
+def test_following_the_global_provider_asks_it_at_most_every_recheck_until_an_sdk_is_set(
+    exporter, monkeypatch
+):
+    from nsj_queue_lib.observability import tracing
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    answers = [trace.ProxyTracerProvider()]
+    asked = []
+
+    def global_provider():
+        asked.append(answers[-1])
+        return answers[-1]
+
+    monkeypatch.setattr(tracing.trace, "get_tracer_provider", global_provider)
+    now = [1000.0]
+    monkeypatch.setattr(tracing.time, "monotonic", lambda: now[0])
+    attempts = AttemptTracer("fila")
+    # The tracer the worker would use once the application sets its provider.
+    attempts.tracer = provider.get_tracer("test")
+    run = attempts.handler(lambda task, conn: trace.get_current_span().is_recording())
+    asked.clear()  # the constructor's get_tracer asked too
+
+    assert [run(row(task_id=n), None) for n in (1, 2, 3)] == [False, False, False]
+    assert len(asked) == 1  # no SDK: believed for NO_SDK_RECHECK_SECONDS
+    answers.append(provider)  # the application configures its SDK
+    now[0] += tracing.NO_SDK_RECHECK_SECONDS / 2
+    assert run(row(task_id=4), None) is False
+    now[0] += tracing.NO_SDK_RECHECK_SECONDS
+    assert run(row(task_id=5), None) is True
+    attempts.task_finished(TaskRecord.from_row(row(task_id=5)), SUCESSO)
+    assert len(asked) == 2
+    now[0] += 100 * tracing.NO_SDK_RECHECK_SECONDS
+    assert run(row(task_id=6), None) is True
+    assert len(asked) == 2  # an SDK's provider stays: never asked again
+    assert [s.name for s in exporter.get_finished_spans()] == ["emitir process"]
