@@ -1614,6 +1614,30 @@ MUTANTS: tuple[Mutant, ...] = (
         ("postgres",),
         "the held tasks of a worker killed mid-group run again without their attempt counted",
     ),
+    Mutant(
+        "the-console-sees-held-tasks-waiting",
+        "nsj_queue_lib/db/postgres/inspection.py",
+        "        return move_held(rows, held, DEPTH_BLANK)",
+        "        return rows",
+        (
+            "tests/integration/test_one_write.py::"
+            "test_nsjq_status_and_the_depth_count_a_held_groups_tasks_as_running",
+        ),
+        ("postgres",),
+        "the console's overview and /metrics count a held group's running tasks as ready",
+    ),
+    Mutant(
+        "no-sdk-is-asked-again-at-every-attempt",
+        "nsj_queue_lib/observability/tracing.py",
+        "            self._no_sdk_until = now + NO_SDK_RECHECK_SECONDS",
+        "            self._no_sdk_until = now",
+        (
+            "tests/unit/test_attempt_tracer.py::"
+            "test_following_the_global_provider_asks_it_at_most_every_recheck_until_an_sdk_is_set",
+        ),
+        ("postgres",),
+        "every attempt asks OpenTelemetry for the global provider (an environment read)",
+    ),
 )
 
 

@@ -157,11 +157,12 @@ def test_one_write_refuses_what_it_cannot_carry(values, problem):
     assert _one_write_problems(dict(values, queue_one_write=False)) == {}
 
 
-def test_nsjq_status_counts_a_held_groups_tasks_as_running(
+def test_nsjq_status_and_the_depth_count_a_held_groups_tasks_as_running(
     start_worker, pg_queue, pg_dsn, pg_autocommit
 ):
     """While a held group runs, its tasks are 'pendente' rows; the summary nsjq status
-    prints counts the ones its group row names as 'processando'."""
+    prints, and the depth the console's overview and /metrics read, count the ones its
+    group row names as 'processando'."""
     import threading
 
     from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
@@ -185,12 +186,17 @@ def test_nsjq_status_counts_a_held_groups_tasks_as_running(
     def counts():
         return {r["status"]: r["tasks"] for r in store.summary(pg_autocommit) if r["tasks"]}
 
+    def depth():
+        return {(r["processo"], r["status"]): r["tasks"] for r in store.depth(pg_autocommit)}
+
     try:
         wait_for(lambda: counts() == {"processando": 3}, 10, "the held group to run")
         assert statuses(pg_autocommit, pg_queue.table) == {"pendente": 3}  # as rows, held
+        assert {k: v for k, v in depth().items() if v} == {("p", "processando"): 3}
     finally:
         release.set()
     wait_for(lambda: counts() == {"sucesso": 3}, 10, "the group to commit")
+    assert depth() == {}
 
 
 def test_without_the_groups_table_the_worker_says_so_and_writes_twice(

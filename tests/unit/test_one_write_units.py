@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsj_queue_lib.db.postgres.held_status import move_held
+from nsj_queue_lib.db.postgres.held_status import DEPTH_BLANK, move_held
 
 
 def _row(processo, status, tasks):
@@ -25,6 +25,14 @@ def test_held_tasks_move_from_ready_to_running():
         ("b", "pendente"): 0,
         ("b", "processando"): 2,
     }
+
+
+def test_a_depth_row_made_for_held_tasks_has_the_depth_columns():
+    rows = [{"processo": "a", "status": "pendente", "tasks": 4, "oldest_ready_seconds": 2.0}]
+    assert move_held(rows, {"a": 3}, DEPTH_BLANK) == [
+        {"processo": "a", "status": "pendente", "tasks": 1, "oldest_ready_seconds": 2.0},
+        {"processo": "a", "status": "processando", "tasks": 3, "oldest_ready_seconds": None},
+    ]
 
 
 def test_nothing_held_changes_nothing():

@@ -1,6 +1,7 @@
-"""What nsjq status counts of QUEUE_ONE_WRITE's groups (db/postgres/held_groups.py): their
-running tasks are 'pendente' rows a group row names. No driver import: the inspection store
-serves psycopg 2 and 3 connections alike, and nsjq's start-up stays short."""
+"""What nsjq status, the console and /metrics count of QUEUE_ONE_WRITE's groups
+(db/postgres/held_groups.py): their running tasks are 'pendente' rows a group row names. No
+driver import: the inspection store serves psycopg 2 and 3 connections alike, and nsjq's
+start-up stays short."""
 
 from __future__ import annotations
 
@@ -28,8 +29,18 @@ def held_running(cur: Any, queue_table: str, partitioned: bool) -> dict[str | No
     return {processo: int(count) for processo, count in cur.fetchall()}
 
 
-def move_held(rows: list[dict[str, Any]], held: dict[str | None, int]) -> list[dict[str, Any]]:
-    """``summary`` rows with the held running tasks counted 'processando', not 'pendente'."""
+# The other columns of a new running row, by the rows' kind (db/inspection.py).
+SUMMARY_BLANK: dict[str, Any] = {"oldest_ready_seconds": None, "failed_24h": 0, "dead_24h": 0}
+DEPTH_BLANK: dict[str, Any] = {"oldest_ready_seconds": None}
+
+
+def move_held(
+    rows: list[dict[str, Any]],
+    held: dict[str | None, int],
+    blank: dict[str, Any] = SUMMARY_BLANK,
+) -> list[dict[str, Any]]:
+    """``summary`` (or ``depth``, with ``DEPTH_BLANK``) rows with the held running tasks
+    counted 'processando', not 'pendente'."""
     if not held:
         return rows
     by_key = {(r["processo"], r["status"]): r for r in rows}
@@ -39,14 +50,7 @@ def move_held(rows: list[dict[str, Any]], held: dict[str | None, int]) -> list[d
             ready["tasks"] = max(0, ready["tasks"] - count)
         running = by_key.get((processo, "processando"))
         if running is None:
-            running = {
-                "processo": processo,
-                "status": "processando",
-                "tasks": 0,
-                "oldest_ready_seconds": None,
-                "failed_24h": 0,
-                "dead_24h": 0,
-            }
+            running = {"processo": processo, "status": "processando", "tasks": 0, **blank}
             rows.append(running)
             by_key[(processo, "processando")] = running
         running["tasks"] += count

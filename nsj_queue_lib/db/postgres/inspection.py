@@ -19,7 +19,7 @@ from nsj_queue_lib.db.inspection import (
     task_filter,
 )
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.held_status import held_running, move_held
+from nsj_queue_lib.db.postgres.held_status import DEPTH_BLANK, held_running, move_held
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT
 from nsj_queue_lib.db.postgres.rows import rows_as_dicts
 from nsj_queue_lib.db.sql_files import render_queries
@@ -71,6 +71,15 @@ class PostgresInspectionStore(InspectionQueries):
     def running(self, conn: Any, limit: int) -> list[dict[str, Any]]:
         self.tallied(conn)  # the layout, and the statements pinned to it
         return super().running(conn, limit)
+
+    def depth(self, conn: Any) -> list[dict[str, Any]]:
+        """The console's overview and /metrics' depth count QUEUE_ONE_WRITE's running tasks
+        as running too, as ``summary`` does."""
+        self.tallied(conn)  # the layout: held_running's look-ups pinned to the hot partition
+        rows = super().depth(conn)
+        with wrap_driver_errors("depth"), conn.cursor() as cur:
+            held = held_running(cur, self.queue_table, self._partitioned)
+        return move_held(rows, held, DEPTH_BLANK)
 
     def summary(self, conn: Any) -> list[dict[str, Any]]:
         """Without JIT (layout.NO_JIT), in a transaction of its own on an autocommit
