@@ -1627,6 +1627,18 @@ MUTANTS: tuple[Mutant, ...] = (
         "the console's overview and /metrics count a held group's running tasks as ready",
     ),
     Mutant(
+        "nsjq-status-lists-no-held-task-running",
+        "nsj_queue_lib/db/postgres/inspection.py",
+        "        rows += [listed_row(row) for row in held]",
+        "        rows += []",
+        (
+            "tests/integration/test_one_write.py::"
+            "test_nsjq_status_and_the_depth_count_a_held_groups_tasks_as_running",
+        ),
+        ("postgres",),
+        "nsjq status lists none of a held group's running tasks",
+    ),
+    Mutant(
         "no-sdk-is-asked-again-at-every-attempt",
         "nsj_queue_lib/observability/tracing.py",
         "            self._no_sdk_until = now + NO_SDK_RECHECK_SECONDS",

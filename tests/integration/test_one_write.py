@@ -162,7 +162,8 @@ def test_nsjq_status_and_the_depth_count_a_held_groups_tasks_as_running(
 ):
     """While a held group runs, its tasks are 'pendente' rows; the summary nsjq status
     prints, and the depth the console's overview and /metrics read, count the ones its
-    group row names as 'processando'."""
+    group row names as 'processando'; nsjq status lists them running, and the console
+    counts them for the worker of their group."""
     import threading
 
     from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
@@ -193,10 +194,20 @@ def test_nsjq_status_and_the_depth_count_a_held_groups_tasks_as_running(
         wait_for(lambda: counts() == {"processando": 3}, 10, "the held group to run")
         assert statuses(pg_autocommit, pg_queue.table) == {"pendente": 3}  # as rows, held
         assert {k: v for k, v in depth().items() if v} == {("p", "processando"): 3}
+        # nsjq status's list of running tasks, and the console's tasks per worker.
+        running = store.running(pg_autocommit, 10)
+        assert [(r["processo"], r["status"]) for r in running] == [("p", "pendente")] * 3
+        assert [r["id"] for r in running] == sorted((r["id"] for r in running), reverse=True)
+        [worker] = {r["worker"] for r in running}
+        assert worker and all(r["started_at"] is not None for r in running)
+        assert store.running_by_worker(pg_autocommit) == {worker: 3}
+        assert len(store.running(pg_autocommit, 2)) == 2
     finally:
         release.set()
     wait_for(lambda: counts() == {"sucesso": 3}, 10, "the group to commit")
     assert depth() == {}
+    assert store.running(pg_autocommit, 10) == []
+    assert store.running_by_worker(pg_autocommit) == {}
 
 
 def test_without_the_groups_table_the_worker_says_so_and_writes_twice(

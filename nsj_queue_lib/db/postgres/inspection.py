@@ -13,13 +13,20 @@ from nsj_queue_lib.db.inspection import (
     RECENT_MARK,
     RECENT_SECONDS,
     InspectionQueries,
+    listed_row,
     query_values,
     recent_days_pin,
     summary_row,
     task_filter,
 )
 from nsj_queue_lib.db.postgres.errors import wrap_driver_errors
-from nsj_queue_lib.db.postgres.held_status import DEPTH_BLANK, held_running, move_held
+from nsj_queue_lib.db.postgres.held_status import (
+    DEPTH_BLANK,
+    held_attempts,
+    held_by_worker,
+    held_running,
+    move_held,
+)
 from nsj_queue_lib.db.postgres.layout import HOT_DAY, NO_JIT
 from nsj_queue_lib.db.postgres.rows import rows_as_dicts
 from nsj_queue_lib.db.sql_files import render_queries
@@ -69,8 +76,25 @@ class PostgresInspectionStore(InspectionQueries):
             return rows_as_dicts(cur)
 
     def running(self, conn: Any, limit: int) -> list[dict[str, Any]]:
+        """With QUEUE_ONE_WRITE's running attempts ('pendente' rows their group names)."""
         self.tallied(conn)  # the layout, and the statements pinned to it
-        return super().running(conn, limit)
+        rows = super().running(conn, limit)
+        with wrap_driver_errors("running"), conn.cursor() as cur:
+            held = held_attempts(
+                cur, self.queue_table, self._partitioned, self._values["attempt_columns"], limit
+            )
+        rows += [listed_row(row) for row in held]
+        return sorted(rows, key=lambda row: row["id"], reverse=True)[:limit]
+
+    def running_by_worker(self, conn: Any) -> dict[str | None, int]:
+        """With QUEUE_ONE_WRITE's running attempts, counted for their group's worker."""
+        self.tallied(conn)
+        counts = super().running_by_worker(conn)
+        with wrap_driver_errors("running_by_worker"), conn.cursor() as cur:
+            held = held_by_worker(cur, self.queue_table, self._partitioned)
+        for worker, tasks in held.items():
+            counts[worker] = counts.get(worker, 0) + tasks
+        return counts
 
     def depth(self, conn: Any) -> list[dict[str, Any]]:
         """The console's overview and /metrics' depth count QUEUE_ONE_WRITE's running tasks
