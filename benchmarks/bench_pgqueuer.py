@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_pgqueuer.py              # 5 rounds, medians
     .venv/bin/python benchmarks/bench_pgqueuer.py --quick      # 2 rounds, 2,000 tasks
     .venv/bin/python benchmarks/bench_pgqueuer.py --markdown out.md
+    .venv/bin/python benchmarks/bench_pgqueuer.py --latency-only   # the latency rows alone
 
 pgqueuer (the ``bench`` extra pins it; ``make bench`` installs it) runs
 ``benchmarks/pgqueuer_worker.py``: an async no-op entrypoint on
