@@ -266,3 +266,32 @@ def test_groups_that_close_early_run_each_task_once(
     ).fetchone()
     assert written == (count, count)
     assert pg_autocommit.execute(f"SELECT count(*) FROM {pg_queue.table}_groups").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("layout", ["plain", "partitioned"])
+def test_what_people_see_of_held_tasks_on_both_layouts(request, layout, pg_dsn, pg_autocommit):
+    """The inspection store reads held tasks from the group rows on either layout (the
+    partitioned one pinned to its hot partition); a task two groups name (given back by
+    the first, claimed by the second before the first's commit) counts once, for the
+    latest group, and one no longer 'pendente' (settled) not at all."""
+    from nsj_queue_lib.db.dialect import groups_table_name
+    from nsj_queue_lib.db.postgres.inspection import PostgresInspectionStore
+
+    queue = request.getfixturevalue("pg_queue" if layout == "plain" else "pg_partitioned_queue")
+    ids = enqueue(pg_dsn, queue.table, [dict(payload=str(i), processo="p") for i in range(4)])
+    groups = groups_table_name(queue.table)
+    pg_autocommit.execute(
+        f"INSERT INTO {groups} (id, worker, task_ids, started_at) VALUES "
+        "('old', 'w0', %s, now() - interval '1 second'), ('new', 'w1', %s, now())",
+        (ids[:2], ids[:3]),
+    )
+    pg_autocommit.execute(f"UPDATE {queue.table} SET status = 'sucesso' WHERE id = %s", (ids[2],))
+    store = PostgresInspectionStore(queue.table)
+
+    running = store.running(pg_autocommit, 10)
+    assert [(r["id"], r["worker"]) for r in running] == [(ids[1], "w1"), (ids[0], "w1")]
+    assert store.running_by_worker(pg_autocommit) == {"w1": 2}
+    depth = {(r["processo"], r["status"]): r["tasks"] for r in store.depth(pg_autocommit)}
+    assert depth == {("p", "pendente"): 1, ("p", "processando"): 2}
+    summary = {r["status"]: r["tasks"] for r in store.summary(pg_autocommit) if r["tasks"]}
+    assert summary == {"pendente": 1, "processando": 2, "sucesso": 1}
