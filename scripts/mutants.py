@@ -1639,6 +1639,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "nsjq status lists none of a held group's running tasks",
     ),
     Mutant(
+        "a-task-two-held-groups-name-counts-twice",
+        "nsj_queue_lib/db/postgres/held_status.py",
+        "SELECT DISTINCT ON (t.id) {by} AS key",
+        "SELECT {by} AS key",
+        (
+            "tests/integration/test_one_write.py::"
+            "test_what_people_see_of_held_tasks_on_both_layouts",
+        ),
+        ("postgres",),
+        "a task given back by one held group and claimed by another counts twice as running",
+    ),
+    Mutant(
+        "a-connection-lost-before-libpq-read-it-is-a-handler-failure",
+        "nsj_queue_lib/db/postgres/driver.py",
+        "            conn.pgconn.consume_input()\n",
+        "            pass\n",
+        (
+            "tests/integration/test_pg_connection_lost.py::"
+            "test_an_error_that_came_before_libpq_read_the_servers_end_is_the_connections_loss",
+        ),
+        ("postgres",),
+        "a connection the server ended, raised before libpq read its end, fails its task with "
+        "the handler's back-off instead of releasing it",
+    ),
+    Mutant(
         "no-sdk-is-asked-again-at-every-attempt",
         "nsj_queue_lib/observability/tracing.py",
         "            self._no_sdk_until = now + NO_SDK_RECHECK_SECONDS",

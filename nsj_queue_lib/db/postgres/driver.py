@@ -394,11 +394,29 @@ class PostgresDriver(WakeupDriver):
         return PostgresTaskSource(connect, table, self.channel)
 
     def is_connection_lost(self, conn: Any, exc: BaseException) -> bool:
-        # psycopg marks a connection broken when the server or the network ended
-        # it, never when the handler closed it.
-        return bool(getattr(conn, "broken", False)) and any(
-            isinstance(e, (psycopg.Error, DatabaseError)) for e in exception_chain(exc)
-        )
+        return connection_lost(conn, exc)
+
+
+def connection_lost(conn: Any, exc: BaseException) -> bool:
+    """Whether ``exc``, a driver error raised while a handler ran on ``conn``, is the loss
+    of ``conn``. psycopg marks a connection broken when the server or the network ended
+    it, never when the handler closed it; but its wait can fail first ("connection socket
+    closed", an error of the socket) while libpq has not yet read the server's end:
+    reading what the socket holds then lets libpq see it."""
+    if not any(isinstance(e, (psycopg.Error, DatabaseError)) for e in exception_chain(exc)):
+        return False
+    if getattr(conn, "broken", False):
+        return True
+    if getattr(conn, "closed", True):  # closed by the handler (not broken), or no connection
+        return False
+    # Never blocks: what the socket holds, if anything. The server's last message, then
+    # its end of the stream, which libpq reads by a read of its own.
+    for _ in range(3):
+        try:
+            conn.pgconn.consume_input()
+        except Exception:  # noqa: BLE001 - a dead socket: libpq marks the connection bad
+            break
+    return bool(getattr(conn, "broken", False))
 
 
 DRIVER_CLASS = PostgresDriver
